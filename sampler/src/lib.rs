@@ -1,0 +1,1 @@
+pub use shared_kernels;

@@ -1,0 +1,300 @@
+//! The invariance battery: for every op, the bits of each row computed inside batches of many
+//! sizes, in random order with random neighbours, against the same row computed in the full
+//! batch. Used by the tests (which assert) and by `lockstep-battery` (which prints a table,
+//! with burn's default ops alongside for contrast).
+
+use crate::ops::matmul::WeightLayout;
+use crate::ops::rope::RopeTables;
+use crate::ops::sampling::SamplingRow;
+use crate::KernelError;
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// The batch sizes every row-wise op is checked at.
+pub const BATCH_SIZES: [usize; 10] = [1, 2, 3, 7, 8, 16, 33, 64, 128, 257];
+
+/// One line of the battery table.
+#[derive(Clone, Debug)]
+pub struct Check {
+    pub op: String,
+    pub dtype: &'static str,
+    pub m: usize,
+    pub rows_differing: usize,
+    pub max_abs_diff: f64,
+}
+
+impl Check {
+    pub fn identical(&self) -> bool {
+        self.rows_differing == 0
+    }
+}
+
+/// Sizes of the battery's problems. `small` fits CI on lavapipe; `large` matches the shapes
+/// measured on the H200 (hidden 2048, vocab 32000).
+#[derive(Clone, Copy, Debug)]
+pub struct Dims {
+    pub hidden: usize,
+    pub ffn: usize,
+    pub vocab: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub max_len: usize,
+}
+
+impl Dims {
+    pub fn small() -> Self {
+        Dims { hidden: 96, ffn: 80, vocab: 1000, heads: 4, kv_heads: 2, head_dim: 32, max_len: 150 }
+    }
+    pub fn large() -> Self {
+        Dims { hidden: 2048, ffn: 2048, vocab: 32000, heads: 16, kv_heads: 8, head_dim: 128, max_len: 600 }
+    }
+}
+
+pub fn dtype_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "f32",
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        _ => "other",
+    }
+}
+
+/// Random normal-ish values in [-scale, scale] (never all zeros).
+pub fn random_vec(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| (rng.random::<f32>() * 2.0 - 1.0) * scale).collect()
+}
+
+pub fn float_tensor<const D: usize>(values: Vec<f32>, shape: [usize; D], dtype: DType, device: &Device) -> Tensor<D> {
+    Tensor::<D>::from_data(TensorData::new(values, shape), device).cast(dtype)
+}
+
+pub fn int_tensor(values: Vec<i32>, device: &Device) -> Tensor<1, Int> {
+    let n = values.len();
+    Tensor::<1, Int>::from_data(TensorData::new(values, [n]), device)
+}
+
+/// Host copy as f32 (bf16 widens exactly).
+pub fn host<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.cast(DType::F32).into_data().convert::<f32>().try_to_vec::<f32>().expect("f32 data")
+}
+
+pub fn host_int(t: Tensor<1, Int>) -> Vec<i64> {
+    t.into_data().convert::<i64>().try_to_vec::<i64>().expect("int data")
+}
+
+/// Compare rows of batch results against the full-batch baseline, as bits.
+pub fn compare(op: &str, dtype: &'static str, m: usize, got: &[Vec<f32>], want: &[&Vec<f32>]) -> Check {
+    let mut rows_differing = 0;
+    let mut max_abs_diff = 0.0f64;
+    for (g, w) in got.iter().zip(want) {
+        let differs = g.len() != w.len() || g.iter().zip(w.iter()).any(|(a, b)| a.to_bits() != b.to_bits());
+        if differs {
+            rows_differing += 1;
+            for (a, b) in g.iter().zip(w.iter()) {
+                max_abs_diff = max_abs_diff.max((*a as f64 - *b as f64).abs());
+            }
+        }
+    }
+    Check { op: op.to_string(), dtype, m, rows_differing, max_abs_diff }
+}
+
+/// Runs `f` on the full pool, then on random subsets of each size in `sizes` (random order),
+/// comparing each row's output bits with its full-pool value.
+pub fn row_invariance(
+    op: &str,
+    dtype: DType,
+    pool: usize,
+    sizes: &[usize],
+    seed: u64,
+    mut f: impl FnMut(&[usize]) -> Result<Vec<Vec<f32>>, KernelError>,
+) -> Result<Vec<Check>, KernelError> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let all: Vec<usize> = (0..pool).collect();
+    let baseline = f(&all)?;
+    let mut checks = Vec::new();
+    for &m in sizes.iter().filter(|&&m| m <= pool) {
+        let mut idx = all.clone();
+        for i in (1..idx.len()).rev() {
+            idx.swap(i, rng.random_range(0..=i));
+        }
+        idx.truncate(m);
+        let got = f(&idx)?;
+        let want: Vec<&Vec<f32>> = idx.iter().map(|&i| &baseline[i]).collect();
+        checks.push(compare(op, dtype_name(dtype), m, &got, &want));
+    }
+    // run to run: the full pool again
+    let again = f(&all)?;
+    let want: Vec<&Vec<f32>> = baseline.iter().collect();
+    let mut rerun = compare(op, dtype_name(dtype), pool, &again, &want);
+    rerun.op = format!("{op} (rerun)");
+    checks.push(rerun);
+    Ok(checks)
+}
+
+fn rows_of(flat: Vec<f32>, width: usize) -> Vec<Vec<f32>> {
+    flat.chunks(width).map(|c| c.to_vec()).collect()
+}
+
+fn gather(pool: &[f32], width: usize, idx: &[usize]) -> Vec<f32> {
+    idx.iter().flat_map(|&i| pool[i * width..(i + 1) * width].iter().cloned()).collect()
+}
+
+/// Which implementation a battery row measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Impl {
+    Lockstep,
+    BurnDefault,
+}
+
+/// Every op of the battery at `dtype`, for `which` implementation. Burn has no equivalent of
+/// some lockstep ops (sampling, attention over a KV cache): those rows are lockstep-only.
+pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64) -> Result<Vec<Check>, KernelError> {
+    let pool = *BATCH_SIZES.last().unwrap();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut checks = Vec::new();
+    let Dims { hidden, ffn, vocab, .. } = dims;
+
+    // matmul, both weight layouts
+    let x = random_vec(&mut rng, pool * hidden, 1.0);
+    let w = random_vec(&mut rng, ffn * hidden, 0.1);
+    for layout in [WeightLayout::OutIn, WeightLayout::InOut] {
+        let (name, wshape) = match layout {
+            WeightLayout::OutIn => ("matmul W[N,K]", [ffn, hidden]),
+            WeightLayout::InOut => ("matmul W[K,N]", [hidden, ffn]),
+        };
+        let wt = float_tensor(w.clone(), wshape, dtype, device);
+        checks.extend(row_invariance(name, dtype, pool, &BATCH_SIZES, seed + 1, |idx| {
+            let xt = float_tensor(gather(&x, hidden, idx), [idx.len(), hidden], dtype, device);
+            let y = match (which, layout) {
+                (Impl::Lockstep, l) => crate::matmul(xt, wt.clone(), l)?,
+                (Impl::BurnDefault, WeightLayout::OutIn) => xt.matmul(wt.clone().transpose()),
+                (Impl::BurnDefault, WeightLayout::InOut) => xt.matmul(wt.clone()),
+            };
+            Ok(rows_of(host(y), ffn))
+        })?);
+    }
+
+    // rmsnorm
+    let weight = random_vec(&mut rng, hidden, 1.0);
+    let wt = float_tensor(weight, [hidden], dtype, device);
+    checks.extend(row_invariance("rmsnorm", dtype, pool, &BATCH_SIZES, seed + 2, |idx| {
+        let xt = float_tensor(gather(&x, hidden, idx), [idx.len(), hidden], dtype, device);
+        let y = match which {
+            Impl::Lockstep => crate::rmsnorm(xt, wt.clone(), 1e-6)?,
+            Impl::BurnDefault => {
+                let x32 = xt.clone().cast(DType::F32);
+                let inv = (x32.clone() * x32.clone()).mean_dim(1).add_scalar(1e-6).sqrt().recip();
+                (x32 * inv).cast(dtype) * wt.clone().unsqueeze::<2>()
+            }
+        };
+        Ok(rows_of(host(y), hidden))
+    })?);
+
+    // log-softmax family: logprob + entropy (lockstep) / log_softmax gather (burn)
+    let logits = random_vec(&mut rng, pool * vocab, 4.0);
+    let targets: Vec<i32> = (0..pool).map(|_| rng.random_range(0..vocab as i32)).collect();
+    let temps: Vec<f32> = (0..pool).map(|i| [1.0, 0.7, 1.3][i % 3]).collect();
+    checks.extend(row_invariance("logprob+entropy", dtype, pool, &BATCH_SIZES, seed + 3, |idx| {
+        let lt = float_tensor(gather(&logits, vocab, idx), [idx.len(), vocab], dtype, device);
+        let tg: Vec<i32> = idx.iter().map(|&i| targets[i]).collect();
+        match which {
+            Impl::Lockstep => {
+                let tt: Vec<f32> = idx.iter().map(|&i| temps[i]).collect();
+                let out = crate::token_logprobs(lt, int_tensor(tg, device), Tensor::<1>::from_data(TensorData::new(tt, [idx.len()]), device))?;
+                let (lp, en) = (host(out.logprobs), host(out.entropy));
+                Ok(lp.into_iter().zip(en).map(|(a, b)| vec![a, b]).collect())
+            }
+            Impl::BurnDefault => {
+                let n = idx.len();
+                let ls = burn::tensor::activation::log_softmax(lt.cast(DType::F32), 1);
+                let picked = ls.gather(1, int_tensor(tg, device).reshape([n, 1]));
+                Ok(rows_of(host(picked.reshape([n])), 1))
+            }
+        }
+    })?);
+    if which == Impl::BurnDefault {
+        checks.extend(row_invariance("softmax", dtype, pool, &BATCH_SIZES, seed + 4, |idx| {
+            let lt = float_tensor(gather(&logits, vocab, idx), [idx.len(), vocab], dtype, device);
+            Ok(rows_of(host(burn::tensor::activation::softmax(lt, 1)), vocab))
+        })?);
+        return Ok(checks);
+    }
+
+    // pointwise ops
+    let up = random_vec(&mut rng, pool * hidden, 2.0);
+    checks.extend(row_invariance("swiglu", dtype, pool, &BATCH_SIZES, seed + 5, |idx| {
+        let g = float_tensor(gather(&x, hidden, idx), [idx.len(), hidden], dtype, device);
+        let u = float_tensor(gather(&up, hidden, idx), [idx.len(), hidden], dtype, device);
+        Ok(rows_of(host(crate::swiglu(g, u)?), hidden))
+    })?);
+    checks.extend(row_invariance("residual add", dtype, pool, &BATCH_SIZES, seed + 6, |idx| {
+        let a = float_tensor(gather(&x, hidden, idx), [idx.len(), hidden], dtype, device);
+        let b = float_tensor(gather(&up, hidden, idx), [idx.len(), hidden], dtype, device);
+        Ok(rows_of(host(crate::add(a, b)?), hidden))
+    })?);
+
+    // embedding
+    let table = random_vec(&mut rng, vocab * hidden, 1.0);
+    let tt = float_tensor(table, [vocab, hidden], dtype, device);
+    let ids: Vec<i32> = (0..pool).map(|_| rng.random_range(0..vocab as i32)).collect();
+    checks.extend(row_invariance("embedding", dtype, pool, &BATCH_SIZES, seed + 7, |idx| {
+        let it = int_tensor(idx.iter().map(|&i| ids[i]).collect(), device);
+        Ok(rows_of(host(crate::embedding(tt.clone(), it)?), hidden))
+    })?);
+
+    // rope, a position per row
+    let (heads, head_dim, kv_heads) = (dims.heads, dims.head_dim, dims.kv_heads);
+    let tables = RopeTables::new(head_dim, dims.max_len, 1_000_000.0, device)?;
+    let qx = random_vec(&mut rng, pool * heads * head_dim, 1.0);
+    let positions: Vec<i32> = (0..pool).map(|_| rng.random_range(0..dims.max_len as i32)).collect();
+    let width = heads * head_dim;
+    checks.extend(row_invariance("rope", dtype, pool, &BATCH_SIZES, seed + 8, |idx| {
+        let xt = float_tensor(gather(&qx, width, idx), [idx.len(), heads, head_dim], dtype, device);
+        let pt = int_tensor(idx.iter().map(|&i| positions[i]).collect(), device);
+        Ok(rows_of(host(crate::rope(xt, pt, &tables)?), width))
+    })?);
+
+    // attention decode: each pool row is its own sequence (cache slot) at its own position
+    let kv_len = dims.max_len;
+    let cache_len = pool * kv_len * kv_heads * head_dim;
+    let kc = float_tensor(random_vec(&mut rng, cache_len, 1.0), [pool, kv_len, kv_heads, head_dim], dtype, device);
+    let vc = float_tensor(random_vec(&mut rng, cache_len, 1.0), [pool, kv_len, kv_heads, head_dim], dtype, device);
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    checks.extend(row_invariance("attention decode", dtype, pool, &BATCH_SIZES, seed + 9, |idx| {
+        let qt = float_tensor(gather(&qx, width, idx), [idx.len(), heads, head_dim], dtype, device);
+        let st = int_tensor(idx.iter().map(|&i| i as i32).collect(), device);
+        let pt = int_tensor(idx.iter().map(|&i| positions[i]).collect(), device);
+        Ok(rows_of(host(crate::attention(qt, kc.clone(), vc.clone(), st, pt, scale)?), width))
+    })?);
+
+    // sampling: token and its logprob per row, mixed parameters
+    let params: Vec<SamplingRow> = (0..pool)
+        .map(|i| SamplingRow {
+            temperature: [1.0, 0.8, 0.0, 1.2][i % 4],
+            top_k: [0, 50, 0, 5][i % 4],
+            top_p: [1.0, 0.9, 1.0, 0.5][i % 4],
+            rng_key: crate::row_rng_key(seed, i as u64, positions[i] as u32),
+        })
+        .collect();
+    checks.extend(row_invariance("sample (token, logprob)", dtype, pool, &BATCH_SIZES, seed + 10, |idx| {
+        let lt = float_tensor(gather(&logits, vocab, idx), [idx.len(), vocab], dtype, device);
+        let p: Vec<SamplingRow> = idx.iter().map(|&i| params[i]).collect();
+        let (tok, lp) = crate::sample(lt, &p)?;
+        Ok(host_int(tok).into_iter().zip(host(lp)).map(|(t, l)| vec![t as f32, l]).collect())
+    })?);
+    Ok(checks)
+}
+
+/// Markdown table of checks.
+pub fn table(rows: &[(&str, Check)]) -> String {
+    let mut out = String::from("| impl | op | dtype | M | bit-identical | rows differing | max abs diff |\n|---|---|---|---|---|---|---|\n");
+    for (which, c) in rows {
+        out += &format!(
+            "| {which} | {} | {} | {} | {} | {} | {:.3e} |\n",
+            c.op, c.dtype, c.m, if c.identical() { "yes" } else { "NO" }, c.rows_differing, c.max_abs_diff
+        );
+    }
+    out
+}

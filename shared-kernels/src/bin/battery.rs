@@ -1,0 +1,81 @@
+//! `lockstep-battery`: the kernel invariance battery on this build's runtime (wgpu/lavapipe on
+//! CPU machines, CUDA with `--features cuda`). Prints one markdown table: lockstep's kernels and
+//! burn's default ops side by side, per op, dtype and batch size. Exits non-zero if any
+//! lockstep kernel is not bitwise batch invariant.
+//!
+//! Usage: lockstep-battery [--large] [--dtypes f32,bf16] [--seed N] [--burn-defaults]
+
+use burn::tensor::DType;
+use shared_kernels::battery::{run_all, table, Dims, Impl};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let mut dims = Dims::small();
+    let mut dtypes = vec![DType::F32];
+    let mut seed = 20261129u64;
+    let mut burn_defaults = false;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--large" => dims = Dims::large(),
+            "--burn-defaults" => burn_defaults = true,
+            "--seed" => match args.next().and_then(|v| v.parse().ok()) {
+                Some(v) => seed = v,
+                None => return usage("--seed needs an integer"),
+            },
+            "--dtypes" => {
+                let Some(list) = args.next() else { return usage("--dtypes needs a list") };
+                dtypes.clear();
+                for name in list.split(',') {
+                    match name {
+                        "f32" => dtypes.push(DType::F32),
+                        "bf16" => dtypes.push(DType::BF16),
+                        other => return usage(&format!("unknown dtype `{other}` (f32, bf16)")),
+                    }
+                }
+            }
+            "-h" | "--help" => return usage(""),
+            other => return usage(&format!("unknown argument `{other}`")),
+        }
+    }
+    let device = shared_kernels::device::default_device();
+    println!("# lockstep kernel battery: runtime {}, dims {dims:?}, seed {seed}\n", shared_kernels::device::runtime_name());
+    let mut rows = Vec::new();
+    let mut failed = false;
+    for &dtype in &dtypes {
+        let mut impls = vec![Impl::Lockstep];
+        if burn_defaults {
+            impls.push(Impl::BurnDefault);
+        }
+        for which in impls {
+            let name = if which == Impl::Lockstep { "lockstep" } else { "burn default" };
+            match run_all(which, dtype, dims, &device, seed) {
+                Ok(checks) => {
+                    for c in checks {
+                        if which == Impl::Lockstep && !c.identical() {
+                            failed = true;
+                        }
+                        rows.push((name, c));
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: {name} {dtype:?}: {e}");
+                    failed = true;
+                }
+            }
+        }
+    }
+    println!("{}", table(&rows));
+    let lockstep: Vec<_> = rows.iter().filter(|(n, _)| *n == "lockstep").collect();
+    let identical = lockstep.iter().filter(|(_, c)| c.identical()).count();
+    println!("lockstep: {identical}/{} checks bit-identical", lockstep.len());
+    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+fn usage(problem: &str) -> ExitCode {
+    if !problem.is_empty() {
+        eprintln!("error: {problem}");
+    }
+    eprintln!("usage: lockstep-battery [--large] [--dtypes f32,bf16] [--seed N] [--burn-defaults]");
+    if problem.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) }
+}

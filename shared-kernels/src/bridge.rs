@@ -1,0 +1,55 @@
+//! Between burn's user-facing tensors and burn-cubecl's `CubeTensor`, which kernels launch on.
+//!
+//! burn 0.22 routes every tensor through its dispatch layer; with fusion off the cubecl
+//! primitive underneath is a plain `CubeTensor`, so unwrapping is free (no copy, no host trip).
+
+use crate::KernelError;
+use burn::tensor::{DType, Int, Tensor};
+use burn_cubecl::{kernel::into_contiguous, tensor::CubeTensor, Cube};
+
+pub(crate) fn float_in<const D: usize>(
+    op: &'static str,
+    name: &str,
+    tensor: Tensor<D>,
+) -> Result<CubeTensor, KernelError> {
+    let cube = tensor.try_into_primitive::<Cube>().map_err(|e| {
+        KernelError::new(op, format!("`{name}` is not a tensor on a cubecl device ({e:?})"))
+    })?;
+    match cube.dtype {
+        DType::F32 | DType::BF16 | DType::F16 => Ok(into_contiguous(cube)),
+        other => Err(KernelError::new(op, format!("`{name}` has dtype {other:?}; expected f32, bf16 or f16"))),
+    }
+}
+
+pub(crate) fn int_in<const D: usize>(
+    op: &'static str,
+    name: &str,
+    tensor: Tensor<D, Int>,
+) -> Result<CubeTensor, KernelError> {
+    let cube = tensor.try_into_primitive::<Cube>().map_err(|e| {
+        KernelError::new(op, format!("`{name}` is not a tensor on a cubecl device ({e:?})"))
+    })?;
+    match cube.dtype {
+        DType::I32 | DType::U32 | DType::I64 | DType::U64 => Ok(into_contiguous(cube)),
+        other => Err(KernelError::new(op, format!("`{name}` has dtype {other:?}; expected an integer dtype"))),
+    }
+}
+
+pub(crate) fn float_out<const D: usize>(tensor: CubeTensor) -> Tensor<D> {
+    Tensor::from_primitive::<Cube>(tensor)
+}
+
+pub(crate) fn int_out<const D: usize>(tensor: CubeTensor) -> Tensor<D, Int> {
+    Tensor::<D, Int>::from_primitive::<Cube>(tensor)
+}
+
+pub(crate) fn dims(t: &CubeTensor) -> Vec<usize> {
+    t.meta.shape().to_vec()
+}
+
+pub(crate) fn same_device(op: &'static str, a: &CubeTensor, b: &CubeTensor, name_b: &str) -> Result<(), KernelError> {
+    if a.device != b.device {
+        return Err(KernelError::new(op, format!("`{name_b}` is on {:?}, the input on {:?}", b.device, a.device)));
+    }
+    Ok(())
+}

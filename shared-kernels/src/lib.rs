@@ -1,0 +1,28 @@
+//! lockstep's batch-invariant kernels.
+//!
+//! Every reduction here has one fixed order per output row, chosen from the op's own sizes
+//! (hidden size, head dim, vocabulary) and never from how many rows share the launch or how a
+//! sequence was chunked. That is the whole trick behind "sampler logprob == trainer logprob, as
+//! bits": the sampler and the trainer call these same launchers.
+//!
+//! One op family per file under [`ops`]. Launchers take and return burn tensors that live on a
+//! cubecl device (wgpu/lavapipe in CI, CUDA on the H200); nothing goes through the host.
+
+pub mod battery;
+pub mod bridge;
+pub mod device;
+pub mod error;
+pub mod ops;
+pub mod reference;
+
+pub use error::KernelError;
+pub use ops::{
+    attention::{attention, write_kv_cache, KvCacheShape},
+    embedding::embedding,
+    logprob::{token_logprobs, TokenLogprobs},
+    matmul::{matmul, WeightLayout},
+    pointwise::{add, swiglu},
+    rmsnorm::rmsnorm,
+    rope::{rope, RopeTables},
+    sampling::{sample, SamplingRow, row_rng_key},
+};

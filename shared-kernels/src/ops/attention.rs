@@ -1,0 +1,245 @@
+//! Causal grouped-query attention over a KV cache, one code path for prefill, chunked prefill
+//! and decode.
+//!
+//! Every query row names a cache slot (its sequence) and its position p; it attends to keys
+//! 0..=p of that slot. Prefill writes a chunk's K/V into the cache first ([`write_kv_cache`]),
+//! then runs this kernel for the chunk's rows; decode is the same with one row per sequence.
+//! So the arithmetic for a (query, KV prefix) pair never depends on chunk boundaries or on the
+//! other rows in the launch:
+//! - keys are visited in fixed splits of `KV_SPLIT` starting at key 0 (split boundaries are
+//!   multiples of KV_SPLIT, not of any chunk size);
+//! - inside a split, each score is one sequential dot product over head_dim;
+//! - splits are combined in key order with the online-softmax update (running max, running
+//!   denominator, running output), always the same sequence of operations for a given p.
+
+use super::reduce::{cube_linear, NEG_BIG};
+use super::{cube_count_for, storage};
+use crate::bridge::{dims, float_in, float_out, int_in, same_device};
+use crate::{ensure, KernelError};
+use burn::tensor::{Int as BInt, Tensor as BTensor};
+use burn_cubecl::cubecl::prelude::*;
+use burn_cubecl::ops::numeric::empty_device_dtype;
+
+/// Keys per split, and units per cube. Part of the numerics: fixed for every shape.
+pub const KV_SPLIT: usize = 64;
+
+/// Shape of one layer's K (or V) cache: `[slots, max_len, kv_heads, head_dim]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvCacheShape {
+    pub slots: usize,
+    pub max_len: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+}
+
+#[cube(launch)]
+fn write_kv_kernel<F: Float, I: Int>(
+    new: &Tensor<F>,
+    slots: &Tensor<I>,
+    positions: &Tensor<I>,
+    cache: &mut Tensor<F>,
+    rows: usize,
+    row_len: usize,
+    max_len: usize,
+    #[define(F, I)] _d: [ElemType; 2],
+) {
+    let i = cube_linear() * 256usize + UNIT_POS_X as usize;
+    if i < rows * row_len {
+        let row = i / row_len;
+        let within = i % row_len;
+        let slot = u32::cast_from(slots[row]) as usize;
+        let pos = u32::cast_from(positions[row]) as usize;
+        cache[(slot * max_len + pos) * row_len + within] = new[i];
+    }
+}
+
+#[cube(launch)]
+fn attention_kernel<F: Float, I: Int>(
+    q: &Tensor<F>,
+    k_cache: &Tensor<F>,
+    v_cache: &Tensor<F>,
+    slots: &Tensor<I>,
+    positions: &Tensor<I>,
+    out: &mut Tensor<F>,
+    rows: usize,
+    q_heads: usize,
+    kv_heads: usize,
+    max_len: usize,
+    scale: f32,
+    #[comptime] head_dim: usize,
+    #[define(F, I)] _d: [ElemType; 2],
+) {
+    let work = cube_linear(); // row * q_heads + head
+    if work < rows * q_heads {
+        let unit = UNIT_POS_X as usize;
+        let row = work / q_heads;
+        let head = work % q_heads;
+        let kv_head = head / (q_heads / kv_heads);
+        let slot = u32::cast_from(slots[row]) as usize;
+        let pos = u32::cast_from(positions[row]) as usize;
+        let q_base = work * head_dim;
+
+        let mut q_sh = Shared::new_slice(head_dim);
+        let mut o_sh = Shared::new_slice(head_dim);
+        let mut scores = Shared::<[f32]>::new_slice(comptime!(KV_SPLIT));
+        let mut d = unit;
+        while d < head_dim {
+            q_sh[d] = f32::cast_from(q[q_base + d]);
+            o_sh[d] = 0.0f32;
+            d += comptime!(KV_SPLIT);
+        }
+        sync_cube();
+
+        let keys = pos + 1;
+        let splits = keys.div_ceil(comptime!(KV_SPLIT));
+        let mut run_max = f32::new(NEG_BIG);
+        let mut run_sum = 0.0f32;
+        for split in 0..splits {
+            let first = split * comptime!(KV_SPLIT);
+            let mut valid = keys - first;
+            if valid > comptime!(KV_SPLIT) {
+                valid = comptime!(KV_SPLIT);
+            }
+            // 1. one score per unit, sequential dot product over head_dim
+            if unit < valid {
+                let k_base = ((slot * max_len + first + unit) * kv_heads + kv_head) * head_dim;
+                let mut dot = 0.0f32;
+                for e in 0..head_dim {
+                    dot += q_sh[e] * f32::cast_from(k_cache[k_base + e]);
+                }
+                scores[unit] = dot * scale;
+            }
+            sync_cube();
+            // 2. every unit walks the split's scores in key order (same values, same order)
+            let mut split_max = f32::new(NEG_BIG);
+            for j in 0..valid {
+                if scores[j] > split_max {
+                    split_max = scores[j];
+                }
+            }
+            let mut new_max = run_max;
+            if split_max > new_max {
+                new_max = split_max;
+            }
+            let rescale = (run_max - new_max).exp();
+            let mut split_sum = 0.0f32;
+            for j in 0..valid {
+                split_sum += (scores[j] - new_max).exp();
+            }
+            run_sum = run_sum * rescale + split_sum;
+            // 3. each unit owns output dims d = unit, unit + KV_SPLIT, ...
+            let mut d = unit;
+            while d < head_dim {
+                let mut acc = 0.0f32;
+                for j in 0..valid {
+                    let v_index = ((slot * max_len + first + j) * kv_heads + kv_head) * head_dim + d;
+                    acc += (scores[j] - new_max).exp() * f32::cast_from(v_cache[v_index]);
+                }
+                o_sh[d] = o_sh[d] * rescale + acc;
+                d += comptime!(KV_SPLIT);
+            }
+            run_max = new_max;
+            sync_cube();
+        }
+        let mut d = unit;
+        while d < head_dim {
+            out[q_base + d] = F::cast_from(o_sh[d] / run_sum);
+            d += comptime!(KV_SPLIT);
+        }
+    }
+}
+
+fn cache_shape(op: &'static str, d: &[usize]) -> Result<KvCacheShape, KernelError> {
+    ensure!(d.len() == 4, op, "cache must be [slots, max_len, kv_heads, head_dim], got {d:?}");
+    Ok(KvCacheShape { slots: d[0], max_len: d[1], kv_heads: d[2], head_dim: d[3] })
+}
+
+/// Write `new` [rows, kv_heads, head_dim] into `cache` at (slots[r], positions[r]).
+/// Returns the updated cache (the same buffer when burn can reuse it, else a copy).
+pub fn write_kv_cache(
+    cache: BTensor<4>,
+    new: BTensor<3>,
+    slots: BTensor<1, BInt>,
+    positions: BTensor<1, BInt>,
+) -> Result<BTensor<4>, KernelError> {
+    const OP: &str = "write_kv_cache";
+    let cache = float_in(OP, "cache", cache)?;
+    let new = float_in(OP, "new", new)?;
+    let slots = int_in(OP, "slots", slots)?;
+    let positions = int_in(OP, "positions", positions)?;
+    same_device(OP, &cache, &new, "new")?;
+    let shape = cache_shape(OP, &dims(&cache))?;
+    let nd = dims(&new);
+    let rows = nd[0];
+    ensure!(nd[1..] == [shape.kv_heads, shape.head_dim], OP, "new is {nd:?} but the cache holds [{}, {}] per position", shape.kv_heads, shape.head_dim);
+    ensure!(dims(&slots) == [rows] && dims(&positions) == [rows], OP, "new has {rows} rows but slots is {:?} and positions {:?}", dims(&slots), dims(&positions));
+    ensure!(cache.dtype == new.dtype, OP, "cache is {:?} but new is {:?}", cache.dtype, new.dtype);
+    let cache = if cache.can_mut() { cache } else { burn_cubecl::kernel::into_contiguous(cache.copy()) };
+    let row_len = shape.kv_heads * shape.head_dim;
+    if rows > 0 {
+        write_kv_kernel::launch(
+            &cache.client,
+            cube_count_for(rows * row_len, 256),
+            CubeDim::new_1d(256),
+            new.clone().into_tensor_arg(),
+            slots.clone().into_tensor_arg(),
+            positions.clone().into_tensor_arg(),
+            cache.clone().into_tensor_arg(),
+            rows,
+            row_len,
+            shape.max_len,
+            [storage(new.dtype), storage(slots.dtype)],
+        );
+    }
+    Ok(float_out(cache))
+}
+
+/// Attention for query rows `q` [rows, q_heads, head_dim]: row r attends to keys 0..=positions[r]
+/// of cache slot slots[r]. `scale` is usually 1/sqrt(head_dim). Output has q's shape and dtype.
+pub fn attention(
+    q: BTensor<3>,
+    k_cache: BTensor<4>,
+    v_cache: BTensor<4>,
+    slots: BTensor<1, BInt>,
+    positions: BTensor<1, BInt>,
+    scale: f32,
+) -> Result<BTensor<3>, KernelError> {
+    const OP: &str = "attention";
+    let q = float_in(OP, "q", q)?;
+    let k = float_in(OP, "k_cache", k_cache)?;
+    let v = float_in(OP, "v_cache", v_cache)?;
+    let slots = int_in(OP, "slots", slots)?;
+    let positions = int_in(OP, "positions", positions)?;
+    same_device(OP, &q, &k, "k_cache")?;
+    same_device(OP, &q, &v, "v_cache")?;
+    let shape = cache_shape(OP, &dims(&k))?;
+    ensure!(dims(&v) == dims(&k), OP, "k_cache is {:?} but v_cache is {:?}", dims(&k), dims(&v));
+    let qd = dims(&q);
+    let (rows, q_heads, head_dim) = (qd[0], qd[1], qd[2]);
+    ensure!(head_dim == shape.head_dim, OP, "q is {qd:?} but the cache has head_dim {}", shape.head_dim);
+    ensure!(q_heads > 0 && q_heads % shape.kv_heads == 0, OP, "q_heads {q_heads} is not a multiple of kv_heads {}", shape.kv_heads);
+    ensure!(dims(&slots) == [rows] && dims(&positions) == [rows], OP, "q has {rows} rows but slots is {:?} and positions {:?}", dims(&slots), dims(&positions));
+    ensure!(q.dtype == k.dtype && k.dtype == v.dtype, OP, "dtypes differ: q {:?}, k {:?}, v {:?}", q.dtype, k.dtype, v.dtype);
+    ensure!(scale.is_finite(), OP, "scale must be finite, got {scale}");
+    ensure!(rows > 0, OP, "no query rows");
+    let out = empty_device_dtype(q.client.clone(), q.device.clone(), qd.clone().into(), q.dtype);
+    attention_kernel::launch(
+        &q.client,
+        cube_count_for(rows * q_heads, 1),
+        CubeDim::new_1d(KV_SPLIT as u32),
+        q.clone().into_tensor_arg(),
+        k.into_tensor_arg(),
+        v.into_tensor_arg(),
+        slots.clone().into_tensor_arg(),
+        positions.into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        rows,
+        q_heads,
+        shape.kv_heads,
+        shape.max_len,
+        scale,
+        head_dim,
+        [storage(q.dtype), storage(slots.dtype)],
+    );
+    Ok(float_out(out))
+}

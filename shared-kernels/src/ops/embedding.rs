@@ -1,0 +1,65 @@
+//! Token embedding gather: `y[r, :] = table[ids[r], :]`. Pure copies, invariant as written.
+//!
+//! Ids come from the device; ids at or beyond the vocabulary write a zero row instead of
+//! reading out of bounds. Callers that hold ids on the host (the model, the sampler) validate
+//! them first and report the offending id by value.
+
+use super::reduce::cube_linear;
+use super::{cube_count_for, storage};
+use crate::bridge::{dims, float_in, float_out, int_in, same_device};
+use crate::{ensure, KernelError};
+use burn::tensor::{Int as BInt, Tensor as BTensor};
+use burn_cubecl::cubecl::prelude::*;
+use burn_cubecl::ops::numeric::empty_device_dtype;
+
+const BLOCK: usize = 256;
+
+#[cube(launch)]
+fn embedding_kernel<F: Float, I: Int>(
+    table: &Tensor<F>,
+    ids: &Tensor<I>,
+    y: &mut Tensor<F>,
+    rows: usize,
+    vocab: usize,
+    hidden: usize,
+    #[define(F, I)] _d: [ElemType; 2],
+) {
+    let i = cube_linear() * comptime!(BLOCK) + UNIT_POS_X as usize;
+    if i < rows * hidden {
+        let row = i / hidden;
+        let col = i % hidden;
+        let id = u32::cast_from(ids[row]) as usize;
+        if id < vocab {
+            y[i] = table[id * hidden + col];
+        } else {
+            y[i] = F::new(0.0);
+        }
+    }
+}
+
+/// Rows of `table` ([vocab, hidden]) picked by `ids` ([rows]); output [rows, hidden].
+pub fn embedding(table: BTensor<2>, ids: BTensor<1, BInt>) -> Result<BTensor<2>, KernelError> {
+    const OP: &str = "embedding";
+    let table = float_in(OP, "table", table)?;
+    let ids = int_in(OP, "ids", ids)?;
+    same_device(OP, &table, &ids, "ids")?;
+    let (td, id) = (dims(&table), dims(&ids));
+    let (vocab, hidden) = (td[0], td[1]);
+    let rows = id[0];
+    ensure!(vocab > 0 && hidden > 0, OP, "empty table {td:?}");
+    ensure!(rows > 0, OP, "no ids");
+    let y = empty_device_dtype(table.client.clone(), table.device.clone(), [rows, hidden].into(), table.dtype);
+    embedding_kernel::launch(
+        &table.client,
+        cube_count_for(rows * hidden, BLOCK),
+        CubeDim::new_1d(BLOCK as u32),
+        table.clone().into_tensor_arg(),
+        ids.clone().into_tensor_arg(),
+        y.clone().into_tensor_arg(),
+        rows,
+        vocab,
+        hidden,
+        [storage(table.dtype), storage(ids.dtype)],
+    );
+    Ok(float_out(y))
+}

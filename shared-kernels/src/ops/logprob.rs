@@ -1,0 +1,151 @@
+//! Token logprobs and entropy: `log_softmax(logits / T)[target]` and `-sum p log p`, per row.
+//!
+//! This is THE definition of a token's logprob in lockstep, used by the trainer and returned by
+//! the sampler: the temperature-scaled distribution over the full vocabulary, before any
+//! top-k/top-p truncation (the same choice slime makes). Temperature 0 means greedy decoding;
+//! its logprob is taken at T = 1.
+//!
+//! Batch invariance: one row per cube, `ROW_BLOCK` units; each unit folds its strided slice
+//! sequentially, then a fixed tree combines. max -> sum exp(z - max) -> lse.
+
+use super::reduce::{cube_linear, tree_max, tree_sum, NEG_BIG};
+use super::{cube_count_for, storage, ROW_BLOCK};
+use crate::bridge::{dims, float_in, float_out, int_in, same_device};
+use crate::{ensure, KernelError};
+use burn::tensor::{Int as BInt, Tensor as BTensor};
+use burn_cubecl::cubecl::prelude::*;
+use burn_cubecl::ops::numeric::empty_device_dtype;
+
+/// Per-row outputs, f32 whatever the logits dtype.
+#[derive(Debug)]
+pub struct TokenLogprobs {
+    /// `log_softmax(logits / T)[target]`, [rows].
+    pub logprobs: BTensor<1>,
+    /// Entropy of `softmax(logits / T)`, [rows].
+    pub entropy: BTensor<1>,
+}
+
+/// The scale applied to logits for temperature `t` (shared with the sampling kernel).
+#[cube]
+pub fn inv_temperature(t: f32) -> f32 {
+    let mut inv = 1.0f32;
+    if t > 0.0f32 {
+        inv = 1.0f32 / t;
+    }
+    inv
+}
+
+/// `logits[i] * inv_t` in f32: the one place a logit is scaled by temperature.
+#[cube]
+pub fn scaled_logit<F: Float>(logits: &Tensor<F>, i: usize, inv_t: f32) -> f32 {
+    f32::cast_from(logits[i]) * inv_t
+}
+
+/// Row maximum of the scaled logits (fixed tree).
+#[cube]
+pub fn row_max<F: Float>(logits: &Tensor<F>, base: usize, vocab: usize, inv_t: f32, shared: &mut Shared<[f32]>, #[comptime] block: usize) -> f32 {
+    let mut local_max = f32::new(NEG_BIG);
+    let mut i = UNIT_POS_X as usize;
+    while i < vocab {
+        let z = scaled_logit(logits, base + i, inv_t);
+        if z > local_max {
+            local_max = z;
+        }
+        i += block;
+    }
+    tree_max(shared, local_max, block)
+}
+
+/// Row `sum exp(z - max)` (strided per unit, then fixed tree): the softmax normaliser that the
+/// trainer's logprob and the sampler's returned logprob share, bit for bit.
+#[cube]
+pub fn row_sum_exp<F: Float>(logits: &Tensor<F>, base: usize, vocab: usize, inv_t: f32, max: f32, shared: &mut Shared<[f32]>, #[comptime] block: usize) -> f32 {
+    let mut local_sum = 0.0f32;
+    let mut i = UNIT_POS_X as usize;
+    while i < vocab {
+        local_sum += (scaled_logit(logits, base + i, inv_t) - max).exp();
+        i += block;
+    }
+    tree_sum(shared, local_sum, block)
+}
+
+#[cube(launch)]
+fn logprob_kernel<F: Float, I: Int>(
+    logits: &Tensor<F>,
+    targets: &Tensor<I>,
+    temperatures: &Tensor<f32>,
+    logprobs: &mut Tensor<f32>,
+    entropy: &mut Tensor<f32>,
+    rows: usize,
+    vocab: usize,
+    #[comptime] block: usize,
+    #[define(F, I)] _d: [ElemType; 2],
+) {
+    let row = cube_linear();
+    if row < rows {
+        let unit = UNIT_POS_X as usize;
+        let base = row * vocab;
+        let inv_t = inv_temperature(temperatures[row]);
+        let mut shared = Shared::new_slice(block);
+
+        let max = row_max(logits, base, vocab, inv_t, &mut shared, block);
+        let sum = row_sum_exp(logits, base, vocab, inv_t, max, &mut shared, block);
+        let mut local_dot = 0.0f32;
+        let mut j = unit;
+        while j < vocab {
+            let shifted = scaled_logit(logits, base + j, inv_t) - max;
+            local_dot += shifted.exp() * shifted;
+            j += block;
+        }
+        let dot = tree_sum(&mut shared, local_dot, block);
+        if unit == 0 {
+            let log_sum = sum.ln();
+            let target = u32::cast_from(targets[row]) as usize;
+            if target < vocab {
+                logprobs[row] = scaled_logit(logits, base + target, inv_t) - max - log_sum;
+            } else {
+                logprobs[row] = f32::new(NEG_BIG); // callers validate ids on the host; never read OOB
+            }
+            entropy[row] = log_sum - dot / sum;
+        }
+    }
+}
+
+/// Logprob of `targets[r]` and entropy for each row of `logits` [rows, vocab], at
+/// `temperatures[r]` (a tensor of f32, one per row; 0 = greedy, scored at T = 1).
+pub fn token_logprobs(
+    logits: BTensor<2>,
+    targets: BTensor<1, BInt>,
+    temperatures: BTensor<1>,
+) -> Result<TokenLogprobs, KernelError> {
+    const OP: &str = "token_logprobs";
+    let logits = float_in(OP, "logits", logits)?;
+    let targets = int_in(OP, "targets", targets)?;
+    let temps = float_in(OP, "temperatures", temperatures)?;
+    same_device(OP, &logits, &targets, "targets")?;
+    same_device(OP, &logits, &temps, "temperatures")?;
+    let ld = dims(&logits);
+    let (rows, vocab) = (ld[0], ld[1]);
+    ensure!(rows > 0 && vocab > 0, OP, "empty logits {ld:?}");
+    ensure!(dims(&targets) == [rows], OP, "logits have {rows} rows but targets is {:?}", dims(&targets));
+    ensure!(dims(&temps) == [rows], OP, "logits have {rows} rows but temperatures is {:?}", dims(&temps));
+    ensure!(temps.dtype == burn::tensor::DType::F32, OP, "temperatures must be f32, got {:?}", temps.dtype);
+    let client = logits.client.clone();
+    let out = |n| empty_device_dtype(client.clone(), logits.device.clone(), [n].into(), burn::tensor::DType::F32);
+    let (lp, ent) = (out(rows), out(rows));
+    logprob_kernel::launch(
+        &client,
+        cube_count_for(rows, 1),
+        CubeDim::new_1d(ROW_BLOCK as u32),
+        logits.clone().into_tensor_arg(),
+        targets.clone().into_tensor_arg(),
+        temps.into_tensor_arg(),
+        lp.clone().into_tensor_arg(),
+        ent.clone().into_tensor_arg(),
+        rows,
+        vocab,
+        ROW_BLOCK,
+        [storage(logits.dtype), storage(targets.dtype)],
+    );
+    Ok(TokenLogprobs { logprobs: float_out(lp), entropy: float_out(ent) })
+}

@@ -1,0 +1,87 @@
+//! y[M,N] = x[M,K] @ W, with W as stored in a checkpoint: `[N,K]` (HF `nn.Linear`) or `[K,N]`.
+//!
+//! Batch invariance: one fixed tile shape for every M, no split-K, and each output element is a
+//! single f32 accumulator walking k = 0..K in order. M only decides how many tiles launch.
+
+use super::{cube_count_for, storage};
+use crate::bridge::{dims, float_in, float_out, same_device};
+use crate::{ensure, KernelError};
+use burn::tensor::Tensor as BTensor;
+use burn_cubecl::cubecl::prelude::*;
+use burn_cubecl::ops::numeric::empty_device_dtype;
+
+/// How the weight matrix is laid out in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightLayout {
+    /// `[N, K]`: the output features first, as torch's `nn.Linear.weight`.
+    OutIn,
+    /// `[K, N]`: the input features first.
+    InOut,
+}
+
+/// Output tile edge: a cube computes TILE x TILE outputs, one per unit.
+pub const TILE: usize = 16;
+
+#[cube(launch)]
+fn matmul_kernel<F: Float>(
+    x: &Tensor<F>,
+    w: &Tensor<F>,
+    y: &mut Tensor<F>,
+    m: usize,
+    n: usize,
+    k: usize,
+    #[comptime] w_out_in: bool,
+    #[define(F)] _dtype: ElemType,
+) {
+    let row = CUBE_POS_Y as usize * comptime!(TILE) + UNIT_POS_Y as usize;
+    let col = CUBE_POS_X as usize * comptime!(TILE) + UNIT_POS_X as usize;
+    if row < m && col < n {
+        let mut acc = 0.0f32;
+        let x_base = row * k;
+        if w_out_in {
+            let w_base = col * k;
+            for i in 0..k {
+                acc += f32::cast_from(x[x_base + i]) * f32::cast_from(w[w_base + i]);
+            }
+        } else {
+            for i in 0..k {
+                acc += f32::cast_from(x[x_base + i]) * f32::cast_from(w[i * n + col]);
+            }
+        }
+        y[row * n + col] = F::cast_from(acc);
+    }
+}
+
+/// `x[M,K] @ W` where `layout` says how `w` is stored. Output has x's dtype; accumulation is f32.
+pub fn matmul(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTensor<2>, KernelError> {
+    const OP: &str = "matmul";
+    let x = float_in(OP, "x", x)?;
+    let w = float_in(OP, "w", w)?;
+    same_device(OP, &x, &w, "w")?;
+    let (xd, wd) = (dims(&x), dims(&w));
+    let (m, k) = (xd[0], xd[1]);
+    let (wk, n) = match layout {
+        WeightLayout::OutIn => (wd[1], wd[0]),
+        WeightLayout::InOut => (wd[0], wd[1]),
+    };
+    ensure!(wk == k, OP, "x is {xd:?} but w ({layout:?}) is {wd:?}: inner dimensions {k} and {wk} differ");
+    ensure!(x.dtype == w.dtype, OP, "x is {:?} but w is {:?}", x.dtype, w.dtype);
+    ensure!(m > 0 && n > 0 && k > 0, OP, "empty operand: x {xd:?}, w {wd:?}");
+    let y = empty_device_dtype(x.client.clone(), x.device.clone(), [m, n].into(), x.dtype);
+    let count = CubeCount::Static(n.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1);
+    let _ = cube_count_for;
+    matmul_kernel::launch(
+        &x.client,
+        count,
+        CubeDim::new_2d(TILE as u32, TILE as u32),
+        x.clone().into_tensor_arg(),
+        w.into_tensor_arg(),
+        y.clone().into_tensor_arg(),
+        m,
+        n,
+        k,
+        layout == WeightLayout::OutIn,
+        storage(x.dtype),
+    );
+    Ok(float_out(y))
+}

@@ -1,0 +1,36 @@
+//! One op family per file. Each file holds its `#[cube]` kernel(s) and the launcher that checks
+//! shapes, allocates the output on the same device and launches with a cube shape that depends
+//! only on the op's fixed configuration.
+
+pub mod attention;
+pub mod embedding;
+pub mod logprob;
+pub mod matmul;
+pub mod pointwise;
+pub mod reduce;
+pub mod rmsnorm;
+pub mod rope;
+pub mod sampling;
+
+use burn_cubecl::cubecl::prelude::*;
+use burn_cubecl::cubecl::server::LaunchError;
+
+/// Cube size of every row-reduction kernel (rmsnorm, logprob, sampling). Fixed for all shapes:
+/// the reduction tree is part of the numerics, so it must never follow the batch size.
+pub const ROW_BLOCK: usize = 128;
+
+pub(crate) fn storage(dtype: burn::tensor::DType) -> ElemType {
+    burn_backend::cubecl::dtype_to_storage_type(dtype)
+}
+
+/// Cube count for `n` independent work items of `per_cube` items each, folded into 2-D so no
+/// grid dimension exceeds the 65535 limit of some runtimes. Kernels recover the linear cube
+/// index with [`ops::reduce::cube_linear`].
+pub(crate) fn cube_count_for(n: usize, per_cube: usize) -> CubeCount {
+    let cubes = n.div_ceil(per_cube).max(1) as u32;
+    let x = cubes.min(65535);
+    CubeCount::Static(x, cubes.div_ceil(x), 1)
+}
+
+#[allow(dead_code)]
+pub(crate) type LaunchResult = Result<(), LaunchError>;

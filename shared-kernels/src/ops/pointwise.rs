@@ -1,0 +1,81 @@
+//! Pointwise ops: every output element depends on its own inputs only, so they are batch
+//! invariant as written. swiglu computes `silu(gate) * up` in f32 and casts once.
+
+use super::reduce::cube_linear;
+use super::{cube_count_for, storage};
+use crate::bridge::{dims, float_in, float_out, same_device};
+use crate::{ensure, KernelError};
+use burn::tensor::Tensor as BTensor;
+use burn_cubecl::cubecl::prelude::*;
+use burn_cubecl::ops::numeric::empty_device_dtype;
+
+const BLOCK: usize = 256;
+
+#[cube(launch)]
+fn swiglu_kernel<F: Float>(gate: &Tensor<F>, up: &Tensor<F>, y: &mut Tensor<F>, len: usize, #[define(F)] _d: ElemType) {
+    let i = cube_linear() * comptime!(BLOCK) + UNIT_POS_X as usize;
+    if i < len {
+        let g = f32::cast_from(gate[i]);
+        let silu = g / (1.0f32 + (-g).exp());
+        y[i] = F::cast_from(silu * f32::cast_from(up[i]));
+    }
+}
+
+#[cube(launch)]
+fn add_kernel<F: Float>(a: &Tensor<F>, b: &Tensor<F>, y: &mut Tensor<F>, len: usize, #[define(F)] _d: ElemType) {
+    let i = cube_linear() * comptime!(BLOCK) + UNIT_POS_X as usize;
+    if i < len {
+        y[i] = a[i] + b[i];
+    }
+}
+
+fn binary<const D: usize>(
+    op: &'static str,
+    a: BTensor<D>,
+    b: BTensor<D>,
+    launch: impl FnOnce(&burn_cubecl::tensor::CubeTensor, &burn_cubecl::tensor::CubeTensor, &burn_cubecl::tensor::CubeTensor, usize),
+) -> Result<BTensor<D>, KernelError> {
+    let a = float_in(op, "a", a)?;
+    let b = float_in(op, "b", b)?;
+    same_device(op, &a, &b, "b")?;
+    ensure!(dims(&a) == dims(&b), op, "shapes differ: {:?} and {:?}", dims(&a), dims(&b));
+    ensure!(a.dtype == b.dtype, op, "dtypes differ: {:?} and {:?}", a.dtype, b.dtype);
+    let len: usize = dims(&a).iter().product();
+    let y = empty_device_dtype(a.client.clone(), a.device.clone(), dims(&a).into(), a.dtype);
+    if len > 0 {
+        launch(&a, &b, &y, len);
+    }
+    Ok(float_out(y))
+}
+
+/// `silu(gate) * up`, elementwise.
+pub fn swiglu<const D: usize>(gate: BTensor<D>, up: BTensor<D>) -> Result<BTensor<D>, KernelError> {
+    binary("swiglu", gate, up, |a, b, y, len| {
+        swiglu_kernel::launch(
+            &a.client,
+            cube_count_for(len, BLOCK),
+            CubeDim::new_1d(BLOCK as u32),
+            a.clone().into_tensor_arg(),
+            b.clone().into_tensor_arg(),
+            y.clone().into_tensor_arg(),
+            len,
+            storage(a.dtype),
+        )
+    })
+}
+
+/// `a + b`, elementwise (the residual add).
+pub fn add<const D: usize>(a: BTensor<D>, b: BTensor<D>) -> Result<BTensor<D>, KernelError> {
+    binary("add", a, b, |a, b, y, len| {
+        add_kernel::launch(
+            &a.client,
+            cube_count_for(len, BLOCK),
+            CubeDim::new_1d(BLOCK as u32),
+            a.clone().into_tensor_arg(),
+            b.clone().into_tensor_arg(),
+            y.clone().into_tensor_arg(),
+            len,
+            storage(a.dtype),
+        )
+    })
+}

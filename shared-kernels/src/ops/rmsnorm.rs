@@ -1,0 +1,76 @@
+//! RMSNorm with weight, in Qwen3/Llama's convention: normalise in f32, cast back to the input
+//! dtype, then multiply by the weight (`weight * (x * rsqrt(mean(x^2) + eps)).to(dtype)`).
+//!
+//! Batch invariance: one row per cube, `ROW_BLOCK` units, one fixed reduction tree.
+
+use super::reduce::{cube_linear, tree_sum};
+use super::{cube_count_for, storage, ROW_BLOCK};
+use crate::bridge::{dims, float_in, float_out, same_device};
+use crate::{ensure, KernelError};
+use burn::tensor::Tensor as BTensor;
+use burn_cubecl::cubecl::prelude::*;
+use burn_cubecl::ops::numeric::empty_device_dtype;
+
+#[cube(launch)]
+fn rmsnorm_kernel<F: Float>(
+    x: &Tensor<F>,
+    weight: &Tensor<F>,
+    y: &mut Tensor<F>,
+    rows: usize,
+    hidden: usize,
+    eps: f32,
+    #[comptime] block: usize,
+    #[define(F)] _dtype: ElemType,
+) {
+    let row = cube_linear();
+    if row < rows {
+        let unit = UNIT_POS_X as usize;
+        let base = row * hidden;
+        let mut partial = 0.0f32;
+        let mut i = unit;
+        while i < hidden {
+            let v = f32::cast_from(x[base + i]);
+            partial += v * v;
+            i += block;
+        }
+        let mut shared = Shared::new_slice(block);
+        let total = tree_sum(&mut shared, partial, block);
+        let inv_rms = 1.0f32 / (total / f32::cast_from(hidden as u32) + eps).sqrt();
+        let mut j = unit;
+        while j < hidden {
+            let normed = F::cast_from(f32::cast_from(x[base + j]) * inv_rms);
+            y[base + j] = weight[j] * normed;
+            j += block;
+        }
+    }
+}
+
+/// RMSNorm over the last dimension of `x` (any rank, rows = all leading dims).
+pub fn rmsnorm<const D: usize>(x: BTensor<D>, weight: BTensor<1>, eps: f32) -> Result<BTensor<D>, KernelError> {
+    const OP: &str = "rmsnorm";
+    let x = float_in(OP, "x", x)?;
+    let weight = float_in(OP, "weight", weight)?;
+    same_device(OP, &x, &weight, "weight")?;
+    let (xd, wd) = (dims(&x), dims(&weight));
+    let hidden = *xd.last().unwrap_or(&0);
+    ensure!(wd == [hidden], OP, "x is {xd:?} but weight is {wd:?}; expected weight [{hidden}]");
+    ensure!(x.dtype == weight.dtype, OP, "x is {:?} but weight is {:?}", x.dtype, weight.dtype);
+    ensure!(eps.is_finite() && eps > 0.0, OP, "eps must be finite and > 0, got {eps}");
+    let rows: usize = xd[..xd.len() - 1].iter().product();
+    ensure!(rows > 0 && hidden > 0, OP, "empty input {xd:?}");
+    let y = empty_device_dtype(x.client.clone(), x.device.clone(), xd.clone().into(), x.dtype);
+    rmsnorm_kernel::launch(
+        &x.client,
+        cube_count_for(rows, 1),
+        CubeDim::new_1d(ROW_BLOCK as u32),
+        x.clone().into_tensor_arg(),
+        weight.into_tensor_arg(),
+        y.clone().into_tensor_arg(),
+        rows,
+        hidden,
+        eps,
+        ROW_BLOCK,
+        storage(x.dtype),
+    );
+    Ok(float_out(y))
+}

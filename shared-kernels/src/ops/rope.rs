@@ -1,0 +1,119 @@
+//! Rotary position embedding, HF "rotate half" convention:
+//! `out[i] = x[i]*cos[p,i] - x[i+h]*sin[p,i]`, `out[i+h] = x[i+h]*cos[p,i] + x[i]*sin[p,i]`
+//! for i < h = head_dim/2, with a position per row so batched rows can sit at different
+//! positions. Tables are computed in f64 on the host and cast once to f32 (as slime does), so
+//! the sampler and trainer read the very same table values.
+
+use super::reduce::cube_linear;
+use super::{cube_count_for, storage};
+use crate::bridge::{dims, float_in, float_out, int_in, same_device};
+use crate::{ensure, KernelError};
+use burn::tensor::{Device, Int as BInt, Tensor as BTensor, TensorData};
+use burn_cubecl::cubecl::prelude::*;
+use burn_cubecl::ops::numeric::empty_device_dtype;
+
+const BLOCK: usize = 256;
+
+/// cos/sin tables `[max_positions, head_dim/2]` in f32, built from f64.
+#[derive(Clone, Debug)]
+pub struct RopeTables {
+    pub cos: BTensor<2>,
+    pub sin: BTensor<2>,
+    pub max_positions: usize,
+    pub head_dim: usize,
+}
+
+impl RopeTables {
+    /// `inv_freq[i] = theta^(-2i/head_dim)`, angle = position * inv_freq, all in f64.
+    pub fn new(head_dim: usize, max_positions: usize, theta: f64, device: &Device) -> Result<Self, KernelError> {
+        ensure!(head_dim >= 2 && head_dim % 2 == 0, "rope", "head_dim must be even and >= 2, got {head_dim}");
+        ensure!(max_positions > 0, "rope", "max_positions must be > 0");
+        ensure!(theta.is_finite() && theta > 0.0, "rope", "rope theta must be > 0, got {theta}");
+        let half = head_dim / 2;
+        let (cos, sin) = Self::host_values(head_dim, max_positions, theta);
+        let to = |v: Vec<f32>| BTensor::<2>::from_data(TensorData::new(v, [max_positions, half]), device);
+        Ok(Self { cos: to(cos), sin: to(sin), max_positions, head_dim })
+    }
+
+    /// The f32 table values, for host references.
+    pub fn host_values(head_dim: usize, max_positions: usize, theta: f64) -> (Vec<f32>, Vec<f32>) {
+        let half = head_dim / 2;
+        let mut cos = Vec::with_capacity(max_positions * half);
+        let mut sin = Vec::with_capacity(max_positions * half);
+        for p in 0..max_positions {
+            for i in 0..half {
+                let inv_freq = theta.powf(-((2 * i) as f64) / head_dim as f64);
+                let angle = p as f64 * inv_freq;
+                cos.push(angle.cos() as f32);
+                sin.push(angle.sin() as f32);
+            }
+        }
+        (cos, sin)
+    }
+}
+
+#[cube(launch)]
+fn rope_kernel<F: Float, I: Int>(
+    x: &Tensor<F>,
+    positions: &Tensor<I>,
+    cos: &Tensor<f32>,
+    sin: &Tensor<f32>,
+    y: &mut Tensor<F>,
+    rows: usize,
+    heads: usize,
+    half: usize,
+    max_positions: usize,
+    #[define(F, I)] _d: [ElemType; 2],
+) {
+    let i = cube_linear() * comptime!(BLOCK) + UNIT_POS_X as usize;
+    if i < rows * heads * half {
+        let pair = i % half;
+        let head_row = i / half; // row * heads + head
+        let row = head_row / heads;
+        let mut pos = u32::cast_from(positions[row]) as usize;
+        if pos >= max_positions {
+            pos = max_positions - 1; // unreachable through the launcher's checks; never read OOB
+        }
+        let base = head_row * half * 2;
+        let a = f32::cast_from(x[base + pair]);
+        let b = f32::cast_from(x[base + pair + half]);
+        let c = cos[pos * half + pair];
+        let s = sin[pos * half + pair];
+        y[base + pair] = F::cast_from(a * c - b * s);
+        y[base + pair + half] = F::cast_from(b * c + a * s);
+    }
+}
+
+/// Apply RoPE to `x` [rows, heads, head_dim] with `positions` [rows].
+pub fn rope(x: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables) -> Result<BTensor<3>, KernelError> {
+    const OP: &str = "rope";
+    let x = float_in(OP, "x", x)?;
+    let positions = int_in(OP, "positions", positions)?;
+    let cos = float_in(OP, "cos", tables.cos.clone())?;
+    let sin = float_in(OP, "sin", tables.sin.clone())?;
+    same_device(OP, &x, &positions, "positions")?;
+    same_device(OP, &x, &cos, "rope tables")?;
+    let (xd, pd) = (dims(&x), dims(&positions));
+    let (rows, heads, head_dim) = (xd[0], xd[1], xd[2]);
+    ensure!(head_dim == tables.head_dim, OP, "x is {xd:?} but the tables are for head_dim {}", tables.head_dim);
+    ensure!(pd == [rows], OP, "x has {rows} rows but positions is {pd:?}");
+    ensure!(rows > 0 && heads > 0, OP, "empty input {xd:?}");
+    let half = head_dim / 2;
+    let y = empty_device_dtype(x.client.clone(), x.device.clone(), xd.clone().into(), x.dtype);
+    rope_kernel::launch(
+        &x.client,
+        cube_count_for(rows * heads * half, BLOCK),
+        CubeDim::new_1d(BLOCK as u32),
+        x.clone().into_tensor_arg(),
+        positions.clone().into_tensor_arg(),
+        cos.into_tensor_arg(),
+        sin.into_tensor_arg(),
+        y.clone().into_tensor_arg(),
+        rows,
+        heads,
+        half,
+        tables.max_positions,
+        [storage(x.dtype), storage(positions.dtype)],
+    );
+    Ok(float_out(y))
+}

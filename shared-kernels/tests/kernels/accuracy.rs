@@ -1,0 +1,182 @@
+//! Agreement with f64 host references, within stated tolerances (lavapipe's exp/ln are up to
+//! ~17 ulp from libm, and nothing here is bit-compared to the host).
+
+use burn::tensor::{DType, Tensor, TensorData};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use shared_kernels::battery::{float_tensor, host, host_int, int_tensor, random_vec};
+use shared_kernels::ops::sampling::token_uniform;
+use shared_kernels::{reference, RopeTables, SamplingRow, WeightLayout};
+
+fn assert_close(what: &str, got: &[f32], want: &[f64], abs: f64, rel: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let err = (g as f64 - w).abs();
+        assert!(err <= abs + rel * w.abs(), "{what}[{i}]: got {g}, want {w} (|err| {err:.3e})");
+    }
+}
+
+#[test]
+fn matmul_matches_f64_in_both_layouts() {
+    let (device, mut rng) = (crate::device(), StdRng::seed_from_u64(crate::seed()));
+    let (m, k, n) = (37, 130, 45);
+    let x = random_vec(&mut rng, m * k, 1.0);
+    let w = random_vec(&mut rng, k * n, 1.0);
+    for (layout, shape, out_in) in [(WeightLayout::OutIn, [n, k], true), (WeightLayout::InOut, [k, n], false)] {
+        let y = shared_kernels::matmul(float_tensor(x.clone(), [m, k], DType::F32, &device), float_tensor(w.clone(), shape, DType::F32, &device), layout).unwrap();
+        // f32 accumulation over K=130 terms of magnitude <= 1: 1e-5 absolute is ~100 ulp headroom
+        assert_close("matmul", &host(y), &reference::matmul(&x, &w, m, k, n, out_in), 2e-5, 1e-6);
+    }
+}
+
+#[test]
+fn rmsnorm_swiglu_rope_match_f64() {
+    let (device, mut rng) = (crate::device(), StdRng::seed_from_u64(crate::seed()));
+    let (rows, hidden) = (19, 200);
+    let x = random_vec(&mut rng, rows * hidden, 3.0);
+    let w = random_vec(&mut rng, hidden, 1.0);
+    let y = shared_kernels::rmsnorm(float_tensor(x.clone(), [rows, hidden], DType::F32, &device), float_tensor(w.clone(), [hidden], DType::F32, &device), 1e-6).unwrap();
+    assert_close("rmsnorm", &host(y), &reference::rmsnorm(&x, &w, hidden, 1e-6), 1e-5, 1e-5);
+
+    let up = random_vec(&mut rng, rows * hidden, 3.0);
+    let y = shared_kernels::swiglu(float_tensor(x.clone(), [rows, hidden], DType::F32, &device), float_tensor(up.clone(), [rows, hidden], DType::F32, &device)).unwrap();
+    assert_close("swiglu", &host(y), &reference::swiglu(&x, &up), 1e-5, 1e-5);
+
+    let (heads, head_dim, max_pos, theta) = (3, 16, 300, 10_000.0);
+    let tables = RopeTables::new(head_dim, max_pos, theta, &device).unwrap();
+    let q = random_vec(&mut rng, rows * heads * head_dim, 1.0);
+    let pos: Vec<usize> = (0..rows).map(|_| rng.random_range(0..max_pos)).collect();
+    let y = shared_kernels::rope(float_tensor(q.clone(), [rows, heads, head_dim], DType::F32, &device), int_tensor(pos.iter().map(|&p| p as i32).collect(), &device), &tables).unwrap();
+    // tables are f64 rounded to f32: a few ulp of the angle's cos/sin
+    assert_close("rope", &host(y), &reference::rope(&q, &pos, heads, head_dim, theta), 1e-6, 1e-5);
+}
+
+#[test]
+fn attention_matches_f64() {
+    let (device, mut rng) = (crate::device(), StdRng::seed_from_u64(crate::seed()));
+    let (rows, qh, kvh, d, max_len) = (5, 4, 2, 32, 140);
+    let kc = random_vec(&mut rng, rows * max_len * kvh * d, 1.0);
+    let vc = random_vec(&mut rng, rows * max_len * kvh * d, 1.0);
+    let q = random_vec(&mut rng, rows * qh * d, 1.0);
+    let pos: Vec<usize> = vec![0, 63, 64, 139, rng.random_range(1..139)];
+    let scale = 1.0 / (d as f64).sqrt();
+    let slice = |c: &Vec<f32>, r: usize, p: usize| c[r * max_len * kvh * d..(r * max_len + p + 1) * kvh * d].to_vec();
+    let keys: Vec<Vec<f32>> = (0..rows).map(|r| slice(&kc, r, pos[r])).collect();
+    let values: Vec<Vec<f32>> = (0..rows).map(|r| slice(&vc, r, pos[r])).collect();
+    let want = reference::attention(&q, &keys, &values, qh, kvh, d, scale);
+    let y = shared_kernels::attention(
+        float_tensor(q, [rows, qh, d], DType::F32, &device),
+        float_tensor(kc, [rows, max_len, kvh, d], DType::F32, &device),
+        float_tensor(vc, [rows, max_len, kvh, d], DType::F32, &device),
+        int_tensor((0..rows as i32).collect(), &device),
+        int_tensor(pos.iter().map(|&p| p as i32).collect(), &device),
+        scale as f32,
+    )
+    .unwrap();
+    assert_close("attention", &host(y), &want, 2e-5, 2e-5);
+}
+
+#[test]
+fn logprob_and_entropy_match_f64() {
+    let (device, mut rng) = (crate::device(), StdRng::seed_from_u64(crate::seed()));
+    let (rows, vocab) = (9, 3001);
+    let logits = random_vec(&mut rng, rows * vocab, 8.0);
+    let targets: Vec<i32> = (0..rows).map(|_| rng.random_range(0..vocab as i32)).collect();
+    let temps: Vec<f32> = (0..rows).map(|i| [1.0, 0.5, 2.0][i % 3]).collect();
+    let out = shared_kernels::token_logprobs(
+        float_tensor(logits.clone(), [rows, vocab], DType::F32, &device),
+        int_tensor(targets.clone(), &device),
+        Tensor::<1>::from_data(TensorData::new(temps.clone(), [rows]), &device),
+    )
+    .unwrap();
+    let (lp, ent) = (host(out.logprobs), host(out.entropy));
+    for r in 0..rows {
+        let (want_lp, want_ent) = reference::logprob_entropy(&logits[r * vocab..(r + 1) * vocab], targets[r] as usize, temps[r]);
+        assert_close("logprob", &lp[r..r + 1], &[want_lp], 2e-5, 2e-6);
+        assert_close("entropy", &ent[r..r + 1], &[want_ent], 2e-5, 2e-6);
+    }
+}
+
+#[test]
+fn sampling_respects_top_k_top_p_matches_gumbel_reference_and_returns_the_logprob_definition() {
+    let (device, mut rng) = (crate::device(), StdRng::seed_from_u64(crate::seed()));
+    let (rows, vocab) = (64, 300);
+    let logits = random_vec(&mut rng, rows * vocab, 5.0);
+    let params: Vec<SamplingRow> = (0..rows)
+        .map(|i| SamplingRow {
+            temperature: [1.0, 0.7, 0.0, 1.5][i % 4],
+            top_k: [0, 10, 0, 3][i % 4],
+            top_p: [1.0, 0.8, 1.0, 0.6][(i / 4) % 4],
+            rng_key: shared_kernels::row_rng_key(rng.random(), i as u64, rng.random()),
+        })
+        .collect();
+    let (tokens, lps) = shared_kernels::sample(float_tensor(logits.clone(), [rows, vocab], DType::F32, &device), &params).unwrap();
+    let (tokens, lps) = (host_int(tokens), host(lps));
+    for r in 0..rows {
+        let row = &logits[r * vocab..(r + 1) * vocab];
+        let p = params[r];
+        let tok = tokens[r] as usize;
+        let allowed = reference::allowed_tokens(row, p.temperature, p.top_k, p.top_p);
+        assert!(allowed[tok], "row {r}: token {tok} outside the top-k/top-p set ({p:?})");
+        // the f64 Gumbel-max over the same noise picks the same token unless two scores tie
+        // within float error
+        let inv = if p.temperature > 0.0 { 1.0 / p.temperature as f64 } else { 1.0 };
+        let scores: Vec<(f64, usize)> = (0..vocab)
+            .filter(|&j| allowed[j])
+            .map(|j| {
+                let z = row[j] as f64 * inv;
+                let g = if p.temperature > 0.0 { -(-(token_uniform(p.rng_key, j as u32) as f64).ln()).ln() } else { 0.0 };
+                (z + g, j)
+            })
+            .collect();
+        let best = scores.iter().cloned().fold((f64::NEG_INFINITY, 0), |a, b| if b.0 > a.0 { b } else { a });
+        let runner_up = scores.iter().filter(|s| s.1 != best.1).map(|s| s.0).fold(f64::NEG_INFINITY, f64::max);
+        if best.0 - runner_up > 1e-4 {
+            assert_eq!(tok, best.1, "row {r}: kernel chose {tok}, f64 Gumbel-max chose {}", best.1);
+        }
+        let (want_lp, _) = reference::logprob_entropy(row, tok, p.temperature);
+        assert_close("sampled logprob", &lps[r..r + 1], &[want_lp], 2e-5, 2e-6);
+    }
+}
+
+#[test]
+fn sampled_logprob_bits_equal_the_trainer_logprob_bits() {
+    let (device, mut rng) = (crate::device(), StdRng::seed_from_u64(crate::seed()));
+    let (rows, vocab) = (33, 777);
+    let logits = random_vec(&mut rng, rows * vocab, 6.0);
+    let params: Vec<SamplingRow> = (0..rows)
+        .map(|i| SamplingRow { temperature: [1.0, 0.6, 0.0][i % 3], top_k: [0, 20, 0][i % 3], top_p: [0.95, 1.0, 1.0][i % 3], rng_key: rng.random() })
+        .collect();
+    let lt = float_tensor(logits.clone(), [rows, vocab], DType::F32, &device);
+    let (tokens, lps) = shared_kernels::sample(lt.clone(), &params).unwrap();
+    let temps = Tensor::<1>::from_data(TensorData::new(params.iter().map(|p| p.temperature).collect::<Vec<_>>(), [rows]), &device);
+    let trainer = shared_kernels::token_logprobs(lt, tokens, temps).unwrap();
+    let (a, b) = (host(lps), host(trainer.logprobs));
+    for r in 0..rows {
+        assert_eq!(a[r].to_bits(), b[r].to_bits(), "row {r}: sampler {} vs trainer {}", a[r], b[r]);
+    }
+}
+
+#[test]
+fn sampling_frequencies_follow_the_softmax() {
+    // 4000 independent draws (one row each, distinct positions) from one small distribution
+    let device = crate::device();
+    let vocab = 6;
+    let row: Vec<f32> = vec![0.3, -1.0, 1.2, 0.0, 2.0, -0.5];
+    let rows = 4000;
+    let logits: Vec<f32> = (0..rows).flat_map(|_| row.clone()).collect();
+    let seed: u64 = StdRng::seed_from_u64(crate::seed()).random();
+    let params: Vec<SamplingRow> = (0..rows).map(|i| SamplingRow { temperature: 1.0, top_k: 0, top_p: 1.0, rng_key: shared_kernels::row_rng_key(seed, 1, i as u32) }).collect();
+    let (tokens, _) = shared_kernels::sample(float_tensor(logits, [rows, vocab], DType::F32, &device), &params).unwrap();
+    let mut counts = vec![0usize; vocab];
+    for t in host_int(tokens) {
+        counts[t as usize] += 1;
+    }
+    let max = 2.0f64;
+    let z: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+    for (j, &c) in counts.iter().enumerate() {
+        let p = (row[j] as f64 - max).exp() / z;
+        let sd = (rows as f64 * p * (1.0 - p)).sqrt();
+        assert!((c as f64 - rows as f64 * p).abs() < 5.0 * sd + 1.0, "token {j}: {c} draws, expected {:.0} ± {:.0}", rows as f64 * p, sd);
+    }
+}

@@ -1,0 +1,89 @@
+//! Prefill whole vs chunked prefill (1, 3, 16, 64) vs token-by-token decode, mixed in launches
+//! with other sequences: identical bits for each (query position, KV prefix).
+
+use burn::tensor::{DType, Tensor};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use shared_kernels::battery::{float_tensor, host, int_tensor, random_vec};
+
+const Q_HEADS: usize = 4;
+const KV_HEADS: usize = 2;
+const HEAD_DIM: usize = 32;
+const MAX_LEN: usize = 160;
+
+struct Seq {
+    q: Vec<f32>, // [len, Q_HEADS, HEAD_DIM]
+    k: Vec<f32>, // [len, KV_HEADS, HEAD_DIM]
+    v: Vec<f32>,
+}
+
+/// Runs the sequences through the cache in chunks of `chunk` tokens. Each step launches one
+/// chunk of every unfinished sequence together (so chunks of different sequences share launches).
+fn run(seqs: &[Seq], chunk: usize, rng: &mut StdRng) -> Vec<Vec<u32>> {
+    let device = crate::device();
+    let slots = seqs.len();
+    let cache_elems = slots * MAX_LEN * KV_HEADS * HEAD_DIM;
+    // fresh random (never zero) cache contents: reading past the prefix would show
+    let mut kc: Tensor<4> = float_tensor(random_vec(rng, cache_elems, 50.0), [slots, MAX_LEN, KV_HEADS, HEAD_DIM], DType::F32, &device);
+    let mut vc: Tensor<4> = float_tensor(random_vec(rng, cache_elems, 50.0), [slots, MAX_LEN, KV_HEADS, HEAD_DIM], DType::F32, &device);
+    let lens: Vec<usize> = seqs.iter().map(|s| s.k.len() / (KV_HEADS * HEAD_DIM)).collect();
+    let mut outs: Vec<Vec<u32>> = lens.iter().map(|&l| vec![0; l * Q_HEADS * HEAD_DIM]).collect();
+    let mut done = vec![0usize; slots];
+    let qw = Q_HEADS * HEAD_DIM;
+    let kw = KV_HEADS * HEAD_DIM;
+    while done.iter().zip(&lens).any(|(d, l)| d < l) {
+        let (mut q, mut k, mut v, mut slot, mut pos, mut owner) = (vec![], vec![], vec![], vec![], vec![], vec![]);
+        for s in 0..slots {
+            let end = (done[s] + chunk).min(lens[s]);
+            for p in done[s]..end {
+                q.extend_from_slice(&seqs[s].q[p * qw..(p + 1) * qw]);
+                k.extend_from_slice(&seqs[s].k[p * kw..(p + 1) * kw]);
+                v.extend_from_slice(&seqs[s].v[p * kw..(p + 1) * kw]);
+                slot.push(s as i32);
+                pos.push(p as i32);
+                owner.push((s, p));
+            }
+            done[s] = end;
+        }
+        let rows = owner.len();
+        let kt = float_tensor(k, [rows, KV_HEADS, HEAD_DIM], DType::F32, &device);
+        let vt = float_tensor(v, [rows, KV_HEADS, HEAD_DIM], DType::F32, &device);
+        kc = shared_kernels::write_kv_cache(kc, kt, int_tensor(slot.clone(), &device), int_tensor(pos.clone(), &device)).unwrap();
+        vc = shared_kernels::write_kv_cache(vc, vt, int_tensor(slot.clone(), &device), int_tensor(pos.clone(), &device)).unwrap();
+        let qt = float_tensor(q, [rows, Q_HEADS, HEAD_DIM], DType::F32, &device);
+        let out = shared_kernels::attention(qt, kc.clone(), vc.clone(), int_tensor(slot, &device), int_tensor(pos, &device), 1.0 / (HEAD_DIM as f32).sqrt()).unwrap();
+        let out = host(out);
+        for (r, &(s, p)) in owner.iter().enumerate() {
+            for e in 0..qw {
+                outs[s][p * qw + e] = out[r * qw + e].to_bits();
+            }
+        }
+    }
+    outs
+}
+
+#[test]
+fn prefill_chunked_prefill_and_decode_give_identical_bits() {
+    let mut rng = StdRng::seed_from_u64(crate::seed());
+    // lengths straddle the 64-key split boundary and differ from one another
+    let lens = [rng.random_range(120..MAX_LEN), rng.random_range(60..70), rng.random_range(1..10), 64, 65];
+    let seqs: Vec<Seq> = lens
+        .iter()
+        .map(|&l| Seq {
+            q: random_vec(&mut rng, l * Q_HEADS * HEAD_DIM, 1.0),
+            k: random_vec(&mut rng, l * KV_HEADS * HEAD_DIM, 1.0),
+            v: random_vec(&mut rng, l * KV_HEADS * HEAD_DIM, 1.0),
+        })
+        .collect();
+    let whole = run(&seqs, MAX_LEN, &mut rng);
+    for chunk in [1usize, 3, 16, 64] {
+        let chunked = run(&seqs, chunk, &mut rng);
+        for (s, (a, b)) in whole.iter().zip(&chunked).enumerate() {
+            let first = a.iter().zip(b).position(|(x, y)| x != y);
+            assert!(first.is_none(), "sequence {s} (len {}), chunk {chunk}: first differing element {first:?}", lens[s]);
+        }
+    }
+    // and a sequence alone (no neighbours at all) matches its batched result
+    let alone = run(&seqs[..1], 7, &mut rng);
+    assert_eq!(alone[0], whole[0]);
+}

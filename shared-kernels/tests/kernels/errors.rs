@@ -1,0 +1,44 @@
+//! Bad shapes and dtypes get a KernelError naming the op and the shapes, not a panic.
+
+use burn::tensor::{DType, Int, Tensor, TensorData};
+use shared_kernels::battery::{float_tensor, int_tensor};
+use shared_kernels::{SamplingRow, WeightLayout};
+
+#[test]
+fn launchers_reject_bad_inputs_with_named_errors() {
+    let device = crate::device();
+    let x = float_tensor(vec![0.5; 6], [2, 3], DType::F32, &device);
+    let w = float_tensor(vec![0.5; 8], [2, 4], DType::F32, &device);
+    let err = shared_kernels::matmul(x.clone(), w, WeightLayout::OutIn).unwrap_err();
+    assert_eq!(err.op, "matmul");
+    assert!(err.to_string().contains("[2, 3]") && err.to_string().contains("[2, 4]"), "{err}");
+
+    let err = shared_kernels::rmsnorm(x.clone(), float_tensor(vec![1.0; 4], [4], DType::F32, &device), 1e-6).unwrap_err();
+    assert!(err.to_string().starts_with("rmsnorm:") && err.to_string().contains("weight"), "{err}");
+
+    let err = shared_kernels::rmsnorm(x.clone(), float_tensor(vec![1.0; 3], [3], DType::F32, &device), -1.0).unwrap_err();
+    assert!(err.to_string().contains("eps"), "{err}");
+
+    let ints = Tensor::<2, Int>::from_data(TensorData::new(vec![1i32; 6], [2, 3]), &device).float();
+    let _ = ints; // int->float is a valid float tensor; dtype errors come from non-float dtypes below
+
+    let err = shared_kernels::add(x.clone(), float_tensor(vec![0.5; 4], [2, 2], DType::F32, &device)).unwrap_err();
+    assert!(err.to_string().contains("shapes differ"), "{err}");
+
+    let logits = float_tensor(vec![0.1; 6], [2, 3], DType::F32, &device);
+    let err = shared_kernels::sample(logits.clone(), &[SamplingRow { temperature: -1.0, top_k: 0, top_p: 1.0, rng_key: 1 }; 2]).unwrap_err();
+    assert!(err.to_string().contains("temperature"), "{err}");
+    let err = shared_kernels::sample(logits.clone(), &[SamplingRow { temperature: 1.0, top_k: 0, top_p: 1.5, rng_key: 1 }; 2]).unwrap_err();
+    assert!(err.to_string().contains("top_p"), "{err}");
+    let err = shared_kernels::sample(logits.clone(), &[SamplingRow { temperature: 1.0, top_k: 0, top_p: 1.0, rng_key: 1 }; 3]).unwrap_err();
+    assert!(err.to_string().contains("2 rows"), "{err}");
+
+    let q = float_tensor(vec![0.1; 2 * 3 * 4], [2, 3, 4], DType::F32, &device);
+    let cache = float_tensor(vec![0.1; 2 * 5 * 2 * 4], [2, 5, 2, 4], DType::F32, &device);
+    let err = shared_kernels::attention(q, cache.clone(), cache, int_tensor(vec![0, 1], &device), int_tensor(vec![0, 1], &device), 0.5).unwrap_err();
+    assert!(err.to_string().contains("q_heads 3") && err.to_string().contains("kv_heads 2"), "{err}");
+
+    let temps = Tensor::<1>::from_data(TensorData::new(vec![1.0f32; 2], [2]), &device);
+    let err = shared_kernels::token_logprobs(logits, int_tensor(vec![0, 1, 2], &device), temps).unwrap_err();
+    assert!(err.to_string().contains("targets"), "{err}");
+}
