@@ -11,6 +11,9 @@ use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+/// Print a line per op as it completes (the battery binary turns this on).
+pub static PROGRESS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The batch sizes every row-wise op is checked at.
 pub const BATCH_SIZES: [usize; 10] = [1, 2, 3, 7, 8, 16, 33, 64, 128, 257];
 
@@ -61,9 +64,20 @@ pub fn dtype_name(dtype: DType) -> &'static str {
     }
 }
 
-/// Random normal-ish values in [-scale, scale] (never all zeros).
+/// Uniform values in [-scale, scale) (never all zeros). SplitMix64 seeded from `rng`: fast
+/// enough for the GPU battery's large buffers even in debug builds.
 pub fn random_vec(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
-    (0..n).map(|_| (rng.random::<f32>() * 2.0 - 1.0) * scale).collect()
+    let mut state: u64 = rng.random();
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            ((z >> 40) as f32 * (1.0 / 16_777_216.0) * 2.0 - 1.0) * scale
+        })
+        .collect()
 }
 
 pub fn float_tensor<const D: usize>(values: Vec<f32>, shape: [usize; D], dtype: DType, device: &Device) -> Tensor<D> {
@@ -112,6 +126,7 @@ pub fn row_invariance(
 ) -> Result<Vec<Check>, KernelError> {
     let mut rng = StdRng::seed_from_u64(seed);
     let all: Vec<usize> = (0..pool).collect();
+    let started = std::time::Instant::now();
     let baseline = f(&all)?;
     let mut checks = Vec::new();
     for &m in sizes.iter().filter(|&&m| m <= pool) {
@@ -130,6 +145,10 @@ pub fn row_invariance(
     let mut rerun = compare(op, dtype_name(dtype), pool, &again, &want);
     rerun.op = format!("{op} (rerun)");
     checks.push(rerun);
+    if PROGRESS.load(std::sync::atomic::Ordering::Relaxed) {
+        let bad = checks.iter().filter(|c| !c.identical()).count();
+        eprintln!("  {op} {}: {} checks, {bad} differ, {:.1} s", dtype_name(dtype), checks.len(), started.elapsed().as_secs_f64());
+    }
     Ok(checks)
 }
 
@@ -256,15 +275,18 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
         Ok(rows_of(host(crate::rope(xt, pt, &tables)?), width))
     })?);
 
-    // attention decode: each pool row is its own sequence (cache slot) at its own position
+    // attention decode: rows spread over ATTENTION_SLOTS cache slots (sequences), each row at
+    // its own position, so several rows read the same sequence at different lengths
+    const ATTENTION_SLOTS: usize = 16;
     let kv_len = dims.max_len;
-    let cache_len = pool * kv_len * kv_heads * head_dim;
-    let kc = float_tensor(random_vec(&mut rng, cache_len, 1.0), [pool, kv_len, kv_heads, head_dim], dtype, device);
-    let vc = float_tensor(random_vec(&mut rng, cache_len, 1.0), [pool, kv_len, kv_heads, head_dim], dtype, device);
+    let cache_len = ATTENTION_SLOTS * kv_len * kv_heads * head_dim;
+    let cache_shape = [ATTENTION_SLOTS, kv_len, kv_heads, head_dim];
+    let kc = float_tensor(random_vec(&mut rng, cache_len, 1.0), cache_shape, dtype, device);
+    let vc = float_tensor(random_vec(&mut rng, cache_len, 1.0), cache_shape, dtype, device);
     let scale = 1.0 / (head_dim as f32).sqrt();
     checks.extend(row_invariance("attention decode", dtype, pool, &BATCH_SIZES, seed + 9, |idx| {
         let qt = float_tensor(gather(&qx, width, idx), [idx.len(), heads, head_dim], dtype, device);
-        let st = int_tensor(idx.iter().map(|&i| i as i32).collect(), device);
+        let st = int_tensor(idx.iter().map(|&i| (i % ATTENTION_SLOTS) as i32).collect(), device);
         let pt = int_tensor(idx.iter().map(|&i| positions[i]).collect(), device);
         Ok(rows_of(host(crate::attention(qt, kc.clone(), vc.clone(), st, pt, scale)?), width))
     })?);

@@ -8,6 +8,7 @@
 //! One op family per file under [`ops`]. Launchers take and return burn tensors that live on a
 //! cubecl device (wgpu/lavapipe in CI, CUDA on the H200); nothing goes through the host.
 
+pub mod autodiff;
 pub mod battery;
 pub mod bridge;
 pub mod device;

@@ -38,6 +38,7 @@ fn main() -> ExitCode {
             other => return usage(&format!("unknown argument `{other}`")),
         }
     }
+    shared_kernels::battery::PROGRESS.store(true, std::sync::atomic::Ordering::Relaxed);
     let device = shared_kernels::device::default_device();
     println!("# lockstep kernel battery: runtime {}, dims {dims:?}, seed {seed}\n", shared_kernels::device::runtime_name());
     let mut rows = Vec::new();

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# GPU check, in two halves because the H200 machine has no Rust toolchain.
+#
+#   bash experiments/gpu_check.sh build   # here (CPU machine): build the CUDA binaries into .gpu/
+#   bash experiments/gpu_check.sh run     # there (H200), from the repo root: run the battery
+#
+# `run` prints one markdown table: lockstep's kernels and burn's default ops (autotune on,
+# fusion off) per op, dtype (f32, bf16) and batch size, bit-identical yes/no and max |diff|,
+# and exits non-zero if any lockstep kernel is not bitwise batch invariant.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+case "${1:-}" in
+build)
+    export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/lockstep-target}"
+    export CUDARC_CUDA_VERSION=13000
+    cargo build --locked -p shared-kernels --no-default-features --features cuda --bin lockstep-battery
+    mkdir -p .gpu
+    strip -o .gpu/lockstep-battery "$CARGO_TARGET_DIR/debug/lockstep-battery"
+    gzip -9 -f .gpu/lockstep-battery
+    ls -la .gpu
+    ;;
+run)
+    out="${OUT:-.gpu/out}"
+    mkdir -p "$out"
+    gunzip -c .gpu/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+    set -o pipefail
+    /tmp/lockstep-battery --large --dtypes f32,bf16 --burn-defaults 2>&1 | tee "$out/battery.md"
+    ;;
+*)
+    echo "usage: $0 build|run" >&2
+    exit 2
+    ;;
+esac
