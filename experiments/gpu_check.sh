@@ -13,9 +13,9 @@ case "${1:-}" in
 build)
     export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/lockstep-target}"
     export CUDARC_CUDA_VERSION=13000
-    cargo build --locked -p shared-kernels --no-default-features --features cuda --bin lockstep-battery
+    cargo build --locked --profile gpu -p shared-kernels --no-default-features --features cuda,autotune --bin lockstep-battery
     mkdir -p .gpu
-    strip -o .gpu/lockstep-battery "$CARGO_TARGET_DIR/debug/lockstep-battery"
+    strip -o .gpu/lockstep-battery "$CARGO_TARGET_DIR/gpu/lockstep-battery"
     gzip -9 -f .gpu/lockstep-battery
     ls -la .gpu
     ;;

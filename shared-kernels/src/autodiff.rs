@@ -89,3 +89,9 @@ pub fn plain<const D: usize>(t: CubeTensor) -> Tensor<D> {
 pub fn cube<const D: usize>(t: Tensor<D>) -> CubeTensor {
     t.try_into_primitive::<Cube>().expect("plain cube tensor")
 }
+
+/// `t` as a tracked primitive; an error naming `op` and `name` when it is not on an autodiff
+/// device while the op's first input is.
+pub fn tracked_in<const D: usize>(op: &'static str, name: &str, t: Tensor<D>) -> Result<AdTensor, crate::KernelError> {
+    as_tracked(t).map_err(|_| crate::KernelError::new(op, format!("`{name}` is not on an autodiff device but the op's first input is")))
+}

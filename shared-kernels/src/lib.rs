@@ -13,12 +13,13 @@ pub mod battery;
 pub mod bridge;
 pub mod device;
 pub mod error;
+pub mod model;
 pub mod ops;
 pub mod reference;
 
 pub use error::KernelError;
 pub use ops::{
-    attention::{attention, write_kv_cache, KvCacheShape},
+    attention::{attention, causal_attention, write_kv_cache, KvCacheShape},
     embedding::embedding,
     logprob::{token_logprobs, TokenLogprobs},
     matmul::{matmul, WeightLayout},

@@ -16,7 +16,8 @@ use super::reduce::{cube_linear, NEG_BIG};
 use super::{cube_count_for, storage};
 use crate::bridge::{dims, float_in, float_out, int_in, same_device};
 use crate::{ensure, KernelError};
-use burn::tensor::{Int as BInt, Tensor as BTensor};
+use burn::tensor::{DType, Int as BInt, Tensor as BTensor, TensorData};
+use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 
@@ -242,4 +243,98 @@ pub fn attention(
         [storage(q.dtype), storage(slots.dtype)],
     );
     Ok(float_out(out))
+}
+
+/// Causal self-attention for whole sequences given as rows (the training path): row r is token
+/// `positions[r]` of sequence `slots[r]`, and every sequence's positions 0..len must all be
+/// present. It writes the rows' K/V into a fresh cache and runs [`attention`], the very kernels
+/// the sampler's prefill and decode run, so its bits equal theirs. Differentiable when the
+/// inputs are on an autodiff device (backward: dense per-sequence attention in burn ops).
+pub fn causal_attention(
+    q: BTensor<3>,
+    k: BTensor<3>,
+    v: BTensor<3>,
+    slots: &[u32],
+    positions: &[u32],
+    scale: f32,
+) -> Result<BTensor<3>, KernelError> {
+    const OP: &str = "causal_attention";
+    let rows = slots.len();
+    ensure!(positions.len() == rows && q.dims()[0] == rows, OP, "q has {} rows, slots {rows}, positions {}", q.dims()[0], positions.len());
+    let n_slots = slots.iter().max().map_or(0, |&s| s as usize + 1);
+    let mut lens = vec![0usize; n_slots];
+    for &s in slots {
+        lens[s as usize] += 1;
+    }
+    let mut seen: Vec<Vec<bool>> = lens.iter().map(|&l| vec![false; l]).collect();
+    for (&s, &p) in slots.iter().zip(positions) {
+        let slot_seen = &mut seen[s as usize];
+        ensure!((p as usize) < slot_seen.len() && !slot_seen[p as usize], OP, "sequence {s}: position {p} is repeated or beyond its {} rows; each sequence needs positions 0..len exactly once", slot_seen.len());
+        slot_seen[p as usize] = true;
+    }
+    let max_len = lens.iter().copied().max().unwrap_or(0).max(1);
+    if !q.is_autodiff() {
+        return causal_attention_plain(q, k, v, slots, positions, n_slots, max_len, scale);
+    }
+    let (qa, ka, va) = (tracked_in(OP, "q", q)?, tracked_in(OP, "k", k)?, tracked_in(OP, "v", v)?);
+    let (qp, kp, vp) = (plain::<3>(inner(&qa)), plain::<3>(inner(&ka)), plain::<3>(inner(&va)));
+    let out = causal_attention_plain(qp.clone(), kp.clone(), vp.clone(), slots, positions, n_slots, max_len, scale)?;
+    let mut members: Vec<Vec<(u32, i64)>> = vec![Vec::new(); n_slots];
+    for (r, (&s, &p)) in slots.iter().zip(positions).enumerate() {
+        members[s as usize].push((p, r as i64));
+    }
+    Ok(from_tracked(tracked([&qa, &ka, &va], cube(out), move |d_out| {
+        let d_out = plain::<3>(d_out);
+        let dtype = qp.dtype();
+        let device = qp.device();
+        let (mut dq, mut dk, mut dv) = (qp.zeros_like().cast(DType::F32), kp.zeros_like().cast(DType::F32), vp.zeros_like().cast(DType::F32));
+        let [_, q_heads, head_dim] = qp.dims();
+        let kv_heads = kp.dims()[1];
+        let group = q_heads / kv_heads;
+        for mut rows_of_seq in members.into_iter().filter(|m| !m.is_empty()) {
+            rows_of_seq.sort();
+            let t = rows_of_seq.len();
+            let idx = BTensor::<1, BInt>::from_data(TensorData::new(rows_of_seq.iter().map(|&(_, r)| r).collect::<Vec<_>>(), [t]), &device);
+            let heads_first = |x: BTensor<3>| x.select(0, idx.clone()).cast(DType::F32).swap_dims(0, 1);
+            let expand = |x: BTensor<3>| x.unsqueeze_dim::<4>(1).repeat_dim(1, group).reshape([q_heads, t, head_dim]);
+            let fold = |x: BTensor<3>| x.reshape([kv_heads, group, t, head_dim]).sum_dim(1).reshape([kv_heads, t, head_dim]);
+            let (qs, ks, vs, dos) = (heads_first(qp.clone()), expand(heads_first(kp.clone())), expand(heads_first(vp.clone())), heads_first(d_out.clone()));
+            let mask: Vec<f32> = (0..t * t).map(|i| if i % t > i / t { -1.0e30 } else { 0.0 }).collect();
+            let mask = BTensor::<3>::from_data(TensorData::new(mask, [1, t, t]), &device);
+            let scores = qs.clone().matmul(ks.clone().swap_dims(1, 2)).mul_scalar(scale as f64) + mask;
+            let probs = burn::tensor::activation::softmax(scores, 2);
+            let d_v = probs.clone().swap_dims(1, 2).matmul(dos.clone());
+            let d_p = dos.matmul(vs.swap_dims(1, 2));
+            let d_s = probs.clone() * (d_p.clone() - (d_p * probs).sum_dim(2));
+            let d_q = d_s.clone().matmul(ks).mul_scalar(scale as f64);
+            let d_k = d_s.swap_dims(1, 2).matmul(qs).mul_scalar(scale as f64);
+            let put = |acc: BTensor<3>, g: BTensor<3>| acc.select_assign(0, idx.clone(), g.swap_dims(0, 1), burn::tensor::IndexingUpdateOp::Add);
+            dq = put(dq, d_q);
+            dk = put(dk, fold(d_k));
+            dv = put(dv, fold(d_v));
+        }
+        [Some(cube(dq.cast(dtype))), Some(cube(dk.cast(dtype))), Some(cube(dv.cast(dtype)))]
+    })))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn causal_attention_plain(
+    q: BTensor<3>,
+    k: BTensor<3>,
+    v: BTensor<3>,
+    slots: &[u32],
+    positions: &[u32],
+    n_slots: usize,
+    max_len: usize,
+    scale: f32,
+) -> Result<BTensor<3>, KernelError> {
+    let device = q.device();
+    let [_, kv_heads, head_dim] = k.dims();
+    let dtype = k.dtype();
+    let empty = || BTensor::<4>::zeros([n_slots, max_len, kv_heads, head_dim], &device).cast(dtype);
+    let ints = |v: &[u32]| BTensor::<1, BInt>::from_data(TensorData::new(v.iter().map(|&x| x as i32).collect::<Vec<_>>(), [v.len()]), &device);
+    let (slot_t, pos_t) = (ints(slots), ints(positions));
+    let k_cache = write_kv_cache(empty(), k, slot_t.clone(), pos_t.clone())?;
+    let v_cache = write_kv_cache(empty(), v, slot_t.clone(), pos_t.clone())?;
+    attention(q, k_cache, v_cache, slot_t, pos_t, scale)
 }

@@ -7,6 +7,7 @@
 use super::reduce::cube_linear;
 use super::{cube_count_for, storage};
 use crate::bridge::{dims, float_in, float_out, int_in, same_device};
+use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
 use crate::{ensure, KernelError};
 use burn::tensor::{Int as BInt, Tensor as BTensor};
 use burn_cubecl::cubecl::prelude::*;
@@ -39,6 +40,21 @@ fn embedding_kernel<F: Float, I: Int>(
 
 /// Rows of `table` ([vocab, hidden]) picked by `ids` ([rows]); output [rows, hidden].
 pub fn embedding(table: BTensor<2>, ids: BTensor<1, BInt>) -> Result<BTensor<2>, KernelError> {
+    if !table.is_autodiff() {
+        return embedding_plain(table, ids);
+    }
+    let ta = tracked_in("embedding", "table", table)?;
+    let tp = plain::<2>(inner(&ta));
+    let ids = ids.to_device(&tp.device());
+    let y = embedding_plain(tp.clone(), ids.clone())?;
+    Ok(from_tracked(tracked([&ta], cube(y), move |dy| {
+        let dy = plain::<2>(dy);
+        let grad = tp.zeros_like().select_assign(0, ids, dy, burn::tensor::IndexingUpdateOp::Add);
+        [Some(cube(grad))]
+    })))
+}
+
+fn embedding_plain(table: BTensor<2>, ids: BTensor<1, BInt>) -> Result<BTensor<2>, KernelError> {
     const OP: &str = "embedding";
     let table = float_in(OP, "table", table)?;
     let ids = int_in(OP, "ids", ids)?;

@@ -11,8 +11,9 @@
 use super::reduce::{cube_linear, tree_max, tree_sum, NEG_BIG};
 use super::{cube_count_for, storage, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, int_in, same_device};
+use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
 use crate::{ensure, KernelError};
-use burn::tensor::{Int as BInt, Tensor as BTensor};
+use burn::tensor::{DType, Int as BInt, Tensor as BTensor};
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 
@@ -114,6 +115,39 @@ fn logprob_kernel<F: Float, I: Int>(
 /// Logprob of `targets[r]` and entropy for each row of `logits` [rows, vocab], at
 /// `temperatures[r]` (a tensor of f32, one per row; 0 = greedy, scored at T = 1).
 pub fn token_logprobs(
+    logits: BTensor<2>,
+    targets: BTensor<1, BInt>,
+    temperatures: BTensor<1>,
+) -> Result<TokenLogprobs, KernelError> {
+    if !logits.is_autodiff() {
+        return token_logprobs_plain(logits, targets, temperatures);
+    }
+    let la = tracked_in("token_logprobs", "logits", logits)?;
+    let lp = plain::<2>(inner(&la));
+    let device = lp.device();
+    let (targets, temperatures) = (targets.to_device(&device), temperatures.to_device(&device));
+    let out = token_logprobs_plain(lp.clone(), targets.clone(), temperatures.clone())?;
+    let entropy = out.entropy;
+    let ad_device = device.clone().autodiff();
+    let grad_device = device.clone();
+    let logprobs = from_tracked(tracked([&la], cube(out.logprobs), move |dl| {
+        // d logprob / d logit_j = (onehot_j - softmax(z)_j) / T (T = 0 scored at T = 1);
+        // the entropy output is a metric and carries no gradient
+        let dtype = lp.dtype();
+        let [rows, vocab] = lp.dims();
+        let inv_t = temperatures.clone().equal_elem(0.0).float().add(temperatures).recip().reshape([rows, 1]);
+        let z = lp.cast(DType::F32) * inv_t.clone();
+        let probs = burn::tensor::activation::softmax(z, 1);
+        let onehot = probs.zeros_like().scatter(1, targets.reshape([rows, 1]), BTensor::<2>::ones([rows, 1], &grad_device), burn::tensor::IndexingUpdateOp::Add);
+        let dl = plain::<1>(dl).reshape([rows, 1]);
+        let grad = (onehot - probs) * inv_t * dl;
+        let _ = vocab;
+        [Some(cube(grad.cast(dtype)))]
+    }));
+    Ok(TokenLogprobs { logprobs, entropy: entropy.to_device(&ad_device) })
+}
+
+fn token_logprobs_plain(
     logits: BTensor<2>,
     targets: BTensor<1, BInt>,
     temperatures: BTensor<1>,

@@ -5,6 +5,7 @@
 
 use super::{cube_count_for, storage};
 use crate::bridge::{dims, float_in, float_out, same_device};
+use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
 use crate::{ensure, KernelError};
 use burn::tensor::Tensor as BTensor;
 use burn_cubecl::cubecl::prelude::*;
@@ -54,6 +55,23 @@ fn matmul_kernel<F: Float>(
 
 /// `x[M,K] @ W` where `layout` says how `w` is stored. Output has x's dtype; accumulation is f32.
 pub fn matmul(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTensor<2>, KernelError> {
+    if !x.is_autodiff() {
+        return matmul_plain(x, w, layout);
+    }
+    let (xa, wa) = (tracked_in("matmul", "x", x)?, tracked_in("matmul", "w", w)?);
+    let (xp, wp) = (plain::<2>(inner(&xa)), plain::<2>(inner(&wa)));
+    let y = matmul_plain(xp.clone(), wp.clone(), layout)?;
+    Ok(from_tracked(tracked([&xa, &wa], cube(y), move |dy| {
+        let dy = plain::<2>(dy);
+        let (dx, dw) = match layout {
+            WeightLayout::OutIn => (dy.clone().matmul(wp), dy.transpose().matmul(xp)),
+            WeightLayout::InOut => (dy.clone().matmul(wp.transpose()), xp.transpose().matmul(dy)),
+        };
+        [Some(cube(dx)), Some(cube(dw))]
+    })))
+}
+
+fn matmul_plain(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTensor<2>, KernelError> {
     const OP: &str = "matmul";
     let x = float_in(OP, "x", x)?;
     let w = float_in(OP, "w", w)?;

@@ -4,8 +4,9 @@
 use super::reduce::cube_linear;
 use super::{cube_count_for, storage};
 use crate::bridge::{dims, float_in, float_out, same_device};
+use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
 use crate::{ensure, KernelError};
-use burn::tensor::Tensor as BTensor;
+use burn::tensor::{DType, Tensor as BTensor};
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 
@@ -50,6 +51,25 @@ fn binary<const D: usize>(
 
 /// `silu(gate) * up`, elementwise.
 pub fn swiglu<const D: usize>(gate: BTensor<D>, up: BTensor<D>) -> Result<BTensor<D>, KernelError> {
+    if !gate.is_autodiff() {
+        return swiglu_plain(gate, up);
+    }
+    let (ga, ua) = (tracked_in("swiglu", "gate", gate)?, tracked_in("swiglu", "up", up)?);
+    let (gp, up_) = (plain::<D>(inner(&ga)), plain::<D>(inner(&ua)));
+    let y = swiglu_plain(gp.clone(), up_.clone())?;
+    Ok(from_tracked(tracked([&ga, &ua], cube(y), move |dy| {
+        let dtype = gp.dtype();
+        let (g, u, dy) = (gp.cast(DType::F32), up_.cast(DType::F32), plain::<D>(dy).cast(DType::F32));
+        let s = burn::tensor::activation::sigmoid(g.clone());
+        let silu = g.clone() * s.clone();
+        let dsilu = s.clone() * (g * (s.neg().add_scalar(1.0))).add_scalar(1.0);
+        let dg = dy.clone() * u * dsilu;
+        let du = dy * silu;
+        [Some(cube(dg.cast(dtype))), Some(cube(du.cast(dtype)))]
+    })))
+}
+
+fn swiglu_plain<const D: usize>(gate: BTensor<D>, up: BTensor<D>) -> Result<BTensor<D>, KernelError> {
     binary("swiglu", gate, up, |a, b, y, len| {
         swiglu_kernel::launch(
             &a.client,
@@ -66,6 +86,15 @@ pub fn swiglu<const D: usize>(gate: BTensor<D>, up: BTensor<D>) -> Result<BTenso
 
 /// `a + b`, elementwise (the residual add).
 pub fn add<const D: usize>(a: BTensor<D>, b: BTensor<D>) -> Result<BTensor<D>, KernelError> {
+    if !a.is_autodiff() {
+        return add_plain(a, b);
+    }
+    let (aa, ba) = (tracked_in("add", "a", a)?, tracked_in("add", "b", b)?);
+    let y = add_plain(plain::<D>(inner(&aa)), plain::<D>(inner(&ba)))?;
+    Ok(from_tracked(tracked([&aa, &ba], cube(y), move |dy| [Some(dy.clone()), Some(dy)])))
+}
+
+fn add_plain<const D: usize>(a: BTensor<D>, b: BTensor<D>) -> Result<BTensor<D>, KernelError> {
     binary("add", a, b, |a, b, y, len| {
         add_kernel::launch(
             &a.client,

@@ -6,8 +6,9 @@
 use super::reduce::{cube_linear, tree_sum};
 use super::{cube_count_for, storage, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, same_device};
+use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
 use crate::{ensure, KernelError};
-use burn::tensor::Tensor as BTensor;
+use burn::tensor::{DType, Tensor as BTensor};
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 
@@ -47,6 +48,31 @@ fn rmsnorm_kernel<F: Float>(
 
 /// RMSNorm over the last dimension of `x` (any rank, rows = all leading dims).
 pub fn rmsnorm<const D: usize>(x: BTensor<D>, weight: BTensor<1>, eps: f32) -> Result<BTensor<D>, KernelError> {
+    if !x.is_autodiff() {
+        return rmsnorm_plain(x, weight, eps);
+    }
+    let (xa, wa) = (tracked_in("rmsnorm", "x", x)?, tracked_in("rmsnorm", "weight", weight)?);
+    let (xp, wp) = (plain::<D>(inner(&xa)), plain::<1>(inner(&wa)));
+    let y = rmsnorm_plain(xp.clone(), wp.clone(), eps)?;
+    Ok(from_tracked(tracked([&xa, &wa], cube(y), move |dy| {
+        // y = w * x * r with r = (mean(x^2) + eps)^-1/2, per row of the last dim
+        let shape = xp.shape();
+        let hidden = shape[D - 1];
+        let rows = shape.num_elements() / hidden;
+        let x2 = xp.reshape([rows, hidden]).cast(DType::F32);
+        let dy2 = plain::<D>(dy).reshape([rows, hidden]).cast(DType::F32);
+        let w = wp.clone().cast(DType::F32).unsqueeze::<2>();
+        let r = (x2.clone() * x2.clone()).mean_dim(1).add_scalar(eps as f64).sqrt().recip();
+        let gw = dy2.clone() * w;
+        let dot = (gw.clone() * x2.clone()).mean_dim(1);
+        let dx = gw * r.clone() - x2.clone() * r.clone().powi_scalar(3) * dot;
+        let dw = (dy2 * x2 * r).sum_dim(0).reshape([hidden]);
+        let dtype = wp.dtype();
+        [Some(cube::<D>(dx.cast(dtype).reshape(shape))), Some(cube::<1>(dw.cast(dtype)))]
+    })))
+}
+
+fn rmsnorm_plain<const D: usize>(x: BTensor<D>, weight: BTensor<1>, eps: f32) -> Result<BTensor<D>, KernelError> {
     const OP: &str = "rmsnorm";
     let x = float_in(OP, "x", x)?;
     let weight = float_in(OP, "weight", weight)?;

@@ -7,8 +7,9 @@
 use super::reduce::cube_linear;
 use super::{cube_count_for, storage};
 use crate::bridge::{dims, float_in, float_out, int_in, same_device};
+use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
 use crate::{ensure, KernelError};
-use burn::tensor::{Device, Int as BInt, Tensor as BTensor, TensorData};
+use burn::tensor::{DType, Device, Int as BInt, Tensor as BTensor, TensorData};
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 
@@ -86,6 +87,32 @@ fn rope_kernel<F: Float, I: Int>(
 
 /// Apply RoPE to `x` [rows, heads, head_dim] with `positions` [rows].
 pub fn rope(x: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables) -> Result<BTensor<3>, KernelError> {
+    if !x.is_autodiff() {
+        return rope_plain(x, positions, tables);
+    }
+    let xa = tracked_in("rope", "x", x)?;
+    let xp = plain::<3>(inner(&xa));
+    let device = xp.device();
+    let positions = positions.to_device(&device);
+    let y = rope_plain(xp.clone(), positions.clone(), tables)?;
+    let (cos, sin) = (tables.cos.clone().to_device(&device), tables.sin.clone().to_device(&device));
+    Ok(from_tracked(tracked([&xa], cube(y), move |dy| {
+        // the transpose of a rotation is the rotation by the opposite angle
+        let dtype = xp.dtype();
+        let dy = plain::<3>(dy).cast(DType::F32);
+        let [rows, heads, dim] = dy.dims();
+        let half = dim / 2;
+        let c = cos.select(0, positions.clone()).reshape([rows, 1, half]);
+        let s = sin.select(0, positions).reshape([rows, 1, half]);
+        let a = dy.clone().slice([0..rows, 0..heads, 0..half]);
+        let b = dy.slice([0..rows, 0..heads, half..dim]);
+        let da = a.clone() * c.clone() + b.clone() * s.clone();
+        let db = b * c - a * s;
+        [Some(cube(BTensor::cat(vec![da, db], 2).cast(dtype)))]
+    })))
+}
+
+fn rope_plain(x: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables) -> Result<BTensor<3>, KernelError> {
     const OP: &str = "rope";
     let x = float_in(OP, "x", x)?;
     let positions = int_in(OP, "positions", positions)?;

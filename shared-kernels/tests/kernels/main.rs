@@ -5,6 +5,7 @@
 mod accuracy;
 mod attention_chunking;
 mod errors;
+mod gradients;
 mod invariance;
 
 use burn::tensor::Device;

@@ -1,0 +1,38 @@
+//! The one policy model: a Qwen3/Llama-style decoder on lockstep's kernels, with HF checkpoint
+//! and tokenizer loading. The trainer and the sampler both call [`Qwen3::forward`].
+
+pub mod config;
+pub mod qwen3;
+pub mod tokenizer;
+pub mod weights;
+
+pub use config::ModelConfig;
+pub use qwen3::{KvCache, Qwen3, Rows};
+pub use tokenizer::load_tokenizer;
+pub use weights::{load_checkpoint, save_checkpoint, tiny_config, Checkpoint};
+
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("{file}: config key `{key}`: {message}")]
+    Config { file: String, key: String, message: String },
+    #[error("{file}: tensor `{tensor}`: {message}")]
+    Weights { file: String, tensor: String, message: String },
+    #[error("{file}: tokenizer: {message}")]
+    Tokenizer { file: String, message: String },
+    #[error("token id {id} at position {position} of sequence {sequence} is out of range (vocabulary size {vocab})")]
+    TokenOutOfRange { id: u32, sequence: usize, position: usize, vocab: usize },
+    #[error("{0}")]
+    Input(String),
+    #[error("{file}: {message}")]
+    Io { file: String, message: String },
+    #[error(transparent)]
+    Kernel(#[from] crate::KernelError),
+}
+
+impl ModelError {
+    pub fn io(path: &Path, e: std::io::Error) -> Self {
+        ModelError::Io { file: path.display().to_string(), message: e.to_string() }
+    }
+}

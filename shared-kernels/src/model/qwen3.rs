@@ -1,0 +1,292 @@
+//! The policy model: a Qwen3 (or Llama) decoder written once, on lockstep's kernels.
+//!
+//!   embed -> N x [ rmsnorm -> q,k,v proj -> (Qwen3: per-head q/k rmsnorm) -> rope
+//!                  -> causal GQA attention -> o proj -> + residual
+//!                  -> rmsnorm -> silu(gate) * up -> down -> + residual ]
+//!         -> rmsnorm -> lm head (tied to the embedding or not)
+//!
+//! Work is a list of rows, one per token: (token id, sequence, position). The trainer passes
+//! every token of a batch of whole sequences at once; the sampler passes prefill chunks and
+//! single decode tokens, with a persistent KV cache. Both go through [`Qwen3::forward`], and
+//! every kernel under it is batch and chunk invariant, so a token's logits (hence its logprob)
+//! have the same bits on both paths.
+
+use super::{load_checkpoint, Checkpoint, ModelConfig, ModelError};
+use crate::ops::attention::KvCacheShape;
+use crate::{add, attention, causal_attention, embedding, matmul, rmsnorm, rope, swiglu, write_kv_cache};
+use crate::{RopeTables, WeightLayout::OutIn};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+use std::path::Path;
+
+/// One decoder layer's weights, in HF layout (`[out, in]` projections).
+#[derive(Clone, Debug)]
+pub struct Layer {
+    pub input_norm: Tensor<1>,
+    pub q_proj: Tensor<2>,
+    pub k_proj: Tensor<2>,
+    pub v_proj: Tensor<2>,
+    pub o_proj: Tensor<2>,
+    pub q_norm: Option<Tensor<1>>,
+    pub k_norm: Option<Tensor<1>>,
+    pub post_norm: Tensor<1>,
+    pub gate_proj: Tensor<2>,
+    pub up_proj: Tensor<2>,
+    pub down_proj: Tensor<2>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Qwen3 {
+    pub config: ModelConfig,
+    pub dtype: DType,
+    pub embed: Tensor<2>,
+    pub layers: Vec<Layer>,
+    pub norm: Tensor<1>,
+    /// `None` when tied to `embed`.
+    pub lm_head: Option<Tensor<2>>,
+    pub rope: RopeTables,
+}
+
+/// The tokens to run: row r is token `tokens[r]` at `positions[r]` of sequence `slots[r]`.
+#[derive(Clone, Debug, Default)]
+pub struct Rows {
+    pub tokens: Vec<u32>,
+    pub slots: Vec<u32>,
+    pub positions: Vec<u32>,
+}
+
+impl Rows {
+    /// Every token of each sequence; sequence i uses slot i.
+    pub fn whole(sequences: &[Vec<u32>]) -> Self {
+        let mut rows = Rows::default();
+        for (s, seq) in sequences.iter().enumerate() {
+            for (p, &t) in seq.iter().enumerate() {
+                rows.push(t, s as u32, p as u32);
+            }
+        }
+        rows
+    }
+    pub fn push(&mut self, token: u32, slot: u32, position: u32) {
+        self.tokens.push(token);
+        self.slots.push(slot);
+        self.positions.push(position);
+    }
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+}
+
+/// Per-layer K and V caches, `[slots, max_len, kv_heads, head_dim]` each.
+pub struct KvCache {
+    pub shape: KvCacheShape,
+    pub layers: Vec<(Tensor<4>, Tensor<4>)>,
+}
+
+impl KvCache {
+    pub fn new(config: &ModelConfig, slots: usize, max_len: usize, dtype: DType, device: &Device) -> Self {
+        let shape = KvCacheShape { slots, max_len, kv_heads: config.num_kv_heads, head_dim: config.head_dim };
+        let dims = [slots, max_len, shape.kv_heads, shape.head_dim];
+        let layers = (0..config.num_layers)
+            .map(|_| (Tensor::<4>::zeros(dims, device).cast(dtype), Tensor::<4>::zeros(dims, device).cast(dtype)))
+            .collect();
+        Self { shape, layers }
+    }
+
+    /// Bytes held by the cache.
+    pub fn bytes(&self, dtype: DType) -> usize {
+        let s = self.shape;
+        2 * self.layers.len() * s.slots * s.max_len * s.kv_heads * s.head_dim * dtype.size()
+    }
+}
+
+impl Qwen3 {
+    pub fn load(dir: &Path, dtype: DType, device: &Device) -> Result<Self, ModelError> {
+        Self::from_checkpoint(&load_checkpoint(dir)?, dtype, device)
+    }
+
+    pub fn from_checkpoint(ck: &Checkpoint, dtype: DType, device: &Device) -> Result<Self, ModelError> {
+        let c = &ck.config;
+        let t1 = |name: String| ck.tensor::<1>(&name, dtype, device);
+        let t2 = |name: String| ck.tensor::<2>(&name, dtype, device);
+        let layers = (0..c.num_layers)
+            .map(|i| {
+                let p = format!("model.layers.{i}");
+                Layer {
+                    input_norm: t1(format!("{p}.input_layernorm.weight")),
+                    q_proj: t2(format!("{p}.self_attn.q_proj.weight")),
+                    k_proj: t2(format!("{p}.self_attn.k_proj.weight")),
+                    v_proj: t2(format!("{p}.self_attn.v_proj.weight")),
+                    o_proj: t2(format!("{p}.self_attn.o_proj.weight")),
+                    q_norm: c.qk_norm.then(|| t1(format!("{p}.self_attn.q_norm.weight"))),
+                    k_norm: c.qk_norm.then(|| t1(format!("{p}.self_attn.k_norm.weight"))),
+                    post_norm: t1(format!("{p}.post_attention_layernorm.weight")),
+                    gate_proj: t2(format!("{p}.mlp.gate_proj.weight")),
+                    up_proj: t2(format!("{p}.mlp.up_proj.weight")),
+                    down_proj: t2(format!("{p}.mlp.down_proj.weight")),
+                }
+            })
+            .collect();
+        Ok(Self {
+            config: c.clone(),
+            dtype,
+            embed: t2("model.embed_tokens.weight".into()),
+            layers,
+            norm: t1("model.norm.weight".into()),
+            lm_head: (!c.tie_word_embeddings).then(|| t2("lm_head.weight".into())),
+            rope: RopeTables::new(c.head_dim, c.max_position_embeddings, c.rope_theta, device)?,
+        })
+    }
+
+    /// Host copy of every weight, by HF name (for saving and hashing).
+    pub fn to_checkpoint(&self) -> Checkpoint {
+        let shapes: std::collections::HashMap<String, Vec<usize>> = self.config.expected_tensors().into_iter().collect();
+        let mut tensors = std::collections::BTreeMap::new();
+        for (name, t) in self.named_tensors() {
+            let shape = shapes[&name].clone();
+            let values = t.into_data().convert::<f32>().try_to_vec::<f32>().expect("f32 weights");
+            tensors.insert(name, (shape, values));
+        }
+        Checkpoint { config: self.config.clone(), tensors }
+    }
+
+    /// Every weight as (HF name, tensor viewed as rank 2: 1-D weights become [1, n]).
+    pub fn named_tensors(&self) -> Vec<(String, Tensor<2>)> {
+        let row = |t: &Tensor<1>| t.clone().unsqueeze::<2>();
+        let mut out = vec![("model.embed_tokens.weight".to_string(), self.embed.clone())];
+        for (i, l) in self.layers.iter().enumerate() {
+            let p = format!("model.layers.{i}");
+            out.push((format!("{p}.input_layernorm.weight"), row(&l.input_norm)));
+            out.push((format!("{p}.self_attn.q_proj.weight"), l.q_proj.clone()));
+            out.push((format!("{p}.self_attn.k_proj.weight"), l.k_proj.clone()));
+            out.push((format!("{p}.self_attn.v_proj.weight"), l.v_proj.clone()));
+            out.push((format!("{p}.self_attn.o_proj.weight"), l.o_proj.clone()));
+            if let (Some(q), Some(k)) = (&l.q_norm, &l.k_norm) {
+                out.push((format!("{p}.self_attn.q_norm.weight"), row(q)));
+                out.push((format!("{p}.self_attn.k_norm.weight"), row(k)));
+            }
+            out.push((format!("{p}.post_attention_layernorm.weight"), row(&l.post_norm)));
+            out.push((format!("{p}.mlp.gate_proj.weight"), l.gate_proj.clone()));
+            out.push((format!("{p}.mlp.up_proj.weight"), l.up_proj.clone()));
+            out.push((format!("{p}.mlp.down_proj.weight"), l.down_proj.clone()));
+        }
+        out.push(("model.norm.weight".to_string(), row(&self.norm)));
+        if let Some(h) = &self.lm_head {
+            out.push(("lm_head.weight".to_string(), h.clone()));
+        }
+        out
+    }
+
+    /// Token ids must be below the vocabulary; positions below the RoPE table.
+    pub fn check_rows(&self, rows: &Rows) -> Result<(), ModelError> {
+        if rows.is_empty() {
+            return Err(ModelError::Input("no rows to run".into()));
+        }
+        if rows.slots.len() != rows.len() || rows.positions.len() != rows.len() {
+            return Err(ModelError::Input(format!("rows: {} tokens, {} slots, {} positions", rows.len(), rows.slots.len(), rows.positions.len())));
+        }
+        for r in 0..rows.len() {
+            if rows.tokens[r] as usize >= self.config.vocab_size {
+                return Err(ModelError::TokenOutOfRange { id: rows.tokens[r], sequence: rows.slots[r] as usize, position: rows.positions[r] as usize, vocab: self.config.vocab_size });
+            }
+            if rows.positions[r] as usize >= self.config.max_position_embeddings {
+                return Err(ModelError::Input(format!(
+                    "sequence {} position {} is beyond max_position_embeddings {}",
+                    rows.slots[r], rows.positions[r], self.config.max_position_embeddings
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Logits `[rows, vocab]` for `rows`. With `cache`, each row's K/V is written into its slot
+    /// first (prefill chunks, decode steps); without, the rows must be whole sequences (the
+    /// training path, differentiable on an autodiff device).
+    pub fn forward(&self, rows: &Rows, mut cache: Option<&mut KvCache>) -> Result<Tensor<2>, ModelError> {
+        self.check_rows(rows)?;
+        let c = &self.config;
+        let device = self.embed.device();
+        let n = rows.len();
+        let ints = |v: &[u32]| Tensor::<1, Int>::from_data(TensorData::new(v.iter().map(|&x| x as i32).collect::<Vec<_>>(), [v.len()]), &device);
+        let (tokens, slots, positions) = (ints(&rows.tokens), ints(&rows.slots), ints(&rows.positions));
+        if let Some(cache) = cache.as_deref() {
+            let s = cache.shape;
+            if let Some(r) = (0..n).find(|&r| rows.slots[r] as usize >= s.slots || rows.positions[r] as usize >= s.max_len) {
+                return Err(ModelError::Input(format!("row {r}: slot {} position {} outside the KV cache ({} slots x {} positions)", rows.slots[r], rows.positions[r], s.slots, s.max_len)));
+            }
+        }
+        let eps = c.rms_norm_eps as f32;
+        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        let (hq, hkv, d) = (c.num_heads, c.num_kv_heads, c.head_dim);
+        let mut h = embedding(self.embed.clone(), tokens)?;
+        for (i, l) in self.layers.iter().enumerate() {
+            let x = rmsnorm(h.clone(), l.input_norm.clone(), eps)?;
+            let mut q = matmul(x.clone(), l.q_proj.clone(), OutIn)?.reshape([n, hq, d]);
+            let mut k = matmul(x.clone(), l.k_proj.clone(), OutIn)?.reshape([n, hkv, d]);
+            let v = matmul(x, l.v_proj.clone(), OutIn)?.reshape([n, hkv, d]);
+            if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
+                q = rmsnorm(q, qn.clone(), eps)?;
+                k = rmsnorm(k, kn.clone(), eps)?;
+            }
+            let q = rope(q, positions.clone(), &self.rope)?;
+            let k = rope(k, positions.clone(), &self.rope)?;
+            let attn = match cache.as_deref_mut() {
+                Some(cache) => {
+                    let (kc, vc) = &mut cache.layers[i];
+                    *kc = write_kv_cache(kc.clone(), k, slots.clone(), positions.clone())?;
+                    *vc = write_kv_cache(vc.clone(), v, slots.clone(), positions.clone())?;
+                    attention(q, kc.clone(), vc.clone(), slots.clone(), positions.clone(), scale)?
+                }
+                None => causal_attention(q, k, v, &rows.slots, &rows.positions, scale)?,
+            };
+            let o = matmul(attn.reshape([n, hq * d]), l.o_proj.clone(), OutIn)?;
+            h = add(h, o)?;
+            let x = rmsnorm(h.clone(), l.post_norm.clone(), eps)?;
+            let gate = matmul(x.clone(), l.gate_proj.clone(), OutIn)?;
+            let up = matmul(x, l.up_proj.clone(), OutIn)?;
+            h = add(h, matmul(swiglu(gate, up)?, l.down_proj.clone(), OutIn)?)?;
+        }
+        let x = rmsnorm(h, self.norm.clone(), eps)?;
+        let head = self.lm_head.clone().unwrap_or_else(|| self.embed.clone());
+        Ok(matmul(x, head, OutIn)?)
+    }
+
+    /// The training path: logprob (at `temperature`) of every token after the first of each
+    /// sequence, given its prefix, as one flat vector per sequence (length len - 1).
+    /// Returns (per-sequence logprobs, flat tensor of all of them in the same order).
+    pub fn sequence_logprobs(&self, sequences: &[Vec<u32>], temperature: f32) -> Result<(Vec<Vec<f32>>, Tensor<1>), ModelError> {
+        if let Some(i) = sequences.iter().position(|s| s.len() < 2) {
+            return Err(ModelError::Input(format!("sequence {i} has fewer than 2 tokens: nothing to score")));
+        }
+        let rows = Rows::whole(sequences);
+        let logits = self.forward(&rows, None)?;
+        let device = logits.device();
+        let mut targets = Vec::with_capacity(rows.len());
+        let mut keep = Vec::with_capacity(rows.len());
+        let mut r = 0;
+        for seq in sequences {
+            for p in 0..seq.len() {
+                if p + 1 < seq.len() {
+                    targets.push(seq[p + 1] as i32);
+                    keep.push(r as i32);
+                }
+                r += 1;
+            }
+        }
+        let m = keep.len();
+        let keep_t = Tensor::<1, Int>::from_data(TensorData::new(keep, [m]), &device);
+        let picked = logits.select(0, keep_t);
+        let tg = Tensor::<1, Int>::from_data(TensorData::new(targets, [m]), &device);
+        let temps = Tensor::<1>::from_data(TensorData::new(vec![temperature; m], [m]), &device);
+        let lp = crate::token_logprobs(picked, tg, temps)?.logprobs;
+        let host = lp.clone().into_data().convert::<f32>().try_to_vec::<f32>().expect("f32");
+        let mut out = Vec::with_capacity(sequences.len());
+        let mut at = 0;
+        for seq in sequences {
+            out.push(host[at..at + seq.len() - 1].to_vec());
+            at += seq.len() - 1;
+        }
+        Ok((out, lp))
+    }
+}

@@ -1,0 +1,123 @@
+//! Every tracked kernel's backward against burn's own autodiff of an all-burn reference of the
+//! same op, within tolerance.
+
+use burn::tensor::{activation, DType, Int, Tensor, TensorData};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use shared_kernels::battery::random_vec;
+use shared_kernels::{RopeTables, WeightLayout};
+
+fn leaf<const D: usize>(values: Vec<f32>, shape: [usize; D]) -> Tensor<D> {
+    let device = crate::device().autodiff();
+    Tensor::<D>::from_data(TensorData::new(values, shape), &device).require_grad()
+}
+
+fn grad_of<const D: usize>(t: &Tensor<D>, grads: &burn::tensor::Gradients) -> Vec<f32> {
+    t.grad(grads).expect("gradient").into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
+}
+
+fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(1e-3);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= tol * scale, "{what}[{i}]: lockstep {g} vs burn {w} (scale {scale})");
+    }
+}
+
+/// Runs `lockstep` and `reference` on fresh leaves built from the same values, backprops
+/// sum(out * probe) and compares every input gradient.
+fn check<const N: usize, const D: usize>(
+    what: &str,
+    inputs: [(Vec<f32>, Vec<usize>); N],
+    lockstep: impl Fn(&[Tensor<2>]) -> Tensor<D>,
+    reference: impl Fn(&[Tensor<2>]) -> Tensor<D>,
+    rng: &mut StdRng,
+) {
+    let make = || -> Vec<Tensor<2>> {
+        inputs.iter().map(|(v, s)| leaf(v.clone(), [s[0], s[1]])).collect()
+    };
+    let (a, b) = (make(), make());
+    let out_a = lockstep(&a);
+    let probe = Tensor::<D>::from_data(TensorData::new(random_vec(rng, out_a.shape().num_elements(), 1.0), out_a.shape()), &out_a.device());
+    let ga = (out_a * probe.clone()).sum().backward();
+    let gb = (reference(&b) * probe).sum().backward();
+    for i in 0..N {
+        assert_close(&format!("{what} d/input{i}"), &grad_of(&a[i], &ga), &grad_of(&b[i], &gb), 1e-4);
+    }
+}
+
+#[test]
+fn backward_of_every_tracked_kernel_matches_burn_autodiff() {
+    let mut rng = StdRng::seed_from_u64(crate::seed());
+    let (m, k, n) = (5, 24, 7);
+    let x = random_vec(&mut rng, m * k, 1.0);
+    let w = random_vec(&mut rng, n * k, 1.0);
+    check("matmul W[N,K]", [(x.clone(), vec![m, k]), (w.clone(), vec![n, k])],
+        |t| shared_kernels::matmul(t[0].clone(), t[1].clone(), WeightLayout::OutIn).unwrap(),
+        |t| t[0].clone().matmul(t[1].clone().transpose()), &mut rng);
+    check("matmul W[K,N]", [(x.clone(), vec![m, k]), (w.clone(), vec![k, n])],
+        |t| shared_kernels::matmul(t[0].clone(), t[1].clone(), WeightLayout::InOut).unwrap(),
+        |t| t[0].clone().matmul(t[1].clone()), &mut rng);
+
+    let weight = random_vec(&mut rng, k, 1.0);
+    check("rmsnorm", [(x.clone(), vec![m, k]), (weight, vec![1, k])],
+        |t| shared_kernels::rmsnorm(t[0].clone(), t[1].clone().reshape([k]), 1e-6).unwrap(),
+        |t| {
+            let inv = (t[0].clone() * t[0].clone()).mean_dim(1).add_scalar(1e-6).sqrt().recip();
+            t[0].clone() * inv * t[1].clone()
+        }, &mut rng);
+
+    let up = random_vec(&mut rng, m * k, 1.0);
+    check("swiglu", [(x.clone(), vec![m, k]), (up.clone(), vec![m, k])],
+        |t| shared_kernels::swiglu(t[0].clone(), t[1].clone()).unwrap(),
+        |t| activation::silu(t[0].clone()) * t[1].clone(), &mut rng);
+    check("add", [(x.clone(), vec![m, k]), (up, vec![m, k])],
+        |t| shared_kernels::add(t[0].clone(), t[1].clone()).unwrap(),
+        |t| t[0].clone() + t[1].clone(), &mut rng);
+
+    let device = crate::device();
+    let ids = Tensor::<1, Int>::from_data(TensorData::new(vec![3i32, 1, 3, 0], [4]), &device);
+    let table = random_vec(&mut rng, 5 * k, 1.0);
+    check("embedding", [(table, vec![5, k])],
+        |t| shared_kernels::embedding(t[0].clone(), ids.clone()).unwrap(),
+        |t| t[0].clone().select(0, ids.clone().to_device(&t[0].device())), &mut rng);
+
+    let (heads, dim) = (3, 8);
+    let tables = RopeTables::new(dim, 16, 10_000.0, &device).unwrap();
+    let pos = vec![0i32, 5, 15, 2, 9];
+    let positions = Tensor::<1, Int>::from_data(TensorData::new(pos.clone(), [m]), &device);
+    let q = random_vec(&mut rng, m * heads * dim, 1.0);
+    let (cos_h, sin_h) = RopeTables::host_values(dim, 16, 10_000.0);
+    check("rope", [(q, vec![m, heads * dim])],
+        |t| shared_kernels::rope(t[0].clone().reshape([m, heads, dim]), positions.clone(), &tables).unwrap(),
+        |t| {
+            let d = t[0].device();
+            let half = dim / 2;
+            let gather = |tab: &Vec<f32>| {
+                let rows: Vec<f32> = pos.iter().flat_map(|&p| tab[p as usize * half..(p as usize + 1) * half].to_vec()).collect();
+                Tensor::<3>::from_data(TensorData::new(rows, [m, 1, half]), &d)
+            };
+            let (c, s) = (gather(&cos_h), gather(&sin_h));
+            let x = t[0].clone().reshape([m, heads, dim]);
+            let a = x.clone().slice([0..m, 0..heads, 0..half]);
+            let b = x.slice([0..m, 0..heads, half..dim]);
+            Tensor::cat(vec![a.clone() * c.clone() - b.clone() * s.clone(), b * c + a * s], 2)
+        }, &mut rng);
+
+    let vocab = 11;
+    let logits = random_vec(&mut rng, m * vocab, 3.0);
+    let tg: Vec<i32> = vec![0, 10, 4, 4, 7];
+    let temps = vec![1.0f32, 0.5, 2.0, 0.0, 1.0];
+    let targets = Tensor::<1, Int>::from_data(TensorData::new(tg.clone(), [m]), &device);
+    let temp_t = Tensor::<1>::from_data(TensorData::new(temps.clone(), [m]), &device);
+    check("token_logprobs", [(logits, vec![m, vocab])],
+        |t| shared_kernels::token_logprobs(t[0].clone(), targets.clone(), temp_t.clone()).unwrap().logprobs,
+        |t| {
+            let d = t[0].device();
+            let inv: Vec<f32> = temps.iter().map(|&t| if t > 0.0 { 1.0 / t } else { 1.0 }).collect();
+            let inv = Tensor::<2>::from_data(TensorData::new(inv, [m, 1]), &d);
+            let ls = activation::log_softmax(t[0].clone() * inv, 1);
+            ls.gather(1, targets.clone().to_device(&d).reshape([m, 1])).reshape([m])
+        }, &mut rng);
+    let _ = DType::F32;
+}

@@ -1,0 +1,109 @@
+//! Save -> load round trips and loading errors that name the file, tensor or key.
+
+use burn::tensor::DType;
+use shared_kernels::model::{load_checkpoint, save_checkpoint, tiny_config, Checkpoint, ModelError, Qwen3, Rows};
+use std::path::{Path, PathBuf};
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lockstep-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write_random(dir: &Path, seed: u64) -> Checkpoint {
+    let ck = Checkpoint::random(tiny_config(50, false), 0.2, seed);
+    save_checkpoint(dir, &ck, DType::F32, None).unwrap();
+    ck
+}
+
+#[test]
+fn save_load_save_gives_identical_weights_and_sharded_loads_the_same() {
+    let dir = scratch("roundtrip");
+    let ck = write_random(&dir, crate::seed());
+    let model = Qwen3::load(&dir, DType::F32, &crate::device()).unwrap();
+    let again = model.to_checkpoint();
+    for (name, (shape, values)) in &ck.tensors {
+        let (s2, v2) = &again.tensors[name];
+        assert_eq!(shape, s2, "{name}");
+        assert!(values.iter().zip(v2).all(|(a, b)| a.to_bits() == b.to_bits()), "{name} changed bits");
+    }
+    let dir2 = scratch("roundtrip2");
+    save_checkpoint(&dir2, &again, DType::F32, None).unwrap();
+    assert_eq!(std::fs::read(dir.join("model.safetensors")).unwrap(), std::fs::read(dir2.join("model.safetensors")).unwrap());
+
+    // shard it in two with an index and load again
+    let shard_dir = scratch("sharded");
+    std::fs::copy(dir.join("config.json"), shard_dir.join("config.json")).unwrap();
+    let names: Vec<String> = ck.tensors.keys().cloned().collect();
+    let (a, b) = names.split_at(names.len() / 2);
+    let mut weight_map = serde_json::Map::new();
+    for (file, part) in [("model-00001-of-00002.safetensors", a), ("model-00002-of-00002.safetensors", b)] {
+        let sub = Checkpoint { config: ck.config.clone(), tensors: part.iter().map(|n| (n.clone(), ck.tensors[n].clone())).collect() };
+        let tmp = scratch(&format!("shard-{file}"));
+        save_checkpoint(&tmp, &sub, DType::F32, None).unwrap();
+        std::fs::copy(tmp.join("model.safetensors"), shard_dir.join(file)).unwrap();
+        for n in part {
+            weight_map.insert(n.clone(), serde_json::Value::from(file));
+        }
+    }
+    std::fs::write(shard_dir.join("model.safetensors.index.json"), serde_json::json!({"weight_map": weight_map}).to_string()).unwrap();
+    let sharded = load_checkpoint(&shard_dir).unwrap();
+    assert_eq!(sharded.tensors, ck.tensors);
+}
+
+#[test]
+fn bad_checkpoints_give_errors_naming_the_problem() {
+    let device = crate::device();
+    let dir = scratch("errors");
+    write_random(&dir, 3);
+    let msg = |r: Result<Qwen3, ModelError>| r.err().expect("an error").to_string();
+
+    // missing folder / config
+    let e = msg(Qwen3::load(&dir.join("nope"), DType::F32, &device));
+    assert!(e.contains("config.json"), "{e}");
+
+    // corrupt safetensors
+    let corrupt = scratch("corrupt");
+    std::fs::copy(dir.join("config.json"), corrupt.join("config.json")).unwrap();
+    std::fs::write(corrupt.join("model.safetensors"), b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}").unwrap();
+    let e = msg(Qwen3::load(&corrupt, DType::F32, &device));
+    assert!(e.contains("model.safetensors") && e.contains("corrupt"), "{e}");
+
+    // wrong shape: a checkpoint from another model shape
+    let other = scratch("other-shape");
+    let mut ck = Checkpoint::random(tiny_config(50, false), 0.2, 1);
+    ck.tensors.get_mut("model.norm.weight").unwrap().0 = vec![32];
+    ck.tensors.get_mut("model.norm.weight").unwrap().1.truncate(32);
+    save_checkpoint(&other, &ck, DType::F32, None).unwrap();
+    let e = msg(Qwen3::load(&other, DType::F32, &device));
+    assert!(e.contains("model.norm.weight") && e.contains("[32]") && e.contains("[64]"), "{e}");
+
+    // missing key
+    let missing = scratch("missing");
+    let mut ck = Checkpoint::random(tiny_config(50, false), 0.2, 1);
+    ck.tensors.remove("lm_head.weight");
+    save_checkpoint(&missing, &ck, DType::F32, None).unwrap();
+    let e = msg(Qwen3::load(&missing, DType::F32, &device));
+    assert!(e.contains("lm_head.weight") && e.contains("missing"), "{e}");
+
+    // unsupported architecture and bad config values name the key
+    let arch = scratch("arch");
+    std::fs::write(arch.join("config.json"), r#"{"architectures": ["MixtralForCausalLM"]}"#).unwrap();
+    let e = msg(Qwen3::load(&arch, DType::F32, &device));
+    assert!(e.contains("MixtralForCausalLM") && e.contains("architectures"), "{e}");
+    let text = std::fs::read_to_string(dir.join("config.json")).unwrap().replace("\"hidden_size\": 64", "\"hidden_size\": -3");
+    let bad = scratch("badkey");
+    std::fs::write(bad.join("config.json"), text).unwrap();
+    let e = msg(Qwen3::load(&bad, DType::F32, &device));
+    assert!(e.contains("hidden_size"), "{e}");
+
+    // missing tokenizer
+    let e = shared_kernels::model::load_tokenizer(&dir.join("tokenizer.json")).err().unwrap().to_string();
+    assert!(e.contains("tokenizer.json") && e.contains("not found"), "{e}");
+
+    // token id out of range names the id
+    let model = Qwen3::load(&dir, DType::F32, &device).unwrap();
+    let e = model.forward(&Rows::whole(&[vec![1, 2, 50]]), None).err().unwrap().to_string();
+    assert!(e.contains("token id 50") && e.contains("vocabulary size 50"), "{e}");
+}
