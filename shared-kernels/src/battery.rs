@@ -6,6 +6,7 @@
 use crate::ops::matmul::WeightLayout;
 use crate::ops::rope::RopeTables;
 use crate::ops::sampling::SamplingRow;
+use crate::model::{tiny_config, Checkpoint, KvCache, ModelError, Qwen3, Rows};
 use crate::KernelError;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use rand::rngs::StdRng;
@@ -306,6 +307,79 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
         let (tok, lp) = crate::sample(lt, &p)?;
         Ok(host_int(tok).into_iter().zip(host(lp)).map(|(t, l)| vec![t as f32, l]).collect())
     })?);
+    Ok(checks)
+}
+
+/// Per-token next-token logprob bits when every sequence runs through a KV cache `chunk` tokens
+/// at a time (`usize::MAX`: whole prefill; 1: token by token). Each step launches the chunks of
+/// a random subset of the unfinished sequences together, in random cache slots, so a token's
+/// neighbours change from step to step.
+pub fn stepping_logprob_bits(model: &Qwen3, seqs: &[Vec<u32>], chunk: usize, rng: &mut StdRng) -> Result<Vec<Vec<u32>>, ModelError> {
+    let device = model.embed.device();
+    let mut slot_of: Vec<usize> = (0..seqs.len()).collect();
+    for i in (1..slot_of.len()).rev() {
+        slot_of.swap(i, rng.random_range(0..=i));
+    }
+    let max_len = seqs.iter().map(|s| s.len()).max().unwrap_or(1);
+    let mut cache = KvCache::new(&model.config, seqs.len(), max_len, model.dtype, &device);
+    let mut done = vec![0usize; seqs.len()];
+    let mut out: Vec<Vec<u32>> = seqs.iter().map(|s| vec![0; s.len().saturating_sub(1)]).collect();
+    while done.iter().zip(seqs).any(|(d, s)| *d < s.len()) {
+        let mut rows = Rows::default();
+        let mut owner = vec![];
+        for s in 0..seqs.len() {
+            if done[s] >= seqs[s].len() || (chunk > 1 && rng.random_bool(0.3)) {
+                continue;
+            }
+            let end = done[s].saturating_add(chunk).min(seqs[s].len());
+            for p in done[s]..end {
+                rows.push(seqs[s][p], slot_of[s] as u32, p as u32);
+                owner.push((s, p));
+            }
+            done[s] = end;
+        }
+        if rows.is_empty() {
+            continue;
+        }
+        let logits = model.forward(&rows, Some(&mut cache))?;
+        let keep: Vec<(usize, usize, usize)> = owner.iter().enumerate().filter(|(_, (s, p))| p + 1 < seqs[*s].len()).map(|(r, &(s, p))| (r, s, p)).collect();
+        if keep.is_empty() {
+            continue;
+        }
+        let idx = int_tensor(keep.iter().map(|k| k.0 as i32).collect(), &device);
+        let targets = int_tensor(keep.iter().map(|&(_, s, p)| seqs[s][p + 1] as i32).collect(), &device);
+        let temps = Tensor::<1>::from_data(TensorData::new(vec![1.0f32; keep.len()], [keep.len()]), &device);
+        let lp = host(crate::token_logprobs(logits.select(0, idx), targets, temps)?.logprobs);
+        for (i, &(_, s, p)) in keep.iter().enumerate() {
+            out[s][p] = lp[i].to_bits();
+        }
+    }
+    Ok(out)
+}
+
+/// The sampler/trainer contract on a random tiny Qwen3: training-path logprob bits against the
+/// stepping path at several chunk sizes. One check per chunk size (M = chunk, 0 = whole).
+pub fn model_contract(dtype: DType, device: &Device, seed: u64, sequences: usize) -> Result<Vec<Check>, ModelError> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let vocab = 97;
+    let config = tiny_config(vocab, rng.random_bool(0.5));
+    let model = Qwen3::from_checkpoint(&Checkpoint::random(config, 0.2, rng.random()), dtype, device)?;
+    let seqs: Vec<Vec<u32>> = (0..sequences)
+        .map(|_| {
+            let len = rng.random_range(2..80);
+            (0..len).map(|_| rng.random_range(0..vocab as u32)).collect()
+        })
+        .collect();
+    let (train, _) = model.sequence_logprobs(&seqs, 1.0)?;
+    let want: Vec<Vec<f32>> = train;
+    let mut checks = Vec::new();
+    for chunk in [usize::MAX, 1, 7, 32] {
+        let got = stepping_logprob_bits(&model, &seqs, chunk, &mut rng)?;
+        let got: Vec<Vec<f32>> = got.iter().map(|s| s.iter().map(|&b| f32::from_bits(b)).collect()).collect();
+        let want_refs: Vec<&Vec<f32>> = want.iter().collect();
+        let name = if chunk == usize::MAX { "model: train vs prefill whole".to_string() } else { format!("model: train vs chunks of {chunk}") };
+        checks.push(compare(&name, dtype_name(dtype), seqs.len(), &got, &want_refs));
+    }
     Ok(checks)
 }
 

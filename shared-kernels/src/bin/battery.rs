@@ -48,6 +48,18 @@ fn main() -> ExitCode {
         if burn_defaults {
             impls.push(Impl::BurnDefault);
         }
+        match shared_kernels::battery::model_contract(dtype, &device, seed, 8) {
+            Ok(checks) => {
+                for c in checks {
+                    failed |= !c.identical();
+                    rows.push(("lockstep", c));
+                }
+            }
+            Err(e) => {
+                eprintln!("error: model contract {dtype:?}: {e}");
+                failed = true;
+            }
+        }
         for which in impls {
             let name = if which == Impl::Lockstep { "lockstep" } else { "burn default" };
             match run_all(which, dtype, dims, &device, seed) {

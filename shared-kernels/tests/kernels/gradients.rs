@@ -121,3 +121,38 @@ fn backward_of_every_tracked_kernel_matches_burn_autodiff() {
         }, &mut rng);
     let _ = DType::F32;
 }
+
+#[test]
+fn causal_attention_backward_matches_burn_autodiff_of_dense_attention() {
+    let mut rng = StdRng::seed_from_u64(crate::seed());
+    let (hq, hkv, d) = (4, 2, 8);
+    // two sequences (lengths 5 and 3), rows interleaved and out of order
+    let slots: Vec<u32> = vec![0, 1, 0, 0, 1, 0, 1, 0];
+    let positions: Vec<u32> = vec![0, 2, 1, 3, 0, 2, 1, 4];
+    let rows = slots.len();
+    let q = random_vec(&mut rng, rows * hq * d, 1.0);
+    let k = random_vec(&mut rng, rows * hkv * d, 1.0);
+    let v = random_vec(&mut rng, rows * hkv * d, 1.0);
+    let scale = 1.0 / (d as f32).sqrt();
+    check("causal_attention", [(q, vec![rows, hq * d]), (k, vec![rows, hkv * d]), (v, vec![rows, hkv * d])],
+        |t| {
+            let r = |x: &Tensor<2>, h: usize| x.clone().reshape([rows, h, d]);
+            shared_kernels::causal_attention(r(&t[0], hq), r(&t[1], hkv), r(&t[2], hkv), &slots, &positions, scale).unwrap().reshape([rows, hq * d])
+        },
+        |t| {
+            // dense reference: one row at a time against its sequence's keys at positions <= its own
+            let dev = t[0].device();
+            let mut outs = Vec::new();
+            for r in 0..rows {
+                let keys: Vec<i32> = (0..rows).filter(|&j| slots[j] == slots[r] && positions[j] <= positions[r]).map(|j| j as i32).collect();
+                let n = keys.len();
+                let idx = Tensor::<1, Int>::from_data(TensorData::new(keys, [n]), &dev);
+                let qr = t[0].clone().slice([r..r + 1, 0..hq * d]).reshape([hq, 1, d]);
+                let kr = t[1].clone().select(0, idx.clone()).reshape([n, hkv, 1, d]).repeat_dim(2, hq / hkv).reshape([n, hq, d]).swap_dims(0, 1);
+                let vr = t[2].clone().select(0, idx).reshape([n, hkv, 1, d]).repeat_dim(2, hq / hkv).reshape([n, hq, d]).swap_dims(0, 1);
+                let p = activation::softmax(qr.matmul(kr.swap_dims(1, 2)).mul_scalar(scale as f64), 2);
+                outs.push(p.matmul(vr).reshape([1, hq * d]));
+            }
+            Tensor::cat(outs, 0)
+        }, &mut rng);
+}
