@@ -1,0 +1,251 @@
+//! The continuous-batching loop.
+//!
+//! Each `step` builds one list of rows for the model: for every admitted request still in
+//! prefill, its next `chunk_size` prompt tokens; for every decoding request, its last sampled
+//! token. One forward over all rows, then one sampling launch over the rows that end a prompt
+//! or are decode tokens. Which requests share a step changes all the time; lockstep's kernels
+//! make that irrelevant to every bit.
+
+use crate::request::{Completion, FinishReason, Request, SampleError, Timings};
+use burn::tensor::{DType, Int, Tensor, TensorData};
+use shared_kernels::model::{KvCache, Qwen3, Rows};
+use shared_kernels::{row_rng_key, sample, SamplingRow};
+use std::collections::VecDeque;
+use std::time::Instant;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineConfig {
+    /// Cache slots: the most requests running at once.
+    pub max_batch: usize,
+    /// Tokens per slot: prompt + generated tokens must fit.
+    pub context: usize,
+    /// Prompt tokens per request per step while prefilling.
+    pub chunk_size: usize,
+}
+
+impl EngineConfig {
+    /// As many slots of `context` tokens as fit in `kv_budget_bytes` (at most `max_batch`).
+    pub fn from_budget(model: &Qwen3, kv_budget_bytes: usize, context: usize, max_batch: usize, chunk_size: usize) -> Result<Self, String> {
+        let c = &model.config;
+        let per_slot = 2 * c.num_layers * context * c.num_kv_heads * c.head_dim * model.dtype.size();
+        let slots = (kv_budget_bytes / per_slot.max(1)).min(max_batch);
+        if slots == 0 {
+            return Err(format!("KV budget of {kv_budget_bytes} bytes holds no slot of {context} tokens ({per_slot} bytes each)"));
+        }
+        Ok(Self { max_batch: slots, context, chunk_size })
+    }
+}
+
+struct Pending {
+    request: Request,
+    added: Instant,
+}
+
+struct Active {
+    request: Request,
+    slot: u32,
+    /// Prompt tokens already in the cache.
+    prefilled: usize,
+    tokens: Vec<u32>,
+    logprobs: Vec<f32>,
+    added: Instant,
+    admitted: Instant,
+    first_token: Option<Instant>,
+}
+
+/// What one step did, for progress bars and benchmarks.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepStats {
+    pub rows: usize,
+    pub prefill_rows: usize,
+    pub decode_rows: usize,
+    pub sampled: usize,
+    pub running: usize,
+    pub waiting: usize,
+}
+
+pub struct Engine {
+    model: Qwen3,
+    config: EngineConfig,
+    cache: KvCache,
+    free_slots: Vec<u32>,
+    waiting: VecDeque<Pending>,
+    active: Vec<Active>,
+    /// Results not yet handed out (refused requests and finished ones).
+    done: Vec<(u64, Result<Completion, SampleError>)>,
+}
+
+impl Engine {
+    pub fn new(model: Qwen3, config: EngineConfig) -> Result<Self, String> {
+        if config.max_batch == 0 || config.context == 0 || config.chunk_size == 0 {
+            return Err(format!("engine config needs max_batch, context and chunk_size >= 1, got {config:?}"));
+        }
+        if config.context > model.config.max_position_embeddings {
+            return Err(format!("context {} exceeds the model's max_position_embeddings {}", config.context, model.config.max_position_embeddings));
+        }
+        let device = model.embed.device();
+        let cache = KvCache::new(&model.config, config.max_batch, config.context, model.dtype, &device);
+        let free_slots = (0..config.max_batch as u32).rev().collect();
+        Ok(Self { model, config, cache, free_slots, waiting: VecDeque::new(), active: Vec::new(), done: Vec::new() })
+    }
+
+    pub fn model(&self) -> &Qwen3 {
+        &self.model
+    }
+
+    /// Replace the weights (after an optimizer step); only between rollouts.
+    pub fn set_model(&mut self, model: Qwen3) -> Result<(), String> {
+        if !self.is_idle() {
+            return Err("set_model while requests are running".into());
+        }
+        self.model = model;
+        Ok(())
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.active.is_empty()
+    }
+
+    /// Queue a request. Invalid requests are answered at once with their error.
+    pub fn add(&mut self, request: Request) {
+        match request.validate(self.model.config.vocab_size, self.config.context) {
+            Ok(()) => self.waiting.push_back(Pending { request, added: Instant::now() }),
+            Err(e) => self.done.push((request.id, Err(e))),
+        }
+    }
+
+    /// Results that are ready (finished or refused requests), in completion order.
+    pub fn take_done(&mut self) -> Vec<(u64, Result<Completion, SampleError>)> {
+        std::mem::take(&mut self.done)
+    }
+
+    /// One batched forward + sampling launch. Returns what it did.
+    pub fn step(&mut self) -> StepStats {
+        let now = Instant::now();
+        while let (Some(_), Some(slot)) = (self.waiting.front(), self.free_slots.last().copied()) {
+            self.free_slots.pop();
+            let p = self.waiting.pop_front().expect("front exists");
+            self.active.push(Active { request: p.request, slot, prefilled: 0, tokens: Vec::new(), logprobs: Vec::new(), added: p.added, admitted: now, first_token: None });
+        }
+        let mut stats = StepStats { running: self.active.len(), waiting: self.waiting.len(), ..Default::default() };
+        if self.active.is_empty() {
+            return stats;
+        }
+        let mut rows = Rows::default();
+        // (active index, row index) of the rows whose logits are sampled
+        let mut sample_at: Vec<(usize, usize)> = Vec::new();
+        for (a, act) in self.active.iter_mut().enumerate() {
+            let prompt = &act.request.prompt;
+            if act.prefilled < prompt.len() {
+                let end = (act.prefilled + self.config.chunk_size).min(prompt.len());
+                for p in act.prefilled..end {
+                    rows.push(prompt[p], act.slot, p as u32);
+                }
+                stats.prefill_rows += end - act.prefilled;
+                act.prefilled = end;
+                if end == prompt.len() {
+                    sample_at.push((a, rows.len() - 1));
+                }
+            } else {
+                let last = *act.tokens.last().expect("decoding requests have a token");
+                rows.push(last, act.slot, (prompt.len() + act.tokens.len() - 1) as u32);
+                stats.decode_rows += 1;
+                sample_at.push((a, rows.len() - 1));
+            }
+        }
+        stats.rows = rows.len();
+        stats.sampled = sample_at.len();
+        if let Err(e) = self.run(&rows, &sample_at) {
+            // a failed launch fails the requests of this step, never silently
+            let message = e;
+            for act in self.active.drain(..) {
+                self.free_slots.push(act.slot);
+                self.done.push((act.request.id, Err(SampleError::Engine { id: act.request.id, message: message.clone() })));
+            }
+            return stats;
+        }
+        let mut still = Vec::with_capacity(self.active.len());
+        for act in self.active.drain(..) {
+            let finish = act.tokens.last().and_then(|t| {
+                if act.request.params.stop_tokens.contains(t) {
+                    Some(FinishReason::Stop)
+                } else if act.tokens.len() >= act.request.params.max_new_tokens {
+                    Some(FinishReason::Length)
+                } else {
+                    None
+                }
+            });
+            match finish {
+                Some(finish) => {
+                    self.free_slots.push(act.slot);
+                    let end = Instant::now();
+                    let timings = Timings {
+                        queued: act.admitted - act.added,
+                        first_token: act.first_token.unwrap_or(end) - act.added,
+                        total: end - act.added,
+                    };
+                    let id = act.request.id;
+                    self.done.push((id, Ok(Completion { id, prompt_len: act.request.prompt.len(), tokens: act.tokens, logprobs: act.logprobs, finish, timings })));
+                }
+                None => still.push(act),
+            }
+        }
+        self.active = still;
+        stats
+    }
+
+    fn run(&mut self, rows: &Rows, sample_at: &[(usize, usize)]) -> Result<(), String> {
+        let logits = self.model.forward(rows, Some(&mut self.cache)).map_err(|e| e.to_string())?;
+        if sample_at.is_empty() {
+            return Ok(());
+        }
+        let device = logits.device();
+        let idx: Vec<i32> = sample_at.iter().map(|&(_, r)| r as i32).collect();
+        let n = idx.len();
+        let picked = logits.select(0, Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), &device));
+        let params: Vec<SamplingRow> = sample_at
+            .iter()
+            .map(|&(a, _)| {
+                let act = &self.active[a];
+                let p = &act.request.params;
+                let position = (act.request.prompt.len() + act.tokens.len()) as u32;
+                SamplingRow { temperature: p.temperature, top_k: p.top_k, top_p: p.top_p, rng_key: row_rng_key(p.seed, act.request.id, position) }
+            })
+            .collect();
+        let (tokens, logprobs) = sample(picked, &params).map_err(|e| e.to_string())?;
+        let tokens = tokens.into_data().convert::<i64>().try_to_vec::<i64>().map_err(|e| format!("{e:?}"))?;
+        let logprobs = logprobs.cast(DType::F32).into_data().try_to_vec::<f32>().map_err(|e| format!("{e:?}"))?;
+        let now = Instant::now();
+        for (i, &(a, _)) in sample_at.iter().enumerate() {
+            let act = &mut self.active[a];
+            act.tokens.push(tokens[i] as u32);
+            act.logprobs.push(logprobs[i]);
+            act.first_token.get_or_insert(now);
+        }
+        Ok(())
+    }
+
+    /// The blocking batch API: run `requests` to completion (in slots as they free up) and
+    /// return their results in the order given.
+    pub fn generate(&mut self, requests: Vec<Request>) -> Vec<Result<Completion, SampleError>> {
+        let order: Vec<u64> = requests.iter().map(|r| r.id).collect();
+        for r in requests {
+            self.add(r);
+        }
+        let mut results: std::collections::HashMap<u64, Result<Completion, SampleError>> = std::collections::HashMap::new();
+        loop {
+            for (id, r) in self.take_done() {
+                results.insert(id, r);
+            }
+            if self.is_idle() {
+                break;
+            }
+            self.step();
+        }
+        order.iter().map(|id| results.remove(id).unwrap_or(Err(SampleError::Engine { id: *id, message: "duplicate request id in one batch".into() }))).collect()
+    }
+}

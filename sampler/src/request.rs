@@ -1,0 +1,111 @@
+//! What a caller asks for and gets back.
+
+use std::time::Duration;
+
+/// Per-request sampling parameters (vLLM's names).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    /// >= 0; 0 is greedy.
+    pub temperature: f32,
+    /// 0 disables top-k.
+    pub top_k: u32,
+    /// In (0, 1]; 1 disables top-p.
+    pub top_p: f32,
+    pub max_new_tokens: usize,
+    /// Generation stops after emitting any of these (the stop token is kept in the output).
+    pub stop_tokens: Vec<u32>,
+    /// With the request id and the position, the only input of the sampling noise.
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self { temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 64, stop_tokens: Vec::new(), seed: 0 }
+    }
+}
+
+/// A rollout request. `id` keys the sampling noise together with `params.seed`: the same
+/// (id, seed, prompt) gives the same tokens and logprob bits however the batch around it looks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    pub id: u64,
+    pub prompt: Vec<u32>,
+    pub params: SamplingParams,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// Emitted a stop token.
+    Stop,
+    /// Reached `max_new_tokens`.
+    Length,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Timings {
+    /// From `add` to admission into a cache slot.
+    pub queued: Duration,
+    /// From `add` to the first generated token.
+    pub first_token: Duration,
+    /// From `add` to completion.
+    pub total: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Completion {
+    pub id: u64,
+    pub prompt_len: usize,
+    pub tokens: Vec<u32>,
+    /// `logprobs[i]` belongs to `tokens[i]` (see the crate docs for the distribution).
+    pub logprobs: Vec<f32>,
+    pub finish: FinishReason,
+    pub timings: Timings,
+}
+
+/// A request the engine refused; the engine keeps serving the others.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SampleError {
+    #[error("request {id}: empty prompt")]
+    EmptyPrompt { id: u64 },
+    #[error("request {id}: token id {token} at prompt position {position} is out of range (vocabulary size {vocab})")]
+    TokenOutOfRange { id: u64, token: u32, position: usize, vocab: usize },
+    #[error("request {id}: prompt ({prompt} tokens) + max_new_tokens ({max_new}) exceeds the context of {context} tokens")]
+    TooLong { id: u64, prompt: usize, max_new: usize, context: usize },
+    #[error("request {id}: max_new_tokens must be at least 1")]
+    NoNewTokens { id: u64 },
+    #[error("request {id}: temperature must be a finite number >= 0, got {value}")]
+    BadTemperature { id: u64, value: f32 },
+    #[error("request {id}: top_p must be in (0, 1], got {value}")]
+    BadTopP { id: u64, value: f32 },
+    #[error("request {id}: the engine failed: {message}")]
+    Engine { id: u64, message: String },
+    #[error("the engine has stopped")]
+    Closed,
+}
+
+impl Request {
+    /// Checks a request against the model's vocabulary and the engine's context length.
+    pub fn validate(&self, vocab: usize, context: usize) -> Result<(), SampleError> {
+        let id = self.id;
+        let p = &self.params;
+        if self.prompt.is_empty() {
+            return Err(SampleError::EmptyPrompt { id });
+        }
+        if let Some((position, &token)) = self.prompt.iter().enumerate().find(|(_, t)| **t as usize >= vocab) {
+            return Err(SampleError::TokenOutOfRange { id, token, position, vocab });
+        }
+        if p.max_new_tokens == 0 {
+            return Err(SampleError::NoNewTokens { id });
+        }
+        if self.prompt.len() + p.max_new_tokens > context {
+            return Err(SampleError::TooLong { id, prompt: self.prompt.len(), max_new: p.max_new_tokens, context });
+        }
+        if !(p.temperature.is_finite() && p.temperature >= 0.0) {
+            return Err(SampleError::BadTemperature { id, value: p.temperature });
+        }
+        if !(p.top_p > 0.0 && p.top_p <= 1.0) {
+            return Err(SampleError::BadTopP { id, value: p.top_p });
+        }
+        Ok(())
+    }
+}
