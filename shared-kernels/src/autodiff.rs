@@ -95,3 +95,9 @@ pub fn cube<const D: usize>(t: Tensor<D>) -> CubeTensor {
 pub fn tracked_in<const D: usize>(op: &'static str, name: &str, t: Tensor<D>) -> Result<AdTensor, crate::KernelError> {
     as_tracked(t).map_err(|_| crate::KernelError::new(op, format!("`{name}` is not on an autodiff device but the op's first input is")))
 }
+
+/// The plain (non-autodiff) view of an auxiliary input (ids, positions, temperatures) that was
+/// created on an autodiff device.
+pub fn untracked<const D: usize, K: burn::tensor::kind::Autodiff>(t: Tensor<D, K>) -> Tensor<D, K> {
+    if t.is_autodiff() { t.inner() } else { t }
+}

@@ -1,1 +1,14 @@
-pub use sampler;
+//! lockstep's trainer: GRPO on the shared model forward, with the sampler in the same process.
+
+pub mod audit;
+pub mod checkpoint;
+pub mod config;
+pub mod grpo;
+pub mod optim;
+pub mod rng;
+pub mod run;
+pub mod sample_cli;
+pub mod sft;
+pub mod tasks;
+pub mod telemetry;
+pub mod vocab;

@@ -7,7 +7,7 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use config::ModelConfig;
-pub use qwen3::{KvCache, Qwen3, Rows};
+pub use qwen3::{KernelSet, KvCache, Qwen3, Rows, Weight};
 pub use tokenizer::load_tokenizer;
 pub use weights::{load_checkpoint, save_checkpoint, tiny_config, Checkpoint};
 

@@ -13,10 +13,46 @@
 
 use super::{load_checkpoint, Checkpoint, ModelConfig, ModelError};
 use crate::ops::attention::KvCacheShape;
-use crate::{add, attention, causal_attention, embedding, matmul, rmsnorm, rope, swiglu, write_kv_cache};
+use crate::{add, attention, causal_attention, embedding, rope, swiglu, write_kv_cache};
 use crate::{RopeTables, WeightLayout::OutIn};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use std::path::Path;
+
+/// A weight of either rank, for code that walks all of them.
+#[derive(Clone, Debug)]
+pub enum Weight {
+    Vector(Tensor<1>),
+    Matrix(Tensor<2>),
+}
+
+impl Weight {
+    /// Flat view.
+    pub fn flat(&self) -> Tensor<1> {
+        match self {
+            Weight::Vector(v) => v.clone(),
+            Weight::Matrix(m) => {
+                let n = m.shape().num_elements();
+                m.clone().reshape([n])
+            }
+        }
+    }
+    /// Same rank and shape as `self`, values from a flat tensor.
+    pub fn with_flat(&self, flat: Tensor<1>) -> Weight {
+        match self {
+            Weight::Vector(_) => Weight::Vector(flat),
+            Weight::Matrix(m) => Weight::Matrix(flat.reshape(m.dims())),
+        }
+    }
+    pub fn to_host(&self) -> Vec<f32> {
+        self.flat().cast(DType::F32).into_data().convert::<f32>().try_to_vec::<f32>().expect("f32 weights")
+    }
+    pub fn map(self, f1: impl FnOnce(Tensor<1>) -> Tensor<1>, f2: impl FnOnce(Tensor<2>) -> Tensor<2>) -> Weight {
+        match self {
+            Weight::Vector(v) => Weight::Vector(f1(v)),
+            Weight::Matrix(m) => Weight::Matrix(f2(m)),
+        }
+    }
+}
 
 /// One decoder layer's weights, in HF layout (`[out, in]` projections).
 #[derive(Clone, Debug)]
@@ -44,6 +80,21 @@ pub struct Qwen3 {
     /// `None` when tied to `embed`.
     pub lm_head: Option<Tensor<2>>,
     pub rope: RopeTables,
+    /// Which kernels the projections and norms run on (see [`KernelSet`]).
+    pub kernels: KernelSet,
+    /// Mean token entropy of the last [`Qwen3::sequence_logprobs`] call (a metric).
+    pub last_entropy: std::cell::Cell<Option<f64>>,
+}
+
+/// The kernel set a forward runs on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KernelSet {
+    /// lockstep's batch-invariant kernels: the product.
+    #[default]
+    Matched,
+    /// burn's default matmul and an rmsnorm built from burn ops (autotuned, split reductions,
+    /// not batch invariant): the ablation's "fast" sampler. Attention and logprobs stay lockstep's.
+    Fast,
 }
 
 /// The tokens to run: row r is token `tokens[r]` at `positions[r]` of sequence `slots[r]`.
@@ -136,6 +187,8 @@ impl Qwen3 {
             norm: t1("model.norm.weight".into()),
             lm_head: (!c.tie_word_embeddings).then(|| t2("lm_head.weight".into())),
             rope: RopeTables::new(c.head_dim, c.max_position_embeddings, c.rope_theta, device)?,
+            kernels: KernelSet::Matched,
+            last_entropy: std::cell::Cell::new(None),
         })
     }
 
@@ -145,36 +198,65 @@ impl Qwen3 {
         let mut tensors = std::collections::BTreeMap::new();
         for (name, t) in self.named_tensors() {
             let shape = shapes[&name].clone();
-            let values = t.into_data().convert::<f32>().try_to_vec::<f32>().expect("f32 weights");
+            let values = t.to_host();
             tensors.insert(name, (shape, values));
         }
         Checkpoint { config: self.config.clone(), tensors }
     }
 
-    /// Every weight as (HF name, tensor viewed as rank 2: 1-D weights become [1, n]).
-    pub fn named_tensors(&self) -> Vec<(String, Tensor<2>)> {
-        let row = |t: &Tensor<1>| t.clone().unsqueeze::<2>();
-        let mut out = vec![("model.embed_tokens.weight".to_string(), self.embed.clone())];
-        for (i, l) in self.layers.iter().enumerate() {
+    /// Every weight by HF name.
+    pub fn named_tensors(&self) -> Vec<(String, Weight)> {
+        let mut out = Vec::new();
+        self.visit(&mut |name, w| out.push((name.to_string(), w.clone())));
+        out
+    }
+
+    fn visit(&self, f: &mut dyn FnMut(&str, &Weight)) {
+        let mut clone = self.clone();
+        clone.visit_mut(&mut |name, w| f(name, w));
+    }
+
+    /// Every weight by HF name, mutably (in checkpoint order).
+    pub fn visit_mut(&mut self, f: &mut dyn FnMut(&str, &mut Weight)) {
+        let one = |name: String, t: &mut Tensor<1>, f: &mut dyn FnMut(&str, &mut Weight)| {
+            let mut w = Weight::Vector(t.clone());
+            f(&name, &mut w);
+            if let Weight::Vector(v) = w { *t = v } else { panic!("{name}: rank changed") }
+        };
+        let two = |name: String, t: &mut Tensor<2>, f: &mut dyn FnMut(&str, &mut Weight)| {
+            let mut w = Weight::Matrix(t.clone());
+            f(&name, &mut w);
+            if let Weight::Matrix(m) = w { *t = m } else { panic!("{name}: rank changed") }
+        };
+        two("model.embed_tokens.weight".into(), &mut self.embed, f);
+        for (i, l) in self.layers.iter_mut().enumerate() {
             let p = format!("model.layers.{i}");
-            out.push((format!("{p}.input_layernorm.weight"), row(&l.input_norm)));
-            out.push((format!("{p}.self_attn.q_proj.weight"), l.q_proj.clone()));
-            out.push((format!("{p}.self_attn.k_proj.weight"), l.k_proj.clone()));
-            out.push((format!("{p}.self_attn.v_proj.weight"), l.v_proj.clone()));
-            out.push((format!("{p}.self_attn.o_proj.weight"), l.o_proj.clone()));
-            if let (Some(q), Some(k)) = (&l.q_norm, &l.k_norm) {
-                out.push((format!("{p}.self_attn.q_norm.weight"), row(q)));
-                out.push((format!("{p}.self_attn.k_norm.weight"), row(k)));
+            one(format!("{p}.input_layernorm.weight"), &mut l.input_norm, f);
+            two(format!("{p}.self_attn.q_proj.weight"), &mut l.q_proj, f);
+            two(format!("{p}.self_attn.k_proj.weight"), &mut l.k_proj, f);
+            two(format!("{p}.self_attn.v_proj.weight"), &mut l.v_proj, f);
+            two(format!("{p}.self_attn.o_proj.weight"), &mut l.o_proj, f);
+            if let Some(q) = l.q_norm.as_mut() {
+                one(format!("{p}.self_attn.q_norm.weight"), q, f);
             }
-            out.push((format!("{p}.post_attention_layernorm.weight"), row(&l.post_norm)));
-            out.push((format!("{p}.mlp.gate_proj.weight"), l.gate_proj.clone()));
-            out.push((format!("{p}.mlp.up_proj.weight"), l.up_proj.clone()));
-            out.push((format!("{p}.mlp.down_proj.weight"), l.down_proj.clone()));
+            if let Some(k) = l.k_norm.as_mut() {
+                one(format!("{p}.self_attn.k_norm.weight"), k, f);
+            }
+            one(format!("{p}.post_attention_layernorm.weight"), &mut l.post_norm, f);
+            two(format!("{p}.mlp.gate_proj.weight"), &mut l.gate_proj, f);
+            two(format!("{p}.mlp.up_proj.weight"), &mut l.up_proj, f);
+            two(format!("{p}.mlp.down_proj.weight"), &mut l.down_proj, f);
         }
-        out.push(("model.norm.weight".to_string(), row(&self.norm)));
-        if let Some(h) = &self.lm_head {
-            out.push(("lm_head.weight".to_string(), h.clone()));
+        one("model.norm.weight".into(), &mut self.norm, f);
+        if let Some(h) = self.lm_head.as_mut() {
+            two("lm_head.weight".into(), h, f);
         }
+    }
+
+    /// A copy with every weight passed through `f` (cast, move to a device, track gradients).
+    pub fn map_weights(&self, f: &mut dyn FnMut(&str, Weight) -> Weight) -> Self {
+        let mut out = self.clone();
+        out.visit_mut(&mut |name, w| *w = f(name, w.clone()));
         out
     }
 
@@ -203,7 +285,13 @@ impl Qwen3 {
     /// Logits `[rows, vocab]` for `rows`. With `cache`, each row's K/V is written into its slot
     /// first (prefill chunks, decode steps); without, the rows must be whole sequences (the
     /// training path, differentiable on an autodiff device).
-    pub fn forward(&self, rows: &Rows, mut cache: Option<&mut KvCache>) -> Result<Tensor<2>, ModelError> {
+    pub fn forward(&self, rows: &Rows, cache: Option<&mut KvCache>) -> Result<Tensor<2>, ModelError> {
+        self.forward_traced(rows, cache, None)
+    }
+
+    /// [`Qwen3::forward`], recording every op's output `[rows, features]` under a name like
+    /// "layer 3 q_proj" (for the auditor that finds where two paths first differ).
+    pub fn forward_traced(&self, rows: &Rows, mut cache: Option<&mut KvCache>, mut trace: Option<&mut Vec<(String, Tensor<2>)>>) -> Result<Tensor<2>, ModelError> {
         self.check_rows(rows)?;
         let c = &self.config;
         let device = self.embed.device();
@@ -220,17 +308,23 @@ impl Qwen3 {
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         let (hq, hkv, d) = (c.num_heads, c.num_kv_heads, c.head_dim);
         let mut h = embedding(self.embed.clone(), tokens)?;
+        record(&mut trace, || "embedding".into(), &h);
         for (i, l) in self.layers.iter().enumerate() {
-            let x = rmsnorm(h.clone(), l.input_norm.clone(), eps)?;
-            let mut q = matmul(x.clone(), l.q_proj.clone(), OutIn)?.reshape([n, hq, d]);
-            let mut k = matmul(x.clone(), l.k_proj.clone(), OutIn)?.reshape([n, hkv, d]);
-            let v = matmul(x, l.v_proj.clone(), OutIn)?.reshape([n, hkv, d]);
+            let x = self.norm_rows(h.clone(), l.input_norm.clone(), eps)?;
+            record(&mut trace, || format!("layer {i} input_norm"), &x);
+            let mut q = self.mm(x.clone(), l.q_proj.clone(), OutIn)?.reshape([n, hq, d]);
+            let mut k = self.mm(x.clone(), l.k_proj.clone(), OutIn)?.reshape([n, hkv, d]);
+            let v = self.mm(x, l.v_proj.clone(), OutIn)?.reshape([n, hkv, d]);
             if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
-                q = rmsnorm(q, qn.clone(), eps)?;
-                k = rmsnorm(k, kn.clone(), eps)?;
+                q = self.norm_rows(q, qn.clone(), eps)?;
+                k = self.norm_rows(k, kn.clone(), eps)?;
             }
+            record(&mut trace, || format!("layer {i} q_proj+q_norm"), &q.clone().reshape([n, hq * d]));
+            record(&mut trace, || format!("layer {i} k_proj+k_norm"), &k.clone().reshape([n, hkv * d]));
+            record(&mut trace, || format!("layer {i} v_proj"), &v.clone().reshape([n, hkv * d]));
             let q = rope(q, positions.clone(), &self.rope)?;
             let k = rope(k, positions.clone(), &self.rope)?;
+            record(&mut trace, || format!("layer {i} rope q"), &q.clone().reshape([n, hq * d]));
             let attn = match cache.as_deref_mut() {
                 Some(cache) => {
                     let (kc, vc) = &mut cache.layers[i];
@@ -240,16 +334,49 @@ impl Qwen3 {
                 }
                 None => causal_attention(q, k, v, &rows.slots, &rows.positions, scale)?,
             };
-            let o = matmul(attn.reshape([n, hq * d]), l.o_proj.clone(), OutIn)?;
+            record(&mut trace, || format!("layer {i} attention"), &attn.clone().reshape([n, hq * d]));
+            let o = self.mm(attn.reshape([n, hq * d]), l.o_proj.clone(), OutIn)?;
+            record(&mut trace, || format!("layer {i} o_proj"), &o);
             h = add(h, o)?;
-            let x = rmsnorm(h.clone(), l.post_norm.clone(), eps)?;
-            let gate = matmul(x.clone(), l.gate_proj.clone(), OutIn)?;
-            let up = matmul(x, l.up_proj.clone(), OutIn)?;
-            h = add(h, matmul(swiglu(gate, up)?, l.down_proj.clone(), OutIn)?)?;
+            let x = self.norm_rows(h.clone(), l.post_norm.clone(), eps)?;
+            record(&mut trace, || format!("layer {i} post_norm"), &x);
+            let gate = self.mm(x.clone(), l.gate_proj.clone(), OutIn)?;
+            let up = self.mm(x, l.up_proj.clone(), OutIn)?;
+            let act = swiglu(gate, up)?;
+            record(&mut trace, || format!("layer {i} gate/up+swiglu"), &act);
+            let down = self.mm(act, l.down_proj.clone(), OutIn)?;
+            record(&mut trace, || format!("layer {i} down_proj"), &down);
+            h = add(h, down)?;
         }
-        let x = rmsnorm(h, self.norm.clone(), eps)?;
+        let x = self.norm_rows(h, self.norm.clone(), eps)?;
+        record(&mut trace, || "final_norm".into(), &x);
         let head = self.lm_head.clone().unwrap_or_else(|| self.embed.clone());
-        Ok(matmul(x, head, OutIn)?)
+        let logits = self.mm(x, head, OutIn)?;
+        record(&mut trace, || "lm_head".into(), &logits);
+        Ok(logits)
+    }
+
+    fn mm(&self, x: Tensor<2>, w: Tensor<2>, layout: crate::WeightLayout) -> Result<Tensor<2>, crate::KernelError> {
+        match self.kernels {
+            KernelSet::Matched => crate::matmul(x, w, layout),
+            KernelSet::Fast => Ok(match layout {
+                OutIn => x.matmul(w.transpose()),
+                crate::WeightLayout::InOut => x.matmul(w),
+            }),
+        }
+    }
+
+    fn norm_rows<const D: usize>(&self, x: Tensor<D>, w: Tensor<1>, eps: f32) -> Result<Tensor<D>, crate::KernelError> {
+        match self.kernels {
+            KernelSet::Matched => crate::rmsnorm(x, w, eps),
+            KernelSet::Fast => {
+                let dtype = x.dtype();
+                let x32 = x.cast(DType::F32);
+                let inv = (x32.clone() * x32.clone()).mean_dim(D - 1).add_scalar(eps as f64).sqrt().recip();
+                let shape: [usize; D] = std::array::from_fn(|i| if i + 1 == D { w.dims()[0] } else { 1 });
+                Ok((x32 * inv).cast(dtype) * w.reshape(shape))
+            }
+        }
     }
 
     /// The training path: logprob (at `temperature`) of every token after the first of each
@@ -279,7 +406,9 @@ impl Qwen3 {
         let picked = logits.select(0, keep_t);
         let tg = Tensor::<1, Int>::from_data(TensorData::new(targets, [m]), &device);
         let temps = Tensor::<1>::from_data(TensorData::new(vec![temperature; m], [m]), &device);
-        let lp = crate::token_logprobs(picked, tg, temps)?.logprobs;
+        let scored = crate::token_logprobs(picked, tg, temps)?;
+        let lp = scored.logprobs;
+        self.last_entropy.set(Some(scored.entropy.into_data().convert::<f32>().try_to_vec::<f32>().expect("f32").iter().map(|&v| v as f64).sum::<f64>() / m.max(1) as f64));
         let host = lp.clone().into_data().convert::<f32>().try_to_vec::<f32>().expect("f32");
         let mut out = Vec::with_capacity(sequences.len());
         let mut at = 0;
@@ -288,5 +417,11 @@ impl Qwen3 {
             at += seq.len() - 1;
         }
         Ok((out, lp))
+    }
+}
+
+fn record(trace: &mut Option<&mut Vec<(String, Tensor<2>)>>, name: impl FnOnce() -> String, t: &Tensor<2>) {
+    if let Some(trace) = trace.as_deref_mut() {
+        trace.push((name(), t.clone()));
     }
 }

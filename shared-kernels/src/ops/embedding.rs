@@ -7,7 +7,7 @@
 use super::reduce::cube_linear;
 use super::{cube_count_for, storage};
 use crate::bridge::{dims, float_in, float_out, int_in, same_device};
-use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
+use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in, untracked};
 use crate::{ensure, KernelError};
 use burn::tensor::{Int as BInt, Tensor as BTensor};
 use burn_cubecl::cubecl::prelude::*;
@@ -45,7 +45,7 @@ pub fn embedding(table: BTensor<2>, ids: BTensor<1, BInt>) -> Result<BTensor<2>,
     }
     let ta = tracked_in("embedding", "table", table)?;
     let tp = plain::<2>(inner(&ta));
-    let ids = ids.to_device(&tp.device());
+    let ids = untracked(ids);
     let y = embedding_plain(tp.clone(), ids.clone())?;
     Ok(from_tracked(tracked([&ta], cube(y), move |dy| {
         let dy = plain::<2>(dy);

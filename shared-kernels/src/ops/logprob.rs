@@ -11,7 +11,7 @@
 use super::reduce::{cube_linear, tree_max, tree_sum, NEG_BIG};
 use super::{cube_count_for, storage, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, int_in, same_device};
-use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
+use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in, untracked};
 use crate::{ensure, KernelError};
 use burn::tensor::{DType, Int as BInt, Tensor as BTensor};
 use burn_cubecl::cubecl::prelude::*;
@@ -125,10 +125,9 @@ pub fn token_logprobs(
     let la = tracked_in("token_logprobs", "logits", logits)?;
     let lp = plain::<2>(inner(&la));
     let device = lp.device();
-    let (targets, temperatures) = (targets.to_device(&device), temperatures.to_device(&device));
+    let (targets, temperatures) = (untracked(targets), untracked(temperatures));
     let out = token_logprobs_plain(lp.clone(), targets.clone(), temperatures.clone())?;
     let entropy = out.entropy;
-    let ad_device = device.clone().autodiff();
     let grad_device = device.clone();
     let logprobs = from_tracked(tracked([&la], cube(out.logprobs), move |dl| {
         // d logprob / d logit_j = (onehot_j - softmax(z)_j) / T (T = 0 scored at T = 1);
@@ -144,7 +143,7 @@ pub fn token_logprobs(
         let _ = vocab;
         [Some(cube(grad.cast(dtype)))]
     }));
-    Ok(TokenLogprobs { logprobs, entropy: entropy.to_device(&ad_device) })
+    Ok(TokenLogprobs { logprobs, entropy: BTensor::from_inner(entropy) })
 }
 
 fn token_logprobs_plain(

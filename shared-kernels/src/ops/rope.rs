@@ -7,7 +7,7 @@
 use super::reduce::cube_linear;
 use super::{cube_count_for, storage};
 use crate::bridge::{dims, float_in, float_out, int_in, same_device};
-use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
+use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in, untracked};
 use crate::{ensure, KernelError};
 use burn::tensor::{DType, Device, Int as BInt, Tensor as BTensor, TensorData};
 use burn_cubecl::cubecl::prelude::*;
@@ -92,10 +92,10 @@ pub fn rope(x: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables) -> 
     }
     let xa = tracked_in("rope", "x", x)?;
     let xp = plain::<3>(inner(&xa));
-    let device = xp.device();
-    let positions = positions.to_device(&device);
+
+    let positions = untracked(positions);
     let y = rope_plain(xp.clone(), positions.clone(), tables)?;
-    let (cos, sin) = (tables.cos.clone().to_device(&device), tables.sin.clone().to_device(&device));
+    let (cos, sin) = (untracked(tables.cos.clone()), untracked(tables.sin.clone()));
     Ok(from_tracked(tracked([&xa], cube(y), move |dy| {
         // the transpose of a rotation is the rotation by the opposite angle
         let dtype = xp.dtype();

@@ -1,0 +1,107 @@
+//! Run checkpoints: `runs/<name>/checkpoints/step-NNNNNN/` holding the policy in HF layout
+//! (model.safetensors, config.json, tokenizer.json: loadable by transformers), the optimizer
+//! moments (optimizer.safetensors) and state.json. Written into a temp folder, fsynced, then
+//! renamed into place; the oldest beyond `keep` are removed after the new one is complete.
+
+use crate::optim::{moments_from_host, moments_to_host, AdamW};
+use burn::tensor::{DType, Device};
+use safetensors::{tensor::TensorView, Dtype, SafeTensors};
+use serde::{Deserialize, Serialize};
+use shared_kernels::model::{load_checkpoint, save_checkpoint, weights::write_atomic, Checkpoint, ModelError, Qwen3};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RunState {
+    /// GRPO steps completed.
+    pub step: usize,
+    /// AdamW updates taken (bias correction).
+    pub adam_t: u64,
+    pub git_revision: String,
+}
+
+fn io(path: &Path, e: std::io::Error) -> ModelError {
+    ModelError::io(path, e)
+}
+
+pub fn checkpoints_dir(run_dir: &Path) -> PathBuf {
+    run_dir.join("checkpoints")
+}
+
+/// Saves and prunes. Returns the new checkpoint folder.
+pub fn save(run_dir: &Path, model: &Qwen3, opt: &AdamW, state: &RunState, tokenizer_json: &str, keep: usize) -> Result<PathBuf, ModelError> {
+    let root = checkpoints_dir(run_dir);
+    std::fs::create_dir_all(&root).map_err(|e| io(&root, e))?;
+    let name = format!("step-{:06}", state.step);
+    let tmp = root.join(format!(".{name}.tmp"));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(|e| io(&tmp, e))?;
+    save_checkpoint(&tmp, &model.to_checkpoint(), DType::F32, None)?;
+    write_atomic(&tmp.join("tokenizer.json"), tokenizer_json.as_bytes())?;
+    // optimizer moments
+    let host = moments_to_host(opt);
+    let mut buffers: Vec<(String, Vec<u8>, usize)> = Vec::new();
+    for (k, (m, v)) in &host {
+        for (prefix, values) in [("m", m), ("v", v)] {
+            buffers.push((format!("{prefix}.{k}"), values.iter().flat_map(|x| x.to_le_bytes()).collect(), values.len()));
+        }
+    }
+    let views: Vec<(String, TensorView<'_>)> = buffers.iter().map(|(n, b, len)| (n.clone(), TensorView::new(Dtype::F32, vec![*len], b).expect("view"))).collect();
+    let bytes = safetensors::serialize(views, None).map_err(|e| ModelError::Io { file: tmp.display().to_string(), message: e.to_string() })?;
+    write_atomic(&tmp.join("optimizer.safetensors"), &bytes)?;
+    write_atomic(&tmp.join("state.json"), serde_json::to_string_pretty(state).expect("json").as_bytes())?;
+    let dest = root.join(&name);
+    let _ = std::fs::remove_dir_all(&dest);
+    std::fs::rename(&tmp, &dest).map_err(|e| io(&dest, e))?;
+    if let Ok(dir) = std::fs::File::open(&root) {
+        let _ = dir.sync_all();
+    }
+    let mut all = list(run_dir);
+    while all.len() > keep {
+        let old = all.remove(0);
+        let _ = std::fs::remove_dir_all(old);
+    }
+    Ok(dest)
+}
+
+/// Complete checkpoints of a run, oldest first.
+pub fn list(run_dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(checkpoints_dir(run_dir))
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("step-")) && p.join("state.json").exists()).collect())
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+pub struct Loaded {
+    pub checkpoint: Checkpoint,
+    pub moments: BTreeMap<String, (Vec<f32>, Vec<f32>)>,
+    pub state: RunState,
+}
+
+pub fn load(dir: &Path) -> Result<Loaded, ModelError> {
+    let checkpoint = load_checkpoint(dir)?;
+    let state_path = dir.join("state.json");
+    let text = std::fs::read_to_string(&state_path).map_err(|e| io(&state_path, e))?;
+    let state: RunState = serde_json::from_str(&text).map_err(|e| ModelError::Io { file: state_path.display().to_string(), message: format!("invalid run state: {e}") })?;
+    let opt_path = dir.join("optimizer.safetensors");
+    let bytes = std::fs::read(&opt_path).map_err(|e| io(&opt_path, e))?;
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| ModelError::Weights { file: opt_path.display().to_string(), tensor: String::new(), message: format!("corrupt: {e}") })?;
+    let mut moments: BTreeMap<String, (Vec<f32>, Vec<f32>)> = BTreeMap::new();
+    for (name, view) in st.tensors() {
+        let values: Vec<f32> = view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let (kind, weight) = name.split_once('.').unwrap_or(("?", &name));
+        let entry = moments.entry(weight.to_string()).or_default();
+        match kind {
+            "m" => entry.0 = values,
+            "v" => entry.1 = values,
+            _ => return Err(ModelError::Weights { file: opt_path.display().to_string(), tensor: name.clone(), message: "unexpected tensor".into() }),
+        }
+    }
+    Ok(Loaded { checkpoint, moments, state })
+}
+
+pub fn restore_optimizer(opt: &mut AdamW, loaded: BTreeMap<String, (Vec<f32>, Vec<f32>)>, t: u64, device: &Device) {
+    opt.moments = moments_from_host(loaded, device);
+    opt.t = t;
+}

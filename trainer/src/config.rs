@@ -1,0 +1,263 @@
+//! The run configuration: TOML, one section per concern, every key with a default
+//! (documented in docs/config.md), unknown keys refused, `--set section.key=value` overrides.
+
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub model: ModelSection,
+    pub sampler: SamplerSection,
+    pub train: TrainSection,
+    pub task: TaskSection,
+    pub log: LogSection,
+    pub ablation: AblationSection,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelSection {
+    /// HF checkpoint folder; empty = the embedded tiny Qwen3 (random init, char vocabulary).
+    pub path: String,
+    /// Seed of the embedded model's random init.
+    pub init_seed: u64,
+    /// Training and sampling dtype: "f32" or "bf16".
+    pub dtype: String,
+    /// Embedded model only: hidden size, layers, heads, kv heads, head dim, ffn size.
+    pub hidden_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub intermediate_size: usize,
+    pub init_std: f32,
+}
+
+impl Default for ModelSection {
+    fn default() -> Self {
+        Self { path: String::new(), init_seed: 1, dtype: "f32".into(), hidden_size: 64, num_layers: 2, num_heads: 4, num_kv_heads: 2, head_dim: 16, intermediate_size: 128, init_std: 0.08 }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SamplerSection {
+    pub max_batch: usize,
+    pub context: usize,
+    pub chunk_size: usize,
+    pub temperature: f32,
+    pub top_k: u32,
+    pub top_p: f32,
+    pub max_new_tokens: usize,
+    /// `lockstep sample`: input JSONL (`{"prompt": "..."}` or `{"prompt_ids": [...]}`) and output.
+    pub input: String,
+    pub output: String,
+    pub seed: u64,
+}
+
+impl Default for SamplerSection {
+    fn default() -> Self {
+        Self { max_batch: 64, context: 48, chunk_size: 16, temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 8, input: String::new(), output: String::new(), seed: 0 }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainSection {
+    /// GRPO steps.
+    pub steps: usize,
+    /// Prompts per step; each gets `group_size` completions.
+    pub prompts_per_step: usize,
+    pub group_size: usize,
+    pub lr: f64,
+    pub warmup_steps: usize,
+    /// Cosine decay to lr * min_lr_ratio at the last step.
+    pub min_lr_ratio: f64,
+    pub weight_decay: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub adam_eps: f64,
+    /// Global gradient-norm clip; 0 disables.
+    pub grad_clip: f64,
+    /// KL-to-reference (k3) penalty coefficient; 0 disables.
+    pub kl_coef: f64,
+    pub seed: u64,
+    /// What a sampler/trainer logprob that differs in bits does in matched mode: "stop" or "warn".
+    pub on_mismatch: String,
+    /// Checkpoint every N steps (and at the end); 0 = only at the end.
+    pub checkpoint_every: usize,
+    pub keep_checkpoints: usize,
+    /// Supervised warm start before RL (`lockstep train` runs it when > 0 and no checkpoint exists).
+    pub sft_steps: usize,
+    pub sft_lr: f64,
+    pub sft_batch: usize,
+}
+
+impl Default for TrainSection {
+    fn default() -> Self {
+        Self {
+            steps: 20, prompts_per_step: 8, group_size: 8, lr: 2e-3, warmup_steps: 2, min_lr_ratio: 0.1, weight_decay: 0.0,
+            beta1: 0.9, beta2: 0.99, adam_eps: 1e-8, grad_clip: 1.0, kl_coef: 0.0, seed: 0, on_mismatch: "stop".into(),
+            checkpoint_every: 10, keep_checkpoints: 2, sft_steps: 150, sft_lr: 3e-3, sft_batch: 32,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TaskSection {
+    /// "addition", "sort", "countdown" or "jsonl".
+    pub name: String,
+    /// addition: digits per operand.
+    pub digits: usize,
+    /// sort / countdown: how many numbers.
+    pub count: usize,
+    /// jsonl: a file of `{"prompt": "...", "answer": "..."}` lines.
+    pub path: String,
+}
+
+impl Default for TaskSection {
+    fn default() -> Self {
+        Self { name: "addition".into(), digits: 1, count: 3, path: String::new() }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSection {
+    pub run_name: String,
+    pub runs_dir: String,
+    pub tensorboard: bool,
+    pub progress: bool,
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        Self { run_name: "quickstart".into(), runs_dir: "runs".into(), tensorboard: true, progress: true }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AblationSection {
+    /// "matched": the sampler runs lockstep's kernels (bit-equal to the trainer); "fast": burn's
+    /// default (autotuned, not batch-invariant) matmul and rmsnorm in the sampler.
+    pub sampler_kernels: String,
+    /// "none", "tis" (truncated IS), "mis" (masked IS) or "ppo_clip".
+    pub correction: String,
+    /// "token" or "sequence": where the importance ratio is taken.
+    pub level: String,
+    /// tis: weights are min(ratio, tis_cap).
+    pub tis_cap: f64,
+    /// mis: tokens (or sequences) with ratio outside [1/mis_threshold, mis_threshold] are masked.
+    pub mis_threshold: f64,
+    /// ppo_clip: epsilon of the clipped surrogate.
+    pub ppo_clip: f64,
+}
+
+impl Default for AblationSection {
+    fn default() -> Self {
+        Self { sampler_kernels: "matched".into(), correction: "none".into(), level: "token".into(), tis_cap: 2.0, mis_threshold: 2.0, ppo_clip: 0.2 }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: {message}")]
+    Parse { file: String, message: String },
+    #[error("{file}: cannot read: {message}")]
+    Read { file: String, message: String },
+    #[error("--set {spec}: {message}")]
+    Override { spec: String, message: String },
+    #[error("config key `{key}`: {message}")]
+    Invalid { key: String, message: String },
+}
+
+impl Config {
+    /// Reads `path` (if given), applies `overrides` ("section.key=value", value in TOML syntax,
+    /// bare words taken as strings), and validates.
+    pub fn load(path: Option<&Path>, overrides: &[String]) -> Result<Self, ConfigError> {
+        let (text, file) = match path {
+            Some(p) => (std::fs::read_to_string(p).map_err(|e| ConfigError::Read { file: p.display().to_string(), message: e.to_string() })?, p.display().to_string()),
+            None => (String::new(), "<defaults>".to_string()),
+        };
+        let mut doc: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Parse { file: file.clone(), message: e.to_string() })?;
+        for spec in overrides {
+            apply_override(&mut doc, spec)?;
+        }
+        let merged = toml::to_string(&doc).expect("table serialises");
+        // parse the original text when there are no overrides, so errors point at its lines
+        let source = if overrides.is_empty() { text } else { merged };
+        let config: Config = toml::from_str(&source).map_err(|e| ConfigError::Parse { file: if overrides.is_empty() { file } else { format!("{file} (with --set overrides)") }, message: e.to_string() })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: String| Err(ConfigError::Invalid { key: key.into(), message });
+        let one_of = |key: &str, value: &str, allowed: &[&str]| if allowed.contains(&value) { Ok(()) } else { bad(key, format!("`{value}` is not one of {allowed:?}")) };
+        one_of("model.dtype", &self.model.dtype, &["f32", "bf16"])?;
+        one_of("task.name", &self.task.name, &["addition", "sort", "countdown", "jsonl"])?;
+        one_of("train.on_mismatch", &self.train.on_mismatch, &["stop", "warn"])?;
+        one_of("ablation.sampler_kernels", &self.ablation.sampler_kernels, &["matched", "fast"])?;
+        one_of("ablation.correction", &self.ablation.correction, &["none", "tis", "mis", "ppo_clip"])?;
+        one_of("ablation.level", &self.ablation.level, &["token", "sequence"])?;
+        for (key, v) in [("sampler.max_batch", self.sampler.max_batch), ("sampler.context", self.sampler.context), ("sampler.chunk_size", self.sampler.chunk_size), ("sampler.max_new_tokens", self.sampler.max_new_tokens), ("train.prompts_per_step", self.train.prompts_per_step), ("train.sft_batch", self.train.sft_batch), ("train.keep_checkpoints", self.train.keep_checkpoints)] {
+            if v == 0 {
+                return bad(key, "must be at least 1".into());
+            }
+        }
+        if self.train.group_size < 2 {
+            return bad("train.group_size", format!("GRPO needs at least 2 completions per prompt, got {}", self.train.group_size));
+        }
+        if !(self.sampler.temperature.is_finite() && self.sampler.temperature >= 0.0) {
+            return bad("sampler.temperature", format!("must be >= 0, got {}", self.sampler.temperature));
+        }
+        if !(self.sampler.top_p > 0.0 && self.sampler.top_p <= 1.0) {
+            return bad("sampler.top_p", format!("must be in (0, 1], got {}", self.sampler.top_p));
+        }
+        for (key, v) in [("train.lr", self.train.lr), ("train.sft_lr", self.train.sft_lr), ("train.adam_eps", self.train.adam_eps)] {
+            if !(v.is_finite() && v > 0.0) {
+                return bad(key, format!("must be > 0, got {v}"));
+            }
+        }
+        for (key, v) in [("train.beta1", self.train.beta1), ("train.beta2", self.train.beta2), ("train.min_lr_ratio", self.train.min_lr_ratio)] {
+            if !(0.0..=1.0).contains(&v) {
+                return bad(key, format!("must be in [0, 1], got {v}"));
+            }
+        }
+        for (key, v) in [("train.weight_decay", self.train.weight_decay), ("train.grad_clip", self.train.grad_clip), ("train.kl_coef", self.train.kl_coef)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return bad(key, format!("must be >= 0, got {v}"));
+            }
+        }
+        if self.ablation.tis_cap < 1.0 || self.ablation.mis_threshold < 1.0 {
+            return bad("ablation.tis_cap / ablation.mis_threshold", "must be >= 1".into());
+        }
+        if !(self.ablation.ppo_clip > 0.0 && self.ablation.ppo_clip < 1.0) {
+            return bad("ablation.ppo_clip", format!("must be in (0, 1), got {}", self.ablation.ppo_clip));
+        }
+        if self.task.name == "jsonl" && self.task.path.is_empty() {
+            return bad("task.path", "task `jsonl` needs a path to a JSONL file".into());
+        }
+        if self.log.run_name.is_empty() || self.log.run_name.contains('/') {
+            return bad("log.run_name", format!("must be a non-empty name without '/', got {:?}", self.log.run_name));
+        }
+        Ok(())
+    }
+}
+
+fn apply_override(doc: &mut toml::Table, spec: &str) -> Result<(), ConfigError> {
+    let err = |message: String| ConfigError::Override { spec: spec.to_string(), message };
+    let (path, raw) = spec.split_once('=').ok_or_else(|| err("expected section.key=value".into()))?;
+    let (section, key) = path.trim().split_once('.').ok_or_else(|| err("expected section.key=value".into()))?;
+    let value: toml::Value = match format!("v = {}", raw.trim()).parse::<toml::Table>() {
+        Ok(mut t) => t.remove("v").expect("parsed key"),
+        Err(_) => toml::Value::String(raw.trim().to_string()),
+    };
+    let table = doc.entry(section.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    let table = table.as_table_mut().ok_or_else(|| err(format!("`{section}` is not a section")))?;
+    table.insert(key.to_string(), value);
+    Ok(())
+}

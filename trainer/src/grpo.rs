@@ -1,0 +1,307 @@
+//! GRPO, truly on-policy. Each step:
+//!  1. draw `prompts_per_step` problems from the task (generator keyed by (seed, step));
+//!  2. sample `group_size` completions of each with the sampler, on the current weights;
+//!  3. reward each completion; advantage A = (r - group mean) / (group std + 1e-6);
+//!  4. recompute the rollout tokens' logprobs with the trainer (the training path of the same
+//!     model, autodiff on) and compare them with the sampler's: KL k1/k3, |Δlogprob|, the
+//!     fraction of tokens whose bits are equal, importance ratios. In matched mode any token
+//!     that differs stops the run (or warns) and the auditor names the first op that diverged;
+//!  5. loss = -Σ_t c_t·A·logprob_t / N_tokens (+ optional k3 KL to the initial policy), with
+//!     c_t = 1 on-policy, or the TIS/MIS/PPO-clip weight of the ablation; backward, clip, AdamW;
+//!  6. hand the new weights to the sampler and check their hash equals the trainer's.
+//! All randomness is keyed by (seed, step), so a resumed run repeats an uninterrupted one bit
+//! for bit.
+
+use crate::audit::first_divergence;
+use crate::checkpoint::{self, RunState};
+use crate::config::Config;
+use crate::optim::{clip, gradients, learning_rate, tracked_copy, AdamW};
+use crate::rng::SplitMix;
+use crate::run::{encode, run_dir, Policy, RunError};
+use crate::tasks::Task;
+use crate::telemetry::{Agreement, StepMetrics, Telemetry};
+use burn::tensor::{DType, Tensor, TensorData};
+use sampler::{Engine, EngineConfig, Request, SamplingParams};
+use sha2::{Digest, Sha256};
+use shared_kernels::model::{KernelSet, Qwen3};
+use std::path::PathBuf;
+use std::time::Instant;
+
+pub struct Trainer {
+    pub cfg: Config,
+    pub policy: Policy,
+    pub opt: AdamW,
+    pub engine: Engine,
+    pub task: Task,
+    pub reference: Option<Qwen3>,
+    pub telemetry: Telemetry,
+    pub run_dir: PathBuf,
+    /// GRPO steps completed.
+    pub step: usize,
+}
+
+fn weights_hash(model: &Qwen3, dtype: DType) -> String {
+    let mut h = Sha256::new();
+    for (name, w) in model.named_tensors() {
+        h.update(name.as_bytes());
+        let values = w.flat().cast(dtype).cast(DType::F32).into_data().convert::<f32>().try_to_vec::<f32>().expect("f32");
+        for v in values {
+            h.update(v.to_le_bytes());
+        }
+    }
+    h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn new_adamw(c: &Config) -> AdamW {
+    AdamW::new(c.train.beta1, c.train.beta2, c.train.adam_eps, c.train.weight_decay)
+}
+
+impl Trainer {
+    pub fn new(cfg: Config, policy: Policy, opt: AdamW, step: usize) -> Result<Self, RunError> {
+        let task = Task::from_config(&cfg.task)?;
+        let run_dir = run_dir(&cfg);
+        let telemetry = Telemetry::open(&run_dir, cfg.log.tensorboard).map_err(|e| RunError::Other(format!("{}: {e}", run_dir.display())))?;
+        telemetry.truncate_from(step).map_err(|e| RunError::Other(format!("metrics.jsonl: {e}")))?;
+        let engine_cfg = EngineConfig { max_batch: cfg.sampler.max_batch, context: cfg.sampler.context, chunk_size: cfg.sampler.chunk_size };
+        let engine = Engine::new(sampler_model(&cfg, &policy.model), engine_cfg).map_err(RunError::Other)?;
+        let reference = (cfg.train.kl_coef > 0.0).then(|| policy.model.clone());
+        Ok(Self { cfg, policy, opt, engine, task, reference, telemetry, run_dir, step })
+    }
+
+    fn params(&self, seed: u64) -> SamplingParams {
+        let s = &self.cfg.sampler;
+        SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: vec![self.policy.eos], seed }
+    }
+
+    /// One GRPO step (see the module docs).
+    pub fn step(&mut self) -> Result<StepMetrics, RunError> {
+        let started = Instant::now();
+        let c = self.cfg.clone();
+        let step = self.step;
+        let mut rng = SplitMix::keyed(c.train.seed, step as u64, "prompts");
+        let problems: Vec<_> = (0..c.train.prompts_per_step).map(|_| self.task.sample(&mut rng)).collect();
+        let mut requests = Vec::new();
+        for (p, problem) in problems.iter().enumerate() {
+            let prompt = encode(&self.policy.tokenizer, &problem.prompt)?;
+            for g in 0..c.train.group_size {
+                let id = (step as u64) << 32 | (p * c.train.group_size + g) as u64;
+                requests.push(Request { id, prompt: prompt.clone(), params: self.params(c.train.seed) });
+            }
+        }
+        // 2. sample
+        let sampling = Instant::now();
+        let results = self.engine.generate(requests.clone());
+        let sample_s = sampling.elapsed().as_secs_f64();
+        let mut completions = Vec::with_capacity(results.len());
+        for r in results {
+            completions.push(r.map_err(|e| RunError::Other(format!("step {step}: sampler: {e}")))?);
+        }
+        // 3. rewards and group-normalised advantages
+        let g = c.train.group_size;
+        let mut rewards = Vec::with_capacity(completions.len());
+        for (i, comp) in completions.iter().enumerate() {
+            let body: Vec<u32> = comp.tokens.iter().copied().filter(|&t| t != self.policy.eos).collect();
+            let text = self.policy.tokenizer.decode(&body, true).map_err(|e| RunError::Other(format!("decode: {e}")))?;
+            rewards.push(self.task.reward(&problems[i / g], &text) as f64);
+        }
+        let mut advantages = vec![0.0f64; rewards.len()];
+        for (group, chunk) in rewards.chunks(g).enumerate() {
+            let mean = chunk.iter().sum::<f64>() / g as f64;
+            let std = (chunk.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / g as f64).sqrt();
+            for (j, r) in chunk.iter().enumerate() {
+                advantages[group * g + j] = (r - mean) / (std + 1e-6);
+            }
+        }
+        // 4. trainer logprobs on the training path (autodiff), compared with the sampler's
+        let sequences: Vec<Vec<u32>> = requests.iter().zip(&completions).map(|(r, comp)| [r.prompt.clone(), comp.tokens.clone()].concat()).collect();
+        let tracked = tracked_copy(&self.policy.model);
+        let (trainer_lp, flat) = tracked.sequence_logprobs(&sequences, c.sampler.temperature)?;
+        let entropy = tracked.last_entropy.get().unwrap_or(0.0);
+        let mut sampler_all = Vec::new();
+        let mut trainer_all = Vec::new();
+        for (s, comp) in completions.iter().enumerate() {
+            let start = requests[s].prompt.len() - 1;
+            sampler_all.extend_from_slice(&comp.logprobs);
+            trainer_all.extend_from_slice(&trainer_lp[s][start..]);
+        }
+        let agreement = Agreement::of(&sampler_all, &trainer_all);
+        if c.ablation.sampler_kernels == "matched" && agreement.bit_equal_frac < 1.0 {
+            let (s, t) = first_mismatch(&completions, &trainer_lp, &requests);
+            let report = first_divergence(&self.policy.model, self.engine.model(), &sequences[s], requests[s].prompt.len() - 1 + t)?;
+            let message = format!("step {step}: sampler and trainer logprobs differ in bits for {} of {} tokens (request {}, token {t}); {report}", agreement.tokens - (agreement.bit_equal_frac * agreement.tokens as f64).round() as usize, agreement.tokens, requests[s].id);
+            if c.train.on_mismatch == "stop" {
+                return Err(RunError::Other(message));
+            }
+            tracing::warn!("{message}");
+        }
+        // 5. loss coefficients per scored token (prompt tokens get 0)
+        let (coef, corr) = self.coefficients(&requests, &completions, &trainer_lp, &advantages)?;
+        let ref_lp = match &self.reference {
+            Some(r) => Some(r.sequence_logprobs(&sequences, c.sampler.temperature)?.0),
+            None => None,
+        };
+        let n_tokens = sampler_all.len().max(1) as f64;
+        let mut weights = Vec::with_capacity(coef.len());
+        let mut kl_ref = 0.0;
+        let mut at = 0;
+        for (s, seq) in sequences.iter().enumerate() {
+            let start = requests[s].prompt.len() - 1;
+            for t in 0..seq.len() - 1 {
+                let mut w = 0.0;
+                if t >= start {
+                    w = -coef[at] / n_tokens;
+                    if let Some(r) = &ref_lp {
+                        let d = (r[s][t] - trainer_lp[s][t]) as f64;
+                        kl_ref += (d.exp() - d - 1.0) / n_tokens;
+                        w += c.train.kl_coef * (1.0 - d.exp()) / n_tokens;
+                    }
+                    at += 1;
+                }
+                weights.push(w as f32);
+            }
+        }
+        let device = flat.device();
+        let w_t = Tensor::<1>::from_data(TensorData::new(weights.clone(), [weights.len()]), &device.clone().inner());
+        let loss = (flat.clone() * Tensor::from_inner(w_t)).sum();
+        let loss_value = loss.clone().inner().into_data().convert::<f32>().try_to_vec::<f32>().expect("f32")[0] as f64;
+        if !loss_value.is_finite() {
+            return Err(RunError::Other(format!("step {step}: the loss is {loss_value}; stopping before the update (the last checkpoint is intact)")));
+        }
+        let grads_ad = loss.backward();
+        let mut grads = gradients(&tracked, &grads_ad);
+        let grad_norm = clip(&mut grads, c.train.grad_clip);
+        if !grad_norm.is_finite() {
+            return Err(RunError::Other(format!("step {step}: the gradient norm is {grad_norm}; stopping before the update (the last checkpoint is intact)")));
+        }
+        let lr = learning_rate(c.train.lr, step, c.train.warmup_steps, c.train.steps, c.train.min_lr_ratio);
+        self.policy.model = self.opt.step(&self.policy.model, &grads, lr);
+        // 6. the sampler gets the new weights; both hashes must agree
+        let sampling_dtype = self.policy.model.dtype;
+        self.engine.set_model(sampler_model(&c, &self.policy.model)).map_err(RunError::Other)?;
+        let trainer_hash = weights_hash(&self.policy.model, sampling_dtype);
+        let sampler_hash = weights_hash(self.engine.model(), sampling_dtype);
+        if trainer_hash != sampler_hash {
+            return Err(RunError::Other(format!("step {step}: sampler weights {sampler_hash} differ from trainer weights {trainer_hash}")));
+        }
+        self.step += 1;
+        let generated: usize = completions.iter().map(|c| c.tokens.len()).sum();
+        let mean = rewards.iter().sum::<f64>() / rewards.len() as f64;
+        let metrics = StepMetrics {
+            step,
+            reward_mean: mean,
+            reward_std: (rewards.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / rewards.len() as f64).sqrt(),
+            response_len_mean: generated as f64 / completions.len() as f64,
+            agreement,
+            loss: loss_value,
+            grad_norm,
+            entropy,
+            lr,
+            is_ratio_min: corr.ratio_min,
+            is_ratio_mean: corr.ratio_mean,
+            is_ratio_max: corr.ratio_max,
+            truncated_frac: corr.truncated_frac,
+            masked_frac: corr.masked_frac,
+            kl_ref,
+            tokens_per_s: generated as f64 / sample_s.max(1e-9),
+            step_s: started.elapsed().as_secs_f64(),
+            sampler_weights_sha256: sampler_hash,
+            trainer_weights_sha256: trainer_hash,
+        };
+        self.telemetry.record(&metrics).map_err(|e| RunError::Other(format!("metrics: {e}")))?;
+        Ok(metrics)
+    }
+
+    /// Per completion token: the policy-gradient coefficient c_t·A (c_t from the correction).
+    fn coefficients(&self, requests: &[Request], completions: &[sampler::Completion], trainer_lp: &[Vec<f32>], adv: &[f64]) -> Result<(Vec<f64>, Correction), RunError> {
+        let a = &self.cfg.ablation;
+        let mut out = Vec::new();
+        let mut corr = Correction { ratio_min: f64::INFINITY, ratio_max: 0.0, ..Default::default() };
+        let mut n = 0usize;
+        for (s, comp) in completions.iter().enumerate() {
+            let start = requests[s].prompt.len() - 1;
+            let log_ratios: Vec<f64> = comp.logprobs.iter().enumerate().map(|(t, &q)| trainer_lp[s][start + t] as f64 - q as f64).collect();
+            let seq_log_ratio: f64 = log_ratios.iter().sum();
+            let seq_mean_log_ratio = seq_log_ratio / log_ratios.len().max(1) as f64;
+            for &lr_t in &log_ratios {
+                let ratio = match (a.level.as_str(), a.correction.as_str()) {
+                    ("sequence", "ppo_clip") => seq_mean_log_ratio.exp(),
+                    ("sequence", _) => seq_log_ratio.exp(),
+                    _ => lr_t.exp(),
+                };
+                corr.ratio_min = corr.ratio_min.min(ratio);
+                corr.ratio_max = corr.ratio_max.max(ratio);
+                corr.ratio_mean += ratio;
+                n += 1;
+                let weight = match a.correction.as_str() {
+                    "tis" => {
+                        if ratio > a.tis_cap {
+                            corr.truncated_frac += 1.0;
+                        }
+                        ratio.min(a.tis_cap)
+                    }
+                    "mis" => {
+                        if ratio < 1.0 / a.mis_threshold || ratio > a.mis_threshold {
+                            corr.masked_frac += 1.0;
+                            0.0
+                        } else {
+                            ratio
+                        }
+                    }
+                    "ppo_clip" => {
+                        let clipped = (adv[s] > 0.0 && ratio > 1.0 + a.ppo_clip) || (adv[s] < 0.0 && ratio < 1.0 - a.ppo_clip);
+                        if clipped {
+                            corr.masked_frac += 1.0;
+                            0.0
+                        } else {
+                            ratio
+                        }
+                    }
+                    _ => 1.0,
+                };
+                out.push(weight * adv[s]);
+            }
+        }
+        let n = n.max(1) as f64;
+        corr.ratio_mean /= n;
+        corr.truncated_frac /= n;
+        corr.masked_frac /= n;
+        if !corr.ratio_min.is_finite() {
+            corr.ratio_min = 1.0;
+        }
+        Ok((out, corr))
+    }
+
+    pub fn checkpoint(&self) -> Result<PathBuf, RunError> {
+        let state = RunState { step: self.step, adam_t: self.opt.t, git_revision: crate::run::git_revision() };
+        Ok(checkpoint::save(&self.run_dir, &self.policy.model, &self.opt, &state, &self.policy.tokenizer_json, self.cfg.train.keep_checkpoints)?)
+    }
+}
+
+#[derive(Default)]
+pub struct Correction {
+    pub ratio_min: f64,
+    pub ratio_mean: f64,
+    pub ratio_max: f64,
+    pub truncated_frac: f64,
+    pub masked_frac: f64,
+}
+
+fn first_mismatch(completions: &[sampler::Completion], trainer_lp: &[Vec<f32>], requests: &[Request]) -> (usize, usize) {
+    for (s, comp) in completions.iter().enumerate() {
+        let start = requests[s].prompt.len() - 1;
+        for (t, &q) in comp.logprobs.iter().enumerate() {
+            if q.to_bits() != trainer_lp[s][start + t].to_bits() {
+                return (s, t);
+            }
+        }
+    }
+    (0, 0)
+}
+
+/// The sampler's copy of the policy: the same weights in the sampling dtype, on the kernel set
+/// the ablation names.
+pub fn sampler_model(c: &Config, model: &Qwen3) -> Qwen3 {
+    let mut m = model.clone();
+    m.kernels = if c.ablation.sampler_kernels == "fast" { KernelSet::Fast } else { KernelSet::Matched };
+    m
+}

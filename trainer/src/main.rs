@@ -1,0 +1,152 @@
+//! `lockstep`: train (SFT warm start, then GRPO), sft, sample.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use trainer::config::Config;
+use trainer::grpo::{new_adamw, Trainer};
+use trainer::run::{load_policy, run_dir, save_resolved, RunError};
+
+#[derive(Parser)]
+#[command(name = "lockstep", version, about = "RL for language models with a bit-exact sampler and trainer")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// GRPO training (with an SFT warm start when train.sft_steps > 0).
+    Train {
+        /// TOML config; omitted = the embedded defaults.
+        config: Option<PathBuf>,
+        /// Override a key: --set train.steps=10 (repeatable).
+        #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
+        overrides: Vec<String>,
+        /// Continue from the run's latest checkpoint.
+        #[arg(long)]
+        resume: bool,
+        /// Stop after this many GRPO steps in this invocation (the run's total stays train.steps).
+        #[arg(long)]
+        max_steps: Option<usize>,
+    },
+    /// Sample completions for prompts from sampler.input into sampler.output (JSONL).
+    Sample {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
+        overrides: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        // Mesa's lavapipe (the CPU runtime) prints an error per adapter probe without it.
+        // SAFETY: first statement of main, before any thread exists.
+        unsafe { std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir()) };
+    }
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,wgpu_hal=off,wgpu_core=off".into());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Train { config, overrides, resume, max_steps } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps)),
+        Command::Sample { config, overrides } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(sample),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(RunError::Config(e)) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn sample(cfg: Config) -> Result<(), RunError> {
+    let device = shared_kernels::device::default_device();
+    let policy = load_policy(&cfg, None, &device)?;
+    let failed = trainer::sample_cli::run(&cfg, policy, cfg.log.progress)?;
+    if failed > 0 {
+        return Err(RunError::Other(format!("{failed} request(s) failed; see their `error` in {}", cfg.sampler.output)));
+    }
+    Ok(())
+}
+
+fn train(cfg: Config, resume: bool, max_steps: Option<usize>) -> Result<(), RunError> {
+    let device = shared_kernels::device::default_device();
+    let dir = run_dir(&cfg);
+    let existing = trainer::checkpoint::list(&dir);
+    let (policy, opt, step) = if resume {
+        let Some(latest) = existing.last() else {
+            return Err(RunError::Other(format!("--resume: no checkpoint in {}", trainer::checkpoint::checkpoints_dir(&dir).display())));
+        };
+        let loaded = trainer::checkpoint::load(latest)?;
+        let policy = load_policy(&cfg, Some(&loaded.checkpoint), &device)?;
+        let mut opt = new_adamw(&cfg);
+        trainer::checkpoint::restore_optimizer(&mut opt, loaded.moments, loaded.state.adam_t, &device);
+        eprintln!("resuming {} at step {}", latest.display(), loaded.state.step);
+        (policy, opt, loaded.state.step)
+    } else {
+        if !existing.is_empty() {
+            return Err(RunError::Other(format!("{} already has checkpoints; pass --resume, or choose another log.run_name", dir.display())));
+        }
+        let _ = std::fs::remove_file(dir.join("metrics.jsonl"));
+        let mut policy = load_policy(&cfg, None, &device)?;
+        if cfg.train.sft_steps > 0 {
+            let task = trainer::tasks::Task::from_config(&cfg.task)?;
+            let bar = progress(&cfg, cfg.train.sft_steps, "sft");
+            trainer::sft::warm_start(&cfg, &mut policy, &task, |_, loss| {
+                bar.set_message(format!("loss {loss:.3}"));
+                bar.inc(1);
+            })?;
+            bar.finish();
+        }
+        (policy, new_adamw(&cfg), 0)
+    };
+    save_resolved(&cfg, &dir)?;
+    let mut trainer = Trainer::new(cfg.clone(), policy, opt, step)?;
+    let end = max_steps.map_or(cfg.train.steps, |m| (step + m).min(cfg.train.steps));
+    let bar = progress(&cfg, end - step, "grpo");
+    let mut history = Vec::new();
+    while trainer.step < end {
+        let m = trainer.step()?;
+        bar.set_message(format!("step {} reward {:.3} kl {:.1e} bit-equal {:.3}", m.step, m.reward_mean, m.agreement.kl_k1, m.agreement.bit_equal_frac));
+        bar.inc(1);
+        if !cfg.log.progress {
+            eprintln!("step {:>4}  reward {:.3}  kl_k1 {:.2e}  kl_k3 {:.2e}  |dlogp|max {:.2e}  bit_equal {:.4}  loss {:+.4}  {:.1}s", m.step, m.reward_mean, m.agreement.kl_k1, m.agreement.kl_k3, m.agreement.logprob_abs_diff_max, m.agreement.bit_equal_frac, m.loss, m.step_s);
+        }
+        history.push(m);
+        if cfg.train.checkpoint_every > 0 && trainer.step % cfg.train.checkpoint_every == 0 {
+            trainer.checkpoint()?;
+        }
+    }
+    bar.finish();
+    let last = trainer.checkpoint()?;
+    summary(&history, &last);
+    Ok(())
+}
+
+fn progress(cfg: &Config, len: usize, name: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len as u64);
+    bar.set_style(indicatif::ProgressStyle::with_template(&format!("{name} {{bar:30}} {{pos}}/{{len}} {{elapsed}} {{msg}}")).expect("template"));
+    if !cfg.log.progress {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar
+}
+
+fn summary(history: &[trainer::telemetry::StepMetrics], checkpoint: &std::path::Path) {
+    let (Some(first), Some(last)) = (history.first(), history.last()) else { return };
+    let window = |ms: &[trainer::telemetry::StepMetrics]| ms.iter().map(|m| m.reward_mean).sum::<f64>() / ms.len().max(1) as f64;
+    let k = (history.len() / 4).max(1);
+    let kl_max = history.iter().map(|m| m.agreement.kl_k1.abs()).fold(0.0, f64::max);
+    let diff_max = history.iter().map(|m| m.agreement.logprob_abs_diff_max).fold(0.0, f64::max);
+    let bit_equal_min = history.iter().map(|m| m.agreement.bit_equal_frac).fold(1.0, f64::min);
+    let tokens: usize = history.iter().map(|m| m.agreement.tokens).sum();
+    println!("steps {}..={}: reward {:.3} (first {k} steps) -> {:.3} (last {k} steps)", first.step, last.step, window(&history[..k]), window(&history[history.len() - k..]));
+    println!("sampler vs trainer over {tokens} rollout tokens: max |KL k1| {kl_max:.3e}, max |dlogprob| {diff_max:.3e}, min bit-equal fraction {bit_equal_min:.4}");
+    println!("checkpoint: {}", checkpoint.display());
+}

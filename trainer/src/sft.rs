@@ -1,0 +1,52 @@
+//! Supervised warm start: teacher-forced cross-entropy on the task's own solutions
+//! (prompt + answer + end-of-sequence; loss on the answer tokens), so RL starts from a policy
+//! that sometimes earns reward.
+
+use crate::config::Config;
+use crate::optim::{clip, gradients, tracked_copy, AdamW};
+use crate::rng::SplitMix;
+use crate::run::{encode, Policy, RunError};
+use crate::tasks::Task;
+use burn::tensor::{Tensor, TensorData};
+
+/// Runs `cfg.train.sft_steps` steps; calls `report(step, loss)` after each.
+pub fn warm_start(cfg: &Config, policy: &mut Policy, task: &Task, mut report: impl FnMut(usize, f64)) -> Result<(), RunError> {
+    let c = &cfg.train;
+    let mut opt = AdamW::new(c.beta1, c.beta2, c.adam_eps, c.weight_decay);
+    for step in 0..c.sft_steps {
+        let mut rng = SplitMix::keyed(c.seed, step as u64, "sft");
+        let mut sequences = Vec::with_capacity(c.sft_batch);
+        let mut prompt_lens = Vec::with_capacity(c.sft_batch);
+        for _ in 0..c.sft_batch {
+            let p = task.sample(&mut rng);
+            let prompt = encode(&policy.tokenizer, &p.prompt)?;
+            let mut seq = prompt.clone();
+            seq.extend(encode(&policy.tokenizer, &p.answer)?);
+            seq.push(policy.eos);
+            prompt_lens.push(prompt.len());
+            sequences.push(seq);
+        }
+        let tracked = tracked_copy(&policy.model);
+        let (_, flat) = tracked.sequence_logprobs(&sequences, 1.0)?;
+        let answer_tokens: usize = sequences.iter().zip(&prompt_lens).map(|(s, p)| s.len() - p).sum();
+        let mut weights = Vec::new();
+        for (s, seq) in sequences.iter().enumerate() {
+            for t in 0..seq.len() - 1 {
+                weights.push(if t + 1 >= prompt_lens[s] { -1.0 / answer_tokens as f32 } else { 0.0 });
+            }
+        }
+        let device = flat.device().inner();
+        let w = Tensor::<1>::from_data(TensorData::new(weights.clone(), [weights.len()]), &device);
+        let loss = (flat * Tensor::from_inner(w)).sum();
+        let value = loss.clone().inner().into_data().convert::<f32>().try_to_vec::<f32>().expect("f32")[0] as f64;
+        if !value.is_finite() {
+            return Err(RunError::Other(format!("sft step {step}: the loss is {value}")));
+        }
+        let mut grads = gradients(&tracked, &loss.backward());
+        clip(&mut grads, c.grad_clip);
+        let lr = crate::optim::learning_rate(c.sft_lr, step, c.warmup_steps, c.sft_steps, c.min_lr_ratio);
+        policy.model = opt.step(&policy.model, &grads, lr);
+        report(step, value);
+    }
+    Ok(())
+}

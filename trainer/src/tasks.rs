@@ -1,0 +1,168 @@
+//! Verifiable tasks: a generator of problems with exact answers, and a reward that checks a
+//! completion. Built in: addition, sort, countdown; or a user's JSONL file.
+
+use crate::config::TaskSection;
+use crate::rng::SplitMix;
+use std::path::Path;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Problem {
+    pub prompt: String,
+    /// A correct answer (used for SFT warm starts and exact-match rewards).
+    pub answer: String,
+    /// countdown: the numbers and the target, for checking other correct expressions.
+    pub numbers: Vec<i64>,
+    pub target: i64,
+}
+
+pub enum Task {
+    Addition { digits: usize },
+    Sort { count: usize },
+    Countdown { count: usize },
+    Dataset { problems: Vec<Problem> },
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{file}:{line}: {message}")]
+pub struct TaskError {
+    pub file: String,
+    pub line: usize,
+    pub message: String,
+}
+
+impl Task {
+    pub fn from_config(c: &TaskSection) -> Result<Self, TaskError> {
+        let at = |message: String| TaskError { file: "config".into(), line: 0, message };
+        Ok(match c.name.as_str() {
+            "addition" if (1..=9).contains(&c.digits) => Task::Addition { digits: c.digits },
+            "addition" => return Err(at(format!("task.digits must be in 1..=9, got {}", c.digits))),
+            "sort" if (2..=9).contains(&c.count) => Task::Sort { count: c.count },
+            "sort" => return Err(at(format!("task.count must be in 2..=9 for sort, got {}", c.count))),
+            "countdown" if (2..=5).contains(&c.count) => Task::Countdown { count: c.count },
+            "countdown" => return Err(at(format!("task.count must be in 2..=5 for countdown, got {}", c.count))),
+            _ => Task::Dataset { problems: load_jsonl(Path::new(&c.path))? },
+        })
+    }
+
+    pub fn sample(&self, rng: &mut SplitMix) -> Problem {
+        let plain = |prompt: String, answer: String| Problem { prompt, answer, numbers: vec![], target: 0 };
+        match self {
+            Task::Addition { digits } => {
+                let top = 10u64.pow(*digits as u32);
+                let (a, b) = (rng.below(top), rng.below(top));
+                plain(format!("{a}+{b}="), (a + b).to_string())
+            }
+            Task::Sort { count } => {
+                let digits: Vec<u64> = (0..*count).map(|_| rng.below(10)).collect();
+                let mut sorted = digits.clone();
+                sorted.sort();
+                let s = |v: &[u64]| v.iter().map(|d| d.to_string()).collect::<String>();
+                plain(format!("sort {}:", s(&digits)), s(&sorted))
+            }
+            Task::Countdown { count } => {
+                let numbers: Vec<i64> = (0..*count).map(|_| 1 + rng.below(9) as i64).collect();
+                let mut expr = numbers[0].to_string();
+                let mut value = numbers[0];
+                for &n in &numbers[1..] {
+                    // left to right with + and - only keeps the SFT answer's value obvious
+                    if rng.below(2) == 0 {
+                        expr = format!("{expr}+{n}");
+                        value += n;
+                    } else {
+                        expr = format!("{expr}-{n}");
+                        value -= n;
+                    }
+                }
+                let list = numbers.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",");
+                Problem { prompt: format!("{list}>{value}:"), answer: expr, numbers, target: value }
+            }
+            Task::Dataset { problems } => problems[rng.below(problems.len() as u64) as usize].clone(),
+        }
+    }
+
+    /// 1 for a correct completion (text up to the end-of-sequence token), else 0.
+    pub fn reward(&self, problem: &Problem, completion: &str) -> f32 {
+        let text = completion.trim();
+        let correct = match self {
+            Task::Countdown { .. } => countdown_value(text, &problem.numbers) == Some(problem.target),
+            _ => text == problem.answer,
+        };
+        if correct { 1.0 } else { 0.0 }
+    }
+}
+
+/// Value of `a op b op c ...` (left to right, + - *), if it uses each given number at most once.
+fn countdown_value(expr: &str, numbers: &[i64]) -> Option<i64> {
+    let mut unused = numbers.to_vec();
+    let mut take = |n: i64| unused.iter().position(|&u| u == n).map(|i| unused.swap_remove(i));
+    let mut value: Option<i64> = None;
+    let mut op = '+';
+    let mut digits = String::new();
+    for c in expr.chars().chain(std::iter::once('#')) {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        let n: i64 = digits.parse().ok()?;
+        digits.clear();
+        take(n)?;
+        value = Some(match (value, op) {
+            (None, _) => n,
+            (Some(v), '+') => v.checked_add(n)?,
+            (Some(v), '-') => v.checked_sub(n)?,
+            (Some(v), '*') => v.checked_mul(n)?,
+            _ => return None,
+        });
+        match c {
+            '+' | '-' | '*' => op = c,
+            '#' => break,
+            _ => return None,
+        }
+    }
+    value
+}
+
+fn load_jsonl(path: &Path) -> Result<Vec<Problem>, TaskError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| TaskError { file: file.clone(), line: 0, message: format!("cannot read: {e}") })?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let err = |message: String| TaskError { file: file.clone(), line: i + 1, message };
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| err(format!("not valid JSON: {e}")))?;
+        let get = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string).ok_or_else(|| err(format!("missing string field `{k}`")));
+        out.push(Problem { prompt: get("prompt")?, answer: get("answer")?, numbers: vec![], target: 0 });
+    }
+    if out.is_empty() {
+        return Err(TaskError { file, line: 0, message: "no problems in the file".into() });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn countdown_checks_numbers_and_value() {
+        assert_eq!(countdown_value("3+5-2", &[2, 3, 5]), Some(6));
+        assert_eq!(countdown_value("3*5", &[3, 5, 7]), Some(15));
+        assert_eq!(countdown_value("3+3", &[3, 5]), None, "a number used twice");
+        assert_eq!(countdown_value("3+", &[3]), None);
+        assert_eq!(countdown_value("", &[3]), None);
+    }
+
+    #[test]
+    fn generated_answers_earn_full_reward() {
+        for task in [Task::Addition { digits: 2 }, Task::Sort { count: 4 }, Task::Countdown { count: 3 }] {
+            let mut rng = SplitMix::new(9);
+            for _ in 0..50 {
+                let p = task.sample(&mut rng);
+                assert_eq!(task.reward(&p, &p.answer), 1.0, "{p:?}");
+                assert_eq!(task.reward(&p, "x"), 0.0);
+            }
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! Per-step metrics: one JSON line in runs/<name>/metrics.jsonl and TensorBoard scalars with
+//! namespaced tags. TensorBoard writing can never kill a run: tensorboard-rs panics on I/O
+//! errors, so every call is isolated and a failure turns TensorBoard off with a warning.
+
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Sampler-vs-trainer agreement over a step's rollout tokens.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Agreement {
+    pub tokens: usize,
+    pub bit_equal_frac: f64,
+    pub kl_k1: f64,
+    pub kl_k3: f64,
+    pub logprob_abs_diff_max: f64,
+    pub logprob_abs_diff_mean: f64,
+}
+
+impl Agreement {
+    /// `sampler` and `trainer` logprobs of the same tokens. k1 = E[log q - log p], k3 =
+    /// E[p/q - log(p/q) - 1] with q the sampler (behaviour) and p the trainer.
+    pub fn of(sampler: &[f32], trainer: &[f32]) -> Self {
+        let n = sampler.len().max(1) as f64;
+        let mut a = Agreement { tokens: sampler.len(), ..Default::default() };
+        let mut equal = 0usize;
+        for (&q, &p) in sampler.iter().zip(trainer) {
+            if q.to_bits() == p.to_bits() {
+                equal += 1;
+            }
+            let log_ratio = p as f64 - q as f64;
+            a.kl_k1 += -log_ratio / n;
+            a.kl_k3 += (log_ratio.exp() - log_ratio - 1.0) / n;
+            a.logprob_abs_diff_max = a.logprob_abs_diff_max.max(log_ratio.abs());
+            a.logprob_abs_diff_mean += log_ratio.abs() / n;
+        }
+        a.bit_equal_frac = equal as f64 / n;
+        a
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct StepMetrics {
+    pub step: usize,
+    pub reward_mean: f64,
+    pub reward_std: f64,
+    pub response_len_mean: f64,
+    pub agreement: Agreement,
+    pub loss: f64,
+    pub grad_norm: f64,
+    pub entropy: f64,
+    pub lr: f64,
+    pub is_ratio_min: f64,
+    pub is_ratio_mean: f64,
+    pub is_ratio_max: f64,
+    pub truncated_frac: f64,
+    pub masked_frac: f64,
+    pub kl_ref: f64,
+    pub tokens_per_s: f64,
+    pub step_s: f64,
+    pub sampler_weights_sha256: String,
+    pub trainer_weights_sha256: String,
+}
+
+impl StepMetrics {
+    pub fn scalars(&self) -> Vec<(&'static str, f64)> {
+        let a = &self.agreement;
+        vec![
+            ("rollout/reward_mean", self.reward_mean),
+            ("rollout/reward_std", self.reward_std),
+            ("rollout/response_len", self.response_len_mean),
+            ("rollout/kl_k1", a.kl_k1),
+            ("rollout/kl_k3", a.kl_k3),
+            ("rollout/logprob_abs_diff_max", a.logprob_abs_diff_max),
+            ("rollout/logprob_abs_diff_mean", a.logprob_abs_diff_mean),
+            ("rollout/bit_equal_frac", a.bit_equal_frac),
+            ("train/loss", self.loss),
+            ("train/grad_norm", self.grad_norm),
+            ("train/entropy", self.entropy),
+            ("train/lr", self.lr),
+            ("train/is_ratio_min", self.is_ratio_min),
+            ("train/is_ratio_mean", self.is_ratio_mean),
+            ("train/is_ratio_max", self.is_ratio_max),
+            ("train/truncated_frac", self.truncated_frac),
+            ("train/masked_frac", self.masked_frac),
+            ("train/kl_ref", self.kl_ref),
+            ("perf/tokens_per_s", self.tokens_per_s),
+            ("perf/step_s", self.step_s),
+        ]
+    }
+}
+
+pub struct Telemetry {
+    metrics_path: PathBuf,
+    tb: Option<tensorboard_rs::summary_writer::SummaryWriter>,
+}
+
+impl Telemetry {
+    pub fn open(run_dir: &Path, tensorboard: bool) -> std::io::Result<Self> {
+        std::fs::create_dir_all(run_dir)?;
+        let tb_dir = run_dir.join("tb");
+        let tb = if tensorboard {
+            std::fs::create_dir_all(&tb_dir)?;
+            std::panic::catch_unwind(|| tensorboard_rs::summary_writer::SummaryWriter::new(&tb_dir)).ok()
+        } else {
+            None
+        };
+        Ok(Self { metrics_path: run_dir.join("metrics.jsonl"), tb })
+    }
+
+    /// Drops metrics lines of steps >= `from` (after resuming from a checkpoint at `from`).
+    pub fn truncate_from(&self, from: usize) -> std::io::Result<()> {
+        let Ok(text) = std::fs::read_to_string(&self.metrics_path) else { return Ok(()) };
+        let kept: String = text
+            .lines()
+            .filter(|l| serde_json::from_str::<StepMetrics>(l).map(|m| m.step < from).unwrap_or(false))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(&self.metrics_path, kept)
+    }
+
+    pub fn record(&mut self, m: &StepMetrics) -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&self.metrics_path)?;
+        writeln!(f, "{}", serde_json::to_string(m).expect("metrics serialise"))?;
+        if let Some(tb) = self.tb.as_mut() {
+            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                for (tag, v) in m.scalars() {
+                    tb.add_scalar(tag, v as f32, m.step);
+                }
+                tb.flush();
+            }));
+            if ok.is_err() {
+                tracing::warn!("TensorBoard writer failed; continuing without TensorBoard (metrics.jsonl still written)");
+                self.tb = None;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn read(run_dir: &Path) -> Vec<StepMetrics> {
+        std::fs::read_to_string(run_dir.join("metrics.jsonl"))
+            .map(|t| t.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
+            .unwrap_or_default()
+    }
+}
