@@ -1,5 +1,6 @@
 //! `lockstep`: train (SFT warm start, then GRPO), sft, sample.
 
+use burn::tensor::DType;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +31,23 @@ enum Command {
         #[arg(long)]
         max_steps: Option<usize>,
     },
+    /// Benchmarks: sampler tokens/s matched vs fast kernels, and kernels vs burn's defaults.
+    Bench {
+        /// Model shape: tiny, small or qwen3-0.6b (random weights).
+        #[arg(long, default_value = "tiny")]
+        preset: String,
+        #[arg(long, value_delimiter = ',', default_value = "1,8,64,256")]
+        concurrency: Vec<usize>,
+        #[arg(long, default_value_t = 16)]
+        prompt_len: usize,
+        #[arg(long, default_value_t = 16)]
+        new_tokens: usize,
+        #[arg(long, default_value_t = 5)]
+        repeats: usize,
+        /// f32 or bf16.
+        #[arg(long, default_value = "f32")]
+        dtype: String,
+    },
     /// Sample completions for prompts from sampler.input into sampler.output (JSONL).
     Sample {
         #[arg(long)]
@@ -50,6 +68,17 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train { config, overrides, resume, max_steps } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps)),
+        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype } => {
+            let dtype = match dtype.as_str() {
+                "f32" => DType::F32,
+                "bf16" => DType::BF16,
+                other => {
+                    eprintln!("error: --dtype `{other}`: expected f32 or bf16");
+                    return ExitCode::from(2);
+                }
+            };
+            trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype }).map_err(RunError::Other)
+        }
         Command::Sample { config, overrides } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(sample),
     };
     match result {

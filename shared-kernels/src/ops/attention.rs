@@ -279,41 +279,53 @@ pub fn causal_attention(
     let (qa, ka, va) = (tracked_in(OP, "q", q)?, tracked_in(OP, "k", k)?, tracked_in(OP, "v", v)?);
     let (qp, kp, vp) = (plain::<3>(inner(&qa)), plain::<3>(inner(&ka)), plain::<3>(inner(&va)));
     let out = causal_attention_plain(qp.clone(), kp.clone(), vp.clone(), slots, positions, n_slots, max_len, scale)?;
-    let mut members: Vec<Vec<(u32, i64)>> = vec![Vec::new(); n_slots];
+    // padded [sequence, position] -> row index; padding points at an extra all-zero row
+    let pad_row = rows as i32;
+    let mut index = vec![pad_row; n_slots * max_len];
     for (r, (&s, &p)) in slots.iter().zip(positions).enumerate() {
-        members[s as usize].push((p, r as i64));
+        index[s as usize * max_len + p as usize] = r as i32;
     }
     Ok(from_tracked(tracked([&qa, &ka, &va], cube(out), move |d_out| {
+        // dense attention backward for all sequences at once, padded to the longest
         let d_out = plain::<3>(d_out);
         let dtype = qp.dtype();
         let device = qp.device();
-        let (mut dq, mut dk, mut dv) = (qp.zeros_like().cast(DType::F32), kp.zeros_like().cast(DType::F32), vp.zeros_like().cast(DType::F32));
         let [_, q_heads, head_dim] = qp.dims();
         let kv_heads = kp.dims()[1];
         let group = q_heads / kv_heads;
-        for mut rows_of_seq in members.into_iter().filter(|m| !m.is_empty()) {
-            rows_of_seq.sort();
-            let t = rows_of_seq.len();
-            let idx = BTensor::<1, BInt>::from_data(TensorData::new(rows_of_seq.iter().map(|&(_, r)| r).collect::<Vec<_>>(), [t]), &device);
-            let heads_first = |x: BTensor<3>| x.select(0, idx.clone()).cast(DType::F32).swap_dims(0, 1);
-            let expand = |x: BTensor<3>| x.unsqueeze_dim::<4>(1).repeat_dim(1, group).reshape([q_heads, t, head_dim]);
-            let fold = |x: BTensor<3>| x.reshape([kv_heads, group, t, head_dim]).sum_dim(1).reshape([kv_heads, t, head_dim]);
-            let (qs, ks, vs, dos) = (heads_first(qp.clone()), expand(heads_first(kp.clone())), expand(heads_first(vp.clone())), heads_first(d_out.clone()));
-            let mask: Vec<f32> = (0..t * t).map(|i| if i % t > i / t { -1.0e30 } else { 0.0 }).collect();
-            let mask = BTensor::<3>::from_data(TensorData::new(mask, [1, t, t]), &device);
-            let scores = qs.clone().matmul(ks.clone().swap_dims(1, 2)).mul_scalar(scale as f64) + mask;
-            let probs = burn::tensor::activation::softmax(scores, 2);
-            let d_v = probs.clone().swap_dims(1, 2).matmul(dos.clone());
-            let d_p = dos.matmul(vs.swap_dims(1, 2));
-            let d_s = probs.clone() * (d_p.clone() - (d_p * probs).sum_dim(2));
-            let d_q = d_s.clone().matmul(ks).mul_scalar(scale as f64);
-            let d_k = d_s.swap_dims(1, 2).matmul(qs).mul_scalar(scale as f64);
-            let put = |acc: BTensor<3>, g: BTensor<3>| acc.select_assign(0, idx.clone(), g.swap_dims(0, 1), burn::tensor::IndexingUpdateOp::Add);
-            dq = put(dq, d_q);
-            dk = put(dk, fold(d_k));
-            dv = put(dv, fold(d_v));
+        let (b, t) = (n_slots, max_len);
+        let idx = BTensor::<1, BInt>::from_data(TensorData::new(index.clone(), [b * t]), &device);
+        let padded = |x: BTensor<3>, heads: usize| -> BTensor<4> {
+            let x = x.cast(DType::F32);
+            let zero = BTensor::<3>::zeros([1, heads, head_dim], &device);
+            BTensor::cat(vec![x, zero], 0).select(0, idx.clone()).reshape([b, t, heads, head_dim]).swap_dims(1, 2)
+        };
+        let expand = |x: BTensor<4>| x.unsqueeze_dim::<5>(2).repeat_dim(2, group).reshape([b, q_heads, t, head_dim]);
+        let fold = |x: BTensor<4>| x.reshape([b, kv_heads, group, t, head_dim]).sum_dim(2).reshape([b, kv_heads, t, head_dim]);
+        let (qs, ks, vs, dos) = (padded(qp.clone(), q_heads), expand(padded(kp.clone(), kv_heads)), expand(padded(vp.clone(), kv_heads)), padded(d_out, q_heads));
+        let mut mask = vec![0.0f32; b * t * t];
+        for (seq, len) in lens.iter().enumerate() {
+            for i in 0..t {
+                for j in 0..t {
+                    if j > i || j >= *len {
+                        mask[(seq * t + i) * t + j] = -1.0e30;
+                    }
+                }
+            }
         }
-        [Some(cube(dq.cast(dtype))), Some(cube(dk.cast(dtype))), Some(cube(dv.cast(dtype)))]
+        let mask = BTensor::<4>::from_data(TensorData::new(mask, [b, 1, t, t]), &device);
+        let scores = qs.clone().matmul(ks.clone().swap_dims(2, 3)).mul_scalar(scale as f64) + mask;
+        let probs = burn::tensor::activation::softmax(scores, 3);
+        let d_v = probs.clone().swap_dims(2, 3).matmul(dos.clone());
+        let d_p = dos.matmul(vs.swap_dims(2, 3));
+        let d_s = probs.clone() * (d_p.clone() - (d_p * probs).sum_dim(3));
+        let d_q = d_s.clone().matmul(ks).mul_scalar(scale as f64);
+        let d_k = d_s.swap_dims(2, 3).matmul(qs).mul_scalar(scale as f64);
+        let unpad = |g: BTensor<4>, heads: usize| -> BTensor<3> {
+            let g = g.swap_dims(1, 2).reshape([b * t, heads, head_dim]);
+            BTensor::<3>::zeros([rows + 1, heads, head_dim], &device).select_assign(0, idx.clone(), g, burn::tensor::IndexingUpdateOp::Add).slice([0..rows, 0..heads, 0..head_dim]).cast(dtype)
+        };
+        [Some(cube(unpad(d_q, q_heads))), Some(cube(unpad(fold(d_k), kv_heads))), Some(cube(unpad(fold(d_v), kv_heads)))]
     })))
 }
 

@@ -1,0 +1,118 @@
+//! `lockstep bench`: speed, measured side by side in one run (never in tests).
+//!
+//! 1. Sampler throughput: generated tokens/s at several concurrencies, lockstep's kernels
+//!    ("matched") against the same engine on burn's default matmul/rmsnorm ("fast").
+//! 2. Kernels: time per call of lockstep's matmul / rmsnorm / logprob against burn's default op
+//!    on the same inputs, at several batch sizes.
+//! Every timing syncs the device; each number is the median of `repeats` runs after a warm-up.
+
+use burn::tensor::{activation, DType, Device, Int, Tensor, TensorData};
+use sampler::{Engine, EngineConfig, Request, SamplingParams};
+use shared_kernels::model::{Checkpoint, KernelSet, ModelConfig, Qwen3};
+use std::time::Instant;
+
+pub struct BenchOptions {
+    pub preset: String,
+    pub concurrency: Vec<usize>,
+    pub prompt_len: usize,
+    pub new_tokens: usize,
+    pub repeats: usize,
+    pub dtype: DType,
+}
+
+fn preset(name: &str) -> Result<ModelConfig, String> {
+    let json = match name {
+        "tiny" => serde_json::json!({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 96, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512, "tie_word_embeddings": true}),
+        "small" => serde_json::json!({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 8192, "hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64, "max_position_embeddings": 1024, "tie_word_embeddings": true}),
+        "qwen3-0.6b" => serde_json::json!({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 4096, "tie_word_embeddings": true}),
+        other => return Err(format!("unknown preset `{other}` (tiny, small, qwen3-0.6b)")),
+    };
+    ModelConfig::from_json(&json.to_string(), "bench preset").map_err(|e| e.to_string())
+}
+
+fn sync(device: &Device) {
+    let _ = device.sync();
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    xs[xs.len() / 2]
+}
+
+fn time(device: &Device, repeats: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    sync(device);
+    let runs = (0..repeats.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            sync(device);
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    median(runs)
+}
+
+pub fn run(o: &BenchOptions) -> Result<(), String> {
+    let device = shared_kernels::device::default_device();
+    let config = preset(&o.preset)?;
+    println!("# lockstep bench: runtime {}, preset {}, dtype {:?}, prompt {} tokens, {} new tokens\n", shared_kernels::device::runtime_name(), o.preset, o.dtype, o.prompt_len, o.new_tokens);
+    let model = Qwen3::from_checkpoint(&Checkpoint::random(config.clone(), 0.05, 7), o.dtype, &device).map_err(|e| e.to_string())?;
+
+    println!("## sampler throughput (generated tokens/s)\n");
+    println!("| concurrency | matched tok/s | fast tok/s | matched / fast |");
+    println!("|---|---|---|---|");
+    for &c in &o.concurrency {
+        let mut rates = Vec::new();
+        for kernels in [KernelSet::Matched, KernelSet::Fast] {
+            let mut m = model.clone();
+            m.kernels = kernels;
+            let context = o.prompt_len + o.new_tokens;
+            let mut engine = Engine::new(m, EngineConfig { max_batch: c, context, chunk_size: o.prompt_len.max(1) }).map_err(|e| e.to_string())?;
+            let requests = |round: u64| -> Vec<Request> {
+                (0..c as u64)
+                    .map(|i| Request {
+                        id: round * 1_000_000 + i,
+                        prompt: (0..o.prompt_len).map(|p| ((i as usize * 31 + p * 7) % config.vocab_size) as u32).collect(),
+                        params: SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: o.new_tokens, stop_tokens: vec![], seed: 1 },
+                    })
+                    .collect()
+            };
+            engine.generate(requests(0)); // warm-up: kernel compilation
+            sync(&device);
+            let t = Instant::now();
+            let out = engine.generate(requests(1));
+            sync(&device);
+            let generated: usize = out.iter().filter_map(|r| r.as_ref().ok()).map(|c| c.tokens.len()).sum();
+            rates.push(generated as f64 / t.elapsed().as_secs_f64());
+        }
+        println!("| {c} | {:.1} | {:.1} | {:.2} |", rates[0], rates[1], rates[0] / rates[1]);
+    }
+
+    println!("\n## kernels (median ms per call; ratio = lockstep / burn default)\n");
+    println!("| op | shape | lockstep ms | burn ms | ratio |");
+    println!("|---|---|---|---|---|");
+    let h = config.hidden_size;
+    for m in [1usize, 8, 64, 256, 1024] {
+        let x = Tensor::<2>::random([m, h], burn::tensor::Distribution::Default, &device).cast(o.dtype);
+        let w = Tensor::<2>::random([h, h], burn::tensor::Distribution::Default, &device).cast(o.dtype);
+        let nw = Tensor::<1>::ones([h], &device).cast(o.dtype);
+        let a = time(&device, o.repeats, || drop(shared_kernels::matmul(x.clone(), w.clone(), shared_kernels::WeightLayout::OutIn).unwrap()));
+        let b = time(&device, o.repeats, || drop(x.clone().matmul(w.clone().transpose())));
+        println!("| matmul x@W^T | {m}x{h}x{h} | {:.3} | {:.3} | {:.2} |", a * 1e3, b * 1e3, a / b);
+        let a = time(&device, o.repeats, || drop(shared_kernels::rmsnorm(x.clone(), nw.clone(), 1e-6).unwrap()));
+        let b = time(&device, o.repeats, || {
+            let x32 = x.clone().cast(DType::F32);
+            drop((x32.clone() * x32.clone()).mean_dim(1).add_scalar(1e-6).sqrt().recip() * x32);
+        });
+        println!("| rmsnorm | {m}x{h} | {:.3} | {:.3} | {:.2} |", a * 1e3, b * 1e3, a / b);
+        let v = config.vocab_size;
+        let logits = Tensor::<2>::random([m, v], burn::tensor::Distribution::Default, &device).cast(o.dtype);
+        let targets = Tensor::<1, Int>::from_data(TensorData::new(vec![1i32; m], [m]), &device);
+        let temps = Tensor::<1>::ones([m], &device);
+        let a = time(&device, o.repeats, || drop(shared_kernels::token_logprobs(logits.clone(), targets.clone(), temps.clone()).unwrap()));
+        let b = time(&device, o.repeats, || drop(activation::log_softmax(logits.clone().cast(DType::F32), 1).gather(1, targets.clone().reshape([m, 1]))));
+        println!("| logprob | {m}x{v} | {:.3} | {:.3} | {:.2} |", a * 1e3, b * 1e3, a / b);
+    }
+    Ok(())
+}

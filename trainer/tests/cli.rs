@@ -1,0 +1,188 @@
+//! The `lockstep` binary end to end on the CI runtime: resume is bit-identical to an
+//! uninterrupted run, TensorBoard files read back with the real TensorBoard, and bad input
+//! gets a clear error and a non-zero exit.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn lockstep(args: &[&str], cwd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lockstep")).args(args).current_dir(cwd).output().expect("run lockstep")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lockstep-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+const SMALL: &str = r#"
+[train]
+steps = 6
+prompts_per_step = 2
+group_size = 4
+sft_steps = 4
+sft_batch = 8
+checkpoint_every = 3
+keep_checkpoints = 5
+
+[sampler]
+max_new_tokens = 4
+
+[log]
+progress = false
+"#;
+
+/// metrics.jsonl without the wall-clock fields.
+fn metrics(run: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let o = v.as_object_mut().unwrap();
+            o.remove("step_s");
+            o.remove("tokens_per_s");
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn resume_after_a_kill_repeats_the_uninterrupted_run_bit_for_bit() {
+    let dir = scratch("resume");
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    let out = lockstep(&["train", "small.toml", "--set", "log.run_name=straight"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let straight = metrics(&dir.join("runs/straight"));
+    assert_eq!(straight.len(), 6);
+
+    // start the same run, kill it (SIGKILL) once the step-3 checkpoint exists, resume
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lockstep"))
+        .args(["train", "small.toml", "--set", "log.run_name=killed"])
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ck = dir.join("runs/killed/checkpoints/step-000003/state.json");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    while !ck.exists() {
+        assert!(std::time::Instant::now() < deadline, "no checkpoint after 10 minutes");
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the run ended ({status}) before it could be killed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let out = lockstep(&["train", "small.toml", "--set", "log.run_name=killed", "--resume"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let resumed = metrics(&dir.join("runs/killed"));
+    assert_eq!(resumed, straight, "metrics after resume differ from the uninterrupted run");
+    // checkpoints are complete HF folders
+    let last = dir.join("runs/killed/checkpoints/step-000006");
+    for f in ["model.safetensors", "config.json", "tokenizer.json", "optimizer.safetensors", "state.json"] {
+        assert!(last.join(f).exists(), "{f} missing from {}", last.display());
+    }
+    assert!(dir.join("runs/killed/config.resolved.toml").exists());
+    // every step logged KL exactly 0 and all bits equal
+    for m in &straight {
+        assert_eq!(m["agreement"]["kl_k1"].as_f64(), Some(0.0));
+        assert_eq!(m["agreement"]["bit_equal_frac"].as_f64(), Some(1.0));
+        assert_eq!(m["sampler_weights_sha256"], m["trainer_weights_sha256"]);
+    }
+}
+
+#[test]
+fn tensorboard_reads_back_every_tag() {
+    let dir = scratch("tb");
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    let out = lockstep(&["train", "small.toml", "--set", "train.steps=2", "--set", "train.sft_steps=0", "--set", "log.run_name=tb"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let script = r#"
+import sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+acc = EventAccumulator(sys.argv[1]); acc.Reload()
+for tag in sorted(acc.Tags()["scalars"]):
+    print(tag, len(acc.Scalars(tag)))
+"#;
+    let out = Command::new("python3").args(["-c", script, dir.join("runs/tb/tb").to_str().unwrap()]).output().expect("python3 with the tensorboard package (.ci/setup installs it)");
+    assert!(out.status.success(), "tensorboard read-back failed: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for tag in [
+        "rollout/reward_mean", "rollout/reward_std", "rollout/kl_k1", "rollout/kl_k3", "rollout/logprob_abs_diff_max",
+        "rollout/bit_equal_frac", "train/loss", "train/grad_norm", "train/entropy", "train/is_ratio_mean", "perf/tokens_per_s", "perf/step_s",
+    ] {
+        assert!(text.lines().any(|l| l == format!("{tag} 2")), "tag {tag} with 2 points not found in:\n{text}");
+    }
+}
+
+#[test]
+fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
+    let dir = scratch("errors");
+    let cases: Vec<(&str, &str, Vec<&str>)> = vec![
+        ("typo.toml", "[train]\nstepz = 3\n", vec!["stepz"]),
+        ("type.toml", "[train]\nsteps = \"many\"\n", vec!["steps", "line 2"]),
+        ("malformed.toml", "[train\nsteps = 3\n", vec!["malformed.toml", "line 1"]),
+        ("value.toml", "[sampler]\ntop_p = 1.5\n", vec!["sampler.top_p"]),
+        ("section.toml", "[trainer]\nsteps = 3\n", vec!["trainer"]),
+        ("task.toml", "[task]\nname = \"chess\"\n", vec!["task.name", "chess"]),
+    ];
+    for (file, text, needles) in cases {
+        std::fs::write(dir.join(file), text).unwrap();
+        let out = lockstep(&["train", file], &dir);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{file}: {err}");
+        for n in needles {
+            assert!(err.contains(n), "{file}: error should mention {n:?}: {err}");
+        }
+        assert!(!err.contains("panicked"), "{file}: {err}");
+    }
+    let out = lockstep(&["train", "missing.toml"], &dir);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));
+    let out = lockstep(&["train", "--set", "train.steps"], &dir);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("section.key=value"));
+
+    // a dataset line without an answer names the file and line
+    std::fs::write(dir.join("data.jsonl"), "{\"prompt\": \"1+1=\", \"answer\": \"2\"}\n{\"prompt\": \"2+2=\"}\n").unwrap();
+    let out = lockstep(&["train", "--set", "task.name=jsonl", "--set", "task.path=data.jsonl", "--set", "train.sft_steps=0"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(err.contains("data.jsonl:2") && err.contains("answer"), "{err}");
+
+    // resuming with a model of another shape refuses and leaves the checkpoint intact
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    let out = lockstep(&["train", "small.toml", "--set", "train.steps=1", "--set", "train.sft_steps=0", "--set", "log.run_name=shape"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ck = dir.join("runs/shape/checkpoints/step-000001/model.safetensors");
+    let before = std::fs::read(&ck).unwrap();
+    let out = lockstep(&["train", "small.toml", "--set", "train.steps=2", "--set", "model.hidden_size=32", "--set", "log.run_name=shape", "--resume"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(err.contains("another shape"), "{err}");
+    assert_eq!(std::fs::read(&ck).unwrap(), before);
+    // and starting over on top of an existing run is refused rather than clobbering it
+    let out = lockstep(&["train", "small.toml", "--set", "log.run_name=shape"], &dir);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--resume"));
+}
+
+#[test]
+fn sample_command_writes_completions_with_logprobs() {
+    let dir = scratch("sample");
+    std::fs::write(dir.join("prompts.jsonl"), "{\"prompt\": \"3+4=\"}\n{\"prompt_ids\": [5, 6, 7], \"id\": 9}\n{\"prompt_ids\": [99999]}\n").unwrap();
+    let out = lockstep(&["sample", "--set", "sampler.input=prompts.jsonl", "--set", "sampler.output=out.jsonl", "--set", "log.progress=false"], &dir);
+    // the third prompt has an out-of-range token: that request fails alone, the run exits 1
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("out.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[1]["id"], 9);
+    for l in &lines[..2] {
+        let ids = l["token_ids"].as_array().unwrap();
+        assert!(!ids.is_empty());
+        assert_eq!(ids.len(), l["logprobs"].as_array().unwrap().len());
+    }
+    assert!(lines[2]["error"].as_str().unwrap().contains("token id 99999"));
+}
