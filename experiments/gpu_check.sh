@@ -13,16 +13,21 @@ case "${1:-}" in
 build)
     export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/lockstep-target}"
     export CUDARC_CUDA_VERSION=13000
-    cargo build --locked --profile gpu -p shared-kernels --no-default-features --features cuda,autotune --bin lockstep-battery
+    cargo build --locked --profile gpu -p shared-kernels -p trainer --no-default-features \
+        --features shared-kernels/cuda,shared-kernels/autotune,trainer/cuda --bin lockstep-battery --bin lockstep
     mkdir -p .gpu
-    strip -o .gpu/lockstep-battery "$CARGO_TARGET_DIR/gpu/lockstep-battery"
-    gzip -9 -f .gpu/lockstep-battery
+    for bin in lockstep-battery lockstep; do
+        strip -o .gpu/$bin "$CARGO_TARGET_DIR/gpu/$bin"
+        gzip -9 -f .gpu/$bin
+    done
     ls -la .gpu
     ;;
 run)
     out="${OUT:-.gpu/out}"
     mkdir -p "$out"
-    gunzip -c .gpu/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery
+    for bin in lockstep-battery lockstep; do
+        gunzip -c .gpu/$bin.gz > /tmp/$bin && chmod +x /tmp/$bin
+    done
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
     set -o pipefail
     /tmp/lockstep-battery --large --dtypes f32,bf16 --burn-defaults 2>&1 | tee "$out/battery.md"

@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod grpo;
 pub mod optim;
+pub mod report;
 pub mod rng;
 pub mod run;
 pub mod sample_cli;

@@ -48,6 +48,16 @@ enum Command {
         #[arg(long, default_value = "f32")]
         dtype: String,
     },
+    /// Table and plots of several runs, read from their TensorBoard files.
+    Report {
+        /// Run folders (each with a `tb` folder).
+        runs: Vec<PathBuf>,
+        #[arg(long)]
+        out: PathBuf,
+        /// "Steps to target" column threshold.
+        #[arg(long, default_value_t = 0.5)]
+        target_reward: f64,
+    },
     /// Sample completions for prompts from sampler.input into sampler.output (JSONL).
     Sample {
         #[arg(long)]
@@ -79,6 +89,7 @@ fn main() -> ExitCode {
             };
             trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype }).map_err(RunError::Other)
         }
+        Command::Report { runs, out, target_reward } => trainer::report::report(&runs, &out, target_reward).map(|md| println!("{md}")).map_err(RunError::Other),
         Command::Sample { config, overrides } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(sample),
     };
     match result {

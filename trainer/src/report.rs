@@ -1,0 +1,135 @@
+//! `lockstep report`: read the scalars of several runs back from their TensorBoard event files
+//! and write a markdown table (one row per run) and PNG curves of reward and KL.
+
+use plotters::prelude::*;
+use protobuf::Message;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use tensorboard_proto::event::{Event, Event_oneof_what};
+use tensorboard_proto::summary::Summary_Value_oneof_value;
+
+/// tag -> (step, value), sorted by step.
+pub type Scalars = BTreeMap<String, Vec<(i64, f32)>>;
+
+/// Every scalar in the event files of `tb_dir` (TFRecord framing: u64 length, u32 crc,
+/// payload, u32 crc; payloads are `Event` protobufs).
+pub fn read_scalars(tb_dir: &Path) -> Result<Scalars, String> {
+    let mut out: Scalars = BTreeMap::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(tb_dir).map_err(|e| format!("{}: {e}", tb_dir.display()))?.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.contains("tfevents"))).collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(format!("{}: no TensorBoard event files", tb_dir.display()));
+    }
+    for file in files {
+        let bytes = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let mut at = 0usize;
+        while at + 12 <= bytes.len() {
+            let len = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+            let start = at + 12;
+            let Some(payload) = bytes.get(start..start + len) else { break };
+            at = start + len + 4;
+            let event = Event::parse_from_bytes(payload).map_err(|e| format!("{}: bad event record: {e}", file.display()))?;
+            if let Some(Event_oneof_what::summary(summary)) = event.what {
+                for v in summary.get_value() {
+                    if let Some(Summary_Value_oneof_value::simple_value(x)) = v.value {
+                        out.entry(v.get_tag().to_string()).or_default().push((event.step, x));
+                    }
+                }
+            }
+        }
+    }
+    for series in out.values_mut() {
+        series.sort_by_key(|p| p.0);
+    }
+    Ok(out)
+}
+
+fn mean(xs: &[(i64, f32)]) -> f64 {
+    xs.iter().map(|p| p.1 as f64).sum::<f64>() / xs.len().max(1) as f64
+}
+
+/// Markdown table: one row per run.
+pub fn table(runs: &[(String, Scalars)], target_reward: f64) -> String {
+    let mut s = format!("| run | steps | final reward (mean of last 3) | first step with reward ≥ {target_reward} | mean KL k1 | max abs KL k1 | max abs Δlogprob | bit-equal frac (min) | IS ratio range | truncated/masked frac (mean) | mean step s |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (name, sc) in runs {
+        let get = |t: &str| sc.get(t).cloned().unwrap_or_default();
+        let reward = get("rollout/reward_mean");
+        let tail = &reward[reward.len().saturating_sub(3)..];
+        let reached = reward.iter().find(|p| p.1 as f64 >= target_reward).map_or("never".to_string(), |p| p.0.to_string());
+        let kl = get("rollout/kl_k1");
+        let kl_max = kl.iter().map(|p| p.1.abs()).fold(0.0f32, f32::max);
+        let diff_max = get("rollout/logprob_abs_diff_max").iter().map(|p| p.1).fold(0.0f32, f32::max);
+        let bit_min = get("rollout/bit_equal_frac").iter().map(|p| p.1).fold(1.0f32, f32::min);
+        let rmin = get("train/is_ratio_min").iter().map(|p| p.1).fold(f32::INFINITY, f32::min);
+        let rmax = get("train/is_ratio_max").iter().map(|p| p.1).fold(0.0f32, f32::max);
+        let cut = mean(&get("train/truncated_frac")) + mean(&get("train/masked_frac"));
+        s += &format!(
+            "| {name} | {} | {:.3} | {reached} | {:.3e} | {:.3e} | {:.3e} | {:.4} | {:.4}–{:.4} | {:.4} | {:.2} |\n",
+            reward.len(), mean(tail), mean(&kl), kl_max, diff_max, bit_min, rmin, rmax, cut, mean(&get("perf/step_s"))
+        );
+    }
+    s
+}
+
+fn font() -> bool {
+    for path in ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"] {
+        if let Ok(bytes) = std::fs::read(path) {
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            return plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok();
+        }
+    }
+    false
+}
+
+/// One PNG per tag, a line per run.
+pub fn plot(runs: &[(String, Scalars)], tag: &str, file: &Path) -> Result<(), String> {
+    let labels = font();
+    let series: Vec<(&String, Vec<(i64, f32)>)> = runs.iter().map(|(n, s)| (n, s.get(tag).cloned().unwrap_or_default())).collect();
+    let max_step = series.iter().flat_map(|s| s.1.iter().map(|p| p.0)).max().unwrap_or(1).max(1);
+    let (mut lo, mut hi) = series.iter().flat_map(|s| s.1.iter().map(|p| p.1)).fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+    if !lo.is_finite() {
+        (lo, hi) = (0.0, 1.0);
+    }
+    if hi - lo < 1e-9 {
+        hi = lo + 1e-3;
+        lo -= 1e-3;
+    }
+    let root = BitMapBackend::new(file, (900, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let mut builder = ChartBuilder::on(&root);
+    builder.margin(12).x_label_area_size(if labels { 36 } else { 0 }).y_label_area_size(if labels { 70 } else { 0 });
+    if labels {
+        builder.caption(tag, ("sans-serif", 22));
+    }
+    let mut chart = builder.build_cartesian_2d(0i64..max_step, lo..hi).map_err(|e| e.to_string())?;
+    if labels {
+        chart.configure_mesh().x_desc("step").draw().map_err(|e| e.to_string())?;
+    }
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).stroke_width(2);
+        let drawn = chart.draw_series(LineSeries::new(pts.iter().cloned(), color)).map_err(|e| e.to_string())?;
+        if labels {
+            drawn.label(name.as_str()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], Palette99::pick(i).stroke_width(2)));
+        }
+    }
+    if labels {
+        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).position(SeriesLabelPosition::LowerRight).draw().map_err(|e| e.to_string())?;
+    }
+    root.present().map_err(|e| format!("{}: {e}", file.display()))
+}
+
+/// Reads `run_dirs` (each with a `tb` folder), writes `out/table.md`, `out/reward.png`, `out/kl.png`.
+pub fn report(run_dirs: &[PathBuf], out: &Path, target_reward: f64) -> Result<String, String> {
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let mut runs = Vec::new();
+    for dir in run_dirs {
+        let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("run").to_string();
+        runs.push((name, read_scalars(&dir.join("tb"))?));
+    }
+    let md = table(&runs, target_reward);
+    std::fs::write(out.join("table.md"), &md).map_err(|e| e.to_string())?;
+    plot(&runs, "rollout/reward_mean", &out.join("reward.png"))?;
+    plot(&runs, "rollout/kl_k1", &out.join("kl.png"))?;
+    plot(&runs, "rollout/logprob_abs_diff_max", &out.join("logprob_abs_diff_max.png"))?;
+    Ok(md)
+}
