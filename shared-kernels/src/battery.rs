@@ -378,9 +378,33 @@ pub fn model_contract(dtype: DType, device: &Device, seed: u64, sequences: usize
         let got: Vec<Vec<f32>> = got.iter().map(|s| s.iter().map(|&b| f32::from_bits(b)).collect()).collect();
         let want_refs: Vec<&Vec<f32>> = want.iter().collect();
         let name = if chunk == usize::MAX { "model: train vs prefill whole".to_string() } else { format!("model: train vs chunks of {chunk}") };
-        checks.push(compare(&name, dtype_name(dtype), seqs.len(), &got, &want_refs));
+        let check = compare(&name, dtype_name(dtype), seqs.len(), &got, &want_refs);
+        if !check.identical() && PROGRESS.load(std::sync::atomic::Ordering::Relaxed) {
+            diagnose(&model, &seqs, &want, &got);
+        }
+        checks.push(check);
     }
     Ok(checks)
+}
+
+/// Where a failing contract first differs: the first differing (sequence, position), whether
+/// the training path gives that sequence the same bits alone as in its batch, and the auditor's
+/// first diverging op between the training path and token-by-token stepping.
+fn diagnose(model: &Qwen3, seqs: &[Vec<u32>], train: &[Vec<f32>], step: &[Vec<f32>]) {
+    let Some((s, p)) = train.iter().zip(step).enumerate().find_map(|(s, (a, b))| a.iter().zip(b).position(|(x, y)| x.to_bits() != y.to_bits()).map(|p| (s, p))) else { return };
+    eprintln!("  diagnose: sequence {s} (len {}) first differs at position {p}: train {} vs step {}", seqs[s].len(), train[s][p], step[s][p]);
+    match model.sequence_logprobs(std::slice::from_ref(&seqs[s]), 1.0) {
+        Ok((alone, _)) => {
+            let same = alone[0].iter().zip(&train[s]).all(|(x, y)| x.to_bits() == y.to_bits());
+            let first = alone[0].iter().zip(&train[s]).position(|(x, y)| x.to_bits() != y.to_bits());
+            eprintln!("  diagnose: training path alone vs in its batch: {}", if same { "identical".to_string() } else { format!("DIFFERS from position {first:?}") });
+        }
+        Err(e) => eprintln!("  diagnose: {e}"),
+    }
+    match crate::model::audit::first_divergence(model, model, &seqs[s], p) {
+        Ok(report) => eprintln!("  diagnose: alone, train vs token-by-token: {report}"),
+        Err(e) => eprintln!("  diagnose: {e}"),
+    }
 }
 
 /// Markdown table of checks.

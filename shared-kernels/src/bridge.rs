@@ -12,6 +12,9 @@ pub(crate) fn float_in<const D: usize>(
     name: &str,
     tensor: Tensor<D>,
 ) -> Result<CubeTensor, KernelError> {
+    if debug_sync() {
+        let _ = tensor.device().sync();
+    }
     let cube = tensor.try_into_primitive::<Cube>().map_err(|e| {
         KernelError::new(op, format!("`{name}` is not a tensor on a cubecl device ({e:?})"))
     })?;
@@ -52,4 +55,10 @@ pub(crate) fn same_device(op: &'static str, a: &CubeTensor, b: &CubeTensor, name
         return Err(KernelError::new(op, format!("`{name_b}` is on {:?}, the input on {:?}", b.device, a.device)));
     }
     Ok(())
+}
+
+/// `LOCKSTEP_DEBUG_SYNC=1`: synchronise the device before every launch (diagnostics only).
+pub(crate) fn debug_sync() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("LOCKSTEP_DEBUG_SYNC").is_some())
 }

@@ -12,7 +12,7 @@
 //! All randomness is keyed by (seed, step), so a resumed run repeats an uninterrupted one bit
 //! for bit.
 
-use crate::audit::first_divergence;
+use shared_kernels::model::audit::first_divergence;
 use crate::checkpoint::{self, RunState};
 use crate::config::Config;
 use crate::optim::{clip, gradients, learning_rate, tracked_copy, AdamW};

@@ -1,6 +1,5 @@
 //! lockstep's trainer: GRPO on the shared model forward, with the sampler in the same process.
 
-pub mod audit;
 pub mod bench;
 pub mod checkpoint;
 pub mod config;

@@ -64,7 +64,7 @@ pub fn table(runs: &[(String, Scalars)], target_reward: f64) -> String {
         let rmax = get("train/is_ratio_max").iter().map(|p| p.1).fold(0.0f32, f32::max);
         let cut = mean(&get("train/truncated_frac")) + mean(&get("train/masked_frac"));
         s += &format!(
-            "| {name} | {} | {:.3} | {reached} | {:.3e} | {:.3e} | {:.3e} | {:.4} | {:.4}–{:.4} | {:.4} | {:.2} |\n",
+            "| {name} | {} | {:.3} | {reached} | {:.3e} | {:.3e} | {:.3e} | {:.4} | {:.7}–{:.7} | {:.4} | {:.2} |\n",
             reward.len(), mean(tail), mean(&kl), kl_max, diff_max, bit_min, rmin, rmax, cut, mean(&get("perf/step_s"))
         );
     }

@@ -67,6 +67,15 @@ impl ModelConfig {
                 return Err(err(key, "biases in attention/MLP projections are not supported".into()));
             }
         }
+        // transformers 5 nests RoPE settings under `rope_parameters`; 4.x has top-level keys
+        let rope_params = raw.get("rope_parameters").filter(|v| v.is_object());
+        if let Some(kind) = rope_params.and_then(|p| p.get("rope_type")).and_then(Value::as_str).filter(|k| *k != "default") {
+            return Err(err("rope_parameters.rope_type", format!("`{kind}` RoPE is not supported yet (only \"default\")")));
+        }
+        let rope_theta = match rope_params.and_then(|p| p.get("rope_theta")) {
+            Some(v) => v.as_f64().filter(|f| f.is_finite() && *f > 0.0).ok_or_else(|| err("rope_parameters.rope_theta", format!("must be a positive number, got {v}")))?,
+            None => float_key("rope_theta", 10_000.0)?,
+        };
         if let Some(scaling) = raw.get("rope_scaling").filter(|v| !v.is_null()) {
             return Err(err("rope_scaling", format!("rope scaling is not supported yet, got {scaling}")));
         }
@@ -97,7 +106,7 @@ impl ModelConfig {
             num_kv_heads,
             head_dim,
             rms_norm_eps: float_key("rms_norm_eps", 1e-6)?,
-            rope_theta: float_key("rope_theta", 10_000.0)?,
+            rope_theta,
             max_position_embeddings: usize_key("max_position_embeddings")?,
             tie_word_embeddings: raw.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false),
             raw,

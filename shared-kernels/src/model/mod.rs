@@ -1,6 +1,7 @@
 //! The one policy model: a Qwen3/Llama-style decoder on lockstep's kernels, with HF checkpoint
 //! and tokenizer loading. The trainer and the sampler both call [`Qwen3::forward`].
 
+pub mod audit;
 pub mod config;
 pub mod qwen3;
 pub mod tokenizer;

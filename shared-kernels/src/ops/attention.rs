@@ -192,7 +192,12 @@ pub fn write_kv_cache(
             [storage(new.dtype), storage(slots.dtype)],
         );
     }
-    Ok(float_out(cache))
+    let out: BTensor<4> = float_out(cache);
+    if crate::bridge::debug_sync() {
+        // diagnostic: rule out ordering between the scatter and later reads
+        let _ = out.device().sync();
+    }
+    Ok(out)
 }
 
 /// Attention for query rows `q` [rows, q_heads, head_dim]: row r attends to keys 0..=positions[r]

@@ -3,7 +3,7 @@
 //! that token differs.
 
 use burn::tensor::{DType, Tensor};
-use shared_kernels::model::{KvCache, ModelError, Qwen3, Rows};
+use super::{KvCache, ModelError, Qwen3, Rows};
 
 fn row_bits(t: &Tensor<2>, row: usize) -> Vec<f32> {
     let [_, width] = t.dims();
