@@ -2,6 +2,10 @@
 //!
 //! burn 0.22 routes every tensor through its dispatch layer; with fusion off the cubecl
 //! primitive underneath is a plain `CubeTensor`, so unwrapping is free (no copy, no host trip).
+//!
+//! Every kernel indexes rows as `row * width + col`, so inputs are made strictly contiguous
+//! (`into_contiguous` copies strided or pitched tensors: CUDA's default allocator pads rows) and
+//! outputs are allocated with `empty_device_contiguous_dtype`, never the pitched allocator.
 
 use crate::KernelError;
 use burn::tensor::{DType, Int, Tensor};

@@ -19,7 +19,7 @@ use crate::{ensure, KernelError};
 use burn::tensor::{DType, Int as BInt, Tensor as BTensor, TensorData};
 use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
 use burn_cubecl::cubecl::prelude::*;
-use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 
 /// Keys per split, and units per cube. Part of the numerics: fixed for every shape.
 pub const KV_SPLIT: usize = 64;
@@ -39,11 +39,14 @@ fn write_kv_kernel<F: Float, I: Int>(
     slots: &Tensor<I>,
     positions: &Tensor<I>,
     cache: &mut Tensor<F>,
-    rows: usize,
-    row_len: usize,
-    max_len: usize,
+    rows_arg: u32,
+    row_len_arg: u32,
+    max_len_arg: u32,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
+    let rows = rows_arg as usize;
+    let row_len = row_len_arg as usize;
+    let max_len = max_len_arg as usize;
     let i = cube_linear() * 256usize + UNIT_POS_X as usize;
     if i < rows * row_len {
         let row = i / row_len;
@@ -62,14 +65,18 @@ fn attention_kernel<F: Float, I: Int>(
     slots: &Tensor<I>,
     positions: &Tensor<I>,
     out: &mut Tensor<F>,
-    rows: usize,
-    q_heads: usize,
-    kv_heads: usize,
-    max_len: usize,
+    rows_arg: u32,
+    q_heads_arg: u32,
+    kv_heads_arg: u32,
+    max_len_arg: u32,
     scale: f32,
     #[comptime] head_dim: usize,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
+    let rows = rows_arg as usize;
+    let q_heads = q_heads_arg as usize;
+    let kv_heads = kv_heads_arg as usize;
+    let max_len = max_len_arg as usize;
     let work = cube_linear(); // row * q_heads + head
     if work < rows * q_heads {
         let unit = UNIT_POS_X as usize;
@@ -186,9 +193,9 @@ pub fn write_kv_cache(
             slots.clone().into_tensor_arg(),
             positions.clone().into_tensor_arg(),
             cache.clone().into_tensor_arg(),
-            rows,
-            row_len,
-            shape.max_len,
+            rows as u32,
+            row_len as u32,
+            shape.max_len as u32,
             [storage(new.dtype), storage(slots.dtype)],
         );
     }
@@ -228,7 +235,7 @@ pub fn attention(
     ensure!(q.dtype == k.dtype && k.dtype == v.dtype, OP, "dtypes differ: q {:?}, k {:?}, v {:?}", q.dtype, k.dtype, v.dtype);
     ensure!(scale.is_finite(), OP, "scale must be finite, got {scale}");
     ensure!(rows > 0, OP, "no query rows");
-    let out = empty_device_dtype(q.client.clone(), q.device.clone(), qd.clone().into(), q.dtype);
+    let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), qd.clone().into(), q.dtype);
     attention_kernel::launch(
         &q.client,
         cube_count_for(rows * q_heads, 1),
@@ -239,10 +246,10 @@ pub fn attention(
         slots.clone().into_tensor_arg(),
         positions.into_tensor_arg(),
         out.clone().into_tensor_arg(),
-        rows,
-        q_heads,
-        shape.kv_heads,
-        shape.max_len,
+        rows as u32,
+        q_heads as u32,
+        shape.kv_heads as u32,
+        shape.max_len as u32,
         scale,
         head_dim,
         [storage(q.dtype), storage(slots.dtype)],

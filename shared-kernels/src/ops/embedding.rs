@@ -11,7 +11,7 @@ use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in, unt
 use crate::{ensure, KernelError};
 use burn::tensor::{Int as BInt, Tensor as BTensor};
 use burn_cubecl::cubecl::prelude::*;
-use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 
 const BLOCK: usize = 256;
 
@@ -20,11 +20,14 @@ fn embedding_kernel<F: Float, I: Int>(
     table: &Tensor<F>,
     ids: &Tensor<I>,
     y: &mut Tensor<F>,
-    rows: usize,
-    vocab: usize,
-    hidden: usize,
+    rows_arg: u32,
+    vocab_arg: u32,
+    hidden_arg: u32,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
+    let rows = rows_arg as usize;
+    let vocab = vocab_arg as usize;
+    let hidden = hidden_arg as usize;
     let i = cube_linear() * comptime!(BLOCK) + UNIT_POS_X as usize;
     if i < rows * hidden {
         let row = i / hidden;
@@ -64,7 +67,7 @@ fn embedding_plain(table: BTensor<2>, ids: BTensor<1, BInt>) -> Result<BTensor<2
     let rows = id[0];
     ensure!(vocab > 0 && hidden > 0, OP, "empty table {td:?}");
     ensure!(rows > 0, OP, "no ids");
-    let y = empty_device_dtype(table.client.clone(), table.device.clone(), [rows, hidden].into(), table.dtype);
+    let y = empty_device_contiguous_dtype(table.client.clone(), table.device.clone(), [rows, hidden].into(), table.dtype);
     embedding_kernel::launch(
         &table.client,
         cube_count_for(rows * hidden, BLOCK),
@@ -72,9 +75,9 @@ fn embedding_plain(table: BTensor<2>, ids: BTensor<1, BInt>) -> Result<BTensor<2
         table.clone().into_tensor_arg(),
         ids.clone().into_tensor_arg(),
         y.clone().into_tensor_arg(),
-        rows,
-        vocab,
-        hidden,
+        rows as u32,
+        vocab as u32,
+        hidden as u32,
         [storage(table.dtype), storage(ids.dtype)],
     );
     Ok(float_out(y))

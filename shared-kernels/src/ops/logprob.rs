@@ -15,7 +15,7 @@ use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in, unt
 use crate::{ensure, KernelError};
 use burn::tensor::{DType, Int as BInt, Tensor as BTensor};
 use burn_cubecl::cubecl::prelude::*;
-use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 
 /// Per-row outputs, f32 whatever the logits dtype.
 #[derive(Debug)]
@@ -77,11 +77,13 @@ fn logprob_kernel<F: Float, I: Int>(
     temperatures: &Tensor<f32>,
     logprobs: &mut Tensor<f32>,
     entropy: &mut Tensor<f32>,
-    rows: usize,
-    vocab: usize,
+    rows_arg: u32,
+    vocab_arg: u32,
     #[comptime] block: usize,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
+    let rows = rows_arg as usize;
+    let vocab = vocab_arg as usize;
     let row = cube_linear();
     if row < rows {
         let unit = UNIT_POS_X as usize;
@@ -164,7 +166,7 @@ fn token_logprobs_plain(
     ensure!(dims(&temps) == [rows], OP, "logits have {rows} rows but temperatures is {:?}", dims(&temps));
     ensure!(temps.dtype == burn::tensor::DType::F32, OP, "temperatures must be f32, got {:?}", temps.dtype);
     let client = logits.client.clone();
-    let out = |n| empty_device_dtype(client.clone(), logits.device.clone(), [n].into(), burn::tensor::DType::F32);
+    let out = |n| empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [n].into(), burn::tensor::DType::F32);
     let (lp, ent) = (out(rows), out(rows));
     logprob_kernel::launch(
         &client,
@@ -175,8 +177,8 @@ fn token_logprobs_plain(
         temps.into_tensor_arg(),
         lp.clone().into_tensor_arg(),
         ent.clone().into_tensor_arg(),
-        rows,
-        vocab,
+        rows as u32,
+        vocab as u32,
         ROW_BLOCK,
         [storage(logits.dtype), storage(targets.dtype)],
     );

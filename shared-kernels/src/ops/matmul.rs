@@ -9,7 +9,7 @@ use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
 use crate::{ensure, KernelError};
 use burn::tensor::Tensor as BTensor;
 use burn_cubecl::cubecl::prelude::*;
-use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 
 /// How the weight matrix is laid out in memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,12 +28,15 @@ fn matmul_kernel<F: Float>(
     x: &Tensor<F>,
     w: &Tensor<F>,
     y: &mut Tensor<F>,
-    m: usize,
-    n: usize,
-    k: usize,
+    m_arg: u32,
+    n_arg: u32,
+    k_arg: u32,
     #[comptime] w_out_in: bool,
     #[define(F)] _dtype: ElemType,
 ) {
+    let m = m_arg as usize;
+    let n = n_arg as usize;
+    let k = k_arg as usize;
     let row = CUBE_POS_Y as usize * comptime!(TILE) + UNIT_POS_Y as usize;
     let col = CUBE_POS_X as usize * comptime!(TILE) + UNIT_POS_X as usize;
     if row < m && col < n {
@@ -85,7 +88,7 @@ fn matmul_plain(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BT
     ensure!(wk == k, OP, "x is {xd:?} but w ({layout:?}) is {wd:?}: inner dimensions {k} and {wk} differ");
     ensure!(x.dtype == w.dtype, OP, "x is {:?} but w is {:?}", x.dtype, w.dtype);
     ensure!(m > 0 && n > 0 && k > 0, OP, "empty operand: x {xd:?}, w {wd:?}");
-    let y = empty_device_dtype(x.client.clone(), x.device.clone(), [m, n].into(), x.dtype);
+    let y = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), [m, n].into(), x.dtype);
     let count = CubeCount::Static(n.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1);
     let _ = cube_count_for;
     matmul_kernel::launch(
@@ -95,9 +98,9 @@ fn matmul_plain(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BT
         x.clone().into_tensor_arg(),
         w.into_tensor_arg(),
         y.clone().into_tensor_arg(),
-        m,
-        n,
-        k,
+        m as u32,
+        n as u32,
+        k as u32,
         layout == WeightLayout::OutIn,
         storage(x.dtype),
     );

@@ -8,12 +8,13 @@ use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
 use crate::{ensure, KernelError};
 use burn::tensor::{DType, Tensor as BTensor};
 use burn_cubecl::cubecl::prelude::*;
-use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 
 const BLOCK: usize = 256;
 
 #[cube(launch)]
-fn swiglu_kernel<F: Float>(gate: &Tensor<F>, up: &Tensor<F>, y: &mut Tensor<F>, len: usize, #[define(F)] _d: ElemType) {
+fn swiglu_kernel<F: Float>(gate: &Tensor<F>, up: &Tensor<F>, y: &mut Tensor<F>, len_arg: u32, #[define(F)] _d: ElemType) {
+    let len = len_arg as usize;
     let i = cube_linear() * comptime!(BLOCK) + UNIT_POS_X as usize;
     if i < len {
         let g = f32::cast_from(gate[i]);
@@ -23,7 +24,8 @@ fn swiglu_kernel<F: Float>(gate: &Tensor<F>, up: &Tensor<F>, y: &mut Tensor<F>, 
 }
 
 #[cube(launch)]
-fn add_kernel<F: Float>(a: &Tensor<F>, b: &Tensor<F>, y: &mut Tensor<F>, len: usize, #[define(F)] _d: ElemType) {
+fn add_kernel<F: Float>(a: &Tensor<F>, b: &Tensor<F>, y: &mut Tensor<F>, len_arg: u32, #[define(F)] _d: ElemType) {
+    let len = len_arg as usize;
     let i = cube_linear() * comptime!(BLOCK) + UNIT_POS_X as usize;
     if i < len {
         y[i] = a[i] + b[i];
@@ -42,7 +44,7 @@ fn binary<const D: usize>(
     ensure!(dims(&a) == dims(&b), op, "shapes differ: {:?} and {:?}", dims(&a), dims(&b));
     ensure!(a.dtype == b.dtype, op, "dtypes differ: {:?} and {:?}", a.dtype, b.dtype);
     let len: usize = dims(&a).iter().product();
-    let y = empty_device_dtype(a.client.clone(), a.device.clone(), dims(&a).into(), a.dtype);
+    let y = empty_device_contiguous_dtype(a.client.clone(), a.device.clone(), dims(&a).into(), a.dtype);
     if len > 0 {
         launch(&a, &b, &y, len);
     }
@@ -78,7 +80,7 @@ fn swiglu_plain<const D: usize>(gate: BTensor<D>, up: BTensor<D>) -> Result<BTen
             a.clone().into_tensor_arg(),
             b.clone().into_tensor_arg(),
             y.clone().into_tensor_arg(),
-            len,
+            len as u32,
             storage(a.dtype),
         )
     })
@@ -103,7 +105,7 @@ fn add_plain<const D: usize>(a: BTensor<D>, b: BTensor<D>) -> Result<BTensor<D>,
             a.clone().into_tensor_arg(),
             b.clone().into_tensor_arg(),
             y.clone().into_tensor_arg(),
-            len,
+            len as u32,
             storage(a.dtype),
         )
     })

@@ -10,19 +10,21 @@ use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
 use crate::{ensure, KernelError};
 use burn::tensor::{DType, Tensor as BTensor};
 use burn_cubecl::cubecl::prelude::*;
-use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 
 #[cube(launch)]
 fn rmsnorm_kernel<F: Float>(
     x: &Tensor<F>,
     weight: &Tensor<F>,
     y: &mut Tensor<F>,
-    rows: usize,
-    hidden: usize,
+    rows_arg: u32,
+    hidden_arg: u32,
     eps: f32,
     #[comptime] block: usize,
     #[define(F)] _dtype: ElemType,
 ) {
+    let rows = rows_arg as usize;
+    let hidden = hidden_arg as usize;
     let row = cube_linear();
     if row < rows {
         let unit = UNIT_POS_X as usize;
@@ -84,7 +86,7 @@ fn rmsnorm_plain<const D: usize>(x: BTensor<D>, weight: BTensor<1>, eps: f32) ->
     ensure!(eps.is_finite() && eps > 0.0, OP, "eps must be finite and > 0, got {eps}");
     let rows: usize = xd[..xd.len() - 1].iter().product();
     ensure!(rows > 0 && hidden > 0, OP, "empty input {xd:?}");
-    let y = empty_device_dtype(x.client.clone(), x.device.clone(), xd.clone().into(), x.dtype);
+    let y = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), xd.clone().into(), x.dtype);
     rmsnorm_kernel::launch(
         &x.client,
         cube_count_for(rows, 1),
@@ -92,8 +94,8 @@ fn rmsnorm_plain<const D: usize>(x: BTensor<D>, weight: BTensor<1>, eps: f32) ->
         x.clone().into_tensor_arg(),
         weight.into_tensor_arg(),
         y.clone().into_tensor_arg(),
-        rows,
-        hidden,
+        rows as u32,
+        hidden as u32,
         eps,
         ROW_BLOCK,
         storage(x.dtype),

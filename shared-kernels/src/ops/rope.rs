@@ -11,7 +11,7 @@ use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in, unt
 use crate::{ensure, KernelError};
 use burn::tensor::{DType, Device, Int as BInt, Tensor as BTensor, TensorData};
 use burn_cubecl::cubecl::prelude::*;
-use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 
 const BLOCK: usize = 256;
 
@@ -60,12 +60,16 @@ fn rope_kernel<F: Float, I: Int>(
     cos: &Tensor<f32>,
     sin: &Tensor<f32>,
     y: &mut Tensor<F>,
-    rows: usize,
-    heads: usize,
-    half: usize,
-    max_positions: usize,
+    rows_arg: u32,
+    heads_arg: u32,
+    half_arg: u32,
+    max_positions_arg: u32,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
+    let rows = rows_arg as usize;
+    let heads = heads_arg as usize;
+    let half = half_arg as usize;
+    let max_positions = max_positions_arg as usize;
     let i = cube_linear() * comptime!(BLOCK) + UNIT_POS_X as usize;
     if i < rows * heads * half {
         let pair = i % half;
@@ -126,7 +130,7 @@ fn rope_plain(x: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables) -
     ensure!(pd == [rows], OP, "x has {rows} rows but positions is {pd:?}");
     ensure!(rows > 0 && heads > 0, OP, "empty input {xd:?}");
     let half = head_dim / 2;
-    let y = empty_device_dtype(x.client.clone(), x.device.clone(), xd.clone().into(), x.dtype);
+    let y = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), xd.clone().into(), x.dtype);
     rope_kernel::launch(
         &x.client,
         cube_count_for(rows * heads * half, BLOCK),
@@ -136,10 +140,10 @@ fn rope_plain(x: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables) -
         cos.into_tensor_arg(),
         sin.into_tensor_arg(),
         y.clone().into_tensor_arg(),
-        rows,
-        heads,
-        half,
-        tables.max_positions,
+        rows as u32,
+        heads as u32,
+        half as u32,
+        tables.max_positions as u32,
         [storage(x.dtype), storage(positions.dtype)],
     );
     Ok(float_out(y))

@@ -21,7 +21,7 @@ use crate::bridge::{dims, float_in, float_out, int_in, int_out};
 use crate::{ensure, KernelError};
 use burn::tensor::{Device, Int as BInt, Tensor as BTensor, TensorData};
 use burn_cubecl::cubecl::prelude::*;
-use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 
 /// One row's sampling parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -90,11 +90,13 @@ fn sample_kernel<F: Float, I: Int>(
     rng_keys: &Tensor<I>,
     tokens: &mut Tensor<I>,
     logprobs: &mut Tensor<f32>,
-    rows: usize,
-    vocab: usize,
+    rows_arg: u32,
+    vocab_arg: u32,
     #[comptime] block: usize,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
+    let rows = rows_arg as usize;
+    let vocab = vocab_arg as usize;
     let row = cube_linear();
     if row < rows {
         let unit = UNIT_POS_X as usize;
@@ -246,8 +248,8 @@ pub fn sample(logits: BTensor<2>, params: &[SamplingRow]) -> Result<(BTensor<1, 
     let keys = int_in(OP, "rng_key", ints(params.iter().map(|p| p.rng_key as i32 as i64).collect()))?;
     ensure!(top_ks.dtype.size() >= 4, OP, "the device's int dtype {:?} cannot hold 32-bit keys", top_ks.dtype);
     let client = logits.client.clone();
-    let tokens = empty_device_dtype(client.clone(), logits.device.clone(), [rows].into(), top_ks.dtype);
-    let lps = empty_device_dtype(client.clone(), logits.device.clone(), [rows].into(), burn::tensor::DType::F32);
+    let tokens = empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [rows].into(), top_ks.dtype);
+    let lps = empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [rows].into(), burn::tensor::DType::F32);
     sample_kernel::launch(
         &client,
         cube_count_for(rows, 1),
@@ -259,8 +261,8 @@ pub fn sample(logits: BTensor<2>, params: &[SamplingRow]) -> Result<(BTensor<1, 
         keys.into_tensor_arg(),
         tokens.clone().into_tensor_arg(),
         lps.clone().into_tensor_arg(),
-        rows,
-        vocab,
+        rows as u32,
+        vocab as u32,
         ROW_BLOCK,
         [storage(logits.dtype), storage(top_ks.dtype)],
     );
