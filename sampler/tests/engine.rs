@@ -11,11 +11,7 @@ use shared_kernels::model::{tiny_config, Checkpoint, Qwen3};
 const VOCAB: usize = 97;
 
 fn seed() -> u64 {
-    let seed = std::env::var("LOCKSTEP_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7)
-    });
-    eprintln!("LOCKSTEP_TEST_SEED={seed}");
-    seed
+    shared_kernels::battery::test_seed()
 }
 
 fn model(seed: u64) -> Qwen3 {

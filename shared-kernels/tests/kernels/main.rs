@@ -14,11 +14,6 @@ pub fn device() -> Device {
     shared_kernels::device::default_device()
 }
 
-/// A fresh seed per test run (printed, so a failure can be replayed with LOCKSTEP_TEST_SEED).
 pub fn seed() -> u64 {
-    let seed = std::env::var("LOCKSTEP_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7)
-    });
-    eprintln!("LOCKSTEP_TEST_SEED={seed}");
-    seed
+    shared_kernels::battery::test_seed()
 }
