@@ -155,9 +155,8 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>) -> Result<(), RunE
         let m = trainer.step()?;
         bar.set_message(format!("step {} reward {:.3} kl {:.1e} bit-equal {:.3}", m.step, m.reward_mean, m.agreement.kl_k1, m.agreement.bit_equal_frac));
         bar.inc(1);
-        if !cfg.log.progress {
-            eprintln!("step {:>4}  reward {:.3}  kl_k1 {:.2e}  kl_k3 {:.2e}  |dlogp|max {:.2e}  bit_equal {:.4}  loss {:+.4}  {:.1}s", m.step, m.reward_mean, m.agreement.kl_k1, m.agreement.kl_k3, m.agreement.logprob_abs_diff_max, m.agreement.bit_equal_frac, m.loss, m.step_s);
-        }
+        let line = format!("step {:>4}  reward {:.3}  kl_k1 {:.2e}  kl_k3 {:.2e}  |dlogp|max {:.2e}  bit_equal {:.4}  loss {:+.4}  {:.1}s", m.step, m.reward_mean, m.agreement.kl_k1, m.agreement.kl_k3, m.agreement.logprob_abs_diff_max, m.agreement.bit_equal_frac, m.loss, m.step_s);
+        if bar.is_hidden() { eprintln!("{line}") } else { bar.println(line) }
         history.push(m);
         if cfg.train.checkpoint_every > 0 && trainer.step % cfg.train.checkpoint_every == 0 {
             trainer.checkpoint()?;
