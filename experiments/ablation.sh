@@ -2,20 +2,26 @@
 # The ablation matrix: sampler kernels {matched, fast} x correction {none, tis, mis, ppo_clip}
 # x seeds, on a built-in task; then a table and plots read back from the TensorBoard files.
 #
-#   bash experiments/ablation.sh [--tiny] [--seeds "0 1 2"] [--out DIR] [-- --set key=value ...]
+#   bash experiments/ablation.sh [--tiny] [--seeds "0 1 2"] [--jobs N] [--config FILE] [--out DIR] [-- --set key=value ...]
 #
 # --tiny: a few steps per cell (what CI runs). Extra `--set` overrides after `--` apply to every
-# cell (e.g. `-- --set model.dtype=bf16` on the H200). Uses $LOCKSTEP (default: cargo run).
+# cell (e.g. `-- --set model.dtype=bf16` on the H200). --jobs N runs N cells at once (on a GPU
+# they share the device, so compare step times only within one run). --config FILE starts every
+# cell from that TOML instead of the built-in defaults + the short-run settings below. Uses $LOCKSTEP (default: cargo run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tiny=0
 seeds="0 1"
+jobs=1
+config=()
 out="experiments/ablation-out"
 extra=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --tiny) tiny=1; shift ;;
         --seeds) seeds="$2"; shift 2 ;;
+        --jobs) jobs="$2"; shift 2 ;;
+        --config) config=("$2"); shift 2 ;;
         --out) out="$2"; shift 2 ;;
         --) shift; extra=("$@"); break ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
@@ -31,23 +37,34 @@ mkdir -p "$runs"
 if [ "$tiny" = 1 ]; then
     base=(--set train.steps=3 --set train.sft_steps=4 --set train.sft_batch=8 --set train.prompts_per_step=2
           --set train.group_size=4 --set sampler.max_new_tokens=4 --set train.checkpoint_every=0)
+elif [ ${#config[@]} -gt 0 ]; then
+    base=()
 else
     base=(--set train.steps=30 --set train.sft_steps=40 --set train.lr=3e-4 --set train.prompts_per_step=16
           --set train.warmup_steps=0)
 fi
+run_cell() {
+    local name="$1"; shift
+    "$LOCKSTEP" train "${config[@]}" "${base[@]}" "$@" --set log.progress=false --set "log.runs_dir=$runs" --set "log.run_name=$name" \
+        "${extra[@]}" > "$runs/$name.log" 2>&1 || { echo "cell $name failed:" >&2; tail -5 "$runs/$name.log" >&2; touch "$runs/$name.failed"; }
+}
 dirs=()
 for kernels in matched fast; do
     for correction in none tis mis ppo_clip; do
         for seed in $seeds; do
             name="${kernels}-${correction}-s${seed}"
             echo "== $name" >&2
-            "$LOCKSTEP" train "${base[@]}" --set "ablation.sampler_kernels=$kernels" --set "ablation.correction=$correction" \
-                --set "train.seed=$seed" --set "model.init_seed=$((seed + 1))" --set log.progress=false \
-                --set "log.runs_dir=$runs" --set "log.run_name=$name" "${extra[@]}" > "$runs/$name.log" 2>&1 \
-                || { echo "cell $name failed:" >&2; tail -5 "$runs/$name.log" >&2; exit 1; }
+            while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+            run_cell "$name" --set "ablation.sampler_kernels=$kernels" --set "ablation.correction=$correction" \
+                --set "train.seed=$seed" --set "model.init_seed=$((seed + 1))" &
             dirs+=("$runs/$name")
         done
     done
 done
+wait
+if ls "$runs"/*.failed > /dev/null 2>&1; then
+    echo "failed cells: $(cd "$runs" && ls *.failed | sed 's/.failed//' | tr '\n' ' ')" >&2
+    exit 1
+fi
 "$LOCKSTEP" report "${dirs[@]}" --out "$out" --target-reward 0.5
 echo "wrote $out/table.md, $out/reward.png, $out/kl.png, $out/logprob_abs_diff_max.png" >&2

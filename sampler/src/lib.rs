@@ -12,6 +12,7 @@
 
 mod engine;
 mod front;
+pub mod invariance;
 mod request;
 
 pub use engine::{Engine, EngineConfig, StepStats};

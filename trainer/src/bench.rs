@@ -18,9 +18,13 @@ pub struct BenchOptions {
     pub new_tokens: usize,
     pub repeats: usize,
     pub dtype: DType,
+    /// Sampler kernel sets to time: "matched" and/or "fast".
+    pub kernels: Vec<String>,
+    /// Skip the per-kernel table.
+    pub skip_ops: bool,
 }
 
-fn preset(name: &str) -> Result<ModelConfig, String> {
+pub fn preset(name: &str) -> Result<ModelConfig, String> {
     let json = match name {
         "tiny" => serde_json::json!({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 96, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512, "tie_word_embeddings": true}),
         "small" => serde_json::json!({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 8192, "hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64, "max_position_embeddings": 1024, "tie_word_embeddings": true}),
@@ -59,12 +63,23 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     println!("# lockstep bench: runtime {}, preset {}, dtype {:?}, prompt {} tokens, {} new tokens\n", shared_kernels::device::runtime_name(), o.preset, o.dtype, o.prompt_len, o.new_tokens);
     let model = Qwen3::from_checkpoint(&Checkpoint::random(config.clone(), 0.05, 7), o.dtype, &device).map_err(|e| e.to_string())?;
 
+    let sets: Vec<KernelSet> = o
+        .kernels
+        .iter()
+        .map(|k| match k.as_str() {
+            "matched" => Ok(KernelSet::Matched),
+            "fast" => Ok(KernelSet::Fast),
+            other => Err(format!("--kernels: unknown kernel set `{other}` (matched, fast)")),
+        })
+        .collect::<Result<_, _>>()?;
     println!("## sampler throughput (generated tokens/s)\n");
-    println!("| concurrency | matched tok/s | fast tok/s | matched / fast |");
-    println!("|---|---|---|---|");
+    let both = sets.len() == 2;
+    let names: Vec<String> = sets.iter().map(|k| format!("{} tok/s", if *k == KernelSet::Matched { "matched" } else { "fast" })).collect();
+    println!("| concurrency | {} |{}", names.join(" | "), if both { " matched / fast |" } else { "" });
+    println!("|---|{}", "---|".repeat(sets.len() + both as usize));
     for &c in &o.concurrency {
         let mut rates = Vec::new();
-        for kernels in [KernelSet::Matched, KernelSet::Fast] {
+        for &kernels in &sets {
             let mut m = model.clone();
             m.kernels = kernels;
             let context = o.prompt_len + o.new_tokens;
@@ -78,15 +93,24 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
                     })
                     .collect()
             };
-            engine.generate(requests(0)); // warm-up: kernel compilation
+            let warm = Instant::now();
+            engine.generate(requests(0)); // warm-up: kernel compilation (and burn's autotuning)
             sync(&device);
+            let warm_s = warm.elapsed().as_secs_f64();
             let t = Instant::now();
             let out = engine.generate(requests(1));
             sync(&device);
             let generated: usize = out.iter().filter_map(|r| r.as_ref().ok()).map(|c| c.tokens.len()).sum();
-            rates.push(generated as f64 / t.elapsed().as_secs_f64());
+            let secs = t.elapsed().as_secs_f64();
+            eprintln!("bench: {kernels:?} concurrency {c}: warm-up {warm_s:.1}s, timed {secs:.2}s for {generated} tokens");
+            rates.push(generated as f64 / secs);
         }
-        println!("| {c} | {:.1} | {:.1} | {:.2} |", rates[0], rates[1], rates[0] / rates[1]);
+        let cells: Vec<String> = rates.iter().map(|r| format!("{r:.1}")).collect();
+        let ratio = if both { format!(" {:.2} |", rates[0] / rates[1]) } else { String::new() };
+        println!("| {c} | {} |{ratio}", cells.join(" | "));
+    }
+    if o.skip_ops {
+        return Ok(());
     }
 
     println!("\n## kernels (median ms per call; ratio = lockstep / burn default)\n");

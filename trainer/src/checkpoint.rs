@@ -36,7 +36,8 @@ pub fn save(run_dir: &Path, model: &Qwen3, opt: &AdamW, state: &RunState, tokeni
     let tmp = root.join(format!(".{name}.tmp"));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| io(&tmp, e))?;
-    save_checkpoint(&tmp, &model.to_checkpoint(), DType::F32, None)?;
+    // f32 masters where the model runs narrower (bf16), so resume continues from them
+    save_checkpoint(&tmp, &opt.with_masters(model).to_checkpoint(), DType::F32, None)?;
     write_atomic(&tmp.join("tokenizer.json"), tokenizer_json.as_bytes())?;
     // optimizer moments
     let host = moments_to_host(opt);

@@ -47,6 +47,25 @@ enum Command {
         /// f32 or bf16.
         #[arg(long, default_value = "f32")]
         dtype: String,
+        /// Which sampler kernel sets to time: matched, fast, or both.
+        #[arg(long, value_delimiter = ',', default_value = "matched,fast")]
+        kernels: Vec<String>,
+        /// Only the sampler table, not the per-kernel one.
+        #[arg(long)]
+        skip_ops: bool,
+    },
+    /// The sampler engine's invariance checks on this device (the CI tests' code), per dtype.
+    Check {
+        /// Model shape: tiny, small or qwen3-0.6b (random weights).
+        #[arg(long, default_value = "tiny")]
+        preset: String,
+        #[arg(long, value_delimiter = ',', default_value = "f32")]
+        dtypes: Vec<String>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Run the checks on the ablation's fast kernels instead (the contrast).
+        #[arg(long)]
+        fast: bool,
     },
     /// Table and plots of several runs, read from their TensorBoard files.
     Report {
@@ -78,16 +97,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train { config, overrides, resume, max_steps } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps)),
-        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype } => {
-            let dtype = match dtype.as_str() {
-                "f32" => DType::F32,
-                "bf16" => DType::BF16,
-                other => {
-                    eprintln!("error: --dtype `{other}`: expected f32 or bf16");
-                    return ExitCode::from(2);
-                }
-            };
-            trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype }).map_err(RunError::Other)
+        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops } => {
+            let Some(dtype) = parse_dtype(&dtype) else { return ExitCode::from(2) };
+            trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops }).map_err(RunError::Other)
+        }
+        Command::Check { preset, dtypes, seed, fast } => {
+            let Some(dtypes) = dtypes.iter().map(|d| parse_dtype(d)).collect::<Option<Vec<_>>>() else { return ExitCode::from(2) };
+            trainer::check::run(&preset, &dtypes, seed, fast).map_err(RunError::Other)
         }
         Command::Report { runs, out, target_reward } => trainer::report::report(&runs, &out, target_reward).map(|md| println!("{md}")).map_err(RunError::Other),
         Command::Sample { config, overrides } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(sample),
@@ -101,6 +117,17 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+fn parse_dtype(name: &str) -> Option<DType> {
+    match name {
+        "f32" => Some(DType::F32),
+        "bf16" => Some(DType::BF16),
+        other => {
+            eprintln!("error: dtype `{other}`: expected f32 or bf16");
+            None
         }
     }
 }
@@ -127,6 +154,7 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>) -> Result<(), RunE
         let policy = load_policy(&cfg, Some(&loaded.checkpoint), &device)?;
         let mut opt = new_adamw(&cfg);
         trainer::checkpoint::restore_optimizer(&mut opt, loaded.moments, loaded.state.adam_t, &device);
+        opt.restore_masters(&policy.model, &loaded.checkpoint, &device);
         eprintln!("resuming {} at step {}", latest.display(), loaded.state.step);
         (policy, opt, loaded.state.step)
     } else {

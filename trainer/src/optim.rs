@@ -1,4 +1,5 @@
-//! AdamW over the model's f32 master weights, global-norm gradient clipping, and the learning
+//! AdamW over f32 master weights (the model's own weights in f32; a separate f32 copy when the
+//! model runs in bf16, cast to bf16 after every update), global-norm gradient clipping, and the learning
 //! rate schedule (linear warm-up, cosine decay to `min_lr_ratio`).
 
 use burn::tensor::{DType, Tensor, TensorData};
@@ -15,32 +16,65 @@ pub struct AdamW {
     pub t: u64,
     /// First and second moments, flat f32, by weight name.
     pub moments: BTreeMap<String, (Tensor<1>, Tensor<1>)>,
+    /// f32 master copies of weights the model holds in a narrower dtype, flat, by weight name.
+    pub masters: BTreeMap<String, Tensor<1>>,
 }
 
 impl AdamW {
     pub fn new(beta1: f64, beta2: f64, eps: f64, weight_decay: f64) -> Self {
-        Self { beta1, beta2, eps, weight_decay, t: 0, moments: BTreeMap::new() }
+        Self { beta1, beta2, eps, weight_decay, t: 0, moments: BTreeMap::new(), masters: BTreeMap::new() }
     }
 
-    /// One update of `model` (plain device, f32) with `grads` (flat, by name), already clipped.
+    /// One update of `model` (plain device) with `grads` (flat, by name), already clipped. The
+    /// arithmetic is f32; a bf16 model gets its f32 masters updated and then cast.
     pub fn step(&mut self, model: &Qwen3, grads: &BTreeMap<String, Tensor<1>>, lr: f64) -> Qwen3 {
         self.t += 1;
         let (b1, b2) = (self.beta1, self.beta2);
         let c1 = 1.0 - b1.powi(self.t as i32);
         let c2 = 1.0 - b2.powi(self.t as i32);
-        let moments = &mut self.moments;
+        let (moments, masters) = (&mut self.moments, &mut self.masters);
         let (eps, wd) = (self.eps, self.weight_decay);
         model.map_weights(&mut |name, w| {
             let Some(g) = grads.get(name) else { return w };
-            let flat = w.flat();
+            let g = g.clone().cast(DType::F32);
+            let own = w.flat();
+            let narrow = own.dtype() != DType::F32;
+            let flat = if narrow { masters.remove(name).unwrap_or_else(|| own.clone().cast(DType::F32)) } else { own.clone() };
             let (m, v) = moments.remove(name).unwrap_or_else(|| (flat.zeros_like(), flat.zeros_like()));
             let m = m.mul_scalar(b1) + g.clone().mul_scalar(1.0 - b1);
             let v = v.mul_scalar(b2) + (g.clone() * g.clone()).mul_scalar(1.0 - b2);
             let update = m.clone().div_scalar(c1) / (v.clone().div_scalar(c2).sqrt().add_scalar(eps));
             let next = flat.clone() - (update + flat.mul_scalar(wd)).mul_scalar(lr);
             moments.insert(name.to_string(), (m, v));
+            if narrow {
+                masters.insert(name.to_string(), next.clone());
+                return w.with_flat(next.cast(own.dtype()));
+            }
             w.with_flat(next)
         })
+    }
+
+    /// `model` with every weight replaced by its f32 master where one exists: what a checkpoint
+    /// saves, so a resumed bf16 run continues from the masters, not from their bf16 casts.
+    pub fn with_masters(&self, model: &Qwen3) -> Qwen3 {
+        model.map_weights(&mut |name, w| match self.masters.get(name) {
+            Some(master) => w.with_flat(master.clone()),
+            None => w,
+        })
+    }
+
+    /// After a resume: the f32 masters of a narrow-dtype `model` from the checkpoint's f32 values.
+    pub fn restore_masters(&mut self, model: &Qwen3, checkpoint: &shared_kernels::model::Checkpoint, device: &burn::tensor::Device) {
+        self.masters.clear();
+        if model.dtype == DType::F32 {
+            return;
+        }
+        for (name, _) in model.named_tensors() {
+            if let Some((_, values)) = checkpoint.tensors.get(&name) {
+                let n = values.len();
+                self.masters.insert(name, Tensor::<1>::from_data(TensorData::new(values.clone(), [n]), device));
+            }
+        }
     }
 }
 
@@ -112,6 +146,50 @@ pub fn moments_from_host(host: BTreeMap<String, (Vec<f32>, Vec<f32>)>, device: &
         Tensor::<1>::from_data(TensorData::new(v, [n]), device)
     };
     host.into_iter().map(|(k, (m, v))| (k, (dev(m), dev(v)))).collect()
+}
+
+/// The f32-master contract for a model held in `narrow` (bf16 on the GPU; CPU's Vulkan runtime
+/// has no bf16 or f16, so `lockstep check --dtypes bf16` runs this on the H200): three Adam
+/// steps of ~1e-5, far below bf16 resolution at |w| ~ 0.3, must leave the narrow weights equal to
+/// their masters' cast while the masters move, and the masters must survive a checkpoint.
+pub fn master_weight_check(narrow: DType, device: &burn::tensor::Device, seed: u64) -> Result<(), String> {
+    use shared_kernels::model::{tiny_config, Checkpoint};
+    let ck = Checkpoint::random(tiny_config(17, true), 0.3, seed);
+    let mut model = Qwen3::from_checkpoint(&ck, narrow, device).map_err(|e| e.to_string())?;
+    let start = model.clone();
+    let grads: BTreeMap<String, Tensor<1>> = model.named_tensors().into_iter().map(|(n, w)| (n, w.flat().cast(DType::F32).ones_like())).collect();
+    let mut opt = AdamW::new(0.9, 0.999, 1e-8, 0.0);
+    for _ in 0..3 {
+        model = opt.step(&model, &grads, 1e-5);
+    }
+    let host = |t: Tensor<1>| t.cast(DType::F32).into_data().convert::<f32>().try_to_vec::<f32>().expect("f32");
+    let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    for ((name, w0), (_, w)) in start.named_tensors().into_iter().zip(model.named_tensors()) {
+        if w.flat().dtype() != narrow {
+            return Err(format!("{name}: became {:?}", w.flat().dtype()));
+        }
+        let master = opt.masters.get(&name).ok_or_else(|| format!("{name} has no f32 master"))?;
+        if master.dtype() != DType::F32 {
+            return Err(format!("{name}: master is {:?}", master.dtype()));
+        }
+        if bits(host(master.clone().cast(narrow))) != bits(host(w.flat())) {
+            return Err(format!("{name}: the weights are not their masters' cast"));
+        }
+        let (m, w_start) = (host(master.clone()), host(w0.flat()));
+        let moved = m.iter().zip(&w_start).filter(|(a, b)| (**a - **b).abs() > 2e-5).count();
+        if moved <= m.len() / 2 {
+            return Err(format!("{name}: only {moved} of {} masters accumulated 3 steps of 1e-5", m.len()));
+        }
+    }
+    let saved = opt.with_masters(&model).to_checkpoint();
+    let mut resumed = AdamW::new(0.9, 0.999, 1e-8, 0.0);
+    resumed.restore_masters(&model, &saved, device);
+    for (name, master) in &opt.masters {
+        if bits(host(master.clone())) != bits(host(resumed.masters[name].clone())) {
+            return Err(format!("{name}: master changed through a checkpoint round trip"));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,0 +1,210 @@
+//! The engine's invariance checks, shared by the CI tests (which assert) and `lockstep check`
+//! (which runs them on the GPU and prints a table):
+//!
+//! (a)–(c) one target request gives the same tokens and logprob bits alone (batch 1, whole
+//!         prompt in one chunk) as among 0..=63 random neighbours arriving at random steps,
+//!         under several max-batch and chunk sizes;
+//! (d)     every sampled logprob equals, as bits, the training path's logprob of that token;
+//! (e)     the tokio front gives the blocking API's bits under concurrent submissions.
+//!
+//! Every request draws its own prompt, length, temperature, top-k/top-p, stop token and seed.
+
+use crate::{Completion, Engine, EngineConfig, EngineHandle, FinishReason, Request, SampleError, SamplingParams};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use shared_kernels::model::{KernelSet, Qwen3};
+
+/// Tokens per cache slot in the checks (prompts up to 39 tokens, up to 23 new ones).
+pub const CONTEXT: usize = 80;
+
+/// (max_batch, chunk_size, neighbours) of the "among others" scenarios.
+pub const SCENARIOS: [(usize, usize, usize); 6] = [(1, 1, 0), (4, 3, 1), (16, 7, 12), (64, 16, 63), (7, 100, 30), (2, 32, 5)];
+
+/// One line of the report.
+#[derive(Clone, Debug)]
+pub struct EngineCheck {
+    pub name: String,
+    /// `None` when it passed; what differed otherwise.
+    pub failure: Option<String>,
+}
+
+impl EngineCheck {
+    fn new(name: String, failure: Option<String>) -> Self {
+        Self { name, failure }
+    }
+    pub fn passed(&self) -> bool {
+        self.failure.is_none()
+    }
+}
+
+/// A random valid request for a model with `vocab` tokens and a context of [`CONTEXT`].
+pub fn random_request(rng: &mut StdRng, id: u64, vocab: usize) -> Request {
+    let len = rng.random_range(1..40);
+    Request {
+        id,
+        prompt: (0..len).map(|_| rng.random_range(0..vocab as u32)).collect(),
+        params: SamplingParams {
+            temperature: [1.0, 0.7, 0.0, 1.3][rng.random_range(0..4)],
+            top_k: [0, 5, 20][rng.random_range(0..3)],
+            top_p: [1.0, 0.9, 0.6][rng.random_range(0..3)],
+            max_new_tokens: rng.random_range(1..24),
+            stop_tokens: vec![rng.random_range(0..vocab as u32)],
+            seed: rng.random(),
+        },
+    }
+}
+
+/// Tokens, logprob bits and finish reason: what must not change.
+pub fn bits(c: &Completion) -> (Vec<u32>, Vec<u32>, FinishReason) {
+    (c.tokens.clone(), c.logprobs.iter().map(|v| v.to_bits()).collect(), c.finish)
+}
+
+pub fn engine(model: &Qwen3, max_batch: usize, chunk_size: usize) -> Engine {
+    Engine::new(model.clone(), EngineConfig { max_batch, context: CONTEXT, chunk_size }).expect("valid engine config")
+}
+
+/// Runs `target` among `others`, each added at a random step; every result, in completion order.
+pub fn run_among(model: &Qwen3, target: &Request, others: &[Request], max_batch: usize, chunk: usize, rng: &mut StdRng) -> Vec<(u64, Result<Completion, SampleError>)> {
+    let mut e = engine(model, max_batch, chunk);
+    let mut pending: Vec<(usize, Request)> = others.iter().map(|r| (rng.random_range(0..30), r.clone())).collect();
+    pending.push((rng.random_range(0..10), target.clone()));
+    let mut results = Vec::new();
+    let mut step = 0;
+    while !pending.is_empty() || !e.is_idle() {
+        pending.retain(|(at, r)| {
+            if *at <= step {
+                e.add(r.clone());
+                false
+            } else {
+                true
+            }
+        });
+        e.step();
+        results.extend(e.take_done());
+        step += 1;
+    }
+    results.extend(e.take_done());
+    results
+}
+
+/// (a)–(c): the target's bits alone against each of [`SCENARIOS`].
+pub fn alone_vs_among(model: &Qwen3, rng: &mut StdRng) -> Vec<EngineCheck> {
+    let vocab = model.config.vocab_size;
+    let target = random_request(rng, 1_000_000, vocab);
+    let want = match engine(model, 1, 1000).generate(vec![target.clone()]).remove(0) {
+        Ok(c) => bits(&c),
+        Err(e) => return vec![EngineCheck::new("target alone".into(), Some(format!("failed: {e}")))],
+    };
+    SCENARIOS
+        .iter()
+        .map(|&(max_batch, chunk, neighbours)| {
+            let name = format!("alone = among {neighbours} neighbours, max_batch {max_batch}, chunk {chunk}");
+            let others: Vec<Request> = (0..neighbours).map(|i| random_request(rng, i as u64, vocab)).collect();
+            let results = run_among(model, &target, &others, max_batch, chunk, rng);
+            let failure = if results.len() != neighbours + 1 {
+                Some(format!("{} results for {} requests", results.len(), neighbours + 1))
+            } else if let Some((id, Err(e))) = results.iter().find(|(_, r)| r.is_err()) {
+                Some(format!("request {id} failed: {e}"))
+            } else {
+                let got = results.iter().find(|(id, _)| *id == target.id).and_then(|(_, r)| r.as_ref().ok()).map(bits);
+                match got {
+                    Some(g) if g == want => None,
+                    Some(g) => Some(first_difference(&want, &g)),
+                    None => Some("the target got no result".into()),
+                }
+            };
+            EngineCheck::new(name, failure)
+        })
+        .collect()
+}
+
+fn first_difference(want: &(Vec<u32>, Vec<u32>, FinishReason), got: &(Vec<u32>, Vec<u32>, FinishReason)) -> String {
+    let n = want.0.len().min(got.0.len());
+    match (0..n).find(|&i| want.0[i] != got.0[i] || want.1[i] != got.1[i]) {
+        Some(i) => format!("generated position {i}: alone token {} logprob bits {:#010x}, among others token {} bits {:#010x}", want.0[i], want.1[i], got.0[i], got.1[i]),
+        None => format!("lengths/finish differ: alone {} tokens {:?}, among others {} tokens {:?}", want.0.len(), want.2, got.0.len(), got.2),
+    }
+}
+
+/// (d): sampler logprob bits = training-path logprob bits for `n` random requests. The trainer
+/// always scores on lockstep's kernels, whatever kernel set the sampler's model runs.
+pub fn sampler_equals_trainer(model: &Qwen3, rng: &mut StdRng, n: usize) -> EngineCheck {
+    let mut trainer_model = model.clone();
+    trainer_model.kernels = KernelSet::Matched;
+    let requests: Vec<Request> = (0..n as u64).map(|i| random_request(rng, i, model.config.vocab_size)).collect();
+    let results = engine(model, 5, 6).generate(requests.clone());
+    let mut tokens = 0;
+    for (req, res) in requests.iter().zip(results) {
+        let c = match res {
+            Ok(c) => c,
+            Err(e) => return EngineCheck::new("sampler = trainer".into(), Some(format!("request {} failed: {e}", req.id))),
+        };
+        let mut seq = req.prompt.clone();
+        seq.extend(&c.tokens);
+        let trainer = match trainer_model.sequence_logprobs(&[seq], req.params.temperature) {
+            Ok((t, _)) => t,
+            Err(e) => return EngineCheck::new("sampler = trainer".into(), Some(format!("training path failed: {e}"))),
+        };
+        let trainer: Vec<u32> = trainer[0][req.prompt.len() - 1..].iter().map(|v| v.to_bits()).collect();
+        let sampled = bits(&c).1;
+        if let Some(i) = (0..sampled.len()).find(|&i| trainer.get(i) != Some(&sampled[i])) {
+            let detail = format!("request {} token {} (id {}): sampler bits {:#010x}, trainer {:?}", req.id, i, c.tokens[i], sampled[i], trainer.get(i).map(|b| format!("{b:#010x}")));
+            return EngineCheck::new("sampler = trainer".into(), Some(detail));
+        }
+        let finish_ok = match c.finish {
+            FinishReason::Stop => req.params.stop_tokens.contains(c.tokens.last().unwrap_or(&u32::MAX)),
+            FinishReason::Length => c.tokens.len() == req.params.max_new_tokens,
+        };
+        if !finish_ok || c.tokens.len() > req.params.max_new_tokens {
+            return EngineCheck::new("sampler = trainer".into(), Some(format!("request {}: {} tokens, finish {:?}", req.id, c.tokens.len(), c.finish)));
+        }
+        tokens += c.tokens.len();
+    }
+    EngineCheck::new(format!("sampler = trainer ({n} requests, {tokens} tokens)"), None)
+}
+
+/// (e): `n` requests submitted from concurrent tokio tasks at staggered times.
+pub fn tokio_front_matches_blocking(model: &Qwen3, rng: &mut StdRng, n: usize) -> EngineCheck {
+    let name = format!("tokio front = blocking API ({n} concurrent tasks)");
+    let requests: Vec<Request> = (0..n as u64).map(|i| random_request(rng, i, model.config.vocab_size)).collect();
+    let want = engine(model, n, 1000).generate(requests.clone());
+    let handle = EngineHandle::spawn(engine(model, 6, 5));
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(r) => r,
+        Err(e) => return EngineCheck::new(name, Some(format!("tokio runtime: {e}"))),
+    };
+    let got = runtime.block_on(async {
+        let tasks: Vec<_> = requests
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let h = handle.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis((i as u64 * 37) % 200)).await;
+                    h.submit(r).await
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await);
+        }
+        out
+    });
+    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+        let same = matches!((a, b), (Ok(Ok(x)), Ok(y)) if bits(x) == bits(y));
+        if !same {
+            return EngineCheck::new(name, Some(format!("request {i} differs or failed")));
+        }
+    }
+    EngineCheck::new(name, None)
+}
+
+/// Everything above, from one seed.
+pub fn run_all(model: &Qwen3, seed: u64) -> Vec<EngineCheck> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut checks = alone_vs_among(model, &mut rng);
+    checks.push(sampler_equals_trainer(model, &mut rng, 12));
+    checks.push(tokio_front_matches_blocking(model, &mut rng, 24));
+    checks
+}
