@@ -1,54 +1,65 @@
 #!/usr/bin/env bash
 # Measurements for one H200 visit, run there from the repo root after
-# `bash experiments/gpu_check.sh build` here. Parts run in the order given, each with its own
-# time limit so one slow part cannot lose the others' output; results are packed into
-# $OUT/visit.tgz (the device tool returns at most 8 files).
+# `bash experiments/gpu_check.sh build` here. Parts run in the order given; each has its own
+# time limit, cut to what is left of TOTAL_LIMIT (default 570 s, under the device tool's 600),
+# so one slow part cannot lose the others' output. Results are packed into $OUT/visit.tgz (the
+# device tool returns at most 8 files).
 #
-#   bash experiments/gpu_visit.sh check bench            # engine invariance + sampler bench
-#   bash experiments/gpu_visit.sh train ablation         # H200 training run + ablation matrix
-#   bash experiments/gpu_visit.sh battery parity         # kernel battery, transformers parity
+#   bash experiments/gpu_visit.sh battery check sampler kernels torch sampler-fast
+#   bash experiments/gpu_visit.sh train ablation
 #
-# Env: TRAIN_ARGS, ABLATION_ARGS, BENCH_ARGS add arguments; *_LIMIT override the time limits (s).
+# Env: TRAIN_ARGS, ABLATION_ARGS add arguments; <PART>_LIMIT overrides a part's limit (s).
 set -uo pipefail
 dest="${OUT:-.gpu/out}"
 out=/tmp/visit-out
 rm -rf "$out" && mkdir -p "$out" "$dest"
+end=$((SECONDS + ${TOTAL_LIMIT:-570}))
+limit() { local left=$((end - SECONDS)); echo $(( $1 < left ? $1 : left )); }
 for bin in lockstep-battery lockstep; do
-    [ -x /tmp/$bin ] || { gunzip -c .gpu/$bin.gz > /tmp/$bin && chmod +x /tmp/$bin; }
+    gunzip -c .gpu/$bin.gz > /tmp/$bin && chmod +x /tmp/$bin
 done
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+part_train() {  # the H200 config; metrics are written every step, so a cut run keeps its curves
+    timeout "$(limit "${TRAIN_LIMIT:-500}")" /tmp/lockstep train configs/h200.toml --set log.runs_dir=/tmp/runs ${TRAIN_ARGS:-} > "$out/train.log" 2>&1
+    tail -n 25 "$out/train.log"
+    cp /tmp/runs/h200/metrics.jsonl "$out/train-metrics.jsonl" 2>/dev/null
+    /tmp/lockstep report /tmp/runs/h200 --out "$out/train-report" 2>&1 | tail -n 5
+}
+part_ablation() {  # the matrix on the H200 config, ABLATION_SEEDS seeds, ABLATION_JOBS cells at once
+    LOCKSTEP=/tmp/lockstep timeout "$(limit "${ABLATION_LIMIT:-500}")" bash experiments/ablation.sh --config configs/h200.toml \
+        --seeds "${ABLATION_SEEDS:-0}" --jobs "${ABLATION_JOBS:-8}" --out /tmp/abl -- ${ABLATION_ARGS:-} > "$out/ablation.log" 2>&1
+    tail -n 12 "$out/ablation.log"
+    /tmp/lockstep report /tmp/abl/runs/*/ --out "$out/ablation" 2>&1 | tail -n 22
+}
+bench_common=(--preset small --dtype bf16 --prompt-len 32 --new-tokens 32 --repeats 5)
 for part in "$@"; do
-    echo "== $part ($(date +%T))"
+    echo "== $part ($(date +%T), $((end - SECONDS)) s left)"
+    [ $((end - SECONDS)) -lt 10 ] && { echo "no time left"; continue; }
     case "$part" in
-    check)
-        timeout "${CHECK_LIMIT:-240}" /tmp/lockstep check --preset small --dtypes f32,bf16 --seed "${SEED:-1}" 2>&1 | tee "$out/check.md"
-        echo "-- contrast: the same checks with the fast (burn default) kernels in the sampler"
-        timeout "${CHECK_LIMIT:-240}" /tmp/lockstep check --preset small --dtypes bf16 --fast --seed "${SEED:-1}" 2>&1 | tee "$out/check-fast.md"
-        ;;
-    bench)
-        timeout "${BENCH_LIMIT:-300}" /tmp/lockstep bench --preset small --dtype bf16 --concurrency 1,8,64,256 \
-            --prompt-len 32 --new-tokens 32 --repeats 5 ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.md"
-        ;;
-    train)
-        # the H200 config; metrics.jsonl and TensorBoard files are written every step, so a
-        # run cut by the limit still leaves its curves
-        timeout "${TRAIN_LIMIT:-500}" /tmp/lockstep train configs/h200.toml --set log.runs_dir=/tmp/runs ${TRAIN_ARGS:-} 2>&1 | tail -n 400 > "$out/train.log"
-        tail -n 30 "$out/train.log"
-        cp /tmp/runs/h200/metrics.jsonl "$out/train-metrics.jsonl" 2>/dev/null
-        /tmp/lockstep report /tmp/runs/h200 --out "$out/train-report" 2>&1 | tail -n 5
-        ;;
-    ablation)
-        LOCKSTEP=/tmp/lockstep timeout "${ABLATION_LIMIT:-500}" bash experiments/ablation.sh --config configs/h200.toml \
-            --out /tmp/abl ${ABLATION_ARGS:-} > "$out/ablation.log" 2>&1
-        tail -n 20 "$out/ablation.log"
-        /tmp/lockstep report /tmp/abl/runs/*/ --out "$out/ablation" 2>&1 | tail -n 25
-        ;;
-    battery)
-        timeout "${BATTERY_LIMIT:-200}" /tmp/lockstep-battery --large --dtypes f32,bf16 2>&1 | tee "$out/battery.md"
-        ;;
+    battery)  # lockstep kernels, bf16 (tensor cores) at the large shapes, with matmul accuracy
+        timeout "$(limit "${BATTERY_LIMIT:-150}")" /tmp/lockstep-battery --large --dtypes bf16 2>&1 | tee "$out/battery.md" ;;
+    check)    # the sampler engine's invariance checks (the CI tests' code), bf16
+        timeout "$(limit "${CHECK_LIMIT:-90}")" /tmp/lockstep check --preset small --dtypes bf16 2>&1 | tee "$out/check.md" ;;
+    generate)  # transformers generate on the bench model alone (no kernel table)
+        PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py none \
+            --model /tmp/bench-model --concurrency 1,8,64,256 2>&1 | grep -v Warning | tee "$out/generate.md" ;;
+    sampler)  # sampler tokens/s, lockstep kernels; saves the model for transformers
+        timeout "$(limit "${SAMPLER_LIMIT:-60}")" /tmp/lockstep bench "${bench_common[@]}" --kernels matched --skip-ops \
+            --save-model /tmp/bench-model 2>&1 | tee "$out/sampler.md" ;;
+    sampler-fast)  # the same engine on burn's defaults (autotune warm-up is slow at every new shape)
+        timeout "$(limit "${SAMPLER_FAST_LIMIT:-150}")" /tmp/lockstep bench "${bench_common[@]}" --kernels fast --skip-ops 2>&1 | tee "$out/sampler-fast.md" ;;
+    kernels)  # each kernel vs burn's default at Qwen3-0.6B's shapes, trainer step and MFU
+        timeout "$(limit "${KERNELS_LIMIT:-200}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 5 \
+            --json "$out/kernels.json" ${KERNELS_ARGS:-} 2>&1 | tee "$out/kernels.md" ;;
+    torch)    # torch on the same kernel shapes; transformers generate on the sampler's model
+        PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py "$out/kernels.json" \
+            --model /tmp/bench-model --concurrency 1,8,64,256 2>&1 | grep -v Warning | tee "$out/torch.md" ;;
+    train) part_train ;;
+    ablation) part_ablation ;;
+    train+ablation)  # both at once on the one GPU (each is launch-bound); step times then include the sharing
+        part_train & part_ablation; wait ;;
     parity)
-        timeout 120 python3 shared-kernels/tests/fixtures/make_tiny_qwen3.py "$out/tiny-qwen3" 2>&1 | tail -3
-        ;;
+        timeout "$(limit 120)" python3 shared-kernels/tests/fixtures/make_tiny_qwen3.py "$out/tiny-qwen3" 2>&1 | tail -3 ;;
     *) echo "unknown part $part" ;;
     esac
 done

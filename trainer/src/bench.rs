@@ -6,7 +6,7 @@
 //!    on the same inputs, at several batch sizes.
 //! Every timing syncs the device; each number is the median of `repeats` runs after a warm-up.
 
-use burn::tensor::{activation, DType, Device, Int, Tensor, TensorData};
+use burn::tensor::{DType, Device};
 use sampler::{Engine, EngineConfig, Request, SamplingParams};
 use shared_kernels::model::{Checkpoint, KernelSet, ModelConfig, Qwen3};
 use std::time::Instant;
@@ -22,6 +22,12 @@ pub struct BenchOptions {
     pub kernels: Vec<String>,
     /// Skip the per-kernel table.
     pub skip_ops: bool,
+    /// Kernel table without burn's column (its autotuner spends minutes on new shapes on CUDA).
+    pub no_burn: bool,
+    /// Also write the kernel timings as JSON (read by experiments/torch_bench.py).
+    pub json: Option<std::path::PathBuf>,
+    /// Also save the bench model in HF layout (for transformers' generate on the same weights).
+    pub save_model: Option<std::path::PathBuf>,
 }
 
 pub fn preset(name: &str) -> Result<ModelConfig, String> {
@@ -34,34 +40,26 @@ pub fn preset(name: &str) -> Result<ModelConfig, String> {
     ModelConfig::from_json(&json.to_string(), "bench preset").map_err(|e| e.to_string())
 }
 
-fn sync(device: &Device) {
+pub(crate) fn sync(device: &Device) {
     let _ = device.sync();
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
+pub(crate) fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
     xs[xs.len() / 2]
 }
 
-fn time(device: &Device, repeats: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    sync(device);
-    let runs = (0..repeats.max(1))
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            sync(device);
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
-    median(runs)
-}
 
 pub fn run(o: &BenchOptions) -> Result<(), String> {
     let device = shared_kernels::device::default_device();
     let config = preset(&o.preset)?;
     println!("# lockstep bench: runtime {}, preset {}, dtype {:?}, prompt {} tokens, {} new tokens\n", shared_kernels::device::runtime_name(), o.preset, o.dtype, o.prompt_len, o.new_tokens);
-    let model = Qwen3::from_checkpoint(&Checkpoint::random(config.clone(), 0.05, 7), o.dtype, &device).map_err(|e| e.to_string())?;
+    let checkpoint = Checkpoint::random(config.clone(), 0.05, 7);
+    if let Some(dir) = &o.save_model {
+        shared_kernels::model::save_checkpoint(dir, &checkpoint, o.dtype, None).map_err(|e| e.to_string())?;
+        eprintln!("bench: model saved to {}", dir.display());
+    }
+    let model = Qwen3::from_checkpoint(&checkpoint, o.dtype, &device).map_err(|e| e.to_string())?;
 
     let sets: Vec<KernelSet> = o
         .kernels
@@ -72,6 +70,9 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             other => Err(format!("--kernels: unknown kernel set `{other}` (matched, fast)")),
         })
         .collect::<Result<_, _>>()?;
+    if o.concurrency.is_empty() {
+        return crate::bench_ops::run(o, &config, &device);
+    }
     println!("## sampler throughput (generated tokens/s)\n");
     let both = sets.len() == 2;
     let names: Vec<String> = sets.iter().map(|k| format!("{} tok/s", if *k == KernelSet::Matched { "matched" } else { "fast" })).collect();
@@ -113,30 +114,6 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         return Ok(());
     }
 
-    println!("\n## kernels (median ms per call; ratio = lockstep / burn default)\n");
-    println!("| op | shape | lockstep ms | burn ms | ratio |");
-    println!("|---|---|---|---|---|");
-    let h = config.hidden_size;
-    for m in [1usize, 8, 64, 256, 1024] {
-        let x = Tensor::<2>::random([m, h], burn::tensor::Distribution::Default, &device).cast(o.dtype);
-        let w = Tensor::<2>::random([h, h], burn::tensor::Distribution::Default, &device).cast(o.dtype);
-        let nw = Tensor::<1>::ones([h], &device).cast(o.dtype);
-        let a = time(&device, o.repeats, || drop(shared_kernels::matmul(x.clone(), w.clone(), shared_kernels::WeightLayout::OutIn).unwrap()));
-        let b = time(&device, o.repeats, || drop(x.clone().matmul(w.clone().transpose())));
-        println!("| matmul x@W^T | {m}x{h}x{h} | {:.3} | {:.3} | {:.2} |", a * 1e3, b * 1e3, a / b);
-        let a = time(&device, o.repeats, || drop(shared_kernels::rmsnorm(x.clone(), nw.clone(), 1e-6).unwrap()));
-        let b = time(&device, o.repeats, || {
-            let x32 = x.clone().cast(DType::F32);
-            drop((x32.clone() * x32.clone()).mean_dim(1).add_scalar(1e-6).sqrt().recip() * x32);
-        });
-        println!("| rmsnorm | {m}x{h} | {:.3} | {:.3} | {:.2} |", a * 1e3, b * 1e3, a / b);
-        let v = config.vocab_size;
-        let logits = Tensor::<2>::random([m, v], burn::tensor::Distribution::Default, &device).cast(o.dtype);
-        let targets = Tensor::<1, Int>::from_data(TensorData::new(vec![1i32; m], [m]), &device);
-        let temps = Tensor::<1>::ones([m], &device);
-        let a = time(&device, o.repeats, || drop(shared_kernels::token_logprobs(logits.clone(), targets.clone(), temps.clone()).unwrap()));
-        let b = time(&device, o.repeats, || drop(activation::log_softmax(logits.clone().cast(DType::F32), 1).gather(1, targets.clone().reshape([m, 1]))));
-        println!("| logprob | {m}x{v} | {:.3} | {:.3} | {:.2} |", a * 1e3, b * 1e3, a / b);
-    }
-    Ok(())
+    crate::bench_ops::run(o, &config, &device)
 }
+

@@ -1,6 +1,7 @@
 //! lockstep's trainer: GRPO on the shared model forward, with the sampler in the same process.
 
 pub mod bench;
+pub mod bench_ops;
 pub mod check;
 pub mod checkpoint;
 pub mod config;

@@ -36,8 +36,9 @@ enum Command {
         /// Model shape: tiny, small or qwen3-0.6b (random weights).
         #[arg(long, default_value = "tiny")]
         preset: String,
+        /// Sampler concurrencies; `none` skips the sampler table.
         #[arg(long, value_delimiter = ',', default_value = "1,8,64,256")]
-        concurrency: Vec<usize>,
+        concurrency: Vec<String>,
         #[arg(long, default_value_t = 16)]
         prompt_len: usize,
         #[arg(long, default_value_t = 16)]
@@ -53,6 +54,15 @@ enum Command {
         /// Only the sampler table, not the per-kernel one.
         #[arg(long)]
         skip_ops: bool,
+        /// Kernel table without burn's column (its autotuner spends minutes on new shapes).
+        #[arg(long)]
+        no_burn: bool,
+        /// Also write the kernel timings as JSON (for experiments/torch_bench.py).
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Also save the bench model in HF layout (for transformers' generate on the same weights).
+        #[arg(long)]
+        save_model: Option<PathBuf>,
     },
     /// The sampler engine's invariance checks on this device (the CI tests' code), per dtype.
     Check {
@@ -97,9 +107,16 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train { config, overrides, resume, max_steps } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps)),
-        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops } => {
+        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, json, save_model } => {
             let Some(dtype) = parse_dtype(&dtype) else { return ExitCode::from(2) };
-            trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops }).map_err(RunError::Other)
+            let concurrency: Vec<usize> = match concurrency.iter().filter(|c| *c != "none").map(|c| c.parse::<usize>()).collect() {
+                Ok(c) => c,
+                Err(_) => {
+                    eprintln!("error: --concurrency {concurrency:?}: expected numbers like 1,8,64 or `none`");
+                    return ExitCode::from(2);
+                }
+            };
+            trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, json, save_model }).map_err(RunError::Other)
         }
         Command::Check { preset, dtypes, seed, fast } => {
             let Some(dtypes) = dtypes.iter().map(|d| parse_dtype(d)).collect::<Option<Vec<_>>>() else { return ExitCode::from(2) };
@@ -166,9 +183,13 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>) -> Result<(), RunE
         if cfg.train.sft_steps > 0 {
             let task = trainer::tasks::Task::from_config(&cfg.task)?;
             let bar = progress(&cfg, cfg.train.sft_steps, "sft");
-            trainer::sft::warm_start(&cfg, &mut policy, &task, |_, loss| {
+            let started = std::time::Instant::now();
+            trainer::sft::warm_start(&cfg, &mut policy, &task, |step, loss| {
                 bar.set_message(format!("loss {loss:.3}"));
                 bar.inc(1);
+                if bar.is_hidden() && (step % 25 == 0 || step + 1 == cfg.train.sft_steps) {
+                    eprintln!("sft step {step:>4}  loss {loss:.4}  {:.1}s", started.elapsed().as_secs_f64());
+                }
             })?;
             bar.finish();
         }

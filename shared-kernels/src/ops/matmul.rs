@@ -2,6 +2,12 @@
 //!
 //! Batch invariance: one fixed tile shape for every M, no split-K, and each output element is a
 //! single f32 accumulator walking k = 0..K in order. M only decides how many tiles launch.
+//!
+//! bf16/f16 operands run on tensor cores ([`super::matmul_tc`]) where the device has them (the
+//! H200), with the same rules: one tile and instruction shape for every M, k in order. Which
+//! kernel runs depends only on the dtype and the device, never on M, so the sampler and the
+//! trainer on one device always share it. `LOCKSTEP_MATMUL=scalar` forces the scalar kernel
+//! (for benchmarks and bisecting).
 
 use super::{cube_count_for, storage};
 use crate::bridge::{dims, float_in, float_out, same_device};
@@ -66,18 +72,45 @@ pub fn matmul(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTen
     let y = matmul_plain(xp.clone(), wp.clone(), layout)?;
     Ok(from_tracked(tracked([&xa, &wa], cube(y), move |dy| {
         let dy = plain::<2>(dy);
-        let (dx, dw) = match layout {
-            WeightLayout::OutIn => (dy.clone().matmul(wp), dy.transpose().matmul(xp)),
-            WeightLayout::InOut => (dy.clone().matmul(wp.transpose()), xp.transpose().matmul(dy)),
+        let (dx, dw) = if backward_on_lockstep() {
+            match layout {
+                WeightLayout::OutIn => (matmul_plain(dy.clone(), wp, WeightLayout::InOut), matmul_plain(dy.transpose(), xp, WeightLayout::InOut)),
+                WeightLayout::InOut => (matmul_plain(dy.clone(), wp, WeightLayout::OutIn), matmul_plain(xp.transpose(), dy, WeightLayout::InOut)),
+            }
+        } else {
+            match layout {
+                WeightLayout::OutIn => (Ok(dy.clone().matmul(wp)), Ok(dy.transpose().matmul(xp))),
+                WeightLayout::InOut => (Ok(dy.clone().matmul(wp.transpose())), Ok(xp.transpose().matmul(dy))),
+            }
         };
+        let (dx, dw) = (dx.expect("matmul backward: shapes checked in forward"), dw.expect("matmul backward: shapes checked in forward"));
         [Some(cube(dx)), Some(cube(dw))]
     })))
+}
+
+/// The backward's matmuls run on lockstep's kernels on CUDA: burn's autotuner there would
+/// benchmark every new token count (the batch's shape changes each step) and may pick other
+/// kernels after a restart, which breaks bit-identical resume. On the CPU runtime burn's tiled
+/// matmul is deterministic and faster than the scalar kernel, so it stays.
+fn backward_on_lockstep() -> bool {
+    crate::device::runtime_name() == "cuda"
+}
+
+/// Which matmul kernel runs: tensor cores for bf16/f16 where available, unless
+/// `LOCKSTEP_MATMUL=scalar` (read once per process).
+fn use_tensor_cores(x: &burn_cubecl::tensor::CubeTensor) -> bool {
+    static SCALAR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let forced_scalar = *SCALAR.get_or_init(|| std::env::var("LOCKSTEP_MATMUL").is_ok_and(|v| v == "scalar"));
+    !forced_scalar && super::matmul_tc::tensor_cores_available_for(&x.client, x.dtype)
 }
 
 fn matmul_plain(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTensor<2>, KernelError> {
     const OP: &str = "matmul";
     let x = float_in(OP, "x", x)?;
     let w = float_in(OP, "w", w)?;
+    if use_tensor_cores(&x) {
+        return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout)?));
+    }
     same_device(OP, &x, &w, "w")?;
     let (xd, wd) = (dims(&x), dims(&w));
     let (m, k) = (xd[0], xd[1]);

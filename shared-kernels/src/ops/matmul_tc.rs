@@ -1,0 +1,500 @@
+//! Tensor-core (`cmma`) matmul: y[M,N] = x[M,K] @ W for bf16 / f16 operands, f32 accumulation,
+//! output in x's dtype. W is stored `[N,K]` ([`WeightLayout::OutIn`]) or `[K,N]`
+//! ([`WeightLayout::InOut`]), as for the scalar [`super::matmul::matmul`].
+//!
+//! Batch invariance (bitwise): the value of output row `r` must not depend on M or on anything
+//! else in the launch. So:
+//! * ONE block tile for every shape: a cube computes `BM x BN` outputs with `PLANES` planes, each
+//!   plane owning the same fixed `FRAGS_M x FRAGS_N` grid of 16x16 f32 accumulator fragments;
+//! * ONE instruction shape, 16x16x16, and no split-K: every accumulator fragment is
+//!   `execute(a, b, c, c)`'d with k-chunks `0, 16, 32, ...` in that order, always into itself;
+//! * rows beyond M, columns beyond N and k beyond K are staged into shared memory as zeros, so a
+//!   boundary tile runs exactly the instruction sequence of an interior one (the zero products
+//!   added past K are the same for every M, because K is fixed per weight);
+//! * the f32 accumulator is staged through shared memory and only in-bounds elements are cast and
+//!   written, so there are no out-of-bounds writes.
+//!
+//! M only decides how many cubes launch. Row `r` lives in cube row `r / BM`, at tile row `r % BM`,
+//! which fixes its plane and fragment, and that fragment sees the same A row, the same B columns
+//! and the same instruction sequence whatever the other rows hold.
+//!
+//! The global loads are vectorized by `vs` in {8,4,2,1} (the largest dividing K, and N for
+//! `InOut`): a property of the weight, never of M. Loads only move data; they don't touch the
+//! numerics.
+//!
+//! Pipelining: one shared-memory stage plus a register prefetch: the next k-tile's global loads
+//! are issued before the current k-tile's `mma`s, and only written to shared memory after the
+//! trailing `sync_cube`.
+
+use super::matmul::WeightLayout;
+use super::storage;
+use crate::bridge::{dims, float_in, float_out, same_device};
+use crate::{ensure, KernelError};
+use burn::tensor::{DType, Tensor as BTensor};
+use burn_cubecl::cubecl::client::Client;
+use burn_cubecl::cubecl::cmma::{self, MatrixIdent, MatrixLayout};
+use burn_cubecl::cubecl::features::MmaConfig;
+use burn_cubecl::cubecl::ir::FloatKind;
+use burn_cubecl::cubecl::prelude::*;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
+
+/// Instruction shape edge: every `mma` is 16x16x16.
+pub const INSTR: usize = 16;
+/// Planes (warps) of a cube along M and along N.
+pub const WARPS_M: usize = 4;
+pub const WARPS_N: usize = 2;
+/// 16x16 accumulator fragments a plane owns along M and along N.
+pub const FRAGS_M: usize = 2;
+pub const FRAGS_N: usize = 2;
+/// Output rows of a cube (128).
+pub const BM: usize = WARPS_M * FRAGS_M * INSTR;
+/// Output columns of a cube (64).
+pub const BN: usize = WARPS_N * FRAGS_N * INSTR;
+/// k extent of one shared-memory stage (two 16-deep `mma` steps).
+pub const BK: usize = 32;
+/// Planes per cube.
+pub const PLANES: usize = WARPS_M * WARPS_N;
+/// The only plane size this kernel is launched with (CUDA warps).
+pub const PLANE_DIM: usize = 32;
+
+/// Shared-memory row padding, in elements: 16 bytes for 16-bit types. Keeps every row start a
+/// multiple of 16 bytes (wmma needs `ldm % 8 == 0` for 16-bit elements) and shifts consecutive
+/// rows by 4 banks, which makes the fragment loads conflict-free.
+const PAD: usize = 8;
+/// A stage: `[BM][LDA]`, k contiguous.
+const LDA: usize = BK + PAD;
+/// B stage for `OutIn`: `[BN][LDB_NK]`, k contiguous (column-major B fragments).
+const LDB_NK: usize = BK + PAD;
+/// B stage for `InOut`: `[BK][LDB_KN]`, n contiguous (row-major B fragments).
+const LDB_KN: usize = BN + PAD;
+/// Elements of one 16x16 f32 accumulator fragment staged for the epilogue.
+const FRAG_ELEMS: usize = INSTR * INSTR;
+/// Shared-memory base alignment in bytes (wmma wants 32-byte aligned fragment pointers; every
+/// fragment offset used below is a multiple of 32 bytes from the base).
+const SMEM_ALIGN: usize = 128;
+
+/// Global -> registers: this unit's share of a `[tile_rows][BK]` tile whose k axis is contiguous
+/// in memory (x, or W stored `[N,K]`). Rows `>= rows` and k `>= k` read as zero.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_rows_k<F: Float, N: Size>(
+    src: &Tensor<Vector<F, N>>,
+    regs: &mut Array<Vector<F, N>>,
+    row0: usize,
+    k0: usize,
+    rows: usize,
+    k: usize,
+    #[comptime] tile_rows: usize,
+    #[comptime] vs: usize,
+    #[comptime] units: usize,
+) {
+    let unit = UNIT_POS as usize;
+    let per_row = comptime!(BK / vs);
+    let total = comptime!(tile_rows * BK / vs);
+    let k_vecs = k / vs;
+    #[unroll]
+    for i in 0..comptime!(total.div_ceil(units)) {
+        let v = unit + i * units;
+        let row = v / per_row;
+        let kv = v % per_row;
+        let grow = row0 + row;
+        let gk = k0 + kv * vs;
+        let mut val = Vector::<F, N>::new(F::from_int(0));
+        if v < total && grow < rows && gk < k {
+            val = src[grow * k_vecs + gk / vs];
+        }
+        regs[i] = val;
+    }
+}
+
+/// Registers -> shared: the inverse of [`load_rows_k`] into a `[tile_rows][ld]` stage.
+#[cube]
+fn store_rows_k<F: Float, N: Size>(
+    regs: &Array<Vector<F, N>>,
+    stage: &mut Shared<[Vector<F, N>]>,
+    #[comptime] tile_rows: usize,
+    #[comptime] ld: usize,
+    #[comptime] vs: usize,
+    #[comptime] units: usize,
+) {
+    let unit = UNIT_POS as usize;
+    let per_row = comptime!(BK / vs);
+    let ld_vecs = comptime!(ld / vs);
+    let total = comptime!(tile_rows * BK / vs);
+    #[unroll]
+    for i in 0..comptime!(total.div_ceil(units)) {
+        let v = unit + i * units;
+        if v < total {
+            stage[(v / per_row) * ld_vecs + v % per_row] = regs[i];
+        }
+    }
+}
+
+/// Global -> registers: this unit's share of W's `[BK][BN]` tile when W is stored `[K,N]`
+/// (n contiguous). k `>= k` and columns `>= n` read as zero.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_k_cols<F: Float, N: Size>(
+    w: &Tensor<Vector<F, N>>,
+    regs: &mut Array<Vector<F, N>>,
+    n0: usize,
+    k0: usize,
+    n: usize,
+    k: usize,
+    #[comptime] vs: usize,
+    #[comptime] units: usize,
+) {
+    let unit = UNIT_POS as usize;
+    let per_row = comptime!(BN / vs);
+    let total = comptime!(BK * BN / vs);
+    let n_vecs = n / vs;
+    #[unroll]
+    for i in 0..comptime!(total.div_ceil(units)) {
+        let v = unit + i * units;
+        let kr = v / per_row;
+        let nv = v % per_row;
+        let gk = k0 + kr;
+        let gn = n0 + nv * vs;
+        let mut val = Vector::<F, N>::new(F::from_int(0));
+        if v < total && gk < k && gn < n {
+            val = w[gk * n_vecs + gn / vs];
+        }
+        regs[i] = val;
+    }
+}
+
+/// Registers -> shared: the inverse of [`load_k_cols`] into the `[BK][LDB_KN]` stage.
+#[cube]
+fn store_k_cols<F: Float, N: Size>(
+    regs: &Array<Vector<F, N>>,
+    stage: &mut Shared<[Vector<F, N>]>,
+    #[comptime] vs: usize,
+    #[comptime] units: usize,
+) {
+    let unit = UNIT_POS as usize;
+    let per_row = comptime!(BN / vs);
+    let ld_vecs = comptime!(LDB_KN / vs);
+    let total = comptime!(BK * BN / vs);
+    #[unroll]
+    for i in 0..comptime!(total.div_ceil(units)) {
+        let v = unit + i * units;
+        if v < total {
+            stage[(v / per_row) * ld_vecs + v % per_row] = regs[i];
+        }
+    }
+}
+
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn matmul_tc_kernel<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    w: &Tensor<Vector<F, N>>,
+    y: &mut Tensor<F>,
+    m_arg: u32,
+    n_arg: u32,
+    k_arg: u32,
+    #[comptime] w_out_in: bool,
+    #[comptime] vs: usize,
+    #[comptime] plane_dim: usize,
+    #[define(F)] _dtype: ElemType,
+) {
+    let m = m_arg as usize;
+    let n = n_arg as usize;
+    let k = k_arg as usize;
+    let units = comptime!(plane_dim * PLANES);
+
+    let m0 = CUBE_POS_Y as usize * comptime!(BM);
+    let n0 = CUBE_POS_X as usize * comptime!(BN);
+
+    // This plane's fixed place in the cube tile.
+    let plane = UNIT_POS_Y as usize;
+    let row_base = (plane / comptime!(WARPS_N)) * comptime!(FRAGS_M * INSTR);
+    let col_base = (plane % comptime!(WARPS_N)) * comptime!(FRAGS_N * INSTR);
+
+    // Shared stages, vectors of `vs` elements; the cmma loads address them in elements.
+    let a_len = comptime!(BM * LDA / vs);
+    let b_len = comptime!(if w_out_in { BN * LDB_NK / vs } else { BK * LDB_KN / vs });
+    let mut a_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(a_len, comptime!(SMEM_ALIGN));
+    let mut b_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(b_len, comptime!(SMEM_ALIGN));
+
+    // Register prefetch buffers: this unit's share of one k-tile of A and of B.
+    let a_regs_len = comptime!((BM * BK / vs).div_ceil(units));
+    let b_regs_len = comptime!((BN * BK / vs).div_ceil(units));
+    let mut a_regs = Array::<Vector<F, N>>::new(a_regs_len);
+    let mut b_regs = Array::<Vector<F, N>>::new(b_regs_len);
+
+    // The plane's accumulators, flattened i * FRAGS_N + j, all starting at +0.0.
+    let mut accs = Sequence::<cmma::Matrix<f32>>::new();
+    #[unroll]
+    for _f in 0..comptime!(FRAGS_M * FRAGS_N) {
+        accs.push(cmma::Matrix::<f32>::from_value(
+            MatrixIdent::Accumulator,
+            16usize,
+            16usize,
+            16usize,
+            MatrixLayout::Undefined,
+            0.0f32,
+        ));
+    }
+
+    let k_tiles = (k + comptime!(BK) - 1) / comptime!(BK);
+
+    // Prologue: k-tile 0 into registers.
+    load_rows_k::<F, N>(x, &mut a_regs, m0, 0, m, k, comptime!(BM), vs, units);
+    if comptime!(w_out_in) {
+        load_rows_k::<F, N>(w, &mut b_regs, n0, 0, n, k, comptime!(BN), vs, units);
+    } else {
+        load_k_cols::<F, N>(w, &mut b_regs, n0, 0, n, k, vs, units);
+    }
+
+    for t in 0..k_tiles {
+        // Registers -> shared (the previous tile's readers finished at the trailing sync).
+        store_rows_k::<F, N>(&a_regs, &mut a_sh, comptime!(BM), comptime!(LDA), vs, units);
+        if comptime!(w_out_in) {
+            store_rows_k::<F, N>(&b_regs, &mut b_sh, comptime!(BN), comptime!(LDB_NK), vs, units);
+        } else {
+            store_k_cols::<F, N>(&b_regs, &mut b_sh, vs, units);
+        }
+        sync_cube();
+
+        // Prefetch the next k-tile while this one is multiplied.
+        let next = t + 1;
+        if next < k_tiles {
+            let k_next = next * comptime!(BK);
+            load_rows_k::<F, N>(x, &mut a_regs, m0, k_next, m, k, comptime!(BM), vs, units);
+            if comptime!(w_out_in) {
+                load_rows_k::<F, N>(w, &mut b_regs, n0, k_next, n, k, comptime!(BN), vs, units);
+            } else {
+                load_k_cols::<F, N>(w, &mut b_regs, n0, k_next, n, k, vs, units);
+            }
+        }
+
+        // k-steps of this tile, in order: kk = 0, 1 (k offset 0, 16 within the tile).
+        #[unroll]
+        for kk in 0..comptime!(BK / INSTR) {
+            let mut b_frags = Sequence::<cmma::Matrix<F>>::new();
+            #[unroll]
+            for j in 0..comptime!(FRAGS_N) {
+                let col = col_base + j * comptime!(INSTR);
+                if comptime!(w_out_in) {
+                    // b_sh[n][k]: element (k, n) at n * LDB_NK + k -> column-major B.
+                    let mut b = unsafe {
+                        cmma::Matrix::<F>::uninitialized(
+                            MatrixIdent::B,
+                            16usize,
+                            16usize,
+                            16usize,
+                            MatrixLayout::ColMajor,
+                        )
+                    };
+                    let off = (col * comptime!(LDB_NK) + kk * comptime!(INSTR)) / comptime!(vs);
+                    cmma::load(&mut b, b_sh.slice(off, b_len), comptime!(LDB_NK as u32));
+                    b_frags.push(b);
+                } else {
+                    // b_sh[k][n]: element (k, n) at k * LDB_KN + n -> row-major B.
+                    let mut b = unsafe {
+                        cmma::Matrix::<F>::uninitialized(
+                            MatrixIdent::B,
+                            16usize,
+                            16usize,
+                            16usize,
+                            MatrixLayout::RowMajor,
+                        )
+                    };
+                    let off = (kk * comptime!(INSTR * LDB_KN) + col) / comptime!(vs);
+                    cmma::load(&mut b, b_sh.slice(off, b_len), comptime!(LDB_KN as u32));
+                    b_frags.push(b);
+                }
+            }
+            #[unroll]
+            for i in 0..comptime!(FRAGS_M) {
+                // a_sh[m][k]: element (m, k) at m * LDA + k -> row-major A.
+                let mut a = unsafe {
+                    cmma::Matrix::<F>::uninitialized(
+                        MatrixIdent::A,
+                        16usize,
+                        16usize,
+                        16usize,
+                        MatrixLayout::RowMajor,
+                    )
+                };
+                let row = row_base + i * comptime!(INSTR);
+                let off = (row * comptime!(LDA) + kk * comptime!(INSTR)) / comptime!(vs);
+                cmma::load(&mut a, a_sh.slice(off, a_len), comptime!(LDA as u32));
+                #[unroll]
+                for j in 0..comptime!(FRAGS_N) {
+                    let acc = accs.index(comptime!(i * FRAGS_N + j));
+                    cmma::execute(&a, b_frags.index(j), acc, acc);
+                }
+            }
+        }
+        sync_cube();
+    }
+
+    // Epilogue: each plane stages one fragment at a time in its own 16x16 f32 window, then
+    // writes the in-bounds elements, cast to the output dtype. Every plane runs the same number
+    // of iterations, so the cube-wide syncs are uniform.
+    let mut stage = Shared::<[f32]>::new_aligned_slice(comptime!(PLANES * FRAG_ELEMS), comptime!(SMEM_ALIGN));
+    let lane = UNIT_POS_X as usize;
+    let st = plane * comptime!(FRAG_ELEMS);
+    #[unroll]
+    for i in 0..comptime!(FRAGS_M) {
+        #[unroll]
+        for j in 0..comptime!(FRAGS_N) {
+            cmma::store(
+                stage.slice_mut(st, st + comptime!(FRAG_ELEMS)),
+                accs.index(comptime!(i * FRAGS_N + j)),
+                16u32,
+                MatrixLayout::RowMajor,
+            );
+            sync_cube();
+            #[unroll]
+            for e_iter in 0..comptime!(FRAG_ELEMS / plane_dim) {
+                let e = lane + e_iter * comptime!(plane_dim);
+                let grow = m0 + row_base + i * comptime!(INSTR) + e / comptime!(INSTR);
+                let gcol = n0 + col_base + j * comptime!(INSTR) + e % comptime!(INSTR);
+                if grow < m && gcol < n {
+                    y[grow * n + gcol] = F::cast_from(stage[st + e]);
+                }
+            }
+            sync_cube();
+        }
+    }
+}
+
+fn mma_config(operand: FloatKind) -> MmaConfig {
+    MmaConfig {
+        a_type: ElemType::Float(operand),
+        b_type: ElemType::Float(operand),
+        cd_type: ElemType::Float(FloatKind::F32),
+        m: INSTR as u32,
+        n: INSTR as u32,
+        k: INSTR as u32,
+    }
+}
+
+fn fixed_plane_dim(client: &Client) -> Option<usize> {
+    let hw = &client.properties().hardware;
+    (hw.plane_size_min == hw.plane_size_max && hw.plane_size_max as usize == PLANE_DIM)
+        .then_some(PLANE_DIM)
+}
+
+/// Whether this device runs [`matmul_tensor_core`] for `dtype` (bf16 or f16): the runtime
+/// advertises the `dtype x dtype -> f32`, 16x16x16 cmma configuration, and its planes are
+/// exactly [`PLANE_DIM`] units (the kernel maps one plane to `UNIT_POS_Y`).
+pub fn tensor_cores_available_for(client: &Client, dtype: DType) -> bool {
+    let kind = match dtype {
+        DType::BF16 => FloatKind::BF16,
+        DType::F16 => FloatKind::F16,
+        _ => return false,
+    };
+    fixed_plane_dim(client).is_some() && client.features().matmul.cmma.contains(&mma_config(kind))
+}
+
+/// Whether this device runs [`matmul_tensor_core`] on bf16 operands (bf16 x bf16 -> f32,
+/// 16x16x16 cmma, 32-unit planes).
+pub fn tensor_cores_available(client: &Client) -> bool {
+    tensor_cores_available_for(client, DType::BF16)
+}
+
+/// `x[M,K] @ W` on tensor cores, `w` laid out as `layout` says. bf16 or f16 operands (both the
+/// same dtype), f32 accumulation, output in x's dtype, freshly allocated packed `[M,N]`.
+/// Errors (rather than falling back) when the device lacks the cmma configuration: check
+/// [`tensor_cores_available_for`] first.
+pub fn matmul_tensor_core(x: CubeTensor, w: CubeTensor, layout: WeightLayout) -> Result<CubeTensor, KernelError> {
+    matmul_tensor_core_vectorized(x, w, layout, 8)
+}
+
+/// [`matmul_tensor_core`] with the global-load vector width capped at `max_vector` (1, 2, 4 or
+/// 8). The width never changes the numerics; `1` is the plainest code path, for bisecting a
+/// suspected vectorization or alignment problem.
+pub fn matmul_tensor_core_vectorized(
+    x: CubeTensor,
+    w: CubeTensor,
+    layout: WeightLayout,
+    max_vector: usize,
+) -> Result<CubeTensor, KernelError> {
+    const OP: &str = "matmul_tensor_core";
+    ensure!(matches!(max_vector, 1 | 2 | 4 | 8), OP, "max_vector is {max_vector}; expected 1, 2, 4 or 8");
+    same_device(OP, &x, &w, "w")?;
+    ensure!(x.dtype == w.dtype, OP, "x is {:?} but w is {:?}", x.dtype, w.dtype);
+    ensure!(
+        matches!(x.dtype, DType::BF16 | DType::F16),
+        OP,
+        "x has dtype {:?}; the tensor-core kernel takes bf16 or f16",
+        x.dtype
+    );
+    let (xd, wd) = (dims(&x), dims(&w));
+    ensure!(xd.len() == 2 && wd.len() == 2, OP, "x {xd:?} and w {wd:?} must both be 2-D");
+    let (m, k) = (xd[0], xd[1]);
+    let (wk, n) = match layout {
+        WeightLayout::OutIn => (wd[1], wd[0]),
+        WeightLayout::InOut => (wd[0], wd[1]),
+    };
+    ensure!(wk == k, OP, "x is {xd:?} but w ({layout:?}) is {wd:?}: inner dimensions {k} and {wk} differ");
+    ensure!(m > 0 && n > 0 && k > 0, OP, "empty operand: x {xd:?}, w {wd:?}");
+    ensure!(
+        m <= u32::MAX as usize && n <= u32::MAX as usize && k <= u32::MAX as usize,
+        OP,
+        "x {xd:?}, w {wd:?}: dimensions must fit in u32"
+    );
+    ensure!(
+        tensor_cores_available_for(&x.client, x.dtype),
+        OP,
+        "this device has no {:?} x {:?} -> f32 16x16x16 cmma with {PLANE_DIM}-unit planes",
+        x.dtype,
+        x.dtype
+    );
+    ensure!(m.div_ceil(BM) <= 65535, OP, "x has {m} rows; at most {} per launch", 65535 * BM);
+    let plane_dim = PLANE_DIM;
+
+    // Vector width of the global loads: a function of K (and N for `InOut`) only, never of M.
+    let vs = [8usize, 4, 2, 1]
+        .into_iter()
+        .find(|&v| v <= max_vector && k % v == 0 && (layout == WeightLayout::OutIn || n % v == 0))
+        .unwrap_or(1);
+
+    let x = into_contiguous(x);
+    let w = into_contiguous(w);
+    let client = x.client.clone();
+    let y = empty_device_contiguous_dtype(client.clone(), x.device.clone(), [m, n].into(), x.dtype);
+    let count = CubeCount::Static(n.div_ceil(BN) as u32, m.div_ceil(BM) as u32, 1);
+    let dim = CubeDim::new_2d(plane_dim as u32, PLANES as u32);
+    matmul_tc_kernel::launch(
+        &client,
+        count,
+        dim,
+        vs,
+        x.clone().into_tensor_arg(),
+        w.into_tensor_arg(),
+        y.clone().into_tensor_arg(),
+        m as u32,
+        n as u32,
+        k as u32,
+        layout == WeightLayout::OutIn,
+        vs,
+        plane_dim,
+        storage(x.dtype),
+    );
+    Ok(y)
+}
+
+/// [`matmul_tensor_core`] on burn tensors (no autodiff): the entry point tests and the model use.
+pub fn matmul_tc(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTensor<2>, KernelError> {
+    const OP: &str = "matmul_tensor_core";
+    let x = float_in(OP, "x", x)?;
+    let w = float_in(OP, "w", w)?;
+    Ok(float_out(matmul_tensor_core(x, w, layout)?))
+}
+
+/// [`tensor_cores_available_for`] for a burn device (allocates one element to reach its client).
+/// `false` for a device that isn't a cubecl device.
+pub fn tensor_cores_available_on(device: &burn::tensor::Device, dtype: DType) -> bool {
+    let probe = BTensor::<1>::zeros([1], device);
+    match probe.try_into_primitive::<burn_cubecl::Cube>() {
+        Ok(cube) => tensor_cores_available_for(&cube.client, dtype),
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,122 @@
+//! `lockstep bench`, second half: each lockstep kernel against burn's default op at the preset's
+//! shapes, then the trainer's step time and model FLOP utilisation. Timings are medians of
+//! `repeats` samples, each sample the mean of several back-to-back calls between two device
+//! syncs (so launch latency is amortised as in a real forward). `--json` writes the rows for
+//! experiments/torch_bench.py, which adds torch's time for the same shapes in the same visit.
+
+use crate::bench::{median, sync, BenchOptions};
+use burn::tensor::{activation, DType, Device, Distribution, Int, Tensor, TensorData};
+use serde_json::json;
+use shared_kernels::model::{KernelSet, ModelConfig, Qwen3, Weight};
+use shared_kernels::WeightLayout;
+use std::time::Instant;
+
+/// Dense bf16 tensor-core peak of one H200 (SXM), FLOP/s: the MFU denominator on CUDA.
+const H200_BF16_PEAK: f64 = 989.4e12;
+
+fn time_op(device: &Device, repeats: usize, inner: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    sync(device);
+    let samples = (0..repeats.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..inner {
+                f();
+            }
+            sync(device);
+            t.elapsed().as_secs_f64() / inner as f64
+        })
+        .collect();
+    median(samples)
+}
+
+fn rand2(shape: [usize; 2], dtype: DType, device: &Device) -> Tensor<2> {
+    Tensor::<2>::random(shape, Distribution::Normal(0.0, 1.0), device).cast(dtype)
+}
+
+pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<(), String> {
+    let (h, ffn, v) = (config.hidden_size, config.intermediate_size, config.vocab_size);
+    let ms: &[usize] = &[1, 16, 64, 256, 1024, 4096];
+    let mut rows = Vec::new();
+    println!("\n## kernels (median ms per call; ratio = lockstep / burn default)\n");
+    println!("| op | M x N x K | lockstep ms | burn ms | lockstep / burn | lockstep TFLOP/s | lockstep GB/s |");
+    println!("|---|---|---|---|---|---|---|");
+    let bytes_per = o.dtype.size() as f64;
+    // The JSON is rewritten after every row, so a visit's time limit keeps what was measured.
+    let mut emit = |op: &str, shape: [usize; 3], a: f64, b: f64, flops: f64, bytes: f64| {
+        println!("| {op} | {}x{}x{} | {:.4} | {:.4} | {:.2} | {:.2} | {:.0} |", shape[0], shape[1], shape[2], a * 1e3, b * 1e3, a / b, flops / a / 1e12, bytes / a / 1e9);
+        rows.push(json!({"op": op, "m": shape[0], "n": shape[1], "k": shape[2], "lockstep_ms": a * 1e3, "burn_ms": if b.is_nan() { serde_json::Value::Null } else { json!(b * 1e3) }, "flops": flops, "bytes": bytes}));
+        if let Some(path) = &o.json {
+            let doc = json!({"runtime": shared_kernels::device::runtime_name(), "preset": o.preset, "dtype": format!("{:?}", o.dtype), "kernels": rows});
+            if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&doc).expect("json")) {
+                eprintln!("bench: {}: {e}", path.display());
+            }
+        }
+    };
+    for &(name, n, k) in &[("matmul hidden->hidden", h, h), ("matmul hidden->ffn", ffn, h), ("matmul ffn->hidden", h, ffn), ("matmul lm_head", v, h)] {
+        let w = rand2([n, k], o.dtype, device).mul_scalar(0.02);
+        for &m in ms {
+            let x = rand2([m, k], o.dtype, device);
+            let inner = if m * n * k < 1 << 28 { 20 } else { 3 };
+            let a = time_op(device, o.repeats, inner, || drop(shared_kernels::matmul(x.clone(), w.clone(), WeightLayout::OutIn).unwrap()));
+            let b = if o.no_burn { f64::NAN } else { time_op(device, o.repeats, inner, || drop(x.clone().matmul(w.clone().transpose()))) };
+            let bytes = (m * k + n * k + m * n) as f64 * bytes_per;
+            emit(name, [m, n, k], a, b, 2.0 * (m * n * k) as f64, bytes);
+        }
+    }
+    let norm_w = Tensor::<1>::random([h], Distribution::Uniform(0.5, 1.5), device).cast(o.dtype);
+    for &m in ms {
+        let x = rand2([m, h], o.dtype, device);
+        let a = time_op(device, o.repeats, 20, || drop(shared_kernels::rmsnorm(x.clone(), norm_w.clone(), 1e-6).unwrap()));
+        let b = if o.no_burn { f64::NAN } else { time_op(device, o.repeats, 20, || {
+            let x32 = x.clone().cast(DType::F32);
+            let y = (x32.clone() * x32.clone()).mean_dim(1).add_scalar(1e-6).sqrt().recip() * x32 * norm_w.clone().cast(DType::F32).unsqueeze::<2>();
+            drop(y.cast(o.dtype));
+        }) };
+        emit("rmsnorm", [m, h, 1], a, b, 0.0, 2.0 * (m * h) as f64 * bytes_per);
+    }
+    for &m in &ms[..5] {
+        let logits = rand2([m, v], o.dtype, device);
+        let targets = Tensor::<1, Int>::from_data(TensorData::new((0..m as i32).collect::<Vec<_>>(), [m]), device);
+        let temps = Tensor::<1>::ones([m], device);
+        let a = time_op(device, o.repeats, 10, || drop(shared_kernels::token_logprobs(logits.clone(), targets.clone(), temps.clone()).unwrap()));
+        let b = if o.no_burn { f64::NAN } else { time_op(device, o.repeats, 10, || drop(activation::log_softmax(logits.clone().cast(DType::F32), 1).gather(1, targets.clone().reshape([m, 1])))) };
+        emit("logprob", [m, v, 1], a, b, 0.0, (m * v) as f64 * bytes_per);
+    }
+    trainer_step(o, config, device)
+}
+
+/// Forward + backward of the training path on `batch` sequences of `len` tokens.
+fn trainer_step(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<(), String> {
+    let model = Qwen3::from_checkpoint(&shared_kernels::model::Checkpoint::random(config.clone(), 0.05, 7), o.dtype, device).map_err(|e| e.to_string())?;
+    let matmul_params: usize = model
+        .named_tensors()
+        .iter()
+        .filter(|(name, _)| config.tie_word_embeddings || name != "model.embed_tokens.weight")
+        .filter_map(|(_, w)| match w {
+            Weight::Matrix(m) => Some(m.shape().num_elements()),
+            Weight::Vector(_) => None,
+        })
+        .sum();
+    println!("\n## trainer step (training path forward + backward, lockstep kernels)\n");
+    println!("| sequences x tokens | step ms | tokens/s | model TFLOP/s | MFU |");
+    println!("|---|---|---|---|---|");
+    let len = 128.min(config.max_position_embeddings);
+    for batch in [8usize, 32] {
+        let seqs: Vec<Vec<u32>> = (0..batch).map(|b| (0..len).map(|t| ((b * 131 + t * 17) % config.vocab_size) as u32).collect()).collect();
+        let mut m = model.clone();
+        m.kernels = KernelSet::Matched;
+        let step = || {
+            let tracked = crate::optim::tracked_copy(&m);
+            let (_, flat) = tracked.sequence_logprobs(&seqs, 1.0).expect("training path");
+            let grads = flat.sum().backward();
+            drop(crate::optim::gradients(&tracked, &grads));
+        };
+        let secs = time_op(device, o.repeats.min(5), 1, step);
+        let tokens = batch * (len - 1);
+        let flops = 6.0 * matmul_params as f64 * tokens as f64;
+        let mfu = if shared_kernels::device::runtime_name() == "cuda" && o.dtype == DType::BF16 { format!("{:.1}% of 989 TFLOP/s", 100.0 * flops / secs / H200_BF16_PEAK) } else { "-".into() };
+        println!("| {batch} x {len} | {:.1} | {:.0} | {:.2} | {mfu} |", secs * 1e3, tokens as f64 / secs, flops / secs / 1e12);
+    }
+    Ok(())
+}
