@@ -217,8 +217,11 @@ impl Engine {
             })
             .collect();
         let (tokens, logprobs) = sample(picked, &params).map_err(|e| e.to_string())?;
-        let tokens = tokens.into_data().convert::<i64>().try_to_vec::<i64>().map_err(|e| format!("{e:?}"))?;
-        let logprobs = logprobs.cast(DType::F32).into_data().try_to_vec::<f32>().map_err(|e| format!("{e:?}"))?;
+        // A failed launch anywhere in the forward surfaces here, at the first read: an error for
+        // this step's requests, not a panic of the engine.
+        let read_failed = |e| format!("the device failed while computing this step: {e}");
+        let tokens = tokens.try_into_data().map_err(read_failed)?.convert::<i64>().try_to_vec::<i64>().map_err(|e| format!("{e:?}"))?;
+        let logprobs = logprobs.cast(DType::F32).try_into_data().map_err(read_failed)?.try_to_vec::<f32>().map_err(|e| format!("{e:?}"))?;
         let now = Instant::now();
         for (i, &(a, _)) in sample_at.iter().enumerate() {
             let act = &mut self.active[a];

@@ -163,7 +163,7 @@ impl Trainer {
         let device = flat.device();
         let w_t = Tensor::<1>::from_data(TensorData::new(weights.clone(), [weights.len()]), &device.clone().inner());
         let loss = (flat.clone() * Tensor::from_inner(w_t)).sum();
-        let loss_value = loss.clone().inner().into_data().convert::<f32>().try_to_vec::<f32>().expect("f32")[0] as f64;
+        let loss_value = loss.clone().inner().try_into_data().map_err(|e| RunError::Other(format!("step {step}: the device failed computing the loss: {e}")))?.convert::<f32>().try_to_vec::<f32>().expect("f32")[0] as f64;
         if !loss_value.is_finite() {
             return Err(RunError::Other(format!("step {step}: the loss is {loss_value}; stopping before the update (the last checkpoint is intact)")));
         }

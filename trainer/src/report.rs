@@ -54,6 +54,10 @@ pub fn table(runs: &[(String, Scalars)], target_reward: f64) -> String {
     for (name, sc) in runs {
         let get = |t: &str| sc.get(t).cloned().unwrap_or_default();
         let reward = get("rollout/reward_mean");
+        if reward.is_empty() {
+            s += &format!("| {name} | 0 | no GRPO step logged (the run failed or was cut before its first step; see its log) | | | | | | | | |\n");
+            continue;
+        }
         let tail = &reward[reward.len().saturating_sub(3)..];
         let reached = reward.iter().find(|p| p.1 as f64 >= target_reward).map_or("never".to_string(), |p| p.0.to_string());
         let kl = get("rollout/kl_k1");
@@ -132,4 +136,22 @@ pub fn report(run_dirs: &[PathBuf], out: &Path, target_reward: f64) -> Result<St
     plot(&runs, "rollout/kl_k1", &out.join("kl.png"))?;
     plot(&runs, "rollout/logprob_abs_diff_max", &out.join("logprob_abs_diff_max.png"))?;
     Ok(md)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{table, Scalars};
+
+    #[test]
+    fn a_run_without_steps_is_marked_not_filled_with_fake_numbers() {
+        let mut ok = Scalars::new();
+        ok.insert("rollout/reward_mean".into(), vec![(0, 0.25), (1, 0.75)]);
+        ok.insert("train/is_ratio_min".into(), vec![(0, 1.0), (1, 1.0)]);
+        ok.insert("train/is_ratio_max".into(), vec![(0, 1.0), (1, 1.0)]);
+        let md = table(&[("good".into(), ok), ("crashed".into(), Scalars::new())], 0.5);
+        let good = md.lines().find(|l| l.starts_with("| good")).unwrap();
+        assert!(good.starts_with("| good | 2 | 0.500 | 1 |"), "{good}");
+        let crashed = md.lines().find(|l| l.starts_with("| crashed")).unwrap();
+        assert!(crashed.contains("no GRPO step logged") && !crashed.contains("inf"), "{crashed}");
+    }
 }
