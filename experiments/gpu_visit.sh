@@ -30,6 +30,13 @@ part_ablation() {  # the matrix on the H200 config, ABLATION_SEEDS seeds, ABLATI
         --seeds "${ABLATION_SEEDS:-0}" --jobs "${ABLATION_JOBS:-8}" --out /tmp/abl -- ${ABLATION_ARGS:-} > "$out/ablation.log" 2>&1
     tail -n 12 "$out/ablation.log"
     /tmp/lockstep report /tmp/abl/runs/*/ --out "$out/ablation" 2>&1 | tail -n 22
+    # per-cell metrics and logs travel too, so plots can be redrawn here (the GPU machine has no
+    # fonts) and failed cells read in full
+    for d in /tmp/abl/runs/*/; do
+        name=$(basename "$d"); mkdir -p "$out/ablation-runs/$name"
+        cp "$d/metrics.jsonl" "$out/ablation-runs/$name/" 2>/dev/null
+        cp "/tmp/abl/runs/$name.log" "$out/ablation-runs/$name/train.log" 2>/dev/null
+    done
 }
 bench_common=(--preset small --dtype bf16 --prompt-len 32 --new-tokens 32 --repeats 5)
 for part in "$@"; do

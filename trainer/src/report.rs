@@ -122,13 +122,29 @@ pub fn plot(runs: &[(String, Scalars)], tag: &str, file: &Path) -> Result<(), St
     root.present().map_err(|e| format!("{}: {e}", file.display()))
 }
 
-/// Reads `run_dirs` (each with a `tb` folder), writes `out/table.md`, `out/reward.png`, `out/kl.png`.
+/// The same scalars from a run's `metrics.jsonl` (one JSON object per step), for runs whose
+/// TensorBoard folder did not travel (e.g. only metrics.jsonl was copied back from a GPU).
+pub fn read_metrics_jsonl(path: &Path) -> Result<Scalars, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut out: Scalars = BTreeMap::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let m: crate::telemetry::StepMetrics = serde_json::from_str(line).map_err(|e| format!("{} line {}: {e}", path.display(), i + 1))?;
+        for (tag, value) in m.scalars() {
+            out.entry(tag.to_string()).or_default().push((m.step as i64, value as f32));
+        }
+    }
+    Ok(out)
+}
+
+/// Reads `run_dirs` (each with a `tb` folder, or else a `metrics.jsonl`), writes
+/// `out/table.md`, `out/reward.png`, `out/kl.png`.
 pub fn report(run_dirs: &[PathBuf], out: &Path, target_reward: f64) -> Result<String, String> {
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let mut runs = Vec::new();
     for dir in run_dirs {
         let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("run").to_string();
-        runs.push((name, read_scalars(&dir.join("tb"))?));
+        let (tb, jsonl) = (dir.join("tb"), dir.join("metrics.jsonl"));
+        runs.push((name, if tb.is_dir() || !jsonl.is_file() { read_scalars(&tb)? } else { read_metrics_jsonl(&jsonl)? }));
     }
     let md = table(&runs, target_reward);
     std::fs::write(out.join("table.md"), &md).map_err(|e| e.to_string())?;
@@ -153,5 +169,22 @@ mod tests {
         assert!(good.starts_with("| good | 2 | 0.500 | 1 |"), "{good}");
         let crashed = md.lines().find(|l| l.starts_with("| crashed")).unwrap();
         assert!(crashed.contains("no GRPO step logged") && !crashed.contains("inf"), "{crashed}");
+    }
+
+    #[test]
+    fn metrics_jsonl_gives_the_same_tags_as_tensorboard() {
+        let mut m = crate::telemetry::StepMetrics { step: 3, reward_mean: 0.625, ..Default::default() };
+        m.agreement.bit_equal_frac = 1.0;
+        let dir = std::env::temp_dir().join(format!("lockstep-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("metrics.jsonl");
+        std::fs::write(&path, format!("{}\n", serde_json::to_string(&m).unwrap())).unwrap();
+        let scalars = super::read_metrics_jsonl(&path).unwrap();
+        assert_eq!(scalars["rollout/reward_mean"], vec![(3, 0.625)]);
+        assert_eq!(scalars["rollout/bit_equal_frac"], vec![(3, 1.0)]);
+        std::fs::write(&path, "{\"step\": oops}\n").unwrap();
+        let err = super::read_metrics_jsonl(&path).unwrap_err();
+        assert!(err.contains("metrics.jsonl line 1"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
