@@ -21,6 +21,10 @@ pub struct EngineConfig {
     pub context: usize,
     /// Prompt tokens per request per step while prefilling.
     pub chunk_size: usize,
+    /// Requests with the same prompt (a GRPO group) prefill it once: the first prefills, the
+    /// others copy its KV for all prompt tokens but the last and prefill only that one. The
+    /// kernels are chunk invariant, so the copied rows are the very bits each would compute.
+    pub share_prompt_prefix: bool,
 }
 
 impl EngineConfig {
@@ -32,7 +36,7 @@ impl EngineConfig {
         if slots == 0 {
             return Err(format!("KV budget of {kv_budget_bytes} bytes holds no slot of {context} tokens ({per_slot} bytes each)"));
         }
-        Ok(Self { max_batch: slots, context, chunk_size })
+        Ok(Self { max_batch: slots, context, chunk_size, share_prompt_prefix: true })
     }
 }
 
@@ -62,6 +66,8 @@ pub struct StepStats {
     pub sampled: usize,
     pub running: usize,
     pub waiting: usize,
+    /// Prompt tokens whose KV was copied from another request with the same prompt.
+    pub shared_prefix_tokens: usize,
 }
 
 pub struct Engine {
@@ -135,10 +141,15 @@ impl Engine {
         if self.active.is_empty() {
             return stats;
         }
+        // requests waiting for a same-prompt donor to finish its prefill skip this step
+        let held = if self.config.share_prompt_prefix { self.share_prefixes(&mut stats) } else { Vec::new() };
         let mut rows = Rows::default();
         // (active index, row index) of the rows whose logits are sampled
         let mut sample_at: Vec<(usize, usize)> = Vec::new();
         for (a, act) in self.active.iter_mut().enumerate() {
+            if held.contains(&a) {
+                continue;
+            }
             let prompt = &act.request.prompt;
             if act.prefilled < prompt.len() {
                 let end = (act.prefilled + self.config.chunk_size).min(prompt.len());
@@ -159,6 +170,9 @@ impl Engine {
         }
         stats.rows = rows.len();
         stats.sampled = sample_at.len();
+        if rows.is_empty() {
+            return stats;
+        }
         if let Err(e) = self.run(&rows, &sample_at) {
             // a failed launch fails the requests of this step, never silently
             let message = e;
@@ -196,6 +210,42 @@ impl Engine {
         }
         self.active = still;
         stats
+    }
+
+    /// Before a step's rows are built: every request that has not started its prefill and
+    /// shares its prompt (of 2+ tokens) with an earlier active request (the donor) either copies
+    /// the donor's KV for the first `len - 1` prompt positions, when the donor has written them
+    /// (in earlier steps), or is held until it has. Returns the held requests' indices.
+    fn share_prefixes(&mut self, stats: &mut StepStats) -> Vec<usize> {
+        let mut held = Vec::new();
+        let mut donors: std::collections::HashMap<&[u32], usize> = std::collections::HashMap::new();
+        let mut copies: Vec<(usize, usize)> = Vec::new();
+        for (a, act) in self.active.iter().enumerate() {
+            let prompt = act.request.prompt.as_slice();
+            if prompt.len() < 2 {
+                continue;
+            }
+            match donors.get(prompt) {
+                Some(&d) if act.prefilled == 0 => {
+                    if self.active[d].prefilled >= prompt.len() - 1 {
+                        copies.push((d, a));
+                    } else {
+                        held.push(a);
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    donors.insert(prompt, a);
+                }
+            }
+        }
+        for (d, a) in copies {
+            let n = self.active[a].request.prompt.len() - 1;
+            self.cache.copy_prefix(self.active[d].slot as usize, self.active[a].slot as usize, n);
+            self.active[a].prefilled = n;
+            stats.shared_prefix_tokens += n;
+        }
+        held
     }
 
     fn run(&mut self, rows: &Rows, sample_at: &[(usize, usize)]) -> Result<(), String> {

@@ -60,7 +60,11 @@ pub fn bits(c: &Completion) -> (Vec<u32>, Vec<u32>, FinishReason) {
 }
 
 pub fn engine(model: &Qwen3, max_batch: usize, chunk_size: usize) -> Engine {
-    Engine::new(model.clone(), EngineConfig { max_batch, context: CONTEXT, chunk_size }).expect("valid engine config")
+    engine_sharing(model, max_batch, chunk_size, true)
+}
+
+pub fn engine_sharing(model: &Qwen3, max_batch: usize, chunk_size: usize, share_prompt_prefix: bool) -> Engine {
+    Engine::new(model.clone(), EngineConfig { max_batch, context: CONTEXT, chunk_size, share_prompt_prefix }).expect("valid engine config")
 }
 
 /// Runs `target` among `others`, each added at a random step; every result, in completion order.
@@ -200,11 +204,53 @@ pub fn tokio_front_matches_blocking(model: &Qwen3, rng: &mut StdRng, n: usize) -
     EngineCheck::new(name, None)
 }
 
+/// (f): GRPO-style groups (several samples of one prompt, arriving together or at random
+/// steps) give the same bits with the prompt's KV shared as without sharing; and sharing did
+/// happen (some prompt tokens were copied rather than recomputed).
+pub fn shared_prompt_prefix_matches_unshared(model: &Qwen3, rng: &mut StdRng) -> EngineCheck {
+    let vocab = model.config.vocab_size;
+    let mut requests = Vec::new();
+    for group in 0..4u64 {
+        let base = random_request(rng, 0, vocab);
+        let mut prompt = base.prompt.clone();
+        prompt.resize(prompt.len().max(2) + (group as usize) * 3, 1);
+        for g in 0..5u64 {
+            let mut r = random_request(rng, group * 100 + g, vocab);
+            r.prompt = prompt.clone();
+            requests.push(r);
+        }
+    }
+    let (max_batch, chunk) = (8, [1, 4, 16][rng.random_range(0..3)]);
+    let name = format!("shared prompt KV = unshared (4 groups x 5 samples, max_batch {max_batch}, chunk {chunk})");
+    let plain = engine_sharing(model, max_batch, chunk, false).generate(requests.clone());
+    let mut shared_engine = engine_sharing(model, max_batch, chunk, true);
+    for r in &requests {
+        shared_engine.add(r.clone());
+    }
+    let (mut results, mut copied) = (std::collections::HashMap::new(), 0);
+    while !shared_engine.is_idle() {
+        copied += shared_engine.step().shared_prefix_tokens;
+        results.extend(shared_engine.take_done());
+    }
+    results.extend(shared_engine.take_done());
+    if copied == 0 {
+        return EngineCheck::new(name, Some("no prompt token was shared".into()));
+    }
+    for (r, want) in requests.iter().zip(&plain) {
+        let same = matches!((results.get(&r.id), want), (Some(Ok(a)), Ok(b)) if bits(a) == bits(b));
+        if !same {
+            return EngineCheck::new(name, Some(format!("request {} differs with sharing", r.id)));
+        }
+    }
+    EngineCheck::new(format!("{name}: {copied} prompt tokens copied"), None)
+}
+
 /// Everything above, from one seed.
 pub fn run_all(model: &Qwen3, seed: u64) -> Vec<EngineCheck> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut checks = alone_vs_among(model, &mut rng);
     checks.push(sampler_equals_trainer(model, &mut rng, 12));
     checks.push(tokio_front_matches_blocking(model, &mut rng, 24));
+    checks.push(shared_prompt_prefix_matches_unshared(model, &mut rng));
     checks
 }

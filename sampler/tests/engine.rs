@@ -44,6 +44,13 @@ fn sampled_logprobs_equal_the_training_path_bits() {
 }
 
 #[test]
+fn grpo_groups_share_their_prompt_kv_without_changing_a_bit() {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let model = model(rng.random());
+    assert_passed(&[invariance::shared_prompt_prefix_matches_unshared(&model, &mut rng)]);
+}
+
+#[test]
 fn the_checks_catch_a_sampler_that_differs_from_the_trainer() {
     // The trainer scores with the model as given; a sampler on other weights must be caught.
     let mut rng = StdRng::seed_from_u64(seed());

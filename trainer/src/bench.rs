@@ -84,7 +84,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             let mut m = model.clone();
             m.kernels = kernels;
             let context = o.prompt_len + o.new_tokens;
-            let mut engine = Engine::new(m, EngineConfig { max_batch: c, context, chunk_size: o.prompt_len.max(1) }).map_err(|e| e.to_string())?;
+            let mut engine = Engine::new(m, EngineConfig { max_batch: c, context, chunk_size: o.prompt_len.max(1), share_prompt_prefix: true }).map_err(|e| e.to_string())?;
             let requests = |round: u64| -> Vec<Request> {
                 (0..c as u64)
                     .map(|i| Request {

@@ -46,6 +46,8 @@ pub struct SamplerSection {
     pub max_batch: usize,
     pub context: usize,
     pub chunk_size: usize,
+    /// Same-prompt requests (a GRPO group) prefill the prompt once and copy its KV.
+    pub share_prompt_prefix: bool,
     pub temperature: f32,
     pub top_k: u32,
     pub top_p: f32,
@@ -58,7 +60,7 @@ pub struct SamplerSection {
 
 impl Default for SamplerSection {
     fn default() -> Self {
-        Self { max_batch: 64, context: 48, chunk_size: 16, temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 8, input: String::new(), output: String::new(), seed: 0 }
+        Self { max_batch: 64, context: 48, chunk_size: 16, share_prompt_prefix: true, temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 8, input: String::new(), output: String::new(), seed: 0 }
     }
 }
 

@@ -145,6 +145,25 @@ impl KvCache {
         Self { shape, layers }
     }
 
+    /// Copies positions `0..len` of every layer's K and V from slot `from` to slot `to`: a
+    /// plain copy, so `to` then holds exactly the bits `from` computed.
+    pub fn copy_prefix(&mut self, from: usize, to: usize, len: usize) {
+        let s = self.shape;
+        if from == to || len == 0 {
+            return;
+        }
+        assert!(from < s.slots && to < s.slots && len <= s.max_len, "copy_prefix({from}, {to}, {len}) outside the cache {s:?}");
+        for (k, v) in self.layers.iter_mut() {
+            for t in [k, v] {
+                let rows = t.clone().slice([from..from + 1, 0..len, 0..s.kv_heads, 0..s.head_dim]);
+                // take the cache tensor out so slice_assign may write in place
+                let device = t.device();
+                let whole = std::mem::replace(t, Tensor::<4>::empty([1, 1, 1, 1], &device));
+                *t = whole.slice_assign([to..to + 1, 0..len, 0..s.kv_heads, 0..s.head_dim], rows);
+            }
+        }
+    }
+
     /// Bytes held by the cache.
     pub fn bytes(&self, dtype: DType) -> usize {
         let s = self.shape;
