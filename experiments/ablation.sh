@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The ablation matrix: sampler kernels {matched, fast} x correction {none, tis, mis, ppo_clip}
+# The ablation matrix: sampler kernels {matched, fast[, split_k]} x correction {none, tis, mis, ppo_clip}
 # x seeds, on a built-in task; then a table and plots read back from the TensorBoard files.
 #
-#   bash experiments/ablation.sh [--tiny] [--seeds "0 1 2"] [--jobs N] [--config FILE] [--out DIR] [-- --set key=value ...]
+#   bash experiments/ablation.sh [--tiny] [--seeds "0 1 2"] [--jobs N] [--kernels "matched fast split_k"] [--config FILE] [--out DIR] [-- --set key=value ...]
 #
 # --tiny: a few steps per cell (what CI runs). Extra `--set` overrides after `--` apply to every
 # cell (e.g. `-- --set model.dtype=bf16` on the H200). --jobs N runs N cells at once (on a GPU
@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 tiny=0
 seeds="0 1"
 jobs=1
+kernel_sets="matched fast"
 config=()
 out="experiments/ablation-out"
 extra=()
@@ -21,6 +22,7 @@ while [ $# -gt 0 ]; do
         --tiny) tiny=1; shift ;;
         --seeds) seeds="$2"; shift 2 ;;
         --jobs) jobs="$2"; shift 2 ;;
+        --kernels) kernel_sets="$2"; shift 2 ;;
         --config) config=("$2"); shift 2 ;;
         --out) out="$2"; shift 2 ;;
         --) shift; extra=("$@"); break ;;
@@ -49,7 +51,7 @@ run_cell() {
         "${extra[@]}" > "$runs/$name.log" 2>&1 || { echo "cell $name failed:" >&2; tail -5 "$runs/$name.log" >&2; touch "$runs/$name.failed"; }
 }
 dirs=()
-for kernels in matched fast; do
+for kernels in $kernel_sets; do
     for correction in none tis mis ppo_clip; do
         for seed in $seeds; do
             name="${kernels}-${correction}-s${seed}"

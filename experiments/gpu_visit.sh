@@ -25,9 +25,9 @@ part_train() {  # the H200 config; metrics are written every step, so a cut run 
     cp /tmp/runs/h200/metrics.jsonl "$out/train-metrics.jsonl" 2>/dev/null
     /tmp/lockstep report /tmp/runs/h200 --out "$out/train-report" 2>&1 | tail -n 5
 }
-part_ablation() {  # the matrix on the H200 config, ABLATION_SEEDS seeds, ABLATION_JOBS cells at once
+part_ablation() {  # the matrix on the H200 config: ABLATION_KERNELS x corrections x ABLATION_SEEDS, ABLATION_JOBS cells at once
     LOCKSTEP=/tmp/lockstep timeout "$(limit "${ABLATION_LIMIT:-500}")" bash experiments/ablation.sh --config configs/h200.toml \
-        --seeds "${ABLATION_SEEDS:-0}" --jobs "${ABLATION_JOBS:-8}" --out /tmp/abl -- ${ABLATION_ARGS:-} > "$out/ablation.log" 2>&1
+        --seeds "${ABLATION_SEEDS:-0}" --jobs "${ABLATION_JOBS:-8}" --kernels "${ABLATION_KERNELS:-matched fast split_k}" --out /tmp/abl -- ${ABLATION_ARGS:-} > "$out/ablation.log" 2>&1
     tail -n 12 "$out/ablation.log"
     /tmp/lockstep report /tmp/abl/runs/*/ --out "$out/ablation" 2>&1 | tail -n 22
     # per-cell metrics and logs travel too, so plots can be redrawn here (the GPU machine has no

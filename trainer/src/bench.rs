@@ -67,17 +67,19 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         .map(|k| match k.as_str() {
             "matched" => Ok(KernelSet::Matched),
             "fast" => Ok(KernelSet::Fast),
-            other => Err(format!("--kernels: unknown kernel set `{other}` (matched, fast)")),
+            "split_k" => Ok(KernelSet::SplitK),
+            other => Err(format!("--kernels: unknown kernel set `{other}` (matched, fast, split_k)")),
         })
         .collect::<Result<_, _>>()?;
     if o.concurrency.is_empty() {
         return crate::bench_ops::run(o, &config, &device);
     }
     println!("## sampler throughput (generated tokens/s)\n");
-    let both = sets.len() == 2;
-    let names: Vec<String> = sets.iter().map(|k| format!("{} tok/s", if *k == KernelSet::Matched { "matched" } else { "fast" })).collect();
-    println!("| concurrency | {} |{}", names.join(" | "), if both { " matched / fast |" } else { "" });
-    println!("|---|{}", "---|".repeat(sets.len() + both as usize));
+    // one column per kernel set, then the first set's rate over each other set's
+    let names = &o.kernels;
+    let ratio_heads: Vec<String> = names.iter().skip(1).map(|n| format!(" {} / {n} |", names[0])).collect();
+    println!("| concurrency | {} tok/s |{}", names.join(" tok/s | "), ratio_heads.concat());
+    println!("|---|{}", "---|".repeat(sets.len() + ratio_heads.len()));
     for &c in &o.concurrency {
         let mut rates = Vec::new();
         for &kernels in &sets {
@@ -107,7 +109,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             rates.push(generated as f64 / secs);
         }
         let cells: Vec<String> = rates.iter().map(|r| format!("{r:.1}")).collect();
-        let ratio = if both { format!(" {:.2} |", rates[0] / rates[1]) } else { String::new() };
+        let ratio: String = rates.iter().skip(1).map(|r| format!(" {:.2} |", rates[0] / r)).collect();
         println!("| {c} | {} |{ratio}", cells.join(" | "));
     }
     if o.skip_ops {

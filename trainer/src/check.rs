@@ -5,20 +5,18 @@
 use burn::tensor::DType;
 use shared_kernels::model::{Checkpoint, KernelSet, Qwen3};
 
-/// `fast` runs the checks with the ablation's fast kernels instead: the contrast, expected to fail
-/// wherever burn's default ops are not batch invariant.
-pub fn run(preset: &str, dtypes: &[DType], seed: u64, fast: bool) -> Result<(), String> {
+/// `kernels` other than Matched run the checks with an ablation kernel set instead: the
+/// contrast, expected to fail wherever that set is not batch invariant.
+pub fn run(preset: &str, dtypes: &[DType], seed: u64, kernels: KernelSet) -> Result<(), String> {
     let device = shared_kernels::device::default_device();
     let config = crate::bench::preset(preset)?;
-    println!("# lockstep check: sampler engine invariance, runtime {}, preset {preset}, kernels {}, seed {seed}\n", shared_kernels::device::runtime_name(), if fast { "fast (burn defaults)" } else { "matched (lockstep)" });
+    println!("# lockstep check: sampler engine invariance, runtime {}, preset {preset}, kernels {}, seed {seed}\n", shared_kernels::device::runtime_name(), match kernels { KernelSet::Matched => "matched (lockstep)", KernelSet::Fast => "fast (burn defaults)", KernelSet::SplitK => "split_k (batch-size-dependent split-K matmul)" });
     println!("| dtype | check | result |");
     println!("|---|---|---|");
     let mut failed = 0;
     for &dtype in dtypes {
         let mut model = Qwen3::from_checkpoint(&Checkpoint::random(config.clone(), 0.05, seed), dtype, &device).map_err(|e| e.to_string())?;
-        if fast {
-            model.kernels = KernelSet::Fast;
-        }
+        model.kernels = kernels;
         for check in sampler::invariance::run_all(&model, seed) {
             let result = match &check.failure {
                 None => "bit-identical".to_string(),

@@ -202,7 +202,7 @@ impl Config {
         one_of("model.dtype", &self.model.dtype, &["f32", "bf16"])?;
         one_of("task.name", &self.task.name, &["addition", "sort", "countdown", "jsonl"])?;
         one_of("train.on_mismatch", &self.train.on_mismatch, &["stop", "warn"])?;
-        one_of("ablation.sampler_kernels", &self.ablation.sampler_kernels, &["matched", "fast"])?;
+        one_of("ablation.sampler_kernels", &self.ablation.sampler_kernels, &["matched", "fast", "split_k"])?;
         one_of("ablation.correction", &self.ablation.correction, &["none", "tis", "mis", "ppo_clip"])?;
         one_of("ablation.level", &self.ablation.level, &["token", "sequence"])?;
         for (key, v) in [("sampler.max_batch", self.sampler.max_batch), ("sampler.context", self.sampler.context), ("sampler.chunk_size", self.sampler.chunk_size), ("sampler.max_new_tokens", self.sampler.max_new_tokens), ("train.prompts_per_step", self.train.prompts_per_step), ("train.sft_batch", self.train.sft_batch), ("train.keep_checkpoints", self.train.keep_checkpoints)] {

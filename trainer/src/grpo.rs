@@ -302,6 +302,10 @@ fn first_mismatch(completions: &[sampler::Completion], trainer_lp: &[Vec<f32>], 
 /// the ablation names.
 pub fn sampler_model(c: &Config, model: &Qwen3) -> Qwen3 {
     let mut m = model.clone();
-    m.kernels = if c.ablation.sampler_kernels == "fast" { KernelSet::Fast } else { KernelSet::Matched };
+    m.kernels = match c.ablation.sampler_kernels.as_str() {
+        "fast" => KernelSet::Fast,
+        "split_k" => KernelSet::SplitK,
+        _ => KernelSet::Matched,
+    };
     m
 }

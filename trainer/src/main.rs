@@ -4,6 +4,7 @@ use burn::tensor::DType;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use shared_kernels::model::KernelSet;
 use trainer::config::Config;
 use trainer::grpo::{new_adamw, Trainer};
 use trainer::run::{load_policy, run_dir, save_resolved, RunError};
@@ -76,6 +77,9 @@ enum Command {
         /// Run the checks on the ablation's fast kernels instead (the contrast).
         #[arg(long)]
         fast: bool,
+        /// Run the checks on the ablation's split-K matmul instead (the contrast).
+        #[arg(long, conflicts_with = "fast")]
+        split_k: bool,
     },
     /// Table and plots of several runs, read from their TensorBoard files.
     Report {
@@ -118,9 +122,9 @@ fn main() -> ExitCode {
             };
             trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, json, save_model }).map_err(RunError::Other)
         }
-        Command::Check { preset, dtypes, seed, fast } => {
+        Command::Check { preset, dtypes, seed, fast, split_k } => {
             let Some(dtypes) = dtypes.iter().map(|d| parse_dtype(d)).collect::<Option<Vec<_>>>() else { return ExitCode::from(2) };
-            trainer::check::run(&preset, &dtypes, seed, fast).map_err(RunError::Other)
+            trainer::check::run(&preset, &dtypes, seed, if fast { KernelSet::Fast } else if split_k { KernelSet::SplitK } else { KernelSet::Matched }).map_err(RunError::Other)
         }
         Command::Report { runs, out, target_reward } => trainer::report::report(&runs, &out, target_reward).map(|md| println!("{md}")).map_err(RunError::Other),
         Command::Sample { config, overrides } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(sample),

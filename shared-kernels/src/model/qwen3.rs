@@ -95,6 +95,9 @@ pub enum KernelSet {
     /// burn's default matmul and an rmsnorm built from burn ops (autotuned, split reductions,
     /// not batch invariant): the ablation's "fast" sampler. Attention and logprobs stay lockstep's.
     Fast,
+    /// lockstep's kernels except the matmul, which splits K by batch size
+    /// ([`crate::ops::matmul_split_k`]): the ablation's deterministic, non-invariant sampler.
+    SplitK,
 }
 
 /// The tokens to run: row r is token `tokens[r]` at `positions[r]` of sequence `slots[r]`.
@@ -378,6 +381,7 @@ impl Qwen3 {
     fn mm(&self, x: Tensor<2>, w: Tensor<2>, layout: crate::WeightLayout) -> Result<Tensor<2>, crate::KernelError> {
         match self.kernels {
             KernelSet::Matched => crate::matmul(x, w, layout),
+            KernelSet::SplitK => crate::ops::matmul_split_k::matmul_split_k(x, w, layout),
             KernelSet::Fast => Ok(match layout {
                 OutIn => x.matmul(w.transpose()),
                 crate::WeightLayout::InOut => x.matmul(w),
@@ -387,7 +391,7 @@ impl Qwen3 {
 
     fn norm_rows<const D: usize>(&self, x: Tensor<D>, w: Tensor<1>, eps: f32) -> Result<Tensor<D>, crate::KernelError> {
         match self.kernels {
-            KernelSet::Matched => crate::rmsnorm(x, w, eps),
+            KernelSet::Matched | KernelSet::SplitK => crate::rmsnorm(x, w, eps),
             KernelSet::Fast => {
                 let dtype = x.dtype();
                 let x32 = x.cast(DType::F32);

@@ -7,6 +7,7 @@ mod attention_chunking;
 mod errors;
 mod gradients;
 mod invariance;
+mod split_k;
 
 use burn::tensor::Device;
 
