@@ -28,8 +28,12 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
-    /// As many slots of `context` tokens as fit in `kv_budget_bytes` (at most `max_batch`).
+    /// As many slots of `context` tokens as fit in `kv_budget_bytes` (at most `max_batch`);
+    /// a budget of 0 means `max_batch` slots.
     pub fn from_budget(model: &Qwen3, kv_budget_bytes: usize, context: usize, max_batch: usize, chunk_size: usize) -> Result<Self, String> {
+        if kv_budget_bytes == 0 {
+            return Ok(Self { max_batch, context, chunk_size, share_prompt_prefix: true });
+        }
         let c = &model.config;
         let per_slot = 2 * c.num_layers * context * c.num_kv_heads * c.head_dim * model.dtype.size();
         let slots = (kv_budget_bytes / per_slot.max(1)).min(max_batch);

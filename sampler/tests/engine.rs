@@ -115,6 +115,19 @@ fn bad_requests_fail_alone_and_a_full_cache_makes_requests_wait() {
 }
 
 #[test]
+fn the_kv_budget_decides_the_number_of_slots() {
+    let model = model(seed());
+    let c = &model.config;
+    let per_slot = 2 * c.num_layers * invariance::CONTEXT * c.num_kv_heads * c.head_dim * 4;
+    let cfg = sampler::EngineConfig::from_budget(&model, 3 * per_slot + per_slot / 2, invariance::CONTEXT, 64, 8).unwrap();
+    assert_eq!(cfg.max_batch, 3);
+    assert_eq!(sampler::EngineConfig::from_budget(&model, 0, invariance::CONTEXT, 64, 8).unwrap().max_batch, 64);
+    assert_eq!(sampler::EngineConfig::from_budget(&model, 100 * per_slot, invariance::CONTEXT, 5, 8).unwrap().max_batch, 5);
+    let err = sampler::EngineConfig::from_budget(&model, per_slot - 1, invariance::CONTEXT, 64, 8).unwrap_err();
+    assert!(err.contains("holds no slot"), "{err}");
+}
+
+#[test]
 fn concurrent_tokio_submissions_match_the_blocking_api() {
     let mut rng = StdRng::seed_from_u64(seed());
     let model = model(rng.random());

@@ -48,6 +48,9 @@ pub struct SamplerSection {
     pub chunk_size: usize,
     /// Same-prompt requests (a GRPO group) prefill the prompt once and copy its KV.
     pub share_prompt_prefix: bool,
+    /// KV cache memory budget in MiB: as many `context`-token slots as fit (at most max_batch);
+    /// 0 = max_batch slots. Requests beyond the slots wait.
+    pub kv_budget_mib: f64,
     pub temperature: f32,
     pub top_k: u32,
     pub top_p: f32,
@@ -60,7 +63,7 @@ pub struct SamplerSection {
 
 impl Default for SamplerSection {
     fn default() -> Self {
-        Self { max_batch: 64, context: 48, chunk_size: 16, share_prompt_prefix: true, temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 8, input: String::new(), output: String::new(), seed: 0 }
+        Self { max_batch: 64, context: 48, chunk_size: 16, share_prompt_prefix: true, kv_budget_mib: 0.0, temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 8, input: String::new(), output: String::new(), seed: 0 }
     }
 }
 
@@ -209,6 +212,9 @@ impl Config {
             if v == 0 {
                 return bad(key, "must be at least 1".into());
             }
+        }
+        if !(self.sampler.kv_budget_mib >= 0.0 && self.sampler.kv_budget_mib.is_finite()) {
+            return bad("sampler.kv_budget_mib", format!("must be a finite number >= 0 (0 = no budget), got {}", self.sampler.kv_budget_mib));
         }
         if self.train.group_size < 2 {
             return bad("train.group_size", format!("GRPO needs at least 2 completions per prompt, got {}", self.train.group_size));

@@ -21,7 +21,7 @@ use crate::run::{encode, run_dir, Policy, RunError};
 use crate::tasks::Task;
 use crate::telemetry::{Agreement, StepMetrics, Telemetry};
 use burn::tensor::{DType, Tensor, TensorData};
-use sampler::{Engine, EngineConfig, Request, SamplingParams};
+use sampler::{Engine, Request, SamplingParams};
 use sha2::{Digest, Sha256};
 use shared_kernels::model::{KernelSet, Qwen3};
 use std::path::PathBuf;
@@ -62,7 +62,7 @@ impl Trainer {
         let run_dir = run_dir(&cfg);
         let telemetry = Telemetry::open(&run_dir, cfg.log.tensorboard).map_err(|e| RunError::Other(format!("{}: {e}", run_dir.display())))?;
         telemetry.truncate_from(step).map_err(|e| RunError::Other(format!("metrics.jsonl: {e}")))?;
-        let engine_cfg = EngineConfig { max_batch: cfg.sampler.max_batch, context: cfg.sampler.context, chunk_size: cfg.sampler.chunk_size, share_prompt_prefix: cfg.sampler.share_prompt_prefix };
+        let engine_cfg = crate::run::engine_config(&cfg, &policy.model)?;
         let engine = Engine::new(sampler_model(&cfg, &policy.model), engine_cfg).map_err(RunError::Other)?;
         let reference = (cfg.train.kl_coef > 0.0).then(|| policy.model.clone());
         Ok(Self { cfg, policy, opt, engine, task, reference, telemetry, run_dir, step })

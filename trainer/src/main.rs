@@ -184,6 +184,7 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>) -> Result<(), RunE
         }
         let _ = std::fs::remove_file(dir.join("metrics.jsonl"));
         let mut policy = load_policy(&cfg, None, &device)?;
+        trainer::run::engine_config(&cfg, &policy.model)?; // a bad KV budget fails before SFT
         if cfg.train.sft_steps > 0 {
             let task = trainer::tasks::Task::from_config(&cfg.task)?;
             let bar = progress(&cfg, cfg.train.sft_steps, "sft");

@@ -110,3 +110,13 @@ pub fn save_resolved(c: &Config, dir: &Path) -> Result<(), RunError> {
     shared_kernels::model::weights::write_atomic(&dir.join("config.resolved.toml"), text.as_bytes())?;
     Ok(())
 }
+
+/// The sampler engine's configuration from the `[sampler]` section, slots limited by
+/// `sampler.kv_budget_mib` when set.
+pub fn engine_config(c: &Config, model: &Qwen3) -> Result<sampler::EngineConfig, RunError> {
+    let s = &c.sampler;
+    let mut e = sampler::EngineConfig::from_budget(model, (s.kv_budget_mib * 1048576.0) as usize, s.context, s.max_batch, s.chunk_size)
+        .map_err(|e| RunError::Config(crate::config::ConfigError::Invalid { key: "sampler.kv_budget_mib".into(), message: e }))?;
+    e.share_prompt_prefix = s.share_prompt_prefix;
+    Ok(e)
+}

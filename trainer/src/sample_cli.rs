@@ -3,7 +3,7 @@
 
 use crate::config::Config;
 use crate::run::{encode, Policy, RunError};
-use sampler::{Engine, EngineConfig, Request, SamplingParams};
+use sampler::{Engine, Request, SamplingParams};
 use std::io::Write;
 use std::path::Path;
 
@@ -28,7 +28,8 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
         requests.push(Request { id, prompt, params: SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: vec![policy.eos], seed: s.seed } });
     }
     let total = requests.len();
-    let mut engine = Engine::new(policy.model, EngineConfig { max_batch: s.max_batch, context: s.context, chunk_size: s.chunk_size, share_prompt_prefix: s.share_prompt_prefix }).map_err(RunError::Other)?;
+    let engine_cfg = crate::run::engine_config(cfg, &policy.model)?;
+    let mut engine = Engine::new(policy.model, engine_cfg).map_err(RunError::Other)?;
     let bar = indicatif::ProgressBar::new(total as u64);
     if !progress {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());

@@ -128,6 +128,7 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
         ("value.toml", "[sampler]\ntop_p = 1.5\n", vec!["sampler.top_p"]),
         ("section.toml", "[trainer]\nsteps = 3\n", vec!["trainer"]),
         ("task.toml", "[task]\nname = \"chess\"\n", vec!["task.name", "chess"]),
+        ("budget.toml", "[sampler]\nkv_budget_mib = 0.001\n", vec!["sampler.kv_budget_mib", "holds no slot"]),
     ];
     for (file, text, needles) in cases {
         std::fs::write(dir.join(file), text).unwrap();
