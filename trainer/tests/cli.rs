@@ -187,3 +187,19 @@ fn sample_command_writes_completions_with_logprobs() {
     }
     assert!(lines[2]["error"].as_str().unwrap().contains("token id 99999"));
 }
+
+#[test]
+fn check_passes_on_lockstep_kernels_and_fails_with_a_nonzero_exit_on_split_k() {
+    let dir = scratch("check");
+    let seed = shared_kernels::battery::test_seed().to_string();
+    let out = lockstep(&["check", "--preset", "tiny", "--seed", &seed], &dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("all engine checks bit-identical") && !stdout.contains("FAILED"), "{stdout}");
+    assert_eq!(stdout.matches("| bit-identical |").count(), 9, "{stdout}");
+    let out = lockstep(&["check", "--preset", "tiny", "--seed", &seed, "--split-k"], &dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("sampler = trainer | FAILED"), "the split-K sampler must differ from the trainer: {stdout}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("engine check(s) failed"));
+}
