@@ -135,6 +135,12 @@ fn first_difference(want: &(Vec<u32>, Vec<u32>, FinishReason), got: &(Vec<u32>, 
 pub fn sampler_equals_trainer(model: &Qwen3, rng: &mut StdRng, n: usize) -> EngineCheck {
     let mut trainer_model = model.clone();
     trainer_model.kernels = KernelSet::Matched;
+    sampler_matches_scorer(model, &trainer_model, rng, n)
+}
+
+/// (d) with the sampler on `model` and the training path on `trainer_model` (the same weights
+/// in real use; other weights in the test that proves this check can fail).
+pub fn sampler_matches_scorer(model: &Qwen3, trainer_model: &Qwen3, rng: &mut StdRng, n: usize) -> EngineCheck {
     let requests: Vec<Request> = (0..n as u64).map(|i| random_request(rng, i, model.config.vocab_size)).collect();
     let results = engine(model, 5, 6).generate(requests.clone());
     let mut tokens = 0;

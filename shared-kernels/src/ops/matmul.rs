@@ -9,7 +9,8 @@
 //! trainer on one device always share it. `LOCKSTEP_MATMUL=scalar` forces the scalar kernel
 //! (for benchmarks and bisecting).
 
-use super::{cube_count_for, storage};
+use super::storage;
+use burn_cubecl::tensor::CubeTensor;
 use crate::bridge::{dims, float_in, float_out, same_device};
 use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
 use crate::{ensure, KernelError};
@@ -98,32 +99,38 @@ fn backward_on_lockstep() -> bool {
 
 /// Which matmul kernel runs: tensor cores for bf16/f16 where available, unless
 /// `LOCKSTEP_MATMUL=scalar` (read once per process).
-fn use_tensor_cores(x: &burn_cubecl::tensor::CubeTensor) -> bool {
+fn use_tensor_cores(x: &CubeTensor) -> bool {
     static SCALAR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let forced_scalar = *SCALAR.get_or_init(|| std::env::var("LOCKSTEP_MATMUL").is_ok_and(|v| v == "scalar"));
     !forced_scalar && super::matmul_tc::tensor_cores_available_for(&x.client, x.dtype)
+}
+
+/// `(M, K, N)` of `x @ W` once device, inner dimensions, dtypes and non-emptiness check out;
+/// shared by every matmul kernel (the scalar one, tensor cores, the ablation's split-K).
+pub(crate) fn checked_dims(op: &'static str, x: &CubeTensor, w: &CubeTensor, layout: WeightLayout) -> Result<(usize, usize, usize), KernelError> {
+    same_device(op, x, w, "w")?;
+    let (xd, wd) = (dims(x), dims(w));
+    let (m, k) = (xd[0], xd[1]);
+    let (wk, n) = match layout {
+        WeightLayout::OutIn => (wd[1], wd[0]),
+        WeightLayout::InOut => (wd[0], wd[1]),
+    };
+    ensure!(wk == k, op, "x is {xd:?} but w ({layout:?}) is {wd:?}: inner dimensions {k} and {wk} differ");
+    ensure!(x.dtype == w.dtype, op, "x is {:?} but w is {:?}", x.dtype, w.dtype);
+    ensure!(m > 0 && n > 0 && k > 0, op, "empty operand: x {xd:?}, w {wd:?}");
+    Ok((m, k, n))
 }
 
 fn matmul_plain(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTensor<2>, KernelError> {
     const OP: &str = "matmul";
     let x = float_in(OP, "x", x)?;
     let w = float_in(OP, "w", w)?;
+    let (m, k, n) = checked_dims(OP, &x, &w, layout)?;
     if use_tensor_cores(&x) {
-        return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout)?));
+        return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n))?));
     }
-    same_device(OP, &x, &w, "w")?;
-    let (xd, wd) = (dims(&x), dims(&w));
-    let (m, k) = (xd[0], xd[1]);
-    let (wk, n) = match layout {
-        WeightLayout::OutIn => (wd[1], wd[0]),
-        WeightLayout::InOut => (wd[0], wd[1]),
-    };
-    ensure!(wk == k, OP, "x is {xd:?} but w ({layout:?}) is {wd:?}: inner dimensions {k} and {wk} differ");
-    ensure!(x.dtype == w.dtype, OP, "x is {:?} but w is {:?}", x.dtype, w.dtype);
-    ensure!(m > 0 && n > 0 && k > 0, OP, "empty operand: x {xd:?}, w {wd:?}");
     let y = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), [m, n].into(), x.dtype);
     let count = CubeCount::Static(n.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1);
-    let _ = cube_count_for;
     matmul_kernel::launch(
         &x.client,
         count,

@@ -6,11 +6,11 @@
 //! matmul (the other fast path) it needs no warm-up, is deterministic for a given M, and runs
 //! on every runtime. Never used by the trainer.
 
-use super::matmul::{WeightLayout, TILE};
+use super::matmul::{checked_dims, WeightLayout, TILE};
 use super::reduce::cube_linear;
 use super::{cube_count_for, storage};
-use crate::bridge::{dims, float_in, float_out, same_device};
-use crate::{ensure, KernelError};
+use crate::bridge::{float_in, float_out};
+use crate::KernelError;
 use burn::tensor::{DType, Tensor as BTensor};
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
@@ -75,16 +75,7 @@ pub fn matmul_split_k(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Res
     const OP: &str = "matmul_split_k";
     let x = float_in(OP, "x", x)?;
     let w = float_in(OP, "w", w)?;
-    same_device(OP, &x, &w, "w")?;
-    let (xd, wd) = (dims(&x), dims(&w));
-    let (m, k) = (xd[0], xd[1]);
-    let (wk, n) = match layout {
-        WeightLayout::OutIn => (wd[1], wd[0]),
-        WeightLayout::InOut => (wd[0], wd[1]),
-    };
-    ensure!(wk == k, OP, "x is {xd:?} but w ({layout:?}) is {wd:?}: inner dimensions {k} and {wk} differ");
-    ensure!(x.dtype == w.dtype, OP, "x is {:?} but w is {:?}", x.dtype, w.dtype);
-    ensure!(m > 0 && n > 0 && k > 0, OP, "empty operand: x {xd:?}, w {wd:?}");
+    let (m, k, n) = checked_dims(OP, &x, &w, layout)?;
     let splits = splits_for(m).min(k);
     let partial = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), [splits, m, n].into(), DType::F32);
     partial_kernel::launch(

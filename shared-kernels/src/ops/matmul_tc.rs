@@ -28,15 +28,13 @@
 
 use super::matmul::WeightLayout;
 use super::storage;
-use crate::bridge::{dims, float_in, float_out, same_device};
 use crate::{ensure, KernelError};
-use burn::tensor::{DType, Tensor as BTensor};
+use burn::tensor::DType;
 use burn_cubecl::cubecl::client::Client;
 use burn_cubecl::cubecl::cmma::{self, MatrixIdent, MatrixLayout};
 use burn_cubecl::cubecl::features::MmaConfig;
 use burn_cubecl::cubecl::ir::FloatKind;
 use burn_cubecl::cubecl::prelude::*;
-use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 
@@ -393,79 +391,22 @@ pub fn tensor_cores_available_for(client: &Client, dtype: DType) -> bool {
     fixed_plane_dim(client).is_some() && client.features().matmul.cmma.contains(&mma_config(kind))
 }
 
-/// Whether this device runs [`matmul_tensor_core`] on bf16 operands (bf16 x bf16 -> f32,
-/// 16x16x16 cmma, 32-unit planes).
-pub fn tensor_cores_available(client: &Client) -> bool {
-    tensor_cores_available_for(client, DType::BF16)
-}
-
-/// `x[M,K] @ W` on tensor cores, `w` laid out as `layout` says. bf16 or f16 operands (both the
-/// same dtype), f32 accumulation, output in x's dtype, freshly allocated packed `[M,N]`.
-/// Errors (rather than falling back) when the device lacks the cmma configuration: check
-/// [`tensor_cores_available_for`] first.
-pub fn matmul_tensor_core(x: CubeTensor, w: CubeTensor, layout: WeightLayout) -> Result<CubeTensor, KernelError> {
-    matmul_tensor_core_vectorized(x, w, layout, 8)
-}
-
-/// [`matmul_tensor_core`] with the global-load vector width capped at `max_vector` (1, 2, 4 or
-/// 8). The width never changes the numerics; `1` is the plainest code path, for bisecting a
-/// suspected vectorization or alignment problem.
-pub fn matmul_tensor_core_vectorized(
-    x: CubeTensor,
-    w: CubeTensor,
-    layout: WeightLayout,
-    max_vector: usize,
-) -> Result<CubeTensor, KernelError> {
-    const OP: &str = "matmul_tensor_core";
-    ensure!(matches!(max_vector, 1 | 2 | 4 | 8), OP, "max_vector is {max_vector}; expected 1, 2, 4 or 8");
-    same_device(OP, &x, &w, "w")?;
-    ensure!(x.dtype == w.dtype, OP, "x is {:?} but w is {:?}", x.dtype, w.dtype);
-    ensure!(
-        matches!(x.dtype, DType::BF16 | DType::F16),
-        OP,
-        "x has dtype {:?}; the tensor-core kernel takes bf16 or f16",
-        x.dtype
-    );
-    let (xd, wd) = (dims(&x), dims(&w));
-    ensure!(xd.len() == 2 && wd.len() == 2, OP, "x {xd:?} and w {wd:?} must both be 2-D");
-    let (m, k) = (xd[0], xd[1]);
-    let (wk, n) = match layout {
-        WeightLayout::OutIn => (wd[1], wd[0]),
-        WeightLayout::InOut => (wd[0], wd[1]),
-    };
-    ensure!(wk == k, OP, "x is {xd:?} but w ({layout:?}) is {wd:?}: inner dimensions {k} and {wk} differ");
-    ensure!(m > 0 && n > 0 && k > 0, OP, "empty operand: x {xd:?}, w {wd:?}");
-    ensure!(
-        m <= u32::MAX as usize && n <= u32::MAX as usize && k <= u32::MAX as usize,
-        OP,
-        "x {xd:?}, w {wd:?}: dimensions must fit in u32"
-    );
-    ensure!(
-        tensor_cores_available_for(&x.client, x.dtype),
-        OP,
-        "this device has no {:?} x {:?} -> f32 16x16x16 cmma with {PLANE_DIM}-unit planes",
-        x.dtype,
-        x.dtype
-    );
+/// `x[M,K] @ W` on tensor cores, `w` laid out as `layout` says, for [`super::matmul::matmul`]
+/// once it has checked the operands (`m, k, n` from its shape check) and
+/// [`tensor_cores_available_for`] holds. bf16 or f16, f32 accumulation, output in x's dtype,
+/// freshly allocated packed `[M,N]`.
+pub(crate) fn matmul_tensor_core(x: CubeTensor, w: CubeTensor, layout: WeightLayout, (m, k, n): (usize, usize, usize)) -> Result<CubeTensor, KernelError> {
+    const OP: &str = "matmul";
+    ensure!(matches!(x.dtype, DType::BF16 | DType::F16), OP, "x has dtype {:?}; the tensor-core kernel takes bf16 or f16", x.dtype);
     ensure!(m.div_ceil(BM) <= 65535, OP, "x has {m} rows; at most {} per launch", 65535 * BM);
-    let plane_dim = PLANE_DIM;
-
     // Vector width of the global loads: a function of K (and N for `InOut`) only, never of M.
-    let vs = [8usize, 4, 2, 1]
-        .into_iter()
-        .find(|&v| v <= max_vector && k % v == 0 && (layout == WeightLayout::OutIn || n % v == 0))
-        .unwrap_or(1);
-
-    let x = into_contiguous(x);
-    let w = into_contiguous(w);
+    let vs = [8usize, 4, 2, 1].into_iter().find(|&v| k % v == 0 && (layout == WeightLayout::OutIn || n % v == 0)).unwrap_or(1);
     let client = x.client.clone();
     let y = empty_device_contiguous_dtype(client.clone(), x.device.clone(), [m, n].into(), x.dtype);
-    let count = CubeCount::Static(n.div_ceil(BN) as u32, m.div_ceil(BM) as u32, 1);
-    let dim = CubeDim::new_2d(plane_dim as u32, PLANES as u32);
     matmul_tc_kernel::launch(
         &client,
-        count,
-        dim,
+        CubeCount::Static(n.div_ceil(BN) as u32, m.div_ceil(BM) as u32, 1),
+        CubeDim::new_2d(PLANE_DIM as u32, PLANES as u32),
         vs,
         x.clone().into_tensor_arg(),
         w.into_tensor_arg(),
@@ -475,26 +416,8 @@ pub fn matmul_tensor_core_vectorized(
         k as u32,
         layout == WeightLayout::OutIn,
         vs,
-        plane_dim,
+        PLANE_DIM,
         storage(x.dtype),
     );
     Ok(y)
-}
-
-/// [`matmul_tensor_core`] on burn tensors (no autodiff): the entry point tests and the model use.
-pub fn matmul_tc(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTensor<2>, KernelError> {
-    const OP: &str = "matmul_tensor_core";
-    let x = float_in(OP, "x", x)?;
-    let w = float_in(OP, "w", w)?;
-    Ok(float_out(matmul_tensor_core(x, w, layout)?))
-}
-
-/// [`tensor_cores_available_for`] for a burn device (allocates one element to reach its client).
-/// `false` for a device that isn't a cubecl device.
-pub fn tensor_cores_available_on(device: &burn::tensor::Device, dtype: DType) -> bool {
-    let probe = BTensor::<1>::zeros([1], device);
-    match probe.try_into_primitive::<burn_cubecl::Cube>() {
-        Ok(cube) => tensor_cores_available_for(&cube.client, dtype),
-        Err(_) => false,
-    }
 }
