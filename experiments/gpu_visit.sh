@@ -7,6 +7,7 @@
 #
 #   bash experiments/gpu_visit.sh battery check sampler kernels torch sampler-fast
 #   bash experiments/gpu_visit.sh train ablation
+#   bash experiments/gpu_visit.sh repro repro-autotune   # run-to-run and resume, as bits
 #
 # Env: TRAIN_ARGS, ABLATION_ARGS add arguments; <PART>_LIMIT overrides a part's limit (s).
 set -uo pipefail
@@ -38,15 +39,35 @@ part_ablation() {  # the matrix on the H200 config: ABLATION_KERNELS x correctio
         cp "/tmp/abl/runs/$name.log" "$out/ablation-runs/$name/train.log" 2>/dev/null
     done
 }
+part_repro() {  # does GPU training repeat bit for bit? two concurrent runs, and one resumed from a checkpoint
+    local bin="${1:-/tmp/lockstep}" tag="${2:-}" dir=/tmp/repro$2
+    local args=(--set train.sft_steps=60 --set train.steps=8 --set train.checkpoint_every=4 --set log.runs_dir=$dir ${REPRO_ARGS:-})
+    rm -rf "$dir"
+    timeout "$(limit "${REPRO_LIMIT:-150}")" bash -c "
+        '$bin' train configs/h200.toml ${args[*]} --set log.run_name=a > $out/repro$tag-a.log 2>&1 &
+        '$bin' train configs/h200.toml ${args[*]} --set log.run_name=b > $out/repro$tag-b.log 2>&1 &
+        { '$bin' train configs/h200.toml ${args[*]} --set log.run_name=c --max-steps 4 && \
+          '$bin' train configs/h200.toml ${args[*]} --set log.run_name=c --resume; } > $out/repro$tag-c.log 2>&1 &
+        wait"
+    echo "| runs ($bin) | steps | result |"
+    echo "|---|---|---|"
+    python3 experiments/compare_runs.py $dir/a $dir/b --label "a vs b (same config, at the same time)"
+    python3 experiments/compare_runs.py $dir/a $dir/c --label "a vs c (c stopped at step 4, resumed)"
+    for r in a b c; do mkdir -p "$out/repro$tag-runs/$r"; cp $dir/$r/metrics.jsonl "$out/repro$tag-runs/$r/" 2>/dev/null; done
+}
 bench_common=(--preset small --dtype bf16 --prompt-len 32 --new-tokens 32 --repeats 5)
-for part in "$@"; do
-    echo "== $part ($(date +%T), $((end - SECONDS)) s left)"
-    [ $((end - SECONDS)) -lt 10 ] && { echo "no time left"; continue; }
-    case "$part" in
+run_part() {
+    case "$1" in
     battery)  # lockstep kernels, bf16 (tensor cores) at the large shapes, with matmul accuracy
         timeout "$(limit "${BATTERY_LIMIT:-150}")" /tmp/lockstep-battery --large --dtypes bf16 2>&1 | tee "$out/battery.md" ;;
     check)    # the sampler engine's invariance checks (the CI tests' code), bf16
         timeout "$(limit "${CHECK_LIMIT:-90}")" /tmp/lockstep check --preset small --dtypes bf16 2>&1 | tee "$out/check.md" ;;
+    check-fast)  # the same checks with burn's default ops in the sampler (expected to fail)
+        timeout "$(limit "${CHECK_LIMIT:-90}")" /tmp/lockstep check --preset small --dtypes bf16 --fast 2>&1 | tee "$out/check-fast.md" ;;
+    repro) part_repro 2>&1 | tee "$out/repro.md" ;;
+    repro-autotune)  # the same with burn's autotuned ops (needs .gpu/lockstep-autotune.gz)
+        gunzip -c .gpu/lockstep-autotune.gz > /tmp/lockstep-autotune && chmod +x /tmp/lockstep-autotune
+        part_repro /tmp/lockstep-autotune -autotune 2>&1 | tee "$out/repro-autotune.md" ;;
     generate)  # transformers generate on the bench model alone (no kernel table)
         PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py none \
             --model /tmp/bench-model --concurrency 1,8,64,256 2>&1 | grep -v Warning | tee "$out/generate.md" ;;
@@ -63,12 +84,18 @@ for part in "$@"; do
             --model /tmp/bench-model --concurrency 1,8,64,256 2>&1 | grep -v Warning | tee "$out/torch.md" ;;
     train) part_train ;;
     ablation) part_ablation ;;
-    train+ablation)  # both at once on the one GPU (each is launch-bound); step times then include the sharing
-        part_train & part_ablation; wait ;;
     parity)
         timeout "$(limit 120)" python3 shared-kernels/tests/fixtures/make_tiny_qwen3.py "$out/tiny-qwen3" 2>&1 | tail -3 ;;
-    *) echo "unknown part $part" ;;
+    *) echo "unknown part $1" ;;
     esac
+}
+# "a+b" runs parts a and b at once on the one GPU (each is launch-bound); their step times then
+# include the sharing
+for part in "$@"; do
+    echo "== $part ($(date +%T), $((end - SECONDS)) s left)"
+    [ $((end - SECONDS)) -lt 10 ] && { echo "no time left"; continue; }
+    for p in ${part//+/ }; do run_part "$p" & done
+    wait
 done
 echo "== done ($(date +%T))"
 tar czf "$dest/visit.tgz" -C "$out" .

@@ -24,6 +24,7 @@ pub use ops::{
     logprob::{token_logprobs, TokenLogprobs},
     matmul::{matmul, WeightLayout},
     pointwise::{add, swiglu},
+    reduce::sum_all,
     rmsnorm::rmsnorm,
     rope::{rope, RopeTables},
     sampling::{sample, SamplingRow, row_rng_key},

@@ -162,12 +162,13 @@ impl Trainer {
         }
         let device = flat.device();
         let w_t = Tensor::<1>::from_data(TensorData::new(weights.clone(), [weights.len()]), &device.clone().inner());
-        let loss = (flat.clone() * Tensor::from_inner(w_t)).sum();
-        let loss_value = loss.clone().inner().try_into_data().map_err(|e| RunError::Other(format!("step {step}: the device failed computing the loss: {e}")))?.convert::<f32>().try_to_vec::<f32>().expect("f32")[0] as f64;
+        let weighted = flat.clone() * Tensor::from_inner(w_t);
+        // the logged value in lockstep's fixed order; burn's sum only seeds the backward
+        let loss_value = crate::optim::fixed_order_sum(weighted.clone().inner()).try_into_data().map_err(|e| RunError::Other(format!("step {step}: the device failed computing the loss: {e}")))?.convert::<f32>().try_to_vec::<f32>().expect("f32")[0] as f64;
         if !loss_value.is_finite() {
             return Err(RunError::Other(format!("step {step}: the loss is {loss_value}; stopping before the update (the last checkpoint is intact)")));
         }
-        let grads_ad = loss.backward();
+        let grads_ad = weighted.sum().backward();
         let mut grads = gradients(&tracked, &grads_ad);
         let grad_norm = clip(&mut grads, c.train.grad_clip);
         if !grad_norm.is_finite() {

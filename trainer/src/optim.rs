@@ -78,14 +78,20 @@ impl AdamW {
     }
 }
 
-/// sqrt(sum of squares) over all gradients.
+/// sqrt(sum of squares) over all gradients, summed in lockstep's fixed order (burn's `sum()`
+/// uses float atomics on CUDA, and this norm scales every clipped update).
 pub fn global_norm(grads: &BTreeMap<String, Tensor<1>>) -> f64 {
-    let parts: Vec<Tensor<1>> = grads.values().map(|g| (g.clone() * g.clone()).sum()).collect();
+    let parts: Vec<Tensor<1>> = grads.values().map(|g| fixed_order_sum(g.clone() * g.clone())).collect();
     if parts.is_empty() {
         return 0.0;
     }
-    let total = Tensor::cat(parts, 0).sum().cast(DType::F32).into_data().convert::<f32>().try_to_vec::<f32>().expect("f32");
+    let total = fixed_order_sum(Tensor::cat(parts, 0)).into_data().convert::<f32>().try_to_vec::<f32>().expect("f32");
     (total[0] as f64).sqrt()
+}
+
+/// `shared_kernels::sum_all` on a gradient (f32 or bf16; never empty: parameters have elements).
+pub fn fixed_order_sum(t: Tensor<1>) -> Tensor<1> {
+    shared_kernels::sum_all(t).expect("sum_all of a gradient: a non-empty float tensor on the model's device")
 }
 
 /// Scales every gradient by min(1, clip / norm); returns the norm before clipping.

@@ -37,12 +37,12 @@ pub fn warm_start(cfg: &Config, policy: &mut Policy, task: &Task, mut report: im
         }
         let device = flat.device().inner();
         let w = Tensor::<1>::from_data(TensorData::new(weights.clone(), [weights.len()]), &device);
-        let loss = (flat * Tensor::from_inner(w)).sum();
-        let value = loss.clone().inner().into_data().convert::<f32>().try_to_vec::<f32>().expect("f32")[0] as f64;
+        let weighted = flat * Tensor::from_inner(w);
+        let value = crate::optim::fixed_order_sum(weighted.clone().inner()).into_data().convert::<f32>().try_to_vec::<f32>().expect("f32")[0] as f64;
         if !value.is_finite() {
             return Err(RunError::Other(format!("sft step {step}: the loss is {value}")));
         }
-        let mut grads = gradients(&tracked, &loss.backward());
+        let mut grads = gradients(&tracked, &weighted.sum().backward());
         clip(&mut grads, c.grad_clip);
         let lr = crate::optim::learning_rate(c.sft_lr, step, c.warmup_steps, c.sft_steps, c.min_lr_ratio);
         policy.model = opt.step(&policy.model, &grads, lr);

@@ -77,3 +77,102 @@ pub fn tree_count(shared: &mut Shared<[u32]>, value: u32, #[comptime] _block: us
 /// A large negative stand-in for -inf: WGSL cannot spell infinities, and every consumer only
 /// needs "smaller than any logit".
 pub const NEG_BIG: f32 = -3.0e38;
+
+/// Elements one unit folds per [`sum_all`] pass; a cube covers `ROW_BLOCK * SUM_PER_UNIT`.
+const SUM_PER_UNIT: usize = 32;
+
+/// One pass of [`sum_all`]: cube c sums elements [c*B*P, (c+1)*B*P) in a fixed order (unit u
+/// folds u, u+B, ..., then the cube tree) and writes one f32 partial.
+#[cube(launch)]
+fn partial_sum_kernel<F: Float>(
+    x: &Tensor<F>,
+    partials: &mut Tensor<f32>,
+    n_arg: u32,
+    chunks_arg: u32,
+    #[comptime] block: usize,
+    #[comptime] per_unit: usize,
+    #[define(F)] _dtype: ElemType,
+) {
+    let n = n_arg as usize;
+    let chunk = cube_linear();
+    let unit = UNIT_POS_X as usize;
+    let base = chunk * block * per_unit;
+    let mut partial = 0.0f32;
+    for j in 0..per_unit {
+        let i = base + j * block + unit;
+        if i < n {
+            partial += f32::cast_from(x[i]);
+        }
+    }
+    // every unit of every launched cube joins the tree (it syncs); only real chunks write
+    let mut shared = Shared::new_slice(block);
+    let total = tree_sum(&mut shared, partial, block);
+    if unit == 0 && chunk < chunks_arg as usize {
+        partials[chunk] = total;
+    }
+}
+
+/// Sum of all elements of `x` as a one-element f32 tensor, in an order fixed by the element
+/// count alone: passes of fixed-size chunks until one partial is left.
+///
+/// burn's `sum()` on CUDA adds with float atomics (or an autotuned strategy), so its bits change
+/// from run to run; the trainer's loss value and gradient norm (which scales every update
+/// through clipping) use this instead, so GPU training repeats bit for bit.
+pub fn sum_all<const D: usize>(x: burn::tensor::Tensor<D>) -> Result<burn::tensor::Tensor<1>, crate::KernelError> {
+    use burn::tensor::DType;
+    use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+    const OP: &str = "sum_all";
+    let mut cur = crate::bridge::float_in(OP, "x", x)?;
+    let mut n: usize = crate::bridge::dims(&cur).iter().product();
+    crate::ensure!(n > 0, OP, "empty input");
+    crate::ensure!(n <= u32::MAX as usize, OP, "{n} elements exceed the u32 index range");
+    let per_cube = super::ROW_BLOCK * SUM_PER_UNIT;
+    loop {
+        let chunks = n.div_ceil(per_cube);
+        let partials = empty_device_contiguous_dtype(cur.client.clone(), cur.device.clone(), [chunks].into(), DType::F32);
+        partial_sum_kernel::launch(
+            &cur.client,
+            super::cube_count_for(chunks, 1),
+            CubeDim::new_1d(super::ROW_BLOCK as u32),
+            cur.clone().into_tensor_arg(),
+            partials.clone().into_tensor_arg(),
+            n as u32,
+            chunks as u32,
+            super::ROW_BLOCK,
+            SUM_PER_UNIT,
+            super::storage(cur.dtype),
+        );
+        if chunks == 1 {
+            return Ok(crate::bridge::float_out(partials));
+        }
+        (cur, n) = (partials, chunks);
+    }
+}
+
+/// The order [`sum_all`] adds in, on the host in f32: the bit-exact reference its tests use.
+pub fn sum_all_host_order(x: &[f32]) -> f32 {
+    let (block, per_cube) = (super::ROW_BLOCK, super::ROW_BLOCK * SUM_PER_UNIT);
+    let mut cur = x.to_vec();
+    loop {
+        let next: Vec<f32> = cur
+            .chunks(per_cube)
+            .map(|chunk| {
+                let mut lanes: Vec<f32> = (0..block)
+                    .map(|u| (0..SUM_PER_UNIT).filter_map(|j| chunk.get(j * block + u)).fold(0.0f32, |a, &v| a + v))
+                    .collect();
+                let mut stride = block / 2;
+                while stride > 0 {
+                    for u in 0..stride {
+                        lanes[u] += lanes[u + stride];
+                    }
+                    stride /= 2;
+                }
+                lanes[0]
+            })
+            .collect();
+        if next.len() == 1 {
+            return next[0];
+        }
+        cur = next;
+    }
+}

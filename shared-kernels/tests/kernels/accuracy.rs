@@ -180,3 +180,24 @@ fn sampling_frequencies_follow_the_softmax() {
         assert!((c as f64 - rows as f64 * p).abs() < 5.0 * sd + 1.0, "token {j}: {c} draws, expected {:.0} ± {:.0}", rows as f64 * p, sd);
     }
 }
+
+#[test]
+fn sum_all_adds_in_its_fixed_order_and_matches_f64() {
+    let (device, mut rng) = (crate::device(), StdRng::seed_from_u64(crate::seed()));
+    // one element, one partial cube, one full cube, just over, and a two-pass size
+    for n in [1usize, 127, 4096, 4097, 4096 * 130 + 17] {
+        let x = random_vec(&mut rng, n, 2.0);
+        let got = host(shared_kernels::sum_all(float_tensor(x.clone(), [n], DType::F32, &device)).unwrap());
+        assert_eq!(got.len(), 1, "n={n}: one element out");
+        let want_bits = shared_kernels::ops::reduce::sum_all_host_order(&x);
+        assert_eq!(got[0].to_bits(), want_bits.to_bits(), "n={n}: got {} want {} (the documented order)", got[0], want_bits);
+        let exact: f64 = x.iter().map(|&v| v as f64).sum();
+        let scale: f64 = x.iter().map(|&v| (v as f64).abs()).sum();
+        assert!((got[0] as f64 - exact).abs() <= 1e-6 * scale + 1e-30, "n={n}: got {} want {exact}", got[0]);
+    }
+    // rank-2 input sums all elements, the same bits as its flat view
+    let x = random_vec(&mut rng, 33 * 70, 1.0);
+    let a = host(shared_kernels::sum_all(float_tensor(x.clone(), [33, 70], DType::F32, &device)).unwrap());
+    let b = host(shared_kernels::sum_all(float_tensor(x, [33 * 70], DType::F32, &device)).unwrap());
+    assert_eq!(a[0].to_bits(), b[0].to_bits());
+}
