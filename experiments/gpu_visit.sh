@@ -40,7 +40,8 @@ part_ablation() {  # the matrix on the H200 config: ABLATION_KERNELS x correctio
     done
 }
 part_repro() {  # does GPU training repeat bit for bit? two concurrent runs, and one resumed from a checkpoint
-    local bin="${1:-/tmp/lockstep}" tag="${2:-}" dir=/tmp/repro$2
+    local bin="${1:-/tmp/lockstep}" tag="${2:-}"
+    local dir=/tmp/repro$tag
     local args=(--set train.sft_steps=60 --set train.steps=8 --set train.checkpoint_every=4 --set log.runs_dir=$dir ${REPRO_ARGS:-})
     rm -rf "$dir"
     timeout "$(limit "${REPRO_LIMIT:-150}")" bash -c "

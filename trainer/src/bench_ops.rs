@@ -8,6 +8,7 @@ use crate::bench::{median, sync, BenchOptions};
 use burn::tensor::{activation, DType, Device, Distribution, Int, Tensor, TensorData};
 use serde_json::json;
 use shared_kernels::model::{KernelSet, ModelConfig, Qwen3, Weight};
+use shared_kernels::ops::matmul::{matmul_with, MatmulKernel};
 use shared_kernels::WeightLayout;
 use std::time::Instant;
 
@@ -53,15 +54,24 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
             }
         }
     };
+    // every batch-invariant matmul kernel this device runs for the dtype, the default first
+    let default_kernel = shared_kernels::ops::matmul::matmul_kernel_on(device, o.dtype).map_err(|e| e.to_string())?;
+    let kernels: Vec<MatmulKernel> = match default_kernel {
+        MatmulKernel::Scalar => vec![MatmulKernel::Scalar],
+        k => std::iter::once(k).chain([MatmulKernel::Pipelined, MatmulKernel::TensorCore].into_iter().filter(|&o| o != k)).collect(),
+    };
     for &(name, n, k) in &[("matmul hidden->hidden", h, h), ("matmul hidden->ffn", ffn, h), ("matmul ffn->hidden", h, ffn), ("matmul lm_head", v, h)] {
         let w = rand2([n, k], o.dtype, device).mul_scalar(0.02);
         for &m in ms {
             let x = rand2([m, k], o.dtype, device);
             let inner = if m * n * k < 1 << 28 { 20 } else { 3 };
-            let a = time_op(device, o.repeats, inner, || drop(shared_kernels::matmul(x.clone(), w.clone(), WeightLayout::OutIn).unwrap()));
             let b = if o.no_burn { f64::NAN } else { time_op(device, o.repeats, inner, || drop(x.clone().matmul(w.clone().transpose()))) };
             let bytes = (m * k + n * k + m * n) as f64 * bytes_per;
-            emit(name, [m, n, k], a, b, 2.0 * (m * n * k) as f64, bytes);
+            for (i, &kernel) in kernels.iter().enumerate() {
+                let a = time_op(device, o.repeats, inner, || drop(matmul_with(Some(kernel), x.clone(), w.clone(), WeightLayout::OutIn).unwrap()));
+                let label = if i == 0 { name.to_string() } else { format!("{name} [{}]", kernel.name()) };
+                emit(&label, [m, n, k], a, b, 2.0 * (m * n * k) as f64, bytes);
+            }
         }
     }
     let norm_w = Tensor::<1>::random([h], Distribution::Uniform(0.5, 1.5), device).cast(o.dtype);

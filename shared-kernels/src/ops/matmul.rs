@@ -4,8 +4,9 @@
 //! single f32 accumulator walking k = 0..K in order. M only decides how many tiles launch.
 //!
 //! bf16/f16 operands run on tensor cores ([`super::matmul_tc`]) where the device has them (the
-//! H200), with the same rules: one tile and instruction shape for every M, k in order. Which
-//! kernel runs depends only on the dtype and the device, never on M, so the sampler and the
+//! H200: [`super::matmul_pipelined`] by default, [`super::matmul_tc`] with `LOCKSTEP_MATMUL=tc`),
+//! with the same rules: one tile and instruction shape for every M, k in order. Which kernel runs
+//! depends only on the dtype, the device and that variable, never on M, so the sampler and the
 //! trainer on one device always share it. `LOCKSTEP_MATMUL=scalar` forces the scalar kernel
 //! (for benchmarks and bisecting).
 
@@ -97,12 +98,63 @@ fn backward_on_lockstep() -> bool {
     crate::device::runtime_name() == "cuda"
 }
 
-/// Which matmul kernel runs: tensor cores for bf16/f16 where available, unless
-/// `LOCKSTEP_MATMUL=scalar` (read once per process).
-fn use_tensor_cores(x: &CubeTensor) -> bool {
-    static SCALAR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let forced_scalar = *SCALAR.get_or_init(|| std::env::var("LOCKSTEP_MATMUL").is_ok_and(|v| v == "scalar"));
-    !forced_scalar && super::matmul_tc::tensor_cores_available_for(&x.client, x.dtype)
+/// The matmul kernels, all batch invariant on their own; which one runs is fixed per process by
+/// dtype, device and `LOCKSTEP_MATMUL`, never by the call's shape, so the sampler and the
+/// trainer always share it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatmulKernel {
+    /// One f32 accumulator per output, any dtype, any runtime.
+    Scalar,
+    /// lockstep's own cmma kernel ([`super::matmul_tc`]): 128x64 tile, single-buffered.
+    TensorCore,
+    /// cubek's double-buffered cmma kernel with a frozen blueprint ([`super::matmul_pipelined`]).
+    Pipelined,
+}
+
+impl MatmulKernel {
+    pub fn name(self) -> &'static str {
+        match self {
+            MatmulKernel::Scalar => "scalar",
+            MatmulKernel::TensorCore => "tc",
+            MatmulKernel::Pipelined => "pipelined",
+        }
+    }
+}
+
+/// `LOCKSTEP_MATMUL` = scalar | tc | pipelined (read once per process); unset: pipelined.
+fn requested_kernel() -> MatmulKernel {
+    static KERNEL: std::sync::OnceLock<MatmulKernel> = std::sync::OnceLock::new();
+    *KERNEL.get_or_init(|| match std::env::var("LOCKSTEP_MATMUL").as_deref() {
+        Ok("scalar") => MatmulKernel::Scalar,
+        Ok("tc") => MatmulKernel::TensorCore,
+        _ => MatmulKernel::Pipelined,
+    })
+}
+
+/// The kernel `matmul` runs for `dtype` on this device: the requested tensor-core kernel for
+/// bf16/f16 where the device has tensor cores, else the scalar kernel.
+pub fn matmul_kernel_for(client: &burn_cubecl::cubecl::client::Client, dtype: burn::tensor::DType) -> MatmulKernel {
+    match requested_kernel() {
+        k @ (MatmulKernel::TensorCore | MatmulKernel::Pipelined) if super::matmul_tc::tensor_cores_available_for(client, dtype) => k,
+        _ => MatmulKernel::Scalar,
+    }
+}
+
+/// [`matmul_kernel_for`] on a burn device (finds its client through a one-element f32 tensor,
+/// so asking about bf16 on a device without bf16 is safe).
+pub fn matmul_kernel_on(device: &burn::tensor::Device, dtype: burn::tensor::DType) -> Result<MatmulKernel, KernelError> {
+    let probe = float_in("matmul", "probe", BTensor::<1>::zeros([1], device))?;
+    Ok(matmul_kernel_for(&probe.client, dtype))
+}
+
+/// "f32 scalar, bf16 pipelined": which kernel each dtype runs on `device`, for report headers.
+pub fn matmul_kernels_summary(device: &burn::tensor::Device) -> String {
+    use burn::tensor::DType;
+    [DType::F32, DType::BF16]
+        .iter()
+        .map(|&d| format!("{d:?} {}", matmul_kernel_on(device, d).map_or("unavailable", |k| k.name())))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `(M, K, N)` of `x @ W` once device, inner dimensions, dtypes and non-emptiness check out;
@@ -122,12 +174,24 @@ pub(crate) fn checked_dims(op: &'static str, x: &CubeTensor, w: &CubeTensor, lay
 }
 
 fn matmul_plain(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTensor<2>, KernelError> {
+    matmul_with(None, x, w, layout)
+}
+
+/// [`matmul`] (untracked) on a named kernel instead of the process's choice, for benchmarks that
+/// compare kernels in one run. A tensor-core kernel on a device or dtype without them is an error.
+pub fn matmul_with(kernel: Option<MatmulKernel>, x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTensor<2>, KernelError> {
     const OP: &str = "matmul";
     let x = float_in(OP, "x", x)?;
     let w = float_in(OP, "w", w)?;
     let (m, k, n) = checked_dims(OP, &x, &w, layout)?;
-    if use_tensor_cores(&x) {
-        return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n))?));
+    let kernel = kernel.unwrap_or_else(|| matmul_kernel_for(&x.client, x.dtype));
+    if kernel != MatmulKernel::Scalar {
+        ensure!(super::matmul_tc::tensor_cores_available_for(&x.client, x.dtype), OP, "the {} kernel needs tensor cores for {:?} on this device", kernel.name(), x.dtype);
+    }
+    match kernel {
+        MatmulKernel::Pipelined => return Ok(float_out(super::matmul_pipelined::matmul_pipelined(x, w, layout, (m, k, n))?)),
+        MatmulKernel::TensorCore => return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n))?)),
+        MatmulKernel::Scalar => {}
     }
     let y = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), [m, n].into(), x.dtype);
     let count = CubeCount::Static(n.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1);

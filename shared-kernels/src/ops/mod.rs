@@ -6,6 +6,7 @@ pub mod attention;
 pub mod embedding;
 pub mod logprob;
 pub mod matmul;
+pub mod matmul_pipelined;
 pub mod matmul_split_k;
 pub mod matmul_tc;
 pub mod pointwise;
