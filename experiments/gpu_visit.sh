@@ -83,6 +83,12 @@ run_part() {
     torch)    # torch on the same kernel shapes; transformers generate on the sampler's model
         PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py "$out/kernels.json" \
             --model /tmp/bench-model --concurrency 1,8,64,256 2>&1 | grep -v Warning | tee "$out/torch.md" ;;
+    matmul-sweep)  # the pipelined matmul under each MATMUL_SWEEP config (used for every M), matmul rows only
+        for c in ${MATMUL_SWEEP:-double/cmma/16x16x16/2x8x2/4x1x1}; do
+            echo "### $c"
+            LOCKSTEP_PIPELINED_LARGE=$c timeout "$(limit "${SWEEP_LIMIT:-40}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 \
+                --concurrency none --no-burn --matmul-only --repeats 5 2>&1 | grep -E "^\| matmul|error"
+        done 2>&1 | tee "$out/matmul-sweep.md" ;;
     train) part_train ;;
     ablation) part_ablation ;;
     parity)

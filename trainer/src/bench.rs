@@ -24,6 +24,8 @@ pub struct BenchOptions {
     pub skip_ops: bool,
     /// Kernel table without burn's column (its autotuner spends minutes on new shapes on CUDA).
     pub no_burn: bool,
+    /// Kernel table: only the default matmul kernel's rows.
+    pub matmul_only: bool,
     /// Also write the kernel timings as JSON (read by experiments/torch_bench.py).
     pub json: Option<std::path::PathBuf>,
     /// Also save the bench model in HF layout (for transformers' generate on the same weights).

@@ -57,6 +57,7 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
     // every batch-invariant matmul kernel this device runs for the dtype, the default first
     let default_kernel = shared_kernels::ops::matmul::matmul_kernel_on(device, o.dtype).map_err(|e| e.to_string())?;
     let kernels: Vec<MatmulKernel> = match default_kernel {
+        k if o.matmul_only => vec![k],
         MatmulKernel::Scalar => vec![MatmulKernel::Scalar],
         k => std::iter::once(k).chain([MatmulKernel::Pipelined, MatmulKernel::TensorCore].into_iter().filter(|&o| o != k)).collect(),
     };
@@ -68,11 +69,16 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
             let b = if o.no_burn { f64::NAN } else { time_op(device, o.repeats, inner, || drop(x.clone().matmul(w.clone().transpose()))) };
             let bytes = (m * k + n * k + m * n) as f64 * bytes_per;
             for (i, &kernel) in kernels.iter().enumerate() {
+                // a kernel that cannot run this shape is an error here, not a panic in the timing loop
+                matmul_with(Some(kernel), x.clone(), w.clone(), WeightLayout::OutIn).map_err(|e| e.to_string())?;
                 let a = time_op(device, o.repeats, inner, || drop(matmul_with(Some(kernel), x.clone(), w.clone(), WeightLayout::OutIn).unwrap()));
                 let label = if i == 0 { name.to_string() } else { format!("{name} [{}]", kernel.name()) };
                 emit(&label, [m, n, k], a, b, 2.0 * (m * n * k) as f64, bytes);
             }
         }
+    }
+    if o.matmul_only {
+        return Ok(());
     }
     let norm_w = Tensor::<1>::random([h], Distribution::Uniform(0.5, 1.5), device).cast(o.dtype);
     for &m in ms {
