@@ -89,6 +89,15 @@ run_part() {
             LOCKSTEP_PIPELINED_LARGE=$c timeout "$(limit "${SWEEP_LIMIT:-40}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 \
                 --concurrency none --no-burn --matmul-only --repeats 5 2>&1 | grep -E "^\| matmul|error"
         done 2>&1 | tee "$out/matmul-sweep.md" ;;
+    train-kernels)  # GRPO step time per matmul kernel choice on configs/h200.toml (the bits are the same)
+        for k in ${TRAIN_KERNELS:-tc hybrid pipelined}; do
+            rm -rf /tmp/runs-$k
+            LOCKSTEP_MATMUL=$k timeout "$(limit "${TRAIN_KERNEL_LIMIT:-90}")" /tmp/lockstep train configs/h200.toml \
+                --set log.runs_dir=/tmp/runs-$k --set train.sft_steps=50 --set train.steps=8 --set train.checkpoint_every=0 \
+                > "$out/train-$k.log" 2>&1
+            python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][1:]; print(f'| {sys.argv[2]} | {len(r)} | {sum(x[\"step_s\"] for x in r)/max(len(r),1):.3f} | {sum(x[\"tokens_per_s\"] for x in r)/max(len(r),1):.0f} | {r[-1][\"trainer_weights_sha256\"] if r else \"-\"} |')" \
+                /tmp/runs-$k/h200/metrics.jsonl $k 2>&1
+        done 2>&1 | tee "$out/train-kernels.md" ;;
     train) part_train ;;
     ablation) part_ablation ;;
     parity)

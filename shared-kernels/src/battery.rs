@@ -204,6 +204,18 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
             };
             Ok(rows_of(host(y), ffn))
         })?);
+        // the two tensor-core kernels the hybrid default switches between must agree row for
+        // row: rows of a tc launch (every subset size) against the same rows of a pipelined
+        // launch of the full pool
+        let tensor_cores = crate::ops::matmul::matmul_kernel_on(device, dtype)? != crate::ops::matmul::MatmulKernel::Scalar;
+        if which == Impl::Lockstep && tensor_cores {
+            use crate::ops::matmul::{matmul_with, MatmulKernel};
+            checks.extend(row_invariance(&format!("{name} tc = pipelined"), dtype, pool, &BATCH_SIZES, seed + 1, |idx| {
+                let xt = float_tensor(gather(&x, hidden, idx), [idx.len(), hidden], dtype, device);
+                let kernel = if idx.len() == pool { MatmulKernel::Pipelined } else { MatmulKernel::TensorCore };
+                Ok(rows_of(host(matmul_with(Some(kernel), xt, wt.clone(), layout)?), ffn))
+            })?);
+        }
     }
 
     // rmsnorm

@@ -4,7 +4,8 @@
 //! single f32 accumulator walking k = 0..K in order. M only decides how many tiles launch.
 //!
 //! bf16/f16 operands run on tensor cores ([`super::matmul_tc`]) where the device has them (the
-//! H200: [`super::matmul_pipelined`] by default, [`super::matmul_tc`] with `LOCKSTEP_MATMUL=tc`),
+//! H200: [`super::matmul_tc`] by default, [`super::matmul_pipelined`] or a shape-based mix of
+//! the two with `LOCKSTEP_MATMUL`; all compute the same bits),
 //! with the same rules: one tile and instruction shape for every M, k in order. Which kernel runs
 //! depends only on the dtype, the device and that variable, never on M, so the sampler and the
 //! trainer on one device always share it. `LOCKSTEP_MATMUL=scalar` forces the scalar kernel
@@ -107,8 +108,15 @@ pub enum MatmulKernel {
     Scalar,
     /// lockstep's own cmma kernel ([`super::matmul_tc`]): 128x64 tile, single-buffered.
     TensorCore,
-    /// cubek's double-buffered cmma kernel with a frozen blueprint ([`super::matmul_pipelined`]).
+    /// cubek's double-buffered cmma kernel with frozen blueprints ([`super::matmul_pipelined`]).
     Pipelined,
+    /// [`MatmulKernel::Pipelined`] for large outputs (M x N >= 3 * 2^20: prefill, training) and
+    /// for wide weights at any M (an lm_head's N >= 16384, where its 16-row tiles win), else
+    /// [`MatmulKernel::TensorCore`] (decode-sized launches, where its lower host cost per launch
+    /// wins; crossovers measured on the H200, docs/perf.md). Both run the same 16x16x16
+    /// instruction over k in ascending order from a zero accumulator, so a row's bits do not
+    /// depend on which of them ran: the battery checks tc rows against pipelined rows.
+    Hybrid,
 }
 
 impl MatmulKernel {
@@ -117,17 +125,28 @@ impl MatmulKernel {
             MatmulKernel::Scalar => "scalar",
             MatmulKernel::TensorCore => "tc",
             MatmulKernel::Pipelined => "pipelined",
+            MatmulKernel::Hybrid => "hybrid",
         }
     }
 }
 
-/// `LOCKSTEP_MATMUL` = scalar | tc | pipelined (read once per process); unset: pipelined.
+/// Weights at least this wide run the pipelined kernel at every M under [`MatmulKernel::Hybrid`].
+pub const HYBRID_WIDE_N: usize = 16384;
+/// Outputs with at least this many elements run the pipelined kernel under [`MatmulKernel::Hybrid`].
+pub const HYBRID_LARGE_OUTPUT: usize = 3 << 20;
+
+/// `LOCKSTEP_MATMUL` = scalar | tc | pipelined | hybrid (read once per process); unset: tc.
+/// tc stays the default until the pipelined kernel is timed inside a full GRPO run on the H200:
+/// in the one such run, with pipelined for every launch, sampling was ~50x slower than with tc
+/// (docs/perf.md); the fixed-shape benchmarks do not show it.
 fn requested_kernel() -> MatmulKernel {
     static KERNEL: std::sync::OnceLock<MatmulKernel> = std::sync::OnceLock::new();
     *KERNEL.get_or_init(|| match std::env::var("LOCKSTEP_MATMUL").as_deref() {
         Ok("scalar") => MatmulKernel::Scalar,
         Ok("tc") => MatmulKernel::TensorCore,
-        _ => MatmulKernel::Pipelined,
+        Ok("pipelined") => MatmulKernel::Pipelined,
+        Ok("hybrid") => MatmulKernel::Hybrid,
+        _ => MatmulKernel::TensorCore,
     })
 }
 
@@ -135,7 +154,7 @@ fn requested_kernel() -> MatmulKernel {
 /// bf16/f16 where the device has tensor cores, else the scalar kernel.
 pub fn matmul_kernel_for(client: &burn_cubecl::cubecl::client::Client, dtype: burn::tensor::DType) -> MatmulKernel {
     match requested_kernel() {
-        k @ (MatmulKernel::TensorCore | MatmulKernel::Pipelined) if super::matmul_tc::tensor_cores_available_for(client, dtype) => k,
+        k @ (MatmulKernel::TensorCore | MatmulKernel::Pipelined | MatmulKernel::Hybrid) if super::matmul_tc::tensor_cores_available_for(client, dtype) => k,
         _ => MatmulKernel::Scalar,
     }
 }
@@ -190,7 +209,8 @@ pub fn matmul_with(kernel: Option<MatmulKernel>, x: BTensor<2>, w: BTensor<2>, l
     }
     match kernel {
         MatmulKernel::Pipelined => return Ok(float_out(super::matmul_pipelined::matmul_pipelined(x, w, layout, (m, k, n))?)),
-        MatmulKernel::TensorCore => return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n))?)),
+        MatmulKernel::Hybrid if m * n >= HYBRID_LARGE_OUTPUT || n >= HYBRID_WIDE_N => return Ok(float_out(super::matmul_pipelined::matmul_pipelined(x, w, layout, (m, k, n))?)),
+        MatmulKernel::Hybrid | MatmulKernel::TensorCore => return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n))?)),
         MatmulKernel::Scalar => {}
     }
     let y = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), [m, n].into(), x.dtype);
