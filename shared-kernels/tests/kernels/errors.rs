@@ -13,6 +13,16 @@ fn launchers_reject_bad_inputs_with_named_errors() {
     assert_eq!(err.op, "matmul");
     assert!(err.to_string().contains("[2, 3]") && err.to_string().contains("[2, 4]"), "{err}");
 
+    // a tensor-core kernel asked for where there are none (f32 here; lavapipe has no cmma) is an
+    // error naming the kernel, not a panic or a silent fallback to other arithmetic
+    use shared_kernels::ops::matmul::{matmul_with, MatmulKernel};
+    let w_ok = float_tensor(vec![0.5; 12], [4, 3], DType::F32, &device);
+    for kernel in [MatmulKernel::TensorCore, MatmulKernel::Pipelined, MatmulKernel::Hybrid] {
+        let err = matmul_with(Some(kernel), x.clone(), w_ok.clone(), WeightLayout::OutIn).unwrap_err();
+        assert!(err.to_string().contains(kernel.name()) && err.to_string().contains("tensor cores"), "{err}");
+    }
+    assert!(matmul_with(Some(MatmulKernel::Scalar), x.clone(), w_ok, WeightLayout::OutIn).is_ok());
+
     let err = shared_kernels::rmsnorm(x.clone(), float_tensor(vec![1.0; 4], [4], DType::F32, &device), 1e-6).unwrap_err();
     assert!(err.to_string().starts_with("rmsnorm:") && err.to_string().contains("weight"), "{err}");
 
