@@ -64,6 +64,13 @@ def kernels(path):
             logits = torch.randn(m, n, device=dev, dtype=dtype)
             targets = torch.arange(m, device=dev).remainder(n)
             t = time_cuda(lambda: torch.log_softmax(logits.float(), -1).gather(1, targets[:, None]))
+        elif op.startswith("attention decode"):
+            # m sequences, one query row each, n keys of head_dim k (SDPA picks flash/efficient kernels)
+            qh, kvh = doc["q_heads"], doc["kv_heads"]
+            q = torch.randn(m, qh, 1, k, device=dev, dtype=dtype)
+            kk = torch.randn(m, kvh, n, k, device=dev, dtype=dtype)
+            vv = torch.randn(m, kvh, n, k, device=dev, dtype=dtype)
+            t = time_cuda(lambda: torch.nn.functional.scaled_dot_product_attention(q, kk, vv, enable_gqa=True))
         else:
             continue
         a, b = row["lockstep_ms"], row["burn_ms"] if row["burn_ms"] is not None else float("nan")

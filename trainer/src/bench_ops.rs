@@ -48,7 +48,7 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
         println!("| {op} | {}x{}x{} | {:.4} | {:.4} | {:.2} | {:.2} | {:.0} |", shape[0], shape[1], shape[2], a * 1e3, b * 1e3, a / b, flops / a / 1e12, bytes / a / 1e9);
         rows.push(json!({"op": op, "m": shape[0], "n": shape[1], "k": shape[2], "lockstep_ms": a * 1e3, "burn_ms": if b.is_nan() { serde_json::Value::Null } else { json!(b * 1e3) }, "flops": flops, "bytes": bytes}));
         if let Some(path) = &o.json {
-            let doc = json!({"runtime": shared_kernels::device::runtime_name(), "preset": o.preset, "dtype": format!("{:?}", o.dtype), "kernels": rows});
+            let doc = json!({"runtime": shared_kernels::device::runtime_name(), "preset": o.preset, "dtype": format!("{:?}", o.dtype), "q_heads": config.num_heads, "kv_heads": config.num_kv_heads, "kernels": rows});
             if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&doc).expect("json")) {
                 eprintln!("bench: {}: {e}", path.display());
             }
@@ -99,7 +99,35 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
         let b = if o.no_burn { f64::NAN } else { time_op(device, o.repeats, 10, || drop(activation::log_softmax(logits.clone().cast(DType::F32), 1).gather(1, targets.clone().reshape([m, 1])))) };
         emit("logprob", [m, v, 1], a, b, 0.0, (m * v) as f64 * bytes_per);
     }
+    attention_rows(o, config, device, &mut emit)?;
     trainer_step(o, config, device)
+}
+
+/// Decode attention (one query row per sequence, the whole cache as its prefix) at long
+/// contexts: the sequential kernel against split_kv, both batch invariant, in one run.
+fn attention_rows(o: &BenchOptions, config: &ModelConfig, device: &Device, emit: &mut impl FnMut(&str, [usize; 3], f64, f64, f64, f64)) -> Result<(), String> {
+    use shared_kernels::ops::attention::{attention_with, AttentionKernel};
+    let (qh, kvh, hd) = (config.num_heads, config.num_kv_heads, config.head_dim);
+    let contexts: &[usize] = if shared_kernels::device::runtime_name() == "cuda" { &[1024, 4096] } else { &[256] };
+    for &ctx in contexts {
+        for &rows in &[1usize, 16, 64] {
+            let cache = || Tensor::<4>::random([rows, ctx, kvh, hd], Distribution::Normal(0.0, 1.0), device).cast(o.dtype);
+            let (kc, vc) = (cache(), cache());
+            let q = Tensor::<3>::random([rows, qh, hd], Distribution::Normal(0.0, 1.0), device).cast(o.dtype);
+            let slots = Tensor::<1, Int>::from_data(TensorData::new((0..rows as i32).collect::<Vec<_>>(), [rows]), device);
+            let positions = Tensor::<1, Int>::from_data(TensorData::new(vec![ctx as i32 - 1; rows], [rows]), device);
+            let scale = 1.0 / (hd as f32).sqrt();
+            let call = |kernel| attention_with(Some(kernel), q.clone(), kc.clone(), vc.clone(), slots.clone(), positions.clone(), scale);
+            let bytes = (2 * rows * ctx * kvh * hd + 2 * rows * qh * hd) as f64 * o.dtype.size() as f64;
+            let flops = 4.0 * (rows * qh * ctx * hd) as f64;
+            for (kernel, name) in [(AttentionKernel::Sequential, "sequential"), (AttentionKernel::SplitKv, "split_kv")] {
+                call(kernel).map_err(|e| e.to_string())?;
+                let a = time_op(device, o.repeats, 5, || drop(call(kernel).unwrap()));
+                emit(&format!("attention decode [{name}]"), [rows, ctx, hd], a, f64::NAN, flops, bytes);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Forward + backward of the training path on `batch` sequences of `len` tokens.

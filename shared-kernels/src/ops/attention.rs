@@ -217,6 +217,38 @@ pub fn attention(
     positions: BTensor<1, BInt>,
     scale: f32,
 ) -> Result<BTensor<3>, KernelError> {
+    attention_with(None, q, k_cache, v_cache, slots, positions, scale)
+}
+
+/// The two attention kernels; both batch and chunk invariant, with different arithmetic, so one
+/// is chosen per process (`LOCKSTEP_ATTENTION`), never per call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionKernel {
+    /// One cube per (row, head) walking the splits in order (this file's kernel).
+    Sequential,
+    /// One cube per (row, head, split), then a fixed-order combine ([`super::attention_split_kv`]).
+    SplitKv,
+}
+
+/// `LOCKSTEP_ATTENTION` = sequential | split_kv (read once per process); unset: sequential.
+pub fn process_attention_kernel() -> AttentionKernel {
+    static KERNEL: std::sync::OnceLock<AttentionKernel> = std::sync::OnceLock::new();
+    *KERNEL.get_or_init(|| match std::env::var("LOCKSTEP_ATTENTION").as_deref() {
+        Ok("split_kv") => AttentionKernel::SplitKv,
+        _ => AttentionKernel::Sequential,
+    })
+}
+
+/// [`attention`] on a named kernel instead of the process's choice (tests and benchmarks).
+pub fn attention_with(
+    kernel: Option<AttentionKernel>,
+    q: BTensor<3>,
+    k_cache: BTensor<4>,
+    v_cache: BTensor<4>,
+    slots: BTensor<1, BInt>,
+    positions: BTensor<1, BInt>,
+    scale: f32,
+) -> Result<BTensor<3>, KernelError> {
     const OP: &str = "attention";
     let q = float_in(OP, "q", q)?;
     let k = float_in(OP, "k_cache", k_cache)?;
@@ -235,6 +267,10 @@ pub fn attention(
     ensure!(q.dtype == k.dtype && k.dtype == v.dtype, OP, "dtypes differ: q {:?}, k {:?}, v {:?}", q.dtype, k.dtype, v.dtype);
     ensure!(scale.is_finite(), OP, "scale must be finite, got {scale}");
     ensure!(rows > 0, OP, "no query rows");
+    if kernel.unwrap_or_else(process_attention_kernel) == AttentionKernel::SplitKv {
+        let dims = (rows, q_heads, shape.kv_heads, shape.max_len, head_dim);
+        return Ok(float_out(super::attention_split_kv::split_kv_attention(&q, k, v, &slots, positions, dims, scale)));
+    }
     let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), qd.clone().into(), q.dtype);
     attention_kernel::launch(
         &q.client,

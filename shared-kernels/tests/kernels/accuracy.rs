@@ -64,16 +64,20 @@ fn attention_matches_f64() {
     let keys: Vec<Vec<f32>> = (0..rows).map(|r| slice(&kc, r, pos[r])).collect();
     let values: Vec<Vec<f32>> = (0..rows).map(|r| slice(&vc, r, pos[r])).collect();
     let want = reference::attention(&q, &keys, &values, qh, kvh, d, scale);
-    let y = shared_kernels::attention(
-        float_tensor(q, [rows, qh, d], DType::F32, &device),
-        float_tensor(kc, [rows, max_len, kvh, d], DType::F32, &device),
-        float_tensor(vc, [rows, max_len, kvh, d], DType::F32, &device),
-        int_tensor((0..rows as i32).collect(), &device),
-        int_tensor(pos.iter().map(|&p| p as i32).collect(), &device),
-        scale as f32,
-    )
-    .unwrap();
-    assert_close("attention", &host(y), &want, 2e-5, 2e-5);
+    use shared_kernels::ops::attention::{attention_with, AttentionKernel};
+    for kernel in [AttentionKernel::Sequential, AttentionKernel::SplitKv] {
+        let y = attention_with(
+            Some(kernel),
+            float_tensor(q.clone(), [rows, qh, d], DType::F32, &device),
+            float_tensor(kc.clone(), [rows, max_len, kvh, d], DType::F32, &device),
+            float_tensor(vc.clone(), [rows, max_len, kvh, d], DType::F32, &device),
+            int_tensor((0..rows as i32).collect(), &device),
+            int_tensor(pos.iter().map(|&p| p as i32).collect(), &device),
+            scale as f32,
+        )
+        .unwrap();
+        assert_close(&format!("attention {kernel:?}"), &host(y), &want, 2e-5, 2e-5);
+    }
 }
 
 #[test]

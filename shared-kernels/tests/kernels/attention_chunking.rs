@@ -5,6 +5,7 @@ use burn::tensor::{DType, Tensor};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shared_kernels::battery::{float_tensor, host, int_tensor, random_vec};
+use shared_kernels::ops::attention::{attention_with, AttentionKernel};
 
 const Q_HEADS: usize = 4;
 const KV_HEADS: usize = 2;
@@ -19,7 +20,7 @@ struct Seq {
 
 /// Runs the sequences through the cache in chunks of `chunk` tokens. Each step launches one
 /// chunk of every unfinished sequence together (so chunks of different sequences share launches).
-fn run(seqs: &[Seq], chunk: usize, rng: &mut StdRng) -> Vec<Vec<u32>> {
+fn run(kernel: AttentionKernel, seqs: &[Seq], chunk: usize, rng: &mut StdRng) -> Vec<Vec<u32>> {
     let device = crate::device();
     let slots = seqs.len();
     let cache_elems = slots * MAX_LEN * KV_HEADS * HEAD_DIM;
@@ -51,7 +52,7 @@ fn run(seqs: &[Seq], chunk: usize, rng: &mut StdRng) -> Vec<Vec<u32>> {
         kc = shared_kernels::write_kv_cache(kc, kt, int_tensor(slot.clone(), &device), int_tensor(pos.clone(), &device)).unwrap();
         vc = shared_kernels::write_kv_cache(vc, vt, int_tensor(slot.clone(), &device), int_tensor(pos.clone(), &device)).unwrap();
         let qt = float_tensor(q, [rows, Q_HEADS, HEAD_DIM], DType::F32, &device);
-        let out = shared_kernels::attention(qt, kc.clone(), vc.clone(), int_tensor(slot, &device), int_tensor(pos, &device), 1.0 / (HEAD_DIM as f32).sqrt()).unwrap();
+        let out = attention_with(Some(kernel), qt, kc.clone(), vc.clone(), int_tensor(slot, &device), int_tensor(pos, &device), 1.0 / (HEAD_DIM as f32).sqrt()).unwrap();
         let out = host(out);
         for (r, &(s, p)) in owner.iter().enumerate() {
             for e in 0..qw {
@@ -62,28 +63,64 @@ fn run(seqs: &[Seq], chunk: usize, rng: &mut StdRng) -> Vec<Vec<u32>> {
     outs
 }
 
+fn random_seqs(rng: &mut StdRng) -> (Vec<usize>, Vec<Seq>) {
+    // lengths straddle the 64-key split boundary and differ from one another
+    let lens = vec![rng.random_range(120..MAX_LEN), rng.random_range(60..70), rng.random_range(1..10), 64, 65];
+    let seqs = lens
+        .iter()
+        .map(|&l| Seq {
+            q: random_vec(rng, l * Q_HEADS * HEAD_DIM, 1.0),
+            k: random_vec(rng, l * KV_HEADS * HEAD_DIM, 1.0),
+            v: random_vec(rng, l * KV_HEADS * HEAD_DIM, 1.0),
+        })
+        .collect();
+    (lens, seqs)
+}
+
 #[test]
 fn prefill_chunked_prefill_and_decode_give_identical_bits() {
     let mut rng = StdRng::seed_from_u64(crate::seed());
-    // lengths straddle the 64-key split boundary and differ from one another
-    let lens = [rng.random_range(120..MAX_LEN), rng.random_range(60..70), rng.random_range(1..10), 64, 65];
-    let seqs: Vec<Seq> = lens
-        .iter()
-        .map(|&l| Seq {
-            q: random_vec(&mut rng, l * Q_HEADS * HEAD_DIM, 1.0),
-            k: random_vec(&mut rng, l * KV_HEADS * HEAD_DIM, 1.0),
-            v: random_vec(&mut rng, l * KV_HEADS * HEAD_DIM, 1.0),
-        })
-        .collect();
-    let whole = run(&seqs, MAX_LEN, &mut rng);
-    for chunk in [1usize, 3, 16, 64] {
-        let chunked = run(&seqs, chunk, &mut rng);
-        for (s, (a, b)) in whole.iter().zip(&chunked).enumerate() {
-            let first = a.iter().zip(b).position(|(x, y)| x != y);
-            assert!(first.is_none(), "sequence {s} (len {}), chunk {chunk}: first differing element {first:?}", lens[s]);
+    let (lens, seqs) = random_seqs(&mut rng);
+    for kernel in [AttentionKernel::Sequential, AttentionKernel::SplitKv] {
+        let whole = run(kernel, &seqs, MAX_LEN, &mut rng);
+        for chunk in [1usize, 3, 16, 64] {
+            let chunked = run(kernel, &seqs, chunk, &mut rng);
+            for (s, (a, b)) in whole.iter().zip(&chunked).enumerate() {
+                let first = a.iter().zip(b).position(|(x, y)| x != y);
+                assert!(first.is_none(), "{kernel:?}: sequence {s} (len {}), chunk {chunk}: first differing element {first:?}", lens[s]);
+            }
+        }
+        // and a sequence alone (no neighbours at all) matches its batched result
+        let alone = run(kernel, &seqs[..1], 7, &mut rng);
+        assert_eq!(alone[0], whole[0], "{kernel:?}");
+    }
+}
+
+/// The two kernels agree as bits while a prefix fits one split (positions 0..63) and, beyond
+/// it, differ only by the rounding of their different combines.
+#[test]
+fn split_kv_equals_sequential_within_one_split_and_is_close_beyond() {
+    let mut rng = StdRng::seed_from_u64(crate::seed() + 5);
+    let (lens, seqs) = random_seqs(&mut rng);
+    let a = run(AttentionKernel::Sequential, &seqs, 5, &mut rng);
+    let b = run(AttentionKernel::SplitKv, &seqs, 5, &mut rng);
+    let qw = Q_HEADS * HEAD_DIM;
+    let mut beyond_differ = 0;
+    for s in 0..seqs.len() {
+        for p in 0..lens[s] {
+            for e in 0..qw {
+                let (x, y) = (a[s][p * qw + e], b[s][p * qw + e]);
+                if p < 64 {
+                    assert_eq!(x, y, "sequence {s} position {p} element {e}: one split, yet the kernels differ");
+                } else {
+                    let (x, y) = (f32::from_bits(x), f32::from_bits(y));
+                    assert!((x - y).abs() <= 1e-5 * (1.0 + x.abs()), "sequence {s} position {p}: {x} vs {y}");
+                    beyond_differ += (x != y) as usize;
+                }
+            }
         }
     }
-    // and a sequence alone (no neighbours at all) matches its batched result
-    let alone = run(&seqs[..1], 7, &mut rng);
-    assert_eq!(alone[0], whole[0]);
+    // not a requirement, but if no element ever differed the two kernels would be one arithmetic
+    // and this test would not be testing what it says; print it for the record
+    eprintln!("split_kv vs sequential beyond one split: {beyond_differ} elements differ in the last bits");
 }

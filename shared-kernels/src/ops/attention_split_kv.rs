@@ -1,0 +1,208 @@
+//! Attention parallel over KV splits (`LOCKSTEP_ATTENTION=split_kv`), for long contexts.
+//!
+//! [`super::attention`]'s default kernel walks a query's KV prefix split after split inside one
+//! cube of `KV_SPLIT` units, so a 4k-token prefix is 64 sequential splits. Here every
+//! (row, head, split) is its own cube, and a second kernel combines the splits:
+//! 1. split s of a query at position p covers keys [64s, min(64s + 64, p + 1)); its cube writes
+//!    the split's max score m_s, the sum l_s of exp(score - m_s) in key order, and
+//!    o_s[d] = sum over its keys, in key order, of exp(score - m_s) * v[d];
+//! 2. one cube per (row, head) takes M = max over splits of m_s, then l = sum of
+//!    l_s * exp(m_s - M) and o[d] = sum of o_s[d] * exp(m_s - M), both in split order, and
+//!    writes o[d] / l.
+//! Split boundaries are multiples of 64 from key 0 and every sum runs in a fixed order, so a
+//! (query, prefix) pair gets the same bits in any launch, prefill or decode, chunked or not,
+//! exactly as with the default kernel. The two kernels' arithmetic differs (one rescales a
+//! running sum, the other combines split maxima), so a process uses one of them for the sampler
+//! and the trainer alike; with a single split (p < 64) they agree bit for bit.
+
+use super::attention::KV_SPLIT;
+use super::reduce::{cube_linear, NEG_BIG};
+use super::{cube_count_for, storage};
+use burn::tensor::DType;
+use burn_cubecl::cubecl::prelude::*;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
+
+#[cube(launch)]
+fn split_partial_kernel<F: Float, I: Int>(
+    q: &Tensor<F>,
+    k_cache: &Tensor<F>,
+    v_cache: &Tensor<F>,
+    slots: &Tensor<I>,
+    positions: &Tensor<I>,
+    partials: &mut Tensor<f32>,
+    pairs_arg: u32,
+    q_heads_arg: u32,
+    kv_heads_arg: u32,
+    max_len_arg: u32,
+    splits_arg: u32,
+    scale: f32,
+    #[comptime] head_dim: usize,
+    #[define(F, I)] _d: [ElemType; 2],
+) {
+    let pairs = pairs_arg as usize;
+    let q_heads = q_heads_arg as usize;
+    let kv_heads = kv_heads_arg as usize;
+    let max_len = max_len_arg as usize;
+    let splits = splits_arg as usize;
+    let work = cube_linear(); // pair * splits + split
+    let pair = work / splits; // row * q_heads + head
+    let split = work % splits;
+    let unit = UNIT_POS_X as usize;
+    if pair < pairs {
+        let row = pair / q_heads;
+        let head = pair % q_heads;
+        let kv_head = head / (q_heads / kv_heads);
+        let slot = u32::cast_from(slots[row]) as usize;
+        let keys = u32::cast_from(positions[row]) as usize + 1;
+        let first = split * comptime!(KV_SPLIT);
+        // uniform per cube: a split past the prefix has nothing to do (the combine skips it)
+        if first < keys {
+            let mut valid = keys - first;
+            if valid > comptime!(KV_SPLIT) {
+                valid = comptime!(KV_SPLIT);
+            }
+            let mut q_sh = Shared::new_slice(head_dim);
+            let mut scores = Shared::<[f32]>::new_slice(comptime!(KV_SPLIT));
+            let q_base = pair * head_dim;
+            let mut d = unit;
+            while d < head_dim {
+                q_sh[d] = f32::cast_from(q[q_base + d]);
+                d += comptime!(KV_SPLIT);
+            }
+            sync_cube();
+            if unit < valid {
+                let k_base = ((slot * max_len + first + unit) * kv_heads + kv_head) * head_dim;
+                let mut dot = 0.0f32;
+                for e in 0..head_dim {
+                    dot += q_sh[e] * f32::cast_from(k_cache[k_base + e]);
+                }
+                scores[unit] = dot * scale;
+            }
+            sync_cube();
+            let mut split_max = f32::new(NEG_BIG);
+            for j in 0..valid {
+                if scores[j] > split_max {
+                    split_max = scores[j];
+                }
+            }
+            let base = work * (head_dim + 2);
+            let mut d = unit;
+            while d < head_dim {
+                let mut acc = 0.0f32;
+                for j in 0..valid {
+                    let v_index = ((slot * max_len + first + j) * kv_heads + kv_head) * head_dim + d;
+                    acc += (scores[j] - split_max).exp() * f32::cast_from(v_cache[v_index]);
+                }
+                partials[base + 2 + d] = acc;
+                d += comptime!(KV_SPLIT);
+            }
+            if unit == 0 {
+                let mut split_sum = 0.0f32;
+                for j in 0..valid {
+                    split_sum += (scores[j] - split_max).exp();
+                }
+                partials[base] = split_max;
+                partials[base + 1] = split_sum;
+            }
+        }
+    }
+}
+
+#[cube(launch)]
+fn split_combine_kernel<F: Float, I: Int>(
+    partials: &Tensor<f32>,
+    positions: &Tensor<I>,
+    out: &mut Tensor<F>,
+    pairs_arg: u32,
+    q_heads_arg: u32,
+    splits_arg: u32,
+    #[comptime] head_dim: usize,
+    #[define(F, I)] _d: [ElemType; 2],
+) {
+    let pairs = pairs_arg as usize;
+    let q_heads = q_heads_arg as usize;
+    let splits = splits_arg as usize;
+    let pair = cube_linear();
+    if pair < pairs {
+        let row = pair / q_heads;
+        let used = (u32::cast_from(positions[row]) as usize + 1).div_ceil(comptime!(KV_SPLIT));
+        let stride = head_dim + 2;
+        let first = pair * splits * stride;
+        let mut max = f32::new(NEG_BIG);
+        for s in 0..used {
+            let m = partials[first + s * stride];
+            if m > max {
+                max = m;
+            }
+        }
+        let mut total = 0.0f32;
+        for s in 0..used {
+            let at = first + s * stride;
+            total += partials[at + 1] * (partials[at] - max).exp();
+        }
+        let mut d = UNIT_POS_X as usize;
+        while d < head_dim {
+            let mut acc = 0.0f32;
+            for s in 0..used {
+                let at = first + s * stride;
+                acc += partials[at + 2 + d] * (partials[at] - max).exp();
+            }
+            out[pair * head_dim + d] = F::cast_from(acc / total);
+            d += comptime!(KV_SPLIT);
+        }
+    }
+}
+
+/// Runs both kernels for inputs `attention_with` has checked: `q` [rows, q_heads, head_dim],
+/// caches [slots, max_len, kv_heads, head_dim]. One partial cube per possible split of the
+/// cache (max_len / 64), since the positions live on the device; cubes past a row's prefix exit.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn split_kv_attention(
+    q: &CubeTensor,
+    k: CubeTensor,
+    v: CubeTensor,
+    slots: &CubeTensor,
+    positions: CubeTensor,
+    (rows, q_heads, kv_heads, max_len, head_dim): (usize, usize, usize, usize, usize),
+    scale: f32,
+) -> CubeTensor {
+    let pairs = rows * q_heads;
+    let splits = max_len.div_ceil(KV_SPLIT);
+    let partials = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), [pairs * splits * (head_dim + 2)].into(), DType::F32);
+    let dtypes = [storage(q.dtype), storage(slots.dtype)];
+    split_partial_kernel::launch(
+        &q.client,
+        cube_count_for(pairs * splits, 1),
+        CubeDim::new_1d(KV_SPLIT as u32),
+        q.clone().into_tensor_arg(),
+        k.into_tensor_arg(),
+        v.into_tensor_arg(),
+        slots.clone().into_tensor_arg(),
+        positions.clone().into_tensor_arg(),
+        partials.clone().into_tensor_arg(),
+        pairs as u32,
+        q_heads as u32,
+        kv_heads as u32,
+        max_len as u32,
+        splits as u32,
+        scale,
+        head_dim,
+        dtypes,
+    );
+    let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), [rows, q_heads, head_dim].into(), q.dtype);
+    split_combine_kernel::launch(
+        &q.client,
+        cube_count_for(pairs, 1),
+        CubeDim::new_1d(KV_SPLIT as u32),
+        partials.into_tensor_arg(),
+        positions.into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        pairs as u32,
+        q_heads as u32,
+        splits as u32,
+        head_dim,
+        dtypes,
+    );
+    out
+}
