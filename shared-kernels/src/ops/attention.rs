@@ -57,6 +57,56 @@ fn write_kv_kernel<F: Float, I: Int>(
     }
 }
 
+/// How many keys from `first` on a query with `keys` keys has in the split (at most KV_SPLIT).
+#[cube]
+pub(crate) fn keys_in_split(keys: usize, first: usize) -> usize {
+    let mut valid = keys - first;
+    if valid > comptime!(KV_SPLIT) {
+        valid = comptime!(KV_SPLIT);
+    }
+    valid
+}
+
+/// Scores of one split: unit u < valid writes q . k (a sequential dot product over head_dim) x
+/// `scale` for the key at cache position `first_pos + u` (first_pos = slot * max_len + first)
+/// into `scores`; ends with a cube sync. Shared by both attention kernels.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn split_scores<F: Float>(
+    q_sh: &Shared<[f32]>,
+    k_cache: &Tensor<F>,
+    scores: &mut Shared<[f32]>,
+    first_pos: usize,
+    kv_heads: usize,
+    kv_head: usize,
+    valid: usize,
+    scale: f32,
+    #[comptime] head_dim: usize,
+) {
+    let unit = UNIT_POS_X as usize;
+    if unit < valid {
+        let k_base = ((first_pos + unit) * kv_heads + kv_head) * head_dim;
+        let mut dot = 0.0f32;
+        for e in 0..head_dim {
+            dot += q_sh[e] * f32::cast_from(k_cache[k_base + e]);
+        }
+        scores[unit] = dot * scale;
+    }
+    sync_cube();
+}
+
+/// The split's largest score, walked in key order by every unit.
+#[cube]
+pub(crate) fn split_max(scores: &Shared<[f32]>, valid: usize) -> f32 {
+    let mut max = f32::new(NEG_BIG);
+    for j in 0..valid {
+        if scores[j] > max {
+            max = scores[j];
+        }
+    }
+    max
+}
+
 #[cube(launch)]
 fn attention_kernel<F: Float, I: Int>(
     q: &Tensor<F>,
@@ -104,27 +154,11 @@ fn attention_kernel<F: Float, I: Int>(
         let mut run_sum = 0.0f32;
         for split in 0..splits {
             let first = split * comptime!(KV_SPLIT);
-            let mut valid = keys - first;
-            if valid > comptime!(KV_SPLIT) {
-                valid = comptime!(KV_SPLIT);
-            }
+            let valid = keys_in_split(keys, first);
             // 1. one score per unit, sequential dot product over head_dim
-            if unit < valid {
-                let k_base = ((slot * max_len + first + unit) * kv_heads + kv_head) * head_dim;
-                let mut dot = 0.0f32;
-                for e in 0..head_dim {
-                    dot += q_sh[e] * f32::cast_from(k_cache[k_base + e]);
-                }
-                scores[unit] = dot * scale;
-            }
-            sync_cube();
+            split_scores(&q_sh, k_cache, &mut scores, slot * max_len + first, kv_heads, kv_head, valid, scale, head_dim);
             // 2. every unit walks the split's scores in key order (same values, same order)
-            let mut split_max = f32::new(NEG_BIG);
-            for j in 0..valid {
-                if scores[j] > split_max {
-                    split_max = scores[j];
-                }
-            }
+            let split_max = split_max(&scores, valid);
             let mut new_max = run_max;
             if split_max > new_max {
                 new_max = split_max;

@@ -15,7 +15,7 @@
 //! running sum, the other combines split maxima), so a process uses one of them for the sampler
 //! and the trainer alike; with a single split (p < 64) they agree bit for bit.
 
-use super::attention::KV_SPLIT;
+use super::attention::{keys_in_split, split_max, split_scores, KV_SPLIT};
 use super::reduce::{cube_linear, NEG_BIG};
 use super::{cube_count_for, storage};
 use burn::tensor::DType;
@@ -58,10 +58,7 @@ fn split_partial_kernel<F: Float, I: Int>(
         let first = split * comptime!(KV_SPLIT);
         // uniform per cube: a split past the prefix has nothing to do (the combine skips it)
         if first < keys {
-            let mut valid = keys - first;
-            if valid > comptime!(KV_SPLIT) {
-                valid = comptime!(KV_SPLIT);
-            }
+            let valid = keys_in_split(keys, first);
             let mut q_sh = Shared::new_slice(head_dim);
             let mut scores = Shared::<[f32]>::new_slice(comptime!(KV_SPLIT));
             let q_base = pair * head_dim;
@@ -71,21 +68,8 @@ fn split_partial_kernel<F: Float, I: Int>(
                 d += comptime!(KV_SPLIT);
             }
             sync_cube();
-            if unit < valid {
-                let k_base = ((slot * max_len + first + unit) * kv_heads + kv_head) * head_dim;
-                let mut dot = 0.0f32;
-                for e in 0..head_dim {
-                    dot += q_sh[e] * f32::cast_from(k_cache[k_base + e]);
-                }
-                scores[unit] = dot * scale;
-            }
-            sync_cube();
-            let mut split_max = f32::new(NEG_BIG);
-            for j in 0..valid {
-                if scores[j] > split_max {
-                    split_max = scores[j];
-                }
-            }
+            split_scores(&q_sh, k_cache, &mut scores, slot * max_len + first, kv_heads, kv_head, valid, scale, head_dim);
+            let split_max = split_max(&scores, valid);
             let base = work * (head_dim + 2);
             let mut d = unit;
             while d < head_dim {
