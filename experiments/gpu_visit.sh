@@ -8,8 +8,12 @@
 #   bash experiments/gpu_visit.sh battery check sampler kernels torch sampler-fast
 #   bash experiments/gpu_visit.sh train ablation
 #   bash experiments/gpu_visit.sh repro repro-autotune   # run-to-run and resume, as bits
+#   bash experiments/gpu_visit.sh train-kernels          # GRPO step time under tc / hybrid / pipelined
+#   MATMUL_SWEEP="cfg1 cfg2" bash experiments/gpu_visit.sh matmul-sweep   # pipelined configurations
+#   bash experiments/gpu_visit.sh train+ablation         # parts joined by + run at once
 #
-# Env: TRAIN_ARGS, ABLATION_ARGS add arguments; <PART>_LIMIT overrides a part's limit (s).
+# Env: TRAIN_ARGS, ABLATION_ARGS add arguments; <PART>_LIMIT overrides a part's limit (s);
+# LOCKSTEP_MATMUL / LOCKSTEP_ATTENTION pass through to every lockstep process (docs/config.md).
 set -uo pipefail
 dest="${OUT:-.gpu/out}"
 out=/tmp/visit-out
