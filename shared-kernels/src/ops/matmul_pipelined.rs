@@ -113,12 +113,17 @@ impl PipelinedConfig {
 /// `LOCKSTEP_PIPELINED_LARGE` / `LOCKSTEP_PIPELINED_SMALL` (for benchmark sweeps; read once per
 /// process; used as given, alignment included). Overrides that would change the arithmetic
 /// between the two are refused.
-pub fn configs_for(k: usize, n: usize) -> Result<(PipelinedConfig, PipelinedConfig), KernelError> {
+pub fn configs_for(k: usize, n: usize, has_tma: bool) -> Result<(PipelinedConfig, PipelinedConfig), KernelError> {
     let overridden = std::env::var("LOCKSTEP_PIPELINED_LARGE").is_ok() || std::env::var("LOCKSTEP_PIPELINED_SMALL").is_ok();
-    if !overridden && (k % 8 != 0 || n % 8 != 0) {
+    if overridden {
+        return configs();
+    }
+    if k % 8 != 0 || n % 8 != 0 {
         return Ok((SMALL_UNALIGNED, LARGE_UNALIGNED));
     }
-    configs()
+    // without TMA (pre-Hopper GPUs) the large tile loads with cp.async: same tiles, same
+    // arithmetic, only the copy engine differs
+    Ok((SMALL, if has_tma { LARGE } else { PipelinedConfig { algo: Algo::Async, ..LARGE } }))
 }
 
 fn configs() -> Result<(PipelinedConfig, PipelinedConfig), KernelError> {
@@ -194,7 +199,8 @@ pub(crate) fn matmul_pipelined(x: CubeTensor, w: CubeTensor, layout: WeightLayou
         }
         WeightLayout::InOut => MatrixLayout::RowMajor,
     };
-    let (small, large) = configs_for(k, n)?;
+    let has_tma = client.properties().features.tma.contains(burn_cubecl::cubecl::features::Tma::Base);
+    let (small, large) = configs_for(k, n, has_tma)?;
     let config = if m <= SMALL_MAX_M { small } else { large };
     let bp = blueprint(config, n, k, rhs_layout, globals.clone())?;
     let mut dtypes = MatmulElems::from_globals(&globals);
@@ -225,6 +231,16 @@ mod tests {
         assert!(!mma.same_arithmetic(&LARGE));
         let deeper_k = PipelinedConfig::parse("double/cmma/16x16x16/1x4x4/1x2x1").unwrap();
         assert!(!deeper_k.same_arithmetic(&LARGE), "k-tiles per stage are part of the arithmetic");
+        // the shipped selection by shape and device (only meaningful without overrides)
+        if std::env::var("LOCKSTEP_PIPELINED_LARGE").is_ok() || std::env::var("LOCKSTEP_PIPELINED_SMALL").is_ok() {
+            return;
+        }
+        assert_eq!(configs_for(1024, 3072, true).unwrap(), (SMALL, LARGE));
+        assert_eq!(configs_for(1024, 3072, false).unwrap().1.algo, Algo::Async);
+        assert_eq!(configs_for(1000, 37, true).unwrap(), (SMALL_UNALIGNED, LARGE_UNALIGNED));
+        for (small, large) in [configs_for(1024, 3072, false).unwrap(), configs_for(100, 64, true).unwrap()] {
+            assert!(small.same_arithmetic(&large));
+        }
         for (bad, names) in [
             ("double/cmma/16x16x16/2x8x2", "expected algo/kind"),
             ("split/cmma/16x16x16/2x8x2/4x1x1", "algo `split`"),
