@@ -203,10 +203,15 @@ pub fn matmul_with(kernel: Option<MatmulKernel>, x: BTensor<2>, w: BTensor<2>, l
     let x = float_in(OP, "x", x)?;
     let w = float_in(OP, "w", w)?;
     let (m, k, n) = checked_dims(OP, &x, &w, layout)?;
-    let kernel = kernel.unwrap_or_else(|| matmul_kernel_for(&x.client, x.dtype));
-    if kernel != MatmulKernel::Scalar {
-        ensure!(super::matmul_tc::tensor_cores_available_for(&x.client, x.dtype), OP, "the {} kernel needs tensor cores for {:?} on this device", kernel.name(), x.dtype);
-    }
+    let kernel = match kernel {
+        // the process's choice already checked the device
+        None => matmul_kernel_for(&x.client, x.dtype),
+        Some(k) => {
+            let has_them = k == MatmulKernel::Scalar || super::matmul_tc::tensor_cores_available_for(&x.client, x.dtype);
+            ensure!(has_them, OP, "the {} kernel needs tensor cores for {:?} on this device", k.name(), x.dtype);
+            k
+        }
+    };
     match kernel {
         MatmulKernel::Pipelined => return Ok(float_out(super::matmul_pipelined::matmul_pipelined(x, w, layout, (m, k, n))?)),
         MatmulKernel::Hybrid if m * n >= HYBRID_LARGE_OUTPUT || n >= HYBRID_WIDE_N => return Ok(float_out(super::matmul_pipelined::matmul_pipelined(x, w, layout, (m, k, n))?)),

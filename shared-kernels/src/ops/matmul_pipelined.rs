@@ -110,13 +110,11 @@ impl PipelinedConfig {
 }
 
 /// The (small, large) configurations for a K x N weight: the constants above, or
-/// `LOCKSTEP_PIPELINED_LARGE` / `LOCKSTEP_PIPELINED_SMALL` (for benchmark sweeps; read once per
-/// process; used as given, alignment included). Overrides that would change the arithmetic
-/// between the two are refused.
+/// `LOCKSTEP_PIPELINED_LARGE` / `LOCKSTEP_PIPELINED_SMALL` (for benchmark sweeps; used as given,
+/// alignment included). Overrides that would change the arithmetic between the two are refused.
 pub fn configs_for(k: usize, n: usize, has_tma: bool) -> Result<(PipelinedConfig, PipelinedConfig), KernelError> {
-    let overridden = std::env::var("LOCKSTEP_PIPELINED_LARGE").is_ok() || std::env::var("LOCKSTEP_PIPELINED_SMALL").is_ok();
-    if overridden {
-        return configs();
+    if let Some(pair) = overrides().clone().map_err(|e| KernelError::new("matmul", e))? {
+        return Ok(pair);
     }
     if k % 8 != 0 || n % 8 != 0 {
         return Ok((SMALL_UNALIGNED, LARGE_UNALIGNED));
@@ -126,23 +124,25 @@ pub fn configs_for(k: usize, n: usize, has_tma: bool) -> Result<(PipelinedConfig
     Ok((SMALL, if has_tma { LARGE } else { PipelinedConfig { algo: Algo::Async, ..LARGE } }))
 }
 
-fn configs() -> Result<(PipelinedConfig, PipelinedConfig), KernelError> {
-    static CONFIGS: std::sync::OnceLock<Result<(PipelinedConfig, PipelinedConfig), String>> = std::sync::OnceLock::new();
-    CONFIGS
-        .get_or_init(|| {
-            let read = |var: &str, default: PipelinedConfig| match std::env::var(var) {
-                Ok(text) => PipelinedConfig::parse(&text).map_err(|e| format!("{var}: {e}")),
-                Err(_) => Ok(default),
-            };
-            let large = read("LOCKSTEP_PIPELINED_LARGE", LARGE)?;
-            let small = read("LOCKSTEP_PIPELINED_SMALL", if std::env::var("LOCKSTEP_PIPELINED_LARGE").is_ok() { large } else { SMALL })?;
-            if !small.same_arithmetic(&large) {
-                return Err(format!("LOCKSTEP_PIPELINED_SMALL {small:?} and _LARGE {large:?} must share kind, tile and partition k (else row bits would depend on M)"));
+/// The environment's (small, large) pair, `None` when neither variable is set; read once per
+/// process (this sits on every matmul call).
+fn overrides() -> &'static Result<Option<(PipelinedConfig, PipelinedConfig)>, String> {
+    static OVERRIDES: std::sync::OnceLock<Result<Option<(PipelinedConfig, PipelinedConfig)>, String>> = std::sync::OnceLock::new();
+    OVERRIDES.get_or_init(|| {
+        let read = |var: &str| std::env::var(var).ok().map(|text| PipelinedConfig::parse(&text).map_err(|e| format!("{var}: {e}"))).transpose();
+        let (large, small) = (read("LOCKSTEP_PIPELINED_LARGE")?, read("LOCKSTEP_PIPELINED_SMALL")?);
+        let (small, large) = match (small, large) {
+            (None, None) => return Ok(None),
+            (small, large) => {
+                let large = large.unwrap_or(LARGE);
+                (small.unwrap_or(large), large)
             }
-            Ok((small, large))
-        })
-        .clone()
-        .map_err(|e| KernelError::new("matmul", e))
+        };
+        if !small.same_arithmetic(&large) {
+            return Err(format!("LOCKSTEP_PIPELINED_SMALL {small:?} and _LARGE {large:?} must share kind, tile and partition k (else row bits would depend on M)"));
+        }
+        Ok(Some((small, large)))
+    })
 }
 
 fn blueprint(config: PipelinedConfig, n: usize, k: usize, rhs_layout: MatrixLayout, globals: MatmulGlobalElems) -> Result<BatchMatmulBlueprint, KernelError> {
