@@ -67,6 +67,18 @@ pub(crate) fn keys_in_split(keys: usize, first: usize) -> usize {
     valid
 }
 
+/// The query row at `q_base` as f32 into `q_sh` (unit u loads dims u, u + KV_SPLIT, ...); ends
+/// with a cube sync. Shared by both attention kernels.
+#[cube]
+pub(crate) fn load_query<F: Float>(q: &Tensor<F>, q_sh: &mut Shared<[f32]>, q_base: usize, #[comptime] head_dim: usize) {
+    let mut d = UNIT_POS_X as usize;
+    while d < head_dim {
+        q_sh[d] = f32::cast_from(q[q_base + d]);
+        d += comptime!(KV_SPLIT);
+    }
+    sync_cube();
+}
+
 /// Scores of one split: unit u < valid writes q . k (a sequential dot product over head_dim) x
 /// `scale` for the key at cache position `first_pos + u` (first_pos = slot * max_len + first)
 /// into `scores`; ends with a cube sync. Shared by both attention kernels.
@@ -140,13 +152,13 @@ fn attention_kernel<F: Float, I: Int>(
         let mut q_sh = Shared::new_slice(head_dim);
         let mut o_sh = Shared::new_slice(head_dim);
         let mut scores = Shared::<[f32]>::new_slice(comptime!(KV_SPLIT));
+        // each unit owns output dims d = unit, unit + KV_SPLIT, ...
         let mut d = unit;
         while d < head_dim {
-            q_sh[d] = f32::cast_from(q[q_base + d]);
             o_sh[d] = 0.0f32;
             d += comptime!(KV_SPLIT);
         }
-        sync_cube();
+        load_query(q, &mut q_sh, q_base, head_dim);
 
         let keys = pos + 1;
         let splits = keys.div_ceil(comptime!(KV_SPLIT));

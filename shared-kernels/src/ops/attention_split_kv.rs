@@ -15,7 +15,7 @@
 //! running sum, the other combines split maxima), so a process uses one of them for the sampler
 //! and the trainer alike; with a single split (p < 64) they agree bit for bit.
 
-use super::attention::{keys_in_split, split_max, split_scores, KV_SPLIT};
+use super::attention::{keys_in_split, load_query, split_max, split_scores, KV_SPLIT};
 use super::reduce::{cube_linear, NEG_BIG};
 use super::{cube_count_for, storage};
 use burn::tensor::DType;
@@ -61,13 +61,7 @@ fn split_partial_kernel<F: Float, I: Int>(
             let valid = keys_in_split(keys, first);
             let mut q_sh = Shared::new_slice(head_dim);
             let mut scores = Shared::<[f32]>::new_slice(comptime!(KV_SPLIT));
-            let q_base = pair * head_dim;
-            let mut d = unit;
-            while d < head_dim {
-                q_sh[d] = f32::cast_from(q[q_base + d]);
-                d += comptime!(KV_SPLIT);
-            }
-            sync_cube();
+            load_query(q, &mut q_sh, pair * head_dim, head_dim);
             split_scores(&q_sh, k_cache, &mut scores, slot * max_len + first, kv_heads, kv_head, valid, scale, head_dim);
             let split_max = split_max(&scores, valid);
             let base = work * (head_dim + 2);
