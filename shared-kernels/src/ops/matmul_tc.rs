@@ -73,108 +73,55 @@ const FRAG_ELEMS: usize = INSTR * INSTR;
 /// fragment offset used below is a multiple of 32 bytes from the base).
 const SMEM_ALIGN: usize = 128;
 
-/// Global -> registers: this unit's share of a `[tile_rows][BK]` tile whose k axis is contiguous
-/// in memory (x, or W stored `[N,K]`). Rows `>= rows` and k `>= k` read as zero.
+/// Global -> registers: this unit's share of the `[tile_rows][tile_cols]` tile at (row0, col0) of
+/// a row-major `[rows, cols]` matrix (x or W `[N,K]`: rows x k; W `[K,N]`: k x n). Elements past
+/// `rows` or `cols` read as zero.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn load_rows_k<F: Float, N: Size>(
+fn load_tile<F: Float, N: Size>(
     src: &Tensor<Vector<F, N>>,
     regs: &mut Array<Vector<F, N>>,
     row0: usize,
-    k0: usize,
+    col0: usize,
     rows: usize,
-    k: usize,
+    cols: usize,
     #[comptime] tile_rows: usize,
+    #[comptime] tile_cols: usize,
     #[comptime] vs: usize,
     #[comptime] units: usize,
 ) {
     let unit = UNIT_POS as usize;
-    let per_row = comptime!(BK / vs);
-    let total = comptime!(tile_rows * BK / vs);
-    let k_vecs = k / vs;
+    let per_row = comptime!(tile_cols / vs);
+    let total = comptime!(tile_rows * tile_cols / vs);
+    let col_vecs = cols / vs;
     #[unroll]
     for i in 0..comptime!(total.div_ceil(units)) {
         let v = unit + i * units;
-        let row = v / per_row;
-        let kv = v % per_row;
-        let grow = row0 + row;
-        let gk = k0 + kv * vs;
+        let grow = row0 + v / per_row;
+        let gcol = col0 + (v % per_row) * vs;
         let mut val = Vector::<F, N>::new(F::from_int(0));
-        if v < total && grow < rows && gk < k {
-            val = src[grow * k_vecs + gk / vs];
+        if v < total && grow < rows && gcol < cols {
+            val = src[grow * col_vecs + gcol / vs];
         }
         regs[i] = val;
     }
 }
 
-/// Registers -> shared: the inverse of [`load_rows_k`] into a `[tile_rows][ld]` stage.
+/// Registers -> shared: the inverse of [`load_tile`] into a `[tile_rows][ld]` stage.
 #[cube]
-fn store_rows_k<F: Float, N: Size>(
+fn store_tile<F: Float, N: Size>(
     regs: &Array<Vector<F, N>>,
     stage: &mut Shared<[Vector<F, N>]>,
     #[comptime] tile_rows: usize,
+    #[comptime] tile_cols: usize,
     #[comptime] ld: usize,
     #[comptime] vs: usize,
     #[comptime] units: usize,
 ) {
     let unit = UNIT_POS as usize;
-    let per_row = comptime!(BK / vs);
+    let per_row = comptime!(tile_cols / vs);
     let ld_vecs = comptime!(ld / vs);
-    let total = comptime!(tile_rows * BK / vs);
-    #[unroll]
-    for i in 0..comptime!(total.div_ceil(units)) {
-        let v = unit + i * units;
-        if v < total {
-            stage[(v / per_row) * ld_vecs + v % per_row] = regs[i];
-        }
-    }
-}
-
-/// Global -> registers: this unit's share of W's `[BK][BN]` tile when W is stored `[K,N]`
-/// (n contiguous). k `>= k` and columns `>= n` read as zero.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn load_k_cols<F: Float, N: Size>(
-    w: &Tensor<Vector<F, N>>,
-    regs: &mut Array<Vector<F, N>>,
-    n0: usize,
-    k0: usize,
-    n: usize,
-    k: usize,
-    #[comptime] vs: usize,
-    #[comptime] units: usize,
-) {
-    let unit = UNIT_POS as usize;
-    let per_row = comptime!(BN / vs);
-    let total = comptime!(BK * BN / vs);
-    let n_vecs = n / vs;
-    #[unroll]
-    for i in 0..comptime!(total.div_ceil(units)) {
-        let v = unit + i * units;
-        let kr = v / per_row;
-        let nv = v % per_row;
-        let gk = k0 + kr;
-        let gn = n0 + nv * vs;
-        let mut val = Vector::<F, N>::new(F::from_int(0));
-        if v < total && gk < k && gn < n {
-            val = w[gk * n_vecs + gn / vs];
-        }
-        regs[i] = val;
-    }
-}
-
-/// Registers -> shared: the inverse of [`load_k_cols`] into the `[BK][LDB_KN]` stage.
-#[cube]
-fn store_k_cols<F: Float, N: Size>(
-    regs: &Array<Vector<F, N>>,
-    stage: &mut Shared<[Vector<F, N>]>,
-    #[comptime] vs: usize,
-    #[comptime] units: usize,
-) {
-    let unit = UNIT_POS as usize;
-    let per_row = comptime!(BN / vs);
-    let ld_vecs = comptime!(LDB_KN / vs);
-    let total = comptime!(BK * BN / vs);
+    let total = comptime!(tile_rows * tile_cols / vs);
     #[unroll]
     for i in 0..comptime!(total.div_ceil(units)) {
         let v = unit + i * units;
@@ -240,20 +187,20 @@ fn matmul_tc_kernel<F: Float, N: Size>(
     let k_tiles = (k + comptime!(BK) - 1) / comptime!(BK);
 
     // Prologue: k-tile 0 into registers.
-    load_rows_k::<F, N>(x, &mut a_regs, m0, 0, m, k, comptime!(BM), vs, units);
+    load_tile::<F, N>(x, &mut a_regs, m0, 0, m, k, comptime!(BM), comptime!(BK), vs, units);
     if comptime!(w_out_in) {
-        load_rows_k::<F, N>(w, &mut b_regs, n0, 0, n, k, comptime!(BN), vs, units);
+        load_tile::<F, N>(w, &mut b_regs, n0, 0, n, k, comptime!(BN), comptime!(BK), vs, units);
     } else {
-        load_k_cols::<F, N>(w, &mut b_regs, n0, 0, n, k, vs, units);
+        load_tile::<F, N>(w, &mut b_regs, 0, n0, k, n, comptime!(BK), comptime!(BN), vs, units);
     }
 
     for t in 0..k_tiles {
         // Registers -> shared (the previous tile's readers finished at the trailing sync).
-        store_rows_k::<F, N>(&a_regs, &mut a_sh, comptime!(BM), comptime!(LDA), vs, units);
+        store_tile::<F, N>(&a_regs, &mut a_sh, comptime!(BM), comptime!(BK), comptime!(LDA), vs, units);
         if comptime!(w_out_in) {
-            store_rows_k::<F, N>(&b_regs, &mut b_sh, comptime!(BN), comptime!(LDB_NK), vs, units);
+            store_tile::<F, N>(&b_regs, &mut b_sh, comptime!(BN), comptime!(BK), comptime!(LDB_NK), vs, units);
         } else {
-            store_k_cols::<F, N>(&b_regs, &mut b_sh, vs, units);
+            store_tile::<F, N>(&b_regs, &mut b_sh, comptime!(BK), comptime!(BN), comptime!(LDB_KN), vs, units);
         }
         sync_cube();
 
@@ -261,11 +208,11 @@ fn matmul_tc_kernel<F: Float, N: Size>(
         let next = t + 1;
         if next < k_tiles {
             let k_next = next * comptime!(BK);
-            load_rows_k::<F, N>(x, &mut a_regs, m0, k_next, m, k, comptime!(BM), vs, units);
+            load_tile::<F, N>(x, &mut a_regs, m0, k_next, m, k, comptime!(BM), comptime!(BK), vs, units);
             if comptime!(w_out_in) {
-                load_rows_k::<F, N>(w, &mut b_regs, n0, k_next, n, k, comptime!(BN), vs, units);
+                load_tile::<F, N>(w, &mut b_regs, n0, k_next, n, k, comptime!(BN), comptime!(BK), vs, units);
             } else {
-                load_k_cols::<F, N>(w, &mut b_regs, n0, k_next, n, k, vs, units);
+                load_tile::<F, N>(w, &mut b_regs, k_next, n0, k, n, comptime!(BK), comptime!(BN), vs, units);
             }
         }
 
