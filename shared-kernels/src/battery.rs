@@ -313,6 +313,16 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
         let pt = int_tensor(idx.iter().map(|&i| positions[i]).collect(), device);
         Ok(rows_of(host(crate::attention(qt, kc.clone(), vc.clone(), st, pt, scale)?), width))
     })?);
+    if which == Impl::Lockstep {
+        // the opt-in split-KV kernel under the same check (positions reach several 64-key splits)
+        use crate::ops::attention::{attention_with, AttentionKernel};
+        checks.extend(row_invariance("attention decode split_kv", dtype, pool, &BATCH_SIZES, seed + 9, |idx| {
+            let qt = float_tensor(gather(&qx, width, idx), [idx.len(), heads, head_dim], dtype, device);
+            let st = int_tensor(idx.iter().map(|&i| (i % ATTENTION_SLOTS) as i32).collect(), device);
+            let pt = int_tensor(idx.iter().map(|&i| positions[i]).collect(), device);
+            Ok(rows_of(host(attention_with(Some(AttentionKernel::SplitKv), qt, kc.clone(), vc.clone(), st, pt, scale)?), width))
+        })?);
+    }
 
     // sampling: token and its logprob per row, mixed parameters
     let params: Vec<SamplingRow> = (0..pool)
