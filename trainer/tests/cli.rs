@@ -140,6 +140,15 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
         }
         assert!(!err.contains("panicked"), "{file}: {err}");
     }
+    // an unknown kernel choice in the environment names the variable (no silent default)
+    for (var, value) in [("LOCKSTEP_MATMUL", "pipelinedd"), ("LOCKSTEP_ATTENTION", "flash")] {
+        std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_lockstep")).args(["train", "small.toml", "--set", "log.run_name=env"]).env(var, value).current_dir(&dir).output().expect("run lockstep");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{var}={value}: {err}");
+        assert!(err.contains(var) && err.contains(value), "{var}={value}: {err}");
+        assert!(!err.contains("panicked"), "{var}={value}: {err}");
+    }
     let out = lockstep(&["train", "missing.toml"], &dir);
     assert_ne!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));

@@ -276,13 +276,18 @@ pub enum AttentionKernel {
     SplitKv,
 }
 
-/// `LOCKSTEP_ATTENTION` = sequential | split_kv (read once per process); unset: sequential.
-pub fn process_attention_kernel() -> AttentionKernel {
-    static KERNEL: std::sync::OnceLock<AttentionKernel> = std::sync::OnceLock::new();
-    *KERNEL.get_or_init(|| match std::env::var("LOCKSTEP_ATTENTION").as_deref() {
-        Ok("split_kv") => AttentionKernel::SplitKv,
-        _ => AttentionKernel::Sequential,
-    })
+/// `LOCKSTEP_ATTENTION` = sequential | split_kv (read once per process); unset: sequential. An
+/// unknown value is an error naming the variable.
+pub fn process_attention_kernel() -> Result<AttentionKernel, KernelError> {
+    static KERNEL: std::sync::OnceLock<Result<AttentionKernel, String>> = std::sync::OnceLock::new();
+    KERNEL
+        .get_or_init(|| match std::env::var("LOCKSTEP_ATTENTION").as_deref() {
+            Err(_) | Ok("sequential") => Ok(AttentionKernel::Sequential),
+            Ok("split_kv") => Ok(AttentionKernel::SplitKv),
+            Ok(other) => Err(format!("LOCKSTEP_ATTENTION={other:?} is not one of sequential, split_kv")),
+        })
+        .clone()
+        .map_err(|e| KernelError::new("attention", e))
 }
 
 /// [`attention`] on a named kernel instead of the process's choice (tests and benchmarks).
@@ -313,7 +318,11 @@ pub fn attention_with(
     ensure!(q.dtype == k.dtype && k.dtype == v.dtype, OP, "dtypes differ: q {:?}, k {:?}, v {:?}", q.dtype, k.dtype, v.dtype);
     ensure!(scale.is_finite(), OP, "scale must be finite, got {scale}");
     ensure!(rows > 0, OP, "no query rows");
-    if kernel.unwrap_or_else(process_attention_kernel) == AttentionKernel::SplitKv {
+    let kernel = match kernel {
+        Some(k) => k,
+        None => process_attention_kernel()?,
+    };
+    if kernel == AttentionKernel::SplitKv {
         let dims = (rows, q_heads, shape.kv_heads, shape.max_len, head_dim);
         return Ok(float_out(super::attention_split_kv::split_kv_attention(&q, k, v, &slots, positions, dims, scale)));
     }

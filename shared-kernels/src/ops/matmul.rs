@@ -139,31 +139,35 @@ pub const HYBRID_LARGE_OUTPUT: usize = 3 << 20;
 /// tc stays the default until the pipelined kernel is timed inside a full GRPO run on the H200:
 /// in the one such run, with pipelined for every launch, sampling was ~50x slower than with tc
 /// (docs/perf.md); the fixed-shape benchmarks do not show it.
-fn requested_kernel() -> MatmulKernel {
-    static KERNEL: std::sync::OnceLock<MatmulKernel> = std::sync::OnceLock::new();
-    *KERNEL.get_or_init(|| match std::env::var("LOCKSTEP_MATMUL").as_deref() {
-        Ok("scalar") => MatmulKernel::Scalar,
-        Ok("tc") => MatmulKernel::TensorCore,
-        Ok("pipelined") => MatmulKernel::Pipelined,
-        Ok("hybrid") => MatmulKernel::Hybrid,
-        _ => MatmulKernel::TensorCore,
-    })
+fn requested_kernel() -> Result<MatmulKernel, KernelError> {
+    static KERNEL: std::sync::OnceLock<Result<MatmulKernel, String>> = std::sync::OnceLock::new();
+    KERNEL
+        .get_or_init(|| match std::env::var("LOCKSTEP_MATMUL").as_deref() {
+            Err(_) | Ok("tc") => Ok(MatmulKernel::TensorCore),
+            Ok("scalar") => Ok(MatmulKernel::Scalar),
+            Ok("pipelined") => Ok(MatmulKernel::Pipelined),
+            Ok("hybrid") => Ok(MatmulKernel::Hybrid),
+            Ok(other) => Err(format!("LOCKSTEP_MATMUL={other:?} is not one of scalar, tc, pipelined, hybrid")),
+        })
+        .clone()
+        .map_err(|e| KernelError::new("matmul", e))
 }
 
 /// The kernel `matmul` runs for `dtype` on this device: the requested tensor-core kernel for
-/// bf16/f16 where the device has tensor cores, else the scalar kernel.
-pub fn matmul_kernel_for(client: &burn_cubecl::cubecl::client::Client, dtype: burn::tensor::DType) -> MatmulKernel {
-    match requested_kernel() {
+/// bf16/f16 where the device has tensor cores, else the scalar kernel. An unknown
+/// `LOCKSTEP_MATMUL` is an error naming it.
+pub fn matmul_kernel_for(client: &burn_cubecl::cubecl::client::Client, dtype: burn::tensor::DType) -> Result<MatmulKernel, KernelError> {
+    Ok(match requested_kernel()? {
         k @ (MatmulKernel::TensorCore | MatmulKernel::Pipelined | MatmulKernel::Hybrid) if super::matmul_tc::tensor_cores_available_for(client, dtype) => k,
         _ => MatmulKernel::Scalar,
-    }
+    })
 }
 
 /// [`matmul_kernel_for`] on a burn device (finds its client through a one-element f32 tensor,
 /// so asking about bf16 on a device without bf16 is safe).
 pub fn matmul_kernel_on(device: &burn::tensor::Device, dtype: burn::tensor::DType) -> Result<MatmulKernel, KernelError> {
     let probe = float_in("matmul", "probe", BTensor::<1>::zeros([1], device))?;
-    Ok(matmul_kernel_for(&probe.client, dtype))
+    matmul_kernel_for(&probe.client, dtype)
 }
 
 /// "f32 scalar, bf16 pipelined": which kernel each dtype runs on `device`, for report headers.
@@ -205,7 +209,7 @@ pub fn matmul_with(kernel: Option<MatmulKernel>, x: BTensor<2>, w: BTensor<2>, l
     let (m, k, n) = checked_dims(OP, &x, &w, layout)?;
     let kernel = match kernel {
         // the process's choice already checked the device
-        None => matmul_kernel_for(&x.client, x.dtype),
+        None => matmul_kernel_for(&x.client, x.dtype)?,
         Some(k) => {
             let has_them = k == MatmulKernel::Scalar || super::matmul_tc::tensor_cores_available_for(&x.client, x.dtype);
             ensure!(has_them, OP, "the {} kernel needs tensor cores for {:?} on this device", k.name(), x.dtype);
