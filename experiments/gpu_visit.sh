@@ -9,6 +9,7 @@
 #   bash experiments/gpu_visit.sh train ablation
 #   bash experiments/gpu_visit.sh repro repro-autotune   # run-to-run and resume, as bits
 #   bash experiments/gpu_visit.sh train-kernels          # GRPO step time under tc / hybrid / pipelined
+#   bash experiments/gpu_visit.sh compile-log            # kernel compilations in a short GRPO run, tc vs pipelined
 #   MATMUL_SWEEP="cfg1 cfg2" bash experiments/gpu_visit.sh matmul-sweep   # pipelined configurations
 #   bash experiments/gpu_visit.sh train+ablation         # parts joined by + run at once
 #
@@ -102,6 +103,18 @@ run_part() {
             python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][1:]; print(f'| {sys.argv[2]} | {len(r)} | {sum(x[\"step_s\"] for x in r)/max(len(r),1):.3f} | {sum(x[\"tokens_per_s\"] for x in r)/max(len(r),1):.0f} | {r[-1][\"trainer_weights_sha256\"] if r else \"-\"} |')" \
                 /tmp/runs-$k/h200/metrics.jsonl $k 2>&1
         done 2>&1 | tee "$out/train-kernels.md" ;;
+    compile-log)  # kernel compilations during a short GRPO run per matmul kernel (cubecl's basic compile log)
+        for k in ${TRAIN_KERNELS:-tc pipelined}; do
+            local dir=/tmp/compile-$k; rm -rf "$dir"; mkdir -p "$dir"
+            printf '[compilation.logger]\nlevel = "basic"\nfile = "%s/compile.log"\n' "$dir" > "$dir/cubecl.toml"
+            (cd "$dir" && LOCKSTEP_MATMUL=$k timeout "$(limit "${COMPILE_LOG_LIMIT:-90}")" /tmp/lockstep train "$OLDPWD/configs/h200.toml" \
+                --set log.runs_dir="$dir/runs" --set train.sft_steps=${COMPILE_LOG_SFT:-20} --set train.steps=${COMPILE_LOG_STEPS:-4} \
+                --set train.checkpoint_every=0 > "$out/compile-$k-train.log" 2>&1)
+            echo "### $k: $(grep -c 'Compiling kernel' "$dir/compile.log" 2>/dev/null) compilations; step_s per step:"
+            python3 -c "import json,sys; print(' '.join(f'{json.loads(l)[\"step_s\"]:.2f}' for l in open(sys.argv[1])))" "$dir/runs/h200/metrics.jsonl" 2>&1
+            grep -o 'Compiling kernel.*' "$dir/compile.log" 2>/dev/null | sort | uniq -c | sort -rn | head -n 15
+            cp "$dir/compile.log" "$out/compile-$k.log" 2>/dev/null
+        done 2>&1 | tee "$out/compile-log.md" ;;
     train) part_train ;;
     ablation) part_ablation ;;
     parity)

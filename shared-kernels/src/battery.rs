@@ -442,14 +442,19 @@ pub fn model_contract(dtype: DType, device: &Device, seed: u64, sequences: usize
     let (train, _) = model.sequence_logprobs(&seqs, 1.0)?;
     let want: Vec<Vec<f32>> = train;
     let mut checks = Vec::new();
-    for chunk in [usize::MAX, 1, 7, 32] {
-        let got = stepping_logprob_bits(&model, &seqs, chunk, &mut rng)?;
+    // the stepping path on the unfused forward (the ablation's kernel sets) and on the fused
+    // decode launches the sampler runs
+    let mut fused = model.clone();
+    fused.fuse_projections();
+    for (stepper, chunk) in [usize::MAX, 1, 7, 32].into_iter().flat_map(|c| [(&model, c), (&fused, c)]) {
+        let got = stepping_logprob_bits(stepper, &seqs, chunk, &mut rng)?;
         let got: Vec<Vec<f32>> = got.iter().map(|s| s.iter().map(|&b| f32::from_bits(b)).collect()).collect();
         let want_refs: Vec<&Vec<f32>> = want.iter().collect();
-        let name = if chunk == usize::MAX { "model: train vs prefill whole".to_string() } else { format!("model: train vs chunks of {chunk}") };
+        let how = if stepper.fused.is_empty() { "" } else { ", fused decode launches" };
+        let name = if chunk == usize::MAX { format!("model: train vs prefill whole{how}") } else { format!("model: train vs chunks of {chunk}{how}") };
         let check = compare(&name, dtype_name(dtype), seqs.len(), &got, &want_refs);
         if !check.identical() && PROGRESS.load(std::sync::atomic::Ordering::Relaxed) {
-            diagnose(&model, &seqs, &want, &got);
+            diagnose(stepper, &seqs, &want, &got);
         }
         checks.push(check);
     }

@@ -20,12 +20,13 @@ pub mod reference;
 pub use error::KernelError;
 pub use ops::{
     attention::{attention, causal_attention, write_kv_cache, KvCacheShape},
+    attention_inputs::{attention_inputs, QkNorm},
     embedding::embedding,
     logprob::{token_logprobs, TokenLogprobs},
     matmul::{matmul, WeightLayout},
-    pointwise::{add, swiglu},
+    pointwise::{add, swiglu, swiglu_halves},
     reduce::sum_all,
-    rmsnorm::rmsnorm,
+    rmsnorm::{add_rmsnorm, rmsnorm},
     rope::{rope, RopeTables},
     sampling::{sample, SamplingRow, row_rng_key},
 };

@@ -68,9 +68,10 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         .iter()
         .map(|k| match k.as_str() {
             "matched" => Ok(KernelSet::Matched),
+            "unfused" => Ok(KernelSet::MatchedUnfused),
             "fast" => Ok(KernelSet::Fast),
             "split_k" => Ok(KernelSet::SplitK),
-            other => Err(format!("--kernels: unknown kernel set `{other}` (matched, fast, split_k)")),
+            other => Err(format!("--kernels: unknown kernel set `{other}` (matched, unfused, fast, split_k)")),
         })
         .collect::<Result<_, _>>()?;
     if o.concurrency.is_empty() {

@@ -13,7 +13,7 @@
 
 use super::{load_checkpoint, Checkpoint, ModelConfig, ModelError};
 use crate::ops::attention::KvCacheShape;
-use crate::{add, attention, causal_attention, embedding, rope, swiglu, write_kv_cache};
+use crate::{add, add_rmsnorm, attention, attention_inputs, causal_attention, embedding, rope, swiglu, swiglu_halves, write_kv_cache, QkNorm};
 use crate::{RopeTables, WeightLayout::OutIn};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use std::path::Path;
@@ -84,6 +84,19 @@ pub struct Qwen3 {
     pub kernels: KernelSet,
     /// Mean token entropy of the last [`Qwen3::sequence_logprobs`] call (a metric).
     pub last_entropy: std::cell::Cell<Option<f64>>,
+    /// Per layer, the projections concatenated for the decode path (empty unless
+    /// [`Qwen3::fuse_projections`] ran since the weights last changed).
+    pub fused: Vec<FusedProjections>,
+}
+
+/// One layer's q/k/v and gate/up weights as one matrix each (`[q; k; v]` and `[gate; up]` by
+/// output row): a row's dot product with a weight row does not depend on which other weight
+/// rows share the launch, so the fused projections give the separate ones' bits in fewer
+/// launches. The layer's own `q_proj` ... `up_proj` become views into these (no second copy).
+#[derive(Clone, Debug)]
+pub struct FusedProjections {
+    pub qkv: Tensor<2>,
+    pub gate_up: Tensor<2>,
 }
 
 /// The kernel set a forward runs on.
@@ -92,6 +105,9 @@ pub enum KernelSet {
     /// lockstep's batch-invariant kernels: the product.
     #[default]
     Matched,
+    /// The same kernels without the decode path's fused launches (see [`FusedProjections`]):
+    /// the same bits, for benchmarks of what fusion saves.
+    MatchedUnfused,
     /// burn's default matmul and an rmsnorm built from burn ops (autotuned, split reductions,
     /// not batch invariant): the ablation's "fast" sampler. Attention and logprobs stay lockstep's.
     Fast,
@@ -159,10 +175,8 @@ impl KvCache {
         for (k, v) in self.layers.iter_mut() {
             for t in [k, v] {
                 let rows = t.clone().slice([from..from + 1, 0..len, 0..s.kv_heads, 0..s.head_dim]);
-                // take the cache tensor out so slice_assign may write in place
-                let device = t.device();
-                let whole = std::mem::replace(t, Tensor::<4>::empty([1, 1, 1, 1], &device));
-                *t = whole.slice_assign([to..to + 1, 0..len, 0..s.kv_heads, 0..s.head_dim], rows);
+                // taken out so slice_assign may write in place
+                *t = take(t).slice_assign([to..to + 1, 0..len, 0..s.kv_heads, 0..s.head_dim], rows);
             }
         }
     }
@@ -211,6 +225,7 @@ impl Qwen3 {
             rope: RopeTables::new(c.head_dim, c.max_position_embeddings, c.rope_theta, device)?,
             kernels: KernelSet::Matched,
             last_entropy: std::cell::Cell::new(None),
+            fused: Vec::new(),
         })
     }
 
@@ -240,6 +255,7 @@ impl Qwen3 {
 
     /// Every weight by HF name, mutably (in checkpoint order).
     pub fn visit_mut(&mut self, f: &mut dyn FnMut(&str, &mut Weight)) {
+        self.fused.clear(); // the weights may change: fused copies would go stale
         let one = |name: String, t: &mut Tensor<1>, f: &mut dyn FnMut(&str, &mut Weight)| {
             let mut w = Weight::Vector(t.clone());
             f(&name, &mut w);
@@ -280,6 +296,28 @@ impl Qwen3 {
         let mut out = self.clone();
         out.visit_mut(&mut |name, w| *w = f(name, w.clone()));
         out
+    }
+
+    /// Concatenates each layer's q/k/v and gate/up projections for the decode path (the
+    /// sampler calls this whenever it receives weights); the separate weights become views of
+    /// the fused ones. Any later [`Qwen3::visit_mut`] drops the fused copies again.
+    pub fn fuse_projections(&mut self) {
+        let mut fused = Vec::with_capacity(self.layers.len());
+        for l in self.layers.iter_mut() {
+            let qkv = Tensor::cat(vec![l.q_proj.clone(), l.k_proj.clone(), l.v_proj.clone()], 0);
+            let gate_up = Tensor::cat(vec![l.gate_proj.clone(), l.up_proj.clone()], 0);
+            let mut at = 0;
+            for w in [&mut l.q_proj, &mut l.k_proj, &mut l.v_proj] {
+                let [out, inp] = w.dims();
+                *w = qkv.clone().slice([at..at + out, 0..inp]);
+                at += out;
+            }
+            let [ffn, hidden] = l.gate_proj.dims();
+            l.gate_proj = gate_up.clone().slice([0..ffn, 0..hidden]);
+            l.up_proj = gate_up.clone().slice([ffn..2 * ffn, 0..hidden]);
+            fused.push(FusedProjections { qkv, gate_up });
+        }
+        self.fused = fused;
     }
 
     /// Token ids must be below the vocabulary; positions below the RoPE table.
@@ -331,6 +369,11 @@ impl Qwen3 {
         let (hq, hkv, d) = (c.num_heads, c.num_kv_heads, c.head_dim);
         let mut h = embedding(self.embed.clone(), tokens)?;
         record(&mut trace, || "embedding".into(), &h);
+        if let Some(cache) = cache.as_deref_mut() {
+            if self.kernels == KernelSet::Matched && self.fused.len() == self.layers.len() {
+                return self.forward_fused(rows, h, cache, (&slots, &positions), trace);
+            }
+        }
         for (i, l) in self.layers.iter().enumerate() {
             let x = self.norm_rows(h.clone(), l.input_norm.clone(), eps)?;
             record(&mut trace, || format!("layer {i} input_norm"), &x);
@@ -341,17 +384,17 @@ impl Qwen3 {
                 q = self.norm_rows(q, qn.clone(), eps)?;
                 k = self.norm_rows(k, kn.clone(), eps)?;
             }
-            record(&mut trace, || format!("layer {i} q_proj+q_norm"), &q.clone().reshape([n, hq * d]));
-            record(&mut trace, || format!("layer {i} k_proj+k_norm"), &k.clone().reshape([n, hkv * d]));
-            record(&mut trace, || format!("layer {i} v_proj"), &v.clone().reshape([n, hkv * d]));
             let q = rope(q, positions.clone(), &self.rope)?;
             let k = rope(k, positions.clone(), &self.rope)?;
-            record(&mut trace, || format!("layer {i} rope q"), &q.clone().reshape([n, hq * d]));
+            record(&mut trace, || format!("layer {i} q (normed, rope)"), &q.clone().reshape([n, hq * d]));
+            record(&mut trace, || format!("layer {i} k (normed, rope)"), &k.clone().reshape([n, hkv * d]));
+            record(&mut trace, || format!("layer {i} v"), &v.clone().reshape([n, hkv * d]));
             let attn = match cache.as_deref_mut() {
                 Some(cache) => {
                     let (kc, vc) = &mut cache.layers[i];
-                    *kc = write_kv_cache(kc.clone(), k, slots.clone(), positions.clone())?;
-                    *vc = write_kv_cache(vc.clone(), v, slots.clone(), positions.clone())?;
+                    // moved out so the write happens in place (a shared handle would be copied)
+                    *kc = write_kv_cache(take(kc), k, slots.clone(), positions.clone())?;
+                    *vc = write_kv_cache(take(vc), v, slots.clone(), positions.clone())?;
                     attention(q, kc.clone(), vc.clone(), slots.clone(), positions.clone(), scale)?
                 }
                 None => causal_attention(q, k, v, &rows.slots, &rows.positions, scale)?,
@@ -378,9 +421,56 @@ impl Qwen3 {
         Ok(logits)
     }
 
+
+    /// The decode path on fused launches (see [`FusedProjections`], [`attention_inputs`],
+    /// [`add_rmsnorm`], [`swiglu_halves`]): 9 launches per layer instead of 19, the same bits
+    /// as the unfused path, which the model contract checks. Records the same trace points.
+    fn forward_fused(&self, rows: &Rows, mut h: Tensor<2>, cache: &mut KvCache, (slots, positions): (&Tensor<1, Int>, &Tensor<1, Int>), mut trace: Option<&mut Vec<(String, Tensor<2>)>>) -> Result<Tensor<2>, ModelError> {
+        let c = &self.config;
+        let n = rows.len();
+        let eps = c.rms_norm_eps as f32;
+        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        let (hq, d) = (c.num_heads, c.head_dim);
+        let mut x = crate::rmsnorm(h.clone(), self.layers[0].input_norm.clone(), eps)?;
+        for (i, (l, f)) in self.layers.iter().zip(&self.fused).enumerate() {
+            record(&mut trace, || format!("layer {i} input_norm"), &x);
+            let qkv = crate::matmul(x, f.qkv.clone(), OutIn)?;
+            let qk_norm = match (&l.q_norm, &l.k_norm) {
+                (Some(q), Some(k)) => Some(QkNorm { q: q.clone(), k: k.clone(), eps }),
+                _ => None,
+            };
+            let (kc, vc) = &mut cache.layers[i];
+            let (q, k_new, v_new) = attention_inputs(qkv, hq, qk_norm.as_ref(), slots.clone(), positions.clone(), &self.rope, take(kc), take(vc))?;
+            (*kc, *vc) = (k_new, v_new);
+            record(&mut trace, || format!("layer {i} q (normed, rope)"), &q.clone().reshape([n, hq * d]));
+            if trace.is_some() {
+                record(&mut trace, || format!("layer {i} k (normed, rope)"), &cache_rows(kc, rows));
+                record(&mut trace, || format!("layer {i} v"), &cache_rows(vc, rows));
+            }
+            let attn = attention(q, kc.clone(), vc.clone(), slots.clone(), positions.clone(), scale)?;
+            record(&mut trace, || format!("layer {i} attention"), &attn.clone().reshape([n, hq * d]));
+            let o = crate::matmul(attn.reshape([n, hq * d]), l.o_proj.clone(), OutIn)?;
+            record(&mut trace, || format!("layer {i} o_proj"), &o);
+            let normed;
+            (h, normed) = add_rmsnorm(h, o, l.post_norm.clone(), eps)?;
+            record(&mut trace, || format!("layer {i} post_norm"), &normed);
+            let act = swiglu_halves(crate::matmul(normed, f.gate_up.clone(), OutIn)?)?;
+            record(&mut trace, || format!("layer {i} gate/up+swiglu"), &act);
+            let down = crate::matmul(act, l.down_proj.clone(), OutIn)?;
+            record(&mut trace, || format!("layer {i} down_proj"), &down);
+            let next_norm = self.layers.get(i + 1).map_or(&self.norm, |next| &next.input_norm);
+            (h, x) = add_rmsnorm(h, down, next_norm.clone(), eps)?;
+        }
+        record(&mut trace, || "final_norm".into(), &x);
+        let head = self.lm_head.clone().unwrap_or_else(|| self.embed.clone());
+        let logits = crate::matmul(x, head, OutIn)?;
+        record(&mut trace, || "lm_head".into(), &logits);
+        Ok(logits)
+    }
+
     fn mm(&self, x: Tensor<2>, w: Tensor<2>, layout: crate::WeightLayout) -> Result<Tensor<2>, crate::KernelError> {
         match self.kernels {
-            KernelSet::Matched => crate::matmul(x, w, layout),
+            KernelSet::Matched | KernelSet::MatchedUnfused => crate::matmul(x, w, layout),
             KernelSet::SplitK => crate::ops::matmul_split_k::matmul_split_k(x, w, layout),
             KernelSet::Fast => Ok(match layout {
                 OutIn => x.matmul(w.transpose()),
@@ -391,7 +481,7 @@ impl Qwen3 {
 
     fn norm_rows<const D: usize>(&self, x: Tensor<D>, w: Tensor<1>, eps: f32) -> Result<Tensor<D>, crate::KernelError> {
         match self.kernels {
-            KernelSet::Matched | KernelSet::SplitK => crate::rmsnorm(x, w, eps),
+            KernelSet::Matched | KernelSet::MatchedUnfused | KernelSet::SplitK => crate::rmsnorm(x, w, eps),
             KernelSet::Fast => {
                 let dtype = x.dtype();
                 let x32 = x.cast(DType::F32);
@@ -441,6 +531,21 @@ impl Qwen3 {
         }
         Ok((out, lp))
     }
+}
+
+/// Moves a cache tensor out (leaving a placeholder) so the kernel that writes it holds the only
+/// reference and may write in place.
+fn take(t: &mut Tensor<4>) -> Tensor<4> {
+    let device = t.device();
+    std::mem::replace(t, Tensor::<4>::empty([1, 1, 1, 1], &device))
+}
+
+/// The cache rows at each row's (slot, position), `[rows, kv_heads * head_dim]` (for traces).
+fn cache_rows(cache: &Tensor<4>, rows: &Rows) -> Tensor<2> {
+    let [slots, len, heads, dim] = cache.dims();
+    let at: Vec<i32> = rows.slots.iter().zip(&rows.positions).map(|(&s, &p)| (s as usize * len + p as usize) as i32).collect();
+    let index = Tensor::<1, Int>::from_data(TensorData::new(at, [rows.len()]), &cache.device());
+    cache.clone().reshape([slots * len, heads * dim]).select(0, index)
 }
 
 fn record(trace: &mut Option<&mut Vec<(String, Tensor<2>)>>, name: impl FnOnce() -> String, t: &Tensor<2>) {

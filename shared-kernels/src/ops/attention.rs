@@ -203,7 +203,7 @@ fn attention_kernel<F: Float, I: Int>(
     }
 }
 
-fn cache_shape(op: &'static str, d: &[usize]) -> Result<KvCacheShape, KernelError> {
+pub(crate) fn cache_shape(op: &'static str, d: &[usize]) -> Result<KvCacheShape, KernelError> {
     ensure!(d.len() == 4, op, "cache must be [slots, max_len, kv_heads, head_dim], got {d:?}");
     Ok(KvCacheShape { slots: d[0], max_len: d[1], kv_heads: d[2], head_dim: d[3] })
 }

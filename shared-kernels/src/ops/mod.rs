@@ -3,6 +3,7 @@
 //! only on the op's fixed configuration.
 
 pub mod attention;
+pub mod attention_inputs;
 pub mod attention_split_kv;
 pub mod embedding;
 pub mod logprob;

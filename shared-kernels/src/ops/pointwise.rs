@@ -17,9 +17,27 @@ fn swiglu_kernel<F: Float>(gate: &Tensor<F>, up: &Tensor<F>, y: &mut Tensor<F>, 
     let len = len_arg as usize;
     let i = cube_linear() * comptime!(BLOCK) + UNIT_POS_X as usize;
     if i < len {
-        let g = f32::cast_from(gate[i]);
-        let silu = g / (1.0f32 + (-g).exp());
-        y[i] = F::cast_from(silu * f32::cast_from(up[i]));
+        y[i] = F::cast_from(silu_times(f32::cast_from(gate[i]), f32::cast_from(up[i])));
+    }
+}
+
+/// `silu(g) * u` in f32, shared by both swiglu kernels.
+#[cube]
+fn silu_times(g: f32, u: f32) -> f32 {
+    let silu = g / (1.0f32 + (-g).exp());
+    silu * u
+}
+
+/// swiglu over the output of the fused gate/up projection `[rows, 2 * width]` (gate columns
+/// first): the same arithmetic as [`swiglu_kernel`] without splitting the matrix first.
+#[cube(launch)]
+fn swiglu_halves_kernel<F: Float>(gate_up: &Tensor<F>, y: &mut Tensor<F>, len_arg: u32, width_arg: u32, #[define(F)] _d: ElemType) {
+    let len = len_arg as usize;
+    let width = width_arg as usize;
+    let i = cube_linear() * comptime!(BLOCK) + UNIT_POS_X as usize;
+    if i < len {
+        let at = (i / width) * 2 * width + i % width;
+        y[i] = F::cast_from(silu_times(f32::cast_from(gate_up[at]), f32::cast_from(gate_up[at + width])));
     }
 }
 
@@ -109,4 +127,30 @@ fn add_plain<const D: usize>(a: BTensor<D>, b: BTensor<D>) -> Result<BTensor<D>,
             storage(a.dtype),
         )
     })
+}
+
+/// `silu(gate) * up` for `gate_up` = `[rows, 2 * width]` = [gate | up], as the fused gate/up
+/// projection produces it; bit-identical to [`swiglu`] on the two halves (inference only).
+pub fn swiglu_halves(gate_up: BTensor<2>) -> Result<BTensor<2>, KernelError> {
+    const OP: &str = "swiglu_halves";
+    ensure!(!gate_up.is_autodiff(), OP, "inference only: use swiglu on the training path");
+    let x = float_in(OP, "gate_up", gate_up)?;
+    let [rows, both] = [dims(&x)[0], dims(&x)[1]];
+    ensure!(both % 2 == 0 && both > 0, OP, "gate_up is [{rows}, {both}]; expected an even, non-zero number of columns [gate | up]");
+    let width = both / 2;
+    let y = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), vec![rows, width].into(), x.dtype);
+    let len = rows * width;
+    if len > 0 {
+        swiglu_halves_kernel::launch(
+            &x.client,
+            cube_count_for(len, BLOCK),
+            CubeDim::new_1d(BLOCK as u32),
+            x.clone().into_tensor_arg(),
+            y.clone().into_tensor_arg(),
+            len as u32,
+            width as u32,
+            storage(x.dtype),
+        );
+    }
+    Ok(float_out(y))
 }

@@ -53,6 +53,18 @@ impl RopeTables {
     }
 }
 
+/// The rotation of the pair (a, b) = (x[i], x[i + half]), shared with the fused decode kernel
+/// ([`super::attention_inputs`]) so both compile the same expression.
+#[cube]
+pub(crate) fn rotated_low(a: f32, b: f32, c: f32, s: f32) -> f32 {
+    a * c - b * s
+}
+
+#[cube]
+pub(crate) fn rotated_high(a: f32, b: f32, c: f32, s: f32) -> f32 {
+    b * c + a * s
+}
+
 #[cube(launch)]
 fn rope_kernel<F: Float, I: Int>(
     x: &Tensor<F>,
@@ -84,8 +96,8 @@ fn rope_kernel<F: Float, I: Int>(
         let b = f32::cast_from(x[base + pair + half]);
         let c = cos[pos * half + pair];
         let s = sin[pos * half + pair];
-        y[base + pair] = F::cast_from(a * c - b * s);
-        y[base + pair + half] = F::cast_from(b * c + a * s);
+        y[base + pair] = F::cast_from(rotated_low(a, b, c, s));
+        y[base + pair + half] = F::cast_from(rotated_high(a, b, c, s));
     }
 }
 

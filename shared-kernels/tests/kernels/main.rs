@@ -5,6 +5,7 @@
 mod accuracy;
 mod attention_chunking;
 mod errors;
+mod fused;
 mod gradients;
 mod invariance;
 mod split_k;

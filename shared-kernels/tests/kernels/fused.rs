@@ -1,0 +1,101 @@
+//! The decode path's fused launches give the unfused ops' bits: add + rmsnorm, swiglu on the
+//! fused gate/up output, and q/k-norm + RoPE + KV-cache writes from the fused q/k/v projection.
+//! Also bad shapes are errors that name the problem.
+
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use shared_kernels::{add, add_rmsnorm, attention_inputs, rmsnorm, rope, swiglu, swiglu_halves, write_kv_cache, QkNorm, RopeTables};
+
+fn bits<const D: usize>(t: Tensor<D>) -> Vec<u32> {
+    t.cast(DType::F32).into_data().convert::<f32>().try_to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect()
+}
+
+fn random<const D: usize>(rng: &mut StdRng, shape: [usize; D], scale: f32, device: &Device) -> Tensor<D> {
+    let n = shape.iter().product();
+    Tensor::<D>::from_data(TensorData::new((0..n).map(|_| rng.random_range(-scale..scale)).collect::<Vec<f32>>(), shape), device)
+}
+
+fn ints(v: Vec<i32>, device: &Device) -> Tensor<1, Int> {
+    let n = v.len();
+    Tensor::<1, Int>::from_data(TensorData::new(v, [n]), device)
+}
+
+#[test]
+fn add_rmsnorm_and_swiglu_halves_equal_the_unfused_ops_as_bits() {
+    let device = crate::device();
+    let mut rng = StdRng::seed_from_u64(crate::seed());
+    for (rows, hidden) in [(1usize, 64usize), (5, 200), (33, 130)] {
+        let (a, b) = (random(&mut rng, [rows, hidden], 2.0, &device), random(&mut rng, [rows, hidden], 2.0, &device));
+        let w = random(&mut rng, [hidden], 1.5, &device);
+        let (sum, normed) = add_rmsnorm(a.clone(), b.clone(), w.clone(), 1e-6).unwrap();
+        let want_sum = add(a, b).unwrap();
+        let want = rmsnorm(want_sum.clone(), w, 1e-6).unwrap();
+        assert_eq!(bits(sum), bits(want_sum), "sum {rows}x{hidden}");
+        assert_eq!(bits(normed), bits(want), "rmsnorm {rows}x{hidden}");
+
+        let gate_up = random(&mut rng, [rows, 2 * hidden], 4.0, &device);
+        let (gate, up) = (gate_up.clone().slice([0..rows, 0..hidden]), gate_up.clone().slice([0..rows, hidden..2 * hidden]));
+        assert_eq!(bits(swiglu_halves(gate_up).unwrap()), bits(swiglu(gate, up).unwrap()), "swiglu {rows}x{hidden}");
+    }
+}
+
+#[test]
+fn attention_inputs_equal_norm_rope_and_cache_writes_as_bits() {
+    let device = crate::device();
+    let mut rng = StdRng::seed_from_u64(crate::seed() ^ 0xa77);
+    let (slots, max_len, max_positions) = (6usize, 40usize, 64usize);
+    for (q_heads, kv_heads, head_dim, qk_norm) in [(4usize, 2usize, 16usize, true), (3, 1, 32, false), (2, 2, 8, true)] {
+        let tables = RopeTables::new(head_dim, max_positions, 10000.0, &device).unwrap();
+        let width = (q_heads + 2 * kv_heads) * head_dim;
+        let norms = QkNorm { q: random(&mut rng, [head_dim], 1.5, &device), k: random(&mut rng, [head_dim], 1.5, &device), eps: 1e-6 };
+        for rows in [1usize, 5] {
+            let qkv = random(&mut rng, [rows, width], 3.0, &device);
+            // distinct (slot, position) per row, random; caches start from random contents
+            let mut taken = std::collections::HashSet::new();
+            let (mut s, mut p) = (Vec::new(), Vec::new());
+            while s.len() < rows {
+                let (a, b) = (rng.random_range(0..slots as i32), rng.random_range(0..max_len as i32));
+                if taken.insert((a, b)) {
+                    s.push(a);
+                    p.push(b);
+                }
+            }
+            let k0 = random(&mut rng, [slots, max_len, kv_heads, head_dim], 1.0, &device);
+            let v0 = random(&mut rng, [slots, max_len, kv_heads, head_dim], 1.0, &device);
+            let (st, pt) = (ints(s, &device), ints(p, &device));
+
+            let (q, k_cache, v_cache) = attention_inputs(qkv.clone(), q_heads, qk_norm.then_some(&norms), st.clone(), pt.clone(), &tables, k0.clone(), v0.clone()).unwrap();
+
+            let split = |from: usize, heads: usize| qkv.clone().slice([0..rows, from * head_dim..(from + heads) * head_dim]).reshape([rows, heads, head_dim]);
+            let (mut wq, mut wk, wv) = (split(0, q_heads), split(q_heads, kv_heads), split(q_heads + kv_heads, kv_heads));
+            if qk_norm {
+                wq = rmsnorm(wq, norms.q.clone(), norms.eps).unwrap();
+                wk = rmsnorm(wk, norms.k.clone(), norms.eps).unwrap();
+            }
+            let wq = rope(wq, pt.clone(), &tables).unwrap();
+            let wk = rope(wk, pt.clone(), &tables).unwrap();
+            let want_k = write_kv_cache(k0, wk, st.clone(), pt.clone()).unwrap();
+            let want_v = write_kv_cache(v0, wv, st, pt).unwrap();
+            let what = format!("{q_heads}/{kv_heads} heads x {head_dim}, qk_norm {qk_norm}, {rows} rows");
+            assert_eq!(bits(q), bits(wq), "queries, {what}");
+            assert_eq!(bits(k_cache), bits(want_k), "key cache, {what}");
+            assert_eq!(bits(v_cache), bits(want_v), "value cache, {what}");
+        }
+    }
+}
+
+#[test]
+fn fused_launchers_reject_bad_shapes_by_name() {
+    let device = crate::device();
+    let mut rng = StdRng::seed_from_u64(crate::seed() ^ 0xbad);
+    let tables = RopeTables::new(8, 16, 10000.0, &device).unwrap();
+    let cache = || Tensor::<4>::zeros([2, 8, 1, 8], &device);
+    // 2 query heads + 2 x 1 kv heads of 8 = 32 columns; give 30
+    let err = attention_inputs(random(&mut rng, [1, 30], 1.0, &device), 2, None, ints(vec![0], &device), ints(vec![0], &device), &tables, cache(), cache()).unwrap_err().to_string();
+    assert!(err.contains("attention_inputs") && err.contains("qkv"), "{err}");
+    let err = swiglu_halves(random(&mut rng, [2, 7], 1.0, &device)).unwrap_err().to_string();
+    assert!(err.contains("swiglu_halves") && err.contains("even"), "{err}");
+    let err = add_rmsnorm(random(&mut rng, [2, 8], 1.0, &device), random(&mut rng, [2, 8], 1.0, &device), random(&mut rng, [7], 1.0, &device), 1e-6).unwrap_err().to_string();
+    assert!(err.contains("add_rmsnorm") && err.contains("weight"), "{err}");
+}
