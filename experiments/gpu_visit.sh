@@ -78,8 +78,13 @@ run_part() {
         PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py none \
             --model /tmp/bench-model --concurrency 1,8,64,256 2>&1 | grep -v Warning | tee "$out/generate.md" ;;
     sampler)  # sampler tokens/s, lockstep kernels; saves the model for transformers
-        timeout "$(limit "${SAMPLER_LIMIT:-60}")" /tmp/lockstep bench "${bench_common[@]}" --kernels matched --skip-ops \
+        timeout "$(limit "${SAMPLER_LIMIT:-60}")" /tmp/lockstep bench "${bench_common[@]}" --kernels ${SAMPLER_KERNELS:-matched} --skip-ops \
             --save-model /tmp/bench-model 2>&1 | tee "$out/sampler.md" ;;
+    sampler-fusion)  # the decode path on fused launches vs unfused (same kernels, same bits), small preset
+        timeout "$(limit "${SAMPLER_LIMIT:-90}")" /tmp/lockstep bench "${bench_common[@]}" --kernels matched,unfused --skip-ops 2>&1 | tee "$out/sampler-fusion.md" ;;
+    sampler-qwen)  # the same at Qwen3-0.6B's shape (28 layers, vocab 151936), random weights
+        timeout "$(limit "${SAMPLER_QWEN_LIMIT:-150}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --prompt-len 32 --new-tokens 32 --repeats 5 \
+            --kernels matched,unfused --concurrency ${SAMPLER_QWEN_CONCURRENCY:-1,16,64,256} --skip-ops 2>&1 | tee "$out/sampler-qwen.md" ;;
     sampler-fast)  # the same engine on burn's defaults (autotune warm-up is slow at every new shape)
         timeout "$(limit "${SAMPLER_FAST_LIMIT:-150}")" /tmp/lockstep bench "${bench_common[@]}" --kernels fast --skip-ops 2>&1 | tee "$out/sampler-fast.md" ;;
     kernels)  # each kernel vs burn's default at Qwen3-0.6B's shapes, trainer step and MFU
@@ -103,6 +108,16 @@ run_part() {
             python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][1:]; print(f'| {sys.argv[2]} | {len(r)} | {sum(x[\"step_s\"] for x in r)/max(len(r),1):.3f} | {sum(x[\"tokens_per_s\"] for x in r)/max(len(r),1):.0f} | {r[-1][\"trainer_weights_sha256\"] if r else \"-\"} |')" \
                 /tmp/runs-$k/h200/metrics.jsonl $k 2>&1
         done 2>&1 | tee "$out/train-kernels.md" ;;
+    train-fusion)  # GRPO on configs/h200.toml with the sampler's fused decode launches on and off (same bits, so the same weights)
+        for f in on off; do
+            rm -rf /tmp/runs-fusion-$f
+            LOCKSTEP_DECODE_FUSION=$f timeout "$(limit "${TRAIN_KERNEL_LIMIT:-90}")" /tmp/lockstep train configs/h200.toml \
+                --set log.runs_dir=/tmp/runs-fusion-$f --set train.sft_steps=50 --set train.steps=${TRAIN_FUSION_STEPS:-8} --set train.checkpoint_every=0 \
+                > "$out/train-fusion-$f.log" 2>&1
+            tail -n 3 "$out/train-fusion-$f.log"
+            python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][1:]; print(f'| fusion {sys.argv[2]} | {len(r)} | {sum(x[\"step_s\"] for x in r)/max(len(r),1):.3f} | {sum(x[\"tokens_per_s\"] for x in r)/max(len(r),1):.0f} | {r[-1][\"trainer_weights_sha256\"] if r else \"-\"} |')" \
+                /tmp/runs-fusion-$f/h200/metrics.jsonl $f 2>&1
+        done 2>&1 | tee "$out/train-fusion.md" ;;
     compile-log)  # kernel compilations during a short GRPO run per matmul kernel (cubecl's basic compile log)
         for k in ${TRAIN_KERNELS:-tc pipelined}; do
             local dir=/tmp/compile-$k; rm -rf "$dir"; mkdir -p "$dir"

@@ -47,7 +47,7 @@ pub(crate) fn sync(device: &Device) {
 }
 
 pub(crate) fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    xs.sort_by(|a, b| a.total_cmp(b));
     xs[xs.len() / 2]
 }
 
@@ -84,32 +84,42 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     println!("| concurrency | {} tok/s |{}", names.join(" tok/s | "), ratio_heads.concat());
     println!("|---|{}", "---|".repeat(sets.len() + ratio_heads.len()));
     for &c in &o.concurrency {
-        let mut rates = Vec::new();
+        let context = o.prompt_len + o.new_tokens;
+        let requests = |round: u64| -> Vec<Request> {
+            (0..c as u64)
+                .map(|i| Request {
+                    id: round * 1_000_000 + i,
+                    prompt: (0..o.prompt_len).map(|p| ((i as usize * 31 + p * 7) % config.vocab_size) as u32).collect(),
+                    params: SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: o.new_tokens, stop_tokens: vec![], seed: 1 },
+                })
+                .collect()
+        };
+        let mut engines = Vec::new();
         for &kernels in &sets {
             let mut m = model.clone();
             m.kernels = kernels;
-            let context = o.prompt_len + o.new_tokens;
             let mut engine = Engine::new(m, EngineConfig { max_batch: c, context, chunk_size: o.prompt_len.max(1), share_prompt_prefix: true }).map_err(|e| e.to_string())?;
-            let requests = |round: u64| -> Vec<Request> {
-                (0..c as u64)
-                    .map(|i| Request {
-                        id: round * 1_000_000 + i,
-                        prompt: (0..o.prompt_len).map(|p| ((i as usize * 31 + p * 7) % config.vocab_size) as u32).collect(),
-                        params: SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: o.new_tokens, stop_tokens: vec![], seed: 1 },
-                    })
-                    .collect()
-            };
             let warm = Instant::now();
             engine.generate(requests(0)); // warm-up: kernel compilation (and burn's autotuning)
             sync(&device);
-            let warm_s = warm.elapsed().as_secs_f64();
-            let t = Instant::now();
-            let out = engine.generate(requests(1));
-            sync(&device);
-            let generated: usize = out.iter().filter_map(|r| r.as_ref().ok()).map(|c| c.tokens.len()).sum();
-            let secs = t.elapsed().as_secs_f64();
-            eprintln!("bench: {kernels:?} concurrency {c}: warm-up {warm_s:.1}s, timed {secs:.2}s for {generated} tokens");
-            rates.push(generated as f64 / secs);
+            eprintln!("bench: {kernels:?} concurrency {c}: warm-up {:.1}s", warm.elapsed().as_secs_f64());
+            engines.push(engine);
+        }
+        // rounds alternate between the kernel sets, so drift on a shared machine hits all alike;
+        // each set's rate is the median of its rounds
+        let mut rates = vec![Vec::new(); sets.len()];
+        for round in 0..o.repeats.max(1) {
+            for (engine, rate) in engines.iter_mut().zip(rates.iter_mut()) {
+                let t = Instant::now();
+                let out = engine.generate(requests(round as u64 + 1));
+                sync(&device);
+                let generated: usize = out.iter().filter_map(|r| r.as_ref().ok()).map(|c| c.tokens.len()).sum();
+                rate.push(generated as f64 / t.elapsed().as_secs_f64());
+            }
+        }
+        let rates: Vec<f64> = rates.into_iter().map(median).collect();
+        for (kernels, r) in sets.iter().zip(&rates) {
+            eprintln!("bench: {kernels:?} concurrency {c}: median {r:.1} tok/s over {} rounds", o.repeats.max(1));
         }
         let cells: Vec<String> = rates.iter().map(|r| format!("{r:.1}")).collect();
         let ratio: String = rates.iter().skip(1).map(|r| format!(" {:.2} |", rates[0] / r)).collect();
