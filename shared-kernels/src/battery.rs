@@ -314,7 +314,8 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
         Ok(rows_of(host(crate::attention(qt, kc.clone(), vc.clone(), st, pt, scale)?), width))
     })?);
     if which == Impl::Lockstep {
-        // the opt-in split-KV kernel under the same check (positions reach several 64-key splits)
+        // each kernel by name under the same check, whatever the process default (positions
+        // reach several 64-key splits)
         use crate::ops::attention::{attention_with, AttentionKernel};
         checks.extend(row_invariance("attention decode split_kv", dtype, pool, &BATCH_SIZES, seed + 9, |idx| {
             let qt = float_tensor(gather(&qx, width, idx), [idx.len(), heads, head_dim], dtype, device);
@@ -322,6 +323,25 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
             let pt = int_tensor(idx.iter().map(|&i| positions[i]).collect(), device);
             Ok(rows_of(host(attention_with(Some(AttentionKernel::SplitKv), qt, kc.clone(), vc.clone(), st, pt, scale)?), width))
         })?);
+        checks.extend(row_invariance("attention decode sequential", dtype, pool, &BATCH_SIZES, seed + 9, |idx| {
+            let qt = float_tensor(gather(&qx, width, idx), [idx.len(), heads, head_dim], dtype, device);
+            let st = int_tensor(idx.iter().map(|&i| (i % ATTENTION_SLOTS) as i32).collect(), device);
+            let pt = int_tensor(idx.iter().map(|&i| positions[i]).collect(), device);
+            Ok(rows_of(host(attention_with(Some(AttentionKernel::Sequential), qt, kc.clone(), vc.clone(), st, pt, scale)?), width))
+        })?);
+        // while a prefix fits one split the two kernels must agree as bits: the default
+        // (split_kv) runs the sequential kernel on caches of at most one split
+        let within: Vec<usize> = (0..pool).filter(|&i| (positions[i] as usize) < crate::ops::attention::KV_SPLIT).collect();
+        if kv_len > crate::ops::attention::KV_SPLIT && !within.is_empty() {
+            let run = |kernel| -> Result<Vec<Vec<f32>>, KernelError> {
+                let qt = float_tensor(gather(&qx, width, &within), [within.len(), heads, head_dim], dtype, device);
+                let st = int_tensor(within.iter().map(|&i| (i % ATTENTION_SLOTS) as i32).collect(), device);
+                let pt = int_tensor(within.iter().map(|&i| positions[i]).collect(), device);
+                Ok(rows_of(host(attention_with(Some(kernel), qt, kc.clone(), vc.clone(), st, pt, scale)?), width))
+            };
+            let (split, sequential) = (run(AttentionKernel::SplitKv)?, run(AttentionKernel::Sequential)?);
+            checks.push(compare("attention split_kv = sequential (prefix within one split)", dtype_name(dtype), within.len(), &split, &sequential.iter().collect::<Vec<_>>()));
+        }
     }
 
     // sampling: token and its logprob per row, mixed parameters

@@ -276,14 +276,15 @@ pub enum AttentionKernel {
     SplitKv,
 }
 
-/// `LOCKSTEP_ATTENTION` = sequential | split_kv (read once per process); unset: sequential. An
-/// unknown value is an error naming the variable.
+/// `LOCKSTEP_ATTENTION` = sequential | split_kv (read once per process); unset: split_kv (4-17x
+/// faster decode at 1k-4k keys on the H200, docs/perf.md). An unknown value is an error naming
+/// the variable.
 pub fn process_attention_kernel() -> Result<AttentionKernel, KernelError> {
     static KERNEL: std::sync::OnceLock<Result<AttentionKernel, String>> = std::sync::OnceLock::new();
     KERNEL
         .get_or_init(|| match std::env::var("LOCKSTEP_ATTENTION").as_deref() {
-            Err(_) | Ok("sequential") => Ok(AttentionKernel::Sequential),
-            Ok("split_kv") => Ok(AttentionKernel::SplitKv),
+            Ok("sequential") => Ok(AttentionKernel::Sequential),
+            Err(_) | Ok("split_kv") => Ok(AttentionKernel::SplitKv),
             Ok(other) => Err(format!("LOCKSTEP_ATTENTION={other:?} is not one of sequential, split_kv")),
         })
         .clone()
@@ -322,7 +323,10 @@ pub fn attention_with(
         Some(k) => k,
         None => process_attention_kernel()?,
     };
-    if kernel == AttentionKernel::SplitKv {
+    // With at most KV_SPLIT cache positions every prefix fits one split, where the two kernels
+    // give the same bits (tests/kernels/attention_chunking.rs, battery): the one-launch kernel
+    // then does split_kv's work. The rule depends on the cache shape only, never on the rows.
+    if kernel == AttentionKernel::SplitKv && shape.max_len > KV_SPLIT {
         let dims = (rows, q_heads, shape.kv_heads, shape.max_len, head_dim);
         return Ok(float_out(super::attention_split_kv::split_kv_attention(&q, k, v, &slots, positions, dims, scale)));
     }
