@@ -10,6 +10,7 @@
 #   bash experiments/gpu_visit.sh repro repro-autotune   # run-to-run and resume, as bits
 #   bash experiments/gpu_visit.sh train-kernels          # GRPO step time under tc / hybrid / pipelined
 #   bash experiments/gpu_visit.sh compile-log            # kernel compilations in a short GRPO run, tc vs pipelined
+#   bash experiments/gpu_visit.sh profile                # per-kernel GPU time: trainer step and sampler decode
 #   MATMUL_SWEEP="cfg1 cfg2" bash experiments/gpu_visit.sh matmul-sweep   # pipelined configurations
 #   bash experiments/gpu_visit.sh train+ablation         # parts joined by + run at once
 #
@@ -118,6 +119,21 @@ run_part() {
             python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][1:]; print(f'| fusion {sys.argv[2]} | {len(r)} | {sum(x[\"step_s\"] for x in r)/max(len(r),1):.3f} | {sum(x[\"tokens_per_s\"] for x in r)/max(len(r),1):.0f} | {r[-1][\"trainer_weights_sha256\"] if r else \"-\"} |')" \
                 /tmp/runs-fusion-$f/h200/metrics.jsonl $f 2>&1
         done 2>&1 | tee "$out/train-fusion.md" ;;
+    profile)  # per-kernel GPU time (cubecl's profiler times every launch) of the trainer step and of sampler decode, Qwen3-0.6B shape
+        local dir=/tmp/profile; rm -rf "$dir"; mkdir -p "$dir"
+        for what in trainer decode; do
+            mkdir -p "$dir/$what"
+            printf '[profiling.logger]\nlevel = "basic"\nfile = "%s/profile.log"\n' "$dir/$what" > "$dir/$what/cubecl.toml"
+        done
+        {
+            echo "### trainer step (8 and 32 sequences x 128 tokens), kernels by GPU time"
+            (cd "$dir/trainer" && timeout "$(limit "${PROFILE_LIMIT:-120}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --trainer-only --repeats 2 2>&1 | grep "^|")
+            python3 experiments/profile_summary.py "$dir/trainer/profile.log" --top 30
+            echo; echo "### sampler decode (concurrency ${PROFILE_CONCURRENCY:-1,64}), kernels by GPU time"
+            (cd "$dir/decode" && timeout "$(limit "${PROFILE_LIMIT:-120}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --prompt-len 32 --new-tokens 32 --repeats 1 \
+                --kernels matched --concurrency ${PROFILE_CONCURRENCY:-1,64} --skip-ops 2>&1 | grep "^|")
+            python3 experiments/profile_summary.py "$dir/decode/profile.log" --top 30
+        } 2>&1 | tee "$out/profile.md" ;;
     compile-log)  # kernel compilations during a short GRPO run per matmul kernel (cubecl's basic compile log)
         for k in ${TRAIN_KERNELS:-tc pipelined}; do
             local dir=/tmp/compile-$k; rm -rf "$dir"; mkdir -p "$dir"

@@ -18,7 +18,7 @@ pub struct BenchOptions {
     pub new_tokens: usize,
     pub repeats: usize,
     pub dtype: DType,
-    /// Sampler kernel sets to time: "matched" and/or "fast".
+    /// Sampler kernel sets to time: "matched", "unfused", "fast", "split_k".
     pub kernels: Vec<String>,
     /// Skip the per-kernel table.
     pub skip_ops: bool,
@@ -26,6 +26,8 @@ pub struct BenchOptions {
     pub no_burn: bool,
     /// Kernel table: only the default matmul kernel's rows.
     pub matmul_only: bool,
+    /// Skip the kernel table: only the trainer step.
+    pub trainer_only: bool,
     /// Also write the kernel timings as JSON (read by experiments/torch_bench.py).
     pub json: Option<std::path::PathBuf>,
     /// Also save the bench model in HF layout (for transformers' generate on the same weights).

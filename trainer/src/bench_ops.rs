@@ -36,6 +36,9 @@ fn rand2(shape: [usize; 2], dtype: DType, device: &Device) -> Tensor<2> {
 }
 
 pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<(), String> {
+    if o.trainer_only {
+        return trainer_step(o, config, device);
+    }
     let (h, ffn, v) = (config.hidden_size, config.intermediate_size, config.vocab_size);
     let ms: &[usize] = &[1, 16, 64, 256, 1024, 4096];
     let mut rows = Vec::new();

@@ -49,7 +49,8 @@ enum Command {
         /// f32 or bf16.
         #[arg(long, default_value = "f32")]
         dtype: String,
-        /// Which sampler kernel sets to time: matched, fast, or both.
+        /// Which sampler kernel sets to time: matched, unfused (matched without the fused decode
+        /// launches), fast, split_k.
         #[arg(long, value_delimiter = ',', default_value = "matched,fast")]
         kernels: Vec<String>,
         /// Only the sampler table, not the per-kernel one.
@@ -61,6 +62,9 @@ enum Command {
         /// Kernel table: only the default matmul kernel's rows (for sweeps of LOCKSTEP_PIPELINED_*).
         #[arg(long)]
         matmul_only: bool,
+        /// Kernel table skipped: only the trainer step (for profiles of it).
+        #[arg(long)]
+        trainer_only: bool,
         /// Also write the kernel timings as JSON (for experiments/torch_bench.py).
         #[arg(long)]
         json: Option<PathBuf>,
@@ -114,7 +118,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train { config, overrides, resume, max_steps } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps)),
-        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, json, save_model } => {
+        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, json, save_model } => {
             let Some(dtype) = parse_dtype(&dtype) else { return ExitCode::from(2) };
             let concurrency: Vec<usize> = match concurrency.iter().filter(|c| *c != "none").map(|c| c.parse::<usize>()).collect() {
                 Ok(c) => c,
@@ -123,7 +127,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, json, save_model }).map_err(RunError::Other)
+            trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, json, save_model }).map_err(RunError::Other)
         }
         Command::Check { preset, dtypes, seed, fast, split_k } => {
             let Some(dtypes) = dtypes.iter().map(|d| parse_dtype(d)).collect::<Option<Vec<_>>>() else { return ExitCode::from(2) };
