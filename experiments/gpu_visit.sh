@@ -11,6 +11,7 @@
 #   bash experiments/gpu_visit.sh train-kernels          # GRPO step time under tc / hybrid / pipelined
 #   bash experiments/gpu_visit.sh compile-log            # kernel compilations in a short GRPO run, tc vs pipelined
 #   bash experiments/gpu_visit.sh profile                # per-kernel GPU time: trainer step and sampler decode
+#   bash experiments/gpu_visit.sh attention-ab           # split-KV vs sequential attention: trainer step, long-context sampler
 #   MATMUL_SWEEP="cfg1 cfg2" bash experiments/gpu_visit.sh matmul-sweep   # pipelined configurations
 #   bash experiments/gpu_visit.sh train+ablation         # parts joined by + run at once
 #
@@ -134,6 +135,13 @@ run_part() {
                 --kernels matched --concurrency ${PROFILE_CONCURRENCY:-1,64} --skip-ops 2>&1 | grep "^|")
             python3 experiments/profile_summary.py "$dir/decode/profile.log" --top 30
         } 2>&1 | tee "$out/profile.md" ;;
+    attention-ab)  # default split-KV attention vs the sequential kernel: trainer step, and the sampler at a long context (Qwen3-0.6B shape)
+        for a in split_kv sequential; do
+            echo "### LOCKSTEP_ATTENTION=$a"
+            LOCKSTEP_ATTENTION=$a timeout "$(limit "${AB_LIMIT:-100}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --trainer-only --repeats 5 2>&1 | grep "^|"
+            LOCKSTEP_ATTENTION=$a timeout "$(limit "${AB_LIMIT:-100}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --prompt-len ${AB_PROMPT:-1024} --new-tokens ${AB_NEW:-128} \
+                --repeats 3 --kernels matched --concurrency ${AB_CONCURRENCY:-1,16,64} --skip-ops 2>&1 | grep "^|\|error"
+        done 2>&1 | tee "$out/attention-ab.md" ;;
     compile-log)  # kernel compilations during a short GRPO run per matmul kernel (cubecl's basic compile log)
         for k in ${TRAIN_KERNELS:-tc pipelined}; do
             local dir=/tmp/compile-$k; rm -rf "$dir"; mkdir -p "$dir"

@@ -7,7 +7,7 @@
 //! make that irrelevant to every bit.
 
 use crate::request::{Completion, FinishReason, Request, SampleError, Timings};
-use burn::tensor::{DType, Int, Tensor, TensorData};
+use burn::tensor::DType;
 use shared_kernels::model::{KernelSet, KvCache, Qwen3, Rows};
 use shared_kernels::{row_rng_key, sample, SamplingRow};
 use std::collections::VecDeque;
@@ -255,14 +255,11 @@ impl Engine {
     }
 
     fn run(&mut self, rows: &Rows, sample_at: &[(usize, usize)]) -> Result<(), String> {
-        let logits = self.model.forward(rows, Some(&mut self.cache)).map_err(|e| e.to_string())?;
-        if sample_at.is_empty() {
+        // logits only for the rows that are sampled (the last row of a prompt, decode rows)
+        let at: Vec<usize> = sample_at.iter().map(|&(_, r)| r).collect();
+        let Some(picked) = self.model.forward_at(rows, Some(&mut self.cache), &at).map_err(|e| e.to_string())? else {
             return Ok(());
-        }
-        let device = logits.device();
-        let idx: Vec<i32> = sample_at.iter().map(|&(_, r)| r as i32).collect();
-        let n = idx.len();
-        let picked = logits.select(0, Tensor::<1, Int>::from_data(TensorData::new(idx, [n]), &device));
+        };
         let params: Vec<SamplingRow> = sample_at
             .iter()
             .map(|&(a, _)| {

@@ -351,7 +351,22 @@ impl Qwen3 {
 
     /// [`Qwen3::forward`], recording every op's output `[rows, features]` under a name like
     /// "layer 3 q_proj" (for the auditor that finds where two paths first differ).
-    pub fn forward_traced(&self, rows: &Rows, mut cache: Option<&mut KvCache>, mut trace: Option<&mut Vec<(String, Tensor<2>)>>) -> Result<Tensor<2>, ModelError> {
+    pub fn forward_traced(&self, rows: &Rows, cache: Option<&mut KvCache>, trace: Option<&mut Vec<(String, Tensor<2>)>>) -> Result<Tensor<2>, ModelError> {
+        self.forward_inner(rows, cache, trace, None)?.ok_or_else(|| ModelError::Input("no logits requested".into()))
+    }
+
+    /// [`Qwen3::forward`] with logits for the rows in `at` only (in that order; `None` when `at`
+    /// is empty, e.g. a step of prompt chunks that ends none): the sampler needs a prompt's last
+    /// row only, and the LM head is a quarter of a small model's prefill work. Rows are
+    /// independent in every kernel, so the selected rows' logits have the bits of a full forward.
+    pub fn forward_at(&self, rows: &Rows, cache: Option<&mut KvCache>, at: &[usize]) -> Result<Option<Tensor<2>>, ModelError> {
+        if let Some(&r) = at.iter().find(|&&r| r >= rows.len()) {
+            return Err(ModelError::Input(format!("logits asked for row {r} of {} rows", rows.len())));
+        }
+        self.forward_inner(rows, cache, None, Some(at))
+    }
+
+    fn forward_inner(&self, rows: &Rows, mut cache: Option<&mut KvCache>, mut trace: Option<&mut Vec<(String, Tensor<2>)>>, at: Option<&[usize]>) -> Result<Option<Tensor<2>>, ModelError> {
         self.check_rows(rows)?;
         let c = &self.config;
         let device = self.embed.device();
@@ -371,7 +386,7 @@ impl Qwen3 {
         record(&mut trace, || "embedding".into(), &h);
         if let Some(cache) = cache.as_deref_mut() {
             if self.kernels == KernelSet::Matched && self.fused.len() == self.layers.len() {
-                return self.forward_fused(rows, h, cache, (&slots, &positions), trace);
+                return self.forward_fused(rows, h, cache, (&slots, &positions), trace, at);
             }
         }
         for (i, l) in self.layers.iter().enumerate() {
@@ -414,18 +429,32 @@ impl Qwen3 {
             h = add(h, down)?;
         }
         let x = self.norm_rows(h, self.norm.clone(), eps)?;
-        record(&mut trace, || "final_norm".into(), &x);
+        self.lm_head_at(x, at, &mut trace)
+    }
+
+    /// The LM head on the final-normed rows `x`, all of them or those in `at`.
+    fn lm_head_at(&self, x: Tensor<2>, at: Option<&[usize]>, trace: &mut Option<&mut Vec<(String, Tensor<2>)>>) -> Result<Option<Tensor<2>>, ModelError> {
+        record(trace, || "final_norm".into(), &x);
+        let x = match at {
+            None => x,
+            Some([]) => return Ok(None),
+            Some(at) => {
+                let index: Vec<i32> = at.iter().map(|&r| r as i32).collect();
+                let device = x.device();
+                x.select(0, Tensor::<1, Int>::from_data(TensorData::new(index, [at.len()]), &device))
+            }
+        };
         let head = self.lm_head.clone().unwrap_or_else(|| self.embed.clone());
         let logits = self.mm(x, head, OutIn)?;
-        record(&mut trace, || "lm_head".into(), &logits);
-        Ok(logits)
+        record(trace, || "lm_head".into(), &logits);
+        Ok(Some(logits))
     }
 
 
     /// The decode path on fused launches (see [`FusedProjections`], [`attention_inputs`],
     /// [`add_rmsnorm`], [`swiglu_halves`]): 9 launches per layer instead of 19, the same bits
     /// as the unfused path, which the model contract checks. Records the same trace points.
-    fn forward_fused(&self, rows: &Rows, mut h: Tensor<2>, cache: &mut KvCache, (slots, positions): (&Tensor<1, Int>, &Tensor<1, Int>), mut trace: Option<&mut Vec<(String, Tensor<2>)>>) -> Result<Tensor<2>, ModelError> {
+    fn forward_fused(&self, rows: &Rows, mut h: Tensor<2>, cache: &mut KvCache, (slots, positions): (&Tensor<1, Int>, &Tensor<1, Int>), mut trace: Option<&mut Vec<(String, Tensor<2>)>>, at: Option<&[usize]>) -> Result<Option<Tensor<2>>, ModelError> {
         let c = &self.config;
         let n = rows.len();
         let eps = c.rms_norm_eps as f32;
@@ -461,11 +490,7 @@ impl Qwen3 {
             let next_norm = self.layers.get(i + 1).map_or(&self.norm, |next| &next.input_norm);
             (h, x) = add_rmsnorm(h, down, next_norm.clone(), eps)?;
         }
-        record(&mut trace, || "final_norm".into(), &x);
-        let head = self.lm_head.clone().unwrap_or_else(|| self.embed.clone());
-        let logits = crate::matmul(x, head, OutIn)?;
-        record(&mut trace, || "lm_head".into(), &logits);
-        Ok(logits)
+        self.lm_head_at(x, at, &mut trace)
     }
 
     fn mm(&self, x: Tensor<2>, w: Tensor<2>, layout: crate::WeightLayout) -> Result<Tensor<2>, crate::KernelError> {

@@ -25,3 +25,31 @@ fn the_training_path_does_not_depend_on_its_batch_neighbours() {
         assert_eq!(alone[0].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), all[i].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "sequence {i}");
     }
 }
+
+#[test]
+fn logits_for_selected_rows_have_the_bits_of_the_full_forward() {
+    use rand::{Rng, SeedableRng};
+    use shared_kernels::model::{tiny_config, Checkpoint, KvCache, Qwen3, Rows};
+    let device = crate::device();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(crate::seed() ^ 0x5e1);
+    let mut model = Qwen3::from_checkpoint(&Checkpoint::random(tiny_config(61, true), 0.2, rng.random()), DType::F32, &device).unwrap();
+    model.fuse_projections();
+    let mut rows = Rows::default();
+    for s in 0..3u32 {
+        for p in 0..rng.random_range(3..20u32) {
+            rows.push(rng.random_range(0..61), s, p);
+        }
+    }
+    let bits = |t: burn::tensor::Tensor<2>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let cache = || KvCache::new(&model.config, 3, 32, DType::F32, &device);
+    let full = bits(model.forward(&rows, Some(&mut cache())).unwrap());
+    let at = vec![rows.len() - 1, 0, rng.random_range(0..rows.len())];
+    let picked = bits(model.forward_at(&rows, Some(&mut cache()), &at).unwrap().expect("rows were asked for"));
+    let vocab = 61;
+    for (i, &r) in at.iter().enumerate() {
+        assert_eq!(picked[i * vocab..(i + 1) * vocab], full[r * vocab..(r + 1) * vocab], "row {r}");
+    }
+    assert!(model.forward_at(&rows, Some(&mut cache()), &[]).unwrap().is_none());
+    let err = model.forward_at(&rows, Some(&mut cache()), &[rows.len()]).unwrap_err().to_string();
+    assert!(err.contains(&format!("row {}", rows.len())), "{err}");
+}
