@@ -127,13 +127,17 @@ run_part() {
             printf '[profiling.logger]\nlevel = "basic"\nfile = "%s/profile.log"\n' "$dir/$what" > "$dir/$what/cubecl.toml"
         done
         {
-            echo "### trainer step (8 and 32 sequences x 128 tokens), kernels by GPU time"
-            (cd "$dir/trainer" && timeout "$(limit "${PROFILE_LIMIT:-120}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --trainer-only --repeats 2 2>&1 | grep "^|")
-            python3 experiments/profile_summary.py "$dir/trainer/profile.log" --top 30
-            echo; echo "### sampler decode (concurrency ${PROFILE_CONCURRENCY:-1,64}), kernels by GPU time"
-            (cd "$dir/decode" && timeout "$(limit "${PROFILE_LIMIT:-120}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --prompt-len 32 --new-tokens 32 --repeats 1 \
-                --kernels matched --concurrency ${PROFILE_CONCURRENCY:-1,64} --skip-ops 2>&1 | grep "^|")
-            python3 experiments/profile_summary.py "$dir/decode/profile.log" --top 30
+            if [[ " ${PROFILE_PARTS:-trainer decode} " == *" trainer "* ]]; then
+                echo "### trainer step (8 and 32 sequences x 128 tokens), kernels by GPU time"
+                (cd "$dir/trainer" && timeout "$(limit "${PROFILE_LIMIT:-120}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --trainer-only --repeats 2 2>&1 | grep "^|")
+                python3 experiments/profile_summary.py "$dir/trainer/profile.log" --top 30
+            fi
+            if [[ " ${PROFILE_PARTS:-trainer decode} " == *" decode "* ]]; then
+                echo; echo "### sampler (prompt ${PROFILE_PROMPT:-32}, ${PROFILE_NEW:-32} new tokens, concurrency ${PROFILE_CONCURRENCY:-1,64}), kernels by GPU time"
+                (cd "$dir/decode" && timeout "$(limit "${PROFILE_LIMIT:-120}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --prompt-len ${PROFILE_PROMPT:-32} --new-tokens ${PROFILE_NEW:-32} --repeats 1 \
+                    --kernels matched --concurrency ${PROFILE_CONCURRENCY:-1,64} --skip-ops 2>&1 | grep "^|\|^bench")
+                python3 experiments/profile_summary.py "$dir/decode/profile.log" --top 30
+            fi
         } 2>&1 | tee "$out/profile.md" ;;
     attention-ab)  # default split-KV attention vs the sequential kernel: trainer step, and the sampler at a long context (Qwen3-0.6B shape)
         for a in split_kv sequential; do
@@ -148,8 +152,12 @@ run_part() {
             printf '[compilation.logger]\nlevel = "basic"\nfile = "%s/compile.log"\n' "$dir" > "$dir/cubecl.toml"
             (cd "$dir" && LOCKSTEP_MATMUL=$k timeout "$(limit "${COMPILE_LOG_LIMIT:-90}")" /tmp/lockstep train "$OLDPWD/configs/h200.toml" \
                 --set log.runs_dir="$dir/runs" --set train.sft_steps=${COMPILE_LOG_SFT:-20} --set train.steps=${COMPILE_LOG_STEPS:-4} \
-                --set train.checkpoint_every=0 > "$out/compile-$k-train.log" 2>&1)
-            echo "### $k: $(grep -c 'Compiling kernel' "$dir/compile.log" 2>/dev/null) compilations; step_s per step:"
+                --set train.checkpoint_every=0 2>&1 | while IFS= read -r line; do
+                    # each progress line with the number of kernels compiled so far
+                    echo "[$(grep -c 'Compiling kernel' compile.log 2>/dev/null) compiled] $line"
+                done > "$out/compile-$k-train.log")
+            echo "### $k: $(grep -c 'Compiling kernel' "$dir/compile.log" 2>/dev/null) compilations; step_s per step, compilations so far at each step:"
+            grep -o '^\[[0-9]* compiled\] step *[0-9]*.* [0-9.]*s$' "$out/compile-$k-train.log" | sed -E 's/^\[([0-9]+) compiled\] step +([0-9]+).* ([0-9.]+s)$/\2:\3(\1)/' | tr '\n' ' '; echo
             python3 -c "import json,sys; print(' '.join(f'{json.loads(l)[\"step_s\"]:.2f}' for l in open(sys.argv[1])))" "$dir/runs/h200/metrics.jsonl" 2>&1
             grep -o 'Compiling kernel.*' "$dir/compile.log" 2>/dev/null | sort | uniq -c | sort -rn | head -n 15
             cp "$dir/compile.log" "$out/compile-$k.log" 2>/dev/null
