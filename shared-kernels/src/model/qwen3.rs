@@ -13,7 +13,8 @@
 
 use super::{load_checkpoint, Checkpoint, ModelConfig, ModelError};
 use crate::ops::attention::KvCacheShape;
-use crate::{add, add_rmsnorm, attention, attention_inputs, causal_attention, embedding, rope, swiglu, swiglu_halves, write_kv_cache, QkNorm};
+use crate::ops::attention::attention_rows;
+use crate::{add, add_rmsnorm, attention_inputs, causal_attention, embedding, rope, swiglu, swiglu_halves, write_kv_cache, QkNorm};
 use crate::{RopeTables, WeightLayout::OutIn};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use std::path::Path;
@@ -410,7 +411,7 @@ impl Qwen3 {
                     // moved out so the write happens in place (a shared handle would be copied)
                     *kc = write_kv_cache(take(kc), k, slots.clone(), positions.clone())?;
                     *vc = write_kv_cache(take(vc), v, slots.clone(), positions.clone())?;
-                    attention(q, kc.clone(), vc.clone(), slots.clone(), positions.clone(), scale)?
+                    attention_rows(None, q, kc.clone(), vc.clone(), slots.clone(), positions.clone(), &rows.slots, scale)?
                 }
                 None => causal_attention(q, k, v, &rows.slots, &rows.positions, scale)?,
             };
@@ -476,7 +477,7 @@ impl Qwen3 {
                 record(&mut trace, || format!("layer {i} k (normed, rope)"), &cache_rows(kc, rows));
                 record(&mut trace, || format!("layer {i} v"), &cache_rows(vc, rows));
             }
-            let attn = attention(q, kc.clone(), vc.clone(), slots.clone(), positions.clone(), scale)?;
+            let attn = attention_rows(None, q, kc.clone(), vc.clone(), slots.clone(), positions.clone(), &rows.slots, scale)?;
             record(&mut trace, || format!("layer {i} attention"), &attn.clone().reshape([n, hq * d]));
             let o = crate::matmul(attn.reshape([n, hq * d]), l.o_proj.clone(), OutIn)?;
             record(&mut trace, || format!("layer {i} o_proj"), &o);

@@ -301,7 +301,38 @@ pub fn attention_with(
     positions: BTensor<1, BInt>,
     scale: f32,
 ) -> Result<BTensor<3>, KernelError> {
+    attention_impl(kernel, q, k_cache, v_cache, slots, positions, scale, None)
+}
+
+/// [`attention_with`] for rows whose slots the caller also has on the host (`host_slots`, equal
+/// to `slots`): runs of rows of one sequence (prefill) then share each staged KV split
+/// ([`super::attention_split_kv`]'s tiled kernel). The same bits as without.
+pub fn attention_rows(
+    kernel: Option<AttentionKernel>,
+    q: BTensor<3>,
+    k_cache: BTensor<4>,
+    v_cache: BTensor<4>,
+    slots: BTensor<1, BInt>,
+    positions: BTensor<1, BInt>,
+    host_slots: &[u32],
+    scale: f32,
+) -> Result<BTensor<3>, KernelError> {
+    attention_impl(kernel, q, k_cache, v_cache, slots, positions, scale, Some(host_slots))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attention_impl(
+    kernel: Option<AttentionKernel>,
+    q: BTensor<3>,
+    k_cache: BTensor<4>,
+    v_cache: BTensor<4>,
+    slots: BTensor<1, BInt>,
+    positions: BTensor<1, BInt>,
+    scale: f32,
+    host_slots: Option<&[u32]>,
+) -> Result<BTensor<3>, KernelError> {
     const OP: &str = "attention";
+    let device = q.device();
     let q = float_in(OP, "q", q)?;
     let k = float_in(OP, "k_cache", k_cache)?;
     let v = float_in(OP, "v_cache", v_cache)?;
@@ -328,7 +359,21 @@ pub fn attention_with(
     // then does split_kv's work. The rule depends on the cache shape only, never on the rows.
     if kernel == AttentionKernel::SplitKv && shape.max_len > KV_SPLIT {
         let dims = (rows, q_heads, shape.kv_heads, shape.max_len, head_dim);
-        return Ok(float_out(super::attention_split_kv::split_kv_attention(&q, k, v, &slots, positions, dims, scale)));
+        if let Some(h) = host_slots {
+            ensure!(h.len() == rows, OP, "{} host slots for {rows} rows", h.len());
+        }
+        let tiles = match host_slots.and_then(super::attention_split_kv::row_tiles) {
+            Some(tiles) => {
+                let flat: Vec<i32> = tiles.iter().flat_map(|&(first, n)| [first as i32, n as i32]).collect();
+                // the kernel reads tiles with the slots' integer type
+                let data = TensorData::new(flat, [2 * tiles.len()]).convert_dtype(slots.dtype);
+                let t = int_in(OP, "tiles", BTensor::<1, BInt>::from_data(data, &device))?;
+                ensure!(t.dtype == slots.dtype, OP, "tile table is {:?} but slots are {:?}", t.dtype, slots.dtype);
+                Some((t, tiles.len()))
+            }
+            None => None,
+        };
+        return Ok(float_out(super::attention_split_kv::split_kv_attention(&q, k, v, &slots, positions, dims, scale, tiles)));
     }
     let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), qd.clone().into(), q.dtype);
     attention_kernel::launch(
@@ -455,5 +500,5 @@ fn causal_attention_plain(
     let (slot_t, pos_t) = (ints(slots), ints(positions));
     let k_cache = write_kv_cache(empty(), k, slot_t.clone(), pos_t.clone())?;
     let v_cache = write_kv_cache(empty(), v, slot_t.clone(), pos_t.clone())?;
-    attention(q, k_cache, v_cache, slot_t, pos_t, scale)
+    attention_rows(None, q, k_cache, v_cache, slot_t, pos_t, slots, scale)
 }

@@ -87,6 +87,108 @@ fn split_partial_kernel<F: Float, I: Int>(
     }
 }
 
+/// Prefill form of [`split_partial_kernel`]: one cube per (tile, head, split), where a tile is
+/// up to [`TILE_ROWS`] rows of one sequence. The split's keys and values are staged in shared
+/// memory once and every row of the tile reads them there (the per-row kernel reads them from
+/// global memory once per row, which made long prompts memory bound). Each row then runs the
+/// per-row kernel's arithmetic, operation for operation, on the same values, and writes the
+/// same partial: the tile only changes where K and V are read from, never a bit.
+#[cube(launch)]
+fn split_partial_tiled_kernel<F: Float, I: Int>(
+    q: &Tensor<F>,
+    k_cache: &Tensor<F>,
+    v_cache: &Tensor<F>,
+    slots: &Tensor<I>,
+    positions: &Tensor<I>,
+    tiles: &Tensor<I>,
+    partials: &mut Tensor<f32>,
+    tiles_arg: u32,
+    q_heads_arg: u32,
+    kv_heads_arg: u32,
+    max_len_arg: u32,
+    splits_arg: u32,
+    scale: f32,
+    #[comptime] head_dim: usize,
+    #[define(F, I)] _d: [ElemType; 2],
+) {
+    let q_heads = q_heads_arg as usize;
+    let kv_heads = kv_heads_arg as usize;
+    let max_len = max_len_arg as usize;
+    let splits = splits_arg as usize;
+    let work = cube_linear(); // (tile * q_heads + head) * splits + split
+    let tile = work / (q_heads * splits);
+    let head = (work / splits) % q_heads;
+    let split = work % splits;
+    let unit = UNIT_POS_X as usize;
+    if tile < tiles_arg as usize {
+        let first_row = u32::cast_from(tiles[2 * tile]) as usize;
+        let count = u32::cast_from(tiles[2 * tile + 1]) as usize;
+        let kv_head = head / (q_heads / kv_heads);
+        let slot = u32::cast_from(slots[first_row]) as usize;
+        let first = split * comptime!(KV_SPLIT);
+        let mut most_keys = 0usize;
+        for t in 0..count {
+            let keys = u32::cast_from(positions[first_row + t]) as usize + 1;
+            if keys > most_keys {
+                most_keys = keys;
+            }
+        }
+        if first < most_keys {
+            // stage the split's keys and values (as stored) for every row of the tile
+            let staged = keys_in_split(most_keys, first);
+            let mut k_sh = Shared::<[F]>::new_slice(comptime!(KV_SPLIT * head_dim));
+            let mut v_sh = Shared::<[F]>::new_slice(comptime!(KV_SPLIT * head_dim));
+            let mut i = unit;
+            while i < staged * head_dim {
+                let at = ((slot * max_len + first + i / head_dim) * kv_heads + kv_head) * head_dim + i % head_dim;
+                k_sh[i] = k_cache[at];
+                v_sh[i] = v_cache[at];
+                i += comptime!(KV_SPLIT);
+            }
+            sync_cube();
+            let mut q_sh = Shared::new_slice(head_dim);
+            let mut scores = Shared::<[f32]>::new_slice(comptime!(KV_SPLIT));
+            for t in 0..count {
+                let row = first_row + t;
+                let keys = u32::cast_from(positions[row]) as usize + 1;
+                if first < keys {
+                    let valid = keys_in_split(keys, first);
+                    let pair = row * q_heads + head;
+                    load_query(q, &mut q_sh, pair * head_dim, head_dim);
+                    if unit < valid {
+                        let mut dot = 0.0f32;
+                        for e in 0..head_dim {
+                            dot += q_sh[e] * f32::cast_from(k_sh[unit * head_dim + e]);
+                        }
+                        scores[unit] = dot * scale;
+                    }
+                    sync_cube();
+                    let split_max = split_max(&scores, valid);
+                    let base = (pair * splits + split) * (head_dim + 2);
+                    let mut d = unit;
+                    while d < head_dim {
+                        let mut acc = 0.0f32;
+                        for j in 0..valid {
+                            acc += (scores[j] - split_max).exp() * f32::cast_from(v_sh[j * head_dim + d]);
+                        }
+                        partials[base + 2 + d] = acc;
+                        d += comptime!(KV_SPLIT);
+                    }
+                    if unit == 0 {
+                        let mut split_sum = 0.0f32;
+                        for j in 0..valid {
+                            split_sum += (scores[j] - split_max).exp();
+                        }
+                        partials[base] = split_max;
+                        partials[base + 1] = split_sum;
+                    }
+                }
+                sync_cube(); // the next row overwrites q_sh and scores
+            }
+        }
+    }
+}
+
 #[cube(launch)]
 fn split_combine_kernel<F: Float, I: Int>(
     partials: &Tensor<f32>,
@@ -144,30 +246,54 @@ pub(crate) fn split_kv_attention(
     positions: CubeTensor,
     (rows, q_heads, kv_heads, max_len, head_dim): (usize, usize, usize, usize, usize),
     scale: f32,
+    tiles: Option<(CubeTensor, usize)>,
 ) -> CubeTensor {
     let pairs = rows * q_heads;
     let splits = max_len.div_ceil(KV_SPLIT);
     let partials = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), [pairs * splits * (head_dim + 2)].into(), DType::F32);
     let dtypes = [storage(q.dtype), storage(slots.dtype)];
-    split_partial_kernel::launch(
-        &q.client,
-        cube_count_for(pairs * splits, 1),
-        CubeDim::new_1d(KV_SPLIT as u32),
-        q.clone().into_tensor_arg(),
-        k.into_tensor_arg(),
-        v.into_tensor_arg(),
-        slots.clone().into_tensor_arg(),
-        positions.clone().into_tensor_arg(),
-        partials.clone().into_tensor_arg(),
-        pairs as u32,
-        q_heads as u32,
-        kv_heads as u32,
-        max_len as u32,
-        splits as u32,
-        scale,
-        head_dim,
-        dtypes,
-    );
+    if let Some((tiles, count)) = tiles {
+        split_partial_tiled_kernel::launch(
+            &q.client,
+            cube_count_for(count * q_heads * splits, 1),
+            CubeDim::new_1d(KV_SPLIT as u32),
+            q.clone().into_tensor_arg(),
+            k.into_tensor_arg(),
+            v.into_tensor_arg(),
+            slots.clone().into_tensor_arg(),
+            positions.clone().into_tensor_arg(),
+            tiles.into_tensor_arg(),
+            partials.clone().into_tensor_arg(),
+            count as u32,
+            q_heads as u32,
+            kv_heads as u32,
+            max_len as u32,
+            splits as u32,
+            scale,
+            head_dim,
+            dtypes,
+        );
+    } else {
+        split_partial_kernel::launch(
+            &q.client,
+            cube_count_for(pairs * splits, 1),
+            CubeDim::new_1d(KV_SPLIT as u32),
+            q.clone().into_tensor_arg(),
+            k.into_tensor_arg(),
+            v.into_tensor_arg(),
+            slots.clone().into_tensor_arg(),
+            positions.clone().into_tensor_arg(),
+            partials.clone().into_tensor_arg(),
+            pairs as u32,
+            q_heads as u32,
+            kv_heads as u32,
+            max_len as u32,
+            splits as u32,
+            scale,
+            head_dim,
+            dtypes,
+        );
+    }
     let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), [rows, q_heads, head_dim].into(), q.dtype);
     split_combine_kernel::launch(
         &q.client,
@@ -183,4 +309,21 @@ pub(crate) fn split_kv_attention(
         dtypes,
     );
     out
+}
+
+/// Rows of one sequence per prefill tile: at most this many share a staged split.
+pub const TILE_ROWS: usize = 16;
+
+/// Tiles for [`split_partial_tiled_kernel`] from the rows' slots on the host: runs of
+/// consecutive rows with the same slot, cut every [`TILE_ROWS`], as (first row, rows) pairs.
+/// `None` when no tile would hold two rows (decode), where the per-row kernel does the same.
+pub(crate) fn row_tiles(slots: &[u32]) -> Option<Vec<(usize, usize)>> {
+    let mut tiles: Vec<(usize, usize)> = Vec::new();
+    for (r, &s) in slots.iter().enumerate() {
+        match tiles.last_mut() {
+            Some((first, n)) if *n < TILE_ROWS && slots[*first] == s => *n += 1,
+            _ => tiles.push((r, 1)),
+        }
+    }
+    tiles.iter().any(|&(_, n)| n > 1).then_some(tiles)
 }

@@ -5,7 +5,7 @@ use burn::tensor::{DType, Tensor};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shared_kernels::battery::{float_tensor, host, int_tensor, random_vec};
-use shared_kernels::ops::attention::{attention_with, AttentionKernel};
+use shared_kernels::ops::attention::{attention_rows, attention_with, AttentionKernel};
 
 const Q_HEADS: usize = 4;
 const KV_HEADS: usize = 2;
@@ -21,6 +21,12 @@ struct Seq {
 /// Runs the sequences through the cache in chunks of `chunk` tokens. Each step launches one
 /// chunk of every unfinished sequence together (so chunks of different sequences share launches).
 fn run(kernel: AttentionKernel, seqs: &[Seq], chunk: usize, rng: &mut StdRng) -> Vec<Vec<u32>> {
+    run_as(kernel, false, seqs, chunk, rng)
+}
+
+/// [`run`], with `tiled`: the launcher also gets the slots on the host, so a chunk's rows of one
+/// sequence share staged KV splits (split-KV's prefill kernel).
+fn run_as(kernel: AttentionKernel, tiled: bool, seqs: &[Seq], chunk: usize, rng: &mut StdRng) -> Vec<Vec<u32>> {
     let device = crate::device();
     let slots = seqs.len();
     let cache_elems = slots * MAX_LEN * KV_HEADS * HEAD_DIM;
@@ -52,7 +58,14 @@ fn run(kernel: AttentionKernel, seqs: &[Seq], chunk: usize, rng: &mut StdRng) ->
         kc = shared_kernels::write_kv_cache(kc, kt, int_tensor(slot.clone(), &device), int_tensor(pos.clone(), &device)).unwrap();
         vc = shared_kernels::write_kv_cache(vc, vt, int_tensor(slot.clone(), &device), int_tensor(pos.clone(), &device)).unwrap();
         let qt = float_tensor(q, [rows, Q_HEADS, HEAD_DIM], DType::F32, &device);
-        let out = attention_with(Some(kernel), qt, kc.clone(), vc.clone(), int_tensor(slot, &device), int_tensor(pos, &device), 1.0 / (HEAD_DIM as f32).sqrt()).unwrap();
+        let scale = 1.0 / (HEAD_DIM as f32).sqrt();
+        let host_slots: Vec<u32> = slot.iter().map(|&s| s as u32).collect();
+        let out = if tiled {
+            attention_rows(Some(kernel), qt, kc.clone(), vc.clone(), int_tensor(slot, &device), int_tensor(pos, &device), &host_slots, scale)
+        } else {
+            attention_with(Some(kernel), qt, kc.clone(), vc.clone(), int_tensor(slot, &device), int_tensor(pos, &device), scale)
+        }
+        .unwrap();
         let out = host(out);
         for (r, &(s, p)) in owner.iter().enumerate() {
             for e in 0..qw {
@@ -123,4 +136,20 @@ fn split_kv_equals_sequential_within_one_split_and_is_close_beyond() {
     // not a requirement, but if no element ever differed the two kernels would be one arithmetic
     // and this test would not be testing what it says; print it for the record
     eprintln!("split_kv vs sequential beyond one split: {beyond_differ} elements differ in the last bits");
+}
+
+/// Split-KV's prefill kernel (rows of a sequence share each staged split, tiles of up to 16
+/// rows) against the per-row kernel, for whole prompts and chunks that cut tiles anywhere.
+#[test]
+fn split_kv_prefill_tiles_give_the_per_row_kernels_bits() {
+    let mut rng = StdRng::seed_from_u64(crate::seed() + 11);
+    let (lens, seqs) = random_seqs(&mut rng);
+    let per_row = run(AttentionKernel::SplitKv, &seqs, MAX_LEN, &mut rng);
+    for chunk in [MAX_LEN, 5, 16, 40] {
+        let tiled = run_as(AttentionKernel::SplitKv, true, &seqs, chunk, &mut rng);
+        for (s, (a, b)) in per_row.iter().zip(&tiled).enumerate() {
+            let first = a.iter().zip(b).position(|(x, y)| x != y);
+            assert!(first.is_none(), "sequence {s} (len {}), chunk {chunk}: first differing element {first:?}", lens[s]);
+        }
+    }
 }
