@@ -140,9 +140,9 @@ run_part() {
             fi
         } 2>&1 | tee "$out/profile.md" ;;
     attention-ab)  # default split-KV attention vs the sequential kernel: trainer step, and the sampler at a long context (Qwen3-0.6B shape)
-        for a in split_kv sequential; do
+        for a in ${AB_KERNELS:-split_kv sequential}; do
             echo "### LOCKSTEP_ATTENTION=$a"
-            LOCKSTEP_ATTENTION=$a timeout "$(limit "${AB_LIMIT:-100}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --trainer-only --repeats 5 2>&1 | grep "^|"
+            [ "${AB_TRAINER:-1}" = 1 ] && LOCKSTEP_ATTENTION=$a timeout "$(limit "${AB_LIMIT:-100}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --trainer-only --repeats 5 2>&1 | grep "^|"
             LOCKSTEP_ATTENTION=$a timeout "$(limit "${AB_LIMIT:-100}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --prompt-len ${AB_PROMPT:-1024} --new-tokens ${AB_NEW:-128} \
                 --repeats 3 --kernels matched --concurrency ${AB_CONCURRENCY:-1,16,64} --skip-ops 2>&1 | grep "^|\|error"
         done 2>&1 | tee "$out/attention-ab.md" ;;

@@ -136,12 +136,17 @@ fn split_partial_tiled_kernel<F: Float, I: Int>(
         if first < most_keys {
             // stage the split's keys and values (as stored) for every row of the tile
             let staged = keys_in_split(most_keys, first);
-            let mut k_sh = Shared::<[F]>::new_slice(comptime!(KV_SPLIT * head_dim));
+            // key rows padded by 2 elements: unit u reads key u's row, so an unpadded 256-byte
+            // stride would put all 32 lanes of a warp on one shared-memory bank
+            let k_stride = comptime!(head_dim + 2);
+            let mut k_sh = Shared::<[F]>::new_slice(comptime!(KV_SPLIT * (head_dim + 2)));
             let mut v_sh = Shared::<[F]>::new_slice(comptime!(KV_SPLIT * head_dim));
             let mut i = unit;
             while i < staged * head_dim {
-                let at = ((slot * max_len + first + i / head_dim) * kv_heads + kv_head) * head_dim + i % head_dim;
-                k_sh[i] = k_cache[at];
+                let j = i / head_dim;
+                let e = i % head_dim;
+                let at = ((slot * max_len + first + j) * kv_heads + kv_head) * head_dim + e;
+                k_sh[j * k_stride + e] = k_cache[at];
                 v_sh[i] = v_cache[at];
                 i += comptime!(KV_SPLIT);
             }
@@ -158,7 +163,7 @@ fn split_partial_tiled_kernel<F: Float, I: Int>(
                     if unit < valid {
                         let mut dot = 0.0f32;
                         for e in 0..head_dim {
-                            dot += q_sh[e] * f32::cast_from(k_sh[unit * head_dim + e]);
+                            dot += q_sh[e] * f32::cast_from(k_sh[unit * k_stride + e]);
                         }
                         scores[unit] = dot * scale;
                     }
