@@ -276,7 +276,7 @@ pub enum AttentionKernel {
     SplitKv,
 }
 
-/// `LOCKSTEP_ATTENTION` = sequential | split_kv (read once per process); unset: split_kv (4-17x
+/// `LOCKSTEP_ATTENTION` = sequential | split_kv (read once per process); unset: split_kv (1.7-17x
 /// faster decode at 1k-4k keys on the H200, docs/perf.md). An unknown value is an error naming
 /// the variable.
 pub fn process_attention_kernel() -> Result<AttentionKernel, KernelError> {

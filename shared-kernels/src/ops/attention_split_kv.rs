@@ -1,4 +1,5 @@
-//! Attention parallel over KV splits (`LOCKSTEP_ATTENTION=split_kv`), for long contexts.
+//! Attention parallel over KV splits: the default (`LOCKSTEP_ATTENTION=sequential` picks the
+//! other kernel), 1.7-17x faster decode than the sequential kernel at 1k-4k keys on the H200.
 //!
 //! [`super::attention`]'s default kernel walks a query's KV prefix split after split inside one
 //! cube of `KV_SPLIT` units, so a 4k-token prefix is 64 sequential splits. Here every
@@ -14,6 +15,9 @@
 //! exactly as with the default kernel. The two kernels' arithmetic differs (one rescales a
 //! running sum, the other combines split maxima), so a process uses one of them for the sampler
 //! and the trainer alike; with a single split (p < 64) they agree bit for bit.
+//!
+//! Prefill rows of one sequence run as tiles ([`row_tiles`]): the split's keys and values are
+//! staged in shared memory once per tile, and each row then does the per-row arithmetic above.
 
 use super::attention::{keys_in_split, load_query, split_max, split_scores, KV_SPLIT};
 use super::reduce::{cube_linear, NEG_BIG};
