@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Do two lockstep runs repeat bit for bit? Compares RUN_A/metrics.jsonl with RUN_B/metrics.jsonl
-step by step on every field except wall-clock ones (step_s, tokens_per_s). Floats are compared
+step by step on every field except wall-clock ones (step_s, tokens_per_s, timing.*). Floats are compared
 as written (serde_json writes the shortest text that round-trips, so equal text = equal bits);
 the per-step weight hashes cover every parameter.
 
@@ -33,7 +33,7 @@ def load(run):
                 m = json.loads(line, parse_float=str)  # keep the text: equal text = equal bits
             except json.JSONDecodeError as e:
                 sys.exit(f"{path}:{n}: not JSON ({e})")
-            rows[m["step"]] = {k: v for k, v in flatten(m) if k not in WALL_CLOCK}
+            rows[m["step"]] = {k: v for k, v in flatten(m) if k not in WALL_CLOCK and not k.startswith("timing.")}
     return rows
 
 

@@ -19,7 +19,7 @@ use crate::optim::{clip, gradients, learning_rate, tracked_copy, AdamW};
 use crate::rng::SplitMix;
 use crate::run::{encode, run_dir, Policy, RunError};
 use crate::tasks::Task;
-use crate::telemetry::{Agreement, StepMetrics, Telemetry};
+use crate::telemetry::{Agreement, PhaseTimes, StepMetrics, Telemetry};
 use burn::tensor::{DType, Tensor, TensorData};
 use sampler::{Engine, Request, SamplingParams};
 use sha2::{Digest, Sha256};
@@ -114,6 +114,7 @@ impl Trainer {
         }
         // 4. trainer logprobs on the training path (autodiff), compared with the sampler's
         let sequences: Vec<Vec<u32>> = requests.iter().zip(&completions).map(|(r, comp)| [r.prompt.clone(), comp.tokens.clone()].concat()).collect();
+        let scoring = Instant::now();
         let tracked = tracked_copy(&self.policy.model);
         let (trainer_lp, flat) = tracked.sequence_logprobs(&sequences, c.sampler.temperature)?;
         let entropy = tracked.last_entropy.get().unwrap_or(0.0);
@@ -140,6 +141,8 @@ impl Trainer {
             Some(r) => Some(r.sequence_logprobs(&sequences, c.sampler.temperature)?.0),
             None => None,
         };
+        let logprob_s = scoring.elapsed().as_secs_f64();
+        let updating = Instant::now();
         let n_tokens = sampler_all.len().max(1) as f64;
         let mut weights = Vec::with_capacity(coef.len());
         let mut kl_ref = 0.0;
@@ -176,7 +179,9 @@ impl Trainer {
         }
         let lr = learning_rate(c.train.lr, step, c.train.warmup_steps, c.train.steps, c.train.min_lr_ratio);
         self.policy.model = self.opt.step(&self.policy.model, &grads, lr);
+        let update_s = updating.elapsed().as_secs_f64();
         // 6. the sampler gets the new weights; both hashes must agree
+        let syncing = Instant::now();
         let sampling_dtype = self.policy.model.dtype;
         self.engine.set_model(sampler_model(&c, &self.policy.model)).map_err(RunError::Other)?;
         let trainer_hash = weights_hash(&self.policy.model, sampling_dtype);
@@ -184,6 +189,7 @@ impl Trainer {
         if trainer_hash != sampler_hash {
             return Err(RunError::Other(format!("step {step}: sampler weights {sampler_hash} differ from trainer weights {trainer_hash}")));
         }
+        let timing = PhaseTimes { gen_s: sample_s, logprob_s, update_s, sync_s: syncing.elapsed().as_secs_f64() };
         self.step += 1;
         let generated: usize = completions.iter().map(|c| c.tokens.len()).sum();
         let mean = rewards.iter().sum::<f64>() / rewards.len() as f64;
@@ -205,6 +211,7 @@ impl Trainer {
             kl_ref,
             tokens_per_s: generated as f64 / sample_s.max(1e-9),
             step_s: started.elapsed().as_secs_f64(),
+            timing,
             sampler_weights_sha256: sampler_hash,
             trainer_weights_sha256: trainer_hash,
         };

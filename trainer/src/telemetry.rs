@@ -58,8 +58,26 @@ pub struct StepMetrics {
     pub kl_ref: f64,
     pub tokens_per_s: f64,
     pub step_s: f64,
+    /// Where the step's wall-clock time went (absent in runs from before 2026-11-29's 4th session).
+    #[serde(default)]
+    pub timing: PhaseTimes,
     pub sampler_weights_sha256: String,
     pub trainer_weights_sha256: String,
+}
+
+/// Wall-clock seconds of a GRPO step's phases, as the host sees them. Each phase ends by reading
+/// its results back (tokens, logprobs, the loss and gradient norm, the weight hashes), so the
+/// device work a phase queued is inside its time.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct PhaseTimes {
+    /// Rollouts: the sampler's generate.
+    pub gen_s: f64,
+    /// The training path's logprobs of every rollout (and the reference model's, if any).
+    pub logprob_s: f64,
+    /// Loss, backward, clipping and the optimizer step.
+    pub update_s: f64,
+    /// Weights handed to the sampler (with its fused copies) and both weight hashes.
+    pub sync_s: f64,
 }
 
 impl StepMetrics {
@@ -86,6 +104,10 @@ impl StepMetrics {
             ("train/kl_ref", self.kl_ref),
             ("perf/tokens_per_s", self.tokens_per_s),
             ("perf/step_s", self.step_s),
+            ("timing_s/gen", self.timing.gen_s),
+            ("timing_s/logprob", self.timing.logprob_s),
+            ("timing_s/update_actor", self.timing.update_s),
+            ("timing_s/sync_weights", self.timing.sync_s),
         ]
     }
 }

@@ -43,6 +43,7 @@ fn metrics(run: &Path) -> Vec<serde_json::Value> {
             let o = v.as_object_mut().unwrap();
             o.remove("step_s");
             o.remove("tokens_per_s");
+            o.remove("timing");
             v
         })
         .collect()
@@ -113,8 +114,16 @@ for tag in sorted(acc.Tags()["scalars"]):
     for tag in [
         "rollout/reward_mean", "rollout/reward_std", "rollout/kl_k1", "rollout/kl_k3", "rollout/logprob_abs_diff_max",
         "rollout/bit_equal_frac", "train/loss", "train/grad_norm", "train/entropy", "train/is_ratio_mean", "perf/tokens_per_s", "perf/step_s",
+        "timing_s/gen", "timing_s/logprob", "timing_s/update_actor", "timing_s/sync_weights",
     ] {
         assert!(text.lines().any(|l| l == format!("{tag} 2")), "tag {tag} with 2 points not found in:\n{text}");
+    }
+    // the phase times are measured and fit inside the step
+    for line in std::fs::read_to_string(dir.join("runs/tb/metrics.jsonl")).unwrap().lines() {
+        let m: serde_json::Value = serde_json::from_str(line).unwrap();
+        let phases: Vec<f64> = ["gen_s", "logprob_s", "update_s", "sync_s"].iter().map(|k| m["timing"][k].as_f64().unwrap_or(-1.0)).collect();
+        assert!(phases.iter().all(|&t| t > 0.0), "phase times {phases:?} in {line}");
+        assert!(phases.iter().sum::<f64>() <= m["step_s"].as_f64().unwrap(), "phases {phases:?} exceed the step in {line}");
     }
 }
 
