@@ -2,13 +2,15 @@
 //! and tokenizer loading. The trainer and the sampler both call [`Qwen3::forward`].
 
 pub mod audit;
+pub mod cache;
 pub mod config;
 pub mod qwen3;
 pub mod tokenizer;
 pub mod weights;
 
 pub use config::ModelConfig;
-pub use qwen3::{KernelSet, KvCache, Qwen3, Rows, Weight};
+pub use cache::{KvCache, Rows};
+pub use qwen3::{KernelSet, Qwen3, Weight};
 pub use tokenizer::load_tokenizer;
 pub use weights::{load_checkpoint, save_checkpoint, tiny_config, Checkpoint};
 
