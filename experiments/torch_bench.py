@@ -71,6 +71,13 @@ def kernels(path):
             kk = torch.randn(m, kvh, n, k, device=dev, dtype=dtype)
             vv = torch.randn(m, kvh, n, k, device=dev, dtype=dtype)
             t = time_cuda(lambda: torch.nn.functional.scaled_dot_product_attention(q, kk, vv, enable_gqa=True))
+        elif op.startswith("attention prefill"):
+            # m whole sequences of n tokens, causal, head_dim k
+            qh, kvh = doc["q_heads"], doc["kv_heads"]
+            q = torch.randn(m, qh, n, k, device=dev, dtype=dtype)
+            kk = torch.randn(m, kvh, n, k, device=dev, dtype=dtype)
+            vv = torch.randn(m, kvh, n, k, device=dev, dtype=dtype)
+            t = time_cuda(lambda: torch.nn.functional.scaled_dot_product_attention(q, kk, vv, is_causal=True, enable_gqa=True))
         else:
             continue
         a, b = row["lockstep_ms"], row["burn_ms"] if row["burn_ms"] is not None else float("nan")

@@ -130,6 +130,43 @@ fn attention_rows(o: &BenchOptions, config: &ModelConfig, device: &Device, emit:
             }
         }
     }
+    attention_prefill_rows(o, config, device, emit)
+}
+
+/// Prefill attention (every position of `seqs` whole sequences of `ctx` tokens, causal): the
+/// sequential kernel, split-KV one row per cube, and split-KV's prefill tiles, all the same
+/// arithmetic per row as decode (the last two the same bits). Shape column: sequences x ctx x
+/// head_dim.
+fn attention_prefill_rows(o: &BenchOptions, config: &ModelConfig, device: &Device, emit: &mut impl FnMut(&str, [usize; 3], f64, f64, f64, f64)) -> Result<(), String> {
+    use shared_kernels::ops::attention::{attention_rows, attention_with, AttentionKernel};
+    let (qh, kvh, hd) = (config.num_heads, config.num_kv_heads, config.head_dim);
+    let cuda = shared_kernels::device::runtime_name() == "cuda";
+    let ctx = if cuda { 1024 } else { 128 };
+    let seq_counts: &[usize] = if cuda { &[1, 4, 16] } else { &[1, 4] };
+    for &seqs in seq_counts {
+        let rows = seqs * ctx;
+        let cache = || Tensor::<4>::random([seqs, ctx, kvh, hd], Distribution::Normal(0.0, 1.0), device).cast(o.dtype);
+        let (kc, vc) = (cache(), cache());
+        let q = Tensor::<3>::random([rows, qh, hd], Distribution::Normal(0.0, 1.0), device).cast(o.dtype);
+        let host_slots: Vec<u32> = (0..rows).map(|r| (r / ctx) as u32).collect();
+        let slots = Tensor::<1, Int>::from_data(TensorData::new(host_slots.iter().map(|&s| s as i32).collect::<Vec<_>>(), [rows]), device);
+        let positions = Tensor::<1, Int>::from_data(TensorData::new((0..rows).map(|r| (r % ctx) as i32).collect::<Vec<_>>(), [rows]), device);
+        let scale = 1.0 / (hd as f32).sqrt();
+        let bytes = (2 * rows * qh * hd + 2 * seqs * ctx * kvh * hd) as f64 * o.dtype.size() as f64;
+        let flops = 4.0 * (seqs * qh * hd) as f64 * (ctx * (ctx + 1) / 2) as f64;
+        let run = |kernel, tiles: bool| {
+            if tiles {
+                attention_rows(Some(kernel), q.clone(), kc.clone(), vc.clone(), slots.clone(), positions.clone(), &host_slots, scale)
+            } else {
+                attention_with(Some(kernel), q.clone(), kc.clone(), vc.clone(), slots.clone(), positions.clone(), scale)
+            }
+        };
+        for (kernel, tiles, name) in [(AttentionKernel::Sequential, false, "sequential"), (AttentionKernel::SplitKv, false, "split_kv per row"), (AttentionKernel::SplitKv, true, "split_kv tiles")] {
+            run(kernel, tiles).map_err(|e| e.to_string())?;
+            let a = time_op(device, o.repeats, 2, || drop(run(kernel, tiles).unwrap()));
+            emit(&format!("attention prefill [{name}]"), [seqs, ctx, hd], a, f64::NAN, flops, bytes);
+        }
+    }
     Ok(())
 }
 

@@ -13,7 +13,7 @@
 
 use super::cache::{cache_rows, take};
 use super::{load_checkpoint, Checkpoint, KvCache, ModelConfig, ModelError, Rows};
-use crate::ops::attention::attention_rows;
+use crate::ops::attention::attention_for_rows;
 use crate::{add, add_rmsnorm, attention_inputs, causal_attention, embedding, rope, swiglu, swiglu_halves, write_kv_cache, QkNorm};
 use crate::{RopeTables, WeightLayout::OutIn};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
@@ -339,7 +339,7 @@ impl Qwen3 {
                     // moved out so the write happens in place (a shared handle would be copied)
                     *kc = write_kv_cache(take(kc), k, slots.clone(), positions.clone())?;
                     *vc = write_kv_cache(take(vc), v, slots.clone(), positions.clone())?;
-                    attention_rows(None, q, kc.clone(), vc.clone(), slots.clone(), positions.clone(), &rows.slots, scale)?
+                    attention_for_rows(q, kc.clone(), vc.clone(), slots.clone(), positions.clone(), &rows.slots, scale)?
                 }
                 None => causal_attention(q, k, v, &rows.slots, &rows.positions, scale)?,
             };
@@ -405,7 +405,7 @@ impl Qwen3 {
                 record(&mut trace, || format!("layer {i} k (normed, rope)"), &cache_rows(kc, rows));
                 record(&mut trace, || format!("layer {i} v"), &cache_rows(vc, rows));
             }
-            let attn = attention_rows(None, q, kc.clone(), vc.clone(), slots.clone(), positions.clone(), &rows.slots, scale)?;
+            let attn = attention_for_rows(q, kc.clone(), vc.clone(), slots.clone(), positions.clone(), &rows.slots, scale)?;
             record(&mut trace, || format!("layer {i} attention"), &attn.clone().reshape([n, hq * d]));
             let o = crate::matmul(attn.reshape([n, hq * d]), l.o_proj.clone(), OutIn)?;
             record(&mut trace, || format!("layer {i} o_proj"), &o);

@@ -320,6 +320,23 @@ pub fn attention_rows(
     attention_impl(kernel, q, k_cache, v_cache, slots, positions, scale, Some(host_slots))
 }
 
+/// The forward's attention for rows known on the host: split-KV's prefill tiles where they
+/// were measured to pay (CUDA: 1.5-1.8x on 1024-token prompts, docs/perf.md), the per-row
+/// kernel elsewhere (lavapipe: tiles 1.3-1.4x slower, `lockstep bench` attention prefill rows).
+/// Tiles or not, the bits are the same, so the choice may follow the runtime.
+pub fn attention_for_rows(
+    q: BTensor<3>,
+    k_cache: BTensor<4>,
+    v_cache: BTensor<4>,
+    slots: BTensor<1, BInt>,
+    positions: BTensor<1, BInt>,
+    host_slots: &[u32],
+    scale: f32,
+) -> Result<BTensor<3>, KernelError> {
+    let tiles = (crate::device::runtime_name() == "cuda").then_some(host_slots);
+    attention_impl(None, q, k_cache, v_cache, slots, positions, scale, tiles)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn attention_impl(
     kernel: Option<AttentionKernel>,
@@ -500,5 +517,5 @@ fn causal_attention_plain(
     let (slot_t, pos_t) = (ints(slots), ints(positions));
     let k_cache = write_kv_cache(empty(), k, slot_t.clone(), pos_t.clone())?;
     let v_cache = write_kv_cache(empty(), v, slot_t.clone(), pos_t.clone())?;
-    attention_rows(None, q, k_cache, v_cache, slot_t, pos_t, slots, scale)
+    attention_for_rows(q, k_cache, v_cache, slot_t, pos_t, slots, scale)
 }
