@@ -63,6 +63,10 @@ part_repro() {  # does GPU training repeat bit for bit? two concurrent runs, and
     python3 experiments/compare_runs.py $dir/a $dir/c --label "a vs c (c stopped at step 4, resumed)"
     for r in a b c; do mkdir -p "$out/repro$tag-runs/$r"; cp $dir/$r/metrics.jsonl "$out/repro$tag-runs/$r/" 2>/dev/null; done
 }
+# one table row per run: steps after the first, mean step s, mean rollout tokens/s, last weight hash
+run_summary() {
+    python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][1:]; print(f'| {sys.argv[2]} | {len(r)} | {sum(x[\"step_s\"] for x in r)/max(len(r),1):.3f} | {sum(x[\"tokens_per_s\"] for x in r)/max(len(r),1):.0f} | {r[-1][\"trainer_weights_sha256\"] if r else \"-\"} |')" "$1" "$2" 2>&1
+}
 bench_common=(--preset small --dtype bf16 --prompt-len 32 --new-tokens 32 --repeats 5)
 run_part() {
     case "$1" in
@@ -107,8 +111,7 @@ run_part() {
             LOCKSTEP_MATMUL=$k timeout "$(limit "${TRAIN_KERNEL_LIMIT:-90}")" /tmp/lockstep train configs/h200.toml \
                 --set log.runs_dir=/tmp/runs-$k --set train.sft_steps=50 --set train.steps=8 --set train.checkpoint_every=0 \
                 > "$out/train-$k.log" 2>&1
-            python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][1:]; print(f'| {sys.argv[2]} | {len(r)} | {sum(x[\"step_s\"] for x in r)/max(len(r),1):.3f} | {sum(x[\"tokens_per_s\"] for x in r)/max(len(r),1):.0f} | {r[-1][\"trainer_weights_sha256\"] if r else \"-\"} |')" \
-                /tmp/runs-$k/h200/metrics.jsonl $k 2>&1
+            run_summary /tmp/runs-$k/h200/metrics.jsonl "$k"
         done 2>&1 | tee "$out/train-kernels.md" ;;
     train-fusion)  # GRPO on configs/h200.toml with the sampler's fused decode launches on and off (same bits, so the same weights)
         for f in on off; do
@@ -117,8 +120,7 @@ run_part() {
                 --set log.runs_dir=/tmp/runs-fusion-$f --set train.sft_steps=50 --set train.steps=${TRAIN_FUSION_STEPS:-8} --set train.checkpoint_every=0 \
                 > "$out/train-fusion-$f.log" 2>&1
             tail -n 3 "$out/train-fusion-$f.log"
-            python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][1:]; print(f'| fusion {sys.argv[2]} | {len(r)} | {sum(x[\"step_s\"] for x in r)/max(len(r),1):.3f} | {sum(x[\"tokens_per_s\"] for x in r)/max(len(r),1):.0f} | {r[-1][\"trainer_weights_sha256\"] if r else \"-\"} |')" \
-                /tmp/runs-fusion-$f/h200/metrics.jsonl $f 2>&1
+            run_summary /tmp/runs-fusion-$f/h200/metrics.jsonl "fusion $f"
         done 2>&1 | tee "$out/train-fusion.md" ;;
     profile)  # per-kernel GPU time (cubecl's profiler times every launch) of the trainer step and of sampler decode, Qwen3-0.6B shape
         local dir=/tmp/profile; rm -rf "$dir"; mkdir -p "$dir"

@@ -276,6 +276,20 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
         let b = float_tensor(gather(&up, hidden, idx), [idx.len(), hidden], dtype, device);
         Ok(rows_of(host(crate::add(a, b)?), hidden))
     })?);
+    if which == Impl::Lockstep {
+        // the sampler's fused decode ops: residual add + rmsnorm (both outputs), swiglu on [gate | up]
+        checks.extend(row_invariance("add + rmsnorm (fused)", dtype, pool, &BATCH_SIZES, seed + 12, |idx| {
+            let a = float_tensor(gather(&x, hidden, idx), [idx.len(), hidden], dtype, device);
+            let b = float_tensor(gather(&up, hidden, idx), [idx.len(), hidden], dtype, device);
+            let (sum, normed) = crate::add_rmsnorm(a, b, wt.clone(), 1e-6)?;
+            Ok(rows_of(host(sum), hidden).into_iter().zip(rows_of(host(normed), hidden)).map(|(s, n)| [s, n].concat()).collect())
+        })?);
+        checks.extend(row_invariance("swiglu on [gate | up] (fused)", dtype, pool, &BATCH_SIZES, seed + 13, |idx| {
+            let g = float_tensor(gather(&x, hidden, idx), [idx.len(), hidden], dtype, device);
+            let u = float_tensor(gather(&up, hidden, idx), [idx.len(), hidden], dtype, device);
+            Ok(rows_of(host(crate::swiglu_halves(Tensor::cat(vec![g, u], 1))?), hidden))
+        })?);
+    }
 
     // embedding
     let table = random_vec(&mut rng, vocab * hidden, 1.0);

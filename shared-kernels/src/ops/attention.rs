@@ -203,6 +203,12 @@ fn attention_kernel<F: Float, I: Int>(
     }
 }
 
+/// A cache that kernels may write: the tensor itself when this is its only reference (callers
+/// move the cache in), else a contiguous copy.
+pub(crate) fn writable(cache: burn_cubecl::tensor::CubeTensor) -> burn_cubecl::tensor::CubeTensor {
+    if cache.can_mut() { cache } else { burn_cubecl::kernel::into_contiguous(cache.copy()) }
+}
+
 pub(crate) fn cache_shape(op: &'static str, d: &[usize]) -> Result<KvCacheShape, KernelError> {
     ensure!(d.len() == 4, op, "cache must be [slots, max_len, kv_heads, head_dim], got {d:?}");
     Ok(KvCacheShape { slots: d[0], max_len: d[1], kv_heads: d[2], head_dim: d[3] })
@@ -228,7 +234,7 @@ pub fn write_kv_cache(
     ensure!(nd[1..] == [shape.kv_heads, shape.head_dim], OP, "new is {nd:?} but the cache holds [{}, {}] per position", shape.kv_heads, shape.head_dim);
     ensure!(dims(&slots) == [rows] && dims(&positions) == [rows], OP, "new has {rows} rows but slots is {:?} and positions {:?}", dims(&slots), dims(&positions));
     ensure!(cache.dtype == new.dtype, OP, "cache is {:?} but new is {:?}", cache.dtype, new.dtype);
-    let cache = if cache.can_mut() { cache } else { burn_cubecl::kernel::into_contiguous(cache.copy()) };
+    let cache = writable(cache);
     let row_len = shape.kv_heads * shape.head_dim;
     if rows > 0 {
         write_kv_kernel::launch(

@@ -9,7 +9,7 @@
 //! so the cache and the queries hold exactly what the unfused ops (and the training path)
 //! compute. The model contract checks this as bits in CI.
 
-use super::attention::cache_shape;
+use super::attention::{cache_shape, writable};
 use super::reduce::cube_linear;
 use super::rmsnorm::{normed, row_inv_rms};
 use super::rope::{rotated_high, rotated_low};
@@ -19,7 +19,6 @@ use crate::{ensure, KernelError, RopeTables};
 use burn::tensor::{Int as BInt, Tensor as BTensor};
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
-use burn_cubecl::tensor::CubeTensor;
 
 #[cube(launch)]
 fn attention_inputs_kernel<F: Float, I: Int>(
@@ -141,8 +140,8 @@ pub fn attention_inputs(
     let slots = int_in(OP, "slots", slots)?;
     let positions = int_in(OP, "positions", positions)?;
     let (cos, sin) = (float_in(OP, "cos", tables.cos.clone())?, float_in(OP, "sin", tables.sin.clone())?);
-    let k_cache = writable(OP, "k_cache", k_cache)?;
-    let v_cache = writable(OP, "v_cache", v_cache)?;
+    let k_cache = writable(float_in(OP, "k_cache", k_cache)?);
+    let v_cache = writable(float_in(OP, "v_cache", v_cache)?);
     same_device(OP, &qkv, &k_cache, "k_cache")?;
     same_device(OP, &qkv, &positions, "positions")?;
     let shape = cache_shape(OP, &dims(&k_cache))?;
@@ -191,10 +190,4 @@ pub fn attention_inputs(
         [storage(qkv.dtype), storage(positions.dtype)],
     );
     Ok((float_out(q_out), float_out(k_cache), float_out(v_cache)))
-}
-
-fn writable(op: &'static str, name: &str, cache: BTensor<4>) -> Result<CubeTensor, KernelError> {
-    let cache = float_in(op, name, cache)?;
-    // written in place when this is the only reference (the caller moves the cache in)
-    Ok(if cache.can_mut() { cache } else { burn_cubecl::kernel::into_contiguous(cache.copy()) })
 }
