@@ -11,6 +11,7 @@
 #   bash experiments/gpu_visit.sh train-kernels          # GRPO step time under tc / hybrid / pipelined
 #   bash experiments/gpu_visit.sh compile-log            # kernel compilations in a short GRPO run, tc vs pipelined
 #   bash experiments/gpu_visit.sh profile                # per-kernel GPU time: trainer step and sampler decode
+#   bash experiments/gpu_visit.sh attention            # attention kernels only (decode, prefill) with torch SDPA beside them
 #   bash experiments/gpu_visit.sh attention-ab           # split-KV vs sequential attention: trainer step, long-context sampler
 #   MATMUL_SWEEP="cfg1 cfg2" bash experiments/gpu_visit.sh matmul-sweep   # pipelined configurations
 #   bash experiments/gpu_visit.sh train+ablation         # parts joined by + run at once
@@ -96,6 +97,15 @@ run_part() {
     kernels)  # each kernel vs burn's default at Qwen3-0.6B's shapes, trainer step and MFU
         timeout "$(limit "${KERNELS_LIMIT:-200}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 5 \
             --json "$out/kernels.json" ${KERNELS_ARGS:-} 2>&1 | tee "$out/kernels.md" ;;
+    attention)  # attention rows only (decode and prefill, every kernel incl. split_kv_tc) and torch SDPA on them
+        timeout "$(limit "${KERNELS_LIMIT:-150}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 5 \
+            --attention-only --json "$out/attention.json" 2>&1 | tee "$out/attention.md"
+        PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py "$out/attention.json" 2>&1 | grep -v Warning | tee "$out/attention-torch.md" ;;
+    matmul-autotune)  # the matmul rows with burn's autotuned matmul (cubek's per-shape selector) as the burn column, and torch on them
+        gunzip -c .gpu/lockstep-autotune.gz > /tmp/lockstep-autotune && chmod +x /tmp/lockstep-autotune
+        timeout "$(limit "${KERNELS_LIMIT:-150}")" /tmp/lockstep-autotune bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 5 \
+            --matmul-only --json "$out/matmul-autotune.json" 2>&1 | tee "$out/matmul-autotune.md"
+        PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py "$out/matmul-autotune.json" 2>&1 | grep -v Warning | tee "$out/matmul-autotune-torch.md" ;;
     torch)    # torch on the same kernel shapes; transformers generate on the sampler's model
         PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py "$out/kernels.json" \
             --model /tmp/bench-model --concurrency 1,8,64,256 2>&1 | grep -v Warning | tee "$out/torch.md" ;;

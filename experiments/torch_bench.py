@@ -126,7 +126,9 @@ def main():
     print(f"# torch {torch.__version__} on {torch.cuda.get_device_name()}\n")
     if os.path.exists(a.kernels_json):
         kernels(a.kernels_json)
-    if a.model:
+    if a.model and not os.path.exists(os.path.join(a.model, "config.json")):
+        print(f"(no model saved at {a.model}: run the sampler part first for transformers generate)")
+    elif a.model:
         generate(a.model, [int(c) for c in a.concurrency.split(",")], a.prompt_len, a.new_tokens)
 
 

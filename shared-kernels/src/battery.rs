@@ -356,6 +356,38 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
             let (split, sequential) = (run(AttentionKernel::SplitKv)?, run(AttentionKernel::Sequential)?);
             checks.push(compare("attention split_kv = sequential (prefix within one split)", dtype_name(dtype), within.len(), &split, &sequential.iter().collect::<Vec<_>>()));
         }
+        // the tensor-core kernel where the device has it: decode rows in any batch, and prefill
+        // rows sharing tiles = the same rows one per cube (tiles mix rows of different prefix
+        // lengths in one staged split, and put a row at another place in the mma fragment)
+        let probe = crate::bridge::float_in("battery", "probe", Tensor::<1>::zeros([1], device))?;
+        let tc_ok = crate::ops::attention_tc::tc_attention_available(&probe.client, dtype, head_dim);
+        if tc_ok {
+            checks.extend(row_invariance("attention decode split_kv_tc", dtype, pool, &BATCH_SIZES, seed + 9, |idx| {
+                let qt = float_tensor(gather(&qx, width, idx), [idx.len(), heads, head_dim], dtype, device);
+                let st = int_tensor(idx.iter().map(|&i| (i % ATTENTION_SLOTS) as i32).collect(), device);
+                let pt = int_tensor(idx.iter().map(|&i| positions[i]).collect(), device);
+                Ok(rows_of(host(attention_with(Some(AttentionKernel::SplitKvTensorCore), qt, kc.clone(), vc.clone(), st, pt, scale)?), width))
+            })?);
+            // whole sequences of several lengths, each row at its position, slots in order
+            let lens: Vec<usize> = [kv_len, kv_len / 2 + 3, 70, 17, 1].into_iter().filter(|&l| l <= kv_len).collect();
+            let host_slots: Vec<u32> = lens.iter().enumerate().flat_map(|(s, &l)| std::iter::repeat_n(s as u32, l)).collect();
+            let pos: Vec<i32> = lens.iter().flat_map(|&l| 0..l as i32).collect();
+            let rows = pos.len();
+            let qp = random_vec(&mut rng, rows * width, 1.0);
+            let run = |tiles: bool| -> Result<Vec<Vec<f32>>, KernelError> {
+                let qt = float_tensor(qp.clone(), [rows, heads, head_dim], dtype, device);
+                let st = int_tensor(host_slots.iter().map(|&s| s as i32).collect(), device);
+                let pt = int_tensor(pos.clone(), device);
+                let out = if tiles {
+                    crate::ops::attention::attention_rows(Some(AttentionKernel::SplitKvTensorCore), qt, kc.clone(), vc.clone(), st, pt, &host_slots, scale)?
+                } else {
+                    attention_with(Some(AttentionKernel::SplitKvTensorCore), qt, kc.clone(), vc.clone(), st, pt, scale)?
+                };
+                Ok(rows_of(host(out), width))
+            };
+            let (tiled, alone) = (run(true)?, run(false)?);
+            checks.push(compare("attention split_kv_tc prefill tiles = rows alone", dtype_name(dtype), rows, &tiled, &alone.iter().collect::<Vec<_>>()));
+        }
     }
 
     // sampling: token and its logprob per row, mixed parameters

@@ -28,6 +28,7 @@ pub struct BenchOptions {
     pub matmul_only: bool,
     /// Skip the kernel table: only the trainer step.
     pub trainer_only: bool,
+    pub attention_only: bool,
     /// Also write the kernel timings as JSON (read by experiments/torch_bench.py).
     pub json: Option<std::path::PathBuf>,
     /// Also save the bench model in HF layout (for transformers' generate on the same weights).

@@ -57,6 +57,9 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
             }
         }
     };
+    if o.attention_only {
+        return attention_rows(o, config, device, &mut emit);
+    }
     // every batch-invariant matmul kernel this device runs for the dtype, the default first
     let default_kernel = shared_kernels::ops::matmul::matmul_kernel_on(device, o.dtype).map_err(|e| e.to_string())?;
     let kernels: Vec<MatmulKernel> = match default_kernel {
@@ -123,7 +126,11 @@ fn attention_rows(o: &BenchOptions, config: &ModelConfig, device: &Device, emit:
             let call = |kernel| attention_with(Some(kernel), q.clone(), kc.clone(), vc.clone(), slots.clone(), positions.clone(), scale);
             let bytes = (2 * rows * ctx * kvh * hd + 2 * rows * qh * hd) as f64 * o.dtype.size() as f64;
             let flops = 4.0 * (rows * qh * ctx * hd) as f64;
-            for (kernel, name) in [(AttentionKernel::Sequential, "sequential"), (AttentionKernel::SplitKv, "split_kv")] {
+            for (kernel, name) in [(AttentionKernel::Sequential, "sequential"), (AttentionKernel::SplitKv, "split_kv"), (AttentionKernel::SplitKvTensorCore, "split_kv_tc")] {
+                // the tensor-core kernel only where the device and dtype have it
+                if kernel == AttentionKernel::SplitKvTensorCore && call(kernel).is_err() {
+                    continue;
+                }
                 call(kernel).map_err(|e| e.to_string())?;
                 let a = time_op(device, o.repeats, 5, || drop(call(kernel).unwrap()));
                 emit(&format!("attention decode [{name}]"), [rows, ctx, hd], a, f64::NAN, flops, bytes);
@@ -161,7 +168,16 @@ fn attention_prefill_rows(o: &BenchOptions, config: &ModelConfig, device: &Devic
                 attention_with(Some(kernel), q.clone(), kc.clone(), vc.clone(), slots.clone(), positions.clone(), scale)
             }
         };
-        for (kernel, tiles, name) in [(AttentionKernel::Sequential, false, "sequential"), (AttentionKernel::SplitKv, false, "split_kv per row"), (AttentionKernel::SplitKv, true, "split_kv tiles")] {
+        let kernels = [
+            (AttentionKernel::Sequential, false, "sequential"),
+            (AttentionKernel::SplitKv, false, "split_kv per row"),
+            (AttentionKernel::SplitKv, true, "split_kv tiles"),
+            (AttentionKernel::SplitKvTensorCore, true, "split_kv_tc tiles"),
+        ];
+        for (kernel, tiles, name) in kernels {
+            if kernel == AttentionKernel::SplitKvTensorCore && run(kernel, tiles).is_err() {
+                continue;
+            }
             run(kernel, tiles).map_err(|e| e.to_string())?;
             let a = time_op(device, o.repeats, 2, || drop(run(kernel, tiles).unwrap()));
             emit(&format!("attention prefill [{name}]"), [seqs, ctx, hd], a, f64::NAN, flops, bytes);

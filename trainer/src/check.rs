@@ -11,7 +11,8 @@ pub fn run(preset: &str, dtypes: &[DType], seed: u64, kernels: KernelSet) -> Res
     let device = shared_kernels::device::default_device();
     let config = crate::bench::preset(preset)?;
     println!("# lockstep check: sampler engine invariance, runtime {}, preset {preset}, kernels {}, seed {seed}", shared_kernels::device::runtime_name(), match kernels { KernelSet::Matched => "matched (lockstep)", KernelSet::MatchedUnfused => "matched (lockstep), unfused decode", KernelSet::Fast => "fast (burn defaults)", KernelSet::SplitK => "split_k (batch-size-dependent split-K matmul)" });
-    println!("matmul kernels: {}\n", shared_kernels::ops::matmul::matmul_kernels_summary(&shared_kernels::device::default_device()));
+    println!("matmul kernels: {}", shared_kernels::ops::matmul::matmul_kernels_summary(&shared_kernels::device::default_device()));
+    println!("attention kernels (head_dim 32-128): {}\n", shared_kernels::ops::attention::attention_kernels_summary(&shared_kernels::device::default_device(), 128));
     println!("| dtype | check | result |");
     println!("|---|---|---|");
     let mut failed = 0;

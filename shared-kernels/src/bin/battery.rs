@@ -43,7 +43,8 @@ fn main() -> ExitCode {
     shared_kernels::battery::PROGRESS.store(true, std::sync::atomic::Ordering::Relaxed);
     let device = shared_kernels::device::default_device();
     println!("# lockstep kernel battery: runtime {}, dims {dims:?}, seed {seed}", shared_kernels::device::runtime_name());
-    println!("matmul kernels: {}\n", shared_kernels::ops::matmul::matmul_kernels_summary(&shared_kernels::device::default_device()));
+    println!("matmul kernels: {}", shared_kernels::ops::matmul::matmul_kernels_summary(&shared_kernels::device::default_device()));
+    println!("attention kernels (head_dim 32-128): {}\n", shared_kernels::ops::attention::attention_kernels_summary(&shared_kernels::device::default_device(), 128));
     let mut rows = Vec::new();
     let mut failed = false;
     for &dtype in &dtypes {

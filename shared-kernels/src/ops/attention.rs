@@ -272,29 +272,66 @@ pub fn attention(
     attention_with(None, q, k_cache, v_cache, slots, positions, scale)
 }
 
-/// The two attention kernels; both batch and chunk invariant, with different arithmetic, so one
-/// is chosen per process (`LOCKSTEP_ATTENTION`), never per call.
+/// The attention kernels; all batch and chunk invariant, with different arithmetic, so one is
+/// chosen per process (`LOCKSTEP_ATTENTION`) and device, dtype and head size, never per call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttentionKernel {
     /// One cube per (row, head) walking the splits in order (this file's kernel).
     Sequential,
     /// One cube per (row, head, split), then a fixed-order combine ([`super::attention_split_kv`]).
     SplitKv,
+    /// Split-KV with the split's products on tensor cores ([`super::attention_tc`]; CUDA, bf16/f16).
+    SplitKvTensorCore,
 }
 
-/// `LOCKSTEP_ATTENTION` = sequential | split_kv (read once per process); unset: split_kv (1.7-17x
-/// faster decode at 1k-4k keys on the H200, docs/perf.md). An unknown value is an error naming
-/// the variable.
-pub fn process_attention_kernel() -> Result<AttentionKernel, KernelError> {
-    static KERNEL: std::sync::OnceLock<Result<AttentionKernel, String>> = std::sync::OnceLock::new();
+/// `LOCKSTEP_ATTENTION` = sequential | split_kv | split_kv_tc | auto (read once per process);
+/// unset or `auto` gives `None`: split_kv_tc where [`super::attention_tc::tc_attention_available`]
+/// holds, split_kv elsewhere (a function of device, dtype and head size only). An unknown value
+/// is an error naming the variable.
+pub fn process_attention_kernel() -> Result<Option<AttentionKernel>, KernelError> {
+    static KERNEL: std::sync::OnceLock<Result<Option<AttentionKernel>, String>> = std::sync::OnceLock::new();
     KERNEL
         .get_or_init(|| match std::env::var("LOCKSTEP_ATTENTION").as_deref() {
-            Ok("sequential") => Ok(AttentionKernel::Sequential),
-            Err(_) | Ok("split_kv") => Ok(AttentionKernel::SplitKv),
-            Ok(other) => Err(format!("LOCKSTEP_ATTENTION={other:?} is not one of sequential, split_kv")),
+            Ok("sequential") => Ok(Some(AttentionKernel::Sequential)),
+            Ok("split_kv") => Ok(Some(AttentionKernel::SplitKv)),
+            Ok("split_kv_tc") => Ok(Some(AttentionKernel::SplitKvTensorCore)),
+            Err(_) | Ok("auto") => Ok(None),
+            Ok(other) => Err(format!("LOCKSTEP_ATTENTION={other:?} is not one of auto, split_kv_tc, split_kv, sequential")),
         })
         .clone()
         .map_err(|e| KernelError::new("attention", e))
+}
+
+/// The kernel [`attention`] runs on `device` for `dtype` and `head_dim` under this process's
+/// `LOCKSTEP_ATTENTION` (for report headers and the battery).
+pub fn attention_kernel_on(device: &burn::tensor::Device, dtype: DType, head_dim: usize) -> Result<AttentionKernel, KernelError> {
+    let probe = float_in("attention", "probe", BTensor::<1>::zeros([1], device))?;
+    let tc_ok = super::attention_tc::tc_attention_available(&probe.client, dtype, head_dim);
+    Ok(match process_attention_kernel()? {
+        Some(k) => k,
+        None if tc_ok => AttentionKernel::SplitKvTensorCore,
+        None => AttentionKernel::SplitKv,
+    })
+}
+
+/// "F32 split_kv, BF16 split_kv_tc": the attention kernel each dtype runs on `device` at
+/// `head_dim`, for report headers.
+pub fn attention_kernels_summary(device: &burn::tensor::Device, head_dim: usize) -> String {
+    [DType::F32, DType::BF16]
+        .iter()
+        .map(|&d| format!("{d:?} {}", attention_kernel_on(device, d, head_dim).map_or("unavailable", |k| k.name())))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl AttentionKernel {
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionKernel::Sequential => "sequential",
+            AttentionKernel::SplitKv => "split_kv",
+            AttentionKernel::SplitKvTensorCore => "split_kv_tc",
+        }
+    }
 }
 
 /// [`attention`] on a named kernel instead of the process's choice (tests and benchmarks).
@@ -373,10 +410,30 @@ fn attention_impl(
     ensure!(q.dtype == k.dtype && k.dtype == v.dtype, OP, "dtypes differ: q {:?}, k {:?}, v {:?}", q.dtype, k.dtype, v.dtype);
     ensure!(scale.is_finite(), OP, "scale must be finite, got {scale}");
     ensure!(rows > 0, OP, "no query rows");
-    let kernel = match kernel {
+    let tc_ok = super::attention_tc::tc_attention_available(&q.client, q.dtype, head_dim);
+    let kernel = match kernel.map_or_else(process_attention_kernel, |k| Ok(Some(k)))? {
         Some(k) => k,
-        None => process_attention_kernel()?,
+        None if tc_ok => AttentionKernel::SplitKvTensorCore,
+        None => AttentionKernel::SplitKv,
     };
+    if kernel == AttentionKernel::SplitKvTensorCore {
+        ensure!(tc_ok, OP, "the split_kv_tc kernel needs CUDA tensor cores, bf16 or f16 and head_dim 32, 64, 96 or 128; got {:?}, head_dim {head_dim} on {}", q.dtype, crate::device::runtime_name());
+        if let Some(h) = host_slots {
+            ensure!(h.len() == rows, OP, "{} host slots for {rows} rows", h.len());
+        }
+        // every cache length: this kernel's bits differ from the sequential kernel's even
+        // within one split
+        let rows_per_tile = super::attention_tc::TC_QUERIES / super::attention_tc::heads_per_cube(q_heads / shape.kv_heads);
+        let tiles = super::attention_tc::tc_tiles(host_slots, rows, rows_per_tile);
+        let flat: Vec<i32> = tiles.iter().flat_map(|&(first, n)| [first as i32, n as i32]).collect();
+        let data = TensorData::new(flat, [2 * tiles.len()]).convert_dtype(slots.dtype);
+        let t = int_in(OP, "tiles", BTensor::<1, BInt>::from_data(data, &device))?;
+        ensure!(t.dtype == slots.dtype, OP, "tile table is {:?} but slots are {:?}", t.dtype, slots.dtype);
+        let contiguous = |x: burn_cubecl::tensor::CubeTensor| if x.is_contiguous() { x } else { burn_cubecl::kernel::into_contiguous(x) };
+        let q = contiguous(q);
+        let dims = (rows, q_heads, shape.kv_heads, shape.max_len, head_dim);
+        return Ok(float_out(super::attention_tc::tc_split_kv_attention(&q, contiguous(k), contiguous(v), &slots, positions, dims, scale, (t, tiles.len()))));
+    }
     // With at most KV_SPLIT cache positions every prefix fits one split, where the two kernels
     // give the same bits (tests/kernels/attention_chunking.rs, battery): the one-launch kernel
     // then does split_kv's work. The rule depends on the cache shape only, never on the rows.

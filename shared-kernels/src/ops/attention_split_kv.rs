@@ -303,7 +303,15 @@ pub(crate) fn split_kv_attention(
             dtypes,
         );
     }
+    combine_splits(q, partials, positions, (rows, q_heads, splits, head_dim))
+}
+
+/// The combine kernel over `partials` ([pairs * splits * (head_dim + 2)], f32) into a fresh
+/// output shaped and typed like `q`; shared by the scalar and tensor-core partial kernels.
+pub(crate) fn combine_splits(q: &CubeTensor, partials: CubeTensor, positions: CubeTensor, (rows, q_heads, splits, head_dim): (usize, usize, usize, usize)) -> CubeTensor {
+    let pairs = rows * q_heads;
     let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), [rows, q_heads, head_dim].into(), q.dtype);
+    let dtypes = [storage(q.dtype), storage(positions.dtype)];
     split_combine_kernel::launch(
         &q.client,
         cube_count_for(pairs, 1),

@@ -5,6 +5,7 @@
 pub mod attention;
 pub mod attention_inputs;
 pub mod attention_split_kv;
+pub mod attention_tc;
 pub mod embedding;
 pub mod logprob;
 pub mod matmul;
