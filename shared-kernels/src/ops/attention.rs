@@ -417,7 +417,7 @@ fn attention_impl(
         None => AttentionKernel::SplitKv,
     };
     if kernel == AttentionKernel::SplitKvTensorCore {
-        ensure!(tc_ok, OP, "the split_kv_tc kernel needs CUDA tensor cores, bf16 or f16 and head_dim 32, 64, 96 or 128; got {:?}, head_dim {head_dim} on {}", q.dtype, crate::device::runtime_name());
+        ensure!(tc_ok, OP, "the split_kv_tc attention kernel (LOCKSTEP_ATTENTION=split_kv_tc) needs CUDA tensor cores, bf16 or f16 and head_dim 32, 64, 96 or 128; got {:?}, head_dim {head_dim} on {}", q.dtype, crate::device::runtime_name());
         if let Some(h) = host_slots {
             ensure!(h.len() == rows, OP, "{} host slots for {rows} rows", h.len());
         }

@@ -5,8 +5,9 @@
 //! combine kernel. Only the partial changes: the split's two products run on `cmma`
 //! 16x16x16 instructions with f32 accumulators, k ascending from a zero accumulator:
 //! 1. S = Q K^T over head_dim (chunks 0, 16, ...), scaled by `scale` in f32;
-//! 2. m = max of the query's valid scores (key order), p_j = exp(s_j - m) rounded to the
-//!    input dtype (the `mma` operand), l = sum of those rounded p_j in key order;
+//! 2. m = max of the query's valid scores, p_j = exp(s_j - m) rounded to the input dtype (the
+//!    `mma` operand), l = the sum of those rounded p_j: four sums of 16 keys each in key
+//!    order, added in quarter order;
 //! 3. O = P V over the split's 64 keys (chunks 0, 16, 32, 48), p_j = 0 past the query's keys.
 //!
 //! Bits. A query's partial depends only on its own Q row and the split's K/V rows: an `mma`
@@ -140,12 +141,16 @@ fn tc_partial_kernel<F: Float, N: Size, I: Int>(
             let hd_vecs = comptime!(head_dim / vs);
             let ld = comptime!(head_dim + PAD);
             let ld_vecs = comptime!((head_dim + PAD) / vs);
-            let mut q_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(comptime!(TC_QUERIES * (head_dim + PAD) / vs), comptime!(SMEM_ALIGN));
-            let mut kv_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(comptime!(KV_SPLIT * (head_dim + PAD) / vs), comptime!(SMEM_ALIGN));
-            let mut s_sh = Shared::<[f32]>::new_aligned_slice(comptime!(TC_QUERIES * LDS), comptime!(SMEM_ALIGN));
+            let kv_len = comptime!(KV_SPLIT * (head_dim + PAD) / vs);
+            let q_len = comptime!(TC_QUERIES * (head_dim + PAD) / vs);
+            let blocks = comptime!(head_dim / 32); // output blocks of 16 dims per plane
+            let s_len = comptime!(if TC_QUERIES * LDS > PLANES * (head_dim / 32) * WINDOW { TC_QUERIES * LDS } else { PLANES * (head_dim / 32) * WINDOW });
+            let mut q_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(q_len, comptime!(SMEM_ALIGN));
+            let mut kv_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(kv_len, comptime!(SMEM_ALIGN));
+            let mut s_sh = Shared::<[f32]>::new_aligned_slice(s_len, comptime!(SMEM_ALIGN));
             let mut p_sh = Shared::<[F]>::new_aligned_slice(comptime!(TC_QUERIES * LDP), comptime!(SMEM_ALIGN));
             let mut valid_sh = Shared::<[u32]>::new_slice(comptime!(TC_QUERIES));
-            let mut max_sh = Shared::<[f32]>::new_slice(comptime!(TC_QUERIES));
+            let mut quarter_sh = Shared::<[f32]>::new_slice(comptime!(TC_QUERIES * 4));
 
             // each query's keys in this split (0: the split is past its prefix)
             if unit < comptime!(TC_QUERIES) {
@@ -175,6 +180,19 @@ fn tc_partial_kernel<F: Float, N: Size, I: Int>(
                 }
             }
             stage_split::<F, N>(k_cache, &mut kv_sh, slot * max_len + first, kv_heads, kv_head, staged, head_dim, vs);
+            // V's loads are issued now and land in shared memory once K is no longer read
+            let v_regs_len = comptime!((KV_SPLIT * head_dim / vs).div_ceil(UNITS));
+            let mut v_regs = Array::<Vector<F, N>>::new(v_regs_len);
+            #[unroll]
+            for it in 0..v_regs_len {
+                let i = unit + it * comptime!(UNITS);
+                let j = i / hd_vecs;
+                let mut val = Vector::<F, N>::new(F::from_int(0));
+                if i < comptime!(KV_SPLIT * head_dim / vs) && j < staged {
+                    val = v_cache[((slot * max_len + first + j) * kv_heads + kv_head) * hd_vecs + i % hd_vecs];
+                }
+                v_regs[it] = val;
+            }
             sync_cube();
 
             // 1. S = Q K^T: plane p computes query block p / 2 against key blocks 2 (p % 2), +1
@@ -187,94 +205,120 @@ fn tc_partial_kernel<F: Float, N: Size, I: Int>(
                 #[unroll]
                 for kk in 0..comptime!(head_dim / 16) {
                     let mut a = unsafe { cmma::Matrix::<F>::uninitialized(MatrixIdent::A, 16usize, 16usize, 16usize, MatrixLayout::RowMajor) };
-                    cmma::load(&mut a, q_sh.slice((qb * 16 * ld + kk * 16) / vs, comptime!(TC_QUERIES * (head_dim + PAD) / vs)), comptime!(ld as u32));
+                    cmma::load(&mut a, q_sh.slice((qb * 16 * ld + kk * 16) / vs, q_len), comptime!(ld as u32));
                     // kv_sh[key][e]: element (e, key) of K^T at key * ld + e -> column-major B
                     let mut b0 = unsafe { cmma::Matrix::<F>::uninitialized(MatrixIdent::B, 16usize, 16usize, 16usize, MatrixLayout::ColMajor) };
-                    cmma::load(&mut b0, kv_sh.slice((kb * 16 * ld + kk * 16) / vs, comptime!(KV_SPLIT * (head_dim + PAD) / vs)), comptime!(ld as u32));
+                    cmma::load(&mut b0, kv_sh.slice((kb * 16 * ld + kk * 16) / vs, kv_len), comptime!(ld as u32));
                     let mut b1 = unsafe { cmma::Matrix::<F>::uninitialized(MatrixIdent::B, 16usize, 16usize, 16usize, MatrixLayout::ColMajor) };
-                    cmma::load(&mut b1, kv_sh.slice(((kb + 1) * 16 * ld + kk * 16) / vs, comptime!(KV_SPLIT * (head_dim + PAD) / vs)), comptime!(ld as u32));
+                    cmma::load(&mut b1, kv_sh.slice(((kb + 1) * 16 * ld + kk * 16) / vs, kv_len), comptime!(ld as u32));
                     cmma::execute(&a, &b0, &s0, &s0);
                     cmma::execute(&a, &b1, &s1, &s1);
                 }
-                cmma::store(s_sh.slice_mut(qb * 16 * comptime!(LDS) + kb * 16, comptime!(TC_QUERIES * LDS)), &s0, comptime!(LDS as u32), MatrixLayout::RowMajor);
-                cmma::store(s_sh.slice_mut(qb * 16 * comptime!(LDS) + (kb + 1) * 16, comptime!(TC_QUERIES * LDS)), &s1, comptime!(LDS as u32), MatrixLayout::RowMajor);
+                cmma::store(s_sh.slice_mut(qb * 16 * comptime!(LDS) + kb * 16, s_len), &s0, comptime!(LDS as u32), MatrixLayout::RowMajor);
+                cmma::store(s_sh.slice_mut(qb * 16 * comptime!(LDS) + (kb + 1) * 16, s_len), &s1, comptime!(LDS as u32), MatrixLayout::RowMajor);
             }
             sync_cube();
 
-            // 2. per query: max of the scaled scores in key order, then p and l
-            if unit < comptime!(TC_QUERIES) {
-                let valid = valid_sh[unit] as usize;
-                let mut max = f32::new(NEG_BIG);
-                for j in 0..valid {
-                    let score = s_sh[unit * comptime!(LDS) + j] * scale;
-                    if score > max {
-                        max = score;
+            // 2. unit u takes query u / 4, keys 16 (u % 4) .. +16: the quarter's max (max is
+            // exact, so any order gives the query's max), then K's stage takes V
+            let qi = unit / 4;
+            let quarter = unit % 4;
+            let valid = valid_sh[qi] as usize;
+            let mut quarter_max = f32::new(NEG_BIG);
+            #[unroll]
+            for jj in 0..16usize {
+                let j = quarter * 16 + jj;
+                if j < valid {
+                    let score = s_sh[qi * comptime!(LDS) + j] * scale;
+                    if score > quarter_max {
+                        quarter_max = score;
                     }
                 }
-                max_sh[unit] = max;
+            }
+            quarter_sh[unit] = quarter_max;
+            #[unroll]
+            for it in 0..v_regs_len {
+                let i = unit + it * comptime!(UNITS);
+                if i < comptime!(KV_SPLIT * head_dim / vs) {
+                    kv_sh[(i / hd_vecs) * ld_vecs + i % hd_vecs] = v_regs[it];
+                }
             }
             sync_cube();
+            let mut max = quarter_sh[qi * 4];
             #[unroll]
-            for it in 0..comptime!(TC_QUERIES * KV_SPLIT / UNITS) {
-                let i = unit + it * comptime!(UNITS);
-                let qi = i / comptime!(KV_SPLIT);
-                let j = i % comptime!(KV_SPLIT);
+            for c in 1..4usize {
+                if quarter_sh[qi * 4 + c] > max {
+                    max = quarter_sh[qi * 4 + c];
+                }
+            }
+            // p_j = exp(s_j - max) rounded to F (the mma operand); the quarter's sum of the
+            // rounded p_j in key order
+            let mut quarter_sum = 0.0f32;
+            #[unroll]
+            for jj in 0..16usize {
+                let j = quarter * 16 + jj;
                 let mut p = F::from_int(0);
-                if j < valid_sh[qi] as usize {
-                    p = F::cast_from((s_sh[qi * comptime!(LDS) + j] * scale - max_sh[qi]).exp());
+                if j < valid {
+                    p = F::cast_from((s_sh[qi * comptime!(LDS) + j] * scale - max).exp());
+                    quarter_sum += f32::cast_from(p);
                 }
                 p_sh[qi * comptime!(LDP) + j] = p;
             }
-            // K is no longer read: V takes its place
-            stage_split::<F, N>(v_cache, &mut kv_sh, slot * max_len + first, kv_heads, kv_head, staged, head_dim, vs);
+            sync_cube(); // every unit has read its quarter max: the sums take their place
+            quarter_sh[unit] = quarter_sum;
             sync_cube();
-            if unit < queries {
-                let valid = valid_sh[unit] as usize;
-                if valid > 0 {
-                    let mut sum = 0.0f32;
-                    for j in 0..valid {
-                        sum += f32::cast_from(p_sh[unit * comptime!(LDP) + j]);
-                    }
-                    let head = kv_head * group + part * hpc + unit % hpc;
-                    let base = (((first_row + unit / hpc) * q_heads + head) * splits + split) * comptime!(head_dim + 2);
-                    partials[base] = max_sh[unit];
-                    partials[base + 1] = sum;
-                }
+            // the (max, sum) half of the partial: the four quarter sums in quarter order
+            if quarter == 0 && qi < queries && valid > 0 {
+                let sum = ((quarter_sh[qi * 4] + quarter_sh[qi * 4 + 1]) + quarter_sh[qi * 4 + 2]) + quarter_sh[qi * 4 + 3];
+                let head = kv_head * group + part * hpc + qi % hpc;
+                let base = (((first_row + qi / hpc) * q_heads + head) * splits + split) * comptime!(head_dim + 2);
+                partials[base] = max;
+                partials[base + 1] = sum;
             }
 
-            // 3. O = P V: plane p computes query block p / 2, output dims half p % 2
-            let blocks = comptime!(head_dim / 32);
-            #[unroll]
-            for i in 0..blocks {
-                let db = (plane % 2) * comptime!(head_dim / 32) + i;
-                let o = cmma::Matrix::<f32>::from_value(MatrixIdent::Accumulator, 16usize, 16usize, 16usize, MatrixLayout::Undefined, 0.0f32);
-                if busy {
+            // 3. O = P V: plane p computes query block p / 2, output dims half p % 2, and stages
+            // its fragments in its own windows of the (no longer read) score stage
+            if busy {
+                let mut accs = Sequence::<cmma::Matrix<f32>>::new();
+                #[unroll]
+                for _b in 0..blocks {
+                    accs.push(cmma::Matrix::<f32>::from_value(MatrixIdent::Accumulator, 16usize, 16usize, 16usize, MatrixLayout::Undefined, 0.0f32));
+                }
+                #[unroll]
+                for kc in 0..comptime!(KV_SPLIT / 16) {
+                    let mut a = unsafe { cmma::Matrix::<F>::uninitialized(MatrixIdent::A, 16usize, 16usize, 16usize, MatrixLayout::RowMajor) };
+                    cmma::load(&mut a, p_sh.slice(qb * 16 * comptime!(LDP) + kc * 16, comptime!(TC_QUERIES * LDP)), comptime!(LDP as u32));
                     #[unroll]
-                    for kc in 0..comptime!(KV_SPLIT / 16) {
-                        let mut a = unsafe { cmma::Matrix::<F>::uninitialized(MatrixIdent::A, 16usize, 16usize, 16usize, MatrixLayout::RowMajor) };
-                        cmma::load(&mut a, p_sh.slice(qb * 16 * comptime!(LDP) + kc * 16, comptime!(TC_QUERIES * LDP)), comptime!(LDP as u32));
+                    for b in 0..blocks {
+                        let db = (plane % 2) * comptime!(head_dim / 32) + b;
                         // kv_sh[key][d]: element (key, d) at key * ld + d -> row-major B
-                        let mut b = unsafe { cmma::Matrix::<F>::uninitialized(MatrixIdent::B, 16usize, 16usize, 16usize, MatrixLayout::RowMajor) };
-                        cmma::load(&mut b, kv_sh.slice((kc * 16 * ld + db * 16) / vs, comptime!(KV_SPLIT * (head_dim + PAD) / vs)), comptime!(ld as u32));
-                        cmma::execute(&a, &b, &o, &o);
+                        let mut v = unsafe { cmma::Matrix::<F>::uninitialized(MatrixIdent::B, 16usize, 16usize, 16usize, MatrixLayout::RowMajor) };
+                        cmma::load(&mut v, kv_sh.slice((kc * 16 * ld + db * 16) / vs, kv_len), comptime!(ld as u32));
+                        let acc = accs.index(b);
+                        cmma::execute(&a, &v, acc, acc);
                     }
                 }
-                // the score stage is free from here on: each plane stages its fragment there
-                sync_cube();
-                if busy {
-                    cmma::store(s_sh.slice_mut(plane * comptime!(WINDOW), plane * comptime!(WINDOW) + comptime!(WINDOW)), &o, 16u32, MatrixLayout::RowMajor);
+                #[unroll]
+                for b in 0..blocks {
+                    let w = (plane * comptime!(head_dim / 32) + b) * comptime!(WINDOW);
+                    cmma::store(s_sh.slice_mut(w, w + comptime!(WINDOW)), accs.index(b), 16u32, MatrixLayout::RowMajor);
                 }
-                sync_cube();
-                if busy {
+            }
+            sync_cube();
+            if busy {
+                #[unroll]
+                for b in 0..blocks {
+                    let db = (plane % 2) * comptime!(head_dim / 32) + b;
+                    let w = (plane * comptime!(head_dim / 32) + b) * comptime!(WINDOW);
                     #[unroll]
                     for e_it in 0..comptime!(WINDOW / PLANE_DIM) {
                         let e = lane + e_it * comptime!(PLANE_DIM);
-                        let qi = qb * 16 + e / 16;
-                        if qi < queries {
-                            if valid_sh[qi] > 0 {
-                                let head = kv_head * group + part * hpc + qi % hpc;
-                                let base = (((first_row + qi / hpc) * q_heads + head) * splits + split) * comptime!(head_dim + 2);
-                                partials[base + 2 + db * 16 + e % 16] = s_sh[plane * comptime!(WINDOW) + e];
+                        let oq = qb * 16 + e / 16;
+                        if oq < queries {
+                            if valid_sh[oq] > 0 {
+                                let head = kv_head * group + part * hpc + oq % hpc;
+                                let base = (((first_row + oq / hpc) * q_heads + head) * splits + split) * comptime!(head_dim + 2);
+                                partials[base + 2 + db * 16 + e % 16] = s_sh[w + e];
                             }
                         }
                     }
@@ -356,4 +400,28 @@ pub(crate) fn tc_split_kv_attention(
         [storage(q.dtype), storage(slots.dtype)],
     );
     combine_splits(q, partials, positions, (rows, q_heads, splits, head_dim))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_per_cube_divides_the_group_and_fits_a_cube() {
+        for group in 1..=64 {
+            let h = heads_per_cube(group);
+            assert!(group % h == 0 && h <= TC_QUERIES, "group {group}: {h}");
+            assert!((h + 1..=group.min(TC_QUERIES)).all(|g| group % g != 0), "group {group}: {h} is not the largest");
+        }
+        assert_eq!((heads_per_cube(2), heads_per_cube(12), heads_per_cube(48)), (2, 12, 24));
+    }
+
+    #[test]
+    fn tiles_are_runs_of_one_sequence_cut_at_the_tile_size() {
+        let slots = [3, 3, 3, 3, 3, 1, 1, 3, 0];
+        assert_eq!(tc_tiles(Some(&slots), 9, 2), vec![(0, 2), (2, 2), (4, 1), (5, 2), (7, 1), (8, 1)]);
+        assert_eq!(tc_tiles(Some(&slots), 9, 16), vec![(0, 5), (5, 2), (7, 1), (8, 1)]);
+        // without the slots on the host every row is its own tile (decode's shape)
+        assert_eq!(tc_tiles(None, 3, 16), vec![(0, 1), (1, 1), (2, 1)]);
+    }
 }
