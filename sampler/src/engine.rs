@@ -74,7 +74,25 @@ pub struct StepStats {
     pub shared_prefix_tokens: usize,
 }
 
+/// Where the engine's wall-clock time went since the last [`Engine::take_phase_times`], as the
+/// host sees it: enqueueing a step's launches returns before the device has run them, and the
+/// read-back of the sampled tokens waits for all of it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EnginePhaseTimes {
+    /// Engine steps (batched forwards) run.
+    pub steps: usize,
+    /// Enqueueing each step's forward and sampling launches (host work, kernel launches, allocations).
+    pub launch_s: f64,
+    /// Waiting for each step's tokens and logprobs to come back (device time not hidden by the host).
+    pub wait_s: f64,
+    /// Copying shared prompt prefixes between cache slots.
+    pub prefix_copy_s: f64,
+    /// Everything else in `step`: admitting requests, building rows, retiring finished ones.
+    pub schedule_s: f64,
+}
+
 pub struct Engine {
+    phase: EnginePhaseTimes,
     model: Qwen3,
     config: EngineConfig,
     cache: KvCache,
@@ -97,7 +115,7 @@ impl Engine {
         let device = model.embed.device();
         let cache = KvCache::new(&model.config, config.max_batch, config.context, model.dtype, &device);
         let free_slots = (0..config.max_batch as u32).rev().collect();
-        Ok(Self { model, config, cache, free_slots, waiting: VecDeque::new(), active: Vec::new(), done: Vec::new() })
+        Ok(Self { phase: EnginePhaseTimes::default(), model, config, cache, free_slots, waiting: VecDeque::new(), active: Vec::new(), done: Vec::new() })
     }
 
     pub fn model(&self) -> &Qwen3 {
@@ -112,6 +130,11 @@ impl Engine {
         decode_ready(&mut model)?;
         self.model = model;
         Ok(())
+    }
+
+    /// The phase times accumulated since the last call, and a fresh start.
+    pub fn take_phase_times(&mut self) -> EnginePhaseTimes {
+        std::mem::take(&mut self.phase)
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -138,6 +161,15 @@ impl Engine {
     /// One batched forward + sampling launch. Returns what it did.
     pub fn step(&mut self) -> StepStats {
         let now = Instant::now();
+        let (launch_before, wait_before, copy_before) = (self.phase.launch_s, self.phase.wait_s, self.phase.prefix_copy_s);
+        let stats = self.step_inner(now);
+        // what the timed parts inside did not cover
+        let inner = (self.phase.launch_s - launch_before) + (self.phase.wait_s - wait_before) + (self.phase.prefix_copy_s - copy_before);
+        self.phase.schedule_s += (now.elapsed().as_secs_f64() - inner).max(0.0);
+        stats
+    }
+
+    fn step_inner(&mut self, now: Instant) -> StepStats {
         while let (Some(_), Some(slot)) = (self.waiting.front(), self.free_slots.last().copied()) {
             self.free_slots.pop();
             let p = self.waiting.pop_front().expect("front exists");
@@ -148,7 +180,17 @@ impl Engine {
             return stats;
         }
         // requests waiting for a same-prompt donor to finish its prefill skip this step
-        let held = if self.config.share_prompt_prefix { self.share_prefixes(&mut stats) } else { Vec::new() };
+        let copying = Instant::now();
+        let shared = if self.config.share_prompt_prefix { self.share_prefixes(&mut stats) } else { Ok(Vec::new()) };
+        self.phase.prefix_copy_s += copying.elapsed().as_secs_f64();
+        let held = match shared {
+            Ok(held) => held,
+            Err(e) => {
+                // a failed copy fails the step's requests, as a failed forward does
+                self.fail_all(e.to_string());
+                return stats;
+            }
+        };
         let mut rows = Rows::default();
         // (active index, row index) of the rows whose logits are sampled
         let mut sample_at: Vec<(usize, usize)> = Vec::new();
@@ -179,13 +221,10 @@ impl Engine {
         if rows.is_empty() {
             return stats;
         }
+        self.phase.steps += 1;
         if let Err(e) = self.run(&rows, &sample_at) {
             // a failed launch fails the requests of this step, never silently
-            let message = e;
-            for act in self.active.drain(..) {
-                self.free_slots.push(act.slot);
-                self.done.push((act.request.id, Err(SampleError::Engine { id: act.request.id, message: message.clone() })));
-            }
+            self.fail_all(e);
             return stats;
         }
         let mut still = Vec::with_capacity(self.active.len());
@@ -218,11 +257,18 @@ impl Engine {
         stats
     }
 
+    fn fail_all(&mut self, message: String) {
+        for act in self.active.drain(..) {
+            self.free_slots.push(act.slot);
+            self.done.push((act.request.id, Err(SampleError::Engine { id: act.request.id, message: message.clone() })));
+        }
+    }
+
     /// Before a step's rows are built: every request that has not started its prefill and
     /// shares its prompt (of 2+ tokens) with an earlier active request (the donor) either copies
     /// the donor's KV for the first `len - 1` prompt positions, when the donor has written them
     /// (in earlier steps), or is held until it has. Returns the held requests' indices.
-    fn share_prefixes(&mut self, stats: &mut StepStats) -> Vec<usize> {
+    fn share_prefixes(&mut self, stats: &mut StepStats) -> Result<Vec<usize>, shared_kernels::KernelError> {
         let mut held = Vec::new();
         let mut donors: std::collections::HashMap<&[u32], usize> = std::collections::HashMap::new();
         let mut copies: Vec<(usize, usize)> = Vec::new();
@@ -245,16 +291,19 @@ impl Engine {
                 }
             }
         }
+        let mut slot_copies = Vec::with_capacity(copies.len());
         for (d, a) in copies {
             let n = self.active[a].request.prompt.len() - 1;
-            self.cache.copy_prefix(self.active[d].slot as usize, self.active[a].slot as usize, n);
+            slot_copies.push((self.active[d].slot as usize, self.active[a].slot as usize, n));
             self.active[a].prefilled = n;
             stats.shared_prefix_tokens += n;
         }
-        held
+        self.cache.copy_prefixes(&slot_copies)?;
+        Ok(held)
     }
 
     fn run(&mut self, rows: &Rows, sample_at: &[(usize, usize)]) -> Result<(), String> {
+        let launching = Instant::now();
         // logits only for the rows that are sampled (the last row of a prompt, decode rows)
         let at: Vec<usize> = sample_at.iter().map(|&(_, r)| r).collect();
         let Some(picked) = self.model.forward_at(rows, Some(&mut self.cache), &at).map_err(|e| e.to_string())? else {
@@ -270,11 +319,14 @@ impl Engine {
             })
             .collect();
         let (tokens, logprobs) = sample(picked, &params).map_err(|e| e.to_string())?;
+        self.phase.launch_s += launching.elapsed().as_secs_f64();
+        let waiting = Instant::now();
         // A failed launch anywhere in the forward surfaces here, at the first read: an error for
         // this step's requests, not a panic of the engine.
         let read_failed = |e| format!("the device failed while computing this step: {e}");
         let tokens = tokens.try_into_data().map_err(read_failed)?.convert::<i64>().try_to_vec::<i64>().map_err(|e| format!("{e:?}"))?;
         let logprobs = logprobs.cast(DType::F32).try_into_data().map_err(read_failed)?.try_to_vec::<f32>().map_err(|e| format!("{e:?}"))?;
+        self.phase.wait_s += waiting.elapsed().as_secs_f64();
         let now = Instant::now();
         for (i, &(a, _)) in sample_at.iter().enumerate() {
             let act = &mut self.active[a];

@@ -92,6 +92,7 @@ impl Trainer {
         let sampling = Instant::now();
         let results = self.engine.generate(requests.clone());
         let sample_s = sampling.elapsed().as_secs_f64();
+        let engine_phases = self.engine.take_phase_times();
         let mut completions = Vec::with_capacity(results.len());
         for r in results {
             completions.push(r.map_err(|e| RunError::Other(format!("step {step}: sampler: {e}")))?);
@@ -189,7 +190,17 @@ impl Trainer {
         if trainer_hash != sampler_hash {
             return Err(RunError::Other(format!("step {step}: sampler weights {sampler_hash} differ from trainer weights {trainer_hash}")));
         }
-        let timing = PhaseTimes { gen_s: sample_s, logprob_s, update_s, sync_s: syncing.elapsed().as_secs_f64() };
+        let timing = PhaseTimes {
+            gen_s: sample_s,
+            logprob_s,
+            update_s,
+            sync_s: syncing.elapsed().as_secs_f64(),
+            gen_engine_steps: engine_phases.steps,
+            gen_launch_s: engine_phases.launch_s,
+            gen_wait_s: engine_phases.wait_s,
+            gen_prefix_copy_s: engine_phases.prefix_copy_s,
+            gen_schedule_s: engine_phases.schedule_s,
+        };
         self.step += 1;
         let generated: usize = completions.iter().map(|c| c.tokens.len()).sum();
         let mean = rewards.iter().sum::<f64>() / rewards.len() as f64;

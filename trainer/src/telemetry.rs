@@ -78,6 +78,18 @@ pub struct PhaseTimes {
     pub update_s: f64,
     /// Weights handed to the sampler (with its fused copies) and both weight hashes.
     pub sync_s: f64,
+    /// Inside gen: the engine's batched steps, and where their time went (enqueueing launches,
+    /// waiting for each step's tokens, copying shared prompt prefixes, scheduling).
+    #[serde(default)]
+    pub gen_engine_steps: usize,
+    #[serde(default)]
+    pub gen_launch_s: f64,
+    #[serde(default)]
+    pub gen_wait_s: f64,
+    #[serde(default)]
+    pub gen_prefix_copy_s: f64,
+    #[serde(default)]
+    pub gen_schedule_s: f64,
 }
 
 impl StepMetrics {
@@ -108,6 +120,11 @@ impl StepMetrics {
             ("timing_s/logprob", self.timing.logprob_s),
             ("timing_s/update_actor", self.timing.update_s),
             ("timing_s/sync_weights", self.timing.sync_s),
+            ("timing_s/gen_launch", self.timing.gen_launch_s),
+            ("timing_s/gen_wait", self.timing.gen_wait_s),
+            ("timing_s/gen_prefix_copy", self.timing.gen_prefix_copy_s),
+            ("timing_s/gen_schedule", self.timing.gen_schedule_s),
+            ("perf/gen_engine_steps", self.timing.gen_engine_steps as f64),
         ]
     }
 }

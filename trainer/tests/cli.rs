@@ -115,6 +115,7 @@ for tag in sorted(acc.Tags()["scalars"]):
         "rollout/reward_mean", "rollout/reward_std", "rollout/kl_k1", "rollout/kl_k3", "rollout/logprob_abs_diff_max",
         "rollout/bit_equal_frac", "train/loss", "train/grad_norm", "train/entropy", "train/is_ratio_mean", "perf/tokens_per_s", "perf/step_s",
         "timing_s/gen", "timing_s/logprob", "timing_s/update_actor", "timing_s/sync_weights",
+        "timing_s/gen_launch", "timing_s/gen_wait", "timing_s/gen_prefix_copy", "timing_s/gen_schedule", "perf/gen_engine_steps",
     ] {
         assert!(text.lines().any(|l| l == format!("{tag} 2")), "tag {tag} with 2 points not found in:\n{text}");
     }
@@ -124,6 +125,10 @@ for tag in sorted(acc.Tags()["scalars"]):
         let phases: Vec<f64> = ["gen_s", "logprob_s", "update_s", "sync_s"].iter().map(|k| m["timing"][k].as_f64().unwrap_or(-1.0)).collect();
         assert!(phases.iter().all(|&t| t > 0.0), "phase times {phases:?} in {line}");
         assert!(phases.iter().sum::<f64>() <= m["step_s"].as_f64().unwrap(), "phases {phases:?} exceed the step in {line}");
+        // gen's engine steps ran, and its parts fit inside it
+        let parts: Vec<f64> = ["gen_launch_s", "gen_wait_s", "gen_prefix_copy_s", "gen_schedule_s"].iter().map(|k| m["timing"][k].as_f64().unwrap_or(-1.0)).collect();
+        assert!(m["timing"]["gen_engine_steps"].as_u64().unwrap_or(0) > 0 && parts[0] > 0.0 && parts[1] > 0.0 && parts.iter().all(|&t| t >= 0.0), "gen parts {parts:?} in {line}");
+        assert!(parts.iter().sum::<f64>() <= phases[0], "gen parts {parts:?} exceed gen in {line}");
     }
 }
 

@@ -2,6 +2,7 @@
 
 use crate::ops::attention::KvCacheShape;
 use crate::model::ModelConfig;
+use crate::KernelError;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
 /// The tokens to run: row r is token `tokens[r]` at `positions[r]` of sequence `slots[r]`.
@@ -54,19 +55,42 @@ impl KvCache {
 
     /// Copies positions `0..len` of every layer's K and V from slot `from` to slot `to`: a
     /// plain copy, so `to` then holds exactly the bits `from` computed.
-    pub fn copy_prefix(&mut self, from: usize, to: usize, len: usize) {
+    pub fn copy_prefix(&mut self, from: usize, to: usize, len: usize) -> Result<(), KernelError> {
+        self.copy_prefixes(&[(from, to, len)])
+    }
+
+    /// [`KvCache::copy_prefix`] for many `(from, to, len)` at once: one launch per layer's K and
+    /// V for all of them (a GRPO step copies a prompt into every other slot of its group; one
+    /// slice-assign per copy and layer took most of a rollout's time on the H200). No slot may
+    /// be both a source and a destination.
+    pub fn copy_prefixes(&mut self, copies: &[(usize, usize, usize)]) -> Result<(), KernelError> {
         let s = self.shape;
-        if from == to || len == 0 {
-            return;
-        }
-        assert!(from < s.slots && to < s.slots && len <= s.max_len, "copy_prefix({from}, {to}, {len}) outside the cache {s:?}");
-        for (k, v) in self.layers.iter_mut() {
-            for t in [k, v] {
-                let rows = t.clone().slice([from..from + 1, 0..len, 0..s.kv_heads, 0..s.head_dim]);
-                // taken out so slice_assign may write in place
-                *t = take(t).slice_assign([to..to + 1, 0..len, 0..s.kv_heads, 0..s.head_dim], rows);
+        let mut from_rows = Vec::new();
+        let mut to_rows = Vec::new();
+        for &(from, to, len) in copies {
+            crate::ensure!(from < s.slots && to < s.slots && len <= s.max_len, "copy_prefix", "copy of {len} positions from slot {from} to slot {to} is outside the cache {s:?}");
+            crate::ensure!(!copies.iter().any(|&(f, _, _)| f == to && from != to), "copy_prefix", "slot {to} is both a source and a destination");
+            if from != to {
+                for p in 0..len {
+                    from_rows.push((from * s.max_len + p) as i32);
+                    to_rows.push((to * s.max_len + p) as i32);
+                }
             }
         }
+        if from_rows.is_empty() {
+            return Ok(());
+        }
+        let device = self.layers[0].0.device();
+        let n = from_rows.len();
+        let from_t = Tensor::<1, Int>::from_data(TensorData::new(from_rows, [n]), &device);
+        let to_t = Tensor::<1, Int>::from_data(TensorData::new(to_rows, [n]), &device);
+        for (k, v) in self.layers.iter_mut() {
+            for t in [k, v] {
+                // taken out so the copy may write in place
+                *t = crate::ops::attention::copy_cache_rows(take(t), from_t.clone(), to_t.clone())?;
+            }
+        }
+        Ok(())
     }
 
     /// Bytes held by the cache.

@@ -57,6 +57,26 @@ fn write_kv_kernel<F: Float, I: Int>(
     }
 }
 
+#[cube(launch)]
+fn copy_rows_kernel<F: Float, I: Int>(
+    cache: &mut Tensor<F>,
+    from_rows: &Tensor<I>,
+    to_rows: &Tensor<I>,
+    rows_arg: u32,
+    row_len_arg: u32,
+    #[define(F, I)] _d: [ElemType; 2],
+) {
+    let row_len = row_len_arg as usize;
+    let i = cube_linear() * 256usize + UNIT_POS_X as usize;
+    if i < rows_arg as usize * row_len {
+        let r = i / row_len;
+        let within = i % row_len;
+        let from = u32::cast_from(from_rows[r]) as usize;
+        let to = u32::cast_from(to_rows[r]) as usize;
+        cache[to * row_len + within] = cache[from * row_len + within];
+    }
+}
+
 /// How many keys from `first` on a query with `keys` keys has in the split (at most KV_SPLIT).
 #[cube]
 pub(crate) fn keys_in_split(keys: usize, first: usize) -> usize {
@@ -257,6 +277,37 @@ pub fn write_kv_cache(
         let _ = out.device().sync();
     }
     Ok(out)
+}
+
+/// Copies cache rows in place: the `[kv_heads, head_dim]` row at flat position `from_rows[i]`
+/// (slot * max_len + position) to `to_rows[i]`, for every i, in one launch. No row may be both
+/// read and written (the engine copies shared prompt prefixes from donors to fresh slots).
+pub fn copy_cache_rows(cache: BTensor<4>, from_rows: BTensor<1, BInt>, to_rows: BTensor<1, BInt>) -> Result<BTensor<4>, KernelError> {
+    const OP: &str = "copy_cache_rows";
+    let cache = float_in(OP, "cache", cache)?;
+    let from_rows = int_in(OP, "from_rows", from_rows)?;
+    let to_rows = int_in(OP, "to_rows", to_rows)?;
+    let shape = cache_shape(OP, &dims(&cache))?;
+    let rows = dims(&from_rows)[0];
+    ensure!(dims(&to_rows) == [rows], OP, "from_rows has {rows} rows but to_rows is {:?}", dims(&to_rows));
+    ensure!(from_rows.dtype == to_rows.dtype, OP, "from_rows is {:?} but to_rows is {:?}", from_rows.dtype, to_rows.dtype);
+    let cache = writable(cache);
+    let row_len = shape.kv_heads * shape.head_dim;
+    if rows > 0 {
+        let dtypes = [storage(cache.dtype), storage(to_rows.dtype)];
+        copy_rows_kernel::launch(
+            &cache.client,
+            cube_count_for(rows * row_len, 256),
+            CubeDim::new_1d(256),
+            cache.clone().into_tensor_arg(),
+            from_rows.into_tensor_arg(),
+            to_rows.into_tensor_arg(),
+            rows as u32,
+            row_len as u32,
+            dtypes,
+        );
+    }
+    Ok(float_out(cache))
 }
 
 /// Attention for query rows `q` [rows, q_heads, head_dim]: row r attends to keys 0..=positions[r]

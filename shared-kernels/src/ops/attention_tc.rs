@@ -129,40 +129,46 @@ fn tc_partial_kernel<F: Float, N: Size, I: Int>(
         let queries = count * hpc;
         let slot = u32::cast_from(slots[first_row]) as usize;
         let first = split * comptime!(KV_SPLIT);
+        let hd_vecs = comptime!(head_dim / vs);
+        let ld = comptime!(head_dim + PAD);
+        let ld_vecs = comptime!((head_dim + PAD) / vs);
+        let kv_len = comptime!(KV_SPLIT * (head_dim + PAD) / vs);
+        let q_len = comptime!(TC_QUERIES * (head_dim + PAD) / vs);
+        let blocks = comptime!(head_dim / 32); // output blocks of 16 dims per plane
+        let s_len = comptime!(if TC_QUERIES * LDS > PLANES * (head_dim / 32) * WINDOW { TC_QUERIES * LDS } else { PLANES * (head_dim / 32) * WINDOW });
+        let mut q_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(q_len, comptime!(SMEM_ALIGN));
+        let mut kv_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(kv_len, comptime!(SMEM_ALIGN));
+        let mut s_sh = Shared::<[f32]>::new_aligned_slice(s_len, comptime!(SMEM_ALIGN));
+        let mut p_sh = Shared::<[F]>::new_aligned_slice(comptime!(TC_QUERIES * LDP), comptime!(SMEM_ALIGN));
+        let mut valid_sh = Shared::<[u32]>::new_slice(comptime!(TC_QUERIES));
+        let mut quarter_sh = Shared::<[f32]>::new_slice(comptime!(TC_QUERIES * 4));
+        let mut keys_sh = Shared::<[u32]>::new_slice(comptime!(TC_QUERIES));
+        // every query's prefix length, read in parallel (a loop over the tile's rows would
+        // wait for one global load after another), and its keys in this split (0: the split
+        // is past its prefix)
+        if unit < comptime!(TC_QUERIES) {
+            let mut keys = 0usize;
+            let mut valid = 0usize;
+            if unit < queries {
+                keys = u32::cast_from(positions[first_row + unit / hpc]) as usize + 1;
+                if first < keys {
+                    valid = keys_in_split(keys, first);
+                }
+            }
+            keys_sh[unit] = keys as u32;
+            valid_sh[unit] = valid as u32;
+        }
+        sync_cube();
         let mut most_keys = 0usize;
-        for t in 0..count {
-            let keys = u32::cast_from(positions[first_row + t]) as usize + 1;
+        #[unroll]
+        for t in 0..comptime!(TC_QUERIES) {
+            let keys = keys_sh[t] as usize;
             if keys > most_keys {
                 most_keys = keys;
             }
         }
         if first < most_keys {
             let staged = keys_in_split(most_keys, first);
-            let hd_vecs = comptime!(head_dim / vs);
-            let ld = comptime!(head_dim + PAD);
-            let ld_vecs = comptime!((head_dim + PAD) / vs);
-            let kv_len = comptime!(KV_SPLIT * (head_dim + PAD) / vs);
-            let q_len = comptime!(TC_QUERIES * (head_dim + PAD) / vs);
-            let blocks = comptime!(head_dim / 32); // output blocks of 16 dims per plane
-            let s_len = comptime!(if TC_QUERIES * LDS > PLANES * (head_dim / 32) * WINDOW { TC_QUERIES * LDS } else { PLANES * (head_dim / 32) * WINDOW });
-            let mut q_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(q_len, comptime!(SMEM_ALIGN));
-            let mut kv_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(kv_len, comptime!(SMEM_ALIGN));
-            let mut s_sh = Shared::<[f32]>::new_aligned_slice(s_len, comptime!(SMEM_ALIGN));
-            let mut p_sh = Shared::<[F]>::new_aligned_slice(comptime!(TC_QUERIES * LDP), comptime!(SMEM_ALIGN));
-            let mut valid_sh = Shared::<[u32]>::new_slice(comptime!(TC_QUERIES));
-            let mut quarter_sh = Shared::<[f32]>::new_slice(comptime!(TC_QUERIES * 4));
-
-            // each query's keys in this split (0: the split is past its prefix)
-            if unit < comptime!(TC_QUERIES) {
-                let mut valid = 0usize;
-                if unit < queries {
-                    let keys = u32::cast_from(positions[first_row + unit / hpc]) as usize + 1;
-                    if first < keys {
-                        valid = keys_in_split(keys, first);
-                    }
-                }
-                valid_sh[unit] = valid as u32;
-            }
             // queries as [32][head_dim + PAD], zeros past the tile's queries
             #[unroll]
             for it in 0..comptime!((TC_QUERIES * head_dim / vs).div_ceil(UNITS)) {
