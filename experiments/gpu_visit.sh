@@ -104,7 +104,7 @@ run_part() {
     matmul-autotune)  # the matmul rows with burn's autotuned matmul (cubek's per-shape selector) as the burn column, and torch on them
         gunzip -c .gpu/lockstep-autotune.gz > /tmp/lockstep-autotune && chmod +x /tmp/lockstep-autotune
         timeout "$(limit "${KERNELS_LIMIT:-150}")" /tmp/lockstep-autotune bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 5 \
-            --json "$out/matmul-autotune.json" 2>&1 | grep -E "^\\| (matmul|op|---)" | tee "$out/matmul-autotune.md"
+            --matmul-only --matmul-m ${AUTOTUNE_M:-256,4096} --json "$out/matmul-autotune.json" 2>&1 | tee "$out/matmul-autotune.md"
         PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py "$out/matmul-autotune.json" 2>&1 | grep -v Warning | tee "$out/matmul-autotune-torch.md" ;;
     torch)    # torch on the same kernel shapes; transformers generate on the sampler's model
         PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py "$out/kernels.json" \

@@ -29,6 +29,8 @@ pub struct BenchOptions {
     /// Skip the kernel table: only the trainer step.
     pub trainer_only: bool,
     pub attention_only: bool,
+    /// Matmul rows at these M only (empty: the default sizes).
+    pub matmul_m: Vec<usize>,
     /// Also write the kernel timings as JSON (read by experiments/torch_bench.py).
     pub json: Option<std::path::PathBuf>,
     /// Also save the bench model in HF layout (for transformers' generate on the same weights).

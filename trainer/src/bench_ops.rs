@@ -40,7 +40,7 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
         return trainer_step(o, config, device);
     }
     let (h, ffn, v) = (config.hidden_size, config.intermediate_size, config.vocab_size);
-    let ms: &[usize] = &[1, 16, 64, 256, 1024, 4096];
+    let ms: &[usize] = if o.matmul_m.is_empty() { &[1, 16, 64, 256, 1024, 4096] } else { &o.matmul_m };
     let mut rows = Vec::new();
     println!("\n## kernels (median ms per call; ratio = lockstep / burn default)\n");
     println!("| op | M x N x K | lockstep ms | burn ms | lockstep / burn | lockstep TFLOP/s | lockstep GB/s |");
@@ -97,7 +97,7 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
         }) };
         emit("rmsnorm", [m, h, 1], a, b, 0.0, 2.0 * (m * h) as f64 * bytes_per);
     }
-    for &m in &ms[..5] {
+    for &m in ms.iter().filter(|&&m| m <= 1024) {
         let logits = rand2([m, v], o.dtype, device);
         let targets = Tensor::<1, Int>::from_data(TensorData::new((0..m as i32).collect::<Vec<_>>(), [m]), device);
         let temps = Tensor::<1>::ones([m], device);

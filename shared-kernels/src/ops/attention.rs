@@ -476,14 +476,18 @@ fn attention_impl(
         // within one split
         let rows_per_tile = super::attention_tc::TC_QUERIES / super::attention_tc::heads_per_cube(q_heads / shape.kv_heads);
         let tiles = super::attention_tc::tc_tiles(host_slots, rows, rows_per_tile);
-        let flat: Vec<i32> = tiles.iter().flat_map(|&(first, n)| [first as i32, n as i32]).collect();
-        let data = TensorData::new(flat, [2 * tiles.len()]).convert_dtype(slots.dtype);
-        let t = int_in(OP, "tiles", BTensor::<1, BInt>::from_data(data, &device))?;
-        ensure!(t.dtype == slots.dtype, OP, "tile table is {:?} but slots are {:?}", t.dtype, slots.dtype);
+        let int_dtype = slots.dtype;
+        let upload = |values: Vec<i32>| -> Result<burn_cubecl::tensor::CubeTensor, KernelError> {
+            let n = values.len();
+            // the kernels read tables with the slots' integer type
+            let t = int_in(OP, "tiles", BTensor::<1, BInt>::from_data(TensorData::new(values, [n]).convert_dtype(int_dtype), &device))?;
+            ensure!(t.dtype == int_dtype, OP, "tile table is {:?} but slots are {:?}", t.dtype, int_dtype);
+            Ok(t)
+        };
         let contiguous = |x: burn_cubecl::tensor::CubeTensor| if x.is_contiguous() { x } else { burn_cubecl::kernel::into_contiguous(x) };
         let q = contiguous(q);
         let dims = (rows, q_heads, shape.kv_heads, shape.max_len, head_dim);
-        return Ok(float_out(super::attention_tc::tc_split_kv_attention(&q, contiguous(k), contiguous(v), &slots, positions, dims, scale, (t, tiles.len()))));
+        return Ok(float_out(super::attention_tc::tc_split_kv_attention(&q, contiguous(k), contiguous(v), &slots, positions, dims, scale, &tiles, upload)?));
     }
     // With at most KV_SPLIT cache positions every prefix fits one split, where the two kernels
     // give the same bits (tests/kernels/attention_chunking.rs, battery): the one-launch kernel

@@ -202,19 +202,26 @@ fn split_partial_tiled_kernel<F: Float, I: Int>(
 fn split_combine_kernel<F: Float, I: Int>(
     partials: &Tensor<f32>,
     positions: &Tensor<I>,
+    rows_list: &Tensor<I>,
     out: &mut Tensor<F>,
     pairs_arg: u32,
     q_heads_arg: u32,
     splits_arg: u32,
     #[comptime] head_dim: usize,
+    #[comptime] listed: bool,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
     let pairs = pairs_arg as usize;
     let q_heads = q_heads_arg as usize;
     let splits = splits_arg as usize;
-    let pair = cube_linear();
-    if pair < pairs {
-        let row = pair / q_heads;
+    let work = cube_linear();
+    if work < pairs {
+        // every row, or only the rows listed (the others are written by another kernel)
+        let mut row = work / q_heads;
+        if comptime!(listed) {
+            row = u32::cast_from(rows_list[work / q_heads]) as usize;
+        }
+        let pair = row * q_heads + work % q_heads;
         let used = (u32::cast_from(positions[row]) as usize + 1).div_ceil(comptime!(KV_SPLIT));
         let stride = head_dim + 2;
         let first = pair * splits * stride;
@@ -309,23 +316,35 @@ pub(crate) fn split_kv_attention(
 /// The combine kernel over `partials` ([pairs * splits * (head_dim + 2)], f32) into a fresh
 /// output shaped and typed like `q`; shared by the scalar and tensor-core partial kernels.
 pub(crate) fn combine_splits(q: &CubeTensor, partials: CubeTensor, positions: CubeTensor, (rows, q_heads, splits, head_dim): (usize, usize, usize, usize)) -> CubeTensor {
-    let pairs = rows * q_heads;
     let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), [rows, q_heads, head_dim].into(), q.dtype);
-    let dtypes = [storage(q.dtype), storage(positions.dtype)];
+    combine_rows(&out, partials, positions, None, (rows, q_heads, splits, head_dim));
+    out
+}
+
+/// The combine kernel into `out` [rows, q_heads, head_dim] for every row, or for the `listed`
+/// rows only (`(row list, its length)`; the rest of `out` is left as it is).
+pub(crate) fn combine_rows(out: &CubeTensor, partials: CubeTensor, positions: CubeTensor, listed: Option<(CubeTensor, usize)>, (rows, q_heads, splits, head_dim): (usize, usize, usize, usize)) -> CubeTensor {
+    let dtypes = [storage(out.dtype), storage(positions.dtype)];
+    let (list, n, is_listed) = match listed {
+        Some((list, n)) => (list, n, true),
+        None => (positions.clone(), rows, false),
+    };
     split_combine_kernel::launch(
-        &q.client,
-        cube_count_for(pairs, 1),
+        &out.client,
+        cube_count_for(n * q_heads, 1),
         CubeDim::new_1d(KV_SPLIT as u32),
         partials.into_tensor_arg(),
         positions.into_tensor_arg(),
+        list.into_tensor_arg(),
         out.clone().into_tensor_arg(),
-        pairs as u32,
+        (n * q_heads) as u32,
         q_heads as u32,
         splits as u32,
         head_dim,
+        is_listed,
         dtypes,
     );
-    out
+    out.clone()
 }
 
 /// Rows of one sequence per prefill tile: at most this many share a staged split.

@@ -29,7 +29,9 @@
 //! K, then V, is staged in shared memory once per tile.
 
 use super::attention::{keys_in_split, KV_SPLIT};
-use super::attention_split_kv::combine_splits;
+use super::attention_split_kv::combine_rows;
+use super::attention_tc_flash::tc_flash_kernel;
+use crate::KernelError;
 use super::matmul_tc::tensor_cores_available_for;
 use super::reduce::{cube_linear, NEG_BIG};
 use super::{cube_count_for, storage};
@@ -42,24 +44,24 @@ use burn_cubecl::tensor::CubeTensor;
 /// Queries per cube: two 16-row fragments.
 pub const TC_QUERIES: usize = 32;
 /// Planes per cube; plane p works on query block p / 2 (S: key blocks, O: output dims, by p % 2).
-const PLANES: usize = 4;
-const PLANE_DIM: usize = 32;
-const UNITS: usize = PLANES * PLANE_DIM;
+pub(crate) const PLANES: usize = 4;
+pub(crate) const PLANE_DIM: usize = 32;
+pub(crate) const UNITS: usize = PLANES * PLANE_DIM;
 /// Row padding of the 16-bit stages, in elements (16 bytes: keeps `mma` rows 16-byte aligned
 /// and shifts consecutive rows by 4 banks).
-const PAD: usize = 8;
+pub(crate) const PAD: usize = 8;
 /// f32 score rows: 64 scores + 4.
-const LDS: usize = KV_SPLIT + 4;
+pub(crate) const LDS: usize = KV_SPLIT + 4;
 /// 16-bit p rows: 64 + PAD.
-const LDP: usize = KV_SPLIT + PAD;
+pub(crate) const LDP: usize = KV_SPLIT + PAD;
 /// One plane's 16x16 f32 output window in the score stage.
-const WINDOW: usize = 256;
-const SMEM_ALIGN: usize = 128;
+pub(crate) const WINDOW: usize = 256;
+pub(crate) const SMEM_ALIGN: usize = 128;
 
 /// Stage keys (or values) `first_pos .. first_pos + staged` of `kv_head` as `[64][head_dim + PAD]`
 /// rows; rows past `staged` are zeros.
 #[cube]
-fn stage_split<F: Float, N: Size>(
+pub(crate) fn stage_split<F: Float, N: Size>(
     cache: &Tensor<Vector<F, N>>,
     stage: &mut Shared<[Vector<F, N>]>,
     first_pos: usize,
@@ -84,6 +86,226 @@ fn stage_split<F: Float, N: Size>(
             stage[j * ld_vecs + c] = val;
         }
     }
+}
+
+/// This unit's share of the split's values (as [`stage_split`] would stage them) in registers,
+/// so their loads overlap the score products; [`store_values`] puts them in the stage.
+#[cube]
+pub(crate) fn load_values<F: Float, N: Size>(
+    cache: &Tensor<Vector<F, N>>,
+    regs: &mut Array<Vector<F, N>>,
+    first_pos: usize,
+    kv_heads: usize,
+    kv_head: usize,
+    staged: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] vs: usize,
+) {
+    let hd_vecs = comptime!(head_dim / vs);
+    #[unroll]
+    for it in 0..comptime!((KV_SPLIT * head_dim / vs).div_ceil(UNITS)) {
+        let i = UNIT_POS as usize + it * comptime!(UNITS);
+        let j = i / hd_vecs;
+        let mut val = Vector::<F, N>::new(F::from_int(0));
+        if i < comptime!(KV_SPLIT * head_dim / vs) && j < staged {
+            val = cache[((first_pos + j) * kv_heads + kv_head) * hd_vecs + i % hd_vecs];
+        }
+        regs[it] = val;
+    }
+}
+
+#[cube]
+pub(crate) fn store_values<F: Float, N: Size>(regs: &Array<Vector<F, N>>, stage: &mut Shared<[Vector<F, N>]>, #[comptime] head_dim: usize, #[comptime] vs: usize) {
+    let hd_vecs = comptime!(head_dim / vs);
+    let ld_vecs = comptime!((head_dim + PAD) / vs);
+    #[unroll]
+    for it in 0..comptime!((KV_SPLIT * head_dim / vs).div_ceil(UNITS)) {
+        let i = UNIT_POS as usize + it * comptime!(UNITS);
+        if i < comptime!(KV_SPLIT * head_dim / vs) {
+            stage[(i / hd_vecs) * ld_vecs + i % hd_vecs] = regs[it];
+        }
+    }
+}
+
+/// Query `qi` of a tile (up to [`TC_QUERIES`]): row `first_row + qi / hpc`, head
+/// `first_head + qi % hpc`. Queries as `[32][head_dim + PAD]`, zeros past `queries`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn stage_queries<F: Float, N: Size>(
+    q: &Tensor<Vector<F, N>>,
+    q_sh: &mut Shared<[Vector<F, N>]>,
+    first_row: usize,
+    queries: usize,
+    hpc: usize,
+    first_head: usize,
+    q_heads: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] vs: usize,
+) {
+    let hd_vecs = comptime!(head_dim / vs);
+    let ld_vecs = comptime!((head_dim + PAD) / vs);
+    #[unroll]
+    for it in 0..comptime!((TC_QUERIES * head_dim / vs).div_ceil(UNITS)) {
+        let i = UNIT_POS as usize + it * comptime!(UNITS);
+        if i < comptime!(TC_QUERIES * head_dim / vs) {
+            let qi = i / hd_vecs;
+            let c = i % hd_vecs;
+            let mut val = Vector::<F, N>::new(F::from_int(0));
+            if qi < queries {
+                val = q[((first_row + qi / hpc) * q_heads + first_head + qi % hpc) * hd_vecs + c];
+            }
+            q_sh[qi * ld_vecs + c] = val;
+        }
+    }
+}
+
+/// S = Q K^T on `cmma` into `s_sh` (`[32][LDS]` f32): plane p computes query block p / 2
+/// against key blocks 2 (p % 2) and 2 (p % 2) + 1, k over head_dim ascending from zero.
+/// `busy`: the plane's query block holds queries (plane-uniform).
+#[cube]
+pub(crate) fn split_scores<F: Float, N: Size>(
+    q_sh: &Shared<[Vector<F, N>]>,
+    kv_sh: &Shared<[Vector<F, N>]>,
+    s_sh: &mut Shared<[f32]>,
+    busy: bool,
+    #[comptime] head_dim: usize,
+    #[comptime] vs: usize,
+) {
+    let plane = UNIT_POS_Y as usize;
+    let ld = comptime!(head_dim + PAD);
+    let kv_len = comptime!(KV_SPLIT * (head_dim + PAD) / vs);
+    let q_len = comptime!(TC_QUERIES * (head_dim + PAD) / vs);
+    let s_len = comptime!(score_stage_len(head_dim));
+    let qb = plane / 2;
+    let kb = (plane % 2) * 2;
+    if busy {
+        let s0 = cmma::Matrix::<f32>::from_value(MatrixIdent::Accumulator, 16usize, 16usize, 16usize, MatrixLayout::Undefined, 0.0f32);
+        let s1 = cmma::Matrix::<f32>::from_value(MatrixIdent::Accumulator, 16usize, 16usize, 16usize, MatrixLayout::Undefined, 0.0f32);
+        #[unroll]
+        for kk in 0..comptime!(head_dim / 16) {
+            let mut a = unsafe { cmma::Matrix::<F>::uninitialized(MatrixIdent::A, 16usize, 16usize, 16usize, MatrixLayout::RowMajor) };
+            cmma::load(&mut a, q_sh.slice((qb * 16 * ld + kk * 16) / vs, q_len), comptime!(ld as u32));
+            // kv_sh[key][e]: element (e, key) of K^T at key * ld + e -> column-major B
+            let mut b0 = unsafe { cmma::Matrix::<F>::uninitialized(MatrixIdent::B, 16usize, 16usize, 16usize, MatrixLayout::ColMajor) };
+            cmma::load(&mut b0, kv_sh.slice((kb * 16 * ld + kk * 16) / vs, kv_len), comptime!(ld as u32));
+            let mut b1 = unsafe { cmma::Matrix::<F>::uninitialized(MatrixIdent::B, 16usize, 16usize, 16usize, MatrixLayout::ColMajor) };
+            cmma::load(&mut b1, kv_sh.slice(((kb + 1) * 16 * ld + kk * 16) / vs, kv_len), comptime!(ld as u32));
+            cmma::execute(&a, &b0, &s0, &s0);
+            cmma::execute(&a, &b1, &s1, &s1);
+        }
+        cmma::store(s_sh.slice_mut(qb * 16 * comptime!(LDS) + kb * 16, s_len), &s0, comptime!(LDS as u32), MatrixLayout::RowMajor);
+        cmma::store(s_sh.slice_mut(qb * 16 * comptime!(LDS) + (kb + 1) * 16, s_len), &s1, comptime!(LDS as u32), MatrixLayout::RowMajor);
+    }
+}
+
+/// Unit u's quarter of query u / 4's scaled scores, keys 16 (u % 4) .. +16 below `valid`: their
+/// max (NEG_BIG when none). Max is exact, so any grouping gives the query's max.
+#[cube]
+pub(crate) fn quarter_max(s_sh: &Shared<[f32]>, valid: usize, scale: f32) -> f32 {
+    let qi = UNIT_POS as usize / 4;
+    let quarter = UNIT_POS as usize % 4;
+    let mut max = f32::new(NEG_BIG);
+    #[unroll]
+    for jj in 0..16usize {
+        let j = quarter * 16 + jj;
+        if j < valid {
+            let score = s_sh[qi * comptime!(LDS) + j] * scale;
+            if score > max {
+                max = score;
+            }
+        }
+    }
+    max
+}
+
+/// The largest of query `qi`'s four quarter values in `quarter_sh`.
+#[cube]
+pub(crate) fn query_max(quarter_sh: &Shared<[f32]>, qi: usize) -> f32 {
+    let mut max = quarter_sh[qi * 4];
+    #[unroll]
+    for c in 1..4usize {
+        if quarter_sh[qi * 4 + c] > max {
+            max = quarter_sh[qi * 4 + c];
+        }
+    }
+    max
+}
+
+/// Unit u's quarter of query u / 4: p_j = exp(s_j - max) rounded to F into `p_sh` (0 past
+/// `valid`), and the sum of the rounded p_j in key order.
+#[cube]
+pub(crate) fn quarter_probs<F: Float>(s_sh: &Shared<[f32]>, p_sh: &mut Shared<[F]>, valid: usize, scale: f32, max: f32) -> f32 {
+    let qi = UNIT_POS as usize / 4;
+    let quarter = UNIT_POS as usize % 4;
+    let mut sum = 0.0f32;
+    #[unroll]
+    for jj in 0..16usize {
+        let j = quarter * 16 + jj;
+        let mut p = F::from_int(0);
+        if j < valid {
+            p = F::cast_from((s_sh[qi * comptime!(LDS) + j] * scale - max).exp());
+            sum += f32::cast_from(p);
+        }
+        p_sh[qi * comptime!(LDP) + j] = p;
+    }
+    sum
+}
+
+/// Query `qi`'s split sum: its four quarter sums in quarter order.
+#[cube]
+pub(crate) fn query_sum(quarter_sh: &Shared<[f32]>, qi: usize) -> f32 {
+    ((quarter_sh[qi * 4] + quarter_sh[qi * 4 + 1]) + quarter_sh[qi * 4 + 2]) + quarter_sh[qi * 4 + 3]
+}
+
+/// O = P V on `cmma`: plane p computes query block p / 2, output dims half p % 2 (blocks of 16,
+/// keys ascending from zero), and stores block b at window p * blocks + b of `s_sh` (16x16
+/// row-major). The scores must no longer be read.
+#[cube]
+pub(crate) fn split_output<F: Float, N: Size>(
+    p_sh: &Shared<[F]>,
+    kv_sh: &Shared<[Vector<F, N>]>,
+    s_sh: &mut Shared<[f32]>,
+    busy: bool,
+    #[comptime] head_dim: usize,
+    #[comptime] vs: usize,
+) {
+    let plane = UNIT_POS_Y as usize;
+    let ld = comptime!(head_dim + PAD);
+    let kv_len = comptime!(KV_SPLIT * (head_dim + PAD) / vs);
+    let blocks = comptime!(head_dim / 32);
+    let qb = plane / 2;
+    if busy {
+        let mut accs = Sequence::<cmma::Matrix<f32>>::new();
+        #[unroll]
+        for _b in 0..blocks {
+            accs.push(cmma::Matrix::<f32>::from_value(MatrixIdent::Accumulator, 16usize, 16usize, 16usize, MatrixLayout::Undefined, 0.0f32));
+        }
+        #[unroll]
+        for kc in 0..comptime!(KV_SPLIT / 16) {
+            let mut a = unsafe { cmma::Matrix::<F>::uninitialized(MatrixIdent::A, 16usize, 16usize, 16usize, MatrixLayout::RowMajor) };
+            cmma::load(&mut a, p_sh.slice(qb * 16 * comptime!(LDP) + kc * 16, comptime!(TC_QUERIES * LDP)), comptime!(LDP as u32));
+            #[unroll]
+            for b in 0..blocks {
+                let db = (plane % 2) * comptime!(head_dim / 32) + b;
+                // kv_sh[key][d]: element (key, d) at key * ld + d -> row-major B
+                let mut v = unsafe { cmma::Matrix::<F>::uninitialized(MatrixIdent::B, 16usize, 16usize, 16usize, MatrixLayout::RowMajor) };
+                cmma::load(&mut v, kv_sh.slice((kc * 16 * ld + db * 16) / vs, kv_len), comptime!(ld as u32));
+                let acc = accs.index(b);
+                cmma::execute(&a, &v, acc, acc);
+            }
+        }
+        #[unroll]
+        for b in 0..blocks {
+            let w = (plane * comptime!(head_dim / 32) + b) * comptime!(WINDOW);
+            cmma::store(s_sh.slice_mut(w, w + comptime!(WINDOW)), accs.index(b), 16u32, MatrixLayout::RowMajor);
+        }
+    }
+}
+
+/// f32 elements of the score stage: the scores, or every plane's output windows.
+pub(crate) const fn score_stage_len(head_dim: usize) -> usize {
+    let windows = PLANES * (head_dim / 32) * WINDOW;
+    if TC_QUERIES * LDS > windows { TC_QUERIES * LDS } else { windows }
 }
 
 #[cube(launch)]
@@ -127,25 +349,18 @@ fn tc_partial_kernel<F: Float, N: Size, I: Int>(
         let first_row = u32::cast_from(tiles[2 * tile]) as usize;
         let count = u32::cast_from(tiles[2 * tile + 1]) as usize;
         let queries = count * hpc;
+        let first_head = kv_head * group + part * hpc;
         let slot = u32::cast_from(slots[first_row]) as usize;
         let first = split * comptime!(KV_SPLIT);
-        let hd_vecs = comptime!(head_dim / vs);
-        let ld = comptime!(head_dim + PAD);
-        let ld_vecs = comptime!((head_dim + PAD) / vs);
-        let kv_len = comptime!(KV_SPLIT * (head_dim + PAD) / vs);
-        let q_len = comptime!(TC_QUERIES * (head_dim + PAD) / vs);
-        let blocks = comptime!(head_dim / 32); // output blocks of 16 dims per plane
-        let s_len = comptime!(if TC_QUERIES * LDS > PLANES * (head_dim / 32) * WINDOW { TC_QUERIES * LDS } else { PLANES * (head_dim / 32) * WINDOW });
-        let mut q_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(q_len, comptime!(SMEM_ALIGN));
-        let mut kv_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(kv_len, comptime!(SMEM_ALIGN));
-        let mut s_sh = Shared::<[f32]>::new_aligned_slice(s_len, comptime!(SMEM_ALIGN));
+        let mut q_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(comptime!(TC_QUERIES * (head_dim + PAD) / vs), comptime!(SMEM_ALIGN));
+        let mut kv_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(comptime!(KV_SPLIT * (head_dim + PAD) / vs), comptime!(SMEM_ALIGN));
+        let mut s_sh = Shared::<[f32]>::new_aligned_slice(comptime!(score_stage_len(head_dim)), comptime!(SMEM_ALIGN));
         let mut p_sh = Shared::<[F]>::new_aligned_slice(comptime!(TC_QUERIES * LDP), comptime!(SMEM_ALIGN));
         let mut valid_sh = Shared::<[u32]>::new_slice(comptime!(TC_QUERIES));
-        let mut quarter_sh = Shared::<[f32]>::new_slice(comptime!(TC_QUERIES * 4));
         let mut keys_sh = Shared::<[u32]>::new_slice(comptime!(TC_QUERIES));
-        // every query's prefix length, read in parallel (a loop over the tile's rows would
-        // wait for one global load after another), and its keys in this split (0: the split
-        // is past its prefix)
+        let mut quarter_sh = Shared::<[f32]>::new_slice(comptime!(TC_QUERIES * 4));
+        // every query's prefix length, read in parallel, and its keys in this split (0: the
+        // split is past its prefix)
         if unit < comptime!(TC_QUERIES) {
             let mut keys = 0usize;
             let mut valid = 0usize;
@@ -169,151 +384,35 @@ fn tc_partial_kernel<F: Float, N: Size, I: Int>(
         }
         if first < most_keys {
             let staged = keys_in_split(most_keys, first);
-            // queries as [32][head_dim + PAD], zeros past the tile's queries
-            #[unroll]
-            for it in 0..comptime!((TC_QUERIES * head_dim / vs).div_ceil(UNITS)) {
-                let i = unit + it * comptime!(UNITS);
-                if i < comptime!(TC_QUERIES * head_dim / vs) {
-                    let qi = i / hd_vecs;
-                    let c = i % hd_vecs;
-                    let mut val = Vector::<F, N>::new(F::from_int(0));
-                    if qi < queries {
-                        let row = first_row + qi / hpc;
-                        let head = kv_head * group + part * hpc + qi % hpc;
-                        val = q[(row * q_heads + head) * hd_vecs + c];
-                    }
-                    q_sh[qi * ld_vecs + c] = val;
-                }
-            }
+            stage_queries::<F, N>(q, &mut q_sh, first_row, queries, hpc, first_head, q_heads, head_dim, vs);
             stage_split::<F, N>(k_cache, &mut kv_sh, slot * max_len + first, kv_heads, kv_head, staged, head_dim, vs);
-            // V's loads are issued now and land in shared memory once K is no longer read
-            let v_regs_len = comptime!((KV_SPLIT * head_dim / vs).div_ceil(UNITS));
-            let mut v_regs = Array::<Vector<F, N>>::new(v_regs_len);
-            #[unroll]
-            for it in 0..v_regs_len {
-                let i = unit + it * comptime!(UNITS);
-                let j = i / hd_vecs;
-                let mut val = Vector::<F, N>::new(F::from_int(0));
-                if i < comptime!(KV_SPLIT * head_dim / vs) && j < staged {
-                    val = v_cache[((slot * max_len + first + j) * kv_heads + kv_head) * hd_vecs + i % hd_vecs];
-                }
-                v_regs[it] = val;
-            }
+            let mut v_regs = Array::<Vector<F, N>>::new(comptime!((KV_SPLIT * head_dim / vs).div_ceil(UNITS)));
+            load_values::<F, N>(v_cache, &mut v_regs, slot * max_len + first, kv_heads, kv_head, staged, head_dim, vs);
             sync_cube();
-
-            // 1. S = Q K^T: plane p computes query block p / 2 against key blocks 2 (p % 2), +1
-            let qb = plane / 2;
-            let busy = qb * 16 < queries; // plane-uniform
-            let kb = (plane % 2) * 2;
-            if busy {
-                let s0 = cmma::Matrix::<f32>::from_value(MatrixIdent::Accumulator, 16usize, 16usize, 16usize, MatrixLayout::Undefined, 0.0f32);
-                let s1 = cmma::Matrix::<f32>::from_value(MatrixIdent::Accumulator, 16usize, 16usize, 16usize, MatrixLayout::Undefined, 0.0f32);
-                #[unroll]
-                for kk in 0..comptime!(head_dim / 16) {
-                    let mut a = unsafe { cmma::Matrix::<F>::uninitialized(MatrixIdent::A, 16usize, 16usize, 16usize, MatrixLayout::RowMajor) };
-                    cmma::load(&mut a, q_sh.slice((qb * 16 * ld + kk * 16) / vs, q_len), comptime!(ld as u32));
-                    // kv_sh[key][e]: element (e, key) of K^T at key * ld + e -> column-major B
-                    let mut b0 = unsafe { cmma::Matrix::<F>::uninitialized(MatrixIdent::B, 16usize, 16usize, 16usize, MatrixLayout::ColMajor) };
-                    cmma::load(&mut b0, kv_sh.slice((kb * 16 * ld + kk * 16) / vs, kv_len), comptime!(ld as u32));
-                    let mut b1 = unsafe { cmma::Matrix::<F>::uninitialized(MatrixIdent::B, 16usize, 16usize, 16usize, MatrixLayout::ColMajor) };
-                    cmma::load(&mut b1, kv_sh.slice(((kb + 1) * 16 * ld + kk * 16) / vs, kv_len), comptime!(ld as u32));
-                    cmma::execute(&a, &b0, &s0, &s0);
-                    cmma::execute(&a, &b1, &s1, &s1);
-                }
-                cmma::store(s_sh.slice_mut(qb * 16 * comptime!(LDS) + kb * 16, s_len), &s0, comptime!(LDS as u32), MatrixLayout::RowMajor);
-                cmma::store(s_sh.slice_mut(qb * 16 * comptime!(LDS) + (kb + 1) * 16, s_len), &s1, comptime!(LDS as u32), MatrixLayout::RowMajor);
-            }
+            let busy = (plane / 2) * 16 < queries; // plane-uniform
+            split_scores::<F, N>(&q_sh, &kv_sh, &mut s_sh, busy, head_dim, vs);
             sync_cube();
-
-            // 2. unit u takes query u / 4, keys 16 (u % 4) .. +16: the quarter's max (max is
-            // exact, so any order gives the query's max), then K's stage takes V
             let qi = unit / 4;
-            let quarter = unit % 4;
             let valid = valid_sh[qi] as usize;
-            let mut quarter_max = f32::new(NEG_BIG);
-            #[unroll]
-            for jj in 0..16usize {
-                let j = quarter * 16 + jj;
-                if j < valid {
-                    let score = s_sh[qi * comptime!(LDS) + j] * scale;
-                    if score > quarter_max {
-                        quarter_max = score;
-                    }
-                }
-            }
-            quarter_sh[unit] = quarter_max;
-            #[unroll]
-            for it in 0..v_regs_len {
-                let i = unit + it * comptime!(UNITS);
-                if i < comptime!(KV_SPLIT * head_dim / vs) {
-                    kv_sh[(i / hd_vecs) * ld_vecs + i % hd_vecs] = v_regs[it];
-                }
-            }
+            quarter_sh[unit] = quarter_max(&s_sh, valid, scale);
+            store_values::<F, N>(&v_regs, &mut kv_sh, head_dim, vs); // K is no longer read
             sync_cube();
-            let mut max = quarter_sh[qi * 4];
-            #[unroll]
-            for c in 1..4usize {
-                if quarter_sh[qi * 4 + c] > max {
-                    max = quarter_sh[qi * 4 + c];
-                }
-            }
-            // p_j = exp(s_j - max) rounded to F (the mma operand); the quarter's sum of the
-            // rounded p_j in key order
-            let mut quarter_sum = 0.0f32;
-            #[unroll]
-            for jj in 0..16usize {
-                let j = quarter * 16 + jj;
-                let mut p = F::from_int(0);
-                if j < valid {
-                    p = F::cast_from((s_sh[qi * comptime!(LDS) + j] * scale - max).exp());
-                    quarter_sum += f32::cast_from(p);
-                }
-                p_sh[qi * comptime!(LDP) + j] = p;
-            }
-            sync_cube(); // every unit has read its quarter max: the sums take their place
+            let max = query_max(&quarter_sh, qi);
+            let quarter_sum = quarter_probs::<F>(&s_sh, &mut p_sh, valid, scale, max);
+            sync_cube(); // every unit has read the quarter maxima: the sums take their place
             quarter_sh[unit] = quarter_sum;
             sync_cube();
-            // the (max, sum) half of the partial: the four quarter sums in quarter order
-            if quarter == 0 && qi < queries && valid > 0 {
-                let sum = ((quarter_sh[qi * 4] + quarter_sh[qi * 4 + 1]) + quarter_sh[qi * 4 + 2]) + quarter_sh[qi * 4 + 3];
-                let head = kv_head * group + part * hpc + qi % hpc;
-                let base = (((first_row + qi / hpc) * q_heads + head) * splits + split) * comptime!(head_dim + 2);
+            if unit % 4 == 0 && qi < queries && valid > 0 {
+                let base = (((first_row + qi / hpc) * q_heads + first_head + qi % hpc) * splits + split) * comptime!(head_dim + 2);
                 partials[base] = max;
-                partials[base + 1] = sum;
+                partials[base + 1] = query_sum(&quarter_sh, qi);
             }
-
-            // 3. O = P V: plane p computes query block p / 2, output dims half p % 2, and stages
-            // its fragments in its own windows of the (no longer read) score stage
-            if busy {
-                let mut accs = Sequence::<cmma::Matrix<f32>>::new();
-                #[unroll]
-                for _b in 0..blocks {
-                    accs.push(cmma::Matrix::<f32>::from_value(MatrixIdent::Accumulator, 16usize, 16usize, 16usize, MatrixLayout::Undefined, 0.0f32));
-                }
-                #[unroll]
-                for kc in 0..comptime!(KV_SPLIT / 16) {
-                    let mut a = unsafe { cmma::Matrix::<F>::uninitialized(MatrixIdent::A, 16usize, 16usize, 16usize, MatrixLayout::RowMajor) };
-                    cmma::load(&mut a, p_sh.slice(qb * 16 * comptime!(LDP) + kc * 16, comptime!(TC_QUERIES * LDP)), comptime!(LDP as u32));
-                    #[unroll]
-                    for b in 0..blocks {
-                        let db = (plane % 2) * comptime!(head_dim / 32) + b;
-                        // kv_sh[key][d]: element (key, d) at key * ld + d -> row-major B
-                        let mut v = unsafe { cmma::Matrix::<F>::uninitialized(MatrixIdent::B, 16usize, 16usize, 16usize, MatrixLayout::RowMajor) };
-                        cmma::load(&mut v, kv_sh.slice((kc * 16 * ld + db * 16) / vs, kv_len), comptime!(ld as u32));
-                        let acc = accs.index(b);
-                        cmma::execute(&a, &v, acc, acc);
-                    }
-                }
-                #[unroll]
-                for b in 0..blocks {
-                    let w = (plane * comptime!(head_dim / 32) + b) * comptime!(WINDOW);
-                    cmma::store(s_sh.slice_mut(w, w + comptime!(WINDOW)), accs.index(b), 16u32, MatrixLayout::RowMajor);
-                }
-            }
+            split_output::<F, N>(&p_sh, &kv_sh, &mut s_sh, busy, head_dim, vs);
             sync_cube();
             if busy {
+                let qb = plane / 2;
                 #[unroll]
-                for b in 0..blocks {
+                for b in 0..comptime!(head_dim / 32) {
                     let db = (plane % 2) * comptime!(head_dim / 32) + b;
                     let w = (plane * comptime!(head_dim / 32) + b) * comptime!(WINDOW);
                     #[unroll]
@@ -322,8 +421,7 @@ fn tc_partial_kernel<F: Float, N: Size, I: Int>(
                         let oq = qb * 16 + e / 16;
                         if oq < queries {
                             if valid_sh[oq] > 0 {
-                                let head = kv_head * group + part * hpc + oq % hpc;
-                                let base = (((first_row + oq / hpc) * q_heads + head) * splits + split) * comptime!(head_dim + 2);
+                                let base = (((first_row + oq / hpc) * q_heads + first_head + oq % hpc) * splits + split) * comptime!(head_dim + 2);
                                 partials[base + 2 + db * 16 + e % 16] = s_sh[w + e];
                             }
                         }
@@ -361,10 +459,16 @@ pub(crate) fn tc_tiles(host_slots: Option<&[u32]>, rows: usize, rows_per_tile: u
     tiles
 }
 
-/// Runs the partial and combine kernels for inputs `attention_impl` has checked, with
-/// [`tc_attention_available`] true: `q` [rows, q_heads, head_dim] and the caches
-/// [slots, max_len, kv_heads, head_dim], all contiguous; `tiles` from [`tc_tiles`] on the device
-/// (`count` of them), cut for [`heads_per_cube`].
+/// Rows of one sequence that make a flash tile: prefill tiles of at least this many rows run
+/// [`super::attention_tc_flash`]'s kernel, smaller ones (decode rows) the per-split partials and
+/// the combine. Both give the same bits, so this only trades parallelism over splits (decode)
+/// for fewer passes over memory (prefill).
+pub const FLASH_MIN_ROWS: usize = 2;
+
+/// Runs the kernels for inputs `attention_impl` has checked, with [`tc_attention_available`]
+/// true: `q` [rows, q_heads, head_dim] and the caches [slots, max_len, kv_heads, head_dim], all
+/// contiguous; `tiles` from [`tc_tiles`], cut for [`heads_per_cube`]; `upload` puts a host
+/// table on the device in the slots' integer type.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn tc_split_kv_attention(
     q: &CubeTensor,
@@ -374,38 +478,79 @@ pub(crate) fn tc_split_kv_attention(
     positions: CubeTensor,
     (rows, q_heads, kv_heads, max_len, head_dim): (usize, usize, usize, usize, usize),
     scale: f32,
-    (tiles, count): (CubeTensor, usize),
-) -> CubeTensor {
-    let pairs = rows * q_heads;
+    tiles: &[(usize, usize)],
+    upload: impl Fn(Vec<i32>) -> Result<CubeTensor, KernelError>,
+) -> Result<CubeTensor, KernelError> {
     let splits = max_len.div_ceil(KV_SPLIT);
     let hpc = heads_per_cube(q_heads / kv_heads);
     let parts = q_heads / kv_heads / hpc;
-    let partials = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), [pairs * splits * (head_dim + 2)].into(), DType::F32);
     let vs = 8;
-    tc_partial_kernel::launch(
-        &q.client,
-        cube_count_for(count * kv_heads * parts * splits, 1),
-        CubeDim::new_2d(PLANE_DIM as u32, PLANES as u32),
-        vs,
-        q.clone().into_tensor_arg(),
-        k.into_tensor_arg(),
-        v.into_tensor_arg(),
-        slots.clone().into_tensor_arg(),
-        positions.clone().into_tensor_arg(),
-        tiles.into_tensor_arg(),
-        partials.clone().into_tensor_arg(),
-        count as u32,
-        q_heads as u32,
-        kv_heads as u32,
-        max_len as u32,
-        splits as u32,
-        hpc as u32,
-        scale,
-        head_dim,
-        vs,
-        [storage(q.dtype), storage(slots.dtype)],
-    );
-    combine_splits(q, partials, positions, (rows, q_heads, splits, head_dim))
+    let dtypes = [storage(q.dtype), storage(slots.dtype)];
+    let (flash, single): (Vec<(usize, usize)>, Vec<(usize, usize)>) = tiles.iter().partition(|&&(_, n)| n >= FLASH_MIN_ROWS);
+    let flat = |t: &[(usize, usize)]| t.iter().flat_map(|&(first, n)| [first as i32, n as i32]).collect::<Vec<_>>();
+    let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), [rows, q_heads, head_dim].into(), q.dtype);
+    if !single.is_empty() {
+        // per-split partials for these tiles' rows (indexed by row, so sized for every row)
+        let pairs = rows * q_heads;
+        let partials = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), [pairs * splits * (head_dim + 2)].into(), DType::F32);
+        tc_partial_kernel::launch(
+            &q.client,
+            cube_count_for(single.len() * kv_heads * parts * splits, 1),
+            CubeDim::new_2d(PLANE_DIM as u32, PLANES as u32),
+            vs,
+            q.clone().into_tensor_arg(),
+            k.clone().into_tensor_arg(),
+            v.clone().into_tensor_arg(),
+            slots.clone().into_tensor_arg(),
+            positions.clone().into_tensor_arg(),
+            upload(flat(&single))?.into_tensor_arg(),
+            partials.clone().into_tensor_arg(),
+            single.len() as u32,
+            q_heads as u32,
+            kv_heads as u32,
+            max_len as u32,
+            splits as u32,
+            hpc as u32,
+            scale,
+            head_dim,
+            vs,
+            dtypes,
+        );
+        let listed = (!flash.is_empty()).then(|| single.iter().flat_map(|&(first, n)| (first..first + n).map(|r| r as i32)).collect::<Vec<_>>());
+        let listed = match listed {
+            Some(list) => {
+                let n = list.len();
+                Some((upload(list)?, n))
+            }
+            None => None,
+        };
+        combine_rows(&out, partials, positions.clone(), listed, (rows, q_heads, splits, head_dim));
+    }
+    if !flash.is_empty() {
+        tc_flash_kernel::launch(
+            &q.client,
+            cube_count_for(flash.len() * kv_heads * parts, 1),
+            CubeDim::new_2d(PLANE_DIM as u32, PLANES as u32),
+            vs,
+            q.clone().into_tensor_arg(),
+            k.into_tensor_arg(),
+            v.into_tensor_arg(),
+            slots.clone().into_tensor_arg(),
+            positions.into_tensor_arg(),
+            upload(flat(&flash))?.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            flash.len() as u32,
+            q_heads as u32,
+            kv_heads as u32,
+            max_len as u32,
+            hpc as u32,
+            scale,
+            head_dim,
+            vs,
+            dtypes,
+        );
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ pub mod attention;
 pub mod attention_inputs;
 pub mod attention_split_kv;
 pub mod attention_tc;
+pub mod attention_tc_flash;
 pub mod embedding;
 pub mod logprob;
 pub mod matmul;
