@@ -61,6 +61,7 @@ pub(crate) const SMEM_ALIGN: usize = 128;
 /// Stage keys (or values) `first_pos .. first_pos + staged` of `kv_head` as `[64][head_dim + PAD]`
 /// rows; rows past `staged` are zeros.
 #[cube]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn stage_split<F: Float, N: Size>(
     cache: &Tensor<Vector<F, N>>,
     stage: &mut Shared<[Vector<F, N>]>,
@@ -71,26 +72,16 @@ pub(crate) fn stage_split<F: Float, N: Size>(
     #[comptime] head_dim: usize,
     #[comptime] vs: usize,
 ) {
-    let hd_vecs = comptime!(head_dim / vs);
-    let ld_vecs = comptime!((head_dim + PAD) / vs);
-    #[unroll]
-    for it in 0..comptime!((KV_SPLIT * head_dim / vs).div_ceil(UNITS)) {
-        let i = UNIT_POS as usize + it * comptime!(UNITS);
-        if i < comptime!(KV_SPLIT * head_dim / vs) {
-            let j = i / hd_vecs;
-            let c = i % hd_vecs;
-            let mut val = Vector::<F, N>::new(F::from_int(0));
-            if j < staged {
-                val = cache[((first_pos + j) * kv_heads + kv_head) * hd_vecs + c];
-            }
-            stage[j * ld_vecs + c] = val;
-        }
-    }
+    let mut regs = Array::<Vector<F, N>>::new(comptime!((KV_SPLIT * head_dim / vs).div_ceil(UNITS)));
+    load_values::<F, N>(cache, &mut regs, first_pos, kv_heads, kv_head, staged, head_dim, vs);
+    store_values::<F, N>(&regs, stage, head_dim, vs);
 }
 
-/// This unit's share of the split's values (as [`stage_split`] would stage them) in registers,
-/// so their loads overlap the score products; [`store_values`] puts them in the stage.
+/// This unit's share of a split's keys or values (rows past `staged` as zeros) in registers;
+/// [`store_values`] puts them in the stage. Values are loaded this way while the scores are
+/// computed, so their loads overlap the products.
 #[cube]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn load_values<F: Float, N: Size>(
     cache: &Tensor<Vector<F, N>>,
     regs: &mut Array<Vector<F, N>>,
@@ -125,6 +116,41 @@ pub(crate) fn store_values<F: Float, N: Size>(regs: &Array<Vector<F, N>>, stage:
             stage[(i / hd_vecs) * ld_vecs + i % hd_vecs] = regs[it];
         }
     }
+}
+
+/// Every query's prefix length into `keys_sh` (0 past `queries`), read in parallel (a loop over
+/// the tile's rows would wait for one global load after another); ends with a cube sync and
+/// returns the longest.
+#[cube]
+pub(crate) fn query_keys<I: Int>(positions: &Tensor<I>, keys_sh: &mut Shared<[u32]>, first_row: usize, queries: usize, hpc: usize) -> usize {
+    let unit = UNIT_POS as usize;
+    if unit < comptime!(TC_QUERIES) {
+        let mut keys = 0usize;
+        if unit < queries {
+            keys = u32::cast_from(positions[first_row + unit / hpc]) as usize + 1;
+        }
+        keys_sh[unit] = keys as u32;
+    }
+    sync_cube();
+    let mut most_keys = 0usize;
+    #[unroll]
+    for t in 0..comptime!(TC_QUERIES) {
+        let keys = keys_sh[t] as usize;
+        if keys > most_keys {
+            most_keys = keys;
+        }
+    }
+    most_keys
+}
+
+/// Keys of a query with `keys` keys in the split starting at `first` (0 when it has none there).
+#[cube]
+pub(crate) fn valid_in_split(keys: usize, first: usize) -> usize {
+    let mut valid = 0usize;
+    if first < keys {
+        valid = keys_in_split(keys, first);
+    }
+    valid
 }
 
 /// Query `qi` of a tile (up to [`TC_QUERIES`]): row `first_row + qi / hpc`, head
@@ -356,32 +382,9 @@ fn tc_partial_kernel<F: Float, N: Size, I: Int>(
         let mut kv_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(comptime!(KV_SPLIT * (head_dim + PAD) / vs), comptime!(SMEM_ALIGN));
         let mut s_sh = Shared::<[f32]>::new_aligned_slice(comptime!(score_stage_len(head_dim)), comptime!(SMEM_ALIGN));
         let mut p_sh = Shared::<[F]>::new_aligned_slice(comptime!(TC_QUERIES * LDP), comptime!(SMEM_ALIGN));
-        let mut valid_sh = Shared::<[u32]>::new_slice(comptime!(TC_QUERIES));
         let mut keys_sh = Shared::<[u32]>::new_slice(comptime!(TC_QUERIES));
         let mut quarter_sh = Shared::<[f32]>::new_slice(comptime!(TC_QUERIES * 4));
-        // every query's prefix length, read in parallel, and its keys in this split (0: the
-        // split is past its prefix)
-        if unit < comptime!(TC_QUERIES) {
-            let mut keys = 0usize;
-            let mut valid = 0usize;
-            if unit < queries {
-                keys = u32::cast_from(positions[first_row + unit / hpc]) as usize + 1;
-                if first < keys {
-                    valid = keys_in_split(keys, first);
-                }
-            }
-            keys_sh[unit] = keys as u32;
-            valid_sh[unit] = valid as u32;
-        }
-        sync_cube();
-        let mut most_keys = 0usize;
-        #[unroll]
-        for t in 0..comptime!(TC_QUERIES) {
-            let keys = keys_sh[t] as usize;
-            if keys > most_keys {
-                most_keys = keys;
-            }
-        }
+        let most_keys = query_keys(positions, &mut keys_sh, first_row, queries, hpc);
         if first < most_keys {
             let staged = keys_in_split(most_keys, first);
             stage_queries::<F, N>(q, &mut q_sh, first_row, queries, hpc, first_head, q_heads, head_dim, vs);
@@ -393,7 +396,7 @@ fn tc_partial_kernel<F: Float, N: Size, I: Int>(
             split_scores::<F, N>(&q_sh, &kv_sh, &mut s_sh, busy, head_dim, vs);
             sync_cube();
             let qi = unit / 4;
-            let valid = valid_sh[qi] as usize;
+            let valid = valid_in_split(keys_sh[qi] as usize, first);
             quarter_sh[unit] = quarter_max(&s_sh, valid, scale);
             store_values::<F, N>(&v_regs, &mut kv_sh, head_dim, vs); // K is no longer read
             sync_cube();
@@ -420,7 +423,7 @@ fn tc_partial_kernel<F: Float, N: Size, I: Int>(
                         let e = lane + e_it * comptime!(PLANE_DIM);
                         let oq = qb * 16 + e / 16;
                         if oq < queries {
-                            if valid_sh[oq] > 0 {
+                            if first < keys_sh[oq] as usize {
                                 let base = (((first_row + oq / hpc) * q_heads + first_head + oq % hpc) * splits + split) * comptime!(head_dim + 2);
                                 partials[base + 2 + db * 16 + e % 16] = s_sh[w + e];
                             }

@@ -16,7 +16,7 @@
 
 use super::attention::{keys_in_split, KV_SPLIT};
 use super::attention_tc::{
-    load_values, quarter_max, quarter_probs, query_max, query_sum, score_stage_len, split_output, split_scores, stage_queries, stage_split, store_values, LDP, PAD, PLANE_DIM, SMEM_ALIGN, TC_QUERIES, UNITS, WINDOW,
+    load_values, quarter_max, quarter_probs, query_keys, query_max, query_sum, valid_in_split, score_stage_len, split_output, split_scores, stage_queries, stage_split, store_values, LDP, PAD, PLANE_DIM, SMEM_ALIGN, TC_QUERIES, UNITS, WINDOW,
 };
 use super::reduce::{cube_linear, NEG_BIG};
 use burn_cubecl::cubecl::prelude::*;
@@ -69,23 +69,8 @@ pub(crate) fn tc_flash_kernel<F: Float, N: Size, I: Int>(
         // per query of the split: exp(m_s - M), or 0 where the split holds none of its keys
         let mut factor_sh = Shared::<[f32]>::new_slice(comptime!(TC_QUERIES));
         let mut total_sh = Shared::<[f32]>::new_slice(comptime!(TC_QUERIES));
-        if unit < comptime!(TC_QUERIES) {
-            let mut keys = 0usize;
-            if unit < queries {
-                keys = u32::cast_from(positions[first_row + unit / hpc]) as usize + 1;
-            }
-            keys_sh[unit] = keys as u32;
-        }
         stage_queries::<F, N>(q, &mut q_sh, first_row, queries, hpc, first_head, q_heads, head_dim, vs);
-        sync_cube();
-        let mut most_keys = 0usize;
-        #[unroll]
-        for t in 0..comptime!(TC_QUERIES) {
-            let keys = keys_sh[t] as usize;
-            if keys > most_keys {
-                most_keys = keys;
-            }
-        }
+        let most_keys = query_keys(positions, &mut keys_sh, first_row, queries, hpc);
         let used = most_keys.div_ceil(comptime!(KV_SPLIT));
         let busy = (plane / 2) * 16 < queries; // plane-uniform
         let qi = unit / 4;
@@ -100,10 +85,7 @@ pub(crate) fn tc_flash_kernel<F: Float, N: Size, I: Int>(
             sync_cube();
             split_scores::<F, N>(&q_sh, &kv_sh, &mut s_sh, busy, head_dim, vs);
             sync_cube();
-            let mut valid = 0usize;
-            if first < my_keys {
-                valid = keys_in_split(my_keys, first);
-            }
+            let valid = valid_in_split(my_keys, first);
             quarter_sh[unit] = quarter_max(&s_sh, valid, scale);
             sync_cube();
             let split_max = query_max(&quarter_sh, qi);
@@ -129,10 +111,7 @@ pub(crate) fn tc_flash_kernel<F: Float, N: Size, I: Int>(
             sync_cube();
             split_scores::<F, N>(&q_sh, &kv_sh, &mut s_sh, busy, head_dim, vs);
             sync_cube();
-            let mut valid = 0usize;
-            if first < my_keys {
-                valid = keys_in_split(my_keys, first);
-            }
+            let valid = valid_in_split(my_keys, first);
             quarter_sh[unit] = quarter_max(&s_sh, valid, scale);
             store_values::<F, N>(&v_regs, &mut kv_sh, head_dim, vs);
             sync_cube();
