@@ -468,6 +468,24 @@ pub(crate) fn tc_tiles(host_slots: Option<&[u32]>, rows: usize, rows_per_tile: u
 /// for fewer passes over memory (prefill).
 pub const FLASH_MIN_ROWS: usize = 2;
 
+/// How one call's tiles split between the kernels: flash tiles, single-row tiles (partials +
+/// combine), and, when both kinds are present, the rows the combine must write (all of them
+/// otherwise).
+#[derive(Debug, PartialEq)]
+pub(crate) struct TileLaunches {
+    pub flash: Vec<(usize, usize)>,
+    pub single: Vec<(usize, usize)>,
+    pub single_rows: Option<Vec<i32>>,
+}
+
+impl TileLaunches {
+    pub fn of(tiles: &[(usize, usize)]) -> Self {
+        let (flash, single): (Vec<_>, Vec<_>) = tiles.iter().partition(|&&(_, n)| n >= FLASH_MIN_ROWS);
+        let single_rows = (!flash.is_empty() && !single.is_empty()).then(|| single.iter().flat_map(|&(first, n)| (first..first + n).map(|r| r as i32)).collect());
+        Self { flash, single, single_rows }
+    }
+}
+
 /// Runs the kernels for inputs `attention_impl` has checked, with [`tc_attention_available`]
 /// true: `q` [rows, q_heads, head_dim] and the caches [slots, max_len, kv_heads, head_dim], all
 /// contiguous; `tiles` from [`tc_tiles`], cut for [`heads_per_cube`]; `upload` puts a host
@@ -489,7 +507,7 @@ pub(crate) fn tc_split_kv_attention(
     let parts = q_heads / kv_heads / hpc;
     let vs = 8;
     let dtypes = [storage(q.dtype), storage(slots.dtype)];
-    let (flash, single): (Vec<(usize, usize)>, Vec<(usize, usize)>) = tiles.iter().partition(|&&(_, n)| n >= FLASH_MIN_ROWS);
+    let TileLaunches { flash, single, single_rows } = TileLaunches::of(tiles);
     let flat = |t: &[(usize, usize)]| t.iter().flat_map(|&(first, n)| [first as i32, n as i32]).collect::<Vec<_>>();
     let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), [rows, q_heads, head_dim].into(), q.dtype);
     if !single.is_empty() {
@@ -519,8 +537,7 @@ pub(crate) fn tc_split_kv_attention(
             vs,
             dtypes,
         );
-        let listed = (!flash.is_empty()).then(|| single.iter().flat_map(|&(first, n)| (first..first + n).map(|r| r as i32)).collect::<Vec<_>>());
-        let listed = match listed {
+        let listed = match single_rows {
             Some(list) => {
                 let n = list.len();
                 Some((upload(list)?, n))
@@ -568,6 +585,19 @@ mod tests {
             assert!((h + 1..=group.min(TC_QUERIES)).all(|g| group % g != 0), "group {group}: {h} is not the largest");
         }
         assert_eq!((heads_per_cube(2), heads_per_cube(12), heads_per_cube(48)), (2, 12, 24));
+    }
+
+    #[test]
+    fn a_mixed_launch_lists_the_rows_the_combine_writes() {
+        // a prefill chunk of 3 rows, two decode rows, a chunk of 2
+        let l = TileLaunches::of(&[(0, 3), (3, 1), (4, 1), (5, 2)]);
+        assert_eq!((l.flash, l.single, l.single_rows), (vec![(0, 3), (5, 2)], vec![(3, 1), (4, 1)], Some(vec![3, 4])));
+        // decode only: the combine writes every row, no list
+        let l = TileLaunches::of(&[(0, 1), (1, 1)]);
+        assert_eq!((l.flash.len(), l.single.len(), l.single_rows), (0, 2, None));
+        // prefill only: no partials at all
+        let l = TileLaunches::of(&[(0, 16), (16, 4)]);
+        assert_eq!((l.flash.len(), l.single.len(), l.single_rows), (2, 0, None));
     }
 
     #[test]

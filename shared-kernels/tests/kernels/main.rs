@@ -4,6 +4,7 @@
 
 mod accuracy;
 mod attention_chunking;
+mod cache_copy;
 mod errors;
 mod fused;
 mod gradients;
