@@ -13,6 +13,8 @@
 //!   denominator, running output), always the same sequence of operations for a given p.
 
 use super::reduce::{cube_linear, NEG_BIG};
+pub use super::kv_cache::{copy_cache_rows, write_kv_cache, KvCacheShape};
+pub(crate) use super::kv_cache::{cache_shape, writable};
 use super::{cube_count_for, storage};
 use crate::bridge::{dims, float_in, float_out, int_in, same_device};
 use crate::{ensure, KernelError};
@@ -23,59 +25,6 @@ use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 
 /// Keys per split, and units per cube. Part of the numerics: fixed for every shape.
 pub const KV_SPLIT: usize = 64;
-
-/// Shape of one layer's K (or V) cache: `[slots, max_len, kv_heads, head_dim]`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KvCacheShape {
-    pub slots: usize,
-    pub max_len: usize,
-    pub kv_heads: usize,
-    pub head_dim: usize,
-}
-
-#[cube(launch)]
-fn write_kv_kernel<F: Float, I: Int>(
-    new: &Tensor<F>,
-    slots: &Tensor<I>,
-    positions: &Tensor<I>,
-    cache: &mut Tensor<F>,
-    rows_arg: u32,
-    row_len_arg: u32,
-    max_len_arg: u32,
-    #[define(F, I)] _d: [ElemType; 2],
-) {
-    let rows = rows_arg as usize;
-    let row_len = row_len_arg as usize;
-    let max_len = max_len_arg as usize;
-    let i = cube_linear() * 256usize + UNIT_POS_X as usize;
-    if i < rows * row_len {
-        let row = i / row_len;
-        let within = i % row_len;
-        let slot = u32::cast_from(slots[row]) as usize;
-        let pos = u32::cast_from(positions[row]) as usize;
-        cache[(slot * max_len + pos) * row_len + within] = new[i];
-    }
-}
-
-#[cube(launch)]
-fn copy_rows_kernel<F: Float, I: Int>(
-    cache: &mut Tensor<F>,
-    from_rows: &Tensor<I>,
-    to_rows: &Tensor<I>,
-    rows_arg: u32,
-    row_len_arg: u32,
-    #[define(F, I)] _d: [ElemType; 2],
-) {
-    let row_len = row_len_arg as usize;
-    let i = cube_linear() * 256usize + UNIT_POS_X as usize;
-    if i < rows_arg as usize * row_len {
-        let r = i / row_len;
-        let within = i % row_len;
-        let from = u32::cast_from(from_rows[r]) as usize;
-        let to = u32::cast_from(to_rows[r]) as usize;
-        cache[to * row_len + within] = cache[from * row_len + within];
-    }
-}
 
 /// How many keys from `first` on a query with `keys` keys has in the split (at most KV_SPLIT).
 #[cube]
@@ -221,93 +170,6 @@ fn attention_kernel<F: Float, I: Int>(
             d += comptime!(KV_SPLIT);
         }
     }
-}
-
-/// A cache that kernels may write: the tensor itself when this is its only reference (callers
-/// move the cache in), else a contiguous copy.
-pub(crate) fn writable(cache: burn_cubecl::tensor::CubeTensor) -> burn_cubecl::tensor::CubeTensor {
-    if cache.can_mut() { cache } else { burn_cubecl::kernel::into_contiguous(cache.copy()) }
-}
-
-pub(crate) fn cache_shape(op: &'static str, d: &[usize]) -> Result<KvCacheShape, KernelError> {
-    ensure!(d.len() == 4, op, "cache must be [slots, max_len, kv_heads, head_dim], got {d:?}");
-    Ok(KvCacheShape { slots: d[0], max_len: d[1], kv_heads: d[2], head_dim: d[3] })
-}
-
-/// Write `new` [rows, kv_heads, head_dim] into `cache` at (slots[r], positions[r]).
-/// Returns the updated cache (the same buffer when burn can reuse it, else a copy).
-pub fn write_kv_cache(
-    cache: BTensor<4>,
-    new: BTensor<3>,
-    slots: BTensor<1, BInt>,
-    positions: BTensor<1, BInt>,
-) -> Result<BTensor<4>, KernelError> {
-    const OP: &str = "write_kv_cache";
-    let cache = float_in(OP, "cache", cache)?;
-    let new = float_in(OP, "new", new)?;
-    let slots = int_in(OP, "slots", slots)?;
-    let positions = int_in(OP, "positions", positions)?;
-    same_device(OP, &cache, &new, "new")?;
-    let shape = cache_shape(OP, &dims(&cache))?;
-    let nd = dims(&new);
-    let rows = nd[0];
-    ensure!(nd[1..] == [shape.kv_heads, shape.head_dim], OP, "new is {nd:?} but the cache holds [{}, {}] per position", shape.kv_heads, shape.head_dim);
-    ensure!(dims(&slots) == [rows] && dims(&positions) == [rows], OP, "new has {rows} rows but slots is {:?} and positions {:?}", dims(&slots), dims(&positions));
-    ensure!(cache.dtype == new.dtype, OP, "cache is {:?} but new is {:?}", cache.dtype, new.dtype);
-    let cache = writable(cache);
-    let row_len = shape.kv_heads * shape.head_dim;
-    if rows > 0 {
-        write_kv_kernel::launch(
-            &cache.client,
-            cube_count_for(rows * row_len, 256),
-            CubeDim::new_1d(256),
-            new.clone().into_tensor_arg(),
-            slots.clone().into_tensor_arg(),
-            positions.clone().into_tensor_arg(),
-            cache.clone().into_tensor_arg(),
-            rows as u32,
-            row_len as u32,
-            shape.max_len as u32,
-            [storage(new.dtype), storage(slots.dtype)],
-        );
-    }
-    let out: BTensor<4> = float_out(cache);
-    if crate::bridge::debug_sync() {
-        // diagnostic: rule out ordering between the scatter and later reads
-        let _ = out.device().sync();
-    }
-    Ok(out)
-}
-
-/// Copies cache rows in place: the `[kv_heads, head_dim]` row at flat position `from_rows[i]`
-/// (slot * max_len + position) to `to_rows[i]`, for every i, in one launch. No row may be both
-/// read and written (the engine copies shared prompt prefixes from donors to fresh slots).
-pub fn copy_cache_rows(cache: BTensor<4>, from_rows: BTensor<1, BInt>, to_rows: BTensor<1, BInt>) -> Result<BTensor<4>, KernelError> {
-    const OP: &str = "copy_cache_rows";
-    let cache = float_in(OP, "cache", cache)?;
-    let from_rows = int_in(OP, "from_rows", from_rows)?;
-    let to_rows = int_in(OP, "to_rows", to_rows)?;
-    let shape = cache_shape(OP, &dims(&cache))?;
-    let rows = dims(&from_rows)[0];
-    ensure!(dims(&to_rows) == [rows], OP, "from_rows has {rows} rows but to_rows is {:?}", dims(&to_rows));
-    ensure!(from_rows.dtype == to_rows.dtype, OP, "from_rows is {:?} but to_rows is {:?}", from_rows.dtype, to_rows.dtype);
-    let cache = writable(cache);
-    let row_len = shape.kv_heads * shape.head_dim;
-    if rows > 0 {
-        let dtypes = [storage(cache.dtype), storage(to_rows.dtype)];
-        copy_rows_kernel::launch(
-            &cache.client,
-            cube_count_for(rows * row_len, 256),
-            CubeDim::new_1d(256),
-            cache.clone().into_tensor_arg(),
-            from_rows.into_tensor_arg(),
-            to_rows.into_tensor_arg(),
-            rows as u32,
-            row_len as u32,
-            dtypes,
-        );
-    }
-    Ok(float_out(cache))
 }
 
 /// Attention for query rows `q` [rows, q_heads, head_dim]: row r attends to keys 0..=positions[r]

@@ -8,6 +8,7 @@ pub mod attention_split_kv;
 pub mod attention_tc;
 pub mod attention_tc_flash;
 pub mod embedding;
+pub mod kv_cache;
 pub mod logprob;
 pub mod matmul;
 pub mod matmul_pipelined;
