@@ -83,6 +83,14 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
             }
         }
     }
+    // the tensor-core instruction's own ceiling beside the matmul rows (where the device has it):
+    // 8 cubes of 4 planes per H200 SM, each plane 4 independent mma chains
+    let (cubes, iters) = (1056, 4096);
+    if shared_kernels::ops::mma_peak::mma_peak(device, o.dtype, cubes, iters).is_ok() {
+        let flops = shared_kernels::ops::mma_peak::mma_peak(device, o.dtype, cubes, iters).map_err(|e| e.to_string())?.1;
+        let a = time_op(device, o.repeats, 3, || drop(shared_kernels::ops::mma_peak::mma_peak(device, o.dtype, cubes, iters).unwrap().0));
+        emit("mma peak (cmma 16x16x16, operands in registers)", [cubes, iters, 16], a, f64::NAN, flops, 0.0);
+    }
     if o.matmul_only {
         return Ok(());
     }

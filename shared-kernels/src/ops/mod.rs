@@ -14,6 +14,7 @@ pub mod matmul;
 pub mod matmul_pipelined;
 pub mod matmul_split_k;
 pub mod matmul_tc;
+pub mod mma_peak;
 pub mod pointwise;
 pub mod reduce;
 pub mod rmsnorm;

@@ -51,4 +51,8 @@ fn launchers_reject_bad_inputs_with_named_errors() {
     let temps = Tensor::<1>::from_data(TensorData::new(vec![1.0f32; 2], [2]), &device);
     let err = shared_kernels::token_logprobs(logits, int_tensor(vec![0, 1, 2], &device), temps).unwrap_err();
     assert!(err.to_string().contains("targets"), "{err}");
+
+    // the tensor-core benchmark kernel names the dtype it has no instruction for
+    let err = shared_kernels::ops::mma_peak::mma_peak(&device, DType::F32, 4, 4).unwrap_err();
+    assert!(err.to_string().contains("mma_peak") && err.to_string().contains("F32"), "{err}");
 }
