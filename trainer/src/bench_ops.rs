@@ -86,8 +86,7 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
     // the tensor-core instruction's own ceiling beside the matmul rows (where the device has it):
     // 8 cubes of 4 planes per H200 SM, each plane 4 independent mma chains
     let (cubes, iters) = (1056, 4096);
-    if shared_kernels::ops::mma_peak::mma_peak(device, o.dtype, cubes, iters).is_ok() {
-        let flops = shared_kernels::ops::mma_peak::mma_peak(device, o.dtype, cubes, iters).map_err(|e| e.to_string())?.1;
+    if let Ok((_, flops)) = shared_kernels::ops::mma_peak::mma_peak(device, o.dtype, cubes, iters) {
         let a = time_op(device, o.repeats, 3, || drop(shared_kernels::ops::mma_peak::mma_peak(device, o.dtype, cubes, iters).unwrap().0));
         emit("mma peak (cmma 16x16x16, operands in registers)", [cubes, iters, 16], a, f64::NAN, flops, 0.0);
     }
@@ -136,10 +135,10 @@ fn attention_rows(o: &BenchOptions, config: &ModelConfig, device: &Device, emit:
             let flops = 4.0 * (rows * qh * ctx * hd) as f64;
             for (kernel, name) in [(AttentionKernel::Sequential, "sequential"), (AttentionKernel::SplitKv, "split_kv"), (AttentionKernel::SplitKvTensorCore, "split_kv_tc")] {
                 // the tensor-core kernel only where the device and dtype have it
-                if kernel == AttentionKernel::SplitKvTensorCore && call(kernel).is_err() {
-                    continue;
+                match call(kernel) {
+                    Err(_) if kernel == AttentionKernel::SplitKvTensorCore => continue,
+                    r => drop(r.map_err(|e| e.to_string())?),
                 }
-                call(kernel).map_err(|e| e.to_string())?;
                 let a = time_op(device, o.repeats, 5, || drop(call(kernel).unwrap()));
                 emit(&format!("attention decode [{name}]"), [rows, ctx, hd], a, f64::NAN, flops, bytes);
             }
@@ -183,10 +182,10 @@ fn attention_prefill_rows(o: &BenchOptions, config: &ModelConfig, device: &Devic
             (AttentionKernel::SplitKvTensorCore, true, "split_kv_tc tiles"),
         ];
         for (kernel, tiles, name) in kernels {
-            if kernel == AttentionKernel::SplitKvTensorCore && run(kernel, tiles).is_err() {
-                continue;
+            match run(kernel, tiles) {
+                Err(_) if kernel == AttentionKernel::SplitKvTensorCore => continue,
+                r => drop(r.map_err(|e| e.to_string())?),
             }
-            run(kernel, tiles).map_err(|e| e.to_string())?;
             let a = time_op(device, o.repeats, 2, || drop(run(kernel, tiles).unwrap()));
             emit(&format!("attention prefill [{name}]"), [seqs, ctx, hd], a, f64::NAN, flops, bytes);
         }

@@ -164,6 +164,11 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
         assert!(err.contains(var) && err.contains(value), "{var}={value}: {err}");
         assert!(!err.contains("panicked"), "{var}={value}: {err}");
     }
+    // a benchmark size of 0 is refused by name before any device work
+    let out = lockstep(&["bench", "--preset", "tiny", "--concurrency", "none", "--matmul-only", "--matmul-m", "4,0"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("--matmul-m") && !err.contains("panicked"), "{err}");
     let out = lockstep(&["train", "missing.toml"], &dir);
     assert_ne!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));

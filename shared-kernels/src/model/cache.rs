@@ -67,9 +67,11 @@ impl KvCache {
         let s = self.shape;
         let mut from_rows = Vec::new();
         let mut to_rows = Vec::new();
+        // a GRPO step hands ~1000 copies at once: look sources up, don't rescan the list
+        let sources: std::collections::HashSet<usize> = copies.iter().map(|&(f, _, _)| f).collect();
         for &(from, to, len) in copies {
             crate::ensure!(from < s.slots && to < s.slots && len <= s.max_len, "copy_prefix", "copy of {len} positions from slot {from} to slot {to} is outside the cache {s:?}");
-            crate::ensure!(!copies.iter().any(|&(f, _, _)| f == to && from != to), "copy_prefix", "slot {to} is both a source and a destination");
+            crate::ensure!(from == to || !sources.contains(&to), "copy_prefix", "slot {to} is both a source and a destination");
             if from != to {
                 for p in 0..len {
                     from_rows.push((from * s.max_len + p) as i32);

@@ -219,8 +219,13 @@ pub fn process_attention_kernel() -> Result<Option<AttentionKernel>, KernelError
 /// `LOCKSTEP_ATTENTION` (for report headers and the battery).
 pub fn attention_kernel_on(device: &burn::tensor::Device, dtype: DType, head_dim: usize) -> Result<AttentionKernel, KernelError> {
     let probe = float_in("attention", "probe", BTensor::<1>::zeros([1], device))?;
-    let tc_ok = super::attention_tc::tc_attention_available(&probe.client, dtype, head_dim);
-    Ok(match process_attention_kernel()? {
+    resolve_kernel(None, super::attention_tc::tc_attention_available(&probe.client, dtype, head_dim))
+}
+
+/// The kernel a call runs: the one it names, else the process's `LOCKSTEP_ATTENTION`, else
+/// (`auto`) split_kv_tc where the tensor-core kernel runs (`tc_ok`) and split_kv elsewhere.
+fn resolve_kernel(requested: Option<AttentionKernel>, tc_ok: bool) -> Result<AttentionKernel, KernelError> {
+    Ok(match requested.map_or_else(process_attention_kernel, |k| Ok(Some(k)))? {
         Some(k) => k,
         None if tc_ok => AttentionKernel::SplitKvTensorCore,
         None => AttentionKernel::SplitKv,
@@ -324,50 +329,35 @@ fn attention_impl(
     ensure!(scale.is_finite(), OP, "scale must be finite, got {scale}");
     ensure!(rows > 0, OP, "no query rows");
     let tc_ok = super::attention_tc::tc_attention_available(&q.client, q.dtype, head_dim);
-    let kernel = match kernel.map_or_else(process_attention_kernel, |k| Ok(Some(k)))? {
-        Some(k) => k,
-        None if tc_ok => AttentionKernel::SplitKvTensorCore,
-        None => AttentionKernel::SplitKv,
+    let kernel = resolve_kernel(kernel, tc_ok)?;
+    if let Some(h) = host_slots {
+        ensure!(h.len() == rows, OP, "{} host slots for {rows} rows", h.len());
+    }
+    // (first row, rows) tables on the device, in the slots' integer type (the kernels read them so)
+    let int_dtype = slots.dtype;
+    let upload = |values: Vec<i32>| -> Result<burn_cubecl::tensor::CubeTensor, KernelError> {
+        let n = values.len();
+        let t = int_in(OP, "tiles", BTensor::<1, BInt>::from_data(TensorData::new(values, [n]).convert_dtype(int_dtype), &device))?;
+        ensure!(t.dtype == int_dtype, OP, "tile table is {:?} but slots are {:?}", t.dtype, int_dtype);
+        Ok(t)
     };
+    let dims = (rows, q_heads, shape.kv_heads, shape.max_len, head_dim);
     if kernel == AttentionKernel::SplitKvTensorCore {
         ensure!(tc_ok, OP, "the split_kv_tc attention kernel (LOCKSTEP_ATTENTION=split_kv_tc) needs CUDA tensor cores, bf16 or f16 and head_dim 32, 64, 96 or 128; got {:?}, head_dim {head_dim} on {}", q.dtype, crate::device::runtime_name());
-        if let Some(h) = host_slots {
-            ensure!(h.len() == rows, OP, "{} host slots for {rows} rows", h.len());
-        }
         // every cache length: this kernel's bits differ from the sequential kernel's even
         // within one split
         let rows_per_tile = super::attention_tc::TC_QUERIES / super::attention_tc::heads_per_cube(q_heads / shape.kv_heads);
         let tiles = super::attention_tc::tc_tiles(host_slots, rows, rows_per_tile);
-        let int_dtype = slots.dtype;
-        let upload = |values: Vec<i32>| -> Result<burn_cubecl::tensor::CubeTensor, KernelError> {
-            let n = values.len();
-            // the kernels read tables with the slots' integer type
-            let t = int_in(OP, "tiles", BTensor::<1, BInt>::from_data(TensorData::new(values, [n]).convert_dtype(int_dtype), &device))?;
-            ensure!(t.dtype == int_dtype, OP, "tile table is {:?} but slots are {:?}", t.dtype, int_dtype);
-            Ok(t)
-        };
         let contiguous = |x: burn_cubecl::tensor::CubeTensor| if x.is_contiguous() { x } else { burn_cubecl::kernel::into_contiguous(x) };
         let q = contiguous(q);
-        let dims = (rows, q_heads, shape.kv_heads, shape.max_len, head_dim);
         return Ok(float_out(super::attention_tc::tc_split_kv_attention(&q, contiguous(k), contiguous(v), &slots, positions, dims, scale, &tiles, upload)?));
     }
     // With at most KV_SPLIT cache positions every prefix fits one split, where the two kernels
     // give the same bits (tests/kernels/attention_chunking.rs, battery): the one-launch kernel
     // then does split_kv's work. The rule depends on the cache shape only, never on the rows.
     if kernel == AttentionKernel::SplitKv && shape.max_len > KV_SPLIT {
-        let dims = (rows, q_heads, shape.kv_heads, shape.max_len, head_dim);
-        if let Some(h) = host_slots {
-            ensure!(h.len() == rows, OP, "{} host slots for {rows} rows", h.len());
-        }
         let tiles = match host_slots.and_then(super::attention_split_kv::row_tiles) {
-            Some(tiles) => {
-                let flat: Vec<i32> = tiles.iter().flat_map(|&(first, n)| [first as i32, n as i32]).collect();
-                // the kernel reads tiles with the slots' integer type
-                let data = TensorData::new(flat, [2 * tiles.len()]).convert_dtype(slots.dtype);
-                let t = int_in(OP, "tiles", BTensor::<1, BInt>::from_data(data, &device))?;
-                ensure!(t.dtype == slots.dtype, OP, "tile table is {:?} but slots are {:?}", t.dtype, slots.dtype);
-                Some((t, tiles.len()))
-            }
+            Some(tiles) => Some((upload(tiles.iter().flat_map(|&(first, n)| [first as i32, n as i32]).collect())?, tiles.len())),
             None => None,
         };
         return Ok(float_out(super::attention_split_kv::split_kv_attention(&q, k, v, &slots, positions, dims, scale, tiles)));

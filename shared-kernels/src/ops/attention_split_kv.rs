@@ -354,12 +354,18 @@ pub const TILE_ROWS: usize = 16;
 /// consecutive rows with the same slot, cut every [`TILE_ROWS`], as (first row, rows) pairs.
 /// `None` when no tile would hold two rows (decode), where the per-row kernel does the same.
 pub(crate) fn row_tiles(slots: &[u32]) -> Option<Vec<(usize, usize)>> {
+    let tiles = sequence_runs(slots, TILE_ROWS);
+    tiles.iter().any(|&(_, n)| n > 1).then_some(tiles)
+}
+
+/// Runs of consecutive rows with the same slot, cut every `max_rows`, as (first row, rows).
+pub(crate) fn sequence_runs(slots: &[u32], max_rows: usize) -> Vec<(usize, usize)> {
     let mut tiles: Vec<(usize, usize)> = Vec::new();
     for (r, &s) in slots.iter().enumerate() {
         match tiles.last_mut() {
-            Some((first, n)) if *n < TILE_ROWS && slots[*first] == s => *n += 1,
+            Some((first, n)) if *n < max_rows && slots[*first] == s => *n += 1,
             _ => tiles.push((r, 1)),
         }
     }
-    tiles.iter().any(|&(_, n)| n > 1).then_some(tiles)
+    tiles
 }

@@ -451,15 +451,10 @@ pub fn tc_attention_available(client: &burn_cubecl::cubecl::client::Client, dtyp
 /// Tiles for the tensor-core kernel: with the rows' slots on the host, runs of consecutive rows
 /// of one sequence cut every `rows_per_tile`; without, one row per tile. `(first row, rows)`.
 pub(crate) fn tc_tiles(host_slots: Option<&[u32]>, rows: usize, rows_per_tile: usize) -> Vec<(usize, usize)> {
-    let Some(slots) = host_slots else { return (0..rows).map(|r| (r, 1)).collect() };
-    let mut tiles: Vec<(usize, usize)> = Vec::new();
-    for (r, &s) in slots.iter().enumerate() {
-        match tiles.last_mut() {
-            Some((first, n)) if *n < rows_per_tile && slots[*first] == s => *n += 1,
-            _ => tiles.push((r, 1)),
-        }
+    match host_slots {
+        Some(slots) => super::attention_split_kv::sequence_runs(slots, rows_per_tile),
+        None => (0..rows).map(|r| (r, 1)).collect(),
     }
-    tiles
 }
 
 /// Rows of one sequence that make a flash tile: prefill tiles of at least this many rows run
