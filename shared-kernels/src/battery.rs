@@ -59,7 +59,7 @@ pub struct Dims {
 
 impl Dims {
     pub fn small() -> Self {
-        Dims { hidden: 96, ffn: 80, vocab: 1000, heads: 4, kv_heads: 2, head_dim: 32, max_len: 150 }
+        Dims { hidden: 96, ffn: 80, vocab: 2500, heads: 4, kv_heads: 2, head_dim: 32, max_len: 150 }
     }
     pub fn large() -> Self {
         Dims { hidden: 2048, ffn: 2048, vocab: 32000, heads: 16, kv_heads: 8, head_dim: 128, max_len: 600 }

@@ -14,12 +14,12 @@
 //! The returned logprob is the one [`super::logprob`] defines (full softmax at temperature T,
 //! before truncation) and is computed with the same functions, so it equals the trainer's bits.
 
-use super::logprob::{inv_temperature, row_max, row_sum_exp, scaled_logit};
+use super::logprob::{chunk_span, combined_max, combined_sum_exp, inv_temperature, row_max, row_sum_exp, scaled_logit, VOCAB_CHUNK};
 use super::reduce::{cube_linear, tree_count, tree_sum, NEG_BIG};
 use super::{cube_count_for, storage, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, int_in, int_out};
 use crate::{ensure, KernelError};
-use burn::tensor::{Device, Int as BInt, Tensor as BTensor, TensorData};
+use burn::tensor::{DType, Device, Int as BInt, Tensor as BTensor, TensorData};
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 
@@ -60,6 +60,9 @@ pub fn token_uniform(row_key: u32, token: u32) -> f32 {
     ((h >> 8) as f32 + 0.5) * (1.0 / 16_777_216.0)
 }
 
+/// Marks "no allowed token seen" in the argmax trees.
+const NO_TOKEN: u32 = 0xffff_ffff;
+
 #[cube]
 fn lowbias32_dev(value: u32) -> u32 {
     let mut x = value;
@@ -81,15 +84,16 @@ fn order_key(z: f32) -> u32 {
     key
 }
 
+/// Rows that truncate (top-k or top-p): the smallest order key of the row's allowed set, found
+/// by bisection with the fixed trees; one cube per row. Rows that do not truncate get 0 (all
+/// tokens allowed). Launched only when some row of the batch truncates.
 #[cube(launch)]
-fn sample_kernel<F: Float, I: Int>(
+fn truncation_kernel<F: Float, I: Int>(
     logits: &Tensor<F>,
     temperatures: &Tensor<f32>,
     top_ks: &Tensor<I>,
     top_ps: &Tensor<f32>,
-    rng_keys: &Tensor<I>,
-    tokens: &mut Tensor<I>,
-    logprobs: &mut Tensor<f32>,
+    thresholds: &mut Tensor<u32>,
     rows_arg: u32,
     vocab_arg: u32,
     #[comptime] block: usize,
@@ -105,10 +109,7 @@ fn sample_kernel<F: Float, I: Int>(
         let inv_t = inv_temperature(temperature);
         let mut shared = Shared::new_slice(block);
         let mut counts = Shared::<[u32]>::new_slice(block);
-        let mut best_idx = Shared::<[u32]>::new_slice(block);
         let max = row_max(logits, base, vocab, inv_t, &mut shared, block);
-        let sum = row_sum_exp(logits, base, vocab, inv_t, max, &mut shared, block);
-
         let mut threshold = 0u32;
         if temperature > 0.0f32 {
             // top-k: the largest key t with count(key >= t) >= k
@@ -176,52 +177,164 @@ fn sample_kernel<F: Float, I: Int>(
             }
         }
 
-        // Gumbel-max (or plain argmax when greedy) over allowed tokens, lowest index on ties.
-        let key = u32::cast_from(rng_keys[row]);
-        let mut my_best = f32::new(NEG_BIG);
-        let mut my_idx = 0xffff_ffffu32;
-        let mut i = unit;
-        while i < vocab {
-            let z = scaled_logit(logits, base + i, inv_t);
-            if order_key(z) >= threshold {
-                let mut score = z;
-                if temperature > 0.0f32 {
-                    let h = lowbias32_dev(key ^ lowbias32_dev((i as u32) ^ 0x9e37_79b9u32));
-                    let u = (f32::cast_from(h >> 8u32) + 0.5f32) * (1.0f32 / 16_777_216.0f32);
-                    score = z - (-u.ln()).ln();
-                }
-                if score > my_best || my_idx == 0xffff_ffffu32 {
-                    my_best = score;
-                    my_idx = i as u32;
-                }
-            }
-            i += block;
-        }
-        shared[unit] = my_best;
-        best_idx[unit] = my_idx;
-        sync_cube();
-        let mut stride = (CUBE_DIM_X / 2u32) as usize; // == block / 2: launchers use block units
-        while stride > 0 {
-            if unit < stride {
-                let other = shared[unit + stride];
-                let other_idx = best_idx[unit + stride];
-                let mine_idx = best_idx[unit];
-                let take = other_idx != 0xffff_ffffu32
-                    && (mine_idx == 0xffff_ffffu32
-                        || other > shared[unit]
-                        || (other == shared[unit] && other_idx < mine_idx));
-                if take {
-                    shared[unit] = other;
-                    best_idx[unit] = other_idx;
-                }
-            }
-            sync_cube();
-            stride /= 2;
-        }
         if unit == 0 {
-            let token = best_idx[0] as usize;
-            tokens[row] = I::cast_from(token as u32);
-            logprobs[row] = scaled_logit(logits, base + token, inv_t) - max - sum.ln();
+            thresholds[row] = threshold;
+        }
+    }
+}
+
+/// Argmax over the cube of (score, token) with the lowest token winning ties; `NO_TOKEN`
+/// marks a unit that saw no allowed token. Exact in any order, so the tree shape is free.
+#[cube]
+fn tree_argmax(scores: &mut Shared<[f32]>, tokens: &mut Shared<[u32]>, score: f32, token: u32) -> u32 {
+    let unit = UNIT_POS_X as usize;
+    scores[unit] = score;
+    tokens[unit] = token;
+    sync_cube();
+    let mut stride = (CUBE_DIM_X / 2u32) as usize;
+    while stride > 0 {
+        if unit < stride {
+            let other = scores[unit + stride];
+            let other_token = tokens[unit + stride];
+            let mine_token = tokens[unit];
+            let take = other_token != NO_TOKEN
+                && (mine_token == NO_TOKEN || other > scores[unit] || (other == scores[unit] && other_token < mine_token));
+            if take {
+                scores[unit] = other;
+                tokens[unit] = other_token;
+            }
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    let best = tokens[0];
+    sync_cube();
+    best
+}
+
+/// The Gumbel-max score of token `i` (its scaled logit when greedy).
+#[cube]
+fn draw_score(z: f32, key: u32, i: u32, temperature: f32) -> f32 {
+    let mut score = z;
+    if temperature > 0.0f32 {
+        let h = lowbias32_dev(key ^ lowbias32_dev(i ^ 0x9e37_79b9u32));
+        let u = (f32::cast_from(h >> 8u32) + 0.5f32) * (1.0f32 / 16_777_216.0f32);
+        score = z - (-u.ln()).ln();
+    }
+    score
+}
+
+/// Pass 1, one cube per (row, chunk): the chunk's softmax statistics (the same calls as the
+/// logprob's pass 1, so the same bits) and its best allowed (score, token).
+#[cube(launch)]
+fn sample_partials_kernel<F: Float, I: Int>(
+    logits: &Tensor<F>,
+    temperatures: &Tensor<f32>,
+    rng_keys: &Tensor<I>,
+    thresholds: &Tensor<u32>,
+    chunk_max: &mut Tensor<f32>,
+    chunk_sum: &mut Tensor<f32>,
+    chunk_score: &mut Tensor<f32>,
+    chunk_token: &mut Tensor<u32>,
+    rows_arg: u32,
+    vocab_arg: u32,
+    chunks_arg: u32,
+    #[comptime] block: usize,
+    #[comptime] chunk_len: usize,
+    #[comptime] truncated: bool,
+    #[define(F, I)] _d: [ElemType; 2],
+) {
+    let (vocab, chunks) = (vocab_arg as usize, chunks_arg as usize);
+    let slot = cube_linear();
+    if slot < rows_arg as usize * chunks {
+        let row = slot / chunks;
+        let chunk = slot % chunks;
+        let (base, len) = chunk_span(row, chunk, vocab, chunk_len);
+        let temperature = temperatures[row];
+        let inv_t = inv_temperature(temperature);
+        let mut shared = Shared::new_slice(block);
+        let max = row_max(logits, base, len, inv_t, &mut shared, block);
+        let sum = row_sum_exp(logits, base, len, inv_t, max, &mut shared, block);
+        let mut threshold = 0u32;
+        if truncated {
+            threshold = thresholds[row];
+        }
+        let key = u32::cast_from(rng_keys[row]);
+        let first_token = chunk * chunk_len;
+        let mut my_best = f32::new(NEG_BIG);
+        let mut my_token = u32::new(NO_TOKEN as i64);
+        let mut j = UNIT_POS_X as usize;
+        while j < len {
+            let z = scaled_logit(logits, base + j, inv_t);
+            if order_key(z) >= threshold {
+                let score = draw_score(z, key, (first_token + j) as u32, temperature);
+                if score > my_best || my_token == NO_TOKEN {
+                    my_best = score;
+                    my_token = (first_token + j) as u32;
+                }
+            }
+            j += block;
+        }
+        let mut tokens = Shared::<[u32]>::new_slice(block);
+        let best = tree_argmax(&mut shared, &mut tokens, my_best, my_token);
+        if UNIT_POS_X == 0 {
+            chunk_max[slot] = max;
+            chunk_sum[slot] = sum;
+            chunk_token[slot] = best;
+        }
+        // the winner's score: re-derived so no unit reads shared memory after the tree
+        if UNIT_POS_X == 0 && best != NO_TOKEN {
+            let z = scaled_logit(logits, row * vocab + best as usize, inv_t);
+            chunk_score[slot] = draw_score(z, key, best, temperature);
+        }
+    }
+}
+
+/// Pass 2, one cube per row: the best chunk (lowest token on ties) and the token's logprob from
+/// the chunk statistics, folded exactly as [`super::logprob::token_logprobs`] folds them.
+#[cube(launch)]
+fn sample_combine_kernel<F: Float, I: Int>(
+    logits: &Tensor<F>,
+    temperatures: &Tensor<f32>,
+    chunk_max: &Tensor<f32>,
+    chunk_sum: &Tensor<f32>,
+    chunk_score: &Tensor<f32>,
+    chunk_token: &Tensor<u32>,
+    tokens: &mut Tensor<I>,
+    logprobs: &mut Tensor<f32>,
+    rows_arg: u32,
+    vocab_arg: u32,
+    chunks_arg: u32,
+    #[comptime] block: usize,
+    #[define(F, I)] _d: [ElemType; 2],
+) {
+    let (vocab, chunks) = (vocab_arg as usize, chunks_arg as usize);
+    let row = cube_linear();
+    if row < rows_arg as usize {
+        let first = row * chunks;
+        let inv_t = inv_temperature(temperatures[row]);
+        let mut shared = Shared::new_slice(block);
+        let max = combined_max(chunk_max, first, chunks, &mut shared, block);
+        let sum = combined_sum_exp(chunk_max, chunk_sum, first, chunks, max, &mut shared, block);
+        let mut my_best = f32::new(NEG_BIG);
+        let mut my_token = u32::new(NO_TOKEN as i64);
+        let mut c = UNIT_POS_X as usize;
+        while c < chunks {
+            let token = chunk_token[first + c];
+            if token != NO_TOKEN {
+                let score = chunk_score[first + c];
+                if score > my_best || my_token == NO_TOKEN {
+                    my_best = score;
+                    my_token = token;
+                }
+            }
+            c += block;
+        }
+        let mut best_tokens = Shared::<[u32]>::new_slice(block);
+        let token = tree_argmax(&mut shared, &mut best_tokens, my_best, my_token);
+        if UNIT_POS_X == 0 {
+            tokens[row] = I::cast_from(token);
+            logprobs[row] = scaled_logit(logits, row * vocab + token as usize, inv_t) - max - sum.ln();
         }
     }
 }
@@ -234,11 +347,11 @@ pub fn sample(logits: BTensor<2>, params: &[SamplingRow]) -> Result<(BTensor<1, 
     let ld = dims(&logits);
     let (rows, vocab) = (ld[0], ld[1]);
     ensure!(rows > 0 && vocab > 0, OP, "empty logits {ld:?}");
+    ensure!(rows * vocab < u32::MAX as usize, OP, "logits [{rows}, {vocab}] exceed the u32 index range");
     ensure!(params.len() == rows, OP, "logits have {rows} rows but {} parameter rows were given", params.len());
     for (r, p) in params.iter().enumerate() {
         ensure!(p.temperature.is_finite() && p.temperature >= 0.0, OP, "row {r}: temperature must be >= 0, got {}", p.temperature);
         ensure!(p.top_p > 0.0 && p.top_p <= 1.0, OP, "row {r}: top_p must be in (0, 1], got {}", p.top_p);
-        ensure!(vocab < u32::MAX as usize, OP, "vocabulary too large: {vocab}");
     }
     let f32s = |v: Vec<f32>| BTensor::<1>::from_data(TensorData::new(v, [rows]), &device);
     let ints = |v: Vec<i64>| BTensor::<1, BInt>::from_data(TensorData::new(v, [rows]), &device);
@@ -248,21 +361,66 @@ pub fn sample(logits: BTensor<2>, params: &[SamplingRow]) -> Result<(BTensor<1, 
     let keys = int_in(OP, "rng_key", ints(params.iter().map(|p| p.rng_key as i32 as i64).collect()))?;
     ensure!(top_ks.dtype.size() >= 4, OP, "the device's int dtype {:?} cannot hold 32-bit keys", top_ks.dtype);
     let client = logits.client.clone();
-    let tokens = empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [rows].into(), top_ks.dtype);
-    let lps = empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [rows].into(), burn::tensor::DType::F32);
-    sample_kernel::launch(
+    let alloc = |n: usize, dtype| empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [n].into(), dtype);
+    let truncated = params.iter().any(|p| p.temperature > 0.0 && ((p.top_k > 0 && (p.top_k as usize) < vocab) || p.top_p < 1.0));
+    // rows that do not truncate never read it; a one-element stand-in keeps the binding valid
+    let thresholds = alloc(if truncated { rows } else { 1 }, DType::U32);
+    if truncated {
+        truncation_kernel::launch(
+            &client,
+            cube_count_for(rows, 1),
+            CubeDim::new_1d(ROW_BLOCK as u32),
+            logits.clone().into_tensor_arg(),
+            temps.clone().into_tensor_arg(),
+            top_ks.clone().into_tensor_arg(),
+            top_ps.into_tensor_arg(),
+            thresholds.clone().into_tensor_arg(),
+            rows as u32,
+            vocab as u32,
+            ROW_BLOCK,
+            [storage(logits.dtype), storage(top_ks.dtype)],
+        );
+    }
+    let chunks = vocab.div_ceil(VOCAB_CHUNK);
+    let (chunk_max, chunk_sum, chunk_score) = (alloc(rows * chunks, DType::F32), alloc(rows * chunks, DType::F32), alloc(rows * chunks, DType::F32));
+    let chunk_token = alloc(rows * chunks, DType::U32);
+    sample_partials_kernel::launch(
+        &client,
+        cube_count_for(rows * chunks, 1),
+        CubeDim::new_1d(ROW_BLOCK as u32),
+        logits.clone().into_tensor_arg(),
+        temps.clone().into_tensor_arg(),
+        keys.into_tensor_arg(),
+        thresholds.into_tensor_arg(),
+        chunk_max.clone().into_tensor_arg(),
+        chunk_sum.clone().into_tensor_arg(),
+        chunk_score.clone().into_tensor_arg(),
+        chunk_token.clone().into_tensor_arg(),
+        rows as u32,
+        vocab as u32,
+        chunks as u32,
+        ROW_BLOCK,
+        VOCAB_CHUNK,
+        truncated,
+        [storage(logits.dtype), storage(top_ks.dtype)],
+    );
+    let tokens = alloc(rows, top_ks.dtype);
+    let lps = alloc(rows, DType::F32);
+    sample_combine_kernel::launch(
         &client,
         cube_count_for(rows, 1),
         CubeDim::new_1d(ROW_BLOCK as u32),
         logits.clone().into_tensor_arg(),
         temps.into_tensor_arg(),
-        top_ks.clone().into_tensor_arg(),
-        top_ps.into_tensor_arg(),
-        keys.into_tensor_arg(),
+        chunk_max.into_tensor_arg(),
+        chunk_sum.into_tensor_arg(),
+        chunk_score.into_tensor_arg(),
+        chunk_token.into_tensor_arg(),
         tokens.clone().into_tensor_arg(),
         lps.clone().into_tensor_arg(),
         rows as u32,
         vocab as u32,
+        chunks as u32,
         ROW_BLOCK,
         [storage(logits.dtype), storage(top_ks.dtype)],
     );

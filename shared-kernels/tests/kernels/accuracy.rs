@@ -83,7 +83,9 @@ fn attention_matches_f64() {
 #[test]
 fn logprob_and_entropy_match_f64() {
     let (device, mut rng) = (crate::device(), StdRng::seed_from_u64(crate::seed()));
-    let (rows, vocab) = (9, 3001);
+    // 9001 = four 2048-logit chunks and a partial fifth: the chunked max/sum must still be the
+    // row's softmax
+    let (rows, vocab) = (9, 9001);
     let logits = random_vec(&mut rng, rows * vocab, 8.0);
     let targets: Vec<i32> = (0..rows).map(|_| rng.random_range(0..vocab as i32)).collect();
     let temps: Vec<f32> = (0..rows).map(|i| [1.0, 0.5, 2.0][i % 3]).collect();
@@ -104,7 +106,7 @@ fn logprob_and_entropy_match_f64() {
 #[test]
 fn sampling_respects_top_k_top_p_matches_gumbel_reference_and_returns_the_logprob_definition() {
     let (device, mut rng) = (crate::device(), StdRng::seed_from_u64(crate::seed()));
-    let (rows, vocab) = (64, 300);
+    let (rows, vocab) = (64, 4500);
     let logits = random_vec(&mut rng, rows * vocab, 5.0);
     let params: Vec<SamplingRow> = (0..rows)
         .map(|i| SamplingRow {
@@ -146,18 +148,31 @@ fn sampling_respects_top_k_top_p_matches_gumbel_reference_and_returns_the_logpro
 #[test]
 fn sampled_logprob_bits_equal_the_trainer_logprob_bits() {
     let (device, mut rng) = (crate::device(), StdRng::seed_from_u64(crate::seed()));
-    let (rows, vocab) = (33, 777);
+    // three vocabulary chunks, the last partial; one batch with truncating rows (the top-k/top-p
+    // pass runs) and one without (it is skipped): rows that do not truncate draw the same token
+    // with the same logprob bits in both, and every logprob equals the trainer's
+    let (rows, vocab) = (33, 4999);
     let logits = random_vec(&mut rng, rows * vocab, 6.0);
-    let params: Vec<SamplingRow> = (0..rows)
+    let mixed: Vec<SamplingRow> = (0..rows)
         .map(|i| SamplingRow { temperature: [1.0, 0.6, 0.0][i % 3], top_k: [0, 20, 0][i % 3], top_p: [0.95, 1.0, 1.0][i % 3], rng_key: rng.random() })
         .collect();
+    let plain: Vec<SamplingRow> = mixed.iter().map(|p| SamplingRow { top_k: 0, top_p: 1.0, ..*p }).collect();
     let lt = float_tensor(logits.clone(), [rows, vocab], DType::F32, &device);
-    let (tokens, lps) = shared_kernels::sample(lt.clone(), &params).unwrap();
-    let temps = Tensor::<1>::from_data(TensorData::new(params.iter().map(|p| p.temperature).collect::<Vec<_>>(), [rows]), &device);
-    let trainer = shared_kernels::token_logprobs(lt, tokens, temps).unwrap();
-    let (a, b) = (host(lps), host(trainer.logprobs));
-    for r in 0..rows {
-        assert_eq!(a[r].to_bits(), b[r].to_bits(), "row {r}: sampler {} vs trainer {}", a[r], b[r]);
+    let mut drawn = Vec::new();
+    for params in [&mixed, &plain] {
+        let (tokens, lps) = shared_kernels::sample(lt.clone(), params).unwrap();
+        let temps = Tensor::<1>::from_data(TensorData::new(params.iter().map(|p| p.temperature).collect::<Vec<_>>(), [rows]), &device);
+        let trainer = shared_kernels::token_logprobs(lt.clone(), tokens.clone(), temps).unwrap();
+        let (a, b) = (host(lps), host(trainer.logprobs));
+        for r in 0..rows {
+            assert_eq!(a[r].to_bits(), b[r].to_bits(), "row {r}: sampler {} vs trainer {}", a[r], b[r]);
+        }
+        drawn.push((host_int(tokens), a));
+    }
+    let ((tok_mixed, lp_mixed), (tok_plain, lp_plain)) = (&drawn[0], &drawn[1]);
+    for r in (0..rows).filter(|r| mixed[*r] == plain[*r]) {
+        assert_eq!(tok_mixed[r], tok_plain[r], "row {r}: token changed with the other rows' truncation");
+        assert_eq!(lp_mixed[r].to_bits(), lp_plain[r].to_bits(), "row {r}: logprob changed with the other rows' truncation");
     }
 }
 
