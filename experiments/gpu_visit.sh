@@ -13,6 +13,7 @@
 #   bash experiments/gpu_visit.sh profile                # per-kernel GPU time: trainer step and sampler decode
 #   bash experiments/gpu_visit.sh attention            # attention kernels only (decode, prefill) with torch SDPA beside them
 #   bash experiments/gpu_visit.sh attention-ab           # split-KV vs sequential attention: trainer step, long-context sampler
+#   SKINNY_SWEEP="8/8/1 16/8/1" bash experiments/gpu_visit.sh skinny-sweep   # decode matmul launch shapes
 #   MATMUL_SWEEP="cfg1 cfg2" bash experiments/gpu_visit.sh matmul-sweep   # pipelined configurations
 #   bash experiments/gpu_visit.sh train+ablation         # parts joined by + run at once
 #
@@ -109,6 +110,12 @@ run_part() {
     torch)    # torch on the same kernel shapes; transformers generate on the sampler's model
         PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py "$out/kernels.json" \
             --model /tmp/bench-model --concurrency 1,8,64,256 2>&1 | grep -v Warning | tee "$out/torch.md" ;;
+    skinny-sweep)  # the decode matmul (tc at M <= 64) under each SKINNY_SWEEP group/wide/narrow shape, M = 1, 16, 64
+        for c in ${SKINNY_SWEEP:-8/8/1}; do
+            echo "### LOCKSTEP_SKINNY=$c"
+            LOCKSTEP_SKINNY=$c timeout "$(limit "${SWEEP_LIMIT:-40}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 \
+                --concurrency none --no-burn --matmul-only --matmul-m 1,16,64 --repeats 5 2>&1 | grep -E "^\| (matmul|hbm)|error"
+        done 2>&1 | tee "$out/skinny-sweep.md" ;;
     matmul-sweep)  # the pipelined matmul under each MATMUL_SWEEP config (used for every M), matmul rows only
         for c in ${MATMUL_SWEEP:-double/cmma/16x16x16/2x8x2/4x1x1}; do
             echo "### $c"

@@ -215,6 +215,12 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
                 let kernel = if idx.len() == pool { MatmulKernel::Pipelined } else { MatmulKernel::TensorCore };
                 Ok(rows_of(host(matmul_with(Some(kernel), xt, wt.clone(), layout)?), ffn))
             })?);
+            // the decode kernel (tc at M <= 64) against the 128x64 tiles (tc-tiles, full pool)
+            checks.extend(row_invariance(&format!("{name} tc = tc-tiles"), dtype, pool, &BATCH_SIZES, seed + 1, |idx| {
+                let xt = float_tensor(gather(&x, hidden, idx), [idx.len(), hidden], dtype, device);
+                let kernel = if idx.len() == pool { MatmulKernel::TensorCoreTiles } else { MatmulKernel::TensorCore };
+                Ok(rows_of(host(matmul_with(Some(kernel), xt, wt.clone(), layout)?), ffn))
+            })?);
         }
     }
 
@@ -420,7 +426,10 @@ pub fn matmul_accuracy(dtype: DType, device: &Device, seed: u64) -> Result<Vec<C
     let mut rng = StdRng::seed_from_u64(seed);
     let rel = if dtype == DType::F32 { 1e-5 } else { 1.0 / 128.0 };
     let mut checks = Vec::new();
-    for (m, n, k) in [(130usize, 200usize, 100usize), (17, 72, 2048), (1, 1000, 37), (257, 64, 64)] {
+    // the last three run the skinny decode kernel on tensor cores: several x stages (K 1088 at
+    // one row tile, 2080 at four), a group of 8 k-steps plus single steps (K 160), a cube with
+    // one active plane of eight (N 8208)
+    for (m, n, k) in [(130usize, 200usize, 100usize), (17, 72, 2048), (1, 1000, 37), (257, 64, 64), (5, 160, 1088), (40, 8208, 160), (64, 176, 2080)] {
         for layout in [WeightLayout::OutIn, WeightLayout::InOut] {
             let wshape = if layout == WeightLayout::OutIn { [n, k] } else { [k, n] };
             let xt = float_tensor(random_vec(&mut rng, m * k, 1.0), [m, k], dtype, device);

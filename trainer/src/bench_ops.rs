@@ -65,8 +65,17 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
     let kernels: Vec<MatmulKernel> = match default_kernel {
         k if o.matmul_only => vec![k],
         MatmulKernel::Scalar => vec![MatmulKernel::Scalar],
-        k => std::iter::once(k).chain([MatmulKernel::Hybrid, MatmulKernel::Pipelined, MatmulKernel::TensorCore].into_iter().filter(|&o| o != k)).collect(),
+        k => std::iter::once(k).chain([MatmulKernel::Hybrid, MatmulKernel::Pipelined, MatmulKernel::TensorCore, MatmulKernel::TensorCoreTiles].into_iter().filter(|&o| o != k)).collect(),
     };
+    // what a pure streaming read reaches here: the measured ceiling for the decode rows' GB/s
+    {
+        let w = rand2([v, h], o.dtype, device);
+        let cubes = 132 * 8;
+        if let Ok((_, bytes)) = shared_kernels::ops::hbm_read::hbm_read(&w, cubes) {
+            let a = time_op(device, o.repeats, 5, || drop(shared_kernels::ops::hbm_read::hbm_read(&w, cubes).unwrap().0));
+            emit("hbm read (16-byte loads, the lm_head weight)", [1, v, h], a, f64::NAN, 0.0, bytes);
+        }
+    }
     for &(name, n, k) in &[("matmul hidden->hidden", h, h), ("matmul hidden->ffn", ffn, h), ("matmul ffn->hidden", h, ffn), ("matmul lm_head", v, h)] {
         let w = rand2([n, k], o.dtype, device).mul_scalar(0.02);
         for &m in ms {

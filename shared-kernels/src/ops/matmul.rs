@@ -106,8 +106,12 @@ fn backward_on_lockstep() -> bool {
 pub enum MatmulKernel {
     /// One f32 accumulator per output, any dtype, any runtime.
     Scalar,
-    /// lockstep's own cmma kernel ([`super::matmul_tc`]): 128x64 tile, single-buffered.
+    /// lockstep's own cmma kernels: the decode-shaped one ([`super::matmul_skinny`]) where
+    /// M <= 64 and its shape rules hold, else the 128x64-tile kernel ([`super::matmul_tc`]).
     TensorCore,
+    /// [`super::matmul_tc`]'s tiles at every M (tc as it was before the decode kernel), for
+    /// comparisons; same bits as `tc`.
+    TensorCoreTiles,
     /// cubek's double-buffered cmma kernel with frozen blueprints ([`super::matmul_pipelined`]).
     Pipelined,
     /// [`MatmulKernel::Pipelined`] for large outputs (M x N >= 3 * 2^20: prefill, training) and
@@ -115,7 +119,8 @@ pub enum MatmulKernel {
     /// [`MatmulKernel::TensorCore`] (decode-sized launches, where its lower host cost per launch
     /// wins; crossovers measured on the H200, docs/perf.md). Both run the same 16x16x16
     /// instruction over k in ascending order from a zero accumulator, so a row's bits do not
-    /// depend on which of them ran: the battery checks tc rows against pipelined rows.
+    /// depend on which of them ran: the battery checks tc rows against pipelined rows. Decode
+    /// shapes (M <= 64) run the skinny kernel, as under `tc`.
     Hybrid,
 }
 
@@ -124,6 +129,7 @@ impl MatmulKernel {
         match self {
             MatmulKernel::Scalar => "scalar",
             MatmulKernel::TensorCore => "tc",
+            MatmulKernel::TensorCoreTiles => "tc-tiles",
             MatmulKernel::Pipelined => "pipelined",
             MatmulKernel::Hybrid => "hybrid",
         }
@@ -135,7 +141,7 @@ pub const HYBRID_WIDE_N: usize = 16384;
 /// Outputs with at least this many elements run the pipelined kernel under [`MatmulKernel::Hybrid`].
 pub const HYBRID_LARGE_OUTPUT: usize = 3 << 20;
 
-/// `LOCKSTEP_MATMUL` = scalar | tc | pipelined | hybrid (read once per process); unset: tc.
+/// `LOCKSTEP_MATMUL` = scalar | tc | tc-tiles | pipelined | hybrid (read once per process); unset: tc.
 /// tc stays the default until the pipelined kernel is timed inside a full GRPO run on the H200:
 /// in the one such run, with pipelined for every launch, sampling was ~50x slower than with tc
 /// (docs/perf.md); the fixed-shape benchmarks do not show it.
@@ -145,9 +151,10 @@ fn requested_kernel() -> Result<MatmulKernel, KernelError> {
         .get_or_init(|| match std::env::var("LOCKSTEP_MATMUL").as_deref() {
             Err(_) | Ok("tc") => Ok(MatmulKernel::TensorCore),
             Ok("scalar") => Ok(MatmulKernel::Scalar),
+            Ok("tc-tiles") => Ok(MatmulKernel::TensorCoreTiles),
             Ok("pipelined") => Ok(MatmulKernel::Pipelined),
             Ok("hybrid") => Ok(MatmulKernel::Hybrid),
-            Ok(other) => Err(format!("LOCKSTEP_MATMUL={other:?} is not one of scalar, tc, pipelined, hybrid")),
+            Ok(other) => Err(format!("LOCKSTEP_MATMUL={other:?} is not one of scalar, tc, tc-tiles, pipelined, hybrid")),
         })
         .clone()
         .map_err(|e| KernelError::new("matmul", e))
@@ -158,7 +165,7 @@ fn requested_kernel() -> Result<MatmulKernel, KernelError> {
 /// `LOCKSTEP_MATMUL` is an error naming it.
 pub fn matmul_kernel_for(client: &burn_cubecl::cubecl::client::Client, dtype: burn::tensor::DType) -> Result<MatmulKernel, KernelError> {
     Ok(match requested_kernel()? {
-        k @ (MatmulKernel::TensorCore | MatmulKernel::Pipelined | MatmulKernel::Hybrid) if super::matmul_tc::tensor_cores_available_for(client, dtype) => k,
+        k @ (MatmulKernel::TensorCore | MatmulKernel::TensorCoreTiles | MatmulKernel::Pipelined | MatmulKernel::Hybrid) if super::matmul_tc::tensor_cores_available_for(client, dtype) => k,
         _ => MatmulKernel::Scalar,
     })
 }
@@ -216,10 +223,12 @@ pub fn matmul_with(kernel: Option<MatmulKernel>, x: BTensor<2>, w: BTensor<2>, l
             k
         }
     };
+    let skinny = super::matmul_skinny::skinny_applies(m, k, n);
     match kernel {
+        MatmulKernel::TensorCore | MatmulKernel::Hybrid if skinny => return Ok(float_out(super::matmul_skinny::matmul_skinny(x, w, layout, (m, k, n))?)),
         MatmulKernel::Pipelined => return Ok(float_out(super::matmul_pipelined::matmul_pipelined(x, w, layout, (m, k, n))?)),
         MatmulKernel::Hybrid if m * n >= HYBRID_LARGE_OUTPUT || n >= HYBRID_WIDE_N => return Ok(float_out(super::matmul_pipelined::matmul_pipelined(x, w, layout, (m, k, n))?)),
-        MatmulKernel::Hybrid | MatmulKernel::TensorCore => return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n))?)),
+        MatmulKernel::Hybrid | MatmulKernel::TensorCore | MatmulKernel::TensorCoreTiles => return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n))?)),
         MatmulKernel::Scalar => {}
     }
     let y = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), [m, n].into(), x.dtype);
