@@ -426,10 +426,10 @@ pub fn matmul_accuracy(dtype: DType, device: &Device, seed: u64) -> Result<Vec<C
     let mut rng = StdRng::seed_from_u64(seed);
     let rel = if dtype == DType::F32 { 1e-5 } else { 1.0 / 128.0 };
     let mut checks = Vec::new();
-    // the last three run the skinny decode kernel on tensor cores: several x stages (K 1088 at
-    // one row tile, 2080 at four), a group of 8 k-steps plus single steps (K 160), a cube with
-    // one active plane of eight (N 8208)
-    for (m, n, k) in [(130usize, 200usize, 100usize), (17, 72, 2048), (1, 1000, 37), (257, 64, 64), (5, 160, 1088), (40, 8208, 160), (64, 176, 2080)] {
+    // the last four run the decode kernel on tensor cores: narrow weights over several x
+    // stages (K 1088, 2080), wide ones (N 8208: a cube with one active plane of four) through
+    // slabs with a trailing single-step chunk (K 160) and over nine x stages at 64 rows (K 1056)
+    for (m, n, k) in [(130usize, 200usize, 100usize), (17, 72, 2048), (1, 1000, 37), (257, 64, 64), (5, 160, 1088), (16, 176, 2080), (40, 8208, 160), (64, 8208, 1056)] {
         for layout in [WeightLayout::OutIn, WeightLayout::InOut] {
             let wshape = if layout == WeightLayout::OutIn { [n, k] } else { [k, n] };
             let xt = float_tensor(random_vec(&mut rng, m * k, 1.0), [m, k], dtype, device);

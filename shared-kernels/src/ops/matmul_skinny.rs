@@ -47,9 +47,15 @@ const WIDE_N: usize = 8192;
 /// Whether wide `[N,K]` weights go through shared-memory slabs (see [`LaunchShape`]).
 const STAGED: bool = true;
 
-/// Whether `x[M,K] @ W` runs here: the k-steps and fragments match the tc kernel's exactly.
+/// Largest M for narrow weights: from 17 rows on, one plane per cube re-stages its 2-4 x tiles
+/// per k chunk and the tc tiles are faster (H200, M = 64: 0.056 vs 0.036 ms at 1024x1024,
+/// sampler at 64 requests 0.75x).
+pub const SKINNY_MAX_M_NARROW: usize = 16;
+
+/// Whether `x[M,K] @ W` runs here: a decode shape where this kernel is the faster one, whose
+/// k-steps and fragments match the tc kernel's exactly.
 pub fn skinny_applies(m: usize, k: usize, n: usize) -> bool {
-    m <= SKINNY_MAX_M && k % 32 == 0 && n % INSTR == 0
+    m <= if n >= WIDE_N { SKINNY_MAX_M } else { SKINNY_MAX_M_NARROW } && k % 32 == 0 && n % INSTR == 0
 }
 
 /// k extent of one x stage for `m_tiles` 16-row tiles (a multiple of 32); half as deep when the
