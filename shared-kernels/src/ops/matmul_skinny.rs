@@ -58,6 +58,16 @@ pub fn skinny_applies(m: usize, k: usize, n: usize) -> bool {
     m <= if n >= WIDE_N { SKINNY_MAX_M } else { SKINNY_MAX_M_NARROW } && k % 32 == 0 && n % INSTR == 0
 }
 
+/// Static shared memory a cube may use (cubecl's CUDA kernels declare it statically).
+const MAX_SHARED: usize = 48 * 1024;
+
+/// Shared memory of one cube, bytes (16-bit x and W, f32 epilogue windows).
+fn shared_bytes(m_tiles: usize, planes: usize, group: usize, staged: bool) -> usize {
+    let x_stage = m_tiles * INSTR * (stage_k(m_tiles, staged) + PAD);
+    let slabs = if staged { planes * INSTR * (group * INSTR + PAD) } else { 0 };
+    2 * (x_stage + slabs) + 4 * planes * 256
+}
+
 /// k extent of one x stage for `m_tiles` 16-row tiles (a multiple of 32); half as deep when the
 /// weight is staged too (its slabs need the shared memory).
 fn stage_k(m_tiles: usize, staged: bool) -> usize {
@@ -269,8 +279,8 @@ pub(crate) fn matmul_skinny(x: CubeTensor, w: CubeTensor, layout: WeightLayout, 
     // H200); narrow weights have too few planes to hide the slab round trip (1.9x slower)
     let staged = shape.staged && layout == WeightLayout::OutIn && n >= WIDE_N;
     let (group, kc) = (shape.group, stage_k(m_tiles, staged));
-    let smem = 2 * (m_tiles * INSTR * (kc + PAD) + if staged { planes * INSTR * (group * INSTR + PAD) } else { 0 }) + 4 * planes * 256;
-    crate::ensure!(smem <= 48 * 1024, "matmul", "skinny launch shape {shape:?} needs {smem} bytes of shared memory per cube (48 KiB at most)");
+    let smem = shared_bytes(m_tiles, planes, group, staged);
+    crate::ensure!(smem <= MAX_SHARED, "matmul", "skinny launch shape {shape:?} needs {smem} bytes of shared memory per cube (48 KiB at most)");
     let client = x.client.clone();
     let y = empty_device_contiguous_dtype(client.clone(), x.device.clone(), [m, n].into(), x.dtype);
     matmul_skinny_kernel::launch(
@@ -316,19 +326,60 @@ fn launch_shape() -> Result<LaunchShape, KernelError> {
     SHAPE
         .get_or_init(|| match std::env::var("LOCKSTEP_SKINNY") {
             Err(_) => Ok(LaunchShape { group: GROUP, wide: WIDE_PLANES, narrow: NARROW_PLANES, staged: STAGED }),
-            Ok(text) => {
-                let bad = || format!("LOCKSTEP_SKINNY={text:?} is not group/wide/narrow/staged|direct (group 1-32, planes 1-8)");
-                let parts: Vec<&str> = text.split('/').map(str::trim).collect();
-                let [g, w, n, mode] = parts[..] else { return Err(bad()) };
-                let num = |p: &str, max: usize| p.parse::<usize>().ok().filter(|v| (1..=max).contains(v)).ok_or_else(bad);
-                let staged = match mode {
-                    "staged" => true,
-                    "direct" => false,
-                    _ => return Err(bad()),
-                };
-                Ok(LaunchShape { group: num(g, 32)?, wide: num(w, 8)?, narrow: num(n, 8)?, staged })
-            }
+            Ok(text) => parse_launch_shape(&text),
         })
         .clone()
         .map_err(|e| KernelError::new("matmul", e))
+}
+
+/// `group/wide/narrow/staged|direct`, e.g. `8/4/1/staged`.
+fn parse_launch_shape(text: &str) -> Result<LaunchShape, String> {
+    let bad = || format!("LOCKSTEP_SKINNY={text:?} is not group/wide/narrow/staged|direct (group 1-32, planes 1-8)");
+    let parts: Vec<&str> = text.split('/').map(str::trim).collect();
+    let [g, w, n, mode] = parts[..] else { return Err(bad()) };
+    let num = |p: &str, max: usize| p.parse::<usize>().ok().filter(|v| (1..=max).contains(v)).ok_or_else(bad);
+    let staged = match mode {
+        "staged" => true,
+        "direct" => false,
+        _ => return Err(bad()),
+    };
+    Ok(LaunchShape { group: num(g, 32)?, wide: num(w, 8)?, narrow: num(n, 8)?, staged })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_shapes_follow_the_tc_k_steps_and_the_measured_crossovers() {
+        assert!(skinny_applies(1, 1024, 151936) && skinny_applies(64, 1024, 151936));
+        assert!(!skinny_applies(65, 1024, 151936), "wide weights: tiles from 65 rows");
+        assert!(skinny_applies(16, 3072, 1024) && !skinny_applies(17, 3072, 1024), "narrow weights: tiles from 17 rows");
+        assert!(!skinny_applies(1, 1000, 1024), "K % 32 != 0 would add a zero k-step the tiles do not");
+        assert!(!skinny_applies(1, 1024, 1000), "N % 16 != 0: partial fragments");
+    }
+
+    #[test]
+    fn every_default_launch_fits_static_shared_memory_and_stages_whole_k_steps() {
+        for m_tiles in 1..=SKINNY_MAX_M / INSTR {
+            for staged in [false, true] {
+                let planes = if staged { WIDE_PLANES } else { WIDE_PLANES.max(NARROW_PLANES) };
+                let bytes = shared_bytes(m_tiles, planes, GROUP, staged);
+                assert!(bytes <= MAX_SHARED, "{m_tiles} row tiles, staged {staged}: {bytes} bytes");
+                assert_eq!(stage_k(m_tiles, staged) % 32, 0);
+                assert_eq!(stage_k(m_tiles, staged) % (GROUP * INSTR), 0, "a stage holds whole groups");
+            }
+        }
+    }
+
+    #[test]
+    fn launch_shapes_parse_or_name_the_variable() {
+        let s = parse_launch_shape("16/2/1/direct").unwrap();
+        assert_eq!((s.group, s.wide, s.narrow, s.staged), (16, 2, 1, false));
+        assert!(parse_launch_shape(" 8 / 4 / 1 / staged ").unwrap().staged);
+        for bad in ["8/4/1", "0/4/1/staged", "8/9/1/staged", "8/4/1/tiles", "x/4/1/staged", ""] {
+            let err = parse_launch_shape(bad).unwrap_err();
+            assert!(err.contains("LOCKSTEP_SKINNY"), "{bad:?}: {err}");
+        }
+    }
 }

@@ -220,3 +220,17 @@ fn sum_all_adds_in_its_fixed_order_and_matches_f64() {
     let b = host(shared_kernels::sum_all(float_tensor(x, [33 * 70], DType::F32, &device)).unwrap());
     assert_eq!(a[0].to_bits(), b[0].to_bits());
 }
+
+#[test]
+fn hbm_read_reads_every_element_exactly_once() {
+    // the bandwidth probe's number is bytes / time: it must touch each element once, main loop
+    // (4 loads in flight) and tail alike; small integers keep every f32 sum exact
+    let (device, mut rng) = (crate::device(), StdRng::seed_from_u64(crate::seed()));
+    let (rows, cols) = (301, 64);
+    let values: Vec<f32> = (0..rows * cols).map(|_| rng.random_range(1..8) as f32).collect();
+    let x = float_tensor(values.clone(), [rows, cols], DType::F32, &device);
+    let (sums, bytes) = shared_kernels::ops::hbm_read::hbm_read(&x, 2).unwrap();
+    assert_eq!(bytes, (rows * cols * 4) as f64);
+    let total: f64 = host(sums).iter().map(|&v| v as f64).sum();
+    assert_eq!(total, values.iter().map(|&v| v as f64).sum::<f64>());
+}
