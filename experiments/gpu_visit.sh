@@ -13,6 +13,7 @@
 #   bash experiments/gpu_visit.sh profile                # per-kernel GPU time: trainer step and sampler decode
 #   bash experiments/gpu_visit.sh attention            # attention kernels only (decode, prefill) with torch SDPA beside them
 #   bash experiments/gpu_visit.sh attention-ab           # split-KV vs sequential attention: trainer step, long-context sampler
+#   TC_SWEEP="4/2/2/2 2/2/4/4" bash experiments/gpu_visit.sh tc-sweep   # tc tile shapes
 #   SKINNY_SWEEP="8/8/1 16/8/1" bash experiments/gpu_visit.sh skinny-sweep   # decode matmul launch shapes
 #   MATMUL_SWEEP="cfg1 cfg2" bash experiments/gpu_visit.sh matmul-sweep   # pipelined configurations
 #   bash experiments/gpu_visit.sh train+ablation         # parts joined by + run at once
@@ -110,6 +111,12 @@ run_part() {
     torch)    # torch on the same kernel shapes; transformers generate on the sampler's model
         PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py "$out/kernels.json" \
             --model /tmp/bench-model --concurrency 1,8,64,256 2>&1 | grep -v Warning | tee "$out/torch.md" ;;
+    tc-sweep)  # the tc tiles under each TC_SWEEP warps_m/warps_n/frags_m/frags_n shape, tc-tiles rows at M = 256, 1024, 4096
+        for c in ${TC_SWEEP:-4/2/2/2}; do
+            echo "### LOCKSTEP_TC_TILES=$c"
+            LOCKSTEP_MATMUL=tc-tiles LOCKSTEP_TC_TILES=$c timeout "$(limit "${SWEEP_LIMIT:-40}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 \
+                --concurrency none --no-burn --matmul-only --matmul-m ${TC_SWEEP_M:-256,1024,4096} --repeats 5 2>&1 | grep -E "^\| (matmul|mma)|error"
+        done 2>&1 | tee "$out/tc-sweep.md" ;;
     skinny-sweep)  # the decode matmul (tc at M <= 64) under each SKINNY_SWEEP group/wide/narrow shape, M = 1, 16, 64
         for c in ${SKINNY_SWEEP:-8/8/1}; do
             echo "### LOCKSTEP_SKINNY=$c"

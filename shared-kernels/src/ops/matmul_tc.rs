@@ -65,8 +65,7 @@ const PAD: usize = 8;
 const LDA: usize = BK + PAD;
 /// B stage for `OutIn`: `[BN][LDB_NK]`, k contiguous (column-major B fragments).
 const LDB_NK: usize = BK + PAD;
-/// B stage for `InOut`: `[BK][LDB_KN]`, n contiguous (row-major B fragments).
-const LDB_KN: usize = BN + PAD;
+/// B stage for `InOut`: `[BK][BN + PAD]`, n contiguous (row-major B fragments).
 /// Elements of one 16x16 f32 accumulator fragment staged for the epilogue.
 const FRAG_ELEMS: usize = INSTR * INSTR;
 /// Shared-memory base alignment in bytes (wmma wants 32-byte aligned fragment pointers; every
@@ -143,37 +142,45 @@ fn matmul_tc_kernel<F: Float, N: Size>(
     #[comptime] w_out_in: bool,
     #[comptime] vs: usize,
     #[comptime] plane_dim: usize,
+    #[comptime] warps_m: usize,
+    #[comptime] warps_n: usize,
+    #[comptime] frags_m: usize,
+    #[comptime] frags_n: usize,
     #[define(F)] _dtype: ElemType,
 ) {
+    let planes = comptime!(warps_m * warps_n);
+    let bm = comptime!(warps_m * frags_m * INSTR);
+    let bn = comptime!(warps_n * frags_n * INSTR);
+    let ldb_kn = comptime!(bn + PAD);
     let m = m_arg as usize;
     let n = n_arg as usize;
     let k = k_arg as usize;
-    let units = comptime!(plane_dim * PLANES);
+    let units = comptime!(plane_dim * planes);
 
-    let m0 = CUBE_POS_Y as usize * comptime!(BM);
-    let n0 = CUBE_POS_X as usize * comptime!(BN);
+    let m0 = CUBE_POS_Y as usize * bm;
+    let n0 = CUBE_POS_X as usize * bn;
 
     // This plane's fixed place in the cube tile.
     let plane = UNIT_POS_Y as usize;
-    let row_base = (plane / comptime!(WARPS_N)) * comptime!(FRAGS_M * INSTR);
-    let col_base = (plane % comptime!(WARPS_N)) * comptime!(FRAGS_N * INSTR);
+    let row_base = (plane / comptime!(warps_n)) * comptime!(frags_m * INSTR);
+    let col_base = (plane % comptime!(warps_n)) * comptime!(frags_n * INSTR);
 
     // Shared stages, vectors of `vs` elements; the cmma loads address them in elements.
-    let a_len = comptime!(BM * LDA / vs);
-    let b_len = comptime!(if w_out_in { BN * LDB_NK / vs } else { BK * LDB_KN / vs });
+    let a_len = comptime!(bm * LDA / vs);
+    let b_len = comptime!(if w_out_in { bn * LDB_NK / vs } else { BK * ldb_kn / vs });
     let mut a_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(a_len, comptime!(SMEM_ALIGN));
     let mut b_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(b_len, comptime!(SMEM_ALIGN));
 
     // Register prefetch buffers: this unit's share of one k-tile of A and of B.
-    let a_regs_len = comptime!((BM * BK / vs).div_ceil(units));
-    let b_regs_len = comptime!((BN * BK / vs).div_ceil(units));
+    let a_regs_len = comptime!((bm * BK / vs).div_ceil(units));
+    let b_regs_len = comptime!((bn * BK / vs).div_ceil(units));
     let mut a_regs = Array::<Vector<F, N>>::new(a_regs_len);
     let mut b_regs = Array::<Vector<F, N>>::new(b_regs_len);
 
     // The plane's accumulators, flattened i * FRAGS_N + j, all starting at +0.0.
     let mut accs = Sequence::<cmma::Matrix<f32>>::new();
     #[unroll]
-    for _f in 0..comptime!(FRAGS_M * FRAGS_N) {
+    for _f in 0..comptime!(frags_m * frags_n) {
         accs.push(cmma::Matrix::<f32>::from_value(
             MatrixIdent::Accumulator,
             16usize,
@@ -187,20 +194,20 @@ fn matmul_tc_kernel<F: Float, N: Size>(
     let k_tiles = (k + comptime!(BK) - 1) / comptime!(BK);
 
     // Prologue: k-tile 0 into registers.
-    load_tile::<F, N>(x, &mut a_regs, m0, 0, m, k, comptime!(BM), comptime!(BK), vs, units);
+    load_tile::<F, N>(x, &mut a_regs, m0, 0, m, k, bm, comptime!(BK), vs, units);
     if comptime!(w_out_in) {
-        load_tile::<F, N>(w, &mut b_regs, n0, 0, n, k, comptime!(BN), comptime!(BK), vs, units);
+        load_tile::<F, N>(w, &mut b_regs, n0, 0, n, k, bn, comptime!(BK), vs, units);
     } else {
-        load_tile::<F, N>(w, &mut b_regs, 0, n0, k, n, comptime!(BK), comptime!(BN), vs, units);
+        load_tile::<F, N>(w, &mut b_regs, 0, n0, k, n, comptime!(BK), bn, vs, units);
     }
 
     for t in 0..k_tiles {
         // Registers -> shared (the previous tile's readers finished at the trailing sync).
-        store_tile::<F, N>(&a_regs, &mut a_sh, comptime!(BM), comptime!(BK), comptime!(LDA), vs, units);
+        store_tile::<F, N>(&a_regs, &mut a_sh, bm, comptime!(BK), comptime!(LDA), vs, units);
         if comptime!(w_out_in) {
-            store_tile::<F, N>(&b_regs, &mut b_sh, comptime!(BN), comptime!(BK), comptime!(LDB_NK), vs, units);
+            store_tile::<F, N>(&b_regs, &mut b_sh, bn, comptime!(BK), comptime!(LDB_NK), vs, units);
         } else {
-            store_tile::<F, N>(&b_regs, &mut b_sh, comptime!(BK), comptime!(BN), comptime!(LDB_KN), vs, units);
+            store_tile::<F, N>(&b_regs, &mut b_sh, comptime!(BK), bn, ldb_kn, vs, units);
         }
         sync_cube();
 
@@ -208,11 +215,11 @@ fn matmul_tc_kernel<F: Float, N: Size>(
         let next = t + 1;
         if next < k_tiles {
             let k_next = next * comptime!(BK);
-            load_tile::<F, N>(x, &mut a_regs, m0, k_next, m, k, comptime!(BM), comptime!(BK), vs, units);
+            load_tile::<F, N>(x, &mut a_regs, m0, k_next, m, k, bm, comptime!(BK), vs, units);
             if comptime!(w_out_in) {
-                load_tile::<F, N>(w, &mut b_regs, n0, k_next, n, k, comptime!(BN), comptime!(BK), vs, units);
+                load_tile::<F, N>(w, &mut b_regs, n0, k_next, n, k, bn, comptime!(BK), vs, units);
             } else {
-                load_tile::<F, N>(w, &mut b_regs, k_next, n0, k, n, comptime!(BK), comptime!(BN), vs, units);
+                load_tile::<F, N>(w, &mut b_regs, k_next, n0, k, n, comptime!(BK), bn, vs, units);
             }
         }
 
@@ -221,7 +228,7 @@ fn matmul_tc_kernel<F: Float, N: Size>(
         for kk in 0..comptime!(BK / INSTR) {
             let mut b_frags = Sequence::<cmma::Matrix<F>>::new();
             #[unroll]
-            for j in 0..comptime!(FRAGS_N) {
+            for j in 0..comptime!(frags_n) {
                 let col = col_base + j * comptime!(INSTR);
                 if comptime!(w_out_in) {
                     // b_sh[n][k]: element (k, n) at n * LDB_NK + k -> column-major B.
@@ -248,13 +255,13 @@ fn matmul_tc_kernel<F: Float, N: Size>(
                             MatrixLayout::RowMajor,
                         )
                     };
-                    let off = (kk * comptime!(INSTR * LDB_KN) + col) / comptime!(vs);
-                    cmma::load(&mut b, b_sh.slice(off, b_len), comptime!(LDB_KN as u32));
+                    let off = (kk * comptime!(INSTR * ldb_kn) + col) / comptime!(vs);
+                    cmma::load(&mut b, b_sh.slice(off, b_len), comptime!(ldb_kn as u32));
                     b_frags.push(b);
                 }
             }
             #[unroll]
-            for i in 0..comptime!(FRAGS_M) {
+            for i in 0..comptime!(frags_m) {
                 // a_sh[m][k]: element (m, k) at m * LDA + k -> row-major A.
                 let mut a = unsafe {
                     cmma::Matrix::<F>::uninitialized(
@@ -269,8 +276,8 @@ fn matmul_tc_kernel<F: Float, N: Size>(
                 let off = (row * comptime!(LDA) + kk * comptime!(INSTR)) / comptime!(vs);
                 cmma::load(&mut a, a_sh.slice(off, a_len), comptime!(LDA as u32));
                 #[unroll]
-                for j in 0..comptime!(FRAGS_N) {
-                    let acc = accs.index(comptime!(i * FRAGS_N + j));
+                for j in 0..comptime!(frags_n) {
+                    let acc = accs.index(comptime!(i * frags_n + j));
                     cmma::execute(&a, b_frags.index(j), acc, acc);
                 }
             }
@@ -281,16 +288,16 @@ fn matmul_tc_kernel<F: Float, N: Size>(
     // Epilogue: each plane stages one fragment at a time in its own 16x16 f32 window, then
     // writes the in-bounds elements, cast to the output dtype. Every plane runs the same number
     // of iterations, so the cube-wide syncs are uniform.
-    let mut stage = Shared::<[f32]>::new_aligned_slice(comptime!(PLANES * FRAG_ELEMS), comptime!(SMEM_ALIGN));
+    let mut stage = Shared::<[f32]>::new_aligned_slice(comptime!(planes * FRAG_ELEMS), comptime!(SMEM_ALIGN));
     let lane = UNIT_POS_X as usize;
     let st = plane * comptime!(FRAG_ELEMS);
     #[unroll]
-    for i in 0..comptime!(FRAGS_M) {
+    for i in 0..comptime!(frags_m) {
         #[unroll]
-        for j in 0..comptime!(FRAGS_N) {
+        for j in 0..comptime!(frags_n) {
             cmma::store(
                 stage.slice_mut(st, st + comptime!(FRAG_ELEMS)),
-                accs.index(comptime!(i * FRAGS_N + j)),
+                accs.index(comptime!(i * frags_n + j)),
                 16u32,
                 MatrixLayout::RowMajor,
             );
@@ -345,15 +352,17 @@ pub fn tensor_cores_available_for(client: &Client, dtype: DType) -> bool {
 pub(crate) fn matmul_tensor_core(x: CubeTensor, w: CubeTensor, layout: WeightLayout, (m, k, n): (usize, usize, usize)) -> Result<CubeTensor, KernelError> {
     const OP: &str = "matmul";
     ensure!(matches!(x.dtype, DType::BF16 | DType::F16), OP, "x has dtype {:?}; the tensor-core kernel takes bf16 or f16", x.dtype);
-    ensure!(m.div_ceil(BM) <= 65535, OP, "x has {m} rows; at most {} per launch", 65535 * BM);
+    let tiles = tile_shape()?;
+    let (bm, bn, planes) = (tiles.bm(), tiles.bn(), tiles.planes());
+    ensure!(m.div_ceil(bm) <= 65535, OP, "x has {m} rows; at most {} per launch", 65535 * bm);
     // Vector width of the global loads: a function of K (and N for `InOut`) only, never of M.
     let vs = [8usize, 4, 2, 1].into_iter().find(|&v| k % v == 0 && (layout == WeightLayout::OutIn || n % v == 0)).unwrap_or(1);
     let client = x.client.clone();
     let y = empty_device_contiguous_dtype(client.clone(), x.device.clone(), [m, n].into(), x.dtype);
     matmul_tc_kernel::launch(
         &client,
-        CubeCount::Static(n.div_ceil(BN) as u32, m.div_ceil(BM) as u32, 1),
-        CubeDim::new_2d(PLANE_DIM as u32, PLANES as u32),
+        CubeCount::Static(n.div_ceil(bn) as u32, m.div_ceil(bm) as u32, 1),
+        CubeDim::new_2d(PLANE_DIM as u32, planes as u32),
         vs,
         x.clone().into_tensor_arg(),
         w.into_tensor_arg(),
@@ -364,7 +373,73 @@ pub(crate) fn matmul_tensor_core(x: CubeTensor, w: CubeTensor, layout: WeightLay
         layout == WeightLayout::OutIn,
         vs,
         PLANE_DIM,
+        tiles.warps_m,
+        tiles.warps_n,
+        tiles.frags_m,
+        tiles.frags_n,
         storage(x.dtype),
     );
     Ok(y)
+}
+
+/// The cube tile: planes along M and N, 16x16 fragments per plane along M and N. Scheduling
+/// only: every fragment walks k = 0, 16, 32, ... from zero whatever the tile, so the bits are
+/// the same for every shape (the battery's `tc = pipelined` rows compare two tilings already).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TileShape {
+    pub warps_m: usize,
+    pub warps_n: usize,
+    pub frags_m: usize,
+    pub frags_n: usize,
+}
+
+impl TileShape {
+    pub const DEFAULT: TileShape = TileShape { warps_m: WARPS_M, warps_n: WARPS_N, frags_m: FRAGS_M, frags_n: FRAGS_N };
+    pub fn bm(self) -> usize {
+        self.warps_m * self.frags_m * INSTR
+    }
+    pub fn bn(self) -> usize {
+        self.warps_n * self.frags_n * INSTR
+    }
+    pub fn planes(self) -> usize {
+        self.warps_m * self.warps_n
+    }
+    /// Static shared memory of one cube, bytes (A and B stages of 16-bit values, f32 epilogue).
+    pub fn shared_bytes(self) -> usize {
+        let b_stage = (self.bn() * (BK + PAD)).max(BK * (self.bn() + PAD));
+        2 * (self.bm() * LDA + b_stage) + 4 * self.planes() * FRAG_ELEMS
+    }
+
+    /// `warps_m/warps_n/frags_m/frags_n`, e.g. `2/2/4/4`.
+    pub fn parse(text: &str) -> Result<TileShape, String> {
+        let bad = || format!("LOCKSTEP_TC_TILES={text:?} is not warps_m/warps_n/frags_m/frags_n (1-8 each, at most 16 planes and 16 fragments per plane, 48 KiB of shared memory)");
+        let parts: Vec<usize> = text.split('/').map(|p| p.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|_| bad())?;
+        let [warps_m, warps_n, frags_m, frags_n] = parts[..] else { return Err(bad()) };
+        let t = TileShape { warps_m, warps_n, frags_m, frags_n };
+        let ok = parts.iter().all(|v| (1..=8).contains(v)) && t.planes() <= 16 && frags_m * frags_n <= 16 && t.shared_bytes() <= 48 * 1024;
+        ok.then_some(t).ok_or_else(bad)
+    }
+}
+
+/// [`TileShape::DEFAULT`], or `LOCKSTEP_TC_TILES` (benchmark sweeps); read once per process.
+fn tile_shape() -> Result<TileShape, KernelError> {
+    static SHAPE: std::sync::OnceLock<Result<TileShape, String>> = std::sync::OnceLock::new();
+    SHAPE
+        .get_or_init(|| std::env::var("LOCKSTEP_TC_TILES").map_or(Ok(TileShape::DEFAULT), |text| TileShape::parse(&text)))
+        .clone()
+        .map_err(|e| KernelError::new("matmul", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tile_shapes_parse_within_shared_memory_or_name_the_variable() {
+        assert!(TileShape::DEFAULT.shared_bytes() <= 48 * 1024);
+        assert_eq!(TileShape::parse("2/2/4/4").unwrap(), TileShape { warps_m: 2, warps_n: 2, frags_m: 4, frags_n: 4 });
+        for bad in ["4/2/2", "0/2/2/2", "4/4/4/4", "8/8/1/1", "2/2/8/8", "a/2/2/2"] {
+            assert!(TileShape::parse(bad).unwrap_err().contains("LOCKSTEP_TC_TILES"), "{bad}");
+        }
+    }
 }
