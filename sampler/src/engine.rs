@@ -195,7 +195,7 @@ impl Engine {
         // (active index, row index) of the rows whose logits are sampled
         let mut sample_at: Vec<(usize, usize)> = Vec::new();
         for (a, act) in self.active.iter_mut().enumerate() {
-            if held.contains(&a) {
+            if held.get(a).copied().unwrap_or(false) {
                 continue;
             }
             let prompt = &act.request.prompt;
@@ -267,9 +267,10 @@ impl Engine {
     /// Before a step's rows are built: every request that has not started its prefill and
     /// shares its prompt (of 2+ tokens) with an earlier active request (the donor) either copies
     /// the donor's KV for the first `len - 1` prompt positions, when the donor has written them
-    /// (in earlier steps), or is held until it has. Returns the held requests' indices.
-    fn share_prefixes(&mut self, stats: &mut StepStats) -> Result<Vec<usize>, shared_kernels::KernelError> {
-        let mut held = Vec::new();
+    /// (in earlier steps), or is held until it has. Returns which active requests are held (a
+    /// mask: the step's row loop looks each one up, ~1000 requests in a GRPO step).
+    fn share_prefixes(&mut self, stats: &mut StepStats) -> Result<Vec<bool>, shared_kernels::KernelError> {
+        let mut held = vec![false; self.active.len()];
         let mut donors: std::collections::HashMap<&[u32], usize> = std::collections::HashMap::new();
         let mut copies: Vec<(usize, usize)> = Vec::new();
         for (a, act) in self.active.iter().enumerate() {
@@ -282,7 +283,7 @@ impl Engine {
                     if self.active[d].prefilled >= prompt.len() - 1 {
                         copies.push((d, a));
                     } else {
-                        held.push(a);
+                        held[a] = true;
                     }
                 }
                 Some(_) => {}
