@@ -164,6 +164,10 @@ fn requested_kernel() -> Result<MatmulKernel, KernelError> {
 /// bf16/f16 where the device has tensor cores, else the scalar kernel. An unknown
 /// `LOCKSTEP_MATMUL` is an error naming it.
 pub fn matmul_kernel_for(client: &burn_cubecl::cubecl::client::Client, dtype: burn::tensor::DType) -> Result<MatmulKernel, KernelError> {
+    // the tensor-core kernels' sweep overrides are checked wherever lockstep runs, so a typo is
+    // an error naming the variable on the CPU too, not only once a tensor-core launch reads it
+    super::matmul_skinny::launch_shape()?;
+    super::matmul_tc::tile_shape()?;
     Ok(match requested_kernel()? {
         k @ (MatmulKernel::TensorCore | MatmulKernel::TensorCoreTiles | MatmulKernel::Pipelined | MatmulKernel::Hybrid) if super::matmul_tc::tensor_cores_available_for(client, dtype) => k,
         _ => MatmulKernel::Scalar,

@@ -309,7 +309,7 @@ pub(crate) fn matmul_skinny(x: CubeTensor, w: CubeTensor, layout: WeightLayout, 
 /// How the decode kernel is launched: scheduling only (the k order, and so the bits, are the
 /// same for every choice).
 #[derive(Clone, Copy, Debug)]
-struct LaunchShape {
+pub(crate) struct LaunchShape {
     /// k-steps whose weight is requested before the first of them multiplies.
     group: usize,
     /// Planes per cube for wide weights (N >= 8192) and for the rest.
@@ -321,7 +321,7 @@ struct LaunchShape {
 
 /// The constants above, or `LOCKSTEP_SKINNY=group/wide/narrow/staged|direct` (benchmark sweeps).
 /// Read once per process.
-fn launch_shape() -> Result<LaunchShape, KernelError> {
+pub(crate) fn launch_shape() -> Result<LaunchShape, KernelError> {
     static SHAPE: std::sync::OnceLock<Result<LaunchShape, String>> = std::sync::OnceLock::new();
     SHAPE
         .get_or_init(|| match std::env::var("LOCKSTEP_SKINNY") {

@@ -422,7 +422,7 @@ impl TileShape {
 }
 
 /// [`TileShape::DEFAULT`], or `LOCKSTEP_TC_TILES` (benchmark sweeps); read once per process.
-fn tile_shape() -> Result<TileShape, KernelError> {
+pub(crate) fn tile_shape() -> Result<TileShape, KernelError> {
     static SHAPE: std::sync::OnceLock<Result<TileShape, String>> = std::sync::OnceLock::new();
     SHAPE
         .get_or_init(|| std::env::var("LOCKSTEP_TC_TILES").map_or(Ok(TileShape::DEFAULT), |text| TileShape::parse(&text)))
