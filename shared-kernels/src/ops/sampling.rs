@@ -1,4 +1,5 @@
-//! Seeded sampling with temperature, top-k and top-p, one row per cube, batch invariant.
+//! Seeded sampling with temperature, top-k and top-p, batch invariant: the vocabulary in the
+//! logprob's fixed chunks (pass 1 per (row, chunk), pass 2 per row), truncation per row.
 //!
 //! Distribution: `softmax(logits / T)` restricted to the top-k tokens, then to the smallest
 //! head of that set holding at least `top_p` of its mass, renormalised. A draw is Gumbel-max
