@@ -16,16 +16,17 @@
 use super::reduce::{cube_linear, tree_max, tree_sum, NEG_BIG};
 use super::{cube_count_for, storage, ROW_BLOCK};
 
-/// Logits per pass-1 chunk. Part of the numerics (chunk results are combined in chunk order),
-/// so fixed for every shape and batch; shared with the sampling kernels, whose returned logprob
-/// must equal this file's bits.
-pub const VOCAB_CHUNK: usize = 2048;
 use crate::bridge::{dims, float_in, float_out, int_in, same_device};
 use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in, untracked};
 use crate::{ensure, KernelError};
 use burn::tensor::{DType, Int as BInt, Tensor as BTensor};
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+
+/// Logits per pass-1 chunk. Part of the numerics (chunk results are combined in chunk order),
+/// so fixed for every shape and batch; shared with the sampling kernels, whose returned logprob
+/// must equal this file's bits.
+pub const VOCAB_CHUNK: usize = 2048;
 
 /// Per-row outputs, f32 whatever the logits dtype.
 #[derive(Debug)]
@@ -104,32 +105,37 @@ pub fn chunk_span(row: usize, chunk: usize, vocab: usize, #[comptime] chunk_len:
     (row * vocab + start, len)
 }
 
-/// The row's maximum: the maximum of its chunk maxima (exact in any order).
+/// A chunk's softmax statistics: its max and `sum exp(z - max)` (strided, fixed trees). The one
+/// pass-1 computation of both the logprob and the sampling kernels, so their chunks agree as bits.
 #[cube]
-pub fn combined_max(chunk_max: &Tensor<f32>, first: usize, chunks: usize, shared: &mut Shared<[f32]>, #[comptime] block: usize) -> f32 {
-    let mut local = f32::new(NEG_BIG);
+pub fn chunk_stats<F: Float>(logits: &Tensor<F>, base: usize, len: usize, inv_t: f32, shared: &mut Shared<[f32]>, #[comptime] block: usize) -> (f32, f32) {
+    let max = row_max(logits, base, len, inv_t, shared, block);
+    let sum = row_sum_exp(logits, base, len, inv_t, max, shared, block);
+    (max, sum)
+}
+
+/// The row's softmax normaliser from its chunks: M = the max of the chunk maxima (exact in any
+/// order) and `sum_c s_c exp(m_c - M)` (chunks folded per unit in ascending order, then the
+/// fixed tree). The one pass-2 fold of both the logprob and the sampling kernels.
+#[cube]
+pub fn row_normaliser(chunk_max: &Tensor<f32>, chunk_sum: &Tensor<f32>, first: usize, chunks: usize, shared: &mut Shared<[f32]>, #[comptime] block: usize) -> (f32, f32) {
+    let mut local_max = f32::new(NEG_BIG);
     let mut c = UNIT_POS_X as usize;
     while c < chunks {
         let m = chunk_max[first + c];
-        if m > local {
-            local = m;
+        if m > local_max {
+            local_max = m;
         }
         c += block;
     }
-    tree_max(shared, local, block)
-}
-
-/// The row's `sum exp(z - max)` from its chunks' sums, each rescaled from its own maximum
-/// (chunks folded per unit in ascending order, then the fixed tree).
-#[cube]
-pub fn combined_sum_exp(chunk_max: &Tensor<f32>, chunk_sum: &Tensor<f32>, first: usize, chunks: usize, max: f32, shared: &mut Shared<[f32]>, #[comptime] block: usize) -> f32 {
-    let mut local = 0.0f32;
+    let max = tree_max(shared, local_max, block);
+    let mut local_sum = 0.0f32;
     let mut c = UNIT_POS_X as usize;
     while c < chunks {
-        local += chunk_sum[first + c] * (chunk_max[first + c] - max).exp();
+        local_sum += chunk_sum[first + c] * (chunk_max[first + c] - max).exp();
         c += block;
     }
-    tree_sum(shared, local, block)
+    (max, tree_sum(shared, local_sum, block))
 }
 
 /// Pass 1: one cube per (row, chunk of `VOCAB_CHUNK` logits): the chunk's max, `sum exp(z - m)`
@@ -155,8 +161,7 @@ fn logprob_partials_kernel<F: Float>(
         let (base, len) = chunk_span(row, slot % chunks, vocab, chunk_len);
         let inv_t = inv_temperature(temperatures[row]);
         let mut shared = Shared::new_slice(block);
-        let max = row_max(logits, base, len, inv_t, &mut shared, block);
-        let sum = row_sum_exp(logits, base, len, inv_t, max, &mut shared, block);
+        let (max, sum) = chunk_stats(logits, base, len, inv_t, &mut shared, block);
         let dot = span_dot(logits, base, len, inv_t, max, &mut shared, block);
         if UNIT_POS_X == 0 {
             chunk_max[slot] = max;
@@ -191,8 +196,7 @@ fn logprob_combine_kernel<F: Float, I: Int>(
         let first = row * chunks;
         let inv_t = inv_temperature(temperatures[row]);
         let mut shared = Shared::new_slice(block);
-        let max = combined_max(chunk_max, first, chunks, &mut shared, block);
-        let sum = combined_sum_exp(chunk_max, chunk_sum, first, chunks, max, &mut shared, block);
+        let (max, sum) = row_normaliser(chunk_max, chunk_sum, first, chunks, &mut shared, block);
         let mut local_dot = 0.0f32;
         let mut c = UNIT_POS_X as usize;
         while c < chunks {

@@ -148,13 +148,19 @@ pub const HYBRID_LARGE_OUTPUT: usize = 3 << 20;
 fn requested_kernel() -> Result<MatmulKernel, KernelError> {
     static KERNEL: std::sync::OnceLock<Result<MatmulKernel, String>> = std::sync::OnceLock::new();
     KERNEL
-        .get_or_init(|| match std::env::var("LOCKSTEP_MATMUL").as_deref() {
-            Err(_) | Ok("tc") => Ok(MatmulKernel::TensorCore),
-            Ok("scalar") => Ok(MatmulKernel::Scalar),
-            Ok("tc-tiles") => Ok(MatmulKernel::TensorCoreTiles),
-            Ok("pipelined") => Ok(MatmulKernel::Pipelined),
-            Ok("hybrid") => Ok(MatmulKernel::Hybrid),
-            Ok(other) => Err(format!("LOCKSTEP_MATMUL={other:?} is not one of scalar, tc, tc-tiles, pipelined, hybrid")),
+        .get_or_init(|| {
+            // the tensor-core kernels' sweep overrides are checked with the kernel choice, once,
+            // wherever lockstep runs: a typo is an error naming the variable on the CPU too
+            super::matmul_skinny::launch_shape().map_err(|e| e.message)?;
+            super::matmul_tc::tile_shape().map_err(|e| e.message)?;
+            match std::env::var("LOCKSTEP_MATMUL").as_deref() {
+                Err(_) | Ok("tc") => Ok(MatmulKernel::TensorCore),
+                Ok("scalar") => Ok(MatmulKernel::Scalar),
+                Ok("tc-tiles") => Ok(MatmulKernel::TensorCoreTiles),
+                Ok("pipelined") => Ok(MatmulKernel::Pipelined),
+                Ok("hybrid") => Ok(MatmulKernel::Hybrid),
+                Ok(other) => Err(format!("LOCKSTEP_MATMUL={other:?} is not one of scalar, tc, tc-tiles, pipelined, hybrid")),
+            }
         })
         .clone()
         .map_err(|e| KernelError::new("matmul", e))
@@ -164,10 +170,6 @@ fn requested_kernel() -> Result<MatmulKernel, KernelError> {
 /// bf16/f16 where the device has tensor cores, else the scalar kernel. An unknown
 /// `LOCKSTEP_MATMUL` is an error naming it.
 pub fn matmul_kernel_for(client: &burn_cubecl::cubecl::client::Client, dtype: burn::tensor::DType) -> Result<MatmulKernel, KernelError> {
-    // the tensor-core kernels' sweep overrides are checked wherever lockstep runs, so a typo is
-    // an error naming the variable on the CPU too, not only once a tensor-core launch reads it
-    super::matmul_skinny::launch_shape()?;
-    super::matmul_tc::tile_shape()?;
     Ok(match requested_kernel()? {
         k @ (MatmulKernel::TensorCore | MatmulKernel::TensorCoreTiles | MatmulKernel::Pipelined | MatmulKernel::Hybrid) if super::matmul_tc::tensor_cores_available_for(client, dtype) => k,
         _ => MatmulKernel::Scalar,

@@ -15,7 +15,7 @@
 //! The returned logprob is the one [`super::logprob`] defines (full softmax at temperature T,
 //! before truncation) and is computed with the same functions, so it equals the trainer's bits.
 
-use super::logprob::{chunk_span, combined_max, combined_sum_exp, inv_temperature, row_max, row_sum_exp, scaled_logit, VOCAB_CHUNK};
+use super::logprob::{chunk_span, chunk_stats, inv_temperature, row_max, row_normaliser, scaled_logit, VOCAB_CHUNK};
 use super::reduce::{cube_linear, tree_count, tree_sum, NEG_BIG};
 use super::{cube_count_for, storage, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, int_in, int_out};
@@ -186,8 +186,9 @@ fn truncation_kernel<F: Float, I: Int>(
 
 /// Argmax over the cube of (score, token) with the lowest token winning ties; `NO_TOKEN`
 /// marks a unit that saw no allowed token. Exact in any order, so the tree shape is free.
+/// Every unit gets the winning (score, token).
 #[cube]
-fn tree_argmax(scores: &mut Shared<[f32]>, tokens: &mut Shared<[u32]>, score: f32, token: u32) -> u32 {
+fn tree_argmax(scores: &mut Shared<[f32]>, tokens: &mut Shared<[u32]>, score: f32, token: u32) -> (f32, u32) {
     let unit = UNIT_POS_X as usize;
     scores[unit] = score;
     tokens[unit] = token;
@@ -208,7 +209,7 @@ fn tree_argmax(scores: &mut Shared<[f32]>, tokens: &mut Shared<[u32]>, score: f3
         sync_cube();
         stride /= 2;
     }
-    let best = tokens[0];
+    let best = (scores[0], tokens[0]);
     sync_cube();
     best
 }
@@ -254,8 +255,7 @@ fn sample_partials_kernel<F: Float, I: Int>(
         let temperature = temperatures[row];
         let inv_t = inv_temperature(temperature);
         let mut shared = Shared::new_slice(block);
-        let max = row_max(logits, base, len, inv_t, &mut shared, block);
-        let sum = row_sum_exp(logits, base, len, inv_t, max, &mut shared, block);
+        let (max, sum) = chunk_stats(logits, base, len, inv_t, &mut shared, block);
         let mut threshold = 0u32;
         if truncated {
             threshold = thresholds[row];
@@ -277,16 +277,12 @@ fn sample_partials_kernel<F: Float, I: Int>(
             j += block;
         }
         let mut tokens = Shared::<[u32]>::new_slice(block);
-        let best = tree_argmax(&mut shared, &mut tokens, my_best, my_token);
+        let (best_score, best) = tree_argmax(&mut shared, &mut tokens, my_best, my_token);
         if UNIT_POS_X == 0 {
             chunk_max[slot] = max;
             chunk_sum[slot] = sum;
+            chunk_score[slot] = best_score;
             chunk_token[slot] = best;
-        }
-        // the winner's score: re-derived so no unit reads shared memory after the tree
-        if UNIT_POS_X == 0 && best != NO_TOKEN {
-            let z = scaled_logit(logits, row * vocab + best as usize, inv_t);
-            chunk_score[slot] = draw_score(z, key, best, temperature);
         }
     }
 }
@@ -315,8 +311,7 @@ fn sample_combine_kernel<F: Float, I: Int>(
         let first = row * chunks;
         let inv_t = inv_temperature(temperatures[row]);
         let mut shared = Shared::new_slice(block);
-        let max = combined_max(chunk_max, first, chunks, &mut shared, block);
-        let sum = combined_sum_exp(chunk_max, chunk_sum, first, chunks, max, &mut shared, block);
+        let (max, sum) = row_normaliser(chunk_max, chunk_sum, first, chunks, &mut shared, block);
         let mut my_best = f32::new(NEG_BIG);
         let mut my_token = u32::new(NO_TOKEN as i64);
         let mut c = UNIT_POS_X as usize;
@@ -332,7 +327,7 @@ fn sample_combine_kernel<F: Float, I: Int>(
             c += block;
         }
         let mut best_tokens = Shared::<[u32]>::new_slice(block);
-        let token = tree_argmax(&mut shared, &mut best_tokens, my_best, my_token);
+        let (_, token) = tree_argmax(&mut shared, &mut best_tokens, my_best, my_token);
         if UNIT_POS_X == 0 {
             tokens[row] = I::cast_from(token);
             logprobs[row] = scaled_logit(logits, row * vocab + token as usize, inv_t) - max - sum.ln();
