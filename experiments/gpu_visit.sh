@@ -11,6 +11,8 @@
 #   bash experiments/gpu_visit.sh train-kernels          # GRPO step time under tc / hybrid / pipelined
 #   bash experiments/gpu_visit.sh compile-log            # kernel compilations in a short GRPO run, tc vs pipelined
 #   bash experiments/gpu_visit.sh profile                # per-kernel GPU time: trainer step and sampler decode
+#   bash experiments/gpu_visit.sh memory               # memory-bound kernels only (norms, pointwise, rope, logprob) with torch beside them
+#   bash experiments/gpu_visit.sh resources            # ptxas registers/spills of the memory-bound kernels, ncu on one
 #   bash experiments/gpu_visit.sh attention            # attention kernels only (decode, prefill) with torch SDPA beside them
 #   bash experiments/gpu_visit.sh attention-ab           # split-KV vs sequential attention: trainer step, long-context sampler
 #   TC_SWEEP="4/2/2/2 2/2/4/4" bash experiments/gpu_visit.sh tc-sweep   # tc tile shapes
@@ -108,6 +110,21 @@ run_part() {
         timeout "$(limit "${KERNELS_LIMIT:-150}")" /tmp/lockstep-autotune bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 5 \
             --matmul-only --matmul-m ${AUTOTUNE_M:-256,4096} --json "$out/matmul-autotune.json" 2>&1 | tee "$out/matmul-autotune.md"
         PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py "$out/matmul-autotune.json" 2>&1 | grep -v Warning | tee "$out/matmul-autotune-torch.md" ;;
+    memory)   # the memory-bound rows alone (streaming read, norms, pointwise, rope, logprob) and torch's
+        timeout "$(limit "${MEMORY_LIMIT:-90}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 5 \
+            --memory-only --json "$out/memory.json" 2>&1 | tee "$out/memory.md"
+        PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py "$out/memory.json" 2>&1 | grep -v Warning | tee "$out/memory-torch.md" ;;
+    resources)  # registers / spills / shared memory of the memory-bound kernels (ptxas on cubecl's sources), and ncu on the logprob kernel where it can read counters
+        local dir=/tmp/resources; rm -rf "$dir"; mkdir -p "$dir"
+        printf '[compilation.logger]\nlevel = "full"\nfile = "%s/compile.log"\n' "$dir" > "$dir/cubecl.toml"
+        (cd "$dir" && timeout "$(limit "${RESOURCES_LIMIT:-60}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 2 \
+            --memory-only --matmul-m ${RESOURCES_M:-1024} 2>&1 | grep "^|")
+        python3 experiments/kernel_resources.py "$dir/compile.log" 2>&1 | tee "$out/resources.md"
+        if [ -n "${RESOURCES_NCU:-logprob_partials}" ]; then
+            (cd "$dir" && timeout "$(limit 90)" ncu --clock-control none --kernel-name "regex:${RESOURCES_NCU:-logprob_partials}" --launch-skip 2 --launch-count 1 \
+                --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 \
+                --concurrency none --repeats 1 --memory-only --matmul-m ${RESOURCES_M:-1024} --no-burn 2>&1 | grep -v "^|" | tail -80) | tee "$out/ncu.md"
+        fi ;;
     torch)    # torch on the same kernel shapes; transformers generate on the sampler's model
         PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py "$out/kernels.json" \
             --model /tmp/bench-model --concurrency 1,8,64,256 2>&1 | grep -v Warning | tee "$out/torch.md" ;;

@@ -50,6 +50,10 @@ def kernels(path):
             x = torch.randn(m, k, device=dev, dtype=dtype)
             w = torch.randn(n, k, device=dev, dtype=dtype) * 0.02
             t = time_cuda(lambda: torch.mm(x, w.t()))
+        elif op.startswith("hbm read"):
+            # torch's own streaming read of the same bytes: a sum over the weight
+            w = torch.randn(n, k, device=dev, dtype=dtype)
+            t = time_cuda(lambda: w.sum(dtype=torch.float32))
         elif op == "rmsnorm":
             x = torch.randn(m, n, device=dev, dtype=dtype)
             g = torch.rand(n, device=dev, dtype=dtype) + 0.5
@@ -60,6 +64,38 @@ def kernels(path):
                 return g * h.to(dtype)
 
             t = time_cuda(rms)
+        elif op == "add_rmsnorm":
+            a_ = torch.randn(m, n, device=dev, dtype=dtype)
+            b_ = torch.randn(m, n, device=dev, dtype=dtype)
+            g = torch.rand(n, device=dev, dtype=dtype) + 0.5
+
+            def add_rms():
+                s = a_ + b_
+                h = s.float()
+                h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+                return s, g * h.to(dtype)
+
+            t = time_cuda(add_rms)
+        elif op == "add":
+            a_ = torch.randn(m, n, device=dev, dtype=dtype)
+            b_ = torch.randn(m, n, device=dev, dtype=dtype)
+            t = time_cuda(lambda: a_ + b_)
+        elif op == "swiglu":
+            # HF's Qwen3 MLP: act_fn(gate) * up in the model dtype
+            g_ = torch.randn(m, n, device=dev, dtype=dtype)
+            u_ = torch.randn(m, n, device=dev, dtype=dtype)
+            t = time_cuda(lambda: torch.nn.functional.silu(g_) * u_)
+        elif op == "rope":
+            # HF's apply_rotary_pos_emb on [rows, heads, head_dim] with per-row cos/sin
+            x = torch.randn(m, n, k, device=dev, dtype=dtype)
+            ang = torch.rand(m, 1, k, device=dev, dtype=torch.float32) * 6.28
+            cos, sin = ang.cos().to(dtype), ang.sin().to(dtype)
+
+            def rot():
+                x1, x2 = x[..., : k // 2], x[..., k // 2 :]
+                return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+            t = time_cuda(rot)
         elif op == "logprob":
             logits = torch.randn(m, n, device=dev, dtype=dtype)
             targets = torch.arange(m, device=dev).remainder(n)

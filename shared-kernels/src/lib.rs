@@ -17,6 +17,7 @@ pub mod model;
 pub mod ops;
 pub mod reference;
 
+pub use bridge::contiguous;
 pub use error::KernelError;
 pub use ops::{
     attention::{attention, causal_attention, write_kv_cache, KvCacheShape},

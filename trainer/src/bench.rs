@@ -29,6 +29,8 @@ pub struct BenchOptions {
     /// Skip the kernel table: only the trainer step.
     pub trainer_only: bool,
     pub attention_only: bool,
+    /// Kernel table: only the memory-bound rows.
+    pub memory_only: bool,
     /// Matmul rows at these M only (empty: the default sizes).
     pub matmul_m: Vec<usize>,
     /// Also write the kernel timings as JSON (read by experiments/torch_bench.py).

@@ -60,6 +60,9 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
     if o.attention_only {
         return attention_rows(o, config, device, &mut emit);
     }
+    if o.memory_only {
+        return memory_rows(o, config, device, &mut emit);
+    }
     // every batch-invariant matmul kernel this device runs for the dtype, the default first
     let default_kernel = shared_kernels::ops::matmul::matmul_kernel_on(device, o.dtype).map_err(|e| e.to_string())?;
     let kernels: Vec<MatmulKernel> = match default_kernel {
@@ -67,15 +70,6 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
         MatmulKernel::Scalar => vec![MatmulKernel::Scalar],
         k => std::iter::once(k).chain([MatmulKernel::Hybrid, MatmulKernel::Pipelined, MatmulKernel::TensorCore, MatmulKernel::TensorCoreTiles].into_iter().filter(|&o| o != k)).collect(),
     };
-    // what a pure streaming read reaches here: the measured ceiling for the decode rows' GB/s
-    {
-        let w = rand2([v, h], o.dtype, device);
-        let cubes = 132 * 8;
-        if let Ok((_, bytes)) = shared_kernels::ops::hbm_read::hbm_read(&w, cubes) {
-            let a = time_op(device, o.repeats, 5, || drop(shared_kernels::ops::hbm_read::hbm_read(&w, cubes).unwrap().0));
-            emit("hbm read (16-byte loads, the lm_head weight)", [1, v, h], a, f64::NAN, 0.0, bytes);
-        }
-    }
     for &(name, n, k) in &[("matmul hidden->hidden", h, h), ("matmul hidden->ffn", ffn, h), ("matmul ffn->hidden", h, ffn), ("matmul lm_head", v, h)] {
         let w = rand2([n, k], o.dtype, device).mul_scalar(0.02);
         for &m in ms {
@@ -102,27 +96,79 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
     if o.matmul_only {
         return Ok(());
     }
+    memory_rows(o, config, device, &mut emit)?;
+    attention_rows(o, config, device, &mut emit)?;
+    trainer_step(o, config, device)
+}
+
+/// The memory-bound kernels, with the streaming-read ceiling first: every row's GB/s is its
+/// bytes read + written over its time, comparable with the `hbm read` row of the same run. The
+/// pointwise and norm rows run at a bandwidth-sized token count (16384 on CUDA: 32-96 MB per
+/// tensor), where launch latency no longer hides the memory system; rmsnorm also at the matmul
+/// rows' M (the decode and prefill sizes), logprob up to 1024 rows of the full vocabulary.
+fn memory_rows(o: &BenchOptions, config: &ModelConfig, device: &Device, emit: &mut impl FnMut(&str, [usize; 3], f64, f64, f64, f64)) -> Result<(), String> {
+    let (h, ffn, v) = (config.hidden_size, config.intermediate_size, config.vocab_size);
+    let bytes_per = o.dtype.size() as f64;
+    let cuda = shared_kernels::device::runtime_name() == "cuda";
+    let big = if cuda { 16384 } else { 4096 };
+    let burn_time = |f: &mut dyn FnMut()| if o.no_burn { f64::NAN } else { time_op(device, o.repeats, 10, f) };
+    {
+        let w = rand2([v, h], o.dtype, device);
+        let cubes = 132 * 8;
+        if let Ok((_, bytes)) = shared_kernels::ops::hbm_read::hbm_read(&w, cubes) {
+            let a = time_op(device, o.repeats, 5, || drop(shared_kernels::ops::hbm_read::hbm_read(&w, cubes).unwrap().0));
+            emit("hbm read (16-byte loads, the lm_head weight)", [1, v, h], a, f64::NAN, 0.0, bytes);
+        }
+    }
+    let ms: &[usize] = if o.matmul_m.is_empty() { &[1, 16, 64, 256, 1024, 4096] } else { &o.matmul_m };
     let norm_w = Tensor::<1>::random([h], Distribution::Uniform(0.5, 1.5), device).cast(o.dtype);
-    for &m in ms {
+    let mut norm_rows: Vec<usize> = ms.to_vec();
+    if !norm_rows.contains(&big) {
+        norm_rows.push(big);
+    }
+    for &m in &norm_rows {
         let x = rand2([m, h], o.dtype, device);
         let a = time_op(device, o.repeats, 20, || drop(shared_kernels::rmsnorm(x.clone(), norm_w.clone(), 1e-6).unwrap()));
-        let b = if o.no_burn { f64::NAN } else { time_op(device, o.repeats, 20, || {
+        let b = burn_time(&mut || {
             let x32 = x.clone().cast(DType::F32);
             let y = (x32.clone() * x32.clone()).mean_dim(1).add_scalar(1e-6).sqrt().recip() * x32 * norm_w.clone().cast(DType::F32).unsqueeze::<2>();
             drop(y.cast(o.dtype));
-        }) };
+        });
         emit("rmsnorm", [m, h, 1], a, b, 0.0, 2.0 * (m * h) as f64 * bytes_per);
     }
+    {
+        let (x, r) = (rand2([big, h], o.dtype, device), rand2([big, h], o.dtype, device));
+        let a = time_op(device, o.repeats, 20, || drop(shared_kernels::add_rmsnorm(x.clone(), r.clone(), norm_w.clone(), 1e-6).unwrap()));
+        // reads a and b, writes the sum and the normalised sum
+        emit("add_rmsnorm", [big, h, 1], a, f64::NAN, 0.0, 4.0 * (big * h) as f64 * bytes_per);
+        let a = time_op(device, o.repeats, 20, || drop(shared_kernels::add(x.clone(), r.clone()).unwrap()));
+        let b = burn_time(&mut || drop(x.clone() + r.clone()));
+        emit("add", [big, h, 1], a, b, 0.0, 3.0 * (big * h) as f64 * bytes_per);
+    }
+    {
+        let (g, u) = (rand2([big, ffn], o.dtype, device), rand2([big, ffn], o.dtype, device));
+        let a = time_op(device, o.repeats, 20, || drop(shared_kernels::swiglu(g.clone(), u.clone()).unwrap()));
+        let b = burn_time(&mut || drop(activation::silu(g.clone()) * u.clone()));
+        emit("swiglu", [big, ffn, 1], a, b, 0.0, 3.0 * (big * ffn) as f64 * bytes_per);
+    }
+    {
+        let (heads, hd) = (config.num_heads, config.head_dim);
+        let tables = shared_kernels::ops::rope::RopeTables::new(hd, config.max_position_embeddings, config.rope_theta, device).map_err(|e| e.to_string())?;
+        let x = Tensor::<3>::random([big, heads, hd], Distribution::Normal(0.0, 1.0), device).cast(o.dtype);
+        let positions = Tensor::<1, Int>::from_data(TensorData::new((0..big).map(|r| (r % config.max_position_embeddings) as i32).collect::<Vec<_>>(), [big]), device);
+        let a = time_op(device, o.repeats, 20, || drop(shared_kernels::ops::rope::rope(x.clone(), positions.clone(), &tables).unwrap()));
+        emit("rope", [big, heads, hd], a, f64::NAN, 0.0, 2.0 * (big * heads * hd) as f64 * bytes_per);
+    }
     for &m in ms.iter().filter(|&&m| m <= 1024) {
-        let logits = rand2([m, v], o.dtype, device);
+        // compact once: CUDA pads a 151936-wide bf16 row, and the op would copy it on every call
+        let logits = shared_kernels::contiguous(rand2([m, v], o.dtype, device)).map_err(|e| e.to_string())?;
         let targets = Tensor::<1, Int>::from_data(TensorData::new((0..m as i32).collect::<Vec<_>>(), [m]), device);
         let temps = Tensor::<1>::ones([m], device);
         let a = time_op(device, o.repeats, 10, || drop(shared_kernels::token_logprobs(logits.clone(), targets.clone(), temps.clone()).unwrap()));
-        let b = if o.no_burn { f64::NAN } else { time_op(device, o.repeats, 10, || drop(activation::log_softmax(logits.clone().cast(DType::F32), 1).gather(1, targets.clone().reshape([m, 1])))) };
+        let b = burn_time(&mut || drop(activation::log_softmax(logits.clone().cast(DType::F32), 1).gather(1, targets.clone().reshape([m, 1]))));
         emit("logprob", [m, v, 1], a, b, 0.0, (m * v) as f64 * bytes_per);
     }
-    attention_rows(o, config, device, &mut emit)?;
-    trainer_step(o, config, device)
+    Ok(())
 }
 
 /// Decode attention (one query row per sequence, the whole cache as its prefix) at long

@@ -68,6 +68,10 @@ enum Command {
         /// Kernel table: only the attention rows (decode and prefill, every kernel).
         #[arg(long)]
         attention_only: bool,
+        /// Kernel table: only the memory-bound rows (streaming read ceiling, norms, pointwise,
+        /// rope, logprob), with bandwidth-sized inputs.
+        #[arg(long)]
+        memory_only: bool,
         /// Matmul rows only at these M (comma-separated; default 1,16,64,256,1024,4096).
         #[arg(long, value_delimiter = ',')]
         matmul_m: Vec<usize>,
@@ -124,7 +128,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train { config, overrides, resume, max_steps } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps)),
-        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, matmul_m, json, save_model } => {
+        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, matmul_m, json, save_model } => {
             let Some(dtype) = parse_dtype(&dtype) else { return ExitCode::from(2) };
             let concurrency: Vec<usize> = match concurrency.iter().filter(|c| *c != "none").map(|c| c.parse::<usize>()).collect() {
                 Ok(c) => c,
@@ -133,7 +137,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, matmul_m, json, save_model }).map_err(RunError::Other)
+            trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, matmul_m, json, save_model }).map_err(RunError::Other)
         }
         Command::Check { preset, dtypes, seed, fast, split_k } => {
             let Some(dtypes) = dtypes.iter().map(|d| parse_dtype(d)).collect::<Option<Vec<_>>>() else { return ExitCode::from(2) };

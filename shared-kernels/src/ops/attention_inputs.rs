@@ -69,7 +69,7 @@ fn attention_inputs_kernel<F: Float, I: Int>(
             // the head's values as the RoPE kernel reads them: normed and rounded to F first
             let mut x = Shared::<[f32]>::new_slice(head_dim);
             if comptime!(qk_norm) {
-                let inv_rms = row_inv_rms(qkv, base, head_dim, eps, block);
+                let inv_rms = row_inv_rms(qkv, base, head_dim, eps, block, comptime!(head_dim.div_ceil(ROW_BLOCK)));
                 let mut j = unit;
                 while j < head_dim {
                     let w = if head < q_heads { q_norm[j] } else { k_norm[j] };

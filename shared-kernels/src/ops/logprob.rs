@@ -7,13 +7,14 @@
 //!
 //! Batch invariance: the row is cut into chunks of `VOCAB_CHUNK` logits from token 0 (the cut
 //! depends on the vocabulary only). Pass 1, one cube of `ROW_BLOCK` units per (row, chunk):
-//! each unit folds its strided slice sequentially, then a fixed tree gives the chunk's max m_c,
+//! each unit loads its strided slice into registers and folds it sequentially, then a fixed
+//! tree gives the chunk's max m_c,
 //! `s_c = sum exp(z - m_c)` and `d_c = sum exp(z - m_c)(z - m_c)`. Pass 2, one cube per row:
 //! M = max m_c, `S = sum_c s_c exp(m_c - M)` folded in chunk order per unit then the same tree;
 //! logprob = z_target - M - ln S. Many cubes per row keep a 151936-token row from waiting on one
 //! cube (session 5: 4.4-5x torch's time at M <= 16 with one cube per row).
 
-use super::reduce::{cube_linear, tree_max, tree_sum, NEG_BIG};
+use super::reduce::{cube_linear, tree_max, tree_sum, tree_sum_pair, NEG_BIG};
 use super::{cube_count_for, storage, ROW_BLOCK};
 
 use crate::bridge::{dims, float_in, float_out, int_in, same_device};
@@ -68,32 +69,6 @@ pub fn row_max<F: Float>(logits: &Tensor<F>, base: usize, vocab: usize, inv_t: f
     tree_max(shared, local_max, block)
 }
 
-/// Row `sum exp(z - max)` (strided per unit, then fixed tree): the softmax normaliser that the
-/// trainer's logprob and the sampler's returned logprob share, bit for bit.
-#[cube]
-pub fn row_sum_exp<F: Float>(logits: &Tensor<F>, base: usize, vocab: usize, inv_t: f32, max: f32, shared: &mut Shared<[f32]>, #[comptime] block: usize) -> f32 {
-    let mut local_sum = 0.0f32;
-    let mut i = UNIT_POS_X as usize;
-    while i < vocab {
-        local_sum += (scaled_logit(logits, base + i, inv_t) - max).exp();
-        i += block;
-    }
-    tree_sum(shared, local_sum, block)
-}
-
-/// Dot term of the entropy, `sum exp(z - max) (z - max)` over a span (strided, fixed tree).
-#[cube]
-fn span_dot<F: Float>(logits: &Tensor<F>, base: usize, len: usize, inv_t: f32, max: f32, shared: &mut Shared<[f32]>, #[comptime] block: usize) -> f32 {
-    let mut local_dot = 0.0f32;
-    let mut j = UNIT_POS_X as usize;
-    while j < len {
-        let shifted = scaled_logit(logits, base + j, inv_t) - max;
-        local_dot += shifted.exp() * shifted;
-        j += block;
-    }
-    tree_sum(shared, local_dot, block)
-}
-
 /// Where chunk `chunk` of row `row` starts in `logits` and how many logits it holds.
 #[cube]
 pub fn chunk_span(row: usize, chunk: usize, vocab: usize, #[comptime] chunk_len: usize) -> (usize, usize) {
@@ -105,13 +80,63 @@ pub fn chunk_span(row: usize, chunk: usize, vocab: usize, #[comptime] chunk_len:
     (row * vocab + start, len)
 }
 
-/// A chunk's softmax statistics: its max and `sum exp(z - max)` (strided, fixed trees). The one
-/// pass-1 computation of both the logprob and the sampling kernels, so their chunks agree as bits.
+/// Unit u's scaled logits u, u + block, ... of a chunk into `vals` (`NEG_BIG` past its end),
+/// every load issued before any is used. The chunk is read from memory once; the max, the sums
+/// and the sampler's scores all come from these registers (three strided `while` loops over
+/// memory, one load in flight per unit each, ran at 7% of the H200's bandwidth).
 #[cube]
-pub fn chunk_stats<F: Float>(logits: &Tensor<F>, base: usize, len: usize, inv_t: f32, shared: &mut Shared<[f32]>, #[comptime] block: usize) -> (f32, f32) {
-    let max = row_max(logits, base, len, inv_t, shared, block);
-    let sum = row_sum_exp(logits, base, len, inv_t, max, shared, block);
-    (max, sum)
+pub fn load_chunk<F: Float>(logits: &Tensor<F>, vals: &mut Array<f32>, base: usize, len: usize, inv_t: f32, #[comptime] block: usize, #[comptime] per_unit: usize) {
+    #[unroll]
+    for j in 0..per_unit {
+        let i = UNIT_POS_X as usize + j * block;
+        let mut z = f32::new(NEG_BIG);
+        if i < len {
+            z = scaled_logit(logits, base + i, inv_t);
+        }
+        vals[j] = z;
+    }
+}
+
+/// A chunk's softmax statistics from [`load_chunk`]'s registers: its max m (fixed tree),
+/// `sum exp(z - m)` and, with `with_dot`, `sum exp(z - m)(z - m)` (each unit's elements in
+/// order, then one fixed tree for both). The one pass-1 computation of both the logprob and the
+/// sampling kernels, so their chunks agree as bits.
+#[cube]
+#[allow(unused_assignments)] // sum and dot are set in one of two comptime branches
+pub fn chunk_stats(vals: &Array<f32>, len: usize, shared: &mut Shared<[f32]>, #[comptime] block: usize, #[comptime] per_unit: usize, #[comptime] with_dot: bool) -> (f32, f32, f32) {
+    let unit = UNIT_POS_X as usize;
+    let mut local_max = f32::new(NEG_BIG);
+    #[unroll]
+    for j in 0..per_unit {
+        if unit + j * block < len && vals[j] > local_max {
+            local_max = vals[j];
+        }
+    }
+    let max = tree_max(shared, local_max, block);
+    let mut local_sum = 0.0f32;
+    let mut local_dot = 0.0f32;
+    #[unroll]
+    for j in 0..per_unit {
+        if unit + j * block < len {
+            let shifted = vals[j] - max;
+            let e = shifted.exp();
+            local_sum += e;
+            if comptime!(with_dot) {
+                local_dot += e * shifted;
+            }
+        }
+    }
+    let mut sum = 0.0f32;
+    let mut dot = 0.0f32;
+    if comptime!(with_dot) {
+        let mut other = Shared::new_slice(block);
+        let totals = tree_sum_pair(shared, &mut other, local_sum, local_dot, block);
+        sum = totals.0;
+        dot = totals.1;
+    } else {
+        sum = tree_sum(shared, local_sum, block);
+    }
+    (max, sum, dot)
 }
 
 /// The row's softmax normaliser from its chunks: M = the max of the chunk maxima (exact in any
@@ -161,8 +186,9 @@ fn logprob_partials_kernel<F: Float>(
         let (base, len) = chunk_span(row, slot % chunks, vocab, chunk_len);
         let inv_t = inv_temperature(temperatures[row]);
         let mut shared = Shared::new_slice(block);
-        let (max, sum) = chunk_stats(logits, base, len, inv_t, &mut shared, block);
-        let dot = span_dot(logits, base, len, inv_t, max, &mut shared, block);
+        let mut vals = Array::<f32>::new(comptime!(chunk_len / block));
+        load_chunk(logits, &mut vals, base, len, inv_t, block, comptime!(chunk_len / block));
+        let (max, sum, dot) = chunk_stats(&vals, len, &mut shared, block, comptime!(chunk_len / block), true);
         if UNIT_POS_X == 0 {
             chunk_max[slot] = max;
             chunk_sum[slot] = sum;

@@ -43,5 +43,18 @@ pub(crate) fn cube_count_for(n: usize, per_cube: usize) -> CubeCount {
     CubeCount::Static(x, cubes.div_ceil(x), 1)
 }
 
+/// Elements per vector load for `dtype` where the vector must divide `multiple_of`: 16 bytes
+/// on CUDA (8 bf16, 4 f32), at most 4 lanes on wgpu (WGSL's widest vector), else the largest
+/// power of two below that which divides. Kernels that use it compute lane by lane, so the
+/// width changes how many bytes a load moves, never a result's bits.
+pub(crate) fn vector_width(dtype: burn::tensor::DType, multiple_of: usize) -> usize {
+    let widest = if crate::device::runtime_name() == "cuda" { (16 / dtype.size()).max(1) } else { 4 };
+    let mut vs = widest;
+    while vs > 1 && multiple_of % vs != 0 {
+        vs /= 2;
+    }
+    vs
+}
+
 #[allow(dead_code)]
 pub(crate) type LaunchResult = Result<(), LaunchError>;

@@ -32,6 +32,29 @@ pub fn tree_sum(shared: &mut Shared<[f32]>, value: f32, #[comptime] _block: usiz
     total
 }
 
+/// [`tree_sum`] of two values at once, each with exactly [`tree_sum`]'s additions (half the
+/// syncs of two calls).
+#[cube]
+pub fn tree_sum_pair(shared: &mut Shared<[f32]>, other: &mut Shared<[f32]>, a: f32, b: f32, #[comptime] _block: usize) -> (f32, f32) {
+    let unit = UNIT_POS_X as usize;
+    shared[unit] = a;
+    other[unit] = b;
+    sync_cube();
+    let mut stride = (CUBE_DIM_X / 2u32) as usize;
+    while stride > 0 {
+        if unit < stride {
+            let (sa, sb) = (shared[unit + stride], other[unit + stride]);
+            shared[unit] = shared[unit] + sa;
+            other[unit] = other[unit] + sb;
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    let totals = (shared[0], other[0]);
+    sync_cube();
+    totals
+}
+
 /// Maximum of `value` over the cube's units (exact in any order; tree kept for symmetry).
 #[cube]
 pub fn tree_max(shared: &mut Shared<[f32]>, value: f32, #[comptime] _block: usize) -> f32 {

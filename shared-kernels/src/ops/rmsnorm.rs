@@ -1,10 +1,11 @@
 //! RMSNorm with weight, in Qwen3/Llama's convention: normalise in f32, cast back to the input
 //! dtype, then multiply by the weight (`weight * (x * rsqrt(mean(x^2) + eps)).to(dtype)`).
 //!
-//! Batch invariance: one row per cube, `ROW_BLOCK` units, one fixed reduction tree.
+//! Batch invariance: one row per cube, `ROW_BLOCK` units, each folding its strided elements in
+//! order, then one fixed reduction tree.
 
 use super::reduce::{cube_linear, tree_sum};
-use super::{cube_count_for, storage, ROW_BLOCK};
+use super::{cube_count_for, storage, vector_width, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, same_device};
 use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
 use crate::{ensure, KernelError};
@@ -12,20 +13,46 @@ use burn::tensor::{DType, Tensor as BTensor};
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 
-/// `1 / sqrt(mean(x^2) + eps)` over `x[base..base + hidden]`: each unit folds its strided
-/// slice, then one fixed tree. Every rmsnorm (plain, fused with the residual add, per head in
-/// [`super::attention_inputs`]) calls this, so all give the same bits for the same row.
+/// Unit u's elements u, u + block, u + 2 block, ... of `x[base..base + hidden]` into `vals`,
+/// every load issued before any is used (a strided `while` loop left one load in flight per
+/// unit: rmsnorm at 36% of the H200's bandwidth). Slots past the row's end hold zero and are
+/// skipped by every reader.
 #[cube]
-pub(crate) fn row_inv_rms<F: Float>(x: &Tensor<F>, base: usize, hidden: usize, eps: f32, #[comptime] block: usize) -> f32 {
-    let unit = UNIT_POS_X as usize;
-    let mut partial = 0.0f32;
-    let mut i = unit;
-    while i < hidden {
-        let v = f32::cast_from(x[base + i]);
-        partial += v * v;
-        i += block;
+pub(crate) fn load_strided<F: Float>(x: &Tensor<F>, vals: &mut Array<F>, base: usize, hidden: usize, #[comptime] block: usize, #[comptime] per_unit: usize) {
+    #[unroll]
+    for j in 0..per_unit {
+        let i = UNIT_POS_X as usize + j * block;
+        let mut v = F::from_int(0);
+        if i < hidden {
+            v = x[base + i];
+        }
+        vals[j] = v;
     }
-    inv_rms_of(partial, hidden, eps, block)
+}
+
+/// The unit's sum of squares over its strided elements, in order: the one fold every rmsnorm
+/// (plain, fused with the residual add, per head in [`super::attention_inputs`]) runs, so all
+/// give the same bits for the same row.
+#[cube]
+pub(crate) fn squares_sum<F: Float>(vals: &Array<F>, hidden: usize, #[comptime] block: usize, #[comptime] per_unit: usize) -> f32 {
+    let mut partial = 0.0f32;
+    #[unroll]
+    for j in 0..per_unit {
+        if UNIT_POS_X as usize + j * block < hidden {
+            let v = f32::cast_from(vals[j]);
+            partial += v * v;
+        }
+    }
+    partial
+}
+
+/// `1 / sqrt(mean(x^2) + eps)` over `x[base..base + hidden]` (`per_unit` = hidden / block,
+/// rounded up): the strided loads, [`squares_sum`], then one fixed tree.
+#[cube]
+pub(crate) fn row_inv_rms<F: Float>(x: &Tensor<F>, base: usize, hidden: usize, eps: f32, #[comptime] block: usize, #[comptime] per_unit: usize) -> f32 {
+    let mut vals = Array::<F>::new(per_unit);
+    load_strided(x, &mut vals, base, hidden, block, per_unit);
+    inv_rms_of(squares_sum(&vals, hidden, block, per_unit), hidden, eps, block)
 }
 
 /// The cube's tree over each unit's sum of squares, then `1 / sqrt(mean + eps)`.
@@ -42,68 +69,160 @@ pub(crate) fn normed<F: Float>(x: F, weight: F, inv_rms: f32) -> F {
     weight * F::cast_from(f32::cast_from(x) * inv_rms)
 }
 
+/// Unit u's strided elements u, u + block, ... of a row staged in shared memory, as
+/// [`load_strided`] reads them from global memory (zero past the row's end).
+#[cube]
+fn strided_from_shared<F: Float>(row_sh: &Shared<[F]>, vals: &mut Array<F>, #[comptime] hidden: usize, #[comptime] block: usize, #[comptime] per_unit: usize) {
+    #[unroll]
+    for k in 0..per_unit {
+        let i = UNIT_POS_X as usize + k * block;
+        let mut v = F::from_int(0);
+        if i < hidden {
+            v = row_sh[i];
+        }
+        vals[k] = v;
+    }
+}
+
+/// The lanes of the unit's vectors (u, u + block, ... of the row) into the row's shared copy,
+/// then a sync.
+#[cube]
+fn stage_lanes<F: Float, N: Size>(own: &Array<Vector<F, N>>, row_sh: &mut Shared<[F]>, #[comptime] hidden: usize, #[comptime] block: usize, #[comptime] vs: usize) {
+    let hv = comptime!(hidden / vs);
+    #[unroll]
+    for j in 0..comptime!((hidden / vs).div_ceil(block)) {
+        let v = UNIT_POS_X as usize + j * block;
+        if v < hv {
+            let xv = own[j];
+            #[unroll]
+            for l in 0..vs {
+                row_sh[v * vs + l] = xv.extract(l);
+            }
+        }
+    }
+    sync_cube();
+}
+
+/// 1 / rms of a row held as the cube's vectors: staged to shared memory, then each unit folds
+/// its strided elements with [`squares_sum`] and the cube runs [`inv_rms_of`], exactly as
+/// [`row_inv_rms`] does from global memory.
+#[cube]
+fn staged_inv_rms<F: Float, N: Size>(own: &Array<Vector<F, N>>, eps: f32, #[comptime] hidden: usize, #[comptime] block: usize, #[comptime] vs: usize) -> f32 {
+    let mut row_sh = Shared::<[F]>::new_slice(hidden);
+    stage_lanes(own, &mut row_sh, hidden, block, vs);
+    let mut vals = Array::<F>::new(comptime!(hidden.div_ceil(block)));
+    strided_from_shared(&row_sh, &mut vals, hidden, block, comptime!(hidden.div_ceil(block)));
+    inv_rms_of(squares_sum(&vals, hidden, block, comptime!(hidden.div_ceil(block))), hidden, eps, block)
+}
+
+/// Writes unit u's vectors u, u + block, ... of the row, normalised lane by lane.
+#[cube]
+fn store_normed<F: Float, N: Size>(own: &Array<Vector<F, N>>, weight: &Tensor<Vector<F, N>>, y: &mut Tensor<Vector<F, N>>, base_v: usize, inv_rms: f32, #[comptime] hidden: usize, #[comptime] block: usize, #[comptime] vs: usize) {
+    let hv = comptime!(hidden / vs);
+    #[unroll]
+    for j in 0..comptime!((hidden / vs).div_ceil(block)) {
+        let v = UNIT_POS_X as usize + j * block;
+        if v < hv {
+            let (xv, wv) = (own[j], weight[v]);
+            let mut out = Vector::<F, N>::new(F::from_int(0));
+            #[unroll]
+            for l in 0..vs {
+                out.insert(l, normed::<F>(xv.extract(l), wv.extract(l), inv_rms));
+            }
+            y[base_v + v] = out;
+        }
+    }
+}
+
+/// One row per cube, read once: unit u loads vectors u, u + block, ... (16 bytes each on CUDA,
+/// all in flight), keeps them in registers for the output and folds the row through shared
+/// memory in [`row_inv_rms`]'s order, so the vector width moves bytes, never bits (2-byte
+/// strided loads ran at 36-46% of the H200's bandwidth).
 #[cube(launch)]
-fn rmsnorm_kernel<F: Float>(
-    x: &Tensor<F>,
-    weight: &Tensor<F>,
-    y: &mut Tensor<F>,
+fn rmsnorm_kernel<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    weight: &Tensor<Vector<F, N>>,
+    y: &mut Tensor<Vector<F, N>>,
     rows_arg: u32,
-    hidden_arg: u32,
     eps: f32,
     #[comptime] block: usize,
+    #[comptime] hidden: usize,
+    #[comptime] vs: usize,
     #[define(F)] _dtype: ElemType,
 ) {
-    let rows = rows_arg as usize;
-    let hidden = hidden_arg as usize;
     let row = cube_linear();
-    if row < rows {
-        let base = row * hidden;
-        let inv_rms = row_inv_rms(x, base, hidden, eps, block);
-        let mut j = UNIT_POS_X as usize;
-        while j < hidden {
-            y[base + j] = normed::<F>(x[base + j], weight[j], inv_rms);
-            j += block;
+    if row < rows_arg as usize {
+        let hv = comptime!(hidden / vs);
+        let base_v = row * hv;
+        let mut own = Array::<Vector<F, N>>::new(comptime!((hidden / vs).div_ceil(block)));
+        #[unroll]
+        for j in 0..comptime!((hidden / vs).div_ceil(block)) {
+            let v = UNIT_POS_X as usize + j * block;
+            if v < hv {
+                own[j] = x[base_v + v];
+            }
         }
+        let inv_rms = staged_inv_rms(&own, eps, hidden, block, vs);
+        store_normed(&own, weight, y, base_v, inv_rms, hidden, block, vs);
     }
 }
 
 /// `sum = a + b` (the residual add, same arithmetic as [`crate::add`]) and `y = rmsnorm(sum)`
 /// in one pass: the decode path's "add then normalise" without a second read of the sum.
 #[cube(launch)]
-fn add_rmsnorm_kernel<F: Float>(
-    a: &Tensor<F>,
-    b: &Tensor<F>,
-    weight: &Tensor<F>,
-    sum: &mut Tensor<F>,
-    y: &mut Tensor<F>,
+fn add_rmsnorm_kernel<F: Float, N: Size>(
+    a: &Tensor<Vector<F, N>>,
+    b: &Tensor<Vector<F, N>>,
+    weight: &Tensor<Vector<F, N>>,
+    sum: &mut Tensor<Vector<F, N>>,
+    y: &mut Tensor<Vector<F, N>>,
     rows_arg: u32,
-    hidden_arg: u32,
     eps: f32,
     #[comptime] block: usize,
+    #[comptime] hidden: usize,
+    #[comptime] vs: usize,
     #[define(F)] _dtype: ElemType,
 ) {
-    let rows = rows_arg as usize;
-    let hidden = hidden_arg as usize;
     let row = cube_linear();
-    if row < rows {
-        let base = row * hidden;
-        // the same strided fold as row_inv_rms, over the sums as stored
-        let mut partial = 0.0f32;
-        let mut i = UNIT_POS_X as usize;
-        while i < hidden {
-            let stored = a[base + i] + b[base + i];
-            sum[base + i] = stored;
-            let v = f32::cast_from(stored);
-            partial += v * v;
-            i += block;
+    if row < rows_arg as usize {
+        let hv = comptime!(hidden / vs);
+        let base_v = row * hv;
+        let mut va = Array::<Vector<F, N>>::new(comptime!((hidden / vs).div_ceil(block)));
+        let mut vb = Array::<Vector<F, N>>::new(comptime!((hidden / vs).div_ceil(block)));
+        #[unroll]
+        for j in 0..comptime!((hidden / vs).div_ceil(block)) {
+            let v = UNIT_POS_X as usize + j * block;
+            if v < hv {
+                va[j] = a[base_v + v];
+                vb[j] = b[base_v + v];
+            }
         }
-        let inv_rms = inv_rms_of(partial, hidden, eps, block);
-        let mut j = UNIT_POS_X as usize;
-        while j < hidden {
-            y[base + j] = normed::<F>(sum[base + j], weight[j], inv_rms);
-            j += block;
+        // the sums as stored (lane by lane, as the add kernel), then rmsnorm of them
+        let mut own = Array::<Vector<F, N>>::new(comptime!((hidden / vs).div_ceil(block)));
+        #[unroll]
+        for j in 0..comptime!((hidden / vs).div_ceil(block)) {
+            let v = UNIT_POS_X as usize + j * block;
+            if v < hv {
+                let (xa, xb) = (va[j], vb[j]);
+                let mut s = Vector::<F, N>::new(F::from_int(0));
+                #[unroll]
+                for l in 0..vs {
+                    s.insert(l, xa.extract(l) + xb.extract(l));
+                }
+                own[j] = s;
+                sum[base_v + v] = s;
+            }
         }
+        let inv_rms = staged_inv_rms(&own, eps, hidden, block, vs);
+        store_normed(&own, weight, y, base_v, inv_rms, hidden, block, vs);
     }
+}
+
+/// The kernels stage one row in shared memory: bound its size well inside the 48 KB a cube can
+/// have everywhere (hidden 8192 in f32 is 32 KB).
+fn ensure_staged_row_fits(op: &'static str, hidden: usize, dtype: DType) -> Result<(), KernelError> {
+    ensure!(hidden * dtype.size() <= 40 * 1024, op, "rows of {hidden} {dtype:?} values exceed the 40 KB a cube stages in shared memory");
+    Ok(())
 }
 
 /// RMSNorm over the last dimension of `x` (any rank, rows = all leading dims).
@@ -145,17 +264,21 @@ fn rmsnorm_plain<const D: usize>(x: BTensor<D>, weight: BTensor<1>, eps: f32) ->
     let rows: usize = xd[..xd.len() - 1].iter().product();
     ensure!(rows > 0 && hidden > 0, OP, "empty input {xd:?}");
     let y = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), xd.clone().into(), x.dtype);
+    ensure_staged_row_fits(OP, hidden, x.dtype)?;
+    let vs = vector_width(x.dtype, hidden);
     rmsnorm_kernel::launch(
         &x.client,
         cube_count_for(rows, 1),
         CubeDim::new_1d(ROW_BLOCK as u32),
+        vs,
         x.clone().into_tensor_arg(),
         weight.into_tensor_arg(),
         y.clone().into_tensor_arg(),
         rows as u32,
-        hidden as u32,
         eps,
         ROW_BLOCK,
+        hidden,
+        vs,
         storage(x.dtype),
     );
     Ok(float_out(y))
@@ -180,19 +303,23 @@ pub fn add_rmsnorm(a: BTensor<2>, b: BTensor<2>, weight: BTensor<1>, eps: f32) -
     ensure!(rows > 0 && hidden > 0, OP, "empty input {ad:?}");
     let sum = empty_device_contiguous_dtype(a.client.clone(), a.device.clone(), ad.clone().into(), a.dtype);
     let y = empty_device_contiguous_dtype(a.client.clone(), a.device.clone(), ad.clone().into(), a.dtype);
+    ensure_staged_row_fits(OP, hidden, a.dtype)?;
+    let vs = vector_width(a.dtype, hidden);
     add_rmsnorm_kernel::launch(
         &a.client,
         cube_count_for(rows, 1),
         CubeDim::new_1d(ROW_BLOCK as u32),
+        vs,
         a.clone().into_tensor_arg(),
         b.into_tensor_arg(),
         weight.into_tensor_arg(),
         sum.clone().into_tensor_arg(),
         y.clone().into_tensor_arg(),
         rows as u32,
-        hidden as u32,
         eps,
         ROW_BLOCK,
+        hidden,
+        vs,
         storage(a.dtype),
     );
     Ok((float_out(sum), float_out(y)))

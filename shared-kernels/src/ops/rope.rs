@@ -5,7 +5,7 @@
 //! the sampler and trainer read the very same table values.
 
 use super::reduce::cube_linear;
-use super::{cube_count_for, storage};
+use super::{cube_count_for, storage, vector_width};
 use crate::bridge::{dims, float_in, float_out, int_in, same_device};
 use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in, untracked};
 use crate::{ensure, KernelError};
@@ -65,39 +65,52 @@ pub(crate) fn rotated_high(a: f32, b: f32, c: f32, s: f32) -> f32 {
     b * c + a * s
 }
 
+/// One unit per vector of `vs` pairs: lanes l of `x[i..i + vs]` and `x[i + h..i + h + vs]` are
+/// rotated one by one with [`rotated_low`] / [`rotated_high`] (scalar table reads), so the
+/// vector width changes the loads only, never the bits.
 #[cube(launch)]
-fn rope_kernel<F: Float, I: Int>(
-    x: &Tensor<F>,
+fn rope_kernel<F: Float, N: Size, I: Int>(
+    x: &Tensor<Vector<F, N>>,
     positions: &Tensor<I>,
     cos: &Tensor<f32>,
     sin: &Tensor<f32>,
-    y: &mut Tensor<F>,
+    y: &mut Tensor<Vector<F, N>>,
     rows_arg: u32,
     heads_arg: u32,
     half_arg: u32,
     max_positions_arg: u32,
+    #[comptime] vs: usize,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
     let rows = rows_arg as usize;
     let heads = heads_arg as usize;
     let half = half_arg as usize;
+    let half_vecs = half / vs;
     let max_positions = max_positions_arg as usize;
     let i = cube_linear() * comptime!(BLOCK) + UNIT_POS_X as usize;
-    if i < rows * heads * half {
-        let pair = i % half;
-        let head_row = i / half; // row * heads + head
+    if i < rows * heads * half_vecs {
+        let pv = i % half_vecs;
+        let head_row = i / half_vecs; // row * heads + head
         let row = head_row / heads;
         let mut pos = u32::cast_from(positions[row]) as usize;
         if pos >= max_positions {
             pos = max_positions - 1; // unreachable through the launcher's checks; never read OOB
         }
-        let base = head_row * half * 2;
-        let a = f32::cast_from(x[base + pair]);
-        let b = f32::cast_from(x[base + pair + half]);
-        let c = cos[pos * half + pair];
-        let s = sin[pos * half + pair];
-        y[base + pair] = F::cast_from(rotated_low(a, b, c, s));
-        y[base + pair + half] = F::cast_from(rotated_high(a, b, c, s));
+        let base = head_row * half_vecs * 2;
+        let (av, bv) = (x[base + pv], x[base + pv + half_vecs]);
+        let mut low = Vector::<F, N>::new(F::from_int(0));
+        let mut high = Vector::<F, N>::new(F::from_int(0));
+        #[unroll]
+        for l in 0..vs {
+            let a = f32::cast_from(av.extract(l));
+            let b = f32::cast_from(bv.extract(l));
+            let c = cos[pos * half + pv * vs + l];
+            let s = sin[pos * half + pv * vs + l];
+            low.insert(l, F::cast_from(rotated_low(a, b, c, s)));
+            high.insert(l, F::cast_from(rotated_high(a, b, c, s)));
+        }
+        y[base + pv] = low;
+        y[base + pv + half_vecs] = high;
     }
 }
 
@@ -143,10 +156,12 @@ fn rope_plain(x: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables) -
     ensure!(rows > 0 && heads > 0, OP, "empty input {xd:?}");
     let half = head_dim / 2;
     let y = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), xd.clone().into(), x.dtype);
+    let vs = vector_width(x.dtype, half);
     rope_kernel::launch(
         &x.client,
-        cube_count_for(rows * heads * half, BLOCK),
+        cube_count_for(rows * heads * half / vs, BLOCK),
         CubeDim::new_1d(BLOCK as u32),
+        vs,
         x.clone().into_tensor_arg(),
         positions.clone().into_tensor_arg(),
         cos.into_tensor_arg(),
@@ -156,6 +171,7 @@ fn rope_plain(x: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables) -
         heads as u32,
         half as u32,
         tables.max_positions as u32,
+        vs,
         [storage(x.dtype), storage(positions.dtype)],
     );
     Ok(float_out(y))

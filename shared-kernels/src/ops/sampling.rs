@@ -15,7 +15,7 @@
 //! The returned logprob is the one [`super::logprob`] defines (full softmax at temperature T,
 //! before truncation) and is computed with the same functions, so it equals the trainer's bits.
 
-use super::logprob::{chunk_span, chunk_stats, inv_temperature, row_max, row_normaliser, scaled_logit, VOCAB_CHUNK};
+use super::logprob::{chunk_span, chunk_stats, inv_temperature, load_chunk, row_max, row_normaliser, scaled_logit, VOCAB_CHUNK};
 use super::reduce::{cube_linear, tree_count, tree_sum, NEG_BIG};
 use super::{cube_count_for, storage, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, int_in, int_out};
@@ -255,7 +255,9 @@ fn sample_partials_kernel<F: Float, I: Int>(
         let temperature = temperatures[row];
         let inv_t = inv_temperature(temperature);
         let mut shared = Shared::new_slice(block);
-        let (max, sum) = chunk_stats(logits, base, len, inv_t, &mut shared, block);
+        let mut vals = Array::<f32>::new(comptime!(chunk_len / block));
+        load_chunk(logits, &mut vals, base, len, inv_t, block, comptime!(chunk_len / block));
+        let (max, sum, _) = chunk_stats(&vals, len, &mut shared, block, comptime!(chunk_len / block), false);
         let mut threshold = 0u32;
         if truncated {
             threshold = thresholds[row];
@@ -264,17 +266,17 @@ fn sample_partials_kernel<F: Float, I: Int>(
         let first_token = chunk * chunk_len;
         let mut my_best = f32::new(NEG_BIG);
         let mut my_token = u32::new(NO_TOKEN as i64);
-        let mut j = UNIT_POS_X as usize;
-        while j < len {
-            let z = scaled_logit(logits, base + j, inv_t);
-            if order_key(z) >= threshold {
+        #[unroll]
+        for jj in 0..comptime!(chunk_len / block) {
+            let j = UNIT_POS_X as usize + jj * block;
+            let z = vals[jj];
+            if j < len && order_key(z) >= threshold {
                 let score = draw_score(z, key, (first_token + j) as u32, temperature);
                 if score > my_best || my_token == NO_TOKEN {
                     my_best = score;
                     my_token = (first_token + j) as u32;
                 }
             }
-            j += block;
         }
         let mut tokens = Shared::<[u32]>::new_slice(block);
         let (best_score, best) = tree_argmax(&mut shared, &mut tokens, my_best, my_token);

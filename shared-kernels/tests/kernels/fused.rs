@@ -40,6 +40,24 @@ fn add_rmsnorm_and_swiglu_halves_equal_the_unfused_ops_as_bits() {
     }
 }
 
+/// The pointwise kernels load vectors of up to 16 bytes but compute lane by lane: the same
+/// values give the same bits at vector width 4 (a length divisible by 4) and 1 (an odd length,
+/// the same values plus one more).
+#[test]
+fn pointwise_bits_do_not_depend_on_the_vector_width() {
+    let device = crate::device();
+    let mut rng = StdRng::seed_from_u64(crate::seed() ^ 0x5eed);
+    let n = 4 * 301;
+    let (a, b) = (random(&mut rng, [n + 1], 4.0, &device), random(&mut rng, [n + 1], 4.0, &device));
+    let head = |t: &Tensor<1>| t.clone().slice([0..n]).reshape([n / 4, 4]);
+    let wide = bits(swiglu(head(&a), head(&b)).unwrap());
+    let narrow = bits(swiglu(a.clone(), b.clone()).unwrap());
+    assert_eq!(wide[..], narrow[..n], "swiglu");
+    let wide = bits(add(head(&a), head(&b)).unwrap());
+    let narrow = bits(add(a, b).unwrap());
+    assert_eq!(wide[..], narrow[..n], "add");
+}
+
 #[test]
 fn attention_inputs_equal_norm_rope_and_cache_writes_as_bits() {
     let device = crate::device();
