@@ -12,6 +12,8 @@
 #   bash experiments/gpu_visit.sh compile-log            # kernel compilations in a short GRPO run, tc vs pipelined
 #   bash experiments/gpu_visit.sh profile                # per-kernel GPU time: trainer step and sampler decode
 #   bash experiments/gpu_visit.sh memory               # memory-bound kernels only (norms, pointwise, rope, logprob) with torch beside them
+#   bash experiments/gpu_visit.sh bounds               # ncu: what bounds each kernel (BOUNDS_PARTS="matmul pipelined memory attention torch")
+#   bash experiments/gpu_visit.sh gpu-time             # ncu: GPU time per kernel of a trainer step and a sampler run vs wall time
 #   bash experiments/gpu_visit.sh resources            # ptxas registers/spills of the memory-bound kernels, ncu on one
 #   bash experiments/gpu_visit.sh attention            # attention kernels only (decode, prefill) with torch SDPA beside them
 #   bash experiments/gpu_visit.sh attention-ab           # split-KV vs sequential attention: trainer step, long-context sampler
@@ -125,6 +127,36 @@ run_part() {
                 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 \
                 --concurrency none --repeats 1 --memory-only --matmul-m ${RESOURCES_M:-1024} --no-burn 2>&1 | grep -v "^|" | tail -80) | tee "$out/ncu.md"
         fi ;;
+    bounds)   # Nsight Compute on one call of each kernel: what bounds lockstep's kernels and torch's on the same shapes
+        local b=(/tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 1 --single-call --no-burn)
+        {
+            for what in ${BOUNDS_PARTS:-matmul pipelined memory attention torch}; do
+                echo; echo "### $what"
+                case $what in
+                matmul) timeout "$(limit 150)" python3 experiments/ncu_bounds.py --regex "matmul_tc|matmul_skinny|mma_peak" --count 40 -- "${b[@]}" --matmul-only --matmul-m ${BOUNDS_M:-1,64,4096} ;;
+                pipelined) LOCKSTEP_MATMUL=pipelined timeout "$(limit 120)" python3 experiments/ncu_bounds.py --regex "matmul_entry" --count 20 -- "${b[@]}" --matmul-only --matmul-m 4096 ;;
+                memory) timeout "$(limit 150)" python3 experiments/ncu_bounds.py --regex "hbm_read|rmsnorm|add_kernel|swiglu|rope|logprob" --count 40 -- "${b[@]}" --memory-only --matmul-m 1,1024 ;;
+                attention) timeout "$(limit 150)" python3 experiments/ncu_bounds.py --regex "tc_partial|tc_flash|split_combine" --count 30 -- "${b[@]}" --attention-only --json /tmp/bounds-attention.json ;;
+                torch)
+                    "${b[@]}" --matmul-only --matmul-m ${BOUNDS_M:-1,64,4096} --json /tmp/bounds-matmul.json > /dev/null 2>&1
+                    for j in /tmp/bounds-matmul.json /tmp/bounds-attention.json; do
+                        [ -f $j ] && timeout "$(limit 120)" python3 experiments/ncu_bounds.py --regex "gemm|nvjet|xmma|cutlass|flash|fmha|attention" --count 30 -- python3 experiments/torch_bench.py $j --once
+                    done ;;
+                esac
+            done
+        } 2>&1 | tee "$out/bounds.md" ;;
+    gpu-time)  # ncu: GPU time per kernel of one trainer step (8 x 128 tokens) and of a short sampler run, beside their wall time
+        {
+            local tb=${GPU_TIME_BATCH:-8} nt=${GPU_TIME_NEW:-8}
+            echo "### trainer step, $tb sequences x 128 tokens: wall time without ncu, then the GPU time of one step under ncu"
+            timeout "$(limit 60)" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --trainer-only --repeats 5 --trainer-batches $tb 2>&1 | grep "^|"
+            timeout "$(limit "${GPU_TIME_LIMIT:-240}")" python3 experiments/ncu_bounds.py --sum --count 100000 -- /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 \
+                --concurrency none --trainer-only --repeats 1 --single-call --trainer-batches $tb
+            echo; echo "### sampler, 1 request, 32-token prompt, $nt new tokens: wall time without ncu, then GPU time under ncu (warm-up round + 1 round)"
+            timeout "$(limit 60)" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --prompt-len 32 --new-tokens $nt --repeats 5 --kernels matched --concurrency 1 --skip-ops 2>&1 | grep "^|\|median"
+            timeout "$(limit "${GPU_TIME_LIMIT:-240}")" python3 experiments/ncu_bounds.py --sum --count 100000 -- /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 \
+                --prompt-len 32 --new-tokens $nt --repeats 1 --kernels matched --concurrency 1 --skip-ops
+        } 2>&1 | tee "$out/gpu-time.md" ;;
     torch)    # torch on the same kernel shapes; transformers generate on the sampler's model
         PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py "$out/kernels.json" \
             --model /tmp/bench-model --concurrency 1,8,64,256 2>&1 | grep -v Warning | tee "$out/torch.md" ;;

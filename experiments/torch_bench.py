@@ -22,7 +22,12 @@ import torch
 HBM_BYTES_PER_S = 4.8e12
 
 
+ONCE = False  # --once: each op runs once (for kernel profilers), its time that one call's
+
+
 def time_cuda(fn, repeats=7, inner=10):
+    if ONCE:
+        repeats, inner = 1, 1
     fn()
     torch.cuda.synchronize()
     samples = []
@@ -158,7 +163,10 @@ def main():
     p.add_argument("--concurrency", default="1,8,64,256")
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--once", action="store_true", help="each op once (for ncu), not timed in repeats")
     a = p.parse_args()
+    global ONCE
+    ONCE = a.once
     print(f"# torch {torch.__version__} on {torch.cuda.get_device_name()}\n")
     if os.path.exists(a.kernels_json):
         kernels(a.kernels_json)

@@ -90,6 +90,17 @@ pub fn cube<const D: usize>(t: Tensor<D>) -> CubeTensor {
     t.try_into_primitive::<Cube>().expect("plain cube tensor")
 }
 
+/// Column sums of `x` [rows, cols] as f32 [cols], for weight gradients summed over tokens.
+/// burn's reduce (autotune off) hands each group of 4 columns to one unit that walks every row
+/// (32 units for a q/k-norm gradient over 16K rows): measured inside a training step on the
+/// H200, 0.46 ms per launch and a third of the step's GPU time; along rows of the transpose it
+/// still gives each row to one unit. So: the transpose copied contiguous, then
+/// [`crate::ops::reduce::row_sums`], one cube per column, in a fixed order.
+pub fn column_sums(x: Tensor<2>) -> Tensor<1> {
+    let transposed = burn_cubecl::kernel::into_contiguous(cube(x.swap_dims(0, 1)));
+    crate::ops::reduce::row_sums(plain::<2>(transposed)).expect("column_sums: a non-empty float matrix on the op's device")
+}
+
 /// `t` as a tracked primitive; an error naming `op` and `name` when it is not on an autodiff
 /// device while the op's first input is.
 pub fn tracked_in<const D: usize>(op: &'static str, name: &str, t: Tensor<D>) -> Result<AdTensor, crate::KernelError> {

@@ -31,6 +31,10 @@ pub struct BenchOptions {
     pub attention_only: bool,
     /// Kernel table: only the memory-bound rows.
     pub memory_only: bool,
+    /// Kernel table: each op called once (for kernel profilers such as ncu).
+    pub single_call: bool,
+    /// Trainer step at these batch sizes (empty: 8 and 32 sequences).
+    pub trainer_batches: Vec<usize>,
     /// Matmul rows at these M only (empty: the default sizes).
     pub matmul_m: Vec<usize>,
     /// Also write the kernel timings as JSON (read by experiments/torch_bench.py).

@@ -15,7 +15,17 @@ use std::time::Instant;
 /// Dense bf16 tensor-core peak of one H200 (SXM), FLOP/s: the MFU denominator on CUDA.
 const H200_BF16_PEAK: f64 = 989.4e12;
 
+/// `--single-call`: every op runs once (a kernel profiler then sees one launch per kernel and
+/// shape); the times printed are of that one cold call.
+static SINGLE_CALL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn time_op(device: &Device, repeats: usize, inner: usize, mut f: impl FnMut()) -> f64 {
+    if SINGLE_CALL.load(std::sync::atomic::Ordering::Relaxed) {
+        let t = Instant::now();
+        f();
+        sync(device);
+        return t.elapsed().as_secs_f64();
+    }
     f();
     sync(device);
     let samples = (0..repeats.max(1))
@@ -36,6 +46,7 @@ fn rand2(shape: [usize; 2], dtype: DType, device: &Device) -> Tensor<2> {
 }
 
 pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<(), String> {
+    SINGLE_CALL.store(o.single_call, std::sync::atomic::Ordering::Relaxed);
     if o.trainer_only {
         return trainer_step(o, config, device);
     }
@@ -264,7 +275,8 @@ fn trainer_step(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Resu
     println!("| sequences x tokens | step ms | tokens/s | model TFLOP/s | MFU |");
     println!("|---|---|---|---|---|");
     let len = 128.min(config.max_position_embeddings);
-    for batch in [8usize, 32] {
+    let batches: &[usize] = if o.trainer_batches.is_empty() { &[8, 32] } else { &o.trainer_batches };
+    for &batch in batches {
         let seqs: Vec<Vec<u32>> = (0..batch).map(|b| (0..len).map(|t| ((b * 131 + t * 17) % config.vocab_size) as u32).collect()).collect();
         let mut m = model.clone();
         m.kernels = KernelSet::Matched;

@@ -72,6 +72,13 @@ enum Command {
         /// rope, logprob), with bandwidth-sized inputs.
         #[arg(long)]
         memory_only: bool,
+        /// Kernel table: every op called once, not timed in repeats (for kernel profilers: ncu
+        /// then sees one launch per kernel and shape).
+        #[arg(long)]
+        single_call: bool,
+        /// Trainer step at these batch sizes only (comma-separated; default 8,32 sequences of 128).
+        #[arg(long, value_delimiter = ',')]
+        trainer_batches: Vec<usize>,
         /// Matmul rows only at these M (comma-separated; default 1,16,64,256,1024,4096).
         #[arg(long, value_delimiter = ',')]
         matmul_m: Vec<usize>,
@@ -128,7 +135,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train { config, overrides, resume, max_steps } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps)),
-        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, matmul_m, json, save_model } => {
+        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, matmul_m, json, save_model } => {
             let Some(dtype) = parse_dtype(&dtype) else { return ExitCode::from(2) };
             let concurrency: Vec<usize> = match concurrency.iter().filter(|c| *c != "none").map(|c| c.parse::<usize>()).collect() {
                 Ok(c) => c,
@@ -137,7 +144,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, matmul_m, json, save_model }).map_err(RunError::Other)
+            trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, matmul_m, json, save_model }).map_err(RunError::Other)
         }
         Command::Check { preset, dtypes, seed, fast, split_k } => {
             let Some(dtypes) = dtypes.iter().map(|d| parse_dtype(d)).collect::<Option<Vec<_>>>() else { return ExitCode::from(2) };

@@ -18,9 +18,11 @@ use super::reduce::{cube_linear, tree_max, tree_sum, tree_sum_pair, NEG_BIG};
 use super::{cube_count_for, storage, ROW_BLOCK};
 
 use crate::bridge::{dims, float_in, float_out, int_in, same_device};
-use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in, untracked};
+use super::logprob_grad::{logprob_grad, ChunkStats};
+use crate::autodiff::{from_tracked, inner, plain, tracked, tracked_in, untracked};
 use crate::{ensure, KernelError};
-use burn::tensor::{DType, Int as BInt, Tensor as BTensor};
+use burn::tensor::{Int as BInt, Tensor as BTensor};
+use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 
@@ -252,88 +254,88 @@ pub fn token_logprobs(
     temperatures: BTensor<1>,
 ) -> Result<TokenLogprobs, KernelError> {
     if !logits.is_autodiff() {
-        return token_logprobs_plain(logits, targets, temperatures);
+        let inputs = Inputs::checked(logits, targets, temperatures)?;
+        let (lp, ent, _) = inputs.launch();
+        return Ok(TokenLogprobs { logprobs: float_out(lp), entropy: float_out(ent) });
     }
     let la = tracked_in("token_logprobs", "logits", logits)?;
-    let lp = plain::<2>(inner(&la));
-    let device = lp.device();
-    let (targets, temperatures) = (untracked(targets), untracked(temperatures));
-    let out = token_logprobs_plain(lp.clone(), targets.clone(), temperatures.clone())?;
-    let entropy = out.entropy;
-    let grad_device = device.clone();
-    let logprobs = from_tracked(tracked([&la], cube(out.logprobs), move |dl| {
-        // d logprob / d logit_j = (onehot_j - softmax(z)_j) / T (T = 0 scored at T = 1);
-        // the entropy output is a metric and carries no gradient
-        let dtype = lp.dtype();
-        let [rows, vocab] = lp.dims();
-        let inv_t = temperatures.clone().equal_elem(0.0).float().add(temperatures).recip().reshape([rows, 1]);
-        let z = lp.cast(DType::F32) * inv_t.clone();
-        let probs = burn::tensor::activation::softmax(z, 1);
-        let onehot = probs.zeros_like().scatter(1, targets.reshape([rows, 1]), BTensor::<2>::ones([rows, 1], &grad_device), burn::tensor::IndexingUpdateOp::Add);
-        let dl = plain::<1>(dl).reshape([rows, 1]);
-        let grad = (onehot - probs) * inv_t * dl;
-        let _ = vocab;
-        [Some(cube(grad.cast(dtype)))]
-    }));
-    Ok(TokenLogprobs { logprobs, entropy: BTensor::from_inner(entropy) })
+    let inputs = Inputs::checked(plain::<2>(inner(&la)), untracked(targets), untracked(temperatures))?;
+    let (lp, ent, stats) = inputs.launch();
+    // the entropy output is a metric and carries no gradient
+    let logprobs = from_tracked(tracked([&la], lp, move |dl| [Some(logprob_grad(&inputs.logits, &inputs.targets, &inputs.temps, &stats, dl))]));
+    Ok(TokenLogprobs { logprobs, entropy: float_out(ent) })
 }
 
-fn token_logprobs_plain(
-    logits: BTensor<2>,
-    targets: BTensor<1, BInt>,
-    temperatures: BTensor<1>,
-) -> Result<TokenLogprobs, KernelError> {
-    const OP: &str = "token_logprobs";
-    let logits = float_in(OP, "logits", logits)?;
-    let targets = int_in(OP, "targets", targets)?;
-    let temps = float_in(OP, "temperatures", temperatures)?;
-    same_device(OP, &logits, &targets, "targets")?;
-    same_device(OP, &logits, &temps, "temperatures")?;
-    let ld = dims(&logits);
-    let (rows, vocab) = (ld[0], ld[1]);
-    ensure!(rows > 0 && vocab > 0, OP, "empty logits {ld:?}");
-    ensure!(dims(&targets) == [rows], OP, "logits have {rows} rows but targets is {:?}", dims(&targets));
-    ensure!(dims(&temps) == [rows], OP, "logits have {rows} rows but temperatures is {:?}", dims(&temps));
-    ensure!(temps.dtype == burn::tensor::DType::F32, OP, "temperatures must be f32, got {:?}", temps.dtype);
-    ensure!(rows * vocab <= u32::MAX as usize, OP, "logits [{rows}, {vocab}] exceed the u32 index range");
-    let client = logits.client.clone();
-    let out = |n| empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [n].into(), burn::tensor::DType::F32);
-    let chunks = vocab.div_ceil(VOCAB_CHUNK);
-    let (chunk_max, chunk_sum, chunk_dot) = (out(rows * chunks), out(rows * chunks), out(rows * chunks));
-    logprob_partials_kernel::launch(
-        &client,
-        cube_count_for(rows * chunks, 1),
-        CubeDim::new_1d(ROW_BLOCK as u32),
-        logits.clone().into_tensor_arg(),
-        temps.clone().into_tensor_arg(),
-        chunk_max.clone().into_tensor_arg(),
-        chunk_sum.clone().into_tensor_arg(),
-        chunk_dot.clone().into_tensor_arg(),
-        rows as u32,
-        vocab as u32,
-        chunks as u32,
-        ROW_BLOCK,
-        VOCAB_CHUNK,
-        storage(logits.dtype),
-    );
-    let (lp, ent) = (out(rows), out(rows));
-    logprob_combine_kernel::launch(
-        &client,
-        cube_count_for(rows, 1),
-        CubeDim::new_1d(ROW_BLOCK as u32),
-        logits.clone().into_tensor_arg(),
-        targets.clone().into_tensor_arg(),
-        temps.into_tensor_arg(),
-        chunk_max.into_tensor_arg(),
-        chunk_sum.into_tensor_arg(),
-        chunk_dot.into_tensor_arg(),
-        lp.clone().into_tensor_arg(),
-        ent.clone().into_tensor_arg(),
-        rows as u32,
-        vocab as u32,
-        chunks as u32,
-        ROW_BLOCK,
-        [storage(logits.dtype), storage(targets.dtype)],
-    );
-    Ok(TokenLogprobs { logprobs: float_out(lp), entropy: float_out(ent) })
+/// The op's inputs, checked and contiguous.
+struct Inputs {
+    logits: CubeTensor,
+    targets: CubeTensor,
+    temps: CubeTensor,
+    rows: usize,
+    vocab: usize,
+}
+
+impl Inputs {
+    fn checked(logits: BTensor<2>, targets: BTensor<1, BInt>, temperatures: BTensor<1>) -> Result<Self, KernelError> {
+        const OP: &str = "token_logprobs";
+        let logits = float_in(OP, "logits", logits)?;
+        let targets = int_in(OP, "targets", targets)?;
+        let temps = float_in(OP, "temperatures", temperatures)?;
+        same_device(OP, &logits, &targets, "targets")?;
+        same_device(OP, &logits, &temps, "temperatures")?;
+        let ld = dims(&logits);
+        let (rows, vocab) = (ld[0], ld[1]);
+        ensure!(rows > 0 && vocab > 0, OP, "empty logits {ld:?}");
+        ensure!(dims(&targets) == [rows], OP, "logits have {rows} rows but targets is {:?}", dims(&targets));
+        ensure!(dims(&temps) == [rows], OP, "logits have {rows} rows but temperatures is {:?}", dims(&temps));
+        ensure!(temps.dtype == burn::tensor::DType::F32, OP, "temperatures must be f32, got {:?}", temps.dtype);
+        ensure!(rows * vocab <= u32::MAX as usize, OP, "logits [{rows}, {vocab}] exceed the u32 index range");
+        Ok(Self { logits, targets, temps, rows, vocab })
+    }
+
+    /// Pass 1 and pass 2: (logprobs, entropy, the chunk statistics the backward reuses).
+    fn launch(&self) -> (CubeTensor, CubeTensor, ChunkStats) {
+        let Self { logits, targets, temps, rows, vocab } = self;
+        let (rows, vocab) = (*rows, *vocab);
+        let client = logits.client.clone();
+        let out = |n| empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [n].into(), burn::tensor::DType::F32);
+        let chunks = vocab.div_ceil(VOCAB_CHUNK);
+        let (chunk_max, chunk_sum, chunk_dot) = (out(rows * chunks), out(rows * chunks), out(rows * chunks));
+        logprob_partials_kernel::launch(
+            &client,
+            cube_count_for(rows * chunks, 1),
+            CubeDim::new_1d(ROW_BLOCK as u32),
+            logits.clone().into_tensor_arg(),
+            temps.clone().into_tensor_arg(),
+            chunk_max.clone().into_tensor_arg(),
+            chunk_sum.clone().into_tensor_arg(),
+            chunk_dot.clone().into_tensor_arg(),
+            rows as u32,
+            vocab as u32,
+            chunks as u32,
+            ROW_BLOCK,
+            VOCAB_CHUNK,
+            storage(logits.dtype),
+        );
+        let (lp, ent) = (out(rows), out(rows));
+        logprob_combine_kernel::launch(
+            &client,
+            cube_count_for(rows, 1),
+            CubeDim::new_1d(ROW_BLOCK as u32),
+            logits.clone().into_tensor_arg(),
+            targets.clone().into_tensor_arg(),
+            temps.clone().into_tensor_arg(),
+            chunk_max.clone().into_tensor_arg(),
+            chunk_sum.clone().into_tensor_arg(),
+            chunk_dot.into_tensor_arg(),
+            lp.clone().into_tensor_arg(),
+            ent.clone().into_tensor_arg(),
+            rows as u32,
+            vocab as u32,
+            chunks as u32,
+            ROW_BLOCK,
+            [storage(logits.dtype), storage(targets.dtype)],
+        );
+        (lp, ent, ChunkStats { max: chunk_max, sum: chunk_sum, chunks })
+    }
 }

@@ -50,7 +50,7 @@ pub const FRAGS_N: usize = 2;
 pub const BM: usize = WARPS_M * FRAGS_M * INSTR;
 /// Output columns of a cube (64).
 pub const BN: usize = WARPS_N * FRAGS_N * INSTR;
-/// k extent of one shared-memory stage (two 16-deep `mma` steps).
+/// Default k extent of one shared-memory stage (two 16-deep `mma` steps).
 pub const BK: usize = 32;
 /// Planes per cube.
 pub const PLANES: usize = WARPS_M * WARPS_N;
@@ -61,11 +61,9 @@ pub const PLANE_DIM: usize = 32;
 /// multiple of 16 bytes (wmma needs `ldm % 8 == 0` for 16-bit elements) and shifts consecutive
 /// rows by 4 banks, which makes the fragment loads conflict-free.
 const PAD: usize = 8;
-/// A stage: `[BM][LDA]`, k contiguous.
-const LDA: usize = BK + PAD;
-/// B stage for `OutIn`: `[BN][LDB_NK]`, k contiguous (column-major B fragments).
-const LDB_NK: usize = BK + PAD;
-/// B stage for `InOut`: `[BK][BN + PAD]`, n contiguous (row-major B fragments).
+/// Stages (k extent `bk`, see [`TileShape::k_steps`]): A `[BM][bk + PAD]`, k contiguous; B for
+/// `OutIn` `[BN][bk + PAD]`, k contiguous (column-major B fragments); B for `InOut`
+/// `[bk][BN + PAD]`, n contiguous (row-major B fragments).
 /// Elements of one 16x16 f32 accumulator fragment staged for the epilogue.
 const FRAG_ELEMS: usize = INSTR * INSTR;
 /// Shared-memory base alignment in bytes (wmma wants 32-byte aligned fragment pointers; every
@@ -146,8 +144,11 @@ fn matmul_tc_kernel<F: Float, N: Size>(
     #[comptime] warps_n: usize,
     #[comptime] frags_m: usize,
     #[comptime] frags_n: usize,
+    #[comptime] bk: usize,
     #[define(F)] _dtype: ElemType,
 ) {
+    let lda = comptime!(bk + PAD);
+    let ldb_nk = comptime!(bk + PAD);
     let planes = comptime!(warps_m * warps_n);
     let bm = comptime!(warps_m * frags_m * INSTR);
     let bn = comptime!(warps_n * frags_n * INSTR);
@@ -166,14 +167,14 @@ fn matmul_tc_kernel<F: Float, N: Size>(
     let col_base = (plane % comptime!(warps_n)) * comptime!(frags_n * INSTR);
 
     // Shared stages, vectors of `vs` elements; the cmma loads address them in elements.
-    let a_len = comptime!(bm * LDA / vs);
-    let b_len = comptime!(if w_out_in { bn * LDB_NK / vs } else { BK * ldb_kn / vs });
+    let a_len = comptime!(bm * lda / vs);
+    let b_len = comptime!(if w_out_in { bn * ldb_nk / vs } else { bk * ldb_kn / vs });
     let mut a_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(a_len, comptime!(SMEM_ALIGN));
     let mut b_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(b_len, comptime!(SMEM_ALIGN));
 
     // Register prefetch buffers: this unit's share of one k-tile of A and of B.
-    let a_regs_len = comptime!((bm * BK / vs).div_ceil(units));
-    let b_regs_len = comptime!((bn * BK / vs).div_ceil(units));
+    let a_regs_len = comptime!((bm * bk / vs).div_ceil(units));
+    let b_regs_len = comptime!((bn * bk / vs).div_ceil(units));
     let mut a_regs = Array::<Vector<F, N>>::new(a_regs_len);
     let mut b_regs = Array::<Vector<F, N>>::new(b_regs_len);
 
@@ -191,41 +192,41 @@ fn matmul_tc_kernel<F: Float, N: Size>(
         ));
     }
 
-    let k_tiles = (k + comptime!(BK) - 1) / comptime!(BK);
+    let k_tiles = (k + bk - 1) / bk;
 
     // Prologue: k-tile 0 into registers.
-    load_tile::<F, N>(x, &mut a_regs, m0, 0, m, k, bm, comptime!(BK), vs, units);
+    load_tile::<F, N>(x, &mut a_regs, m0, 0, m, k, bm, bk, vs, units);
     if comptime!(w_out_in) {
-        load_tile::<F, N>(w, &mut b_regs, n0, 0, n, k, bn, comptime!(BK), vs, units);
+        load_tile::<F, N>(w, &mut b_regs, n0, 0, n, k, bn, bk, vs, units);
     } else {
-        load_tile::<F, N>(w, &mut b_regs, 0, n0, k, n, comptime!(BK), bn, vs, units);
+        load_tile::<F, N>(w, &mut b_regs, 0, n0, k, n, bk, bn, vs, units);
     }
 
     for t in 0..k_tiles {
         // Registers -> shared (the previous tile's readers finished at the trailing sync).
-        store_tile::<F, N>(&a_regs, &mut a_sh, bm, comptime!(BK), comptime!(LDA), vs, units);
+        store_tile::<F, N>(&a_regs, &mut a_sh, bm, bk, lda, vs, units);
         if comptime!(w_out_in) {
-            store_tile::<F, N>(&b_regs, &mut b_sh, bn, comptime!(BK), comptime!(LDB_NK), vs, units);
+            store_tile::<F, N>(&b_regs, &mut b_sh, bn, bk, ldb_nk, vs, units);
         } else {
-            store_tile::<F, N>(&b_regs, &mut b_sh, comptime!(BK), bn, ldb_kn, vs, units);
+            store_tile::<F, N>(&b_regs, &mut b_sh, bk, bn, ldb_kn, vs, units);
         }
         sync_cube();
 
         // Prefetch the next k-tile while this one is multiplied.
         let next = t + 1;
         if next < k_tiles {
-            let k_next = next * comptime!(BK);
-            load_tile::<F, N>(x, &mut a_regs, m0, k_next, m, k, bm, comptime!(BK), vs, units);
+            let k_next = next * bk;
+            load_tile::<F, N>(x, &mut a_regs, m0, k_next, m, k, bm, bk, vs, units);
             if comptime!(w_out_in) {
-                load_tile::<F, N>(w, &mut b_regs, n0, k_next, n, k, bn, comptime!(BK), vs, units);
+                load_tile::<F, N>(w, &mut b_regs, n0, k_next, n, k, bn, bk, vs, units);
             } else {
-                load_tile::<F, N>(w, &mut b_regs, k_next, n0, k, n, comptime!(BK), bn, vs, units);
+                load_tile::<F, N>(w, &mut b_regs, k_next, n0, k, n, bk, bn, vs, units);
             }
         }
 
         // k-steps of this tile, in order: kk = 0, 1 (k offset 0, 16 within the tile).
         #[unroll]
-        for kk in 0..comptime!(BK / INSTR) {
+        for kk in 0..comptime!(bk / INSTR) {
             let mut b_frags = Sequence::<cmma::Matrix<F>>::new();
             #[unroll]
             for j in 0..comptime!(frags_n) {
@@ -241,8 +242,8 @@ fn matmul_tc_kernel<F: Float, N: Size>(
                             MatrixLayout::ColMajor,
                         )
                     };
-                    let off = (col * comptime!(LDB_NK) + kk * comptime!(INSTR)) / comptime!(vs);
-                    cmma::load(&mut b, b_sh.slice(off, b_len), comptime!(LDB_NK as u32));
+                    let off = (col * ldb_nk + kk * comptime!(INSTR)) / comptime!(vs);
+                    cmma::load(&mut b, b_sh.slice(off, b_len), comptime!(ldb_nk as u32));
                     b_frags.push(b);
                 } else {
                     // b_sh[k][n]: element (k, n) at k * LDB_KN + n -> row-major B.
@@ -273,8 +274,8 @@ fn matmul_tc_kernel<F: Float, N: Size>(
                     )
                 };
                 let row = row_base + i * comptime!(INSTR);
-                let off = (row * comptime!(LDA) + kk * comptime!(INSTR)) / comptime!(vs);
-                cmma::load(&mut a, a_sh.slice(off, a_len), comptime!(LDA as u32));
+                let off = (row * lda + kk * comptime!(INSTR)) / comptime!(vs);
+                cmma::load(&mut a, a_sh.slice(off, a_len), comptime!(lda as u32));
                 #[unroll]
                 for j in 0..comptime!(frags_n) {
                     let acc = accs.index(comptime!(i * frags_n + j));
@@ -377,6 +378,7 @@ pub(crate) fn matmul_tensor_core(x: CubeTensor, w: CubeTensor, layout: WeightLay
         tiles.warps_n,
         tiles.frags_m,
         tiles.frags_n,
+        tiles.bk(),
         storage(x.dtype),
     );
     Ok(y)
@@ -391,10 +393,12 @@ pub struct TileShape {
     pub warps_n: usize,
     pub frags_m: usize,
     pub frags_n: usize,
+    /// 16-deep `mma` steps per shared-memory stage (the stage's k extent is 16 times this).
+    pub k_steps: usize,
 }
 
 impl TileShape {
-    pub const DEFAULT: TileShape = TileShape { warps_m: WARPS_M, warps_n: WARPS_N, frags_m: FRAGS_M, frags_n: FRAGS_N };
+    pub const DEFAULT: TileShape = TileShape { warps_m: WARPS_M, warps_n: WARPS_N, frags_m: FRAGS_M, frags_n: FRAGS_N, k_steps: BK / INSTR };
     pub fn bm(self) -> usize {
         self.warps_m * self.frags_m * INSTR
     }
@@ -404,18 +408,26 @@ impl TileShape {
     pub fn planes(self) -> usize {
         self.warps_m * self.warps_n
     }
+    /// k extent of one shared-memory stage.
+    pub fn bk(self) -> usize {
+        self.k_steps * INSTR
+    }
     /// Static shared memory of one cube, bytes (A and B stages of 16-bit values, f32 epilogue).
     pub fn shared_bytes(self) -> usize {
-        let b_stage = (self.bn() * (BK + PAD)).max(BK * (self.bn() + PAD));
-        2 * (self.bm() * LDA + b_stage) + 4 * self.planes() * FRAG_ELEMS
+        let b_stage = (self.bn() * (self.bk() + PAD)).max(self.bk() * (self.bn() + PAD));
+        2 * (self.bm() * (self.bk() + PAD) + b_stage) + 4 * self.planes() * FRAG_ELEMS
     }
 
-    /// `warps_m/warps_n/frags_m/frags_n`, e.g. `2/2/4/4`.
+    /// `warps_m/warps_n/frags_m/frags_n[/k_steps]`, e.g. `2/2/4/4` or `4/2/2/2/4`.
     pub fn parse(text: &str) -> Result<TileShape, String> {
-        let bad = || format!("LOCKSTEP_TC_TILES={text:?} is not warps_m/warps_n/frags_m/frags_n (1-8 each, at most 16 planes and 16 fragments per plane, 48 KiB of shared memory)");
+        let bad = || format!("LOCKSTEP_TC_TILES={text:?} is not warps_m/warps_n/frags_m/frags_n[/k_steps] (1-8 each, at most 16 planes and 16 fragments per plane, 48 KiB of shared memory)");
         let parts: Vec<usize> = text.split('/').map(|p| p.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|_| bad())?;
-        let [warps_m, warps_n, frags_m, frags_n] = parts[..] else { return Err(bad()) };
-        let t = TileShape { warps_m, warps_n, frags_m, frags_n };
+        let (warps_m, warps_n, frags_m, frags_n, k_steps) = match parts[..] {
+            [a, b, c, d] => (a, b, c, d, BK / INSTR),
+            [a, b, c, d, e] => (a, b, c, d, e),
+            _ => return Err(bad()),
+        };
+        let t = TileShape { warps_m, warps_n, frags_m, frags_n, k_steps };
         let ok = parts.iter().all(|v| (1..=8).contains(v)) && t.planes() <= 16 && frags_m * frags_n <= 16 && t.shared_bytes() <= 48 * 1024;
         ok.then_some(t).ok_or_else(bad)
     }
@@ -437,8 +449,9 @@ mod tests {
     #[test]
     fn tile_shapes_parse_within_shared_memory_or_name_the_variable() {
         assert!(TileShape::DEFAULT.shared_bytes() <= 48 * 1024);
-        assert_eq!(TileShape::parse("2/2/4/4").unwrap(), TileShape { warps_m: 2, warps_n: 2, frags_m: 4, frags_n: 4 });
-        for bad in ["4/2/2", "0/2/2/2", "4/4/4/4", "8/8/1/1", "2/2/8/8", "a/2/2/2"] {
+        assert_eq!(TileShape::parse("2/2/4/4").unwrap(), TileShape { warps_m: 2, warps_n: 2, frags_m: 4, frags_n: 4, k_steps: 2 });
+        assert_eq!(TileShape::parse("4/2/2/2/4").unwrap().bk(), 64);
+        for bad in ["4/2/2", "0/2/2/2", "4/4/4/4", "8/8/1/1", "2/2/8/8", "a/2/2/2", "4/2/2/2/0", "4/4/4/2/8", "4/2/2/2/4/1"] {
             assert!(TileShape::parse(bad).unwrap_err().contains("LOCKSTEP_TC_TILES"), "{bad}");
         }
     }

@@ -11,6 +11,7 @@ pub mod embedding;
 pub mod hbm_read;
 pub mod kv_cache;
 pub mod logprob;
+pub mod logprob_grad;
 pub mod matmul;
 pub mod matmul_pipelined;
 pub mod matmul_skinny;

@@ -172,6 +172,61 @@ pub fn sum_all<const D: usize>(x: burn::tensor::Tensor<D>) -> Result<burn::tenso
     }
 }
 
+/// One cube per row of `x` [rows, cols]: each unit folds its strided elements u, u + B, ... in
+/// order (four loads in flight), then the cube tree; one f32 per row.
+#[cube(launch)]
+fn row_sum_kernel<F: Float>(x: &Tensor<F>, out: &mut Tensor<f32>, rows_arg: u32, cols_arg: u32, #[comptime] block: usize, #[define(F)] _dtype: ElemType) {
+    let cols = cols_arg as usize;
+    let row = cube_linear();
+    if row < rows_arg as usize {
+        let base = row * cols;
+        let mut partial = 0.0f32;
+        let mut i = UNIT_POS_X as usize;
+        while i + 3 * block < cols {
+            let (a, b) = (f32::cast_from(x[base + i]), f32::cast_from(x[base + i + block]));
+            let (c, d) = (f32::cast_from(x[base + i + 2 * block]), f32::cast_from(x[base + i + 3 * block]));
+            partial += a;
+            partial += b;
+            partial += c;
+            partial += d;
+            i += 4 * block;
+        }
+        while i < cols {
+            partial += f32::cast_from(x[base + i]);
+            i += block;
+        }
+        let mut shared = Shared::new_slice(block);
+        let total = tree_sum(&mut shared, partial, block);
+        if UNIT_POS_X == 0 {
+            out[row] = total;
+        }
+    }
+}
+
+/// Sum of each row of `x` [rows, cols] as f32 [rows], in an order fixed by `cols` (for weight
+/// gradients in the backward passes: burn's reduce without autotune gives a whole row to one
+/// unit).
+pub fn row_sums(x: burn::tensor::Tensor<2>) -> Result<burn::tensor::Tensor<1>, crate::KernelError> {
+    use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+    const OP: &str = "row_sums";
+    let x = crate::bridge::float_in(OP, "x", x)?;
+    let (rows, cols) = (crate::bridge::dims(&x)[0], crate::bridge::dims(&x)[1]);
+    crate::ensure!(rows > 0 && cols > 0, OP, "empty input [{rows}, {cols}]");
+    let out = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), [rows].into(), burn::tensor::DType::F32);
+    row_sum_kernel::launch(
+        &x.client,
+        super::cube_count_for(rows, 1),
+        CubeDim::new_1d(super::ROW_BLOCK as u32),
+        x.clone().into_tensor_arg(),
+        out.clone().into_tensor_arg(),
+        rows as u32,
+        cols as u32,
+        super::ROW_BLOCK,
+        super::storage(x.dtype),
+    );
+    Ok(crate::bridge::float_out(out))
+}
+
 /// The order [`sum_all`] adds in, on the host in f32: the bit-exact reference its tests use.
 pub fn sum_all_host_order(x: &[f32]) -> f32 {
     let (block, per_cube) = (super::ROW_BLOCK, super::ROW_BLOCK * SUM_PER_UNIT);

@@ -4,10 +4,10 @@
 //! Batch invariance: one row per cube, `ROW_BLOCK` units, each folding its strided elements in
 //! order, then one fixed reduction tree.
 
-use super::reduce::{cube_linear, tree_sum};
+use super::reduce::{cube_linear, row_sums, tree_sum};
 use super::{cube_count_for, storage, vector_width, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, same_device};
-use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
+use crate::autodiff::{column_sums, cube, from_tracked, inner, plain, tracked, tracked_in};
 use crate::{ensure, KernelError};
 use burn::tensor::{DType, Tensor as BTensor};
 use burn_cubecl::cubecl::prelude::*;
@@ -241,11 +241,13 @@ pub fn rmsnorm<const D: usize>(x: BTensor<D>, weight: BTensor<1>, eps: f32) -> R
         let x2 = xp.reshape([rows, hidden]).cast(DType::F32);
         let dy2 = plain::<D>(dy).reshape([rows, hidden]).cast(DType::F32);
         let w = wp.clone().cast(DType::F32).unsqueeze::<2>();
-        let r = (x2.clone() * x2.clone()).mean_dim(1).add_scalar(eps as f64).sqrt().recip();
+        // row means through row_sums: burn's reduce gives each row to one unit
+        let row_mean = |t: BTensor<2>| row_sums(t).expect("rmsnorm backward: rows of the op's input").div_scalar(hidden as f64).reshape([rows, 1]);
+        let r = row_mean(x2.clone() * x2.clone()).add_scalar(eps as f64).sqrt().recip();
         let gw = dy2.clone() * w;
-        let dot = (gw.clone() * x2.clone()).mean_dim(1);
+        let dot = row_mean(gw.clone() * x2.clone());
         let dx = gw * r.clone() - x2.clone() * r.clone().powi_scalar(3) * dot;
-        let dw = (dy2 * x2 * r).sum_dim(0).reshape([hidden]);
+        let dw = column_sums(dy2 * x2 * r);
         let dtype = wp.dtype();
         [Some(cube::<D>(dx.cast(dtype).reshape(shape))), Some(cube::<1>(dw.cast(dtype)))]
     })))

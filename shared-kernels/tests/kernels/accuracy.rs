@@ -222,6 +222,21 @@ fn sum_all_adds_in_its_fixed_order_and_matches_f64() {
 }
 
 #[test]
+fn row_sums_match_f64_and_repeat_bit_for_bit() {
+    // rows shorter than the cube, inside the 4-loads loop, and with a tail after it
+    let (device, mut rng) = (crate::device(), StdRng::seed_from_u64(crate::seed() ^ 0x20b5));
+    for (rows, cols) in [(3usize, 50usize), (7, 1000), (2, 128 * 4 * 3 + 129)] {
+        let x = random_vec(&mut rng, rows * cols, 2.0);
+        let t = float_tensor(x.clone(), [rows, cols], DType::F32, &device);
+        let got = host(shared_kernels::ops::reduce::row_sums(t.clone()).unwrap());
+        let want: Vec<f64> = x.chunks(cols).map(|r| r.iter().map(|&v| v as f64).sum()).collect();
+        assert_close(&format!("row_sums {rows}x{cols}"), &got, &want, 1e-4, 1e-5);
+        let again = host(shared_kernels::ops::reduce::row_sums(t).unwrap());
+        assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), again.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "row_sums {rows}x{cols} rerun");
+    }
+}
+
+#[test]
 fn hbm_read_reads_every_element_exactly_once() {
     // the bandwidth probe's number is bytes / time: it must touch each element once, main loop
     // (4 loads in flight) and tail alike; small integers keep every f32 sum exact
