@@ -29,6 +29,11 @@ fn launchers_reject_bad_inputs_with_named_errors() {
     let err = shared_kernels::rmsnorm(x.clone(), float_tensor(vec![1.0; 3], [3], DType::F32, &device), -1.0).unwrap_err();
     assert!(err.to_string().contains("eps"), "{err}");
 
+    // a row too wide to stage in one cube's shared memory is an error naming the limit
+    let wide = 12 * 1024;
+    let err = shared_kernels::rmsnorm(float_tensor(vec![0.5; wide], [1, wide], DType::F32, &device), float_tensor(vec![1.0; wide], [wide], DType::F32, &device), 1e-6).unwrap_err();
+    assert!(err.to_string().starts_with("rmsnorm:") && err.to_string().contains("40 KB"), "{err}");
+
     let ints = Tensor::<2, Int>::from_data(TensorData::new(vec![1i32; 6], [2, 3]), &device).float();
     let _ = ints; // int->float is a valid float tensor; dtype errors come from non-float dtypes below
 
