@@ -104,35 +104,24 @@ fn backward_of_every_tracked_kernel_matches_burn_autodiff() {
             Tensor::cat(vec![a.clone() * c.clone() - b.clone() * s.clone(), b * c + a * s], 2)
         }, &mut rng);
 
-    let vocab = 11;
-    let logits = random_vec(&mut rng, m * vocab, 3.0);
-    let tg: Vec<i32> = vec![0, 10, 4, 4, 7];
     let temps = vec![1.0f32, 0.5, 2.0, 0.0, 1.0];
-    let targets = Tensor::<1, Int>::from_data(TensorData::new(tg.clone(), [m]), &device);
     let temp_t = Tensor::<1>::from_data(TensorData::new(temps.clone(), [m]), &device);
-    check("token_logprobs", [(logits, vec![m, vocab])],
-        |t| shared_kernels::token_logprobs(t[0].clone(), targets.clone(), temp_t.clone()).unwrap().logprobs,
-        |t| {
-            let d = t[0].device();
-            let inv: Vec<f32> = temps.iter().map(|&t| if t > 0.0 { 1.0 / t } else { 1.0 }).collect();
-            let inv = Tensor::<2>::from_data(TensorData::new(inv, [m, 1]), &d);
-            let ls = activation::log_softmax(t[0].clone() * inv, 1);
-            ls.gather(1, targets.clone().to_device(&d).reshape([m, 1])).reshape([m])
-        }, &mut rng);
-    // several vocabulary chunks, and a row length the backward loads as vectors
-    let vocab = 2 * shared_kernels::ops::logprob::VOCAB_CHUNK + 12;
-    let logits = random_vec(&mut rng, m * vocab, 3.0);
-    let tg: Vec<i32> = vec![0, 4107, 2048, 2047, 3000];
-    let targets = Tensor::<1, Int>::from_data(TensorData::new(tg.clone(), [m]), &device);
-    check("token_logprobs (3 chunks)", [(logits, vec![m, vocab])],
-        |t| shared_kernels::token_logprobs(t[0].clone(), targets.clone(), temp_t.clone()).unwrap().logprobs,
-        |t| {
-            let d = t[0].device();
-            let inv: Vec<f32> = temps.iter().map(|&t| if t > 0.0 { 1.0 / t } else { 1.0 }).collect();
-            let inv = Tensor::<2>::from_data(TensorData::new(inv, [m, 1]), &d);
-            let ls = activation::log_softmax(t[0].clone() * inv, 1);
-            ls.gather(1, targets.clone().to_device(&d).reshape([m, 1])).reshape([m])
-        }, &mut rng);
+    // one chunk (vocab 11, loaded one logit at a time), then several vocabulary chunks in a row
+    // length the backward loads as vectors
+    let long = 2 * shared_kernels::ops::logprob::VOCAB_CHUNK + 12;
+    for (vocab, tg) in [(11usize, vec![0i32, 10, 4, 4, 7]), (long, vec![0, long as i32 - 1, 2048, 2047, 3000])] {
+        let logits = random_vec(&mut rng, m * vocab, 3.0);
+        let targets = Tensor::<1, Int>::from_data(TensorData::new(tg, [m]), &device);
+        check(&format!("token_logprobs (vocab {vocab})"), [(logits, vec![m, vocab])],
+            |t| shared_kernels::token_logprobs(t[0].clone(), targets.clone(), temp_t.clone()).unwrap().logprobs,
+            |t| {
+                let d = t[0].device();
+                let inv: Vec<f32> = temps.iter().map(|&t| if t > 0.0 { 1.0 / t } else { 1.0 }).collect();
+                let inv = Tensor::<2>::from_data(TensorData::new(inv, [m, 1]), &d);
+                let ls = activation::log_softmax(t[0].clone() * inv, 1);
+                ls.gather(1, targets.clone().to_device(&d).reshape([m, 1])).reshape([m])
+            }, &mut rng);
+    }
     let _ = DType::F32;
 }
 
