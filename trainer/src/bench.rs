@@ -67,6 +67,9 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     if o.matmul_m.contains(&0) {
         return Err(format!("--matmul-m: every size must be at least 1, got {:?}", o.matmul_m));
     }
+    if o.trainer_batches.contains(&0) {
+        return Err(format!("--trainer-batches: every batch must be at least 1 sequence, got {:?}", o.trainer_batches));
+    }
     let device = shared_kernels::device::default_device();
     let config = preset(&o.preset)?;
     println!("# lockstep bench: runtime {}, preset {}, dtype {:?}, prompt {} tokens, {} new tokens\n", shared_kernels::device::runtime_name(), o.preset, o.dtype, o.prompt_len, o.new_tokens);

@@ -169,6 +169,10 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("--matmul-m") && !err.contains("panicked"), "{err}");
+    let out = lockstep(&["bench", "--preset", "tiny", "--concurrency", "none", "--trainer-only", "--trainer-batches", "0"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("--trainer-batches") && !err.contains("panicked"), "{err}");
     let out = lockstep(&["train", "missing.toml"], &dir);
     assert_ne!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));
@@ -197,6 +201,19 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
     // and starting over on top of an existing run is refused rather than clobbering it
     let out = lockstep(&["train", "small.toml", "--set", "log.run_name=shape"], &dir);
     assert!(String::from_utf8_lossy(&out.stderr).contains("--resume"));
+}
+
+#[test]
+fn bench_memory_rows_run_once_each_and_write_json() {
+    // the memory-bound rows, each op called once (the profiler mode), as JSON for torch_bench.py
+    let dir = scratch("bench-memory");
+    let out = lockstep(&["bench", "--preset", "tiny", "--concurrency", "none", "--memory-only", "--single-call", "--no-burn", "--matmul-m", "1,8", "--json", "memory.json"], &dir);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("memory.json")).unwrap()).unwrap();
+    let ops: Vec<&str> = doc["kernels"].as_array().unwrap().iter().map(|r| r["op"].as_str().unwrap()).collect();
+    for op in ["rmsnorm", "add_rmsnorm", "add", "swiglu", "rope", "logprob"] {
+        assert!(ops.contains(&op), "{op} missing from {ops:?}");
+    }
 }
 
 #[test]
