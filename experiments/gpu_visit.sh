@@ -14,7 +14,7 @@
 #   bash experiments/gpu_visit.sh memory               # memory-bound kernels only (norms, pointwise, rope, logprob) with torch beside them
 #   bash experiments/gpu_visit.sh bounds               # ncu: what bounds each kernel (BOUNDS_PARTS="matmul pipelined memory attention torch")
 #   bash experiments/gpu_visit.sh gpu-time             # ncu: GPU time per kernel of a trainer step and a sampler run vs wall time
-#   bash experiments/gpu_visit.sh resources            # ptxas registers/spills of the memory-bound kernels, ncu on one
+#   bash experiments/gpu_visit.sh resources            # ptxas registers/spills of the memory-bound kernels
 #   bash experiments/gpu_visit.sh attention            # attention kernels only (decode, prefill) with torch SDPA beside them
 #   bash experiments/gpu_visit.sh attention-ab           # split-KV vs sequential attention: trainer step, long-context sampler
 #   TC_SWEEP="4/2/2/2 2/2/4/4" bash experiments/gpu_visit.sh tc-sweep   # tc tile shapes
@@ -116,17 +116,12 @@ run_part() {
         timeout "$(limit "${MEMORY_LIMIT:-90}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 5 \
             --memory-only --json "$out/memory.json" 2>&1 | tee "$out/memory.md"
         PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py "$out/memory.json" 2>&1 | grep -v Warning | tee "$out/memory-torch.md" ;;
-    resources)  # registers / spills / shared memory of the memory-bound kernels (ptxas on cubecl's sources), and ncu on the logprob kernel where it can read counters
+    resources)  # registers / spills / stack of the memory-bound kernels: ptxas on cubecl's logged CUDA sources (ncu readings: the bounds part)
         local dir=/tmp/resources; rm -rf "$dir"; mkdir -p "$dir"
         printf '[compilation.logger]\nlevel = "full"\nfile = "%s/compile.log"\n' "$dir" > "$dir/cubecl.toml"
-        (cd "$dir" && timeout "$(limit "${RESOURCES_LIMIT:-60}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 2 \
-            --memory-only --matmul-m ${RESOURCES_M:-1024} 2>&1 | grep "^|")
-        python3 experiments/kernel_resources.py "$dir/compile.log" 2>&1 | tee "$out/resources.md"
-        if [ -n "${RESOURCES_NCU:-logprob_partials}" ]; then
-            (cd "$dir" && timeout "$(limit 90)" ncu --clock-control none --kernel-name "regex:${RESOURCES_NCU:-logprob_partials}" --launch-skip 2 --launch-count 1 \
-                --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 \
-                --concurrency none --repeats 1 --memory-only --matmul-m ${RESOURCES_M:-1024} --no-burn 2>&1 | grep -v "^|" | tail -80) | tee "$out/ncu.md"
-        fi ;;
+        (cd "$dir" && timeout "$(limit "${RESOURCES_LIMIT:-60}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 1 \
+            --single-call --no-burn --memory-only --matmul-m ${RESOURCES_M:-1024} 2>&1 | grep "^|")
+        python3 experiments/kernel_resources.py "$dir/compile.log" 2>&1 | tee "$out/resources.md" ;;
     bounds)   # Nsight Compute on one call of each kernel: what bounds lockstep's kernels and torch's on the same shapes
         local b=(/tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 1 --single-call --no-burn)
         {

@@ -90,8 +90,8 @@ pub(crate) fn logprob_grad(logits: &CubeTensor, targets: &CubeTensor, temperatur
     let (rows, vocab) = (logits.meta.shape()[0], logits.meta.shape()[1]);
     let client = logits.client.clone();
     let dl = burn_cubecl::kernel::into_contiguous(if dl.dtype == DType::F32 { dl } else { burn_cubecl::kernel::cast(dl, DType::F32) });
-    let per_row = |_| empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [rows].into(), DType::F32);
-    let (row_max, row_log_sum) = (per_row(()), per_row(()));
+    let per_row = || empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [rows].into(), DType::F32);
+    let (row_max, row_log_sum) = (per_row(), per_row());
     row_log_normaliser_kernel::launch(
         &client,
         cube_count_for(rows, 1),

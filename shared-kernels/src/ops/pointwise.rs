@@ -58,18 +58,24 @@ fn swiglu_halves_kernel<F: Float, N: Size>(gate_up: &Tensor<Vector<F, N>>, y: &m
     }
 }
 
-/// `a + b` over vectors (lane-wise, the same single rounding as a scalar add).
+/// `x + z` lane by lane (the same single rounding as a scalar add): the residual add of
+/// [`add_kernel`] and of the fused add + rmsnorm.
+#[cube]
+pub(crate) fn add_lanes<F: Float, N: Size>(x: Vector<F, N>, z: Vector<F, N>, #[comptime] vs: usize) -> Vector<F, N> {
+    let mut out = Vector::<F, N>::new(F::from_int(0));
+    #[unroll]
+    for l in 0..vs {
+        out.insert(l, x.extract(l) + z.extract(l));
+    }
+    out
+}
+
+/// `a + b` over vectors.
 #[cube(launch)]
 fn add_kernel<F: Float, N: Size>(a: &Tensor<Vector<F, N>>, b: &Tensor<Vector<F, N>>, y: &mut Tensor<Vector<F, N>>, vecs_arg: u32, #[comptime] vs: usize, #[define(F)] _d: ElemType) {
     let i = cube_linear() * comptime!(BLOCK) + UNIT_POS_X as usize;
     if i < vecs_arg as usize {
-        let (x, z) = (a[i], b[i]);
-        let mut out = Vector::<F, N>::new(F::from_int(0));
-        #[unroll]
-        for l in 0..vs {
-            out.insert(l, x.extract(l) + z.extract(l));
-        }
-        y[i] = out;
+        y[i] = add_lanes(a[i], b[i], vs);
     }
 }
 

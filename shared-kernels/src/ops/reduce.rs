@@ -104,37 +104,6 @@ pub const NEG_BIG: f32 = -3.0e38;
 /// Elements one unit folds per [`sum_all`] pass; a cube covers `ROW_BLOCK * SUM_PER_UNIT`.
 const SUM_PER_UNIT: usize = 32;
 
-/// One pass of [`sum_all`]: cube c sums elements [c*B*P, (c+1)*B*P) in a fixed order (unit u
-/// folds u, u+B, ..., then the cube tree) and writes one f32 partial.
-#[cube(launch)]
-fn partial_sum_kernel<F: Float>(
-    x: &Tensor<F>,
-    partials: &mut Tensor<f32>,
-    n_arg: u32,
-    chunks_arg: u32,
-    #[comptime] block: usize,
-    #[comptime] per_unit: usize,
-    #[define(F)] _dtype: ElemType,
-) {
-    let n = n_arg as usize;
-    let chunk = cube_linear();
-    let unit = UNIT_POS_X as usize;
-    let base = chunk * block * per_unit;
-    let mut partial = 0.0f32;
-    for j in 0..per_unit {
-        let i = base + j * block + unit;
-        if i < n {
-            partial += f32::cast_from(x[i]);
-        }
-    }
-    // every unit of every launched cube joins the tree (it syncs); only real chunks write
-    let mut shared = Shared::new_slice(block);
-    let total = tree_sum(&mut shared, partial, block);
-    if unit == 0 && chunk < chunks_arg as usize {
-        partials[chunk] = total;
-    }
-}
-
 /// Sum of all elements of `x` as a one-element f32 tensor, in an order fixed by the element
 /// count alone: passes of fixed-size chunks until one partial is left.
 ///
@@ -153,16 +122,17 @@ pub fn sum_all<const D: usize>(x: burn::tensor::Tensor<D>) -> Result<burn::tenso
     loop {
         let chunks = n.div_ceil(per_cube);
         let partials = empty_device_contiguous_dtype(cur.client.clone(), cur.device.clone(), [chunks].into(), DType::F32);
-        partial_sum_kernel::launch(
+        // the chunks as the rows of a [chunks, per_cube] matrix whose last row stops at n
+        row_sum_kernel::launch(
             &cur.client,
             super::cube_count_for(chunks, 1),
             CubeDim::new_1d(super::ROW_BLOCK as u32),
             cur.clone().into_tensor_arg(),
             partials.clone().into_tensor_arg(),
-            n as u32,
             chunks as u32,
+            per_cube as u32,
+            n as u32,
             super::ROW_BLOCK,
-            SUM_PER_UNIT,
             super::storage(cur.dtype),
         );
         if chunks == 1 {
@@ -172,14 +142,18 @@ pub fn sum_all<const D: usize>(x: burn::tensor::Tensor<D>) -> Result<burn::tenso
     }
 }
 
-/// One cube per row of `x` [rows, cols]: each unit folds its strided elements u, u + B, ... in
-/// order (four loads in flight), then the cube tree; one f32 per row.
+/// One cube per row of `x` viewed as [rows, cols] with `len` elements in all (the last row may
+/// stop early): each unit folds its strided elements u, u + B, ... in order (four loads in
+/// flight), then the cube tree; one f32 per row. [`row_sums`] and every pass of [`sum_all`].
 #[cube(launch)]
-fn row_sum_kernel<F: Float>(x: &Tensor<F>, out: &mut Tensor<f32>, rows_arg: u32, cols_arg: u32, #[comptime] block: usize, #[define(F)] _dtype: ElemType) {
-    let cols = cols_arg as usize;
+fn row_sum_kernel<F: Float>(x: &Tensor<F>, out: &mut Tensor<f32>, rows_arg: u32, cols_arg: u32, len_arg: u32, #[comptime] block: usize, #[define(F)] _dtype: ElemType) {
     let row = cube_linear();
     if row < rows_arg as usize {
-        let base = row * cols;
+        let base = row * cols_arg as usize;
+        let mut cols = len_arg as usize - base;
+        if cols > cols_arg as usize {
+            cols = cols_arg as usize;
+        }
         let mut partial = 0.0f32;
         let mut i = UNIT_POS_X as usize;
         while i + 3 * block < cols {
@@ -212,6 +186,7 @@ pub fn row_sums(x: burn::tensor::Tensor<2>) -> Result<burn::tensor::Tensor<1>, c
     let x = crate::bridge::float_in(OP, "x", x)?;
     let (rows, cols) = (crate::bridge::dims(&x)[0], crate::bridge::dims(&x)[1]);
     crate::ensure!(rows > 0 && cols > 0, OP, "empty input [{rows}, {cols}]");
+    crate::ensure!(rows * cols <= u32::MAX as usize, OP, "[{rows}, {cols}] exceeds the u32 index range");
     let out = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), [rows].into(), burn::tensor::DType::F32);
     row_sum_kernel::launch(
         &x.client,
@@ -221,6 +196,7 @@ pub fn row_sums(x: burn::tensor::Tensor<2>) -> Result<burn::tensor::Tensor<1>, c
         out.clone().into_tensor_arg(),
         rows as u32,
         cols as u32,
+        (rows * cols) as u32,
         super::ROW_BLOCK,
         super::storage(x.dtype),
     );

@@ -5,6 +5,7 @@
 //! order, then one fixed reduction tree.
 
 use super::reduce::{cube_linear, row_sums, tree_sum};
+use super::pointwise::add_lanes;
 use super::{cube_count_for, storage, vector_width, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, same_device};
 use crate::autodiff::{column_sums, cube, from_tracked, inner, plain, tracked, tracked_in};
@@ -84,6 +85,19 @@ fn strided_from_shared<F: Float>(row_sh: &Shared<[F]>, vals: &mut Array<F>, #[co
     }
 }
 
+/// Unit u's vectors u, u + block, ... of the row starting at vector `base_v`, every load issued
+/// before any is used.
+#[cube]
+fn load_vectors<F: Float, N: Size>(x: &Tensor<Vector<F, N>>, own: &mut Array<Vector<F, N>>, base_v: usize, #[comptime] hidden: usize, #[comptime] block: usize, #[comptime] vs: usize) {
+    #[unroll]
+    for j in 0..comptime!((hidden / vs).div_ceil(block)) {
+        let v = UNIT_POS_X as usize + j * block;
+        if v < comptime!(hidden / vs) {
+            own[j] = x[base_v + v];
+        }
+    }
+}
+
 /// The lanes of the unit's vectors (u, u + block, ... of the row) into the row's shared copy,
 /// then a sync.
 #[cube]
@@ -152,16 +166,9 @@ fn rmsnorm_kernel<F: Float, N: Size>(
 ) {
     let row = cube_linear();
     if row < rows_arg as usize {
-        let hv = comptime!(hidden / vs);
-        let base_v = row * hv;
+        let base_v = row * comptime!(hidden / vs);
         let mut own = Array::<Vector<F, N>>::new(comptime!((hidden / vs).div_ceil(block)));
-        #[unroll]
-        for j in 0..comptime!((hidden / vs).div_ceil(block)) {
-            let v = UNIT_POS_X as usize + j * block;
-            if v < hv {
-                own[j] = x[base_v + v];
-            }
-        }
+        load_vectors(x, &mut own, base_v, hidden, block, vs);
         let inv_rms = staged_inv_rms(&own, eps, hidden, block, vs);
         store_normed(&own, weight, y, base_v, inv_rms, hidden, block, vs);
     }
@@ -187,30 +194,17 @@ fn add_rmsnorm_kernel<F: Float, N: Size>(
     if row < rows_arg as usize {
         let hv = comptime!(hidden / vs);
         let base_v = row * hv;
-        let mut va = Array::<Vector<F, N>>::new(comptime!((hidden / vs).div_ceil(block)));
-        let mut vb = Array::<Vector<F, N>>::new(comptime!((hidden / vs).div_ceil(block)));
-        #[unroll]
-        for j in 0..comptime!((hidden / vs).div_ceil(block)) {
-            let v = UNIT_POS_X as usize + j * block;
-            if v < hv {
-                va[j] = a[base_v + v];
-                vb[j] = b[base_v + v];
-            }
-        }
-        // the sums as stored (lane by lane, as the add kernel), then rmsnorm of them
         let mut own = Array::<Vector<F, N>>::new(comptime!((hidden / vs).div_ceil(block)));
+        let mut vb = Array::<Vector<F, N>>::new(comptime!((hidden / vs).div_ceil(block)));
+        load_vectors(a, &mut own, base_v, hidden, block, vs);
+        load_vectors(b, &mut vb, base_v, hidden, block, vs);
+        // the sums as stored (the add kernel's lanes), then rmsnorm of them
         #[unroll]
         for j in 0..comptime!((hidden / vs).div_ceil(block)) {
             let v = UNIT_POS_X as usize + j * block;
             if v < hv {
-                let (xa, xb) = (va[j], vb[j]);
-                let mut s = Vector::<F, N>::new(F::from_int(0));
-                #[unroll]
-                for l in 0..vs {
-                    s.insert(l, xa.extract(l) + xb.extract(l));
-                }
-                own[j] = s;
-                sum[base_v + v] = s;
+                own[j] = add_lanes(own[j], vb[j], vs);
+                sum[base_v + v] = own[j];
             }
         }
         let inv_rms = staged_inv_rms(&own, eps, hidden, block, vs);
