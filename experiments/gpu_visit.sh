@@ -17,7 +17,7 @@
 #   bash experiments/gpu_visit.sh resources            # ptxas registers/spills of the memory-bound kernels
 #   bash experiments/gpu_visit.sh attention            # attention kernels only (decode, prefill) with torch SDPA beside them
 #   bash experiments/gpu_visit.sh attention-ab           # split-KV vs sequential attention: trainer step, long-context sampler
-#   TC_SWEEP="4/2/2/2 2/2/4/4" bash experiments/gpu_visit.sh tc-sweep   # tc tile shapes
+#   TC_SWEEP="4/2/2/2 2/2/4/4" bash experiments/gpu_visit.sh tc-sweep   # tc tile shapes (TC_SWEEP_KERNEL=tc-async: the asynchronous-copy tiles, shapes may end /k_steps/stages)
 #   SKINNY_SWEEP="8/8/1 16/8/1" bash experiments/gpu_visit.sh skinny-sweep   # decode matmul launch shapes
 #   MATMUL_SWEEP="cfg1 cfg2" bash experiments/gpu_visit.sh matmul-sweep   # pipelined configurations
 #   bash experiments/gpu_visit.sh train+ablation         # parts joined by + run at once
@@ -155,10 +155,10 @@ run_part() {
     torch)    # torch on the same kernel shapes; transformers generate on the sampler's model
         PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py "$out/kernels.json" \
             --model /tmp/bench-model --concurrency 1,8,64,256 2>&1 | grep -v Warning | tee "$out/torch.md" ;;
-    tc-sweep)  # the tc tiles under each TC_SWEEP warps_m/warps_n/frags_m/frags_n shape, tc-tiles rows at M = 256, 1024, 4096
+    tc-sweep)  # the tc tiles (TC_SWEEP_KERNEL: tc-tiles, or tc-async) under each TC_SWEEP warps_m/warps_n/frags_m/frags_n[/k_steps[/stages]] shape, rows at M = 256, 1024, 4096
         for c in ${TC_SWEEP:-4/2/2/2}; do
-            echo "### LOCKSTEP_TC_TILES=$c"
-            LOCKSTEP_MATMUL=tc-tiles LOCKSTEP_TC_TILES=$c timeout "$(limit "${SWEEP_LIMIT:-40}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 \
+            echo "### LOCKSTEP_MATMUL=${TC_SWEEP_KERNEL:-tc-tiles} LOCKSTEP_TC_TILES=$c"
+            LOCKSTEP_MATMUL=${TC_SWEEP_KERNEL:-tc-tiles} LOCKSTEP_TC_TILES=$c timeout "$(limit "${SWEEP_LIMIT:-40}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 \
                 --concurrency none --no-burn --matmul-only --matmul-m ${TC_SWEEP_M:-256,1024,4096} --repeats 5 2>&1 | grep -E "^\| (matmul|mma)|error"
         done 2>&1 | tee "$out/tc-sweep.md" ;;
     skinny-sweep)  # the decode matmul (tc at M <= 64) under each SKINNY_SWEEP group/wide/narrow shape, M = 1, 16, 64

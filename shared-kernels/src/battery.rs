@@ -215,10 +215,17 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
                 let kernel = if idx.len() == pool { MatmulKernel::Pipelined } else { MatmulKernel::TensorCore };
                 Ok(rows_of(host(matmul_with(Some(kernel), xt, wt.clone(), layout)?), ffn))
             })?);
-            // the decode kernel (tc at M <= 64) against the 128x64 tiles (tc-tiles, full pool)
+            // tc (the decode kernel at M <= 64, asynchronous-copy tiles above) against the
+            // register-prefetch 128x64 tiles (tc-tiles, full pool)
             checks.extend(row_invariance(&format!("{name} tc = tc-tiles"), dtype, pool, &BATCH_SIZES, seed + 1, |idx| {
                 let xt = float_tensor(gather(&x, hidden, idx), [idx.len(), hidden], dtype, device);
                 let kernel = if idx.len() == pool { MatmulKernel::TensorCoreTiles } else { MatmulKernel::TensorCore };
+                Ok(rows_of(host(matmul_with(Some(kernel), xt, wt.clone(), layout)?), ffn))
+            })?);
+            // the asynchronous-copy tiles at every M against the register-prefetch tiles
+            checks.extend(row_invariance(&format!("{name} tc-async = tc-tiles"), dtype, pool, &BATCH_SIZES, seed + 1, |idx| {
+                let xt = float_tensor(gather(&x, hidden, idx), [idx.len(), hidden], dtype, device);
+                let kernel = if idx.len() == pool { MatmulKernel::TensorCoreTiles } else { MatmulKernel::TensorCoreAsync };
                 Ok(rows_of(host(matmul_with(Some(kernel), xt, wt.clone(), layout)?), ffn))
             })?);
         }

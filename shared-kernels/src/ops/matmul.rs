@@ -15,6 +15,7 @@ use super::storage;
 use burn_cubecl::tensor::CubeTensor;
 use crate::bridge::{dims, float_in, float_out, same_device};
 use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
+use super::matmul_tc::Pipeline;
 use crate::{ensure, KernelError};
 use burn::tensor::Tensor as BTensor;
 use burn_cubecl::cubecl::prelude::*;
@@ -107,11 +108,15 @@ pub enum MatmulKernel {
     /// One f32 accumulator per output, any dtype, any runtime.
     Scalar,
     /// lockstep's own cmma kernels: the decode-shaped one ([`super::matmul_skinny`]) where
-    /// M <= 64 and its shape rules hold, else the 128x64-tile kernel ([`super::matmul_tc`]).
+    /// M <= 64 and its shape rules hold, else tiles: 128x128 tiles fed by asynchronous copies
+    /// ([`super::matmul_tc_async`]) for outputs of at least [`ASYNC_MIN_OUTPUTS`] elements whose
+    /// vector width allows them, 128x64 register-prefetch tiles ([`super::matmul_tc`]) otherwise.
     TensorCore,
-    /// [`super::matmul_tc`]'s tiles at every M (tc as it was before the decode kernel), for
-    /// comparisons; same bits as `tc`.
+    /// [`super::matmul_tc`]'s register-prefetch tiles at every M (tc as it was before the
+    /// decode kernel and the asynchronous copies), for comparisons; same bits as `tc`.
     TensorCoreTiles,
+    /// The asynchronous-copy tiles at every M, for comparisons; same bits as `tc`.
+    TensorCoreAsync,
     /// cubek's double-buffered cmma kernel with frozen blueprints ([`super::matmul_pipelined`]).
     Pipelined,
     /// [`MatmulKernel::Pipelined`] for large outputs (M x N >= 3 * 2^20: prefill, training) and
@@ -130,18 +135,25 @@ impl MatmulKernel {
             MatmulKernel::Scalar => "scalar",
             MatmulKernel::TensorCore => "tc",
             MatmulKernel::TensorCoreTiles => "tc-tiles",
+            MatmulKernel::TensorCoreAsync => "tc-async",
             MatmulKernel::Pipelined => "pipelined",
             MatmulKernel::Hybrid => "hybrid",
         }
     }
 }
 
+/// Outputs with at least this many elements run the asynchronous-copy tiles under `tc` and
+/// `hybrid`; smaller ones the register-prefetch tiles. Their 128x128 cubes are too few to fill
+/// the H200 below about a million outputs (crossover measured there, docs/perf.md). Scheduling only: both run the same `mma` sequence (battery:
+/// `tc-async = tc-tiles`).
+pub const ASYNC_MIN_OUTPUTS: usize = 1 << 20;
+
 /// Weights at least this wide run the pipelined kernel at every M under [`MatmulKernel::Hybrid`].
 pub const HYBRID_WIDE_N: usize = 16384;
 /// Outputs with at least this many elements run the pipelined kernel under [`MatmulKernel::Hybrid`].
 pub const HYBRID_LARGE_OUTPUT: usize = 3 << 20;
 
-/// `LOCKSTEP_MATMUL` = scalar | tc | tc-tiles | pipelined | hybrid (read once per process); unset: tc.
+/// `LOCKSTEP_MATMUL` = scalar | tc | tc-tiles | tc-async | pipelined | hybrid (read once per process); unset: tc.
 /// tc stays the default until the pipelined kernel is timed inside a full GRPO run on the H200:
 /// in the one such run, with pipelined for every launch, sampling was ~50x slower than with tc
 /// (docs/perf.md); the fixed-shape benchmarks do not show it.
@@ -152,14 +164,15 @@ fn requested_kernel() -> Result<MatmulKernel, KernelError> {
             // the tensor-core kernels' sweep overrides are checked with the kernel choice, once,
             // wherever lockstep runs: a typo is an error naming the variable on the CPU too
             super::matmul_skinny::launch_shape().map_err(|e| e.message)?;
-            super::matmul_tc::tile_shape().map_err(|e| e.message)?;
+            super::matmul_tc::tile_shape(Pipeline::AsyncCopies).map_err(|e| e.message)?;
             match std::env::var("LOCKSTEP_MATMUL").as_deref() {
                 Err(_) | Ok("tc") => Ok(MatmulKernel::TensorCore),
                 Ok("scalar") => Ok(MatmulKernel::Scalar),
                 Ok("tc-tiles") => Ok(MatmulKernel::TensorCoreTiles),
+                Ok("tc-async") => Ok(MatmulKernel::TensorCoreAsync),
                 Ok("pipelined") => Ok(MatmulKernel::Pipelined),
                 Ok("hybrid") => Ok(MatmulKernel::Hybrid),
-                Ok(other) => Err(format!("LOCKSTEP_MATMUL={other:?} is not one of scalar, tc, tc-tiles, pipelined, hybrid")),
+                Ok(other) => Err(format!("LOCKSTEP_MATMUL={other:?} is not one of scalar, tc, tc-tiles, tc-async, pipelined, hybrid")),
             }
         })
         .clone()
@@ -171,7 +184,7 @@ fn requested_kernel() -> Result<MatmulKernel, KernelError> {
 /// `LOCKSTEP_MATMUL` is an error naming it.
 pub fn matmul_kernel_for(client: &burn_cubecl::cubecl::client::Client, dtype: burn::tensor::DType) -> Result<MatmulKernel, KernelError> {
     Ok(match requested_kernel()? {
-        k @ (MatmulKernel::TensorCore | MatmulKernel::TensorCoreTiles | MatmulKernel::Pipelined | MatmulKernel::Hybrid) if super::matmul_tc::tensor_cores_available_for(client, dtype) => k,
+        k @ (MatmulKernel::TensorCore | MatmulKernel::TensorCoreTiles | MatmulKernel::TensorCoreAsync | MatmulKernel::Pipelined | MatmulKernel::Hybrid) if super::matmul_tc::tensor_cores_available_for(client, dtype) => k,
         _ => MatmulKernel::Scalar,
     })
 }
@@ -234,7 +247,12 @@ pub fn matmul_with(kernel: Option<MatmulKernel>, x: BTensor<2>, w: BTensor<2>, l
         MatmulKernel::TensorCore | MatmulKernel::Hybrid if skinny => return Ok(float_out(super::matmul_skinny::matmul_skinny(x, w, layout, (m, k, n))?)),
         MatmulKernel::Pipelined => return Ok(float_out(super::matmul_pipelined::matmul_pipelined(x, w, layout, (m, k, n))?)),
         MatmulKernel::Hybrid if m * n >= HYBRID_LARGE_OUTPUT || n >= HYBRID_WIDE_N => return Ok(float_out(super::matmul_pipelined::matmul_pipelined(x, w, layout, (m, k, n))?)),
-        MatmulKernel::Hybrid | MatmulKernel::TensorCore | MatmulKernel::TensorCoreTiles => return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n))?)),
+        MatmulKernel::Hybrid | MatmulKernel::TensorCore => {
+            let pipeline = if m * n >= ASYNC_MIN_OUTPUTS { Pipeline::AsyncCopies } else { Pipeline::RegisterPrefetch };
+            return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n), pipeline)?));
+        }
+        MatmulKernel::TensorCoreAsync => return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n), Pipeline::AsyncCopies)?)),
+        MatmulKernel::TensorCoreTiles => return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n), Pipeline::RegisterPrefetch)?)),
         MatmulKernel::Scalar => {}
     }
     let y = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), [m, n].into(), x.dtype);

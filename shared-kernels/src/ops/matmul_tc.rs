@@ -52,6 +52,8 @@ pub const BM: usize = WARPS_M * FRAGS_M * INSTR;
 pub const BN: usize = WARPS_N * FRAGS_N * INSTR;
 /// Default k extent of one shared-memory stage (two 16-deep `mma` steps).
 pub const BK: usize = 32;
+/// Slots of the asynchronous-copy pipeline: k-tiles in flight while one is multiplied, plus one.
+pub const STAGES: usize = 3;
 /// Planes per cube.
 pub const PLANES: usize = WARPS_M * WARPS_N;
 /// The only plane size this kernel is launched with (CUDA warps).
@@ -60,15 +62,15 @@ pub const PLANE_DIM: usize = 32;
 /// Shared-memory row padding, in elements: 16 bytes for 16-bit types. Keeps every row start a
 /// multiple of 16 bytes (wmma needs `ldm % 8 == 0` for 16-bit elements) and shifts consecutive
 /// rows by 4 banks, which makes the fragment loads conflict-free.
-const PAD: usize = 8;
+pub(crate) const PAD: usize = 8;
 /// Stages (k extent `bk`, see [`TileShape::k_steps`]): A `[BM][bk + PAD]`, k contiguous; B for
 /// `OutIn` `[BN][bk + PAD]`, k contiguous (column-major B fragments); B for `InOut`
 /// `[bk][BN + PAD]`, n contiguous (row-major B fragments).
 /// Elements of one 16x16 f32 accumulator fragment staged for the epilogue.
-const FRAG_ELEMS: usize = INSTR * INSTR;
+pub(crate) const FRAG_ELEMS: usize = INSTR * INSTR;
 /// Shared-memory base alignment in bytes (wmma wants 32-byte aligned fragment pointers; every
 /// fragment offset used below is a multiple of 32 bytes from the base).
-const SMEM_ALIGN: usize = 128;
+pub(crate) const SMEM_ALIGN: usize = 128;
 
 /// Global -> registers: this unit's share of the `[tile_rows][tile_cols]` tile at (row0, col0) of
 /// a row-major `[rows, cols]` matrix (x or W `[N,K]`: rows x k; W `[K,N]`: k x n). Elements past
@@ -124,6 +126,140 @@ fn store_tile<F: Float, N: Size>(
         let v = unit + i * units;
         if v < total {
             stage[(v / per_row) * ld_vecs + v % per_row] = regs[i];
+        }
+    }
+}
+
+/// The `mma`s of one staged k-tile, the ONLY instruction sequence every tc tiles kernel runs:
+/// k-steps kk = 0, 1, ... (k offset 16 kk within the tile) in order, each accumulator fragment
+/// `execute`d into itself. `a_base` / `b_base`: the stage's first vector in `a_sh` / `b_sh`
+/// (a multi-stage ring passes its slot's offset).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn mma_k_tile<F: Float, N: Size>(
+    a_sh: &Shared<[Vector<F, N>]>,
+    b_sh: &Shared<[Vector<F, N>]>,
+    a_base: usize,
+    b_base: usize,
+    accs: &Sequence<cmma::Matrix<f32>>,
+    row_base: usize,
+    col_base: usize,
+    #[comptime] w_out_in: bool,
+    #[comptime] vs: usize,
+    #[comptime] bn: usize,
+    #[comptime] bk: usize,
+    #[comptime] frags_m: usize,
+    #[comptime] frags_n: usize,
+) {
+    let lda = comptime!(bk + PAD);
+    let ldb_nk = comptime!(bk + PAD);
+    let ldb_kn = comptime!(bn + PAD);
+    let a_len = a_sh.len();
+    let b_len = b_sh.len();
+    #[unroll]
+    for kk in 0..comptime!(bk / INSTR) {
+        let mut b_frags = Sequence::<cmma::Matrix<F>>::new();
+        #[unroll]
+        for j in 0..comptime!(frags_n) {
+            let col = col_base + j * comptime!(INSTR);
+            if comptime!(w_out_in) {
+                // b_sh[n][k]: element (k, n) at n * LDB_NK + k -> column-major B.
+                let mut b = unsafe {
+                    cmma::Matrix::<F>::uninitialized(
+                        MatrixIdent::B,
+                        16usize,
+                        16usize,
+                        16usize,
+                        MatrixLayout::ColMajor,
+                    )
+                };
+                let off = b_base + (col * ldb_nk + kk * comptime!(INSTR)) / comptime!(vs);
+                cmma::load(&mut b, b_sh.slice(off, b_len), comptime!(ldb_nk as u32));
+                b_frags.push(b);
+            } else {
+                // b_sh[k][n]: element (k, n) at k * LDB_KN + n -> row-major B.
+                let mut b = unsafe {
+                    cmma::Matrix::<F>::uninitialized(
+                        MatrixIdent::B,
+                        16usize,
+                        16usize,
+                        16usize,
+                        MatrixLayout::RowMajor,
+                    )
+                };
+                let off = b_base + (kk * comptime!(INSTR * ldb_kn) + col) / comptime!(vs);
+                cmma::load(&mut b, b_sh.slice(off, b_len), comptime!(ldb_kn as u32));
+                b_frags.push(b);
+            }
+        }
+        #[unroll]
+        for i in 0..comptime!(frags_m) {
+            // a_sh[m][k]: element (m, k) at m * LDA + k -> row-major A.
+            let mut a = unsafe {
+                cmma::Matrix::<F>::uninitialized(
+                    MatrixIdent::A,
+                    16usize,
+                    16usize,
+                    16usize,
+                    MatrixLayout::RowMajor,
+                )
+            };
+            let row = row_base + i * comptime!(INSTR);
+            let off = a_base + (row * lda + kk * comptime!(INSTR)) / comptime!(vs);
+            cmma::load(&mut a, a_sh.slice(off, a_len), comptime!(lda as u32));
+            #[unroll]
+            for j in 0..comptime!(frags_n) {
+                let acc = accs.index(comptime!(i * frags_n + j));
+                cmma::execute(&a, b_frags.index(j), acc, acc);
+            }
+        }
+    }
+}
+
+/// Epilogue: each plane stages one fragment at a time in its own 16x16 f32 window, then writes
+/// the in-bounds elements, cast to the output dtype. The window is the plane's alone, so a
+/// plane-wide sync orders its store, reads and next store (no cube-wide syncs).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_accumulators<F: Float>(
+    y: &mut Tensor<F>,
+    accs: &Sequence<cmma::Matrix<f32>>,
+    m0: usize,
+    n0: usize,
+    m: usize,
+    n: usize,
+    row_base: usize,
+    col_base: usize,
+    plane: usize,
+    #[comptime] plane_dim: usize,
+    #[comptime] planes: usize,
+    #[comptime] frags_m: usize,
+    #[comptime] frags_n: usize,
+) {
+    let mut stage = Shared::<[f32]>::new_aligned_slice(comptime!(planes * FRAG_ELEMS), comptime!(SMEM_ALIGN));
+    let lane = UNIT_POS_X as usize;
+    let st = plane * comptime!(FRAG_ELEMS);
+    #[unroll]
+    for i in 0..comptime!(frags_m) {
+        #[unroll]
+        for j in 0..comptime!(frags_n) {
+            cmma::store(
+                stage.slice_mut(st, st + comptime!(FRAG_ELEMS)),
+                accs.index(comptime!(i * frags_n + j)),
+                16u32,
+                MatrixLayout::RowMajor,
+            );
+            sync_plane();
+            #[unroll]
+            for e_iter in 0..comptime!(FRAG_ELEMS / plane_dim) {
+                let e = lane + e_iter * comptime!(plane_dim);
+                let grow = m0 + row_base + i * comptime!(INSTR) + e / comptime!(INSTR);
+                let gcol = n0 + col_base + j * comptime!(INSTR) + e % comptime!(INSTR);
+                if grow < m && gcol < n {
+                    y[grow * n + gcol] = F::cast_from(stage[st + e]);
+                }
+            }
+            sync_plane();
         }
     }
 }
@@ -224,97 +360,11 @@ fn matmul_tc_kernel<F: Float, N: Size>(
             }
         }
 
-        // k-steps of this tile, in order: kk = 0, 1 (k offset 0, 16 within the tile).
-        #[unroll]
-        for kk in 0..comptime!(bk / INSTR) {
-            let mut b_frags = Sequence::<cmma::Matrix<F>>::new();
-            #[unroll]
-            for j in 0..comptime!(frags_n) {
-                let col = col_base + j * comptime!(INSTR);
-                if comptime!(w_out_in) {
-                    // b_sh[n][k]: element (k, n) at n * LDB_NK + k -> column-major B.
-                    let mut b = unsafe {
-                        cmma::Matrix::<F>::uninitialized(
-                            MatrixIdent::B,
-                            16usize,
-                            16usize,
-                            16usize,
-                            MatrixLayout::ColMajor,
-                        )
-                    };
-                    let off = (col * ldb_nk + kk * comptime!(INSTR)) / comptime!(vs);
-                    cmma::load(&mut b, b_sh.slice(off, b_len), comptime!(ldb_nk as u32));
-                    b_frags.push(b);
-                } else {
-                    // b_sh[k][n]: element (k, n) at k * LDB_KN + n -> row-major B.
-                    let mut b = unsafe {
-                        cmma::Matrix::<F>::uninitialized(
-                            MatrixIdent::B,
-                            16usize,
-                            16usize,
-                            16usize,
-                            MatrixLayout::RowMajor,
-                        )
-                    };
-                    let off = (kk * comptime!(INSTR * ldb_kn) + col) / comptime!(vs);
-                    cmma::load(&mut b, b_sh.slice(off, b_len), comptime!(ldb_kn as u32));
-                    b_frags.push(b);
-                }
-            }
-            #[unroll]
-            for i in 0..comptime!(frags_m) {
-                // a_sh[m][k]: element (m, k) at m * LDA + k -> row-major A.
-                let mut a = unsafe {
-                    cmma::Matrix::<F>::uninitialized(
-                        MatrixIdent::A,
-                        16usize,
-                        16usize,
-                        16usize,
-                        MatrixLayout::RowMajor,
-                    )
-                };
-                let row = row_base + i * comptime!(INSTR);
-                let off = (row * lda + kk * comptime!(INSTR)) / comptime!(vs);
-                cmma::load(&mut a, a_sh.slice(off, a_len), comptime!(lda as u32));
-                #[unroll]
-                for j in 0..comptime!(frags_n) {
-                    let acc = accs.index(comptime!(i * frags_n + j));
-                    cmma::execute(&a, b_frags.index(j), acc, acc);
-                }
-            }
-        }
+        mma_k_tile::<F, N>(&a_sh, &b_sh, 0, 0, &accs, row_base, col_base, w_out_in, vs, bn, bk, frags_m, frags_n);
         sync_cube();
     }
 
-    // Epilogue: each plane stages one fragment at a time in its own 16x16 f32 window, then
-    // writes the in-bounds elements, cast to the output dtype. Every plane runs the same number
-    // of iterations, so the cube-wide syncs are uniform.
-    let mut stage = Shared::<[f32]>::new_aligned_slice(comptime!(planes * FRAG_ELEMS), comptime!(SMEM_ALIGN));
-    let lane = UNIT_POS_X as usize;
-    let st = plane * comptime!(FRAG_ELEMS);
-    #[unroll]
-    for i in 0..comptime!(frags_m) {
-        #[unroll]
-        for j in 0..comptime!(frags_n) {
-            cmma::store(
-                stage.slice_mut(st, st + comptime!(FRAG_ELEMS)),
-                accs.index(comptime!(i * frags_n + j)),
-                16u32,
-                MatrixLayout::RowMajor,
-            );
-            sync_cube();
-            #[unroll]
-            for e_iter in 0..comptime!(FRAG_ELEMS / plane_dim) {
-                let e = lane + e_iter * comptime!(plane_dim);
-                let grow = m0 + row_base + i * comptime!(INSTR) + e / comptime!(INSTR);
-                let gcol = n0 + col_base + j * comptime!(INSTR) + e % comptime!(INSTR);
-                if grow < m && gcol < n {
-                    y[grow * n + gcol] = F::cast_from(stage[st + e]);
-                }
-            }
-            sync_cube();
-        }
-    }
+    write_accumulators::<F>(y, &accs, m0, n0, m, n, row_base, col_base, plane, plane_dim, planes, frags_m, frags_n);
 }
 
 fn mma_config(operand: FloatKind) -> MmaConfig {
@@ -350,20 +400,51 @@ pub fn tensor_cores_available_for(client: &Client, dtype: DType) -> bool {
 /// once it has checked the operands (`m, k, n` from its shape check) and
 /// [`tensor_cores_available_for`] holds. bf16 or f16, f32 accumulation, output in x's dtype,
 /// freshly allocated packed `[M,N]`.
-pub(crate) fn matmul_tensor_core(x: CubeTensor, w: CubeTensor, layout: WeightLayout, (m, k, n): (usize, usize, usize)) -> Result<CubeTensor, KernelError> {
+/// `pipeline`: [`Pipeline::AsyncCopies`] runs [`super::matmul_tc_async`]'s kernel where the
+/// vector width allows `cp.async` (at least 2 elements: 4, 8 or 16 bytes; a function of K and N,
+/// never of M), else the register-prefetch kernel; the bits are the same either way.
+pub(crate) fn matmul_tensor_core(x: CubeTensor, w: CubeTensor, layout: WeightLayout, (m, k, n): (usize, usize, usize), pipeline: Pipeline) -> Result<CubeTensor, KernelError> {
     const OP: &str = "matmul";
     ensure!(matches!(x.dtype, DType::BF16 | DType::F16), OP, "x has dtype {:?}; the tensor-core kernel takes bf16 or f16", x.dtype);
-    let tiles = tile_shape()?;
+    let vs = [8usize, 4, 2, 1].into_iter().find(|&v| k % v == 0 && (layout == WeightLayout::OutIn || n % v == 0)).unwrap_or(1);
+    // Vector width of the global loads: a function of K (and N for `InOut`) only, never of M;
+    // `cp.async` moves 4, 8 or 16 bytes, so width 1 takes the register-prefetch kernel.
+    let pipeline = if vs >= 2 { pipeline } else { Pipeline::RegisterPrefetch };
+    let tiles = tile_shape(pipeline)?;
     let (bm, bn, planes) = (tiles.bm(), tiles.bn(), tiles.planes());
     ensure!(m.div_ceil(bm) <= 65535, OP, "x has {m} rows; at most {} per launch", 65535 * bm);
-    // Vector width of the global loads: a function of K (and N for `InOut`) only, never of M.
-    let vs = [8usize, 4, 2, 1].into_iter().find(|&v| k % v == 0 && (layout == WeightLayout::OutIn || n % v == 0)).unwrap_or(1);
     let client = x.client.clone();
     let y = empty_device_contiguous_dtype(client.clone(), x.device.clone(), [m, n].into(), x.dtype);
+    let (count, dim) = (CubeCount::Static(n.div_ceil(bn) as u32, m.div_ceil(bm) as u32, 1), CubeDim::new_2d(PLANE_DIM as u32, planes as u32));
+    if pipeline == Pipeline::AsyncCopies {
+        super::matmul_tc_async::matmul_tc_async_kernel::launch(
+            &client,
+            count,
+            dim,
+            vs,
+            x.clone().into_tensor_arg(),
+            w.into_tensor_arg(),
+            y.clone().into_tensor_arg(),
+            m as u32,
+            n as u32,
+            k as u32,
+            layout == WeightLayout::OutIn,
+            vs,
+            PLANE_DIM,
+            tiles.warps_m,
+            tiles.warps_n,
+            tiles.frags_m,
+            tiles.frags_n,
+            tiles.bk(),
+            tiles.stages,
+            storage(x.dtype),
+        );
+        return Ok(y);
+    }
     matmul_tc_kernel::launch(
         &client,
-        CubeCount::Static(n.div_ceil(bn) as u32, m.div_ceil(bm) as u32, 1),
-        CubeDim::new_2d(PLANE_DIM as u32, planes as u32),
+        count,
+        dim,
         vs,
         x.clone().into_tensor_arg(),
         w.into_tensor_arg(),
@@ -384,6 +465,15 @@ pub(crate) fn matmul_tensor_core(x: CubeTensor, w: CubeTensor, layout: WeightLay
     Ok(y)
 }
 
+/// How the tiles' k-tiles reach shared memory (scheduling only: the same bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pipeline {
+    /// Global -> registers one k-tile ahead, registers -> shared after each tile's `mma`s.
+    RegisterPrefetch,
+    /// `cp.async` global -> shared, `stages - 1` k-tiles in flight ([`super::matmul_tc_async`]).
+    AsyncCopies,
+}
+
 /// The cube tile: planes along M and N, 16x16 fragments per plane along M and N. Scheduling
 /// only: every fragment walks k = 0, 16, 32, ... from zero whatever the tile, so the bits are
 /// the same for every shape (the battery's `tc = pipelined` rows compare two tilings already).
@@ -395,10 +485,17 @@ pub struct TileShape {
     pub frags_n: usize,
     /// 16-deep `mma` steps per shared-memory stage (the stage's k extent is 16 times this).
     pub k_steps: usize,
+    /// Shared-memory slots of the asynchronous-copy pipeline (at least 2).
+    pub stages: usize,
 }
 
 impl TileShape {
-    pub const DEFAULT: TileShape = TileShape { warps_m: WARPS_M, warps_n: WARPS_N, frags_m: FRAGS_M, frags_n: FRAGS_N, k_steps: BK / INSTR };
+    pub const DEFAULT: TileShape = TileShape { warps_m: WARPS_M, warps_n: WARPS_N, frags_m: FRAGS_M, frags_n: FRAGS_N, k_steps: BK / INSTR, stages: STAGES };
+    /// The asynchronous kernel's: 128x128 tiles of 4 planes, each 64x64 (4x4 fragments), k 64,
+    /// 2 slots. With the loads off the registers, the larger plane tile (fewer shared-memory
+    /// fragment loads per `mma`) and the deeper k-tile were the fastest of the 17 shapes swept
+    /// at M = 1024 and 4096 (docs/perf.md).
+    pub const ASYNC_DEFAULT: TileShape = TileShape { warps_m: 2, warps_n: 2, frags_m: 4, frags_n: 4, k_steps: 4, stages: 2 };
     pub fn bm(self) -> usize {
         self.warps_m * self.frags_m * INSTR
     }
@@ -412,34 +509,54 @@ impl TileShape {
     pub fn bk(self) -> usize {
         self.k_steps * INSTR
     }
-    /// Static shared memory of one cube, bytes (A and B stages of 16-bit values, f32 epilogue).
+    /// Static shared memory of one cube of the register-prefetch kernel, bytes (A and B stages
+    /// of 16-bit values, f32 epilogue).
     pub fn shared_bytes(self) -> usize {
+        self.slot_bytes() + 4 * self.planes() * FRAG_ELEMS
+    }
+    /// Shared memory of one cube of the asynchronous-copy kernel: `stages` slots and the epilogue.
+    pub fn async_shared_bytes(self) -> usize {
+        self.stages * self.slot_bytes() + 4 * self.planes() * FRAG_ELEMS
+    }
+    /// One A and one B k-tile of 16-bit values, rows padded.
+    fn slot_bytes(self) -> usize {
         let b_stage = (self.bn() * (self.bk() + PAD)).max(self.bk() * (self.bn() + PAD));
-        2 * (self.bm() * (self.bk() + PAD) + b_stage) + 4 * self.planes() * FRAG_ELEMS
+        2 * (self.bm() * (self.bk() + PAD) + b_stage)
     }
 
-    /// `warps_m/warps_n/frags_m/frags_n[/k_steps]`, e.g. `2/2/4/4` or `4/2/2/2/4`.
+    /// `warps_m/warps_n/frags_m/frags_n[/k_steps[/stages]]`, e.g. `2/2/4/4` or `4/2/2/2/4/3`.
     pub fn parse(text: &str) -> Result<TileShape, String> {
-        let bad = || format!("LOCKSTEP_TC_TILES={text:?} is not warps_m/warps_n/frags_m/frags_n[/k_steps] (1-8 each, at most 16 planes and 16 fragments per plane, 48 KiB of shared memory)");
+        let bad = || format!("LOCKSTEP_TC_TILES={text:?} is not warps_m/warps_n/frags_m/frags_n[/k_steps[/stages]] (1-8 each, stages 2-8, at most 16 planes and 16 fragments per plane, 48 KiB of shared memory for one stage and {} KiB for all stages)", ASYNC_SHARED_LIMIT / 1024);
         let parts: Vec<usize> = text.split('/').map(|p| p.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|_| bad())?;
-        let (warps_m, warps_n, frags_m, frags_n, k_steps) = match parts[..] {
-            [a, b, c, d] => (a, b, c, d, BK / INSTR),
-            [a, b, c, d, e] => (a, b, c, d, e),
+        let (warps_m, warps_n, frags_m, frags_n, k_steps, stages) = match parts[..] {
+            [a, b, c, d] => (a, b, c, d, BK / INSTR, STAGES),
+            [a, b, c, d, e] => (a, b, c, d, e, STAGES),
+            [a, b, c, d, e, f] => (a, b, c, d, e, f),
             _ => return Err(bad()),
         };
-        let t = TileShape { warps_m, warps_n, frags_m, frags_n, k_steps };
-        let ok = parts.iter().all(|v| (1..=8).contains(v)) && t.planes() <= 16 && frags_m * frags_n <= 16 && t.shared_bytes() <= 48 * 1024;
+        let t = TileShape { warps_m, warps_n, frags_m, frags_n, k_steps, stages };
+        let ok = parts.iter().all(|v| (1..=8).contains(v)) && stages >= 2 && t.planes() <= 16 && frags_m * frags_n <= 16 && t.shared_bytes() <= 48 * 1024 && t.async_shared_bytes() <= ASYNC_SHARED_LIMIT;
         ok.then_some(t).ok_or_else(bad)
     }
 }
 
-/// [`TileShape::DEFAULT`], or `LOCKSTEP_TC_TILES` (benchmark sweeps); read once per process.
-pub(crate) fn tile_shape() -> Result<TileShape, KernelError> {
-    static SHAPE: std::sync::OnceLock<Result<TileShape, String>> = std::sync::OnceLock::new();
-    SHAPE
-        .get_or_init(|| std::env::var("LOCKSTEP_TC_TILES").map_or(Ok(TileShape::DEFAULT), |text| TileShape::parse(&text)))
+/// Shared memory one cube of the asynchronous kernel may use: within the 227 KiB a Hopper or
+/// Ampere (sm80: 163 KiB) block can opt into, so two cubes still fit on an SM.
+const ASYNC_SHARED_LIMIT: usize = 96 * 1024;
+
+/// `LOCKSTEP_TC_TILES` (benchmark sweeps; read once per process) for both pipelines, else the
+/// pipeline's default: [`TileShape::DEFAULT`] for the register-prefetch kernel,
+/// [`TileShape::ASYNC_DEFAULT`] for the asynchronous one.
+pub(crate) fn tile_shape(pipeline: Pipeline) -> Result<TileShape, KernelError> {
+    static SHAPE: std::sync::OnceLock<Result<Option<TileShape>, String>> = std::sync::OnceLock::new();
+    let chosen = SHAPE
+        .get_or_init(|| std::env::var("LOCKSTEP_TC_TILES").ok().map(|text| TileShape::parse(&text)).transpose())
         .clone()
-        .map_err(|e| KernelError::new("matmul", e))
+        .map_err(|e| KernelError::new("matmul", e))?;
+    Ok(chosen.unwrap_or(match pipeline {
+        Pipeline::RegisterPrefetch => TileShape::DEFAULT,
+        Pipeline::AsyncCopies => TileShape::ASYNC_DEFAULT,
+    }))
 }
 
 #[cfg(test)]
@@ -449,9 +566,13 @@ mod tests {
     #[test]
     fn tile_shapes_parse_within_shared_memory_or_name_the_variable() {
         assert!(TileShape::DEFAULT.shared_bytes() <= 48 * 1024);
-        assert_eq!(TileShape::parse("2/2/4/4").unwrap(), TileShape { warps_m: 2, warps_n: 2, frags_m: 4, frags_n: 4, k_steps: 2 });
+        assert!(TileShape::ASYNC_DEFAULT.async_shared_bytes() <= ASYNC_SHARED_LIMIT);
+        assert_eq!(TileShape::parse("2/2/4/4").unwrap(), TileShape { warps_m: 2, warps_n: 2, frags_m: 4, frags_n: 4, k_steps: 2, stages: STAGES });
         assert_eq!(TileShape::parse("4/2/2/2/4").unwrap().bk(), 64);
-        for bad in ["4/2/2", "0/2/2/2", "4/4/4/4", "8/8/1/1", "2/2/8/8", "a/2/2/2", "4/2/2/2/0", "4/4/4/2/8", "4/2/2/2/4/1"] {
+        assert_eq!(TileShape::parse("4/2/2/2/2/4").unwrap().stages, 4);
+        // 128x64 tiles, k 32: 15 KiB a slot and 8 KiB of epilogue, so 5 slots fit in 96 KiB, 6 do not
+        assert!(TileShape::parse("4/2/2/2/2/5").is_ok());
+        for bad in ["4/2/2", "0/2/2/2", "4/4/4/4", "8/8/1/1", "2/2/8/8", "a/2/2/2", "4/2/2/2/0", "4/4/4/2/8", "4/2/2/2/4/1", "4/2/2/2/2/6", "4/2/2/2/2/2/2"] {
             assert!(TileShape::parse(bad).unwrap_err().contains("LOCKSTEP_TC_TILES"), "{bad}");
         }
     }
