@@ -222,6 +222,21 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
                 let kernel = if idx.len() == pool { MatmulKernel::TensorCoreTiles } else { MatmulKernel::TensorCore };
                 Ok(rows_of(host(matmul_with(Some(kernel), xt, wt.clone(), layout)?), ffn))
             })?);
+            // a weight gradient's xᵀ @ dy with xᵀ read in place by the asynchronous tiles against
+            // the register-prefetch tiles on a transposed copy (K = 256: whole 16-byte vectors)
+            if layout == WeightLayout::InOut {
+                let k_rows = pool & !7;
+                let dy = random_vec(&mut rng, k_rows * ffn, 1.0);
+                let xt = float_tensor(x[..k_rows * hidden].to_vec(), [k_rows, hidden], dtype, device);
+                let dyt = float_tensor(dy, [k_rows, ffn], dtype, device);
+                if !crate::ops::matmul_tc::transposed_x_fits(layout, (hidden, k_rows, ffn)) {
+                    return Err(KernelError::new("battery", format!("xᵀ in place does not apply at {hidden}x{k_rows}x{ffn}: the check would compare the copy with itself")));
+                }
+                let in_place = host(crate::ops::matmul::matmul_transposed_x_with(Some(MatmulKernel::TensorCoreAsync), xt.clone(), dyt.clone(), layout)?);
+                let copied = host(matmul_with(Some(MatmulKernel::TensorCoreTiles), xt.transpose(), dyt, layout)?);
+                let want = rows_of(copied, ffn);
+                checks.push(compare("matmul xᵀ @ dy: xᵀ in place = transposed copy", dtype_name(dtype), hidden, &rows_of(in_place, ffn), &want.iter().collect::<Vec<_>>()));
+            }
             // the asynchronous-copy tiles at every M against the register-prefetch tiles
             checks.extend(row_invariance(&format!("{name} tc-async = tc-tiles"), dtype, pool, &BATCH_SIZES, seed + 1, |idx| {
                 let xt = float_tensor(gather(&x, hidden, idx), [idx.len(), hidden], dtype, device);

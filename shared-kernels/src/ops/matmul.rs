@@ -78,8 +78,8 @@ pub fn matmul(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTen
         let dy = plain::<2>(dy);
         let (dx, dw) = if backward_on_lockstep() {
             match layout {
-                WeightLayout::OutIn => (matmul_plain(dy.clone(), wp, WeightLayout::InOut), matmul_plain(dy.transpose(), xp, WeightLayout::InOut)),
-                WeightLayout::InOut => (matmul_plain(dy.clone(), wp, WeightLayout::OutIn), matmul_plain(xp.transpose(), dy, WeightLayout::InOut)),
+                WeightLayout::OutIn => (matmul_plain(dy.clone(), wp, WeightLayout::InOut), matmul_transposed_x(dy, xp, WeightLayout::InOut)),
+                WeightLayout::InOut => (matmul_plain(dy.clone(), wp, WeightLayout::OutIn), matmul_transposed_x(xp, dy, WeightLayout::InOut)),
             }
         } else {
             match layout {
@@ -96,6 +96,42 @@ pub fn matmul(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTen
 /// every new token count (the batch's shape changes each step; measured on the H200: 100 SFT
 /// steps did not finish in 180 s) and could pick other kernels after a restart. On the CPU runtime burn's tiled
 /// matmul is deterministic and faster than the scalar kernel, so it stays.
+/// `xtᵀ @ W` for `xt` stored `[K, M]`: a weight gradient (`dyᵀ @ x`, `xᵀ @ dy`). Where `tc` or
+/// `tc-async` runs the asynchronous tiles, they read xᵀ in place (a column-major A stage)
+/// instead of after a transposing copy of `xt` (8% of a 32 x 128 Qwen3-0.6B step's GPU time on
+/// the H200, docs/perf.md); everywhere else the copy is made. The same values reach the same
+/// `mma`s either way, so the bits do not depend on which path ran.
+pub(crate) fn matmul_transposed_x(xt: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTensor<2>, KernelError> {
+    matmul_transposed_x_with(None, xt, w, layout)
+}
+
+/// [`matmul_transposed_x`] under `kernel` (`None`: this process's), for the battery.
+pub fn matmul_transposed_x_with(kernel: Option<MatmulKernel>, xt: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTensor<2>, KernelError> {
+    const OP: &str = "matmul";
+    let [k, m] = xt.dims();
+    let [w0, w1] = w.dims();
+    let (wk, n) = match layout {
+        WeightLayout::OutIn => (w1, w0),
+        WeightLayout::InOut => (w0, w1),
+    };
+    let xc = float_in(OP, "x", xt.clone())?;
+    let kernel = match kernel {
+        Some(k) => k,
+        None => matmul_kernel_for(&xc.client, xc.dtype)?,
+    };
+    let in_place = match kernel {
+        MatmulKernel::TensorCoreAsync => true,
+        MatmulKernel::TensorCore => m * n >= ASYNC_MIN_OUTPUTS && !super::matmul_skinny::skinny_applies(m, k, n),
+        _ => false,
+    };
+    if in_place && wk == k && m > 0 && n > 0 && k > 0 && xt.dtype() == w.dtype() && super::matmul_tc::transposed_x_fits(layout, (m, k, n)) {
+        let wc = float_in(OP, "w", w)?;
+        same_device(OP, &xc, &wc, "w")?;
+        return Ok(float_out(super::matmul_tc::matmul_tensor_core(xc, wc, layout, (m, k, n), Pipeline::AsyncCopies, true)?));
+    }
+    matmul_with(Some(kernel), xt.transpose(), w, layout)
+}
+
 fn backward_on_lockstep() -> bool {
     crate::device::runtime_name() == "cuda"
 }
@@ -249,10 +285,10 @@ pub fn matmul_with(kernel: Option<MatmulKernel>, x: BTensor<2>, w: BTensor<2>, l
         MatmulKernel::Hybrid if m * n >= HYBRID_LARGE_OUTPUT || n >= HYBRID_WIDE_N => return Ok(float_out(super::matmul_pipelined::matmul_pipelined(x, w, layout, (m, k, n))?)),
         MatmulKernel::Hybrid | MatmulKernel::TensorCore => {
             let pipeline = if m * n >= ASYNC_MIN_OUTPUTS { Pipeline::AsyncCopies } else { Pipeline::RegisterPrefetch };
-            return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n), pipeline)?));
+            return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n), pipeline, false)?));
         }
-        MatmulKernel::TensorCoreAsync => return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n), Pipeline::AsyncCopies)?)),
-        MatmulKernel::TensorCoreTiles => return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n), Pipeline::RegisterPrefetch)?)),
+        MatmulKernel::TensorCoreAsync => return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n), Pipeline::AsyncCopies, false)?)),
+        MatmulKernel::TensorCoreTiles => return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n), Pipeline::RegisterPrefetch, false)?)),
         MatmulKernel::Scalar => {}
     }
     let y = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), [m, n].into(), x.dtype);

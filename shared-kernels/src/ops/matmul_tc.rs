@@ -133,7 +133,8 @@ fn store_tile<F: Float, N: Size>(
 /// The `mma`s of one staged k-tile, the ONLY instruction sequence every tc tiles kernel runs:
 /// k-steps kk = 0, 1, ... (k offset 16 kk within the tile) in order, each accumulator fragment
 /// `execute`d into itself. `a_base` / `b_base`: the stage's first vector in `a_sh` / `b_sh`
-/// (a multi-stage ring passes its slot's offset).
+/// (a multi-stage ring passes its slot's offset). `a_col_major`: the A stage is `[bk][bm + PAD]`
+/// (x given transposed) instead of `[bm][bk + PAD]`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn mma_k_tile<F: Float, N: Size>(
@@ -144,14 +145,17 @@ pub(crate) fn mma_k_tile<F: Float, N: Size>(
     accs: &Sequence<cmma::Matrix<f32>>,
     row_base: usize,
     col_base: usize,
+    #[comptime] a_col_major: bool,
     #[comptime] w_out_in: bool,
     #[comptime] vs: usize,
+    #[comptime] bm: usize,
     #[comptime] bn: usize,
     #[comptime] bk: usize,
     #[comptime] frags_m: usize,
     #[comptime] frags_n: usize,
 ) {
     let lda = comptime!(bk + PAD);
+    let lda_t = comptime!(bm + PAD);
     let ldb_nk = comptime!(bk + PAD);
     let ldb_kn = comptime!(bn + PAD);
     let a_len = a_sh.len();
@@ -194,19 +198,26 @@ pub(crate) fn mma_k_tile<F: Float, N: Size>(
         }
         #[unroll]
         for i in 0..comptime!(frags_m) {
-            // a_sh[m][k]: element (m, k) at m * LDA + k -> row-major A.
+            let row = row_base + i * comptime!(INSTR);
             let mut a = unsafe {
                 cmma::Matrix::<F>::uninitialized(
                     MatrixIdent::A,
                     16usize,
                     16usize,
                     16usize,
-                    MatrixLayout::RowMajor,
+                    comptime!(if a_col_major { MatrixLayout::ColMajor } else { MatrixLayout::RowMajor }),
                 )
             };
-            let row = row_base + i * comptime!(INSTR);
-            let off = a_base + (row * lda + kk * comptime!(INSTR)) / comptime!(vs);
-            cmma::load(&mut a, a_sh.slice(off, a_len), comptime!(lda as u32));
+            if comptime!(a_col_major) {
+                // a_sh[k][m]: element (m, k) at k * LDA_T + m -> column-major A (the same
+                // fragment values as the row-major stage holds, so the same `mma`s and bits)
+                let off = a_base + (kk * comptime!(INSTR * lda_t) + row) / comptime!(vs);
+                cmma::load(&mut a, a_sh.slice(off, a_len), comptime!(lda_t as u32));
+            } else {
+                // a_sh[m][k]: element (m, k) at m * LDA + k -> row-major A.
+                let off = a_base + (row * lda + kk * comptime!(INSTR)) / comptime!(vs);
+                cmma::load(&mut a, a_sh.slice(off, a_len), comptime!(lda as u32));
+            }
             #[unroll]
             for j in 0..comptime!(frags_n) {
                 let acc = accs.index(comptime!(i * frags_n + j));
@@ -360,7 +371,7 @@ fn matmul_tc_kernel<F: Float, N: Size>(
             }
         }
 
-        mma_k_tile::<F, N>(&a_sh, &b_sh, 0, 0, &accs, row_base, col_base, w_out_in, vs, bn, bk, frags_m, frags_n);
+        mma_k_tile::<F, N>(&a_sh, &b_sh, 0, 0, &accs, row_base, col_base, false, w_out_in, vs, bm, bn, bk, frags_m, frags_n);
         sync_cube();
     }
 
@@ -403,13 +414,16 @@ pub fn tensor_cores_available_for(client: &Client, dtype: DType) -> bool {
 /// `pipeline`: [`Pipeline::AsyncCopies`] runs [`super::matmul_tc_async`]'s kernel where the
 /// vector width allows `cp.async` (at least 2 elements: 4, 8 or 16 bytes; a function of K and N,
 /// never of M), else the register-prefetch kernel; the bits are the same either way.
-pub(crate) fn matmul_tensor_core(x: CubeTensor, w: CubeTensor, layout: WeightLayout, (m, k, n): (usize, usize, usize), pipeline: Pipeline) -> Result<CubeTensor, KernelError> {
+/// `x_col_major`: `x` is xᵀ stored row-major `[K, M]` (asynchronous pipeline only, and M a
+/// multiple of the vector width; see [`transposed_x_fits`]).
+pub(crate) fn matmul_tensor_core(x: CubeTensor, w: CubeTensor, layout: WeightLayout, (m, k, n): (usize, usize, usize), pipeline: Pipeline, x_col_major: bool) -> Result<CubeTensor, KernelError> {
     const OP: &str = "matmul";
     ensure!(matches!(x.dtype, DType::BF16 | DType::F16), OP, "x has dtype {:?}; the tensor-core kernel takes bf16 or f16", x.dtype);
-    let vs = [8usize, 4, 2, 1].into_iter().find(|&v| k % v == 0 && (layout == WeightLayout::OutIn || n % v == 0)).unwrap_or(1);
+    let vs = vector_width(layout, k, n);
     // Vector width of the global loads: a function of K (and N for `InOut`) only, never of M;
     // `cp.async` moves 4, 8 or 16 bytes, so width 1 takes the register-prefetch kernel.
     let pipeline = if vs >= 2 { pipeline } else { Pipeline::RegisterPrefetch };
+    ensure!(!x_col_major || transposed_x_fits(layout, (m, k, n)), OP, "a transposed x needs the asynchronous tiles and M ({m}) a multiple of the vector width {vs}");
     let tiles = tile_shape(pipeline)?;
     let (bm, bn, planes) = (tiles.bm(), tiles.bn(), tiles.planes());
     ensure!(m.div_ceil(bm) <= 65535, OP, "x has {m} rows; at most {} per launch", 65535 * bm);
@@ -428,6 +442,7 @@ pub(crate) fn matmul_tensor_core(x: CubeTensor, w: CubeTensor, layout: WeightLay
             m as u32,
             n as u32,
             k as u32,
+            x_col_major,
             layout == WeightLayout::OutIn,
             vs,
             PLANE_DIM,
@@ -463,6 +478,19 @@ pub(crate) fn matmul_tensor_core(x: CubeTensor, w: CubeTensor, layout: WeightLay
         storage(x.dtype),
     );
     Ok(y)
+}
+
+/// Vector width of the tiles' global loads: the largest of 8, 4, 2, 1 dividing K (and N for
+/// `InOut`): a property of the weight, never of M.
+fn vector_width(layout: WeightLayout, k: usize, n: usize) -> usize {
+    [8usize, 4, 2, 1].into_iter().find(|&v| k % v == 0 && (layout == WeightLayout::OutIn || n % v == 0)).unwrap_or(1)
+}
+
+/// Whether [`matmul_tensor_core`] can read x as xᵀ `[K, M]` directly: the asynchronous copies
+/// run (vector width at least 2) and whole vectors of xᵀ's rows (M long) stay in bounds.
+pub(crate) fn transposed_x_fits(layout: WeightLayout, (m, k, n): (usize, usize, usize)) -> bool {
+    let vs = vector_width(layout, k, n);
+    vs >= 2 && m % vs == 0
 }
 
 /// How the tiles' k-tiles reach shared memory (scheduling only: the same bits).
@@ -518,10 +546,11 @@ impl TileShape {
     pub fn async_shared_bytes(self) -> usize {
         self.stages * self.slot_bytes() + 4 * self.planes() * FRAG_ELEMS
     }
-    /// One A and one B k-tile of 16-bit values, rows padded.
+    /// One A and one B k-tile of 16-bit values, rows padded, in the larger of their two layouts.
     fn slot_bytes(self) -> usize {
+        let a_stage = (self.bm() * (self.bk() + PAD)).max(self.bk() * (self.bm() + PAD));
         let b_stage = (self.bn() * (self.bk() + PAD)).max(self.bk() * (self.bn() + PAD));
-        2 * (self.bm() * (self.bk() + PAD) + b_stage)
+        2 * (a_stage + b_stage)
     }
 
     /// `warps_m/warps_n/frags_m/frags_n[/k_steps[/stages]]`, e.g. `2/2/4/4` or `4/2/2/2/4/3`.

@@ -77,7 +77,9 @@ fn copy_tile_async<F: Float, N: Size>(
     }
 }
 
-/// Issues the copies of k-tile `k0 / bk` of A and B into slot `slot`.
+/// Issues the copies of k-tile `k0 / bk` of A and B into slot `slot`. `x_col_major`: `x` holds
+/// xᵀ, row-major `[K, M]` (a backward's `dyᵀ`), staged as `[bk][bm + PAD]` without a transposing
+/// copy.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn issue_k_tile<F: Float, N: Size>(
@@ -92,6 +94,7 @@ fn issue_k_tile<F: Float, N: Size>(
     m: usize,
     n: usize,
     k: usize,
+    #[comptime] x_col_major: bool,
     #[comptime] w_out_in: bool,
     #[comptime] vs: usize,
     #[comptime] bm: usize,
@@ -99,12 +102,15 @@ fn issue_k_tile<F: Float, N: Size>(
     #[comptime] bk: usize,
     #[comptime] units: usize,
 ) {
-    let lda = comptime!(bk + PAD);
     let ldb_nk = comptime!(bk + PAD);
     let ldb_kn = comptime!(bn + PAD);
-    let a_slot = comptime!(bm * lda / vs);
+    let a_slot = comptime!(a_slot_len(x_col_major, bm, bk, vs));
     let b_slot = comptime!(if w_out_in { bn * ldb_nk / vs } else { bk * ldb_kn / vs });
-    copy_tile_async::<F, N>(x, a_sh, slot * a_slot, m0, k0, m, k, bm, bk, lda, vs, units);
+    if comptime!(x_col_major) {
+        copy_tile_async::<F, N>(x, a_sh, slot * a_slot, k0, m0, k, m, bk, bm, comptime!(bm + PAD), vs, units);
+    } else {
+        copy_tile_async::<F, N>(x, a_sh, slot * a_slot, m0, k0, m, k, bm, bk, comptime!(bk + PAD), vs, units);
+    }
     if comptime!(w_out_in) {
         copy_tile_async::<F, N>(w, b_sh, slot * b_slot, n0, k0, n, k, bn, bk, ldb_nk, vs, units);
     } else {
@@ -121,6 +127,7 @@ pub(crate) fn matmul_tc_async_kernel<F: Float, N: Size>(
     m_arg: u32,
     n_arg: u32,
     k_arg: u32,
+    #[comptime] x_col_major: bool,
     #[comptime] w_out_in: bool,
     #[comptime] vs: usize,
     #[comptime] plane_dim: usize,
@@ -136,7 +143,7 @@ pub(crate) fn matmul_tc_async_kernel<F: Float, N: Size>(
     let bm = comptime!(warps_m * frags_m * INSTR);
     let bn = comptime!(warps_n * frags_n * INSTR);
     let units = comptime!(plane_dim * planes);
-    let a_slot = comptime!(bm * (bk + PAD) / vs);
+    let a_slot = comptime!(a_slot_len(x_col_major, bm, bk, vs));
     let b_slot = comptime!(if w_out_in { bn * (bk + PAD) / vs } else { bk * (bn + PAD) / vs });
     let m = m_arg as usize;
     let n = n_arg as usize;
@@ -160,7 +167,7 @@ pub(crate) fn matmul_tc_async_kernel<F: Float, N: Size>(
     #[unroll]
     for s in 0..comptime!(stages - 1) {
         if s < k_tiles {
-            issue_k_tile::<F, N>(x, w, &mut a_sh, &mut b_sh, s, m0, n0, s * bk, m, n, k, w_out_in, vs, bm, bn, bk, units);
+            issue_k_tile::<F, N>(x, w, &mut a_sh, &mut b_sh, s, m0, n0, s * bk, m, n, k, x_col_major, w_out_in, vs, bm, bn, bk, units);
         }
         commit_copies();
     }
@@ -174,12 +181,17 @@ pub(crate) fn matmul_tc_async_kernel<F: Float, N: Size>(
                 sync_cube();
                 let next = t + stages - 1;
                 if next < k_tiles {
-                    issue_k_tile::<F, N>(x, w, &mut a_sh, &mut b_sh, comptime!((s + stages - 1) % stages), m0, n0, next * bk, m, n, k, w_out_in, vs, bm, bn, bk, units);
+                    issue_k_tile::<F, N>(x, w, &mut a_sh, &mut b_sh, comptime!((s + stages - 1) % stages), m0, n0, next * bk, m, n, k, x_col_major, w_out_in, vs, bm, bn, bk, units);
                 }
                 commit_copies();
-                mma_k_tile::<F, N>(&a_sh, &b_sh, comptime!(s * a_slot), comptime!(s * b_slot), &accs, row_base, col_base, w_out_in, vs, bn, bk, frags_m, frags_n);
+                mma_k_tile::<F, N>(&a_sh, &b_sh, comptime!(s * a_slot), comptime!(s * b_slot), &accs, row_base, col_base, x_col_major, w_out_in, vs, bm, bn, bk, frags_m, frags_n);
             }
         }
     }
     write_accumulators::<F>(y, &accs, m0, n0, m, n, row_base, col_base, plane, plane_dim, planes, frags_m, frags_n);
+}
+
+/// Vectors of one A slot: `[bm][bk + PAD]`, or `[bk][bm + PAD]` for a transposed x.
+pub(crate) fn a_slot_len(x_col_major: bool, bm: usize, bk: usize, vs: usize) -> usize {
+    if x_col_major { bk * (bm + PAD) / vs } else { bm * (bk + PAD) / vs }
 }
