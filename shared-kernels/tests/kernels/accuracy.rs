@@ -30,6 +30,22 @@ fn matmul_matches_f64_in_both_layouts() {
 }
 
 #[test]
+fn weight_gradient_matmul_of_a_transposed_x_matches_f64() {
+    // xtᵀ @ W with xt stored [K, M], as the backward calls it (on CUDA's tensor cores xᵀ is read
+    // in place, bit-compared with the copy by the GPU battery; here it takes the copy)
+    let (device, mut rng) = (crate::device(), StdRng::seed_from_u64(crate::seed()));
+    let (m, k, n) = (24, 40, 33);
+    let xt = random_vec(&mut rng, k * m, 1.0);
+    let x: Vec<f32> = (0..m * k).map(|i| xt[(i % k) * m + i / k]).collect();
+    let w = random_vec(&mut rng, k * n, 1.0);
+    for (layout, shape, out_in) in [(WeightLayout::OutIn, [n, k], true), (WeightLayout::InOut, [k, n], false)] {
+        let y = shared_kernels::ops::matmul::matmul_transposed_x_with(None, float_tensor(xt.clone(), [k, m], DType::F32, &device), float_tensor(w.clone(), shape, DType::F32, &device), layout).unwrap();
+        assert_eq!(y.dims(), [m, n], "{layout:?}");
+        assert_close("matmul of a transposed x", &host(y), &reference::matmul(&x, &w, m, k, n, out_in), 2e-5, 1e-6);
+    }
+}
+
+#[test]
 fn rmsnorm_swiglu_rope_match_f64() {
     let (device, mut rng) = (crate::device(), StdRng::seed_from_u64(crate::seed()));
     let (rows, hidden) = (19, 200);
