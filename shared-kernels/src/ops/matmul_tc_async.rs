@@ -12,6 +12,11 @@
 //! [`super::matmul_tc::mma_k_tile`] on each staged k-tile in k order and write through
 //! [`super::matmul_tc::write_accumulators`]. Only when the bytes arrive changes.
 //!
+//! A weight gradient's x is xᵀ stored `[K, M]` (`dyᵀ @ x`); `x_col_major` stages it as it is, as
+//! a `[bk][bm + PAD]` A slot read by column-major fragment loads (the same values in the same
+//! fragments, so the same `mma`s and bits as a transposed copy; M must then be a multiple of the
+//! vector width too).
+//!
 //! Synchronization, per k-tile t (slot t % stages): `cp.async.wait_group stages-2` (this unit's
 //! copies of tile t landed), `sync_cube` (everyone's landed, and everyone finished tile t-1, whose
 //! slot is refilled next), issue tile t + stages - 1 into that slot, commit one group (empty
@@ -192,6 +197,6 @@ pub(crate) fn matmul_tc_async_kernel<F: Float, N: Size>(
 }
 
 /// Vectors of one A slot: `[bm][bk + PAD]`, or `[bk][bm + PAD]` for a transposed x.
-pub(crate) fn a_slot_len(x_col_major: bool, bm: usize, bk: usize, vs: usize) -> usize {
+fn a_slot_len(x_col_major: bool, bm: usize, bk: usize, vs: usize) -> usize {
     if x_col_major { bk * (bm + PAD) / vs } else { bm * (bk + PAD) / vs }
 }
