@@ -92,10 +92,6 @@ pub fn matmul(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTen
     })))
 }
 
-/// The backward's matmuls run on lockstep's kernels on CUDA: burn's autotuner there benchmarks
-/// every new token count (the batch's shape changes each step; measured on the H200: 100 SFT
-/// steps did not finish in 180 s) and could pick other kernels after a restart. On the CPU runtime burn's tiled
-/// matmul is deterministic and faster than the scalar kernel, so it stays.
 /// `xtᵀ @ W` for `xt` stored `[K, M]`: a weight gradient (`dyᵀ @ x`, `xᵀ @ dy`). Where `tc` or
 /// `tc-async` runs the asynchronous tiles, they read xᵀ in place (a column-major A stage)
 /// instead of after a transposing copy of `xt` (8% of a 32 x 128 Qwen3-0.6B step's GPU time on
@@ -132,6 +128,10 @@ pub fn matmul_transposed_x_with(kernel: Option<MatmulKernel>, xt: BTensor<2>, w:
     matmul_with(Some(kernel), xt.transpose(), w, layout)
 }
 
+/// The backward's matmuls run on lockstep's kernels on CUDA: burn's autotuner there benchmarks
+/// every new token count (the batch's shape changes each step; measured on the H200: 100 SFT
+/// steps did not finish in 180 s) and could pick other kernels after a restart. On the CPU runtime burn's tiled
+/// matmul is deterministic and faster than the scalar kernel, so it stays.
 fn backward_on_lockstep() -> bool {
     crate::device::runtime_name() == "cuda"
 }
@@ -180,8 +180,8 @@ impl MatmulKernel {
 
 /// Outputs with at least this many elements run the asynchronous-copy tiles under `tc` and
 /// `hybrid`; smaller ones the register-prefetch tiles. Their 128x128 cubes are too few to fill
-/// the H200 below about a million outputs (crossover measured there, docs/perf.md). Scheduling only: both run the same `mma` sequence (battery:
-/// `tc-async = tc-tiles`).
+/// the H200 below about a million outputs (crossover measured there, docs/perf.md). Scheduling
+/// only: both run the same `mma` sequence (battery: `tc-async = tc-tiles`).
 pub const ASYNC_MIN_OUTPUTS: usize = 1 << 20;
 
 /// Weights at least this wide run the pipelined kernel at every M under [`MatmulKernel::Hybrid`].
