@@ -104,25 +104,16 @@ pub(crate) fn matmul_transposed_x(xt: BTensor<2>, w: BTensor<2>, layout: WeightL
 /// [`matmul_transposed_x`] under `kernel` (`None`: this process's), for the battery.
 pub fn matmul_transposed_x_with(kernel: Option<MatmulKernel>, xt: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTensor<2>, KernelError> {
     const OP: &str = "matmul";
-    let [k, m] = xt.dims();
-    let [w0, w1] = w.dims();
-    let (wk, n) = match layout {
-        WeightLayout::OutIn => (w1, w0),
-        WeightLayout::InOut => (w0, w1),
-    };
     let xc = float_in(OP, "x", xt.clone())?;
+    let wc = float_in(OP, "w", w.clone())?;
+    let (m, k, n) = checked_dims_of(OP, &xc, true, &wc, layout)?;
     let kernel = match kernel {
         Some(k) => k,
         None => matmul_kernel_for(&xc.client, xc.dtype)?,
     };
-    let in_place = match kernel {
-        MatmulKernel::TensorCoreAsync => true,
-        MatmulKernel::TensorCore => m * n >= ASYNC_MIN_OUTPUTS && !super::matmul_skinny::skinny_applies(m, k, n),
-        _ => false,
-    };
-    if in_place && wk == k && m > 0 && n > 0 && k > 0 && xt.dtype() == w.dtype() && super::matmul_tc::transposed_x_fits(layout, (m, k, n)) {
-        let wc = float_in(OP, "w", w)?;
-        same_device(OP, &xc, &wc, "w")?;
+    // under tc and tc-async only (hybrid keeps the copy), where the asynchronous tiles run
+    let in_place = matches!(kernel, MatmulKernel::TensorCore | MatmulKernel::TensorCoreAsync) && route(kernel, m, k, n) == Route::Tiles(Pipeline::AsyncCopies);
+    if in_place && super::matmul_tc::transposed_x_fits(layout, (m, k, n)) {
         return Ok(float_out(super::matmul_tc::matmul_tensor_core(xc, wc, layout, (m, k, n), Pipeline::AsyncCopies, true)?));
     }
     matmul_with(Some(kernel), xt.transpose(), w, layout)
@@ -183,6 +174,33 @@ impl MatmulKernel {
 /// the H200 below about a million outputs (crossover measured there, docs/perf.md). Scheduling
 /// only: both run the same `mma` sequence (battery: `tc-async = tc-tiles`).
 pub const ASYNC_MIN_OUTPUTS: usize = 1 << 20;
+
+/// Which kernel `kernel` runs for `x[M,K] @ W[K,N]`: the one place the shape rules of
+/// [`matmul_with`] live (the weight-gradient path asks it too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    Scalar,
+    /// The decode kernel ([`super::matmul_skinny`]).
+    Skinny,
+    /// cubek's double-buffered kernel ([`super::matmul_pipelined`]).
+    Pipelined,
+    /// lockstep's tiles, fed as the pipeline says ([`super::matmul_tc`]).
+    Tiles(Pipeline),
+}
+
+pub(crate) fn route(kernel: MatmulKernel, m: usize, k: usize, n: usize) -> Route {
+    let skinny = super::matmul_skinny::skinny_applies(m, k, n);
+    let by_size = if m * n >= ASYNC_MIN_OUTPUTS { Pipeline::AsyncCopies } else { Pipeline::RegisterPrefetch };
+    match kernel {
+        MatmulKernel::Scalar => Route::Scalar,
+        MatmulKernel::TensorCore | MatmulKernel::Hybrid if skinny => Route::Skinny,
+        MatmulKernel::Pipelined => Route::Pipelined,
+        MatmulKernel::Hybrid if m * n >= HYBRID_LARGE_OUTPUT || n >= HYBRID_WIDE_N => Route::Pipelined,
+        MatmulKernel::Hybrid | MatmulKernel::TensorCore => Route::Tiles(by_size),
+        MatmulKernel::TensorCoreAsync => Route::Tiles(Pipeline::AsyncCopies),
+        MatmulKernel::TensorCoreTiles => Route::Tiles(Pipeline::RegisterPrefetch),
+    }
+}
 
 /// Weights at least this wide run the pipelined kernel at every M under [`MatmulKernel::Hybrid`].
 pub const HYBRID_WIDE_N: usize = 16384;
@@ -245,9 +263,14 @@ pub fn matmul_kernels_summary(device: &burn::tensor::Device) -> String {
 /// `(M, K, N)` of `x @ W` once device, inner dimensions, dtypes and non-emptiness check out;
 /// shared by every matmul kernel (the scalar one, tensor cores, the ablation's split-K).
 pub(crate) fn checked_dims(op: &'static str, x: &CubeTensor, w: &CubeTensor, layout: WeightLayout) -> Result<(usize, usize, usize), KernelError> {
+    checked_dims_of(op, x, false, w, layout)
+}
+
+/// [`checked_dims`] where `x` may be given transposed, stored `[K, M]`.
+fn checked_dims_of(op: &'static str, x: &CubeTensor, x_transposed: bool, w: &CubeTensor, layout: WeightLayout) -> Result<(usize, usize, usize), KernelError> {
     same_device(op, x, w, "w")?;
     let (xd, wd) = (dims(x), dims(w));
-    let (m, k) = (xd[0], xd[1]);
+    let (m, k) = if x_transposed { (xd[1], xd[0]) } else { (xd[0], xd[1]) };
     let (wk, n) = match layout {
         WeightLayout::OutIn => (wd[1], wd[0]),
         WeightLayout::InOut => (wd[0], wd[1]),
@@ -278,18 +301,11 @@ pub fn matmul_with(kernel: Option<MatmulKernel>, x: BTensor<2>, w: BTensor<2>, l
             k
         }
     };
-    let skinny = super::matmul_skinny::skinny_applies(m, k, n);
-    match kernel {
-        MatmulKernel::TensorCore | MatmulKernel::Hybrid if skinny => return Ok(float_out(super::matmul_skinny::matmul_skinny(x, w, layout, (m, k, n))?)),
-        MatmulKernel::Pipelined => return Ok(float_out(super::matmul_pipelined::matmul_pipelined(x, w, layout, (m, k, n))?)),
-        MatmulKernel::Hybrid if m * n >= HYBRID_LARGE_OUTPUT || n >= HYBRID_WIDE_N => return Ok(float_out(super::matmul_pipelined::matmul_pipelined(x, w, layout, (m, k, n))?)),
-        MatmulKernel::Hybrid | MatmulKernel::TensorCore => {
-            let pipeline = if m * n >= ASYNC_MIN_OUTPUTS { Pipeline::AsyncCopies } else { Pipeline::RegisterPrefetch };
-            return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n), pipeline, false)?));
-        }
-        MatmulKernel::TensorCoreAsync => return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n), Pipeline::AsyncCopies, false)?)),
-        MatmulKernel::TensorCoreTiles => return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n), Pipeline::RegisterPrefetch, false)?)),
-        MatmulKernel::Scalar => {}
+    match route(kernel, m, k, n) {
+        Route::Skinny => return Ok(float_out(super::matmul_skinny::matmul_skinny(x, w, layout, (m, k, n))?)),
+        Route::Pipelined => return Ok(float_out(super::matmul_pipelined::matmul_pipelined(x, w, layout, (m, k, n))?)),
+        Route::Tiles(pipeline) => return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n), pipeline, false)?)),
+        Route::Scalar => {}
     }
     let y = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), [m, n].into(), x.dtype);
     let count = CubeCount::Static(n.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1);
@@ -307,4 +323,31 @@ pub fn matmul_with(kernel: Option<MatmulKernel>, x: BTensor<2>, w: BTensor<2>, l
         storage(x.dtype),
     );
     Ok(float_out(y))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_follows_the_documented_shape_rules() {
+        use MatmulKernel::*;
+        use Pipeline::*;
+        // decode: the lm_head at one row takes the decode kernel under tc and hybrid
+        assert_eq!(route(TensorCore, 1, 1024, 151936), Route::Skinny);
+        assert_eq!(route(Hybrid, 1, 1024, 151936), Route::Skinny);
+        // tiles: register prefetch under 2^20 outputs, asynchronous copies from there
+        assert_eq!(route(TensorCore, 256, 1024, 1024), Route::Tiles(RegisterPrefetch));
+        assert_eq!(route(TensorCore, 1024, 1024, 1024), Route::Tiles(AsyncCopies));
+        assert_eq!(route(TensorCore, 4096, 1024, 3072), Route::Tiles(AsyncCopies));
+        // hybrid: pipelined for large outputs and wide weights, tc's tiles between
+        assert_eq!(route(Hybrid, 4096, 1024, 3072), Route::Pipelined);
+        assert_eq!(route(Hybrid, 256, 1024, 151936), Route::Pipelined);
+        assert_eq!(route(Hybrid, 1024, 1024, 1024), Route::Tiles(AsyncCopies));
+        // the comparison kernels ignore the size rules
+        assert_eq!(route(TensorCoreTiles, 4096, 1024, 3072), Route::Tiles(RegisterPrefetch));
+        assert_eq!(route(TensorCoreAsync, 1, 1024, 151936), Route::Tiles(AsyncCopies));
+        assert_eq!(route(Pipelined, 1, 1024, 1024), Route::Pipelined);
+        assert_eq!(route(Scalar, 4096, 1024, 3072), Route::Scalar);
+    }
 }

@@ -16,27 +16,27 @@ use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 const BLOCK: usize = 256;
 
 /// `silu(gate) * up` over vectors of `vs` elements: each unit loads one vector of each input and
-/// computes its lanes one by one with the scalar arithmetic of [`silu_times`], so the bits do not
+/// computes its lanes one by one with the scalar arithmetic of [`swiglu_lanes`], so the bits do not
 /// depend on the vector width (wide loads only keep more bytes in flight per unit).
 #[cube(launch)]
 fn swiglu_kernel<F: Float, N: Size>(gate: &Tensor<Vector<F, N>>, up: &Tensor<Vector<F, N>>, y: &mut Tensor<Vector<F, N>>, vecs_arg: u32, #[comptime] vs: usize, #[define(F)] _d: ElemType) {
     let i = cube_linear() * comptime!(BLOCK) + UNIT_POS_X as usize;
     if i < vecs_arg as usize {
         let (g, u) = (gate[i], up[i]);
-        let mut out = Vector::<F, N>::new(F::from_int(0));
-        #[unroll]
-        for l in 0..vs {
-            out.insert(l, F::cast_from(silu_times(f32::cast_from(g.extract(l)), f32::cast_from(u.extract(l)))));
-        }
-        y[i] = out;
+        y[i] = swiglu_lanes::<F, N>(g, u, vs);
     }
 }
 
-/// `silu(g) * u` in f32, shared by both swiglu kernels.
+/// `silu(g) * u` lane by lane, in f32 and rounded once per lane: shared by both swiglu kernels.
 #[cube]
-fn silu_times(g: f32, u: f32) -> f32 {
-    let silu = g / (1.0f32 + (-g).exp());
-    silu * u
+fn swiglu_lanes<F: Float, N: Size>(g: Vector<F, N>, u: Vector<F, N>, #[comptime] vs: usize) -> Vector<F, N> {
+    let mut out = Vector::<F, N>::new(F::from_int(0));
+    #[unroll]
+    for l in 0..vs {
+        let (gl, ul) = (f32::cast_from(g.extract(l)), f32::cast_from(u.extract(l)));
+        out.insert(l, F::cast_from(gl / (1.0f32 + (-gl).exp()) * ul));
+    }
+    out
 }
 
 /// swiglu over the output of the fused gate/up projection `[rows, 2 * width]` (gate columns
@@ -49,12 +49,7 @@ fn swiglu_halves_kernel<F: Float, N: Size>(gate_up: &Tensor<Vector<F, N>>, y: &m
     if i < vecs_arg as usize {
         let at = (i / wv) * 2 * wv + i % wv;
         let (g, u) = (gate_up[at], gate_up[at + wv]);
-        let mut out = Vector::<F, N>::new(F::from_int(0));
-        #[unroll]
-        for l in 0..vs {
-            out.insert(l, F::cast_from(silu_times(f32::cast_from(g.extract(l)), f32::cast_from(u.extract(l)))));
-        }
-        y[i] = out;
+        y[i] = swiglu_lanes::<F, N>(g, u, vs);
     }
 }
 
