@@ -237,6 +237,23 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
                 let want = rows_of(copied, ffn);
                 checks.push(compare("matmul xᵀ @ dy: xᵀ in place = transposed copy", dtype_name(dtype), hidden, &rows_of(in_place, ffn), &want.iter().collect::<Vec<_>>()));
             }
+            // the warpgroup (wgmma) tiles at every M against the register-prefetch tiles, and
+            // their f32 accumulators against a plain cmma chain (as bits: a bf16 output hides
+            // most one-ulp differences of the accumulator)
+            if layout == WeightLayout::OutIn && crate::ops::matmul::wgmma_on(device)? {
+                checks.extend(row_invariance(&format!("{name} wgmma = tc-tiles"), dtype, pool, &BATCH_SIZES, seed + 1, |idx| {
+                    let xt = float_tensor(gather(&x, hidden, idx), [idx.len(), hidden], dtype, device);
+                    let y = if idx.len() == pool { matmul_with(Some(MatmulKernel::TensorCoreTiles), xt, wt.clone(), layout)? } else { crate::ops::matmul::matmul_warpgroup_tiles(xt, wt.clone(), dtype)? };
+                    Ok(rows_of(host(y), ffn))
+                })?);
+                let rows = pool & !15;
+                if hidden % 16 == 0 && ffn % 16 == 0 {
+                    let xt = float_tensor(x[..rows * hidden].to_vec(), [rows, hidden], dtype, device);
+                    let chain = rows_of(host(crate::ops::matmul::matmul_cmma_chain_f32(xt.clone(), wt.clone())?), ffn);
+                    let warpgroup = rows_of(host(crate::ops::matmul::matmul_warpgroup_tiles(xt, wt.clone(), DType::F32)?), ffn);
+                    checks.push(compare("matmul W[N,K] f32 accumulators: wgmma = cmma chain", dtype_name(dtype), rows, &warpgroup, &chain.iter().collect::<Vec<_>>()));
+                }
+            }
             // the asynchronous-copy tiles at every M against the register-prefetch tiles
             checks.extend(row_invariance(&format!("{name} tc-async = tc-tiles"), dtype, pool, &BATCH_SIZES, seed + 1, |idx| {
                 let xt = float_tensor(gather(&x, hidden, idx), [idx.len(), hidden], dtype, device);

@@ -79,7 +79,11 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
     let kernels: Vec<MatmulKernel> = match default_kernel {
         k if o.matmul_only => vec![k],
         MatmulKernel::Scalar => vec![MatmulKernel::Scalar],
-        k => std::iter::once(k).chain([MatmulKernel::Hybrid, MatmulKernel::Pipelined, MatmulKernel::TensorCore, MatmulKernel::TensorCoreTiles, MatmulKernel::TensorCoreAsync].into_iter().filter(|&o| o != k)).collect(),
+        k => {
+            let wgmma = shared_kernels::ops::matmul::wgmma_on(device).map_err(|e| e.to_string())?;
+            let others = [MatmulKernel::Warpgroup, MatmulKernel::Hybrid, MatmulKernel::Pipelined, MatmulKernel::TensorCore, MatmulKernel::TensorCoreTiles, MatmulKernel::TensorCoreAsync];
+            std::iter::once(k).chain(others.into_iter().filter(|&o| o != k && (wgmma || o != MatmulKernel::Warpgroup))).collect()
+        }
     };
     for &(name, n, k) in &[("matmul hidden->hidden", h, h), ("matmul hidden->ffn", ffn, h), ("matmul ffn->hidden", h, ffn), ("matmul lm_head", v, h)] {
         let w = rand2([n, k], o.dtype, device).mul_scalar(0.02);

@@ -112,11 +112,37 @@ pub fn matmul_transposed_x_with(kernel: Option<MatmulKernel>, xt: BTensor<2>, w:
         None => matmul_kernel_for(&xc.client, xc.dtype)?,
     };
     // under tc and tc-async only (hybrid keeps the copy), where the asynchronous tiles run
-    let in_place = matches!(kernel, MatmulKernel::TensorCore | MatmulKernel::TensorCoreAsync) && route(kernel, m, k, n) == Route::Tiles(Pipeline::AsyncCopies);
+    let in_place = matches!(kernel, MatmulKernel::TensorCore | MatmulKernel::TensorCoreAsync | MatmulKernel::Warpgroup) && route(kernel, layout, m, k, n) == Route::Tiles(Pipeline::AsyncCopies);
     if in_place && super::matmul_tc::transposed_x_fits(layout, (m, k, n)) {
         return Ok(float_out(super::matmul_tc::matmul_tensor_core(xc, wc, layout, (m, k, n), Pipeline::AsyncCopies, true)?));
     }
     matmul_with(Some(kernel), xt.transpose(), w, layout)
+}
+
+/// `x @ W[N,K]ᵀ` on the warpgroup tiles at every M (no decode kernel), output in `out` (x's
+/// dtype, or f32 to compare accumulators as bits): the battery's and the benchmarks' handle.
+pub fn matmul_warpgroup_tiles(x: BTensor<2>, w: BTensor<2>, out: burn::tensor::DType) -> Result<BTensor<2>, KernelError> {
+    const OP: &str = "matmul";
+    let xc = float_in(OP, "x", x)?;
+    let wc = float_in(OP, "w", w)?;
+    let dims = checked_dims(OP, &xc, &wc, WeightLayout::OutIn)?;
+    Ok(float_out(super::matmul_wgmma::matmul_wgmma(xc, wc, dims, out)?))
+}
+
+/// `x @ W[N,K]ᵀ` as one plain chain of cmma steps per 16x16 block, f32 out: the bits the
+/// warpgroup kernel's accumulators must equal (M, N, K multiples of 16).
+pub fn matmul_cmma_chain_f32(x: BTensor<2>, w: BTensor<2>) -> Result<BTensor<2>, KernelError> {
+    const OP: &str = "matmul";
+    let xc = float_in(OP, "x", x)?;
+    let wc = float_in(OP, "w", w)?;
+    let dims = checked_dims(OP, &xc, &wc, WeightLayout::OutIn)?;
+    Ok(float_out(super::matmul_wgmma::matmul_cmma_chain_f32(xc, wc, dims)?))
+}
+
+/// Whether `device` runs the warpgroup kernel (CUDA compute capability 9.x).
+pub fn wgmma_on(device: &burn::tensor::Device) -> Result<bool, KernelError> {
+    let probe = float_in("matmul", "probe", BTensor::<1>::zeros([1], device))?;
+    Ok(super::matmul_wgmma::wgmma_available(&probe.client))
 }
 
 /// The backward's matmuls run on lockstep's kernels on CUDA: burn's autotuner there benchmarks
@@ -144,6 +170,13 @@ pub enum MatmulKernel {
     TensorCoreTiles,
     /// The asynchronous-copy tiles at every M, for comparisons; same bits as `tc`.
     TensorCoreAsync,
+    /// The default where the device has it (CUDA compute capability 9.x; elsewhere the default
+    /// is `tc`): warpgroup `wgmma` tiles ([`super::matmul_wgmma`]) wherever `tc` would run the
+    /// asynchronous tiles and W is `[N,K]` with K a multiple of 8, `tc`'s kernels elsewhere (the
+    /// decode kernel at M <= 64, the register-prefetch tiles for small outputs, a weight
+    /// gradient's `[K,N]`). Same bits as `tc`: the battery compares them row by row and the
+    /// f32 accumulators against a plain cmma chain.
+    Warpgroup,
     /// cubek's double-buffered cmma kernel with frozen blueprints ([`super::matmul_pipelined`]).
     Pipelined,
     /// [`MatmulKernel::Pipelined`] for large outputs (M x N >= 3 * 2^20: prefill, training) and
@@ -163,6 +196,7 @@ impl MatmulKernel {
             MatmulKernel::TensorCore => "tc",
             MatmulKernel::TensorCoreTiles => "tc-tiles",
             MatmulKernel::TensorCoreAsync => "tc-async",
+            MatmulKernel::Warpgroup => "wgmma",
             MatmulKernel::Pipelined => "pipelined",
             MatmulKernel::Hybrid => "hybrid",
         }
@@ -186,17 +220,20 @@ pub(crate) enum Route {
     Pipelined,
     /// lockstep's tiles, fed as the pipeline says ([`super::matmul_tc`]).
     Tiles(Pipeline),
+    /// The warpgroup tiles ([`super::matmul_wgmma`]).
+    Warpgroup,
 }
 
-pub(crate) fn route(kernel: MatmulKernel, m: usize, k: usize, n: usize) -> Route {
+pub(crate) fn route(kernel: MatmulKernel, layout: WeightLayout, m: usize, k: usize, n: usize) -> Route {
     let skinny = super::matmul_skinny::skinny_applies(m, k, n);
     let by_size = if m * n >= ASYNC_MIN_OUTPUTS { Pipeline::AsyncCopies } else { Pipeline::RegisterPrefetch };
     match kernel {
         MatmulKernel::Scalar => Route::Scalar,
-        MatmulKernel::TensorCore | MatmulKernel::Hybrid if skinny => Route::Skinny,
+        MatmulKernel::TensorCore | MatmulKernel::Hybrid | MatmulKernel::Warpgroup if skinny => Route::Skinny,
+        MatmulKernel::Warpgroup if by_size == Pipeline::AsyncCopies && super::matmul_wgmma::wgmma_fits(layout, k) => Route::Warpgroup,
         MatmulKernel::Pipelined => Route::Pipelined,
         MatmulKernel::Hybrid if m * n >= HYBRID_LARGE_OUTPUT || n >= HYBRID_WIDE_N => Route::Pipelined,
-        MatmulKernel::Hybrid | MatmulKernel::TensorCore => Route::Tiles(by_size),
+        MatmulKernel::Hybrid | MatmulKernel::TensorCore | MatmulKernel::Warpgroup => Route::Tiles(by_size),
         MatmulKernel::TensorCoreAsync => Route::Tiles(Pipeline::AsyncCopies),
         MatmulKernel::TensorCoreTiles => Route::Tiles(Pipeline::RegisterPrefetch),
     }
@@ -207,26 +244,30 @@ pub const HYBRID_WIDE_N: usize = 16384;
 /// Outputs with at least this many elements run the pipelined kernel under [`MatmulKernel::Hybrid`].
 pub const HYBRID_LARGE_OUTPUT: usize = 3 << 20;
 
-/// `LOCKSTEP_MATMUL` = scalar | tc | tc-tiles | tc-async | pipelined | hybrid (read once per process); unset: tc.
+/// `LOCKSTEP_MATMUL` = scalar | tc | tc-tiles | tc-async | wgmma | pipelined | hybrid (read once per process); unset
+/// (`None`): wgmma where the device has it, else tc.
 /// tc stays the default until the pipelined kernel is timed inside a full GRPO run on the H200:
 /// in the one such run, with pipelined for every launch, sampling was ~50x slower than with tc
 /// (docs/perf.md); the fixed-shape benchmarks do not show it.
-fn requested_kernel() -> Result<MatmulKernel, KernelError> {
-    static KERNEL: std::sync::OnceLock<Result<MatmulKernel, String>> = std::sync::OnceLock::new();
+fn requested_kernel() -> Result<Option<MatmulKernel>, KernelError> {
+    static KERNEL: std::sync::OnceLock<Result<Option<MatmulKernel>, String>> = std::sync::OnceLock::new();
     KERNEL
         .get_or_init(|| {
             // the tensor-core kernels' sweep overrides are checked with the kernel choice, once,
             // wherever lockstep runs: a typo is an error naming the variable on the CPU too
             super::matmul_skinny::launch_shape().map_err(|e| e.message)?;
             super::matmul_tc::tile_shape(Pipeline::AsyncCopies).map_err(|e| e.message)?;
+            super::matmul_wgmma::wgmma_tiles().map_err(|e| e.message)?;
             match std::env::var("LOCKSTEP_MATMUL").as_deref() {
-                Err(_) | Ok("tc") => Ok(MatmulKernel::TensorCore),
-                Ok("scalar") => Ok(MatmulKernel::Scalar),
-                Ok("tc-tiles") => Ok(MatmulKernel::TensorCoreTiles),
-                Ok("tc-async") => Ok(MatmulKernel::TensorCoreAsync),
-                Ok("pipelined") => Ok(MatmulKernel::Pipelined),
-                Ok("hybrid") => Ok(MatmulKernel::Hybrid),
-                Ok(other) => Err(format!("LOCKSTEP_MATMUL={other:?} is not one of scalar, tc, tc-tiles, tc-async, pipelined, hybrid")),
+                Err(_) => Ok(None),
+                Ok("tc") => Ok(Some(MatmulKernel::TensorCore)),
+                Ok("scalar") => Ok(Some(MatmulKernel::Scalar)),
+                Ok("tc-tiles") => Ok(Some(MatmulKernel::TensorCoreTiles)),
+                Ok("tc-async") => Ok(Some(MatmulKernel::TensorCoreAsync)),
+                Ok("wgmma") => Ok(Some(MatmulKernel::Warpgroup)),
+                Ok("pipelined") => Ok(Some(MatmulKernel::Pipelined)),
+                Ok("hybrid") => Ok(Some(MatmulKernel::Hybrid)),
+                Ok(other) => Err(format!("LOCKSTEP_MATMUL={other:?} is not one of scalar, tc, tc-tiles, tc-async, wgmma, pipelined, hybrid")),
             }
         })
         .clone()
@@ -237,7 +278,12 @@ fn requested_kernel() -> Result<MatmulKernel, KernelError> {
 /// bf16/f16 where the device has tensor cores, else the scalar kernel. An unknown
 /// `LOCKSTEP_MATMUL` is an error naming it.
 pub fn matmul_kernel_for(client: &burn_cubecl::cubecl::client::Client, dtype: burn::tensor::DType) -> Result<MatmulKernel, KernelError> {
-    Ok(match requested_kernel()? {
+    // unset: wgmma where the device has it, else tc
+    Ok(match requested_kernel()?.unwrap_or(MatmulKernel::Warpgroup) {
+        // wgmma where the device has it, tc's kernels (the same bits) on other tensor-core GPUs
+        MatmulKernel::Warpgroup if super::matmul_tc::tensor_cores_available_for(client, dtype) => {
+            if super::matmul_wgmma::wgmma_available(client) { MatmulKernel::Warpgroup } else { MatmulKernel::TensorCore }
+        }
         k @ (MatmulKernel::TensorCore | MatmulKernel::TensorCoreTiles | MatmulKernel::TensorCoreAsync | MatmulKernel::Pipelined | MatmulKernel::Hybrid) if super::matmul_tc::tensor_cores_available_for(client, dtype) => k,
         _ => MatmulKernel::Scalar,
     })
@@ -298,12 +344,17 @@ pub fn matmul_with(kernel: Option<MatmulKernel>, x: BTensor<2>, w: BTensor<2>, l
         Some(k) => {
             let has_them = k == MatmulKernel::Scalar || super::matmul_tc::tensor_cores_available_for(&x.client, x.dtype);
             ensure!(has_them, OP, "the {} kernel needs tensor cores for {:?} on this device", k.name(), x.dtype);
+            ensure!(k != MatmulKernel::Warpgroup || super::matmul_wgmma::wgmma_available(&x.client), OP, "the wgmma kernel needs a CUDA device of compute capability 9.x");
             k
         }
     };
-    match route(kernel, m, k, n) {
+    match route(kernel, layout, m, k, n) {
         Route::Skinny => return Ok(float_out(super::matmul_skinny::matmul_skinny(x, w, layout, (m, k, n))?)),
         Route::Pipelined => return Ok(float_out(super::matmul_pipelined::matmul_pipelined(x, w, layout, (m, k, n))?)),
+        Route::Warpgroup => {
+            let dtype = x.dtype;
+            return Ok(float_out(super::matmul_wgmma::matmul_wgmma(x, w, (m, k, n), dtype)?));
+        }
         Route::Tiles(pipeline) => return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n), pipeline, false)?)),
         Route::Scalar => {}
     }
@@ -333,21 +384,30 @@ mod tests {
     fn route_follows_the_documented_shape_rules() {
         use MatmulKernel::*;
         use Pipeline::*;
+        use WeightLayout::*;
         // decode: the lm_head at one row takes the decode kernel under tc and hybrid
-        assert_eq!(route(TensorCore, 1, 1024, 151936), Route::Skinny);
-        assert_eq!(route(Hybrid, 1, 1024, 151936), Route::Skinny);
+        assert_eq!(route(TensorCore, OutIn, 1, 1024, 151936), Route::Skinny);
+        assert_eq!(route(Hybrid, OutIn, 1, 1024, 151936), Route::Skinny);
         // tiles: register prefetch under 2^20 outputs, asynchronous copies from there
-        assert_eq!(route(TensorCore, 256, 1024, 1024), Route::Tiles(RegisterPrefetch));
-        assert_eq!(route(TensorCore, 1024, 1024, 1024), Route::Tiles(AsyncCopies));
-        assert_eq!(route(TensorCore, 4096, 1024, 3072), Route::Tiles(AsyncCopies));
+        assert_eq!(route(TensorCore, OutIn, 256, 1024, 1024), Route::Tiles(RegisterPrefetch));
+        assert_eq!(route(TensorCore, OutIn, 1024, 1024, 1024), Route::Tiles(AsyncCopies));
+        assert_eq!(route(TensorCore, OutIn, 4096, 1024, 3072), Route::Tiles(AsyncCopies));
         // hybrid: pipelined for large outputs and wide weights, tc's tiles between
-        assert_eq!(route(Hybrid, 4096, 1024, 3072), Route::Pipelined);
-        assert_eq!(route(Hybrid, 256, 1024, 151936), Route::Pipelined);
-        assert_eq!(route(Hybrid, 1024, 1024, 1024), Route::Tiles(AsyncCopies));
+        assert_eq!(route(Hybrid, OutIn, 4096, 1024, 3072), Route::Pipelined);
+        assert_eq!(route(Hybrid, OutIn, 256, 1024, 151936), Route::Pipelined);
+        assert_eq!(route(Hybrid, OutIn, 1024, 1024, 1024), Route::Tiles(AsyncCopies));
         // the comparison kernels ignore the size rules
-        assert_eq!(route(TensorCoreTiles, 4096, 1024, 3072), Route::Tiles(RegisterPrefetch));
-        assert_eq!(route(TensorCoreAsync, 1, 1024, 151936), Route::Tiles(AsyncCopies));
-        assert_eq!(route(Pipelined, 1, 1024, 1024), Route::Pipelined);
-        assert_eq!(route(Scalar, 4096, 1024, 3072), Route::Scalar);
+        assert_eq!(route(TensorCoreTiles, OutIn, 4096, 1024, 3072), Route::Tiles(RegisterPrefetch));
+        assert_eq!(route(TensorCoreAsync, OutIn, 1, 1024, 151936), Route::Tiles(AsyncCopies));
+        assert_eq!(route(Pipelined, OutIn, 1, 1024, 1024), Route::Pipelined);
+        assert_eq!(route(Scalar, OutIn, 4096, 1024, 3072), Route::Scalar);
+        // wgmma: the decode kernel where tc runs it, warpgroup tiles for W [N,K] with K % 8 == 0
+        // where tc runs the asynchronous tiles, tc's tiles otherwise (a weight gradient's
+        // W [K,N], an odd K)
+        assert_eq!(route(Warpgroup, OutIn, 1, 1024, 151936), Route::Skinny);
+        assert_eq!(route(Warpgroup, OutIn, 256, 1024, 1024), Route::Tiles(RegisterPrefetch));
+        assert_eq!(route(Warpgroup, OutIn, 1024, 1024, 1024), Route::Warpgroup);
+        assert_eq!(route(Warpgroup, InOut, 4096, 1024, 3072), Route::Tiles(AsyncCopies));
+        assert_eq!(route(Warpgroup, OutIn, 100, 1020, 64), Route::Tiles(RegisterPrefetch));
     }
 }

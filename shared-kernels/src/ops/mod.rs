@@ -18,6 +18,7 @@ pub mod matmul_skinny;
 pub mod matmul_split_k;
 pub mod matmul_tc;
 pub mod matmul_tc_async;
+pub mod matmul_wgmma;
 pub mod mma_peak;
 pub mod pointwise;
 pub mod reduce;
