@@ -233,24 +233,28 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
                     return Err(KernelError::new("battery", format!("xᵀ in place does not apply at {hidden}x{k_rows}x{ffn}: the check would compare the copy with itself")));
                 }
                 let in_place = host(crate::ops::matmul::matmul_transposed_x_with(Some(MatmulKernel::TensorCoreAsync), xt.clone(), dyt.clone(), layout)?);
-                let copied = host(matmul_with(Some(MatmulKernel::TensorCoreTiles), xt.transpose(), dyt, layout)?);
+                let copied = host(matmul_with(Some(MatmulKernel::TensorCoreTiles), xt.clone().transpose(), dyt.clone(), layout)?);
                 let want = rows_of(copied, ffn);
                 checks.push(compare("matmul xᵀ @ dy: xᵀ in place = transposed copy", dtype_name(dtype), hidden, &rows_of(in_place, ffn), &want.iter().collect::<Vec<_>>()));
+                if crate::ops::matmul::wgmma_on(device)? {
+                    let warpgroup = host(crate::ops::matmul::matmul_transposed_x_with(Some(MatmulKernel::Warpgroup), xt.clone(), dyt.clone(), layout)?);
+                    checks.push(compare("matmul xᵀ @ dy: wgmma, xᵀ in place = transposed copy", dtype_name(dtype), hidden, &rows_of(warpgroup, ffn), &want.iter().collect::<Vec<_>>()));
+                }
             }
             // the warpgroup (wgmma) tiles at every M against the register-prefetch tiles, and
             // their f32 accumulators against a plain cmma chain (as bits: a bf16 output hides
             // most one-ulp differences of the accumulator)
-            if layout == WeightLayout::OutIn && crate::ops::matmul::wgmma_on(device)? {
+            if crate::ops::matmul::wgmma_on(device)? {
                 checks.extend(row_invariance(&format!("{name} wgmma = tc-tiles"), dtype, pool, &BATCH_SIZES, seed + 1, |idx| {
                     let xt = float_tensor(gather(&x, hidden, idx), [idx.len(), hidden], dtype, device);
-                    let y = if idx.len() == pool { matmul_with(Some(MatmulKernel::TensorCoreTiles), xt, wt.clone(), layout)? } else { crate::ops::matmul::matmul_warpgroup_tiles(xt, wt.clone(), dtype)? };
+                    let y = if idx.len() == pool { matmul_with(Some(MatmulKernel::TensorCoreTiles), xt, wt.clone(), layout)? } else { crate::ops::matmul::matmul_warpgroup_tiles(xt, wt.clone(), layout, dtype)? };
                     Ok(rows_of(host(y), ffn))
                 })?);
                 let rows = pool & !15;
-                if hidden % 16 == 0 && ffn % 16 == 0 {
+                if layout == WeightLayout::OutIn && hidden % 16 == 0 && ffn % 16 == 0 {
                     let xt = float_tensor(x[..rows * hidden].to_vec(), [rows, hidden], dtype, device);
                     let chain = rows_of(host(crate::ops::matmul::matmul_cmma_chain_f32(xt.clone(), wt.clone())?), ffn);
-                    let warpgroup = rows_of(host(crate::ops::matmul::matmul_warpgroup_tiles(xt, wt.clone(), DType::F32)?), ffn);
+                    let warpgroup = rows_of(host(crate::ops::matmul::matmul_warpgroup_tiles(xt, wt.clone(), layout, DType::F32)?), ffn);
                     checks.push(compare("matmul W[N,K] f32 accumulators: wgmma = cmma chain", dtype_name(dtype), rows, &warpgroup, &chain.iter().collect::<Vec<_>>()));
                 }
             }

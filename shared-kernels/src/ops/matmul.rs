@@ -111,22 +111,28 @@ pub fn matmul_transposed_x_with(kernel: Option<MatmulKernel>, xt: BTensor<2>, w:
         Some(k) => k,
         None => matmul_kernel_for(&xc.client, xc.dtype)?,
     };
-    // under tc and tc-async only (hybrid keeps the copy), where the asynchronous tiles run
-    let in_place = matches!(kernel, MatmulKernel::TensorCore | MatmulKernel::TensorCoreAsync | MatmulKernel::Warpgroup) && route(kernel, layout, m, k, n) == Route::Tiles(Pipeline::AsyncCopies);
-    if in_place && super::matmul_tc::transposed_x_fits(layout, (m, k, n)) {
-        return Ok(float_out(super::matmul_tc::matmul_tensor_core(xc, wc, layout, (m, k, n), Pipeline::AsyncCopies, true)?));
+    // where the warpgroup tiles or the asynchronous tiles run (hybrid keeps the copy)
+    match route(kernel, layout, m, k, n) {
+        Route::Warpgroup if super::matmul_wgmma::wgmma_fits(layout, true, (m, k, n)) => {
+            let dtype = xc.dtype;
+            return Ok(float_out(super::matmul_wgmma::matmul_wgmma(xc, wc, layout, true, (m, k, n), dtype)?));
+        }
+        Route::Tiles(Pipeline::AsyncCopies) if kernel != MatmulKernel::Hybrid && super::matmul_tc::transposed_x_fits(layout, (m, k, n)) => {
+            return Ok(float_out(super::matmul_tc::matmul_tensor_core(xc, wc, layout, (m, k, n), Pipeline::AsyncCopies, true)?));
+        }
+        _ => {}
     }
     matmul_with(Some(kernel), xt.transpose(), w, layout)
 }
 
-/// `x @ W[N,K]ᵀ` on the warpgroup tiles at every M (no decode kernel), output in `out` (x's
+/// `x @ W` on the warpgroup tiles at every M (no decode kernel), output in `out` (x's
 /// dtype, or f32 to compare accumulators as bits): the battery's and the benchmarks' handle.
-pub fn matmul_warpgroup_tiles(x: BTensor<2>, w: BTensor<2>, out: burn::tensor::DType) -> Result<BTensor<2>, KernelError> {
+pub fn matmul_warpgroup_tiles(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout, out: burn::tensor::DType) -> Result<BTensor<2>, KernelError> {
     const OP: &str = "matmul";
     let xc = float_in(OP, "x", x)?;
     let wc = float_in(OP, "w", w)?;
-    let dims = checked_dims(OP, &xc, &wc, WeightLayout::OutIn)?;
-    Ok(float_out(super::matmul_wgmma::matmul_wgmma(xc, wc, dims, out)?))
+    let dims = checked_dims(OP, &xc, &wc, layout)?;
+    Ok(float_out(super::matmul_wgmma::matmul_wgmma(xc, wc, layout, false, dims, out)?))
 }
 
 /// `x @ W[N,K]ᵀ` as one plain chain of cmma steps per 16x16 block, f32 out: the bits the
@@ -172,10 +178,10 @@ pub enum MatmulKernel {
     TensorCoreAsync,
     /// The default where the device has it (CUDA compute capability 9.x; elsewhere the default
     /// is `tc`): warpgroup `wgmma` tiles ([`super::matmul_wgmma`]) wherever `tc` would run the
-    /// asynchronous tiles and W is `[N,K]` with K a multiple of 8, `tc`'s kernels elsewhere (the
-    /// decode kernel at M <= 64, the register-prefetch tiles for small outputs, a weight
-    /// gradient's `[K,N]`). Same bits as `tc`: the battery compares them row by row and the
-    /// f32 accumulators against a plain cmma chain.
+    /// asynchronous tiles and every row stride is a whole 16 bytes (both weight layouts, xᵀ
+    /// read in place), `tc`'s kernels elsewhere (the decode kernel at M <= 64, the
+    /// register-prefetch tiles for small outputs). Same bits as `tc`: the battery compares them
+    /// row by row and the f32 accumulators against a plain cmma chain.
     Warpgroup,
     /// cubek's double-buffered cmma kernel with frozen blueprints ([`super::matmul_pipelined`]).
     Pipelined,
@@ -230,7 +236,7 @@ pub(crate) fn route(kernel: MatmulKernel, layout: WeightLayout, m: usize, k: usi
     match kernel {
         MatmulKernel::Scalar => Route::Scalar,
         MatmulKernel::TensorCore | MatmulKernel::Hybrid | MatmulKernel::Warpgroup if skinny => Route::Skinny,
-        MatmulKernel::Warpgroup if by_size == Pipeline::AsyncCopies && super::matmul_wgmma::wgmma_fits(layout, k) => Route::Warpgroup,
+        MatmulKernel::Warpgroup if by_size == Pipeline::AsyncCopies && super::matmul_wgmma::wgmma_fits(layout, false, (m, k, n)) => Route::Warpgroup,
         MatmulKernel::Pipelined => Route::Pipelined,
         MatmulKernel::Hybrid if m * n >= HYBRID_LARGE_OUTPUT || n >= HYBRID_WIDE_N => Route::Pipelined,
         MatmulKernel::Hybrid | MatmulKernel::TensorCore | MatmulKernel::Warpgroup => Route::Tiles(by_size),
@@ -353,7 +359,7 @@ pub fn matmul_with(kernel: Option<MatmulKernel>, x: BTensor<2>, w: BTensor<2>, l
         Route::Pipelined => return Ok(float_out(super::matmul_pipelined::matmul_pipelined(x, w, layout, (m, k, n))?)),
         Route::Warpgroup => {
             let dtype = x.dtype;
-            return Ok(float_out(super::matmul_wgmma::matmul_wgmma(x, w, (m, k, n), dtype)?));
+            return Ok(float_out(super::matmul_wgmma::matmul_wgmma(x, w, layout, false, (m, k, n), dtype)?));
         }
         Route::Tiles(pipeline) => return Ok(float_out(super::matmul_tc::matmul_tensor_core(x, w, layout, (m, k, n), pipeline, false)?)),
         Route::Scalar => {}
@@ -401,13 +407,13 @@ mod tests {
         assert_eq!(route(TensorCoreAsync, OutIn, 1, 1024, 151936), Route::Tiles(AsyncCopies));
         assert_eq!(route(Pipelined, OutIn, 1, 1024, 1024), Route::Pipelined);
         assert_eq!(route(Scalar, OutIn, 4096, 1024, 3072), Route::Scalar);
-        // wgmma: the decode kernel where tc runs it, warpgroup tiles for W [N,K] with K % 8 == 0
-        // where tc runs the asynchronous tiles, tc's tiles otherwise (a weight gradient's
-        // W [K,N], an odd K)
+        // wgmma: the decode kernel where tc runs it, warpgroup tiles where tc runs the
+        // asynchronous tiles and the row strides are whole 16 bytes, tc's tiles otherwise
         assert_eq!(route(Warpgroup, OutIn, 1, 1024, 151936), Route::Skinny);
         assert_eq!(route(Warpgroup, OutIn, 256, 1024, 1024), Route::Tiles(RegisterPrefetch));
         assert_eq!(route(Warpgroup, OutIn, 1024, 1024, 1024), Route::Warpgroup);
-        assert_eq!(route(Warpgroup, InOut, 4096, 1024, 3072), Route::Tiles(AsyncCopies));
+        assert_eq!(route(Warpgroup, InOut, 4096, 1024, 3072), Route::Warpgroup);
+        assert_eq!(route(Warpgroup, InOut, 4096, 1024, 3071), Route::Tiles(AsyncCopies));
         assert_eq!(route(Warpgroup, OutIn, 100, 1020, 64), Route::Tiles(RegisterPrefetch));
     }
 }

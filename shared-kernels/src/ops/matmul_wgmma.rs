@@ -1,67 +1,58 @@
-//! Warpgroup tensor-core matmul (Hopper `wgmma.mma_async`, CUDA sm_90a), for `x[M,K] @ W[N,K]ᵀ`
-//! in bf16 with f32 accumulation: the instruction cuBLAS runs on the H200. The `mma.sync` (wmma)
-//! class the other tc kernels use tops out at ~600 TFLOP/s there (`mma peak`, docs/perf.md).
+//! Warpgroup tensor-core matmul (Hopper `wgmma.mma_async`, CUDA sm_90a) in bf16/f16 with f32
+//! accumulation: the instruction cuBLAS runs on the H200. The `mma.sync` (wmma) class the other
+//! tc kernels use tops out at ~600 TFLOP/s there (`mma peak`, docs/perf.md).
 //!
-//! cubecl 0.11.3 has no `wgmma`; it is issued through `gpu_asm!` (inline PTX). A cube is
-//! `wg_m` warpgroups (128 units each); warpgroup g owns the 64 x `bn` block of rows 64g.. of the
-//! cube's tile, 64 x bn f32 accumulators spread over its 128 units (bn / 2 each, one vector
-//! register operand). Operands come from shared memory through matrix descriptors, in the
-//! 128-byte-swizzle K-major layout (what cuBLAS/CUTLASS use; the no-swizzle layout was measured
-//! 1.5-2x slower, bank conflicts): a `rows x 64` (k) block is `rows` rows of 128 bytes, row r's
-//! 16-byte chunk c stored at chunk `c ^ (r % 8)`; 8-row groups 1024 bytes apart (the stride
-//! byte offset); a deeper k-tile is several such blocks. A multi-stage `cp.async` ring fills
-//! the slots as in [`super::matmul_tc_async`].
+//! cubecl 0.11.3 has no `wgmma`; it is issued through `gpu_asm!` (inline PTX). A cube is `wg_m`
+//! warpgroups (128 units each); warpgroup g owns the 64 x `bn` block of rows 64g.. of the cube's
+//! tile, its 64 x bn f32 accumulators spread over its 128 units (bn / 2 each).
+//!
+//! Operands reach the tensor cores from shared memory through matrix descriptors, in the
+//! 128-byte-swizzle layouts (the no-swizzle layout ran 1.5-2x slower, bank conflicts), staged by
+//! the Tensor Memory Accelerator: one unit issues each k-tile's box copies, which swizzle,
+//! zero-fill out-of-bounds rows and k, and complete on that slot's mbarrier. k-tiles are 64
+//! deep. An operand stored k-contiguous (x `[M,K]`, W `[N,K]`: "K-major") is one `[rows][64]`
+//! box, a row of 128 bytes per M or N; one stored M/N-contiguous (xᵀ `[K,M]` of a weight
+//! gradient, W `[K,N]` of a backward `dy @ W`: "MN-major") is `[64 k][64]` boxes side by side,
+//! a row of 128 bytes per k. Both layouts feed the same values to the same `wgmma` k-steps.
 //!
 //! Bits: every output accumulates k = 0, 16, 32, ... from zero, one 16-deep `wgmma` step each,
-//! the order of the `mma.sync` kernels. Whether a `wgmma` k-step rounds as two `mma.sync`
-//! m16n8k16 do is the hardware's business: the battery checks it as bits (f32 accumulators of
-//! this kernel against a plain cmma chain, and bf16 rows against the tc kernels).
+//! the order of the `mma.sync` kernels. That a `wgmma` k-step rounds as the `mma.sync` ones do is
+//! checked as bits by the battery: f32 accumulators of this kernel against a plain cmma chain,
+//! bf16 rows against the tc kernels at every M, both weight layouts and xᵀ read in place.
 //!
-//! Synchronization per k-tile: `cp.async.wait_group`, `fence.proxy.async` (the copies are
-//! generic-proxy writes, `wgmma` reads through the async proxy), `sync_cube`, issue the next
-//! copies, then one inline-PTX block: `wgmma.fence`, the tile's k-steps, commit, `wait_group 0`
-//! (the accumulators leave the block complete, so no register is read while in flight).
+//! Per k-tile t: wait for its slot's mbarrier, issue its `wgmma`s (one inline-PTX block:
+//! `wgmma.fence`, 4 k-steps, commit, `wait_group 1`: tile t - 1's are then done, t's run on),
+//! sync the cube (everyone is done with t - 1), then unit 0 refills t - 1's slot with tile
+//! t + stages - 1. The accumulators are PTX registers of function scope: `gpu_asm!` has no
+//! in-out operands, and an accumulator passed through C++ between two blocks would be copied
+//! while a `wgmma` still writes it.
 
 use super::matmul::WeightLayout;
 use super::storage;
 use crate::{ensure, KernelError};
 use burn::tensor::DType;
 use burn_cubecl::cubecl::client::Client;
+use burn_cubecl::cubecl::cmma::{self, MatrixIdent, MatrixLayout};
 use burn_cubecl::cubecl::features::Tma;
+use burn_cubecl::cubecl::prelude::barrier::Barrier;
+use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
-use burn_cubecl::cubecl::cmma::{self, MatrixIdent, MatrixLayout};
-use burn_cubecl::cubecl::prelude::barrier::copy_async_checked;
-use burn_cubecl::cubecl::prelude::*;
 
 /// Units of one warpgroup.
 pub const WARPGROUP: usize = 128;
 /// Rows of one warpgroup's block (the instruction's M).
 pub const WG_ROWS: usize = 64;
-/// 16-bit elements per 16-byte chunk.
+/// k extent of a k-tile: one 128-byte swizzled row of 16-bit values.
+const BK: usize = 64;
+/// Edge of one box of an MN-major operand: 64 values of M or N (128 bytes) by 64 of k.
+const BOX: usize = 64;
+/// 16-bit elements per 16-byte vector.
 const CHUNK: usize = 8;
-/// 16-byte chunks per swizzled row (128 bytes: 64 elements of k).
-const SWIZZLE_CHUNKS: usize = 8;
+/// Bytes of one `[64][64]` box (and of 64 K-major rows).
+const BOX_BYTES: usize = BOX * BK * 2;
 /// The 128-byte swizzle repeats every 1024 bytes; slots start on that boundary.
 const SWIZZLE_ALIGN: usize = 1024;
-
-/// Closes this unit's copies issued since the last commit into one group.
-#[cube]
-fn commit_copies() {
-    gpu_asm!("cp.async.commit_group;");
-}
-
-/// Waits until at most `pending` of this unit's committed groups are still in flight.
-#[cube]
-fn wait_copies(#[comptime] pending: usize) {
-    gpu_asm!("cp.async.wait_group {n};", n = const pending);
-}
-
-/// Makes this unit's generic-proxy shared-memory writes visible to the async proxy (`wgmma`).
-#[cube]
-fn fence_proxy_async() {
-    gpu_asm!("fence.proxy.async.shared::cta;");
-}
 
 /// The 32-bit shared-state-space address of a shared slice's first element.
 #[cube]
@@ -72,60 +63,13 @@ fn shared_address<E: CubePrimitive>(s: &[E]) -> u32 {
     out
 }
 
-/// Global -> shared, asynchronously, into the swizzled layout: the `[tile_rows][bk]` tile at
-/// (row0, k0) of a row-major `[rows, cols]` matrix (16-byte vectors). Chunk c (of 8 elements)
-/// of row r goes to block c / 8 (`tile_rows x 64` each), row r, chunk `(c % 8) ^ (r % 8)`.
-/// Chunks past `rows` or `cols` are zero-filled. Eight consecutive units take one row's 128
-/// bytes: one coalesced read, and a permutation of one shared row (conflict-free).
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn copy_swizzled_tile<F: Float, N: Size>(
-    src: &Tensor<Vector<F, N>>,
-    stage: &mut Shared<[Vector<F, N>]>,
-    base: usize,
-    row0: usize,
-    k0: usize,
-    rows: usize,
-    cols: usize,
-    #[comptime] tile_rows: usize,
-    #[comptime] bk: usize,
-    #[comptime] units: usize,
-) {
-    let unit = UNIT_POS as usize;
-    let total = comptime!(tile_rows * bk / CHUNK);
-    let block_chunks = comptime!(tile_rows * SWIZZLE_CHUNKS);
-    let col_vecs = cols / CHUNK;
-    #[unroll]
-    for i in 0..comptime!(total / units) {
-        let v = unit + i * units;
-        // v -> (block, row, chunk within the row's 128 bytes)
-        let block = v / block_chunks;
-        let r = (v % block_chunks) / comptime!(SWIZZLE_CHUNKS);
-        let c = v % comptime!(SWIZZLE_CHUNKS);
-        let grow = row0 + r;
-        let gk = k0 + (block * comptime!(SWIZZLE_CHUNKS) + c) * CHUNK;
-        let mut from = 0usize;
-        let mut len = 0usize;
-        if grow < rows && gk < cols {
-            from = grow * col_vecs + gk / CHUNK;
-            len = 1;
-        }
-        let to = base + block * block_chunks + r * comptime!(SWIZZLE_CHUNKS) + (c ^ (r % 8));
-        copy_async_checked(&src.slice(from, from + len), &mut stage.slice_mut(to, to + 1), comptime!(CHUNK as u32));
-    }
+/// 16-byte units from a slot's start to k-step `s` (16 k): 32 bytes along a K-major operand's
+/// 128-byte rows, two 8-row k groups (2048 bytes) down an MN-major one's.
+fn step_offset(mn_major: bool, s: usize) -> usize {
+    if mn_major { s * 128 } else { s * 2 }
 }
 
-/// 16-byte units of k-step `s` (16 elements) from the start of a `rows`-row slot: its 64-wide
-/// block, then 32 bytes per step inside the block (the swizzle is applied by the hardware on
-/// the address bits, so the start may point inside a 128-byte row).
-fn step_offset(rows: usize, s: usize) -> usize {
-    (s / 4) * rows * SWIZZLE_CHUNKS + (s % 4) * 2
-}
-
-/// PTX register names of the accumulators: `lsacc0 ..`, declared at function scope by
-/// [`declare_accumulators`], so they live across the inline-PTX blocks (cubecl's `gpu_asm!` has
-/// no in-out operands, and an accumulator passed through C++ between blocks would be copied
-/// while a `wgmma` still writes it).
+/// PTX register names of the accumulators: `lsacc0 ..`, declared at function scope.
 const ACC: &str = "lsacc";
 
 fn accumulator_list(h: usize) -> String {
@@ -141,21 +85,22 @@ fn declare_ptx(h: usize) -> String {
     s
 }
 
-/// The inline PTX of one k-tile: `steps` 16-deep `wgmma` steps on the 64 x `bn` accumulators,
-/// committed as one group; then waits until at most `pending` groups are in flight (1: the
-/// previous k-tile's `wgmma`s are done, this one's run on). Operands: %0 / %1 the A descriptor's
-/// low / high words, %2 / %3 B's. Step s reads A at [`step_offset`]`(bm, s)` and B at `(bn, s)`.
-fn wgmma_ptx(bm: usize, bn: usize, steps: usize, ty: &str, pending: usize) -> String {
+/// The inline PTX of one k-tile: 4 16-deep `wgmma` steps on the 64 x `bn` accumulators,
+/// committed as one group; then waits until at most one group is in flight (the previous
+/// k-tile's `wgmma`s are done, this one's run on). Operands: %0 / %1 the A descriptor's low /
+/// high words, %2 / %3 B's. `a_mn` / `b_mn`: the operand is MN-major (the instruction's
+/// transpose flag).
+fn wgmma_ptx(bn: usize, ty: &str, a_mn: bool, b_mn: bool) -> String {
     let d = accumulator_list(bn / 2);
     let mut s = String::from("{\n.reg .b64 da, db;\n.reg .b32 ta, tb;\n.reg .pred p;\n");
     // the high word holds the stride byte offset, never zero: p (scale-d: accumulate) is true
     s += "setp.ne.b32 p, %1, 0;\nwgmma.fence.sync.aligned;\n";
-    for step in 0..steps {
-        s += &format!("add.u32 ta, %0, {};\nmov.b64 da, {{ta, %1}};\n", step_offset(bm, step));
-        s += &format!("add.u32 tb, %2, {};\nmov.b64 db, {{tb, %3}};\n", step_offset(bn, step));
-        s += &format!("wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{ty}.{ty} {{{d}}}, da, db, p, 1, 1, 0, 0;\n");
+    for step in 0..BK / 16 {
+        s += &format!("add.u32 ta, %0, {};\nmov.b64 da, {{ta, %1}};\n", step_offset(a_mn, step));
+        s += &format!("add.u32 tb, %2, {};\nmov.b64 db, {{tb, %3}};\n", step_offset(b_mn, step));
+        s += &format!("wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{ty}.{ty} {{{d}}}, da, db, p, 1, 1, {}, {};\n", a_mn as u8, b_mn as u8);
     }
-    s += &format!("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned {pending};\n}}\n");
+    s += "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 1;\n}\n";
     s
 }
 
@@ -175,11 +120,11 @@ fn declare_accumulators(#[comptime] h: usize) {
 }
 
 /// Issues one staged k-tile's `wgmma`s into the accumulators; returns once the previous
-/// k-tile's have completed (its slot may be refilled after the next cube-wide sync).
+/// k-tile's have completed.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn wgmma_k_tile(a_lo: u32, a_hi: u32, b_lo: u32, b_hi: u32, #[comptime] bm: usize, #[comptime] bn: usize, #[comptime] bk: usize, #[comptime] f16: bool) {
-    let ptx = comptime!(wgmma_ptx(bm, bn, bk / 16, if f16 { "f16" } else { "bf16" }, 1));
+fn wgmma_k_tile(a_lo: u32, a_hi: u32, b_lo: u32, b_hi: u32, #[comptime] bn: usize, #[comptime] f16: bool, #[comptime] a_mn: bool, #[comptime] b_mn: bool) {
+    let ptx = comptime!(wgmma_ptx(bn, if f16 { "f16" } else { "bf16" }, a_mn, b_mn));
     gpu_asm!("{ptx} /* {alo} {ahi} {blo} {bhi} */", alo = in(_) a_lo, ahi = in(_) a_hi, blo = in(_) b_lo, bhi = in(_) b_hi);
 }
 
@@ -191,38 +136,66 @@ fn read_accumulators<H: Size>(#[comptime] h: usize) -> Vector<f32, H> {
     out
 }
 
-/// Descriptor low word: start address in 16-byte units (bits 0-13); the leading byte offset
-/// (bits 16-29) is unused by swizzled K-major layouts and set to 1, as CUTLASS does.
-#[cube]
-fn descriptor_lo(address: u32) -> u32 {
-    (address >> 4) | (1u32 << 16)
+/// Descriptor low word: start address in 16-byte units (bits 0-13), leading byte offset in
+/// 16-byte units (bits 16-29): unused by K-major swizzled layouts (1, as CUTLASS sets it), the
+/// distance between 64-wide MN boxes for MN-major ones.
+fn leading_units(mn_major: bool) -> u32 {
+    if mn_major { (BOX_BYTES >> 4) as u32 } else { 1 }
 }
 
-/// Descriptor high word: stride byte offset 1024 (8 rows of 128 bytes) in 16-byte units (bits
-/// 32-45), base offset 0 (slots are 1024-byte aligned), layout 1 = 128-byte swizzle (bits 62-63).
+/// Descriptor high word: stride byte offset 1024 (8 rows of 128 bytes: the next 8 M/N rows of a
+/// K-major operand, the next 8 k of an MN-major one) in 16-byte units (bits 32-45), base offset
+/// 0 (slots are 1024-byte aligned), layout 1 = 128-byte swizzle (bits 62-63).
 const DESCRIPTOR_HI: u32 = (1024 >> 4) | (1 << 30);
+
+/// Unit 0 issues k-tile `t`'s box copies into slot `slot`, completing on `bar`. K-major: one
+/// `[rows][64]` box at (row0, k0); MN-major (stored `[K, rows]`): `rows / 64` `[64][64]` boxes at
+/// (k0, row0 + 64 j), 8 KiB apart.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn issue_operand<F: Float, N: Size>(
+    bar: &Barrier,
+    map: &TensorMap<F, Tiled>,
+    stage: &mut Shared<[Vector<F, N>]>,
+    slot_start: usize,
+    row0: usize,
+    k0: usize,
+    #[comptime] rows: usize,
+    #[comptime] mn_major: bool,
+) {
+    if comptime!(mn_major) {
+        #[unroll]
+        for j in 0..comptime!(rows / BOX) {
+            let start = slot_start + comptime!(j * BOX_BYTES / 16);
+            bar.tma_load_2d::<F, Vector<F, N>>(map, &mut stage.slice_mut(start, start + comptime!(BOX_BYTES / 16)), k0 as i32, (row0 + j * BOX) as i32);
+        }
+    } else {
+        bar.tma_load_2d::<F, Vector<F, N>>(map, &mut stage.slice_mut(slot_start, slot_start + comptime!(rows * BK / CHUNK)), row0 as i32, k0 as i32);
+    }
+}
 
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn matmul_wgmma_kernel<F: Float, O: Float, N: Size, H: Size, P: Size>(
-    x: &Tensor<Vector<F, N>>,
-    w: &Tensor<Vector<F, N>>,
+    x_map: &TensorMap<F, Tiled>,
+    w_map: &TensorMap<F, Tiled>,
     y: &mut Tensor<Vector<O, P>>,
     m_arg: u32,
     n_arg: u32,
     k_arg: u32,
     #[comptime] wg_m: usize,
     #[comptime] bn: usize,
-    #[comptime] bk: usize,
     #[comptime] stages: usize,
     #[comptime] f16: bool,
+    #[comptime] a_mn: bool,
+    #[comptime] b_mn: bool,
     #[comptime] pairs: bool,
     #[define(F, O)] _d: [ElemType; 2],
 ) {
     let bm = comptime!(wg_m * WG_ROWS);
-    let units = comptime!(wg_m * WARPGROUP);
-    let a_slot = comptime!(bm * bk / CHUNK);
-    let b_slot = comptime!(bn * bk / CHUNK);
+    let a_slot = comptime!(bm * BK / CHUNK);
+    let b_slot = comptime!(bn * BK / CHUNK);
+    let tile_bytes = comptime!(((bm + bn) * BK * 2) as u32);
     let m = m_arg as usize;
     let n = n_arg as usize;
     let k = k_arg as usize;
@@ -235,47 +208,76 @@ pub(crate) fn matmul_wgmma_kernel<F: Float, O: Float, N: Size, H: Size, P: Size>
 
     let mut a_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(comptime!(stages * a_slot), comptime!(SWIZZLE_ALIGN));
     let mut b_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(comptime!(stages * b_slot), comptime!(SWIZZLE_ALIGN));
-    // this warpgroup's rows start 64 rows of 128 bytes into each A block
-    let a_lo = descriptor_lo(shared_address::<Vector<F, N>>(&a_sh) + (group * comptime!(WG_ROWS * 128)) as u32);
-    let b_lo = descriptor_lo(shared_address::<Vector<F, N>>(&b_sh));
-    let stride_hi = comptime!(DESCRIPTOR_HI);
+    let mut full = Sequence::<Shared<Barrier>>::new();
+    #[unroll]
+    for _s in 0..comptime!(stages) {
+        full.push(Barrier::shared_uninit());
+    }
+    if unit == 0 {
+        #[unroll]
+        for s in 0..comptime!(stages) {
+            full.index(s).init_manual(1u32);
+        }
+        sync_async_proxy_shared();
+    }
+    sync_cube();
+    // warpgroup g's 64 rows: 64 K-major rows of 128 bytes, or the g-th MN box; both 8 KiB in
+    let a_lo = ((shared_address::<Vector<F, N>>(&a_sh) + (group * BOX_BYTES) as u32) >> 4) | comptime!(leading_units(a_mn) << 16);
+    let b_lo = (shared_address::<Vector<F, N>>(&b_sh) >> 4) | comptime!(leading_units(b_mn) << 16);
+    let hi = comptime!(DESCRIPTOR_HI);
     declare_accumulators(comptime!(bn / 2));
 
-    // Per k-tile t: its copies landed (`stages - 3` later ones may still fly), everyone sees
-    // them and everyone's `wgmma`s of tile t - 2 are done (each waited for them after issuing
-    // t - 1), so tile t + stages - 2 refills t - 2's slot; then tile t's `wgmma`s are issued and
-    // run on while the next iteration waits and copies.
-    let k_tiles = k.div_ceil(bk);
-    #[unroll]
-    for s in 0..comptime!(stages - 2) {
-        if s < k_tiles {
-            copy_swizzled_tile::<F, N>(x, &mut a_sh, comptime!(s * a_slot), m0, s * bk, m, k, bm, bk, units);
-            copy_swizzled_tile::<F, N>(w, &mut b_sh, comptime!(s * b_slot), n0, s * bk, n, k, bn, bk, units);
+    let k_tiles = k.div_ceil(BK);
+    if unit == 0 {
+        #[unroll]
+        for s in 0..comptime!(stages - 1) {
+            if s < k_tiles {
+                let bar = full.index(s);
+                bar.arrive_and_expect_tx(1u32, tile_bytes);
+                issue_operand::<F, N>(bar, x_map, &mut a_sh, comptime!(s * a_slot), m0, s * BK, bm, a_mn);
+                issue_operand::<F, N>(bar, w_map, &mut b_sh, comptime!(s * b_slot), n0, s * BK, bn, b_mn);
+            }
         }
-        commit_copies();
     }
     for r in 0..k_tiles.div_ceil(stages) {
         #[unroll]
         for s in 0..comptime!(stages) {
             let t = r * stages + s;
             if t < k_tiles {
-                wait_copies(comptime!(stages - 3));
-                fence_proxy_async();
-                sync_cube();
-                let next = t + stages - 2;
-                if next < k_tiles {
-                    let slot = comptime!((s + stages - 2) % stages);
-                    copy_swizzled_tile::<F, N>(x, &mut a_sh, comptime!(slot * a_slot), m0, next * bk, m, k, bm, bk, units);
-                    copy_swizzled_tile::<F, N>(w, &mut b_sh, comptime!(slot * b_slot), n0, next * bk, n, k, bn, bk, units);
-                }
-                commit_copies();
+                full.index(s).wait_parity((r & 1) as u32);
                 // slot s starts s * slot-length 16-byte units further
-                wgmma_k_tile(a_lo + comptime!((s * a_slot) as u32), stride_hi, b_lo + comptime!((s * b_slot) as u32), stride_hi, bm, bn, bk, f16);
+                wgmma_k_tile(a_lo + comptime!((s * a_slot) as u32), hi, b_lo + comptime!((s * b_slot) as u32), hi, bn, f16, a_mn, b_mn);
+                sync_cube();
+                let next = t + stages - 1;
+                if unit == 0 && next < k_tiles {
+                    let slot = comptime!((s + stages - 1) % stages);
+                    let bar = full.index(slot);
+                    bar.arrive_and_expect_tx(1u32, tile_bytes);
+                    issue_operand::<F, N>(bar, x_map, &mut a_sh, comptime!(slot * a_slot), m0, next * BK, bm, a_mn);
+                    issue_operand::<F, N>(bar, w_map, &mut b_sh, comptime!(slot * b_slot), n0, next * BK, bn, b_mn);
+                }
             }
         }
     }
     let acc = read_accumulators::<H>(comptime!(bn / 2));
+    write_accumulators::<O, H, P>(y, acc, m0, n0, m, n, unit, group, bn, pairs);
+}
 
+/// The epilogue: each unit's accumulators, cast to the output type, straight to global memory.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn write_accumulators<O: Float, H: Size, P: Size>(
+    y: &mut Tensor<Vector<O, P>>,
+    acc: Vector<f32, H>,
+    m0: usize,
+    n0: usize,
+    m: usize,
+    n: usize,
+    unit: usize,
+    group: usize,
+    #[comptime] bn: usize,
+    #[comptime] pairs: bool,
+) {
     // accumulator i of a unit: n8 chunk i / 4; rows lane / 4 (+ 8 for i % 4 >= 2) of its plane's
     // 16, columns 2 (lane % 4) (+ 1 for odd i). `pairs` (N even): accumulators i and i + 1 go out
     // as one 2-element vector store.
@@ -329,13 +331,12 @@ pub(crate) fn cmma_chain_f32_kernel<F: Float>(x: &Tensor<F>, w: &Tensor<F>, y: &
 }
 
 /// The cube tile: `wg_m` warpgroups along M (64 rows each), `bn` columns (the instruction's N),
-/// k extent `16 k_steps` per shared-memory slot, `stages` slots. Scheduling only: every output
-/// walks k = 0, 16, ... from zero whatever the tile.
+/// `stages` k-tile slots. Scheduling only: every output walks k = 0, 16, ... from zero whatever
+/// the tile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WgmmaTiles {
     pub wg_m: usize,
     pub bn: usize,
-    pub k_steps: usize,
     pub stages: usize,
 }
 
@@ -343,30 +344,26 @@ pub struct WgmmaTiles {
 const SHARED_LIMIT: usize = 224 * 1024;
 
 impl WgmmaTiles {
-    /// 128 x 256 tiles (two warpgroups of m64n256), k 64, 4 slots: 192 KiB, one cube per SM.
-    /// The fastest of 8 shapes swept at M = 1024 and 4096 on the H200 (docs/perf.md).
-    pub const DEFAULT: WgmmaTiles = WgmmaTiles { wg_m: 2, bn: 256, k_steps: 4, stages: 4 };
+    /// 128 x 256 tiles (two warpgroups of m64n256), 4 slots: 192 KiB, one cube per SM. The
+    /// fastest shape swept at M = 1024 and 4096 on the H200 (docs/perf.md).
+    pub const DEFAULT: WgmmaTiles = WgmmaTiles { wg_m: 2, bn: 256, stages: 4 };
     /// 128 x 128 tiles for outputs too small to give every multiprocessor a 128 x 256 cube.
-    pub const NARROW: WgmmaTiles = WgmmaTiles { wg_m: 2, bn: 128, k_steps: 4, stages: 4 };
+    pub const NARROW: WgmmaTiles = WgmmaTiles { wg_m: 2, bn: 128, stages: 4 };
     pub fn bm(self) -> usize {
         self.wg_m * WG_ROWS
     }
-    pub fn bk(self) -> usize {
-        self.k_steps * 16
-    }
     /// A and B slots of 16-bit values.
     pub fn shared_bytes(self) -> usize {
-        self.stages * 2 * (self.bm() + self.bn) * self.bk()
+        self.stages * 2 * (self.bm() + self.bn) * BK
     }
-    /// `wg_m/bn/k_steps/stages`, e.g. `2/128/4/3`.
+    /// `wg_m/bn/stages`, e.g. `2/256/4`.
     pub fn parse(text: &str) -> Result<WgmmaTiles, String> {
-        let bad = || format!("LOCKSTEP_WGMMA_TILES={text:?} is not wg_m/bn/k_steps/stages (wg_m 1-4, bn a multiple of 16 from 16 to 256 whose units' copies divide evenly, k_steps 4 or 8, stages 3-8, at most {} KiB of shared memory)", SHARED_LIMIT / 1024);
+        let bad = || format!("LOCKSTEP_WGMMA_TILES={text:?} is not wg_m/bn/stages (wg_m 1-4, bn 64, 128, 192 or 256, stages 2-8, at most {} KiB of shared memory)", SHARED_LIMIT / 1024);
         let parts: Vec<usize> = text.split('/').map(|p| p.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|_| bad())?;
-        let [wg_m, bn, k_steps, stages] = parts[..] else { return Err(bad()) };
-        let t = WgmmaTiles { wg_m, bn, k_steps, stages };
-        let units = wg_m * WARPGROUP;
-        let copies_divide = |rows: usize| (rows * t.bk() / CHUNK) % units == 0;
-        let ok = (1..=4).contains(&wg_m) && bn % 16 == 0 && (16..=256).contains(&bn) && [4, 8].contains(&k_steps) && (3..=8).contains(&stages) && t.shared_bytes() <= SHARED_LIMIT && copies_divide(t.bm()) && copies_divide(bn);
+        let [wg_m, bn, stages] = parts[..] else { return Err(bad()) };
+        let t = WgmmaTiles { wg_m, bn, stages };
+        // bn: whole 64-wide boxes for an MN-major B
+        let ok = (1..=4).contains(&wg_m) && [64, 128, 192, 256].contains(&bn) && (2..=8).contains(&stages) && t.shared_bytes() <= SHARED_LIMIT;
         ok.then_some(t).ok_or_else(bad)
     }
 }
@@ -400,23 +397,32 @@ pub fn wgmma_available(client: &Client) -> bool {
     crate::device::runtime_name() == "cuda" && tma.contains(Tma::Base) && !tma.contains(Tma::Im2colWide)
 }
 
-/// Whether [`matmul_wgmma`] takes this call (the tensor-core kernels' dtypes, bf16 and f16,
-/// are checked with the kernel choice): W `[N,K]`, K a multiple of 8 (16-byte copies). Everything else runs the cmma tiles (the same bits).
-pub(crate) fn wgmma_fits(layout: WeightLayout, k: usize) -> bool {
-    layout == WeightLayout::OutIn && k % CHUNK == 0
+/// Whether [`matmul_wgmma`] takes `x @ W` (the tensor-core kernels' dtypes, bf16 and f16, are
+/// checked with the kernel choice): every row stride a multiple of 16 bytes, as the copy engine
+/// needs: K a multiple of 8, and N for W `[K,N]`, and M for an x given as xᵀ `[K,M]`.
+pub(crate) fn wgmma_fits(layout: WeightLayout, x_transposed: bool, (m, k, n): (usize, usize, usize)) -> bool {
+    k % CHUNK == 0 && (layout == WeightLayout::OutIn || n % CHUNK == 0) && (!x_transposed || m % CHUNK == 0)
 }
 
-/// `x[M,K] @ W[N,K]ᵀ` on warpgroup tensor cores, output in `out_dtype` (x's dtype, or f32 for
-/// the battery's bits check), freshly allocated packed `[M,N]`. The caller checked the operands
-/// and [`wgmma_fits`].
-pub(crate) fn matmul_wgmma(x: CubeTensor, w: CubeTensor, (m, k, n): (usize, usize, usize), out_dtype: DType) -> Result<CubeTensor, KernelError> {
+/// `x[M,K] @ W` on warpgroup tensor cores (W as `layout` says; `x_transposed`: x is xᵀ stored
+/// `[K,M]`), output in `out_dtype` (x's dtype, or f32 for the battery's bits check), freshly
+/// allocated packed `[M,N]`. The caller checked the operands and [`wgmma_fits`].
+pub(crate) fn matmul_wgmma(x: CubeTensor, w: CubeTensor, layout: WeightLayout, x_transposed: bool, (m, k, n): (usize, usize, usize), out_dtype: DType) -> Result<CubeTensor, KernelError> {
     const OP: &str = "matmul";
-    ensure!(matches!(x.dtype, DType::BF16 | DType::F16) && wgmma_fits(WeightLayout::OutIn, k), OP, "the warpgroup kernel takes bf16/f16 with W [N,K] and K a multiple of 8; got {:?}, K {k}", x.dtype);
+    ensure!(matches!(x.dtype, DType::BF16 | DType::F16) && wgmma_fits(layout, x_transposed, (m, k, n)), OP, "the warpgroup kernel takes bf16/f16 with 16-byte row strides; got {:?}, {m}x{n}x{k} ({layout:?}, x transposed: {x_transposed})", x.dtype);
     ensure!(wgmma_available(&x.client), OP, "the warpgroup kernel needs a CUDA device of compute capability 9.x");
     let t = wgmma_tiles_for(&x.client, m, n)?;
-    ensure!(n.div_ceil(t.bn) <= 65535, OP, "W has {n} rows; at most {} per launch", 65535 * t.bn);
+    ensure!(n.div_ceil(t.bn) <= 65535, OP, "W has {n} output columns; at most {} per launch", 65535 * t.bn);
+    let (a_mn, b_mn) = (x_transposed, layout == WeightLayout::InOut);
+    ensure!(!a_mn || t.bm() % BOX == 0, OP, "unreachable: tiles of {} rows", t.bm());
     let client = x.client.clone();
     let y = empty_device_contiguous_dtype(client.clone(), x.device.clone(), [m, n].into(), out_dtype);
+    let storage_ty = storage(x.dtype);
+    // boxes: K-major [rows][64], MN-major [64 k][64]
+    let map = |tensor: CubeTensor, rows: usize, mn_major: bool| {
+        let tile: Vec<usize> = if mn_major { vec![BK, BOX] } else { vec![rows, BK] };
+        TensorMapArg::new(TiledArgs { tile_size: tile.into() }, tensor.into_tensor_arg(), storage_ty).with_swizzle(TensorMapSwizzle::B128)
+    };
     matmul_wgmma_kernel::launch(
         &client,
         CubeCount::Static(m.div_ceil(t.bm()) as u32, n.div_ceil(t.bn) as u32, 1),
@@ -424,19 +430,20 @@ pub(crate) fn matmul_wgmma(x: CubeTensor, w: CubeTensor, (m, k, n): (usize, usiz
         CHUNK,
         t.bn / 2,
         if n % 2 == 0 { 2 } else { 1 },
-        x.clone().into_tensor_arg(),
-        w.into_tensor_arg(),
+        map(x.clone(), t.bm(), a_mn),
+        map(w, t.bn, b_mn),
         y.clone().into_tensor_arg(),
         m as u32,
         n as u32,
         k as u32,
         t.wg_m,
         t.bn,
-        t.bk(),
         t.stages,
         x.dtype == DType::F16,
+        a_mn,
+        b_mn,
         n % 2 == 0,
-        [storage(x.dtype), storage(out_dtype)],
+        [storage_ty, storage(out_dtype)],
     );
     Ok(y)
 }
@@ -456,26 +463,33 @@ mod tests {
 
     #[test]
     fn wgmma_tiles_parse_within_shared_memory_or_name_the_variable() {
-        assert!(WgmmaTiles::parse("2/128/4/3").is_ok());
-        assert_eq!(WgmmaTiles::parse("2/256/4/4").unwrap(), WgmmaTiles::DEFAULT);
+        assert_eq!(WgmmaTiles::parse("2/256/4").unwrap(), WgmmaTiles::DEFAULT);
         assert_eq!(WgmmaTiles::DEFAULT.shared_bytes(), 192 * 1024);
-        assert!(WgmmaTiles::parse("1/256/4/3").is_ok());
-        for bad in ["2/128/4", "0/128/4/3", "2/120/4/3", "2/512/4/3", "2/128/3/3", "2/128/4/2", "2/256/8/3", "2/128/2/3", "x/128/4/3"] {
+        assert!(WgmmaTiles::parse("1/64/8").is_ok());
+        for bad in ["2/128", "0/128/4", "2/120/4", "2/512/4", "2/128/1", "2/256/5", "4/256/4", "x/128/4", "2/128/4/4"] {
             assert!(WgmmaTiles::parse(bad).unwrap_err().contains("LOCKSTEP_WGMMA_TILES"), "{bad}");
         }
     }
 
     #[test]
-    fn the_ptx_names_every_operand_once_per_step() {
-        let ptx = wgmma_ptx(128, 128, 8, "bf16", 1);
-        assert_eq!(ptx.matches("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {lsacc0, ").count(), 8);
-        assert!(ptx.contains("lsacc63}, da, db, p, 1, 1, 0, 0;"));
-        // step 3: 96 bytes into the first 64-wide block; step 5: the second block (128 rows of
-        // 128 bytes further) plus 32 bytes
+    fn the_ptx_steps_each_layout_and_sets_its_transpose_flags() {
+        let ptx = wgmma_ptx(256, "bf16", false, true);
+        assert_eq!(ptx.matches("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {lsacc0, ").count(), 4);
+        assert!(ptx.contains("lsacc127}, da, db, p, 1, 1, 0, 1;"));
+        // K-major A: 32 bytes per k-step along its rows; MN-major B: 2048 bytes (16 k rows) down
         assert!(ptx.contains("add.u32 ta, %0, 6;"));
-        assert!(ptx.contains("add.u32 tb, %2, 1026;"));
+        assert!(ptx.contains("add.u32 tb, %2, 384;"));
         assert!(ptx.ends_with("wgmma.wait_group.sync.aligned 1;\n}\n"));
         assert!(declare_ptx(64).starts_with(".reg .f32 lsacc<64>;"));
         assert!(read_ptx(64).contains("mov.b32 %63, lsacc63;"));
+    }
+
+    #[test]
+    fn only_16_byte_row_strides_take_the_warpgroup_kernel() {
+        assert!(wgmma_fits(WeightLayout::OutIn, false, (1, 1024, 3)));
+        assert!(!wgmma_fits(WeightLayout::OutIn, false, (1, 1020, 64)));
+        assert!(!wgmma_fits(WeightLayout::InOut, false, (1, 1024, 100)));
+        assert!(!wgmma_fits(WeightLayout::InOut, true, (100, 1024, 64)));
+        assert!(wgmma_fits(WeightLayout::InOut, true, (104, 1024, 64)));
     }
 }
