@@ -347,8 +347,9 @@ impl WgmmaTiles {
     /// 128 x 256 tiles (two warpgroups of m64n256), 4 slots: 192 KiB, one cube per SM. The
     /// fastest shape swept at M = 1024 and 4096 on the H200 (docs/perf.md).
     pub const DEFAULT: WgmmaTiles = WgmmaTiles { wg_m: 2, bn: 256, stages: 4 };
-    /// 128 x 128 tiles for outputs too small to give every multiprocessor a 128 x 256 cube.
-    pub const NARROW: WgmmaTiles = WgmmaTiles { wg_m: 2, bn: 128, stages: 4 };
+    /// 128 x 128 tiles, 3 slots (96 KiB: two cubes per SM) for outputs too small to give every
+    /// multiprocessor a 128 x 256 cube (at M = 1024 up to 1.5x the default's throughput, v9).
+    pub const NARROW: WgmmaTiles = WgmmaTiles { wg_m: 2, bn: 128, stages: 3 };
     pub fn bm(self) -> usize {
         self.wg_m * WG_ROWS
     }
@@ -358,12 +359,13 @@ impl WgmmaTiles {
     }
     /// `wg_m/bn/stages`, e.g. `2/256/4`.
     pub fn parse(text: &str) -> Result<WgmmaTiles, String> {
-        let bad = || format!("LOCKSTEP_WGMMA_TILES={text:?} is not wg_m/bn/stages (wg_m 1-4, bn 64, 128, 192 or 256, stages 2-8, at most {} KiB of shared memory)", SHARED_LIMIT / 1024);
+        let bad = || format!("LOCKSTEP_WGMMA_TILES={text:?} is not wg_m/bn/stages (wg_m 1, 2 or 4, bn 64, 128 or 256, stages 2-8, at most {} KiB of shared memory)", SHARED_LIMIT / 1024);
         let parts: Vec<usize> = text.split('/').map(|p| p.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|_| bad())?;
         let [wg_m, bn, stages] = parts[..] else { return Err(bad()) };
         let t = WgmmaTiles { wg_m, bn, stages };
-        // bn: whole 64-wide boxes for an MN-major B
-        let ok = (1..=4).contains(&wg_m) && [64, 128, 192, 256].contains(&bn) && (2..=8).contains(&stages) && t.shared_bytes() <= SHARED_LIMIT;
+        // the copy engine's boxes are powers of two of at most 256 rows (a 192-row box was
+        // measured to hang the kernel), and an MN-major B takes whole 64-wide boxes
+        let ok = [1, 2, 4].contains(&wg_m) && [64, 128, 256].contains(&bn) && (2..=8).contains(&stages) && t.shared_bytes() <= SHARED_LIMIT;
         ok.then_some(t).ok_or_else(bad)
     }
 }
@@ -466,7 +468,8 @@ mod tests {
         assert_eq!(WgmmaTiles::parse("2/256/4").unwrap(), WgmmaTiles::DEFAULT);
         assert_eq!(WgmmaTiles::DEFAULT.shared_bytes(), 192 * 1024);
         assert!(WgmmaTiles::parse("1/64/8").is_ok());
-        for bad in ["2/128", "0/128/4", "2/120/4", "2/512/4", "2/128/1", "2/256/5", "4/256/4", "x/128/4", "2/128/4/4"] {
+        assert_eq!(WgmmaTiles::NARROW.shared_bytes(), 96 * 1024);
+        for bad in ["2/128", "0/128/4", "3/128/4", "2/120/4", "2/192/4", "2/512/4", "2/128/1", "2/256/5", "4/256/4", "x/128/4", "2/128/4/4"] {
             assert!(WgmmaTiles::parse(bad).unwrap_err().contains("LOCKSTEP_WGMMA_TILES"), "{bad}");
         }
     }
