@@ -177,11 +177,10 @@ pub enum MatmulKernel {
     /// The asynchronous-copy tiles at every M, for comparisons; same bits as `tc`.
     TensorCoreAsync,
     /// The default where the device has it (CUDA compute capability 9.x; elsewhere the default
-    /// is `tc`): warpgroup `wgmma` tiles ([`super::matmul_wgmma`]) wherever `tc` would run the
-    /// asynchronous tiles and every row stride is a whole 16 bytes (both weight layouts, xᵀ
-    /// read in place), `tc`'s kernels elsewhere (the decode kernel at M <= 64, the
-    /// register-prefetch tiles for small outputs). Same bits as `tc`: the battery compares them
-    /// row by row and the f32 accumulators against a plain cmma chain.
+    /// is `tc`): `tc`'s decode kernel where `tc` runs it (M <= 64), else warpgroup `wgmma`
+    /// tiles ([`super::matmul_wgmma`]) wherever every row stride is a whole 16 bytes (both
+    /// weight layouts, xᵀ read in place), `tc`'s tiles otherwise. Same bits as `tc`: the battery
+    /// compares them row by row and the f32 accumulators against a plain cmma chain.
     Warpgroup,
     /// cubek's double-buffered cmma kernel with frozen blueprints ([`super::matmul_pipelined`]).
     Pipelined,
@@ -236,7 +235,7 @@ pub(crate) fn route(kernel: MatmulKernel, layout: WeightLayout, m: usize, k: usi
     match kernel {
         MatmulKernel::Scalar => Route::Scalar,
         MatmulKernel::TensorCore | MatmulKernel::Hybrid | MatmulKernel::Warpgroup if skinny => Route::Skinny,
-        MatmulKernel::Warpgroup if by_size == Pipeline::AsyncCopies && super::matmul_wgmma::wgmma_fits(layout, false, (m, k, n)) => Route::Warpgroup,
+        MatmulKernel::Warpgroup if super::matmul_wgmma::wgmma_fits(layout, false, (m, k, n)) => Route::Warpgroup,
         MatmulKernel::Pipelined => Route::Pipelined,
         MatmulKernel::Hybrid if m * n >= HYBRID_LARGE_OUTPUT || n >= HYBRID_WIDE_N => Route::Pipelined,
         MatmulKernel::Hybrid | MatmulKernel::TensorCore | MatmulKernel::Warpgroup => Route::Tiles(by_size),
@@ -407,10 +406,10 @@ mod tests {
         assert_eq!(route(TensorCoreAsync, OutIn, 1, 1024, 151936), Route::Tiles(AsyncCopies));
         assert_eq!(route(Pipelined, OutIn, 1, 1024, 1024), Route::Pipelined);
         assert_eq!(route(Scalar, OutIn, 4096, 1024, 3072), Route::Scalar);
-        // wgmma: the decode kernel where tc runs it, warpgroup tiles where tc runs the
-        // asynchronous tiles and the row strides are whole 16 bytes, tc's tiles otherwise
+        // wgmma: the decode kernel where tc runs it, else warpgroup tiles where the row strides
+        // are whole 16 bytes, tc's tiles otherwise
         assert_eq!(route(Warpgroup, OutIn, 1, 1024, 151936), Route::Skinny);
-        assert_eq!(route(Warpgroup, OutIn, 256, 1024, 1024), Route::Tiles(RegisterPrefetch));
+        assert_eq!(route(Warpgroup, OutIn, 256, 1024, 1024), Route::Warpgroup);
         assert_eq!(route(Warpgroup, OutIn, 1024, 1024, 1024), Route::Warpgroup);
         assert_eq!(route(Warpgroup, InOut, 4096, 1024, 3072), Route::Warpgroup);
         assert_eq!(route(Warpgroup, InOut, 4096, 1024, 3071), Route::Tiles(AsyncCopies));

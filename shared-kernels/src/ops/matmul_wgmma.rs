@@ -350,6 +350,9 @@ impl WgmmaTiles {
     /// 128 x 128 tiles, 3 slots (96 KiB: two cubes per SM) for outputs too small to give every
     /// multiprocessor a 128 x 256 cube (at M = 1024 up to 1.5x the default's throughput, v9).
     pub const NARROW: WgmmaTiles = WgmmaTiles { wg_m: 2, bn: 128, stages: 3 };
+    /// 64 x 64 tiles of one warpgroup (64 KiB) for small outputs (a few hundred rows): more
+    /// cubes to spread a long K over.
+    pub const SMALL: WgmmaTiles = WgmmaTiles { wg_m: 1, bn: 64, stages: 4 };
     pub fn bm(self) -> usize {
         self.wg_m * WG_ROWS
     }
@@ -379,16 +382,20 @@ pub(crate) fn wgmma_tiles() -> Result<Option<WgmmaTiles>, KernelError> {
         .map_err(|e| KernelError::new("matmul", e))
 }
 
-/// The tiles of an `[M, N]` output: `LOCKSTEP_WGMMA_TILES` if set, else [`WgmmaTiles::DEFAULT`]
-/// where its 128 x 256 cubes fill every multiprocessor, [`WgmmaTiles::NARROW`] below.
-/// Scheduling only: both give the same bits.
+/// The tiles of an `[M, N]` output: `LOCKSTEP_WGMMA_TILES` if set, else by the output's size
+/// ([`tiles_for_output`]). Scheduling only: every shape gives the same bits.
 fn wgmma_tiles_for(client: &Client, m: usize, n: usize) -> Result<WgmmaTiles, KernelError> {
     if let Some(t) = wgmma_tiles()? {
         return Ok(t);
     }
     let sms = client.properties().hardware.num_streaming_multiprocessors.unwrap_or(132) as usize;
-    let d = WgmmaTiles::DEFAULT;
-    Ok(if m.div_ceil(d.bm()) * n.div_ceil(d.bn) >= sms { d } else { WgmmaTiles::NARROW })
+    Ok(tiles_for_output(m, n, sms))
+}
+
+/// The largest of [`WgmmaTiles::DEFAULT`], [`WgmmaTiles::NARROW`] whose cubes cover every
+/// multiprocessor, else [`WgmmaTiles::SMALL`].
+fn tiles_for_output(m: usize, n: usize, sms: usize) -> WgmmaTiles {
+    [WgmmaTiles::DEFAULT, WgmmaTiles::NARROW].into_iter().find(|t| m.div_ceil(t.bm()) * n.div_ceil(t.bn) >= sms).unwrap_or(WgmmaTiles::SMALL)
 }
 
 /// Whether this device runs `wgmma`: CUDA compute capability 9.x (sm_90a; Blackwell dropped the
@@ -485,6 +492,17 @@ mod tests {
         assert!(ptx.ends_with("wgmma.wait_group.sync.aligned 1;\n}\n"));
         assert!(declare_ptx(64).starts_with(".reg .f32 lsacc<64>;"));
         assert!(read_ptx(64).contains("mov.b32 %63, lsacc63;"));
+    }
+
+    #[test]
+    fn outputs_pick_the_largest_tiles_that_cover_the_multiprocessors() {
+        assert_eq!(tiles_for_output(4096, 151936, 132), WgmmaTiles::DEFAULT);
+        assert_eq!(tiles_for_output(4096, 1024, 132), WgmmaTiles::NARROW);
+        assert_eq!(tiles_for_output(256, 3072, 132), WgmmaTiles::SMALL);
+        for t in [WgmmaTiles::DEFAULT, WgmmaTiles::NARROW, WgmmaTiles::SMALL] {
+            let text = format!("{}/{}/{}", t.wg_m, t.bn, t.stages);
+            assert_eq!(WgmmaTiles::parse(&text), Ok(t), "{text}");
+        }
     }
 
     #[test]
