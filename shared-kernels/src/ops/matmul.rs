@@ -92,11 +92,12 @@ pub fn matmul(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTen
     })))
 }
 
-/// `xtᵀ @ W` for `xt` stored `[K, M]`: a weight gradient (`dyᵀ @ x`, `xᵀ @ dy`). Where `tc` or
-/// `tc-async` runs the asynchronous tiles, they read xᵀ in place (a column-major A stage)
-/// instead of after a transposing copy of `xt` (8% of a 32 x 128 Qwen3-0.6B step's GPU time on
-/// the H200, docs/perf.md); everywhere else the copy is made. The same values reach the same
-/// `mma`s either way, so the bits do not depend on which path ran.
+/// `xtᵀ @ W` for `xt` stored `[K, M]`: a weight gradient (`dyᵀ @ x`, `xᵀ @ dy`). Where the
+/// warpgroup tiles run (an MN-major A) or `tc`/`tc-async` runs the asynchronous tiles (a
+/// column-major A stage), xᵀ is read in place instead of after a transposing copy of `xt` (8% of
+/// a 32 x 128 Qwen3-0.6B step's GPU time on the H200, docs/perf.md); everywhere else the copy is
+/// made. The same values reach the same `mma`s either way, so the bits do not depend on which
+/// path ran (battery: `xᵀ in place = transposed copy` under both).
 pub(crate) fn matmul_transposed_x(xt: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTensor<2>, KernelError> {
     matmul_transposed_x_with(None, xt, w, layout)
 }
