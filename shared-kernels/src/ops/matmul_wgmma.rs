@@ -148,9 +148,10 @@ fn leading_units(mn_major: bool) -> u32 {
 /// 0 (slots are 1024-byte aligned), layout 1 = 128-byte swizzle (bits 62-63).
 const DESCRIPTOR_HI: u32 = (1024 >> 4) | (1 << 30);
 
-/// Unit 0 issues k-tile `t`'s box copies into slot `slot`, completing on `bar`. K-major: one
-/// `[rows][64]` box at (row0, k0); MN-major (stored `[K, rows]`): `rows / 64` `[64][64]` boxes at
-/// (k0, row0 + 64 j), 8 KiB apart.
+/// One operand's box copies of the k-tile at `k0` into the slot starting at vector
+/// `slot_start`, completing on `bar` (issued by unit 0). K-major: one `[rows][64]` box at
+/// (row0, k0); MN-major (stored `[K, rows]`): `rows / 64` `[64][64]` boxes at (k0, row0 + 64 j),
+/// 8 KiB apart.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn issue_operand<F: Float, N: Size>(
