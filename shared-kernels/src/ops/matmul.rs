@@ -148,8 +148,13 @@ pub fn matmul_cmma_chain_f32(x: BTensor<2>, w: BTensor<2>) -> Result<BTensor<2>,
 
 /// Whether `device` runs the warpgroup kernel (CUDA compute capability 9.x).
 pub fn wgmma_on(device: &burn::tensor::Device) -> Result<bool, KernelError> {
-    let probe = float_in("matmul", "probe", BTensor::<1>::zeros([1], device))?;
-    Ok(super::matmul_wgmma::wgmma_available(&probe.client))
+    Ok(super::matmul_wgmma::wgmma_available(&client_on(device)?))
+}
+
+/// `device`'s cubecl client, found through a one-element f32 tensor (so asking about bf16 on a
+/// device without bf16 is safe).
+fn client_on(device: &burn::tensor::Device) -> Result<burn_cubecl::cubecl::client::Client, KernelError> {
+    Ok(float_in("matmul", "probe", BTensor::<1>::zeros([1], device))?.client)
 }
 
 /// The backward's matmuls run on lockstep's kernels on CUDA: burn's autotuner there benchmarks
@@ -295,11 +300,9 @@ pub fn matmul_kernel_for(client: &burn_cubecl::cubecl::client::Client, dtype: bu
     })
 }
 
-/// [`matmul_kernel_for`] on a burn device (finds its client through a one-element f32 tensor,
-/// so asking about bf16 on a device without bf16 is safe).
+/// [`matmul_kernel_for`] on a burn device.
 pub fn matmul_kernel_on(device: &burn::tensor::Device, dtype: burn::tensor::DType) -> Result<MatmulKernel, KernelError> {
-    let probe = float_in("matmul", "probe", BTensor::<1>::zeros([1], device))?;
-    matmul_kernel_for(&probe.client, dtype)
+    matmul_kernel_for(&client_on(device)?, dtype)
 }
 
 /// "f32 scalar, bf16 pipelined": which kernel each dtype runs on `device`, for report headers.

@@ -322,14 +322,9 @@ pub(crate) struct LaunchShape {
 /// The constants above, or `LOCKSTEP_SKINNY=group/wide/narrow/staged|direct` (benchmark sweeps).
 /// Read once per process.
 pub(crate) fn launch_shape() -> Result<LaunchShape, KernelError> {
-    static SHAPE: std::sync::OnceLock<Result<LaunchShape, String>> = std::sync::OnceLock::new();
-    SHAPE
-        .get_or_init(|| match std::env::var("LOCKSTEP_SKINNY") {
-            Err(_) => Ok(LaunchShape { group: GROUP, wide: WIDE_PLANES, narrow: NARROW_PLANES, staged: STAGED }),
-            Ok(text) => parse_launch_shape(&text),
-        })
-        .clone()
-        .map_err(|e| KernelError::new("matmul", e))
+    static SHAPE: std::sync::OnceLock<Result<Option<LaunchShape>, String>> = std::sync::OnceLock::new();
+    let chosen = super::env_setting(&SHAPE, "matmul", "LOCKSTEP_SKINNY", parse_launch_shape)?;
+    Ok(chosen.unwrap_or(LaunchShape { group: GROUP, wide: WIDE_PLANES, narrow: NARROW_PLANES, staged: STAGED }))
 }
 
 /// `group/wide/narrow/staged|direct`, e.g. `8/4/1/staged`.

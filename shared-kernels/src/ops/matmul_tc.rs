@@ -578,10 +578,7 @@ const ASYNC_SHARED_LIMIT: usize = 96 * 1024;
 /// [`TileShape::ASYNC_DEFAULT`] for the asynchronous one.
 pub(crate) fn tile_shape(pipeline: Pipeline) -> Result<TileShape, KernelError> {
     static SHAPE: std::sync::OnceLock<Result<Option<TileShape>, String>> = std::sync::OnceLock::new();
-    let chosen = SHAPE
-        .get_or_init(|| std::env::var("LOCKSTEP_TC_TILES").ok().map(|text| TileShape::parse(&text)).transpose())
-        .clone()
-        .map_err(|e| KernelError::new("matmul", e))?;
+    let chosen = super::env_setting(&SHAPE, "matmul", "LOCKSTEP_TC_TILES", TileShape::parse)?;
     Ok(chosen.unwrap_or(match pipeline {
         Pipeline::RegisterPrefetch => TileShape::DEFAULT,
         Pipeline::AsyncCopies => TileShape::ASYNC_DEFAULT,

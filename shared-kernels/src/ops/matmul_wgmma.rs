@@ -377,10 +377,7 @@ impl WgmmaTiles {
 /// `LOCKSTEP_WGMMA_TILES` (benchmark sweeps; read once per process; `None`: unset).
 pub(crate) fn wgmma_tiles() -> Result<Option<WgmmaTiles>, KernelError> {
     static TILES: std::sync::OnceLock<Result<Option<WgmmaTiles>, String>> = std::sync::OnceLock::new();
-    TILES
-        .get_or_init(|| std::env::var("LOCKSTEP_WGMMA_TILES").ok().map(|text| WgmmaTiles::parse(&text)).transpose())
-        .clone()
-        .map_err(|e| KernelError::new("matmul", e))
+    super::env_setting(&TILES, "matmul", "LOCKSTEP_WGMMA_TILES", WgmmaTiles::parse)
 }
 
 /// The tiles of an `[M, N]` output: `LOCKSTEP_WGMMA_TILES` if set, else by the output's size

@@ -59,5 +59,19 @@ pub(crate) fn vector_width(dtype: burn::tensor::DType, multiple_of: usize) -> us
     vs
 }
 
+/// A benchmark-sweep setting: `var` parsed by `parse` once per process and kept in `cell`
+/// (`None` when unset). A bad value is an error of `op` carrying the parser's message (which
+/// names the variable) every time the setting is asked for.
+pub(crate) fn env_setting<T: Clone + Send + Sync>(
+    cell: &'static std::sync::OnceLock<Result<Option<T>, String>>,
+    op: &'static str,
+    var: &str,
+    parse: fn(&str) -> Result<T, String>,
+) -> Result<Option<T>, crate::KernelError> {
+    cell.get_or_init(|| std::env::var(var).ok().map(|text| parse(&text)).transpose())
+        .clone()
+        .map_err(|e| crate::KernelError::new(op, e))
+}
+
 #[allow(dead_code)]
 pub(crate) type LaunchResult = Result<(), LaunchError>;
