@@ -257,6 +257,18 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
                     let warpgroup = rows_of(host(crate::ops::matmul::matmul_warpgroup_tiles(xt, wt.clone(), layout, DType::F32)?), ffn);
                     checks.push(compare("matmul W[N,K] f32 accumulators: wgmma = cmma chain", dtype_name(dtype), rows, &warpgroup, &chain.iter().collect::<Vec<_>>()));
                 }
+                // the persistent schedule where cubes walk several tiles (more tiles than the
+                // grid holds) and K's k-tiles are no multiple of the slots, against the synced one
+                use crate::ops::matmul_wgmma::WgmmaSchedule;
+                for (m_big, k_big, n_big) in [(4133, 1288, 1536), (8229, 1288, 768)] {
+                    let xb = float_tensor(random_vec(&mut rng, m_big * k_big, 1.0), [m_big, k_big], dtype, device);
+                    let wshape = if layout == WeightLayout::OutIn { [n_big, k_big] } else { [k_big, n_big] };
+                    let wb = float_tensor(random_vec(&mut rng, n_big * k_big, 0.05), wshape, dtype, device);
+                    let synced = rows_of(host(crate::ops::matmul::matmul_warpgroup_scheduled(WgmmaSchedule::Synced, xb.clone(), wb.clone(), layout)?), n_big);
+                    let persistent = rows_of(host(crate::ops::matmul::matmul_warpgroup_scheduled(WgmmaSchedule::Persistent, xb, wb, layout)?), n_big);
+                    let op = format!("{name} {m_big}x{k_big}x{n_big}: wgmma persistent = synced");
+                    checks.push(compare(&op, dtype_name(dtype), m_big, &persistent, &synced.iter().collect::<Vec<_>>()));
+                }
             }
             // the asynchronous-copy tiles at every M against the register-prefetch tiles
             checks.extend(row_invariance(&format!("{name} tc-async = tc-tiles"), dtype, pool, &BATCH_SIZES, seed + 1, |idx| {

@@ -136,6 +136,17 @@ pub fn matmul_warpgroup_tiles(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout
     Ok(float_out(super::matmul_wgmma::matmul_wgmma(xc, wc, layout, false, dims, out)?))
 }
 
+/// `x @ W` on the warpgroup tiles under a named schedule (x's dtype out): the battery's handle
+/// for comparing the persistent and the synced kernels as bits.
+pub fn matmul_warpgroup_scheduled(schedule: super::matmul_wgmma::WgmmaSchedule, x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTensor<2>, KernelError> {
+    const OP: &str = "matmul";
+    let xc = float_in(OP, "x", x)?;
+    let wc = float_in(OP, "w", w)?;
+    let dims = checked_dims(OP, &xc, &wc, layout)?;
+    let dtype = xc.dtype;
+    Ok(float_out(super::matmul_wgmma::matmul_wgmma_scheduled(schedule, xc, wc, layout, false, dims, dtype)?))
+}
+
 /// `x @ W[N,K]ᵀ` as one plain chain of cmma steps per 16x16 block, f32 out: the bits the
 /// warpgroup kernel's accumulators must equal (M, N, K multiples of 16).
 pub fn matmul_cmma_chain_f32(x: BTensor<2>, w: BTensor<2>) -> Result<BTensor<2>, KernelError> {
@@ -269,6 +280,7 @@ fn requested_kernel() -> Result<Option<MatmulKernel>, KernelError> {
             super::matmul_skinny::launch_shape().map_err(|e| e.message)?;
             super::matmul_tc::tile_shape(Pipeline::AsyncCopies).map_err(|e| e.message)?;
             super::matmul_wgmma::wgmma_tiles().map_err(|e| e.message)?;
+            super::matmul_wgmma::wgmma_schedule().map_err(|e| e.message)?;
             match std::env::var("LOCKSTEP_MATMUL").as_deref() {
                 Err(_) => Ok(None),
                 Ok("tc") => Ok(Some(MatmulKernel::TensorCore)),

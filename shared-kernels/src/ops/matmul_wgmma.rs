@@ -28,6 +28,7 @@
 //! while a `wgmma` still writes it.
 
 use super::matmul::WeightLayout;
+use super::matmul_wgmma_persistent::{cubes_per_multiprocessor, matmul_wgmma_persistent_kernel, PRODUCER};
 use super::storage;
 use crate::{ensure, KernelError};
 use burn::tensor::DType;
@@ -44,19 +45,19 @@ pub const WARPGROUP: usize = 128;
 /// Rows of one warpgroup's block (the instruction's M).
 pub const WG_ROWS: usize = 64;
 /// k extent of a k-tile: one 128-byte swizzled row of 16-bit values.
-const BK: usize = 64;
+pub(super) const BK: usize = 64;
 /// Edge of one box of an MN-major operand: 64 values of M or N (128 bytes) by 64 of k.
-const BOX: usize = 64;
+pub(super) const BOX: usize = 64;
 /// 16-bit elements per 16-byte vector.
-const CHUNK: usize = 8;
+pub(super) const CHUNK: usize = 8;
 /// Bytes of one `[64][64]` box (and of 64 K-major rows).
-const BOX_BYTES: usize = BOX * BK * 2;
+pub(super) const BOX_BYTES: usize = BOX * BK * 2;
 /// The 128-byte swizzle repeats every 1024 bytes; slots start on that boundary.
-const SWIZZLE_ALIGN: usize = 1024;
+pub(super) const SWIZZLE_ALIGN: usize = 1024;
 
 /// The 32-bit shared-state-space address of a shared slice's first element.
 #[cube]
-fn shared_address<E: CubePrimitive>(s: &[E]) -> u32 {
+pub(super) fn shared_address<E: CubePrimitive>(s: &[E]) -> u32 {
     let p = unsafe { s.as_ptr_unchecked() };
     let out: u32;
     gpu_asm!("{{ .reg .u64 t; cvta.to.shared.u64 t, {p}; cvt.u32.u64 {out}, t; }}", p = in(_) p, out = out(_) out, options(nomem));
@@ -76,13 +77,14 @@ fn accumulator_list(h: usize) -> String {
     (0..h).map(|i| format!("{ACC}{i}")).collect::<Vec<_>>().join(", ")
 }
 
-/// Declares the `h` accumulator registers (no enclosing braces: function scope) and zeroes them.
+/// Declares the `h` accumulator registers (no enclosing braces: function scope).
 fn declare_ptx(h: usize) -> String {
-    let mut s = format!(".reg .f32 {ACC}<{h}>;\n");
-    for i in 0..h {
-        s += &format!("mov.b32 {ACC}{i}, 0;\n");
-    }
-    s
+    format!(".reg .f32 {ACC}<{h}>;\n")
+}
+
+/// Zeroes the `h` accumulator registers (a tile's start: every output accumulates from zero).
+fn zero_ptx(h: usize) -> String {
+    (0..h).map(|i| format!("mov.b32 {ACC}{i}, 0;\n")).collect()
 }
 
 /// The inline PTX of one k-tile: 4 16-deep `wgmma` steps on the 64 x `bn` accumulators,
@@ -114,8 +116,14 @@ fn read_ptx(h: usize) -> String {
 }
 
 #[cube]
-fn declare_accumulators(#[comptime] h: usize) {
+pub(super) fn declare_accumulators(#[comptime] h: usize) {
     let ptx = comptime!(declare_ptx(h));
+    gpu_asm!("{ptx}");
+}
+
+#[cube]
+pub(super) fn zero_accumulators(#[comptime] h: usize) {
+    let ptx = comptime!(zero_ptx(h));
     gpu_asm!("{ptx}");
 }
 
@@ -123,13 +131,13 @@ fn declare_accumulators(#[comptime] h: usize) {
 /// k-tile's have completed.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn wgmma_k_tile(a_lo: u32, a_hi: u32, b_lo: u32, b_hi: u32, #[comptime] bn: usize, #[comptime] f16: bool, #[comptime] a_mn: bool, #[comptime] b_mn: bool) {
+pub(super) fn wgmma_k_tile(a_lo: u32, a_hi: u32, b_lo: u32, b_hi: u32, #[comptime] bn: usize, #[comptime] f16: bool, #[comptime] a_mn: bool, #[comptime] b_mn: bool) {
     let ptx = comptime!(wgmma_ptx(bn, if f16 { "f16" } else { "bf16" }, a_mn, b_mn));
     gpu_asm!("{ptx} /* {alo} {ahi} {blo} {bhi} */", alo = in(_) a_lo, ahi = in(_) a_hi, blo = in(_) b_lo, bhi = in(_) b_hi);
 }
 
 #[cube]
-fn read_accumulators<H: Size>(#[comptime] h: usize) -> Vector<f32, H> {
+pub(super) fn read_accumulators<H: Size>(#[comptime] h: usize) -> Vector<f32, H> {
     let ptx = comptime!(read_ptx(h));
     let out: Vector<f32, H>;
     gpu_asm!("{ptx} /* {d} */", d = out(_) out);
@@ -139,14 +147,14 @@ fn read_accumulators<H: Size>(#[comptime] h: usize) -> Vector<f32, H> {
 /// Descriptor low word: start address in 16-byte units (bits 0-13), leading byte offset in
 /// 16-byte units (bits 16-29): unused by K-major swizzled layouts (1, as CUTLASS sets it), the
 /// distance between 64-wide MN boxes for MN-major ones.
-fn leading_units(mn_major: bool) -> u32 {
+pub(super) fn leading_units(mn_major: bool) -> u32 {
     if mn_major { (BOX_BYTES >> 4) as u32 } else { 1 }
 }
 
 /// Descriptor high word: stride byte offset 1024 (8 rows of 128 bytes: the next 8 M/N rows of a
 /// K-major operand, the next 8 k of an MN-major one) in 16-byte units (bits 32-45), base offset
 /// 0 (slots are 1024-byte aligned), layout 1 = 128-byte swizzle (bits 62-63).
-const DESCRIPTOR_HI: u32 = (1024 >> 4) | (1 << 30);
+pub(super) const DESCRIPTOR_HI: u32 = (1024 >> 4) | (1 << 30);
 
 /// One operand's box copies of the k-tile at `k0` into the slot starting at vector
 /// `slot_start`, completing on `bar` (issued by unit 0). K-major: one `[rows][64]` box at
@@ -154,7 +162,7 @@ const DESCRIPTOR_HI: u32 = (1024 >> 4) | (1 << 30);
 /// 8 KiB apart.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn issue_operand<F: Float, N: Size>(
+pub(super) fn issue_operand<F: Float, N: Size>(
     bar: &Barrier,
     map: &TensorMap<F, Tiled>,
     stage: &mut Shared<[Vector<F, N>]>,
@@ -227,6 +235,7 @@ pub(crate) fn matmul_wgmma_kernel<F: Float, O: Float, N: Size, H: Size, P: Size>
     let b_lo = (shared_address::<Vector<F, N>>(&b_sh) >> 4) | comptime!(leading_units(b_mn) << 16);
     let hi = comptime!(DESCRIPTOR_HI);
     declare_accumulators(comptime!(bn / 2));
+    zero_accumulators(comptime!(bn / 2));
 
     let k_tiles = k.div_ceil(BK);
     if unit == 0 {
@@ -267,7 +276,7 @@ pub(crate) fn matmul_wgmma_kernel<F: Float, O: Float, N: Size, H: Size, P: Size>
 /// The epilogue: each unit's accumulators, cast to the output type, straight to global memory.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn write_accumulators<O: Float, H: Size, P: Size>(
+pub(super) fn write_accumulators<O: Float, H: Size, P: Size>(
     y: &mut Tensor<Vector<O, P>>,
     acc: Vector<f32, H>,
     m0: usize,
@@ -386,8 +395,37 @@ fn wgmma_tiles_for(client: &Client, m: usize, n: usize) -> Result<WgmmaTiles, Ke
     if let Some(t) = wgmma_tiles()? {
         return Ok(t);
     }
-    let sms = client.properties().hardware.num_streaming_multiprocessors.unwrap_or(132) as usize;
-    Ok(tiles_for_output(m, n, sms))
+    Ok(tiles_for_output(m, n, multiprocessors(client)))
+}
+
+fn multiprocessors(client: &Client) -> usize {
+    client.properties().hardware.num_streaming_multiprocessors.unwrap_or(132) as usize
+}
+
+/// How the warpgroup kernel walks its tiles (scheduling only: the same bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WgmmaSchedule {
+    /// One cube per output tile; each k-tile ends in a cube-wide sync before its slot is refilled.
+    Synced,
+    /// As many cubes as fit at once, each walking several tiles; a producer warp and per-slot
+    /// mbarriers instead of cube syncs ([`super::matmul_wgmma_persistent`]).
+    Persistent,
+}
+
+impl WgmmaSchedule {
+    pub fn parse(text: &str) -> Result<WgmmaSchedule, String> {
+        match text.trim() {
+            "synced" => Ok(WgmmaSchedule::Synced),
+            "persistent" => Ok(WgmmaSchedule::Persistent),
+            other => Err(format!("LOCKSTEP_WGMMA_SCHEDULE={other:?} is not one of persistent, synced")),
+        }
+    }
+}
+
+/// `LOCKSTEP_WGMMA_SCHEDULE` (benchmark sweeps; read once per process); unset: persistent.
+pub(crate) fn wgmma_schedule() -> Result<WgmmaSchedule, KernelError> {
+    static SCHEDULE: std::sync::OnceLock<Result<Option<WgmmaSchedule>, String>> = std::sync::OnceLock::new();
+    Ok(super::env_setting(&SCHEDULE, "matmul", "LOCKSTEP_WGMMA_SCHEDULE", WgmmaSchedule::parse)?.unwrap_or(WgmmaSchedule::Persistent))
 }
 
 /// The largest of [`WgmmaTiles::DEFAULT`], [`WgmmaTiles::NARROW`] whose cubes cover every
@@ -414,7 +452,20 @@ pub(crate) fn wgmma_fits(layout: WeightLayout, x_transposed: bool, (m, k, n): (u
 /// `x[M,K] @ W` on warpgroup tensor cores (W as `layout` says; `x_transposed`: x is xᵀ stored
 /// `[K,M]`), output in `out_dtype` (x's dtype, or f32 for the battery's bits check), freshly
 /// allocated packed `[M,N]`. The caller checked the operands and [`wgmma_fits`].
-pub(crate) fn matmul_wgmma(x: CubeTensor, w: CubeTensor, layout: WeightLayout, x_transposed: bool, (m, k, n): (usize, usize, usize), out_dtype: DType) -> Result<CubeTensor, KernelError> {
+pub(crate) fn matmul_wgmma(x: CubeTensor, w: CubeTensor, layout: WeightLayout, x_transposed: bool, dims: (usize, usize, usize), out_dtype: DType) -> Result<CubeTensor, KernelError> {
+    matmul_wgmma_scheduled(wgmma_schedule()?, x, w, layout, x_transposed, dims, out_dtype)
+}
+
+/// [`matmul_wgmma`] under a named schedule (the battery compares the two).
+pub(crate) fn matmul_wgmma_scheduled(
+    schedule: WgmmaSchedule,
+    x: CubeTensor,
+    w: CubeTensor,
+    layout: WeightLayout,
+    x_transposed: bool,
+    (m, k, n): (usize, usize, usize),
+    out_dtype: DType,
+) -> Result<CubeTensor, KernelError> {
     const OP: &str = "matmul";
     ensure!(matches!(x.dtype, DType::BF16 | DType::F16) && wgmma_fits(layout, x_transposed, (m, k, n)), OP, "the warpgroup kernel takes bf16/f16 with 16-byte row strides; got {:?}, {m}x{n}x{k} ({layout:?}, x transposed: {x_transposed})", x.dtype);
     ensure!(wgmma_available(&x.client), OP, "the warpgroup kernel needs a CUDA device of compute capability 9.x");
@@ -430,6 +481,38 @@ pub(crate) fn matmul_wgmma(x: CubeTensor, w: CubeTensor, layout: WeightLayout, x
         let tile: Vec<usize> = if mn_major { vec![BK, BOX] } else { vec![rows, BK] };
         TensorMapArg::new(TiledArgs { tile_size: tile.into() }, tensor.into_tensor_arg(), storage_ty).with_swizzle(TensorMapSwizzle::B128)
     };
+    let (x_map, w_map) = (map(x.clone(), t.bm(), a_mn), map(w, t.bn, b_mn));
+    if schedule == WgmmaSchedule::Persistent {
+        let m_tiles = m.div_ceil(t.bm());
+        let tiles = m_tiles * n.div_ceil(t.bn);
+        ensure!(tiles <= u32::MAX as usize, OP, "{m}x{n} is {tiles} output tiles; at most {} per launch", u32::MAX);
+        let grid = tiles.min(multiprocessors(&client) * cubes_per_multiprocessor(t));
+        matmul_wgmma_persistent_kernel::launch(
+            &client,
+            CubeCount::Static(grid as u32, 1, 1),
+            CubeDim::new_1d((t.wg_m * WARPGROUP + PRODUCER) as u32),
+            CHUNK,
+            t.bn / 2,
+            if n % 2 == 0 { 2 } else { 1 },
+            x_map,
+            w_map,
+            y.clone().into_tensor_arg(),
+            m as u32,
+            n as u32,
+            k as u32,
+            m_tiles as u32,
+            tiles as u32,
+            t.wg_m,
+            t.bn,
+            t.stages,
+            x.dtype == DType::F16,
+            a_mn,
+            b_mn,
+            n % 2 == 0,
+            [storage_ty, storage(out_dtype)],
+        );
+        return Ok(y);
+    }
     matmul_wgmma_kernel::launch(
         &client,
         CubeCount::Static(m.div_ceil(t.bm()) as u32, n.div_ceil(t.bn) as u32, 1),
@@ -437,8 +520,8 @@ pub(crate) fn matmul_wgmma(x: CubeTensor, w: CubeTensor, layout: WeightLayout, x
         CHUNK,
         t.bn / 2,
         if n % 2 == 0 { 2 } else { 1 },
-        map(x.clone(), t.bm(), a_mn),
-        map(w, t.bn, b_mn),
+        x_map,
+        w_map,
         y.clone().into_tensor_arg(),
         m as u32,
         n as u32,
@@ -490,6 +573,13 @@ mod tests {
         assert!(ptx.ends_with("wgmma.wait_group.sync.aligned 1;\n}\n"));
         assert!(declare_ptx(64).starts_with(".reg .f32 lsacc<64>;"));
         assert!(read_ptx(64).contains("mov.b32 %63, lsacc63;"));
+    }
+
+    #[test]
+    fn the_schedule_parses_or_names_the_variable() {
+        assert_eq!(WgmmaSchedule::parse("persistent"), Ok(WgmmaSchedule::Persistent));
+        assert_eq!(WgmmaSchedule::parse("synced"), Ok(WgmmaSchedule::Synced));
+        assert!(WgmmaSchedule::parse("fast").unwrap_err().contains("LOCKSTEP_WGMMA_SCHEDULE=\"fast\""));
     }
 
     #[test]
