@@ -24,5 +24,20 @@ for part in "$@"; do
         (cd $d && timeout 60 /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 1 --single-call --no-burn --matmul-only --matmul-m 4096 > /dev/null 2>&1)
         gzip -c $d/compile.log > $O/compile.log.gz; ls -la $O/compile.log.gz
         ;;
+    bounds)  # ncu on one call of each wgmma matmul and of torch's on the same shapes
+        OUT=$O/bounds BOUNDS_PARTS="matmul torch" BOUNDS_REGEX="${BOUNDS_REGEX:-wgmma}" BOUNDS_M="${BOUNDS_M:-1024,4096}" TOTAL_LIMIT=240 \
+            bash experiments/gpu_visit.sh bounds > $O/bounds.log 2>&1; grep -v "^==" $O/bounds.log | tail -n 40 ;;
+    tiles)  # the default schedule under each WGMMA_SWEEP tile shape
+        for t in ${WGMMA_SWEEP:-2/256/4 2/256/3 2/128/4 2/128/6 1/128/6 1/256/4}; do
+            echo "## LOCKSTEP_WGMMA_TILES=$t"
+            LOCKSTEP_WGMMA_TILES=$t timeout 60 /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 5 \
+                --matmul-only --matmul-m ${SWEEP_M:-1024,4096} --no-burn 2>&1 | grep "^| matmul" | tee -a $O/tiles.md
+        done ;;
+    ncu-ab)  # GPU time (ncu, one call each) of the wgmma kernels under each NCU_AB setting, same visit
+        b=(/tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 1 --single-call --no-burn --matmul-only --matmul-m ${BOUNDS_M:-1024,4096})
+        for setting in ${NCU_AB:-LOCKSTEP_WGMMA_SCHEDULE=synced LOCKSTEP_WGMMA_TILES=2/64/8 LOCKSTEP_WGMMA_TILES=2/128/4 LOCKSTEP_WGMMA_TILES=1/128/6}; do
+            echo "### $setting"
+            env $setting timeout 90 python3 experiments/ncu_bounds.py --regex wgmma --count 40 -- "${b[@]}" 2>&1 | grep "^|" | cut -c1-400
+        done 2>&1 | tee $O/ncu-ab.md ;;
     esac
 done

@@ -89,7 +89,7 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
         let w = rand2([n, k], o.dtype, device).mul_scalar(0.02);
         for &m in ms {
             let x = rand2([m, k], o.dtype, device);
-            let inner = if m * n * k < 1 << 28 { 20 } else { 3 };
+            let inner = if m * n * k < 1 << 28 { 20 } else { 10 };
             let b = if o.no_burn { f64::NAN } else { time_op(device, o.repeats, inner, || drop(x.clone().matmul(w.clone().transpose()))) };
             let bytes = (m * k + n * k + m * n) as f64 * bytes_per;
             for (i, &kernel) in kernels.iter().enumerate() {

@@ -70,6 +70,18 @@ fn step_offset(mn_major: bool, s: usize) -> usize {
     if mn_major { s * 128 } else { s * 2 }
 }
 
+/// Waits until the phase of `bar` of parity `parity` has completed: a bare `try_wait` loop.
+/// libcu++'s `wait_parity` (what `Barrier::wait_parity` compiles to) polls with a back-off
+/// that reads the global timer and sleeps, latency a tight pipeline pays on every k-tile.
+#[cube]
+pub(super) fn wait_parity_spin(bar: &Shared<Barrier>, parity: u32) {
+    gpu_asm!(
+        "{{ .reg .pred p; .reg .u64 t; .reg .u32 a; cvta.to.shared.u64 t, {b}; cvt.u32.u64 a, t; LOCKSTEP_WAIT: mbarrier.try_wait.parity.shared::cta.b64 p, [a], {ph}; @!p bra LOCKSTEP_WAIT; }}",
+        b = in(_) bar,
+        ph = in(_) parity
+    );
+}
+
 /// PTX register names of the accumulators: `lsacc0 ..`, declared at function scope.
 const ACC: &str = "lsacc";
 
@@ -254,7 +266,7 @@ pub(crate) fn matmul_wgmma_kernel<F: Float, O: Float, N: Size, H: Size, P: Size>
         for s in 0..comptime!(stages) {
             let t = r * stages + s;
             if t < k_tiles {
-                full.index(s).wait_parity((r & 1) as u32);
+                wait_parity_spin(full.index(s), (r & 1) as u32);
                 // slot s starts s * slot-length 16-byte units further
                 wgmma_k_tile(a_lo + comptime!((s * a_slot) as u32), hi, b_lo + comptime!((s * b_slot) as u32), hi, bn, f16, a_mn, b_mn);
                 sync_cube();

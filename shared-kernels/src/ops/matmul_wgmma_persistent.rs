@@ -16,7 +16,7 @@
 //! and both against the `mma.sync` kernels, as bits).
 
 use super::matmul_wgmma::{
-    declare_accumulators, issue_operand, leading_units, read_accumulators, shared_address, wgmma_k_tile, write_accumulators, zero_accumulators, WgmmaTiles, BK,
+    declare_accumulators, issue_operand, leading_units, read_accumulators, shared_address, wait_parity_spin, wgmma_k_tile, write_accumulators, zero_accumulators, WgmmaTiles, BK,
     BOX_BYTES, CHUNK, DESCRIPTOR_HI, SWIZZLE_ALIGN, WARPGROUP, WG_ROWS,
 };
 use burn_cubecl::cubecl::prelude::barrier::Barrier;
@@ -105,7 +105,7 @@ pub(crate) fn matmul_wgmma_persistent_kernel<F: Float, O: Float, N: Size, H: Siz
                             // use u of the slot: wait for the consumers' release of use u - 1
                             // (the first use finds the phase before it complete)
                             let u = j * slot_uses(k_tiles, s, stages) + r;
-                            empty.index(s).wait_parity(((u & 1) ^ 1) as u32);
+                            wait_parity_spin(empty.index(s), ((u & 1) ^ 1) as u32);
                             let bar = full.index(s);
                             bar.arrive_and_expect_tx(1u32, tile_bytes);
                             issue_operand::<F, N>(bar, x_map, &mut a_sh, comptime!(s * a_slot), m0, t * BK, bm, a_mn);
@@ -133,7 +133,7 @@ pub(crate) fn matmul_wgmma_persistent_kernel<F: Float, O: Float, N: Size, H: Siz
                     let t = r * stages + s;
                     if t < k_tiles {
                         let u = j * slot_uses(k_tiles, s, stages) + r;
-                        full.index(s).wait_parity((u & 1) as u32);
+                        wait_parity_spin(full.index(s), (u & 1) as u32);
                         wgmma_k_tile(a_lo + comptime!((s * a_slot) as u32), hi, b_lo + comptime!((s * b_slot) as u32), hi, bn, f16, a_mn, b_mn);
                         // the previous k-tile's wgmmas are done: its slot is free
                         if t > 0 && lane == 0 {
