@@ -4,6 +4,9 @@
 set -uo pipefail
 O="${O:-${OUT:-.gpu/out}}"
 M="${M_LIST:-256,1024,4096}"
+for bin in lockstep-battery lockstep; do
+    [ -x /tmp/$bin ] || { gunzip -c .gpu/$bin.gz > /tmp/$bin && chmod +x /tmp/$bin; }
+done
 for part in "$@"; do
     case "$part" in
     battery) OUT=$O/battery TOTAL_LIMIT=${BATTERY_LIMIT:-200} bash experiments/gpu_visit.sh battery > $O/battery.log 2>&1; tail -n 4 $O/battery.log ;;
@@ -33,11 +36,14 @@ for part in "$@"; do
             LOCKSTEP_WGMMA_TILES=$t timeout 60 /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 5 \
                 --matmul-only --matmul-m ${SWEEP_M:-1024,4096} --no-burn 2>&1 | grep "^| matmul" | tee -a $O/tiles.md
         done ;;
+    kernels)  # every kernel row (matmul, memory-bound, attention), the trainer step and MFU, torch on the same shapes
+        OUT=$O/kernels KERNELS_LIMIT=240 TORCH_LIMIT=120 TOTAL_LIMIT=380 bash experiments/gpu_visit.sh kernels torch > $O/kernels.log 2>&1
+        grep "^|" $O/kernels.log | tail -n 60 ;;
     ncu-ab)  # GPU time (ncu, one call each) of the wgmma kernels under each NCU_AB setting, same visit
         b=(/tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 1 --single-call --no-burn --matmul-only --matmul-m ${BOUNDS_M:-1024,4096})
         for setting in ${NCU_AB:-LOCKSTEP_WGMMA_SCHEDULE=synced LOCKSTEP_WGMMA_TILES=2/64/8 LOCKSTEP_WGMMA_TILES=2/128/4 LOCKSTEP_WGMMA_TILES=1/128/6}; do
             echo "### $setting"
-            env $setting timeout 90 python3 experiments/ncu_bounds.py --regex wgmma --count 40 -- "${b[@]}" 2>&1 | grep "^|" | cut -c1-400
+            env ${setting//,/ } timeout 90 python3 experiments/ncu_bounds.py --regex wgmma --count 40 -- "${b[@]}" 2>&1 | grep "^|" | cut -c1-400
         done 2>&1 | tee $O/ncu-ab.md ;;
     esac
 done

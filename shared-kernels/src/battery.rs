@@ -257,17 +257,25 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
                     let warpgroup = rows_of(host(crate::ops::matmul::matmul_warpgroup_tiles(xt, wt.clone(), layout, DType::F32)?), ffn);
                     checks.push(compare("matmul W[N,K] f32 accumulators: wgmma = cmma chain", dtype_name(dtype), rows, &warpgroup, &chain.iter().collect::<Vec<_>>()));
                 }
-                // the persistent schedule where cubes walk several tiles (more tiles than the
-                // grid holds) and K's k-tiles are no multiple of the slots, against the synced one
-                use crate::ops::matmul_wgmma::WgmmaSchedule;
-                for (m_big, k_big, n_big) in [(4133, 1288, 1536), (8229, 1288, 768)] {
-                    let xb = float_tensor(random_vec(&mut rng, m_big * k_big, 1.0), [m_big, k_big], dtype, device);
-                    let wshape = if layout == WeightLayout::OutIn { [n_big, k_big] } else { [k_big, n_big] };
-                    let wb = float_tensor(random_vec(&mut rng, n_big * k_big, 0.05), wshape, dtype, device);
-                    let synced = rows_of(host(crate::ops::matmul::matmul_warpgroup_scheduled(WgmmaSchedule::Synced, xb.clone(), wb.clone(), layout)?), n_big);
-                    let persistent = rows_of(host(crate::ops::matmul::matmul_warpgroup_scheduled(WgmmaSchedule::Persistent, xb, wb, layout)?), n_big);
-                    let op = format!("{name} {m_big}x{k_big}x{n_big}: wgmma persistent = synced");
-                    checks.push(compare(&op, dtype_name(dtype), m_big, &persistent, &synced.iter().collect::<Vec<_>>()));
+                // each tile shape under each schedule against the register-prefetch tiles, on an
+                // output with more tiles than the persistent grid holds (its cubes walk several)
+                // and a K whose 22 k-tiles (the last one partial) are no multiple of any slot count
+                use crate::ops::matmul_wgmma::{WgmmaSchedule, WgmmaTiles};
+                let (m_big, k_big, n_big) = (4133, 1352, 1536);
+                let xb = float_tensor(random_vec(&mut rng, m_big * k_big, 1.0), [m_big, k_big], dtype, device);
+                let wshape = if layout == WeightLayout::OutIn { [n_big, k_big] } else { [k_big, n_big] };
+                let wb = float_tensor(random_vec(&mut rng, n_big * k_big, 0.05), wshape, dtype, device);
+                let want = rows_of(host(matmul_with(Some(MatmulKernel::TensorCoreTiles), xb.clone(), wb.clone(), layout)?), n_big);
+                for (schedule, tiles) in [
+                    (WgmmaSchedule::Persistent, WgmmaTiles::DEFAULT),
+                    (WgmmaSchedule::Persistent, WgmmaTiles::NARROW),
+                    (WgmmaSchedule::Persistent, WgmmaTiles::MEDIUM),
+                    (WgmmaSchedule::Persistent, WgmmaTiles::SMALL),
+                    (WgmmaSchedule::Synced, WgmmaTiles::DEFAULT),
+                ] {
+                    let got = rows_of(host(crate::ops::matmul::matmul_warpgroup_scheduled(schedule, tiles, xb.clone(), wb.clone(), layout)?), n_big);
+                    let op = format!("{name} {m_big}x{k_big}x{n_big}: wgmma {schedule:?} {}/{}/{} = tc-tiles", tiles.wg_m, tiles.bn, tiles.stages);
+                    checks.push(compare(&op, dtype_name(dtype), m_big, &got, &want.iter().collect::<Vec<_>>()));
                 }
             }
             // the asynchronous-copy tiles at every M against the register-prefetch tiles

@@ -136,15 +136,21 @@ pub fn matmul_warpgroup_tiles(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout
     Ok(float_out(super::matmul_wgmma::matmul_wgmma(xc, wc, layout, false, dims, out)?))
 }
 
-/// `x @ W` on the warpgroup tiles under a named schedule (x's dtype out): the battery's handle
-/// for comparing the persistent and the synced kernels as bits.
-pub fn matmul_warpgroup_scheduled(schedule: super::matmul_wgmma::WgmmaSchedule, x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTensor<2>, KernelError> {
+/// `x @ W` on the warpgroup kernel under a named schedule and tiles (x's dtype out): the
+/// battery's handle for checking each schedule and tile shape as bits.
+pub fn matmul_warpgroup_scheduled(
+    schedule: super::matmul_wgmma::WgmmaSchedule,
+    tiles: super::matmul_wgmma::WgmmaTiles,
+    x: BTensor<2>,
+    w: BTensor<2>,
+    layout: WeightLayout,
+) -> Result<BTensor<2>, KernelError> {
     const OP: &str = "matmul";
     let xc = float_in(OP, "x", x)?;
     let wc = float_in(OP, "w", w)?;
     let dims = checked_dims(OP, &xc, &wc, layout)?;
     let dtype = xc.dtype;
-    Ok(float_out(super::matmul_wgmma::matmul_wgmma_scheduled(schedule, xc, wc, layout, false, dims, dtype)?))
+    Ok(float_out(super::matmul_wgmma::matmul_wgmma_scheduled(schedule, Some(tiles), xc, wc, layout, false, dims, dtype)?))
 }
 
 /// `x @ W[N,K]ᵀ` as one plain chain of cmma steps per 16x16 block, f32 out: the bits the

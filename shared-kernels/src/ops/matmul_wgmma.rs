@@ -372,6 +372,9 @@ impl WgmmaTiles {
     /// 128 x 128 tiles, 3 slots (96 KiB: two cubes per SM) for outputs too small to give every
     /// multiprocessor a 128 x 256 cube (at M = 1024 up to 1.5x the default's throughput, v9).
     pub const NARROW: WgmmaTiles = WgmmaTiles { wg_m: 2, bn: 128, stages: 3 };
+    /// 128 x 64 tiles, 8 slots (192 KiB) for outputs of about a thousand rows: at 1024 x 1024
+    /// 128 cubes, and 1.16-1.4x the 64 x 64 tiles' throughput there (GPU time, session 10).
+    pub const MEDIUM: WgmmaTiles = WgmmaTiles { wg_m: 2, bn: 64, stages: 8 };
     /// 64 x 64 tiles of one warpgroup (64 KiB) for small outputs (a few hundred rows): more
     /// cubes to spread a long K over.
     pub const SMALL: WgmmaTiles = WgmmaTiles { wg_m: 1, bn: 64, stages: 4 };
@@ -440,10 +443,14 @@ pub(crate) fn wgmma_schedule() -> Result<WgmmaSchedule, KernelError> {
     Ok(super::env_setting(&SCHEDULE, "matmul", "LOCKSTEP_WGMMA_SCHEDULE", WgmmaSchedule::parse)?.unwrap_or(WgmmaSchedule::Persistent))
 }
 
-/// The largest of [`WgmmaTiles::DEFAULT`], [`WgmmaTiles::NARROW`] whose cubes cover every
-/// multiprocessor, else [`WgmmaTiles::SMALL`].
+/// The largest of [`WgmmaTiles::DEFAULT`], [`WgmmaTiles::NARROW`], [`WgmmaTiles::MEDIUM`] whose
+/// cubes fill at least 7/8 of the multiprocessors (at 1024 x 1024, 128 128x64 cubes on 132
+/// SMs beat 256 64x64 ones), else [`WgmmaTiles::SMALL`].
 fn tiles_for_output(m: usize, n: usize, sms: usize) -> WgmmaTiles {
-    [WgmmaTiles::DEFAULT, WgmmaTiles::NARROW].into_iter().find(|t| m.div_ceil(t.bm()) * n.div_ceil(t.bn) >= sms).unwrap_or(WgmmaTiles::SMALL)
+    [WgmmaTiles::DEFAULT, WgmmaTiles::NARROW, WgmmaTiles::MEDIUM]
+        .into_iter()
+        .find(|t| 8 * m.div_ceil(t.bm()) * n.div_ceil(t.bn) >= 7 * sms)
+        .unwrap_or(WgmmaTiles::SMALL)
 }
 
 /// Whether this device runs `wgmma`: CUDA compute capability 9.x (sm_90a; Blackwell dropped the
@@ -465,12 +472,14 @@ pub(crate) fn wgmma_fits(layout: WeightLayout, x_transposed: bool, (m, k, n): (u
 /// `[K,M]`), output in `out_dtype` (x's dtype, or f32 for the battery's bits check), freshly
 /// allocated packed `[M,N]`. The caller checked the operands and [`wgmma_fits`].
 pub(crate) fn matmul_wgmma(x: CubeTensor, w: CubeTensor, layout: WeightLayout, x_transposed: bool, dims: (usize, usize, usize), out_dtype: DType) -> Result<CubeTensor, KernelError> {
-    matmul_wgmma_scheduled(wgmma_schedule()?, x, w, layout, x_transposed, dims, out_dtype)
+    matmul_wgmma_scheduled(wgmma_schedule()?, None, x, w, layout, x_transposed, dims, out_dtype)
 }
 
-/// [`matmul_wgmma`] under a named schedule (the battery compares the two).
+/// [`matmul_wgmma`] under a named schedule and, if given, tiles (the battery checks each).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn matmul_wgmma_scheduled(
     schedule: WgmmaSchedule,
+    tiles: Option<WgmmaTiles>,
     x: CubeTensor,
     w: CubeTensor,
     layout: WeightLayout,
@@ -481,7 +490,10 @@ pub(crate) fn matmul_wgmma_scheduled(
     const OP: &str = "matmul";
     ensure!(matches!(x.dtype, DType::BF16 | DType::F16) && wgmma_fits(layout, x_transposed, (m, k, n)), OP, "the warpgroup kernel takes bf16/f16 with 16-byte row strides; got {:?}, {m}x{n}x{k} ({layout:?}, x transposed: {x_transposed})", x.dtype);
     ensure!(wgmma_available(&x.client), OP, "the warpgroup kernel needs a CUDA device of compute capability 9.x");
-    let t = wgmma_tiles_for(&x.client, m, n)?;
+    let t = match tiles {
+        Some(t) => t,
+        None => wgmma_tiles_for(&x.client, m, n)?,
+    };
     ensure!(n.div_ceil(t.bn) <= 65535, OP, "W has {n} output columns; at most {} per launch", 65535 * t.bn);
     let (a_mn, b_mn) = (x_transposed, layout == WeightLayout::InOut);
     ensure!(!a_mn || t.bm() % BOX == 0, OP, "unreachable: tiles of {} rows", t.bm());
@@ -597,9 +609,12 @@ mod tests {
     #[test]
     fn outputs_pick_the_largest_tiles_that_cover_the_multiprocessors() {
         assert_eq!(tiles_for_output(4096, 151936, 132), WgmmaTiles::DEFAULT);
-        assert_eq!(tiles_for_output(4096, 1024, 132), WgmmaTiles::NARROW);
+        // 128 128x256 cubes fill 7/8 of 132 SMs
+        assert_eq!(tiles_for_output(4096, 1024, 132), WgmmaTiles::DEFAULT);
+        assert_eq!(tiles_for_output(1024, 3072, 132), WgmmaTiles::NARROW);
+        assert_eq!(tiles_for_output(1024, 1024, 132), WgmmaTiles::MEDIUM);
         assert_eq!(tiles_for_output(256, 3072, 132), WgmmaTiles::SMALL);
-        for t in [WgmmaTiles::DEFAULT, WgmmaTiles::NARROW, WgmmaTiles::SMALL] {
+        for t in [WgmmaTiles::DEFAULT, WgmmaTiles::NARROW, WgmmaTiles::MEDIUM, WgmmaTiles::SMALL] {
             let text = format!("{}/{}/{}", t.wg_m, t.bn, t.stages);
             assert_eq!(WgmmaTiles::parse(&text), Ok(t), "{text}");
         }
