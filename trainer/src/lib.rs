@@ -4,6 +4,7 @@ pub mod bench;
 pub mod bench_ops;
 pub mod check;
 pub mod checkpoint;
+pub mod host_profile;
 pub mod config;
 pub mod grpo;
 pub mod optim;

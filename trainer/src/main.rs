@@ -144,7 +144,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, matmul_m, json, save_model }).map_err(RunError::Other)
+            trainer::host_profile::profiled(|| trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, matmul_m, json, save_model })).map_err(RunError::Other)
         }
         Command::Check { preset, dtypes, seed, fast, split_k } => {
             let Some(dtypes) = dtypes.iter().map(|d| parse_dtype(d)).collect::<Option<Vec<_>>>() else { return ExitCode::from(2) };
