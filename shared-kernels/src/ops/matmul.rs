@@ -285,8 +285,8 @@ fn requested_kernel() -> Result<Option<MatmulKernel>, KernelError> {
             // wherever lockstep runs: a typo is an error naming the variable on the CPU too
             super::matmul_skinny::launch_shape().map_err(|e| e.message)?;
             super::matmul_tc::tile_shape(Pipeline::AsyncCopies).map_err(|e| e.message)?;
-            super::matmul_wgmma::wgmma_tiles().map_err(|e| e.message)?;
-            super::matmul_wgmma::wgmma_schedule().map_err(|e| e.message)?;
+            super::matmul_wgmma_tiles::wgmma_tiles().map_err(|e| e.message)?;
+            super::matmul_wgmma_tiles::wgmma_schedule().map_err(|e| e.message)?;
             match std::env::var("LOCKSTEP_MATMUL").as_deref() {
                 Err(_) => Ok(None),
                 Ok("tc") => Ok(Some(MatmulKernel::TensorCore)),

@@ -16,7 +16,7 @@
 //! and both against the `mma.sync` kernels, as bits).
 
 use super::matmul_wgmma::{
-    declare_accumulators, issue_operand, leading_units, read_accumulators, shared_address, wait_parity_spin, wgmma_k_tile, write_accumulators, zero_accumulators, WgmmaTiles, BK,
+    declare_accumulators, issue_operand, leading_units, read_accumulators, shared_address, wait_parity_spin, wgmma_k_tile, write_accumulators, zero_accumulators, BK,
     BOX_BYTES, CHUNK, DESCRIPTOR_HI, SWIZZLE_ALIGN, WARPGROUP, WG_ROWS,
 };
 use burn_cubecl::cubecl::prelude::barrier::Barrier;
@@ -155,23 +155,5 @@ pub(crate) fn matmul_wgmma_persistent_kernel<F: Float, O: Float, N: Size, H: Siz
             }
             write_accumulators::<O, H, P>(y, acc, m0, n0, m, n, unit, group, bn, pairs);
         }
-    }
-}
-
-/// Cubes of `tiles` one multiprocessor holds at once: by shared memory (228 KiB per H100/H200
-/// multiprocessor, 1 KiB of it reserved per cube), at most 3.
-pub(super) fn cubes_per_multiprocessor(tiles: WgmmaTiles) -> usize {
-    (228 * 1024 / (tiles.shared_bytes() + 2 * 1024)).clamp(1, 3)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_persistent_grid_fills_the_multiprocessors_by_shared_memory() {
-        assert_eq!(cubes_per_multiprocessor(WgmmaTiles::DEFAULT), 1);
-        assert_eq!(cubes_per_multiprocessor(WgmmaTiles::NARROW), 2);
-        assert_eq!(cubes_per_multiprocessor(WgmmaTiles::SMALL), 3);
     }
 }

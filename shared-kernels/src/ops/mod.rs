@@ -20,6 +20,7 @@ pub mod matmul_tc;
 pub mod matmul_tc_async;
 pub mod matmul_wgmma;
 pub mod matmul_wgmma_persistent;
+pub mod matmul_wgmma_tiles;
 pub mod mma_peak;
 pub mod pointwise;
 pub mod reduce;
