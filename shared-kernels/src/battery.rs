@@ -247,14 +247,14 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
             if crate::ops::matmul::wgmma_on(device)? {
                 checks.extend(row_invariance(&format!("{name} wgmma = tc-tiles"), dtype, pool, &BATCH_SIZES, seed + 1, |idx| {
                     let xt = float_tensor(gather(&x, hidden, idx), [idx.len(), hidden], dtype, device);
-                    let y = if idx.len() == pool { matmul_with(Some(MatmulKernel::TensorCoreTiles), xt, wt.clone(), layout)? } else { crate::ops::matmul::matmul_warpgroup_tiles(xt, wt.clone(), layout, dtype)? };
+                    let y = if idx.len() == pool { matmul_with(Some(MatmulKernel::TensorCoreTiles), xt, wt.clone(), layout)? } else { crate::ops::matmul::matmul_warpgroup(xt, wt.clone(), layout, dtype, None, None)? };
                     Ok(rows_of(host(y), ffn))
                 })?);
                 let rows = pool & !15;
                 if layout == WeightLayout::OutIn && hidden % 16 == 0 && ffn % 16 == 0 {
                     let xt = float_tensor(x[..rows * hidden].to_vec(), [rows, hidden], dtype, device);
                     let chain = rows_of(host(crate::ops::matmul::matmul_cmma_chain_f32(xt.clone(), wt.clone())?), ffn);
-                    let warpgroup = rows_of(host(crate::ops::matmul::matmul_warpgroup_tiles(xt, wt.clone(), layout, DType::F32)?), ffn);
+                    let warpgroup = rows_of(host(crate::ops::matmul::matmul_warpgroup(xt, wt.clone(), layout, DType::F32, None, None)?), ffn);
                     checks.push(compare("matmul W[N,K] f32 accumulators: wgmma = cmma chain", dtype_name(dtype), rows, &warpgroup, &chain.iter().collect::<Vec<_>>()));
                 }
                 // each tile shape under each schedule against the register-prefetch tiles, on an
@@ -273,7 +273,7 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
                     (WgmmaSchedule::Persistent, WgmmaTiles::SMALL),
                     (WgmmaSchedule::Synced, WgmmaTiles::DEFAULT),
                 ] {
-                    let got = rows_of(host(crate::ops::matmul::matmul_warpgroup_scheduled(schedule, tiles, xb.clone(), wb.clone(), layout)?), n_big);
+                    let got = rows_of(host(crate::ops::matmul::matmul_warpgroup(xb.clone(), wb.clone(), layout, dtype, Some(schedule), Some(tiles))?), n_big);
                     let op = format!("{name} {m_big}x{k_big}x{n_big}: wgmma {schedule:?} {}/{}/{} = tc-tiles", tiles.wg_m, tiles.bn, tiles.stages);
                     checks.push(compare(&op, dtype_name(dtype), m_big, &got, &want.iter().collect::<Vec<_>>()));
                 }

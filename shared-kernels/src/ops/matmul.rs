@@ -126,31 +126,22 @@ pub fn matmul_transposed_x_with(kernel: Option<MatmulKernel>, xt: BTensor<2>, w:
     matmul_with(Some(kernel), xt.transpose(), w, layout)
 }
 
-/// `x @ W` on the warpgroup tiles at every M (no decode kernel), output in `out` (x's
-/// dtype, or f32 to compare accumulators as bits): the battery's and the benchmarks' handle.
-pub fn matmul_warpgroup_tiles(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout, out: burn::tensor::DType) -> Result<BTensor<2>, KernelError> {
-    const OP: &str = "matmul";
-    let xc = float_in(OP, "x", x)?;
-    let wc = float_in(OP, "w", w)?;
-    let dims = checked_dims(OP, &xc, &wc, layout)?;
-    Ok(float_out(super::matmul_wgmma::matmul_wgmma(xc, wc, layout, false, dims, out)?))
-}
-
-/// `x @ W` on the warpgroup kernel under a named schedule and tiles (x's dtype out): the
-/// battery's handle for checking each schedule and tile shape as bits.
-pub fn matmul_warpgroup_scheduled(
-    schedule: super::matmul_wgmma::WgmmaSchedule,
-    tiles: super::matmul_wgmma::WgmmaTiles,
+/// `x @ W` on the warpgroup kernel at every M (no decode kernel), output in `out` (x's dtype,
+/// or f32 to compare accumulators as bits), under `schedule` and `tiles` where given (else this
+/// process's): the battery's handle.
+pub fn matmul_warpgroup(
     x: BTensor<2>,
     w: BTensor<2>,
     layout: WeightLayout,
+    out: burn::tensor::DType,
+    schedule: Option<super::matmul_wgmma::WgmmaSchedule>,
+    tiles: Option<super::matmul_wgmma::WgmmaTiles>,
 ) -> Result<BTensor<2>, KernelError> {
     const OP: &str = "matmul";
     let xc = float_in(OP, "x", x)?;
     let wc = float_in(OP, "w", w)?;
     let dims = checked_dims(OP, &xc, &wc, layout)?;
-    let dtype = xc.dtype;
-    Ok(float_out(super::matmul_wgmma::matmul_wgmma_scheduled(schedule, Some(tiles), xc, wc, layout, false, dims, dtype)?))
+    Ok(float_out(super::matmul_wgmma::matmul_wgmma_scheduled(schedule, tiles, xc, wc, layout, false, dims, out)?))
 }
 
 /// `x @ W[N,K]ᵀ` as one plain chain of cmma steps per 16x16 block, f32 out: the bits the

@@ -378,13 +378,14 @@ pub(crate) fn wgmma_fits(layout: WeightLayout, x_transposed: bool, (m, k, n): (u
 /// `[K,M]`), output in `out_dtype` (x's dtype, or f32 for the battery's bits check), freshly
 /// allocated packed `[M,N]`. The caller checked the operands and [`wgmma_fits`].
 pub(crate) fn matmul_wgmma(x: CubeTensor, w: CubeTensor, layout: WeightLayout, x_transposed: bool, dims: (usize, usize, usize), out_dtype: DType) -> Result<CubeTensor, KernelError> {
-    matmul_wgmma_scheduled(wgmma_schedule()?, None, x, w, layout, x_transposed, dims, out_dtype)
+    matmul_wgmma_scheduled(None, None, x, w, layout, x_transposed, dims, out_dtype)
 }
 
-/// [`matmul_wgmma`] under a named schedule and, if given, tiles (the battery checks each).
+/// [`matmul_wgmma`] under a named schedule and tiles where given (else this process's: the
+/// battery checks each).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn matmul_wgmma_scheduled(
-    schedule: WgmmaSchedule,
+    schedule: Option<WgmmaSchedule>,
     tiles: Option<WgmmaTiles>,
     x: CubeTensor,
     w: CubeTensor,
@@ -412,6 +413,10 @@ pub(crate) fn matmul_wgmma_scheduled(
         TensorMapArg::new(TiledArgs { tile_size: tile.into() }, tensor.into_tensor_arg(), storage_ty).with_swizzle(TensorMapSwizzle::B128)
     };
     let (x_map, w_map) = (map(x.clone(), t.bm(), a_mn), map(w, t.bn, b_mn));
+    let schedule = match schedule {
+        Some(s) => s,
+        None => wgmma_schedule()?,
+    };
     if schedule == WgmmaSchedule::Persistent {
         let m_tiles = m.div_ceil(t.bm());
         let tiles = m_tiles * n.div_ceil(t.bn);
