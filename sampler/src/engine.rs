@@ -104,14 +104,14 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(mut model: Qwen3, config: EngineConfig) -> Result<Self, String> {
+    pub fn new(model: Qwen3, config: EngineConfig) -> Result<Self, String> {
         if config.max_batch == 0 || config.context == 0 || config.chunk_size == 0 {
             return Err(format!("engine config needs max_batch, context and chunk_size >= 1, got {config:?}"));
         }
         if config.context > model.config.max_position_embeddings {
             return Err(format!("context {} exceeds the model's max_position_embeddings {}", config.context, model.config.max_position_embeddings));
         }
-        decode_ready(&mut model)?;
+        let model = decode_ready(model)?;
         let device = model.embed.device();
         let cache = KvCache::new(&model.config, config.max_batch, config.context, model.dtype, &device);
         let free_slots = (0..config.max_batch as u32).rev().collect();
@@ -123,12 +123,11 @@ impl Engine {
     }
 
     /// Replace the weights (after an optimizer step); only between rollouts.
-    pub fn set_model(&mut self, mut model: Qwen3) -> Result<(), String> {
+    pub fn set_model(&mut self, model: Qwen3) -> Result<(), String> {
         if !self.is_idle() {
             return Err("set_model while requests are running".into());
         }
-        decode_ready(&mut model)?;
-        self.model = model;
+        self.model = decode_ready(model)?;
         Ok(())
     }
 
@@ -359,17 +358,16 @@ impl Engine {
     }
 }
 
-/// The invariant kernel set decodes on fused projections (fewer launches, same bits) unless
+/// The engine's copy of the weights: in cubecl's persistent pool (see [`Qwen3::into_resident`]),
+/// and, for the invariant kernel set, with fused projections (fewer launches, same bits) unless
 /// `LOCKSTEP_DECODE_FUSION=off` (benchmarks compare the two); the ablation's kernel sets keep
 /// the unfused forward they were measured with.
-fn decode_ready(model: &mut Qwen3) -> Result<(), String> {
+fn decode_ready(model: Qwen3) -> Result<Qwen3, String> {
     let fuse = match std::env::var("LOCKSTEP_DECODE_FUSION").as_deref() {
         Err(_) | Ok("on") => true,
         Ok("off") => false,
         Ok(other) => return Err(format!("LOCKSTEP_DECODE_FUSION={other:?} is not one of on, off")),
     };
-    if fuse && model.kernels == KernelSet::Matched {
-        model.fuse_projections();
-    }
-    Ok(())
+    let fuse = fuse && model.kernels == KernelSet::Matched;
+    model.into_resident(fuse).map_err(|e| format!("copying the weights for the engine: {e}"))
 }

@@ -50,6 +50,13 @@ pub fn contiguous<const D: usize>(x: Tensor<D>) -> Result<Tensor<D>, KernelError
     Ok(float_out(float_in("contiguous", "x", x)?))
 }
 
+/// `x` copied into a buffer of its own, allocated where the device's allocator puts new
+/// tensors at the time of the call (inside a persistent-allocation window: the persistent pool).
+/// The copy is exact (a load and a store per element).
+pub fn own_buffer<const D: usize>(x: Tensor<D>) -> Result<Tensor<D>, KernelError> {
+    Ok(float_out(float_in("own_buffer", "x", x)?.copy()))
+}
+
 pub(crate) fn float_out<const D: usize>(tensor: CubeTensor) -> Tensor<D> {
     Tensor::from_primitive::<Cube>(tensor)
 }

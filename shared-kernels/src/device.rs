@@ -19,3 +19,20 @@ pub fn default_device() -> Device {
 pub fn default_device() -> Device {
     burn::tensor::Device::from(burn_cubecl::cubecl::wgpu::WgpuDevice::default())
 }
+
+/// The device's dynamic memory pools in one line: each pool's page size and pages held, in the
+/// order cubecl routes allocations through them (the pools a growth left behind come last).
+///
+/// Why it is worth printing: cubecl walks every page of every left-behind pool on each
+/// reservation until that pool drains, so long-lived tensors stranded there (weights, the KV
+/// cache) make every allocation of the run slower.
+pub fn memory_pools_line(device: &Device) -> String {
+    match device.memory_pool_report() {
+        None => "memory pools: not reported by this runtime".into(),
+        Some(pools) => {
+            let pages: u64 = pools.iter().map(|p| p.pages).sum();
+            let each: Vec<String> = pools.iter().map(|p| format!("{}x{:.1}MiB", p.pages, p.page_size as f64 / (1u64 << 20) as f64)).collect();
+            format!("memory pools: {} pools, {pages} pages [{}]", pools.len(), each.join(", "))
+        }
+    }
+}

@@ -78,7 +78,8 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         shared_kernels::model::save_checkpoint(dir, &checkpoint, o.dtype, None).map_err(|e| e.to_string())?;
         eprintln!("bench: model saved to {}", dir.display());
     }
-    let model = Qwen3::from_checkpoint(&checkpoint, o.dtype, &device).map_err(|e| e.to_string())?;
+    // resident, as the engines keep theirs, so no weights stay behind on cubecl's per-step pages
+    let model = Qwen3::from_checkpoint(&checkpoint, o.dtype, &device).map_err(|e| e.to_string())?.into_resident(false).map_err(|e| e.to_string())?;
 
     let sets: Vec<KernelSet> = o
         .kernels
@@ -138,6 +139,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         for (kernels, r) in sets.iter().zip(&rates) {
             eprintln!("bench: {kernels:?} concurrency {c}: median {r:.1} tok/s over {} rounds", o.repeats.max(1));
         }
+        eprintln!("bench: concurrency {c}: {}", shared_kernels::device::memory_pools_line(&device));
         let cells: Vec<String> = rates.iter().map(|r| format!("{r:.1}")).collect();
         let ratio: String = rates.iter().skip(1).map(|r| format!(" {:.2} |", rates[0] / r)).collect();
         println!("| {c} | {} |{ratio}", cells.join(" | "));

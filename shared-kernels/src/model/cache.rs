@@ -47,9 +47,13 @@ impl KvCache {
     pub fn new(config: &ModelConfig, slots: usize, max_len: usize, dtype: DType, device: &Device) -> Self {
         let shape = KvCacheShape { slots, max_len, kv_heads: config.num_kv_heads, head_dim: config.head_dim };
         let dims = [slots, max_len, shape.kv_heads, shape.head_dim];
-        let layers = (0..config.num_layers)
-            .map(|_| (Tensor::<4>::zeros(dims, device).cast(dtype), Tensor::<4>::zeros(dims, device).cast(dtype)))
-            .collect();
+        // In the persistent pool, for the reason given at `Qwen3::into_resident`: the cache
+        // lives as long as the engine.
+        let layers = device.memory_persistent_allocations((), |_| {
+            (0..config.num_layers)
+                .map(|_| (Tensor::<4>::zeros(dims, (device, dtype)), Tensor::<4>::zeros(dims, (device, dtype))))
+                .collect()
+        });
         Self { shape, layers }
     }
 

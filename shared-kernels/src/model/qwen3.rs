@@ -15,7 +15,7 @@ use super::cache::{cache_rows, take};
 use super::{load_checkpoint, Checkpoint, KvCache, ModelConfig, ModelError, Rows};
 use crate::ops::attention::attention_for_rows;
 use crate::{add, add_rmsnorm, attention_inputs, causal_attention, embedding, rope, swiglu, swiglu_halves, write_kv_cache, QkNorm};
-use crate::{RopeTables, WeightLayout::OutIn};
+use crate::{KernelError, RopeTables, WeightLayout::OutIn};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use std::path::Path;
 
@@ -126,6 +126,11 @@ impl Qwen3 {
         let c = &ck.config;
         let t1 = |name: String| ck.tensor::<1>(&name, dtype, device);
         let t2 = |name: String| ck.tensor::<2>(&name, dtype, device);
+        // The largest tensors first: cubecl sizes its pages to the largest allocation so far,
+        // so weights loaded before a larger one would sit on left-behind pages (see
+        // `into_resident`).
+        let embed = t2("model.embed_tokens.weight".into());
+        let lm_head = (!c.tie_word_embeddings).then(|| t2("lm_head.weight".into()));
         let layers = (0..c.num_layers)
             .map(|i| {
                 let p = format!("model.layers.{i}");
@@ -147,10 +152,10 @@ impl Qwen3 {
         Ok(Self {
             config: c.clone(),
             dtype,
-            embed: t2("model.embed_tokens.weight".into()),
+            embed,
             layers,
             norm: t1("model.norm.weight".into()),
-            lm_head: (!c.tie_word_embeddings).then(|| t2("lm_head.weight".into())),
+            lm_head,
             rope: RopeTables::new(c.head_dim, c.max_position_embeddings, c.rope_theta, device)?,
             kernels: KernelSet::Matched,
             last_entropy: std::cell::Cell::new(None),
@@ -225,6 +230,55 @@ impl Qwen3 {
         let mut out = self.clone();
         out.visit_mut(&mut |name, w| *w = f(name, w.clone()));
         out
+    }
+
+    /// The weights and RoPE tables copied into cubecl's persistent memory pool, each layer's
+    /// projections fused first when `fuse` (see [`Qwen3::fuse_projections`]); the sampler keeps
+    /// its model this way.
+    ///
+    /// Why: cubecl carves every other allocation from pages sized to the largest allocation
+    /// seen so far, and when a larger one arrives the old pages are left behind and walked on
+    /// every later reservation until nothing lives on them. Weights loaded early sit on such
+    /// pages for the engine's life, so each of the decode loop's hundreds of allocations per
+    /// step walked them; in the persistent pool they are out of that walk. Same bits: a copy.
+    pub fn into_resident(self, fuse: bool) -> Result<Self, KernelError> {
+        let device = self.embed.device();
+        device.memory_persistent_allocations(self, move |mut m| -> Result<Self, KernelError> {
+            let own = |t: &mut Tensor<2>| -> Result<(), KernelError> {
+                *t = crate::bridge::own_buffer(t.clone())?;
+                Ok(())
+            };
+            let own1 = |t: &mut Tensor<1>| -> Result<(), KernelError> {
+                *t = crate::bridge::own_buffer(t.clone())?;
+                Ok(())
+            };
+            if fuse {
+                m.fuse_projections(); // new buffers already: q/k/v and gate/up become views of them
+            }
+            own(&mut m.embed)?;
+            own1(&mut m.norm)?;
+            if let Some(h) = m.lm_head.as_mut() {
+                own(h)?;
+            }
+            own(&mut m.rope.cos)?;
+            own(&mut m.rope.sin)?;
+            for l in m.layers.iter_mut() {
+                for t in [&mut l.input_norm, &mut l.post_norm] {
+                    own1(t)?;
+                }
+                for t in [l.q_norm.as_mut(), l.k_norm.as_mut()].into_iter().flatten() {
+                    own1(t)?;
+                }
+                own(&mut l.o_proj)?;
+                own(&mut l.down_proj)?;
+                if !fuse {
+                    for t in [&mut l.q_proj, &mut l.k_proj, &mut l.v_proj, &mut l.gate_proj, &mut l.up_proj] {
+                        own(t)?;
+                    }
+                }
+            }
+            Ok(m)
+        })
     }
 
     /// Concatenates each layer's q/k/v and gate/up projections for the decode path (the

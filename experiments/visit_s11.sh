@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Session 11's visits. Usage (on the H200, from the repo root): O=$OUT bash experiments/visit_s11.sh PART...
+# .gpu/lockstep-before.gz is the binary of the code before the session's change, for A/B parts.
+set -uo pipefail
+O="${O:-${OUT:-.gpu/out}}"
+for bin in lockstep-battery lockstep lockstep-before; do
+    [ -f .gpu/$bin.gz ] && { [ -x /tmp/$bin ] || { gunzip -c .gpu/$bin.gz > /tmp/$bin && chmod +x /tmp/$bin; }; }
+done
+for part in "$@"; do
+    case "$part" in
+    battery) OUT=$O/battery TOTAL_LIMIT=${BATTERY_LIMIT:-200} bash experiments/gpu_visit.sh battery > $O/battery.log 2>&1; tail -n 4 $O/battery.log ;;
+    check) OUT=$O/check TOTAL_LIMIT=120 bash experiments/gpu_visit.sh check > $O/check.log 2>&1; tail -n 12 $O/check.log ;;
+    repro) OUT=$O/repro TOTAL_LIMIT=170 bash experiments/gpu_visit.sh repro > $O/repro.log 2>&1; tail -n 5 $O/repro.log ;;
+    sampler-ab)  # sampler tokens/s, the code before the change and after, alternating, same visit
+        for round in 1 2; do
+            for bin in lockstep-before lockstep; do
+                echo "## $bin round $round: Qwen3-0.6B shape"
+                timeout 120 /tmp/$bin bench --preset qwen3-0.6b --dtype bf16 --prompt-len 32 --new-tokens 32 --repeats 3 \
+                    --kernels matched --concurrency ${QWEN_C:-1,16,64} --skip-ops 2>&1 | grep "^|\|pools" | tee -a $O/sampler-ab-$bin.md
+                echo "## $bin round $round: small preset"
+                timeout 60 /tmp/$bin bench --preset small --dtype bf16 --prompt-len 32 --new-tokens 32 --repeats 3 \
+                    --kernels matched --concurrency ${SMALL_C:-1,8,64} --skip-ops 2>&1 | grep "^|\|pools" | tee -a $O/sampler-ab-$bin.md
+            done
+        done ;;
+    esac
+done
