@@ -295,6 +295,7 @@ fn trainer_step(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Resu
         let flops = 6.0 * matmul_params as f64 * tokens as f64;
         let mfu = if shared_kernels::device::runtime_name() == "cuda" && o.dtype == DType::BF16 { format!("{:.1}% of 989 TFLOP/s", 100.0 * flops / secs / H200_BF16_PEAK) } else { "-".into() };
         println!("| {batch} x {len} | {:.1} | {:.0} | {:.2} | {mfu} |", secs * 1e3, tokens as f64 / secs, flops / secs / 1e12);
+        eprintln!("bench: trainer step {batch} x {len}: {}", shared_kernels::device::memory_pools_line(device));
     }
     Ok(())
 }
