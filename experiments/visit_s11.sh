@@ -22,5 +22,19 @@ for part in "$@"; do
                     --kernels matched --concurrency ${SMALL_C:-1,8,64} --skip-ops 2>&1 | grep "^|\|pools" | tee -a $O/sampler-ab-$bin.md
             done
         done ;;
+    trainer-ab)  # trainer step, before and after, alternating
+        for round in 1 2; do
+            for bin in lockstep-before lockstep; do
+                echo "## $bin round $round"
+                timeout 120 /tmp/$bin bench --preset qwen3-0.6b --dtype bf16 --concurrency none --trainer-only \
+                    --trainer-batches 8,32 --repeats 5 2>&1 | grep "^| [0-9]\|pools" | tee -a $O/trainer-ab-$bin.md
+            done
+        done ;;
+    host)  # host-thread profiles (needs .gpu/lockstep-profile.gz: a host-profile build with symbols)
+        gunzip -c .gpu/lockstep-profile.gz > /tmp/lockstep-profile && chmod +x /tmp/lockstep-profile
+        LOCKSTEP_HOST_PROFILE=$O/host-sampler.md timeout 150 /tmp/lockstep-profile bench --preset qwen3-0.6b --dtype bf16 \
+            --prompt-len 32 --new-tokens 256 --repeats 3 --kernels matched --concurrency 1 --skip-ops 2>&1 | grep "^|\|pools"
+        LOCKSTEP_HOST_PROFILE=$O/host-trainer.md timeout 150 /tmp/lockstep-profile bench --preset qwen3-0.6b --dtype bf16 \
+            --concurrency none --trainer-only --trainer-batches 8 --repeats 5 2>&1 | grep "^|\|pools" ;;
     esac
 done
