@@ -121,6 +121,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             engine.generate(requests(0)); // warm-up: kernel compilation (and burn's autotuning)
             sync(&device);
             eprintln!("bench: {kernels:?} concurrency {c}: warm-up {:.1}s", warm.elapsed().as_secs_f64());
+            engine.take_phase_times();
             engines.push(engine);
         }
         // rounds alternate between the kernel sets, so drift on a shared machine hits all alike;
@@ -136,6 +137,12 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             }
         }
         let rates: Vec<f64> = rates.into_iter().map(median).collect();
+        // where a step's wall time went, over all timed rounds: host enqueueing vs waiting on the device
+        for (kernels, engine) in sets.iter().zip(engines.iter_mut()) {
+            let p = engine.take_phase_times();
+            let per_step = |s: f64| 1e6 * s / p.steps.max(1) as f64;
+            eprintln!("bench: {kernels:?} concurrency {c}: {} engine steps, per step {:.0} us launching, {:.0} us waiting for tokens, {:.0} us scheduling", p.steps, per_step(p.launch_s), per_step(p.wait_s), per_step(p.schedule_s + p.prefix_copy_s));
+        }
         for (kernels, r) in sets.iter().zip(&rates) {
             eprintln!("bench: {kernels:?} concurrency {c}: median {r:.1} tok/s over {} rounds", o.repeats.max(1));
         }
