@@ -106,11 +106,28 @@ impl KvCache {
     }
 }
 
+thread_local! {
+    /// One placeholder per device, shared by every [`take`]: a fresh one per call was an
+    /// allocation (a task on cubecl's device thread) for each K and V of each layer and step.
+    static PLACEHOLDERS: std::cell::RefCell<Vec<Tensor<4>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Moves a cache tensor out (leaving a placeholder) so the kernel that writes it holds the only
 /// reference and may write in place.
 pub(crate) fn take(t: &mut Tensor<4>) -> Tensor<4> {
     let device = t.device();
-    std::mem::replace(t, Tensor::<4>::empty([1, 1, 1, 1], &device))
+    let placeholder = PLACEHOLDERS.with(|p| {
+        let mut p = p.borrow_mut();
+        match p.iter().find(|x| x.device() == device) {
+            Some(x) => x.clone(),
+            None => {
+                let x = Tensor::<4>::empty([1, 1, 1, 1], &device);
+                p.push(x.clone());
+                x
+            }
+        }
+    });
+    std::mem::replace(t, placeholder)
 }
 
 /// The cache rows at each row's (slot, position), `[rows, kv_heads * head_dim]` (for traces).

@@ -481,6 +481,31 @@ impl TileLaunches {
     }
 }
 
+thread_local! {
+    /// The last few partials buffers, by length: every layer of a decode step needs one of the
+    /// same length, and a fresh one each time was an allocation task on cubecl's device thread.
+    static PARTIALS: std::cell::RefCell<Vec<CubeTensor>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+const CACHED_PARTIALS: usize = 2;
+
+/// An f32 buffer of `len` values on `like`'s device, reused across calls. Safe to share: the
+/// launches that write and read it run in order on this thread's stream, each call's combine
+/// reads only the splits its partial kernel wrote, and nothing outside this file holds it.
+fn partials_workspace(like: &CubeTensor, len: usize) -> CubeTensor {
+    PARTIALS.with(|cached| {
+        let mut cached = cached.borrow_mut();
+        if let Some(i) = cached.iter().position(|t| t.device == like.device && t.meta.shape().num_elements() == len) {
+            let t = cached.remove(i);
+            cached.insert(0, t.clone());
+            return t;
+        }
+        let t = empty_device_contiguous_dtype(like.client.clone(), like.device.clone(), [len].into(), DType::F32);
+        cached.insert(0, t.clone());
+        cached.truncate(CACHED_PARTIALS);
+        t
+    })
+}
+
 /// Runs the kernels for inputs `attention_impl` has checked, with [`tc_attention_available`]
 /// true: `q` [rows, q_heads, head_dim] and the caches [slots, max_len, kv_heads, head_dim], all
 /// contiguous; `tiles` from [`tc_tiles`], cut for [`heads_per_cube`]; `upload` puts a host
@@ -508,7 +533,7 @@ pub(crate) fn tc_split_kv_attention(
     if !single.is_empty() {
         // per-split partials for these tiles' rows (indexed by row, so sized for every row)
         let pairs = rows * q_heads;
-        let partials = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), [pairs * splits * (head_dim + 2)].into(), DType::F32);
+        let partials = partials_workspace(q, pairs * splits * (head_dim + 2));
         tc_partial_kernel::launch(
             &q.client,
             cube_count_for(single.len() * kv_heads * parts * splits, 1),
