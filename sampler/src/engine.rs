@@ -7,7 +7,7 @@
 //! make that irrelevant to every bit.
 
 use crate::request::{Completion, FinishReason, Request, SampleError, Timings};
-use burn::tensor::DType;
+use burn::tensor::{DType, Int, Tensor};
 use shared_kernels::model::{KernelSet, KvCache, Qwen3, Rows};
 use shared_kernels::{row_rng_key, sample, SamplingRow};
 use std::collections::VecDeque;
@@ -25,6 +25,11 @@ pub struct EngineConfig {
     /// others copy its KV for all prompt tokens but the last and prefill only that one. The
     /// kernels are chunk invariant, so the copied rows are the very bits each would compute.
     pub share_prompt_prefix: bool,
+    /// Enqueue each step before reading the previous step's tokens, so the host builds and
+    /// launches step N+1 while the device runs step N (decode rows take their token straight
+    /// from step N's device output). Same tokens and bits either way; a request that samples a
+    /// stop token costs one more row, whose token is dropped.
+    pub overlap: bool,
 }
 
 impl EngineConfig {
@@ -32,7 +37,7 @@ impl EngineConfig {
     /// a budget of 0 means `max_batch` slots.
     pub fn from_budget(model: &Qwen3, kv_budget_bytes: usize, context: usize, max_batch: usize, chunk_size: usize) -> Result<Self, String> {
         if kv_budget_bytes == 0 {
-            return Ok(Self { max_batch, context, chunk_size, share_prompt_prefix: true });
+            return Ok(Self { max_batch, context, chunk_size, share_prompt_prefix: true, overlap: true });
         }
         let c = &model.config;
         let per_slot = 2 * c.num_layers * context * c.num_kv_heads * c.head_dim * model.dtype.size();
@@ -40,7 +45,7 @@ impl EngineConfig {
         if slots == 0 {
             return Err(format!("KV budget of {kv_budget_bytes} bytes holds no slot of {context} tokens ({per_slot} bytes each)"));
         }
-        Ok(Self { max_batch: slots, context, chunk_size, share_prompt_prefix: true })
+        Ok(Self { max_batch: slots, context, chunk_size, share_prompt_prefix: true, overlap: true })
     }
 }
 
@@ -56,9 +61,19 @@ struct Active {
     prefilled: usize,
     tokens: Vec<u32>,
     logprobs: Vec<f32>,
+    /// Tokens sampled for it by a step that has not been read yet (0 or 1 between steps).
+    in_flight: usize,
     added: Instant,
     admitted: Instant,
     first_token: Option<Instant>,
+}
+
+/// A step's sampled tokens and logprobs on the device, not read yet.
+struct InFlight {
+    tokens: Tensor<1, Int>,
+    logprobs: Tensor<1>,
+    /// The request each sampled row belongs to, in row order.
+    owners: Vec<u64>,
 }
 
 /// What one step did, for progress bars and benchmarks.
@@ -101,6 +116,8 @@ pub struct Engine {
     active: Vec<Active>,
     /// Results not yet handed out (refused requests and finished ones).
     done: Vec<(u64, Result<Completion, SampleError>)>,
+    /// The last step enqueued and not read yet (overlap mode only).
+    in_flight: Option<InFlight>,
 }
 
 impl Engine {
@@ -115,7 +132,7 @@ impl Engine {
         let device = model.embed.device();
         let cache = KvCache::new(&model.config, config.max_batch, config.context, model.dtype, &device);
         let free_slots = (0..config.max_batch as u32).rev().collect();
-        Ok(Self { phase: EnginePhaseTimes::default(), model, config, cache, free_slots, waiting: VecDeque::new(), active: Vec::new(), done: Vec::new() })
+        Ok(Self { phase: EnginePhaseTimes::default(), model, config, cache, free_slots, waiting: VecDeque::new(), active: Vec::new(), done: Vec::new(), in_flight: None })
     }
 
     pub fn model(&self) -> &Qwen3 {
@@ -140,8 +157,13 @@ impl Engine {
         &self.config
     }
 
+    /// Sampled rows of the step enqueued and not read yet (0 when none is in flight).
+    pub fn in_flight_rows(&self) -> usize {
+        self.in_flight.as_ref().map_or(0, |f| f.owners.len())
+    }
+
     pub fn is_idle(&self) -> bool {
-        self.waiting.is_empty() && self.active.is_empty()
+        self.waiting.is_empty() && self.active.is_empty() && self.in_flight.is_none()
     }
 
     /// Queue a request. Invalid requests are answered at once with their error.
@@ -172,10 +194,11 @@ impl Engine {
         while let (Some(_), Some(slot)) = (self.waiting.front(), self.free_slots.last().copied()) {
             self.free_slots.pop();
             let p = self.waiting.pop_front().expect("front exists");
-            self.active.push(Active { request: p.request, slot, prefilled: 0, tokens: Vec::new(), logprobs: Vec::new(), added: p.added, admitted: now, first_token: None });
+            self.active.push(Active { request: p.request, slot, prefilled: 0, tokens: Vec::new(), logprobs: Vec::new(), in_flight: 0, added: p.added, admitted: now, first_token: None });
         }
         let mut stats = StepStats { running: self.active.len(), waiting: self.waiting.len(), ..Default::default() };
         if self.active.is_empty() {
+            self.in_flight = None; // nobody is left to read it
             return stats;
         }
         // requests waiting for a same-prompt donor to finish its prefill skip this step
@@ -190,10 +213,16 @@ impl Engine {
                 return stats;
             }
         };
-        let mut rows = Rows::default();
-        // (active index, row index) of the rows whose logits are sampled
-        let mut sample_at: Vec<(usize, usize)> = Vec::new();
-        for (a, act) in self.active.iter_mut().enumerate() {
+        // The step before, enqueued but not read yet (overlap mode): a decoding request whose
+        // newest token is in it feeds that token to this step straight from the device.
+        let previous = self.in_flight.take();
+        let previous_row: std::collections::HashMap<u64, i32> = previous.iter().flat_map(|p| p.owners.iter().enumerate().map(|(i, &id)| (id, i as i32))).collect();
+        // fed rows first (their tokens are on the device), then rows whose tokens the host has;
+        // row order does not change a bit (batch invariance)
+        let (mut fed, mut fed_index, mut fed_sampled) = (Rows::default(), Vec::new(), Vec::new());
+        let (mut host, mut host_sampled) = (Rows::default(), Vec::new());
+        let mut lost = None;
+        for (a, act) in self.active.iter().enumerate() {
             if held.get(a).copied().unwrap_or(false) {
                 continue;
             }
@@ -201,31 +230,72 @@ impl Engine {
             if act.prefilled < prompt.len() {
                 let end = (act.prefilled + self.config.chunk_size).min(prompt.len());
                 for p in act.prefilled..end {
-                    rows.push(prompt[p], act.slot, p as u32);
+                    host.push(prompt[p], act.slot, p as u32);
                 }
                 stats.prefill_rows += end - act.prefilled;
-                act.prefilled = end;
                 if end == prompt.len() {
-                    sample_at.push((a, rows.len() - 1));
+                    host_sampled.push((a, host.len() - 1));
                 }
             } else {
-                let last = *act.tokens.last().expect("decoding requests have a token");
-                rows.push(last, act.slot, (prompt.len() + act.tokens.len() - 1) as u32);
+                let generated = act.tokens.len() + act.in_flight;
+                if generated >= act.request.params.max_new_tokens {
+                    continue; // its last token is in flight; it finishes when that is read
+                }
+                let position = (prompt.len() + generated - 1) as u32;
+                match (act.in_flight > 0, previous_row.get(&act.request.id), act.tokens.last()) {
+                    (true, Some(&i), _) => {
+                        fed.push(0, act.slot, position);
+                        fed_index.push(i);
+                        fed_sampled.push((a, fed.len() - 1));
+                    }
+                    (false, _, Some(&last)) => {
+                        host.push(last, act.slot, position);
+                        host_sampled.push((a, host.len() - 1));
+                    }
+                    _ => lost = Some(act.request.id),
+                }
                 stats.decode_rows += 1;
-                sample_at.push((a, rows.len() - 1));
             }
         }
+        if let Some(id) = lost {
+            self.fail_all(format!("engine bookkeeping: request {id} decodes but its last token is neither read nor in the step in flight"));
+            return stats;
+        }
+        for (a, act) in self.active.iter_mut().enumerate() {
+            if !held.get(a).copied().unwrap_or(false) && act.prefilled < act.request.prompt.len() {
+                act.prefilled = (act.prefilled + self.config.chunk_size).min(act.request.prompt.len());
+            }
+        }
+        let k = fed.len();
+        let mut rows = fed;
+        for r in 0..host.len() {
+            rows.push(host.tokens[r], host.slots[r], host.positions[r]);
+        }
+        let sample_at: Vec<(usize, usize)> = fed_sampled.into_iter().chain(host_sampled.into_iter().map(|(a, r)| (a, k + r))).collect();
         stats.rows = rows.len();
         stats.sampled = sample_at.len();
-        if rows.is_empty() {
-            return stats;
+        let mut launched = None;
+        if !rows.is_empty() {
+            self.phase.steps += 1;
+            let fed = previous.as_ref().filter(|_| k > 0).map(|p| (&p.tokens, fed_index.as_slice()));
+            match self.launch(&rows, &sample_at, fed) {
+                Ok(step) => launched = step,
+                Err(e) => {
+                    // a failed launch fails the requests of this step, never silently
+                    self.fail_all(e);
+                    return stats;
+                }
+            }
         }
-        self.phase.steps += 1;
-        if let Err(e) = self.run(&rows, &sample_at) {
-            // a failed launch fails the requests of this step, never silently
-            self.fail_all(e);
-            return stats;
+        // read the step before now that this one is queued behind it (overlap), or this one
+        let to_read = if self.config.overlap { previous } else { launched.take() };
+        if let Some(step) = to_read {
+            if let Err(e) = self.read(step) {
+                self.fail_all(e);
+                return stats;
+            }
         }
+        self.in_flight = launched;
         let mut still = Vec::with_capacity(self.active.len());
         for act in self.active.drain(..) {
             let finish = act.tokens.last().and_then(|t| {
@@ -238,6 +308,8 @@ impl Engine {
                 }
             });
             match finish {
+                // a token sampled after a stop token (overlap: enqueued before the stop was
+                // read) is dropped when its step is read: its owner is gone by then
                 Some(finish) => {
                     self.free_slots.push(act.slot);
                     let end = Instant::now();
@@ -257,6 +329,7 @@ impl Engine {
     }
 
     fn fail_all(&mut self, message: String) {
+        self.in_flight = None;
         for act in self.active.drain(..) {
             self.free_slots.push(act.slot);
             self.done.push((act.request.id, Err(SampleError::Engine { id: act.request.id, message: message.clone() })));
@@ -302,37 +375,57 @@ impl Engine {
         Ok(held)
     }
 
-    fn run(&mut self, rows: &Rows, sample_at: &[(usize, usize)]) -> Result<(), String> {
+    /// Enqueues a step's forward and sampling; `None` when no row is sampled (prompt chunks
+    /// that end no prompt). Nothing is read back here.
+    fn launch(&mut self, rows: &Rows, sample_at: &[(usize, usize)], fed: Option<(&Tensor<1, Int>, &[i32])>) -> Result<Option<InFlight>, String> {
         let launching = Instant::now();
         // logits only for the rows that are sampled (the last row of a prompt, decode rows)
         let at: Vec<usize> = sample_at.iter().map(|&(_, r)| r).collect();
-        let Some(picked) = self.model.forward_at(rows, Some(&mut self.cache), &at).map_err(|e| e.to_string())? else {
-            return Ok(());
+        let logits = match fed {
+            Some(fed) => self.model.forward_at_fed(rows, Some(&mut self.cache), &at, fed),
+            None => self.model.forward_at(rows, Some(&mut self.cache), &at),
+        };
+        let Some(picked) = logits.map_err(|e| e.to_string())? else {
+            self.phase.launch_s += launching.elapsed().as_secs_f64();
+            return Ok(None);
         };
         let params: Vec<SamplingRow> = sample_at
             .iter()
             .map(|&(a, _)| {
                 let act = &self.active[a];
                 let p = &act.request.params;
-                let position = (act.request.prompt.len() + act.tokens.len()) as u32;
+                let position = (act.request.prompt.len() + act.tokens.len() + act.in_flight) as u32;
                 SamplingRow { temperature: p.temperature, top_k: p.top_k, top_p: p.top_p, rng_key: row_rng_key(p.seed, act.request.id, position) }
             })
             .collect();
         let (tokens, logprobs) = sample(picked, &params).map_err(|e| e.to_string())?;
+        let owners = sample_at.iter().map(|&(a, _)| self.active[a].request.id).collect();
+        for &(a, _) in sample_at {
+            self.active[a].in_flight += 1;
+        }
         self.phase.launch_s += launching.elapsed().as_secs_f64();
+        Ok(Some(InFlight { tokens, logprobs, owners }))
+    }
+
+    /// Waits for a step's tokens and logprobs and hands them to the requests still active.
+    fn read(&mut self, step: InFlight) -> Result<(), String> {
         let waiting = Instant::now();
         // A failed launch anywhere in the forward surfaces here, at the first read: an error for
         // this step's requests, not a panic of the engine.
         let read_failed = |e| format!("the device failed while computing this step: {e}");
-        let tokens = tokens.try_into_data().map_err(read_failed)?.convert::<i64>().try_to_vec::<i64>().map_err(|e| format!("{e:?}"))?;
-        let logprobs = logprobs.cast(DType::F32).try_into_data().map_err(read_failed)?.try_to_vec::<f32>().map_err(|e| format!("{e:?}"))?;
+        let tokens = step.tokens.try_into_data().map_err(read_failed)?.convert::<i64>().try_to_vec::<i64>().map_err(|e| format!("{e:?}"))?;
+        let logprobs = step.logprobs.cast(DType::F32).try_into_data().map_err(read_failed)?.try_to_vec::<f32>().map_err(|e| format!("{e:?}"))?;
         self.phase.wait_s += waiting.elapsed().as_secs_f64();
         let now = Instant::now();
-        for (i, &(a, _)) in sample_at.iter().enumerate() {
-            let act = &mut self.active[a];
-            act.tokens.push(tokens[i] as u32);
-            act.logprobs.push(logprobs[i]);
-            act.first_token.get_or_insert(now);
+        let index: std::collections::HashMap<u64, usize> = self.active.iter().enumerate().map(|(a, act)| (act.request.id, a)).collect();
+        for (i, id) in step.owners.iter().enumerate() {
+            if let Some(&a) = index.get(id) {
+                let act = &mut self.active[a];
+                act.tokens.push(tokens[i] as u32);
+                act.logprobs.push(logprobs[i]);
+                act.in_flight -= 1;
+                act.first_token.get_or_insert(now);
+            }
         }
         Ok(())
     }

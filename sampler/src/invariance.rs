@@ -64,7 +64,7 @@ pub fn engine(model: &Qwen3, max_batch: usize, chunk_size: usize) -> Engine {
 }
 
 pub fn engine_sharing(model: &Qwen3, max_batch: usize, chunk_size: usize, share_prompt_prefix: bool) -> Engine {
-    Engine::new(model.clone(), EngineConfig { max_batch, context: CONTEXT, chunk_size, share_prompt_prefix }).expect("valid engine config")
+    Engine::new(model.clone(), EngineConfig { max_batch, context: CONTEXT, chunk_size, share_prompt_prefix, overlap: true }).expect("valid engine config")
 }
 
 /// Runs `target` among `others`, each added at a random step; every result, in completion order.
@@ -251,6 +251,44 @@ pub fn shared_prompt_prefix_matches_unshared(model: &Qwen3, rng: &mut StdRng) ->
     EngineCheck::new(format!("{name}: {copied} prompt tokens copied"), None)
 }
 
+/// Overlapped steps (each enqueued before the previous one is read, decode tokens fed on the
+/// device) = synchronous steps, for `n` requests arriving at random steps, with stop tokens
+/// drawn from a small vocabulary so that many stop early: same tokens, logprob bits and finish
+/// reasons, and the overlapped engine ran with tokens fed on the device.
+pub fn overlap_matches_synchronous(model: &Qwen3, rng: &mut StdRng, n: usize) -> EngineCheck {
+    let vocab = model.config.vocab_size;
+    let requests: Vec<(usize, Request)> = (0..n as u64).map(|i| (rng.random_range(0..20), random_request(rng, i, vocab))).collect();
+    let (max_batch, chunk) = ([3, 8, 16][rng.random_range(0..3)], [1, 5, 64][rng.random_range(0..3)]);
+    let name = format!("overlapped steps = synchronous steps ({n} requests, max_batch {max_batch}, chunk {chunk})");
+    let run = |overlap: bool| {
+        let mut e = Engine::new(model.clone(), EngineConfig { max_batch, context: CONTEXT, chunk_size: chunk, share_prompt_prefix: true, overlap }).expect("valid engine config");
+        let (mut results, mut step, mut fed) = (std::collections::HashMap::new(), 0, 0usize);
+        while results.len() < n {
+            for (_, r) in requests.iter().filter(|(at, _)| *at == step) {
+                e.add(r.clone());
+            }
+            let before = e.in_flight_rows();
+            e.step();
+            fed += before.min(1);
+            results.extend(e.take_done());
+            step += 1;
+        }
+        (results, fed)
+    };
+    let (sync, _) = run(false);
+    let (overlapped, fed) = run(true);
+    if fed == 0 {
+        return EngineCheck::new(name, Some("no step ran with a step in flight: overlap was not exercised".into()));
+    }
+    for (_, r) in &requests {
+        let same = matches!((sync.get(&r.id), overlapped.get(&r.id)), (Some(Ok(a)), Some(Ok(b))) if bits(a) == bits(b));
+        if !same {
+            return EngineCheck::new(name, Some(format!("request {} differs: synchronous {:?}, overlapped {:?}", r.id, sync.get(&r.id).map(|x| x.as_ref().map(bits)), overlapped.get(&r.id).map(|x| x.as_ref().map(bits)))));
+        }
+    }
+    EngineCheck::new(name, None)
+}
+
 /// Everything above, from one seed.
 pub fn run_all(model: &Qwen3, seed: u64) -> Vec<EngineCheck> {
     let mut rng = StdRng::seed_from_u64(seed);
@@ -258,5 +296,6 @@ pub fn run_all(model: &Qwen3, seed: u64) -> Vec<EngineCheck> {
     checks.push(sampler_equals_trainer(model, &mut rng, 12));
     checks.push(tokio_front_matches_blocking(model, &mut rng, 24));
     checks.push(shared_prompt_prefix_matches_unshared(model, &mut rng));
+    checks.push(overlap_matches_synchronous(model, &mut rng, 24));
     checks
 }

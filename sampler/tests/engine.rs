@@ -123,3 +123,10 @@ fn concurrent_tokio_submissions_match_the_blocking_api() {
     let model = model(rng.random());
     assert_passed(&[invariance::tokio_front_matches_blocking(&model, &mut rng, 24)]);
 }
+
+#[test]
+fn overlapped_steps_give_the_synchronous_engines_bits() {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let model = model(rng.random());
+    assert_passed(&[invariance::overlap_matches_synchronous(&model, &mut rng, 24)]);
+}

@@ -81,15 +81,18 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     // resident, as the engines keep theirs, so no weights stay behind on cubecl's per-step pages
     let model = Qwen3::from_checkpoint(&checkpoint, o.dtype, &device).map_err(|e| e.to_string())?.into_resident(false).map_err(|e| e.to_string())?;
 
-    let sets: Vec<KernelSet> = o
+    // (kernel set, overlapped engine steps); `sync` is the matched kernels with each step read
+    // back before the next is enqueued
+    let sets: Vec<(KernelSet, bool)> = o
         .kernels
         .iter()
         .map(|k| match k.as_str() {
-            "matched" => Ok(KernelSet::Matched),
-            "unfused" => Ok(KernelSet::MatchedUnfused),
-            "fast" => Ok(KernelSet::Fast),
-            "split_k" => Ok(KernelSet::SplitK),
-            other => Err(format!("--kernels: unknown kernel set `{other}` (matched, unfused, fast, split_k)")),
+            "matched" => Ok((KernelSet::Matched, true)),
+            "sync" => Ok((KernelSet::Matched, false)),
+            "unfused" => Ok((KernelSet::MatchedUnfused, true)),
+            "fast" => Ok((KernelSet::Fast, true)),
+            "split_k" => Ok((KernelSet::SplitK, true)),
+            other => Err(format!("--kernels: unknown kernel set `{other}` (matched, sync, unfused, fast, split_k)")),
         })
         .collect::<Result<_, _>>()?;
     if o.concurrency.is_empty() {
@@ -113,14 +116,15 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
                 .collect()
         };
         let mut engines = Vec::new();
-        for &kernels in &sets {
+        for &(kernels, overlap) in &sets {
             let mut m = model.clone();
             m.kernels = kernels;
-            let mut engine = Engine::new(m, EngineConfig { max_batch: c, context, chunk_size: o.prompt_len.max(1), share_prompt_prefix: true }).map_err(|e| e.to_string())?;
+            let mut engine = Engine::new(m, EngineConfig { max_batch: c, context, chunk_size: o.prompt_len.max(1), share_prompt_prefix: true, overlap }).map_err(|e| e.to_string())?;
             let warm = Instant::now();
             engine.generate(requests(0)); // warm-up: kernel compilation (and burn's autotuning)
             sync(&device);
-            eprintln!("bench: {kernels:?} concurrency {c}: warm-up {:.1}s", warm.elapsed().as_secs_f64());
+            let kernels = if overlap { format!("{kernels:?}") } else { format!("{kernels:?} (sync)") };
+            eprintln!("bench: {kernels} concurrency {c}: warm-up {:.1}s", warm.elapsed().as_secs_f64());
             engine.take_phase_times();
             engines.push(engine);
         }
@@ -138,13 +142,13 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         }
         let rates: Vec<f64> = rates.into_iter().map(median).collect();
         // where a step's wall time went, over all timed rounds: host enqueueing vs waiting on the device
-        for (kernels, engine) in sets.iter().zip(engines.iter_mut()) {
+        for (kernels, engine) in o.kernels.iter().zip(engines.iter_mut()) {
             let p = engine.take_phase_times();
             let per_step = |s: f64| 1e6 * s / p.steps.max(1) as f64;
-            eprintln!("bench: {kernels:?} concurrency {c}: {} engine steps, per step {:.0} us launching, {:.0} us waiting for tokens, {:.0} us scheduling", p.steps, per_step(p.launch_s), per_step(p.wait_s), per_step(p.schedule_s + p.prefix_copy_s));
+            eprintln!("bench: {kernels} concurrency {c}: {} engine steps, per step {:.0} us launching, {:.0} us waiting for tokens, {:.0} us scheduling", p.steps, per_step(p.launch_s), per_step(p.wait_s), per_step(p.schedule_s + p.prefix_copy_s));
         }
-        for (kernels, r) in sets.iter().zip(&rates) {
-            eprintln!("bench: {kernels:?} concurrency {c}: median {r:.1} tok/s over {} rounds", o.repeats.max(1));
+        for (kernels, r) in o.kernels.iter().zip(&rates) {
+            eprintln!("bench: {kernels} concurrency {c}: median {r:.1} tok/s over {} rounds", o.repeats.max(1));
         }
         eprintln!("bench: concurrency {c}: {}", shared_kernels::device::memory_pools_line(&device));
         let cells: Vec<String> = rates.iter().map(|r| format!("{r:.1}")).collect();

@@ -49,8 +49,9 @@ enum Command {
         /// f32 or bf16.
         #[arg(long, default_value = "f32")]
         dtype: String,
-        /// Which sampler kernel sets to time: matched, unfused (matched without the fused decode
-        /// launches), fast, split_k.
+        /// Which sampler kernel sets to time: matched, sync (matched, each engine step read back
+        /// before the next is enqueued), unfused (matched without the fused decode launches),
+        /// fast, split_k.
         #[arg(long, value_delimiter = ',', default_value = "matched,fast")]
         kernels: Vec<String>,
         /// Only the sampler table, not the per-kernel one.

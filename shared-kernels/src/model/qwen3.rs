@@ -335,7 +335,7 @@ impl Qwen3 {
     /// [`Qwen3::forward`], recording every op's output `[rows, features]` under a name like
     /// "layer 3 q_proj" (for the auditor that finds where two paths first differ).
     pub fn forward_traced(&self, rows: &Rows, cache: Option<&mut KvCache>, trace: Option<&mut Vec<(String, Tensor<2>)>>) -> Result<Tensor<2>, ModelError> {
-        self.forward_inner(rows, cache, trace, None)?.ok_or_else(|| ModelError::Input("no logits requested".into()))
+        self.forward_inner(rows, cache, trace, None, None)?.ok_or_else(|| ModelError::Input("no logits requested".into()))
     }
 
     /// [`Qwen3::forward`] with logits for the rows in `at` only (in that order; `None` when `at`
@@ -346,16 +346,38 @@ impl Qwen3 {
         if let Some(&r) = at.iter().find(|&&r| r >= rows.len()) {
             return Err(ModelError::Input(format!("logits asked for row {r} of {} rows", rows.len())));
         }
-        self.forward_inner(rows, cache, None, Some(at))
+        self.forward_inner(rows, cache, None, Some(at), None)
     }
 
-    fn forward_inner(&self, rows: &Rows, mut cache: Option<&mut KvCache>, mut trace: Option<&mut Vec<(String, Tensor<2>)>>, at: Option<&[usize]>) -> Result<Option<Tensor<2>>, ModelError> {
+    /// [`Qwen3::forward_at`] where the first `fed.1.len()` rows take their token ids from a
+    /// device tensor (`fed.0[fed.1[r]]`, e.g. the tokens the previous step sampled, not yet read
+    /// back) instead of `rows.tokens`, whose entries for those rows are ignored. Lets the
+    /// sampler enqueue a decode step before the previous one's tokens reach the host.
+    pub fn forward_at_fed(&self, rows: &Rows, cache: Option<&mut KvCache>, at: &[usize], fed: (&Tensor<1, Int>, &[i32])) -> Result<Option<Tensor<2>>, ModelError> {
+        if let Some(&r) = at.iter().find(|&&r| r >= rows.len()) {
+            return Err(ModelError::Input(format!("logits asked for row {r} of {} rows", rows.len())));
+        }
+        if fed.1.len() > rows.len() {
+            return Err(ModelError::Input(format!("{} fed rows but only {} rows", fed.1.len(), rows.len())));
+        }
+        self.forward_inner(rows, cache, None, Some(at), Some(fed))
+    }
+
+    fn forward_inner(&self, rows: &Rows, mut cache: Option<&mut KvCache>, mut trace: Option<&mut Vec<(String, Tensor<2>)>>, at: Option<&[usize]>, fed: Option<(&Tensor<1, Int>, &[i32])>) -> Result<Option<Tensor<2>>, ModelError> {
         self.check_rows(rows)?;
         let c = &self.config;
         let device = self.embed.device();
         let n = rows.len();
         let ints = |v: &[u32]| Tensor::<1, Int>::from_data(TensorData::new(v.iter().map(|&x| x as i32).collect::<Vec<_>>(), [v.len()]), &device);
-        let (tokens, slots, positions) = (ints(&rows.tokens), ints(&rows.slots), ints(&rows.positions));
+        let (slots, positions) = (ints(&rows.slots), ints(&rows.positions));
+        let tokens = match fed {
+            None => ints(&rows.tokens),
+            Some((sampled, index)) => {
+                let k = index.len();
+                let picked = sampled.clone().select(0, Tensor::<1, Int>::from_data(TensorData::new(index.to_vec(), [k]), &device));
+                if k == n { picked } else { Tensor::cat(vec![picked, ints(&rows.tokens[k..])], 0) }
+            }
+        };
         if let Some(cache) = cache.as_deref() {
             let s = cache.shape;
             if let Some(r) = (0..n).find(|&r| rows.slots[r] as usize >= s.slots || rows.positions[r] as usize >= s.max_len) {
