@@ -22,6 +22,11 @@ for part in "$@"; do
                     --kernels matched --concurrency ${SMALL_C:-1,8,64} --skip-ops 2>&1 | grep "^|\|pools" | tee -a $O/sampler-ab-$bin.md
             done
         done ;;
+    overlap)  # the sampler with overlapped engine steps (matched) vs synchronous ones (sync), one run each shape
+        timeout 200 /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --prompt-len 32 --new-tokens 32 --repeats 5 \
+            --kernels matched,sync --concurrency ${QWEN_C:-1,16,64,256} --skip-ops 2>&1 | grep "^|\|engine steps" | tee $O/overlap-qwen.md
+        timeout 100 /tmp/lockstep bench --preset small --dtype bf16 --prompt-len 32 --new-tokens 32 --repeats 5 \
+            --kernels matched,sync --concurrency ${SMALL_C:-1,8,64,256} --skip-ops 2>&1 | grep "^|\|engine steps" | tee $O/overlap-small.md ;;
     trainer-ab)  # trainer step, before and after, alternating
         for round in 1 2; do
             for bin in lockstep-before lockstep; do
