@@ -9,7 +9,7 @@
 use crate::request::{Completion, FinishReason, Request, SampleError, Timings};
 use burn::tensor::{DType, Int, Tensor};
 use shared_kernels::model::{KernelSet, KvCache, Qwen3, Rows};
-use shared_kernels::{row_rng_key, sample, SamplingRow};
+use shared_kernels::{bridge::ReadBack, row_rng_key, sample, SamplingRow};
 use std::collections::VecDeque;
 use std::time::Instant;
 
@@ -70,8 +70,10 @@ struct Active {
 
 /// A step's sampled tokens and logprobs on the device, not read yet.
 struct InFlight {
+    /// On the device: the next step's decode rows read their token from here.
     tokens: Tensor<1, Int>,
-    logprobs: Tensor<1>,
+    /// Logprobs and tokens on their way to the host.
+    copy: ReadBack,
     /// The request each sampled row belongs to, in row order.
     owners: Vec<u64>,
 }
@@ -399,12 +401,15 @@ impl Engine {
             })
             .collect();
         let (tokens, logprobs) = sample(picked, &params).map_err(|e| e.to_string())?;
+        // the copy to the host is queued right behind this step, so a later step enqueued
+        // before the wait does not delay it
+        let copy = ReadBack::start(vec![logprobs.cast(DType::F32)], vec![tokens.clone()]).map_err(|e| e.to_string())?;
         let owners = sample_at.iter().map(|&(a, _)| self.active[a].request.id).collect();
         for &(a, _) in sample_at {
             self.active[a].in_flight += 1;
         }
         self.phase.launch_s += launching.elapsed().as_secs_f64();
-        Ok(Some(InFlight { tokens, logprobs, owners }))
+        Ok(Some(InFlight { tokens, copy, owners }))
     }
 
     /// Waits for a step's tokens and logprobs and hands them to the requests still active.
@@ -412,9 +417,12 @@ impl Engine {
         let waiting = Instant::now();
         // A failed launch anywhere in the forward surfaces here, at the first read: an error for
         // this step's requests, not a panic of the engine.
-        let read_failed = |e| format!("the device failed while computing this step: {e}");
-        let tokens = step.tokens.try_into_data().map_err(read_failed)?.convert::<i64>().try_to_vec::<i64>().map_err(|e| format!("{e:?}"))?;
-        let logprobs = step.logprobs.cast(DType::F32).try_into_data().map_err(read_failed)?.try_to_vec::<f32>().map_err(|e| format!("{e:?}"))?;
+        let mut data = step.copy.wait().map_err(|e| format!("the device failed while computing this step: {e}"))?.into_iter();
+        let (Some(logprobs), Some(tokens)) = (data.next(), data.next()) else {
+            return Err("the step's read-back returned fewer tensors than asked".into());
+        };
+        let tokens = tokens.convert::<i64>().try_to_vec::<i64>().map_err(|e| format!("{e:?}"))?;
+        let logprobs = logprobs.try_to_vec::<f32>().map_err(|e| format!("{e:?}"))?;
         self.phase.wait_s += waiting.elapsed().as_secs_f64();
         let now = Instant::now();
         let index: std::collections::HashMap<u64, usize> = self.active.iter().enumerate().map(|(a, act)| (act.request.id, a)).collect();

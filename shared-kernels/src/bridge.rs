@@ -81,3 +81,57 @@ pub(crate) fn debug_sync() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("LOCKSTEP_DEBUG_SYNC").is_some())
 }
+
+type PendingBytes = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<burn::tensor::Bytes>, cubecl::server::ServerError>> + Send>>;
+
+/// Device-to-host copies of whole tensors, issued now (in stream order right after the work
+/// enqueued so far) and waited for later. burn's own reads copy at first access, after
+/// everything enqueued by then; this one is not held up by work enqueued after `start`, which
+/// lets the sampler launch its next step before it waits for this step's tokens.
+pub struct ReadBack {
+    pending: PendingBytes,
+    layouts: Vec<(Vec<usize>, DType)>,
+}
+
+impl ReadBack {
+    /// Starts copying `floats` and `ints` (any shape; made contiguous first).
+    pub fn start<const D: usize>(floats: Vec<Tensor<D>>, ints: Vec<Tensor<D, Int>>) -> Result<Self, KernelError> {
+        let mut cubes = Vec::new();
+        for t in floats {
+            cubes.push(float_in("read_back", "float tensor", t)?);
+        }
+        for t in ints {
+            cubes.push(int_in("read_back", "int tensor", t)?);
+        }
+        let Some(first) = cubes.first() else {
+            return Err(KernelError::new("read_back", "nothing to read"));
+        };
+        let client = static_client(first);
+        let layouts = cubes.iter().map(|t| (dims(t), t.dtype)).collect();
+        let descriptors = cubes
+            .iter()
+            .map(|t| cubecl::server::CopyDescriptor::new(t.handle.clone().binding(), t.meta.shape().clone(), t.meta.strides().clone(), t.elem_size()))
+            .collect();
+        Ok(Self { pending: Box::pin(client.read_tensor_async(descriptors)), layouts })
+    }
+
+    /// Waits for the copies: one `TensorData` per tensor, floats first, in the order given.
+    pub fn wait(self) -> Result<Vec<burn::tensor::TensorData>, String> {
+        let bytes = cubecl::future::block_on(self.pending).map_err(|e| format!("{e:?}"))?;
+        Ok(bytes.into_iter().zip(self.layouts).map(|(b, (shape, dtype))| burn::tensor::TensorData::from_bytes(b, shape, dtype)).collect())
+    }
+}
+
+/// One client per device kept for the whole process, so a read's future (which borrows the
+/// client it was issued on) can outlive the call that issued it.
+fn static_client(like: &CubeTensor) -> &'static cubecl::client::Client {
+    type Clients = std::sync::Mutex<Vec<(burn_cubecl::CubeDevice, &'static cubecl::client::Client)>>;
+    static CLIENTS: std::sync::OnceLock<Clients> = std::sync::OnceLock::new();
+    let mut clients = CLIENTS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, c)) = clients.iter().find(|(d, _)| *d == like.device) {
+        return c;
+    }
+    let client: &'static cubecl::client::Client = Box::leak(Box::new(like.client.clone()));
+    clients.push((like.device.clone(), client));
+    client
+}
