@@ -48,6 +48,8 @@ pub struct SamplerSection {
     pub chunk_size: usize,
     /// Same-prompt requests (a GRPO group) prefill the prompt once and copy its KV.
     pub share_prompt_prefix: bool,
+    /// Enqueue each engine step before reading the previous step's tokens (same bits).
+    pub overlap_steps: bool,
     /// KV cache memory budget in MiB: as many `context`-token slots as fit (at most max_batch);
     /// 0 = max_batch slots. Requests beyond the slots wait.
     pub kv_budget_mib: f64,
@@ -63,7 +65,7 @@ pub struct SamplerSection {
 
 impl Default for SamplerSection {
     fn default() -> Self {
-        Self { max_batch: 64, context: 48, chunk_size: 16, share_prompt_prefix: true, kv_budget_mib: 0.0, temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 8, input: String::new(), output: String::new(), seed: 0 }
+        Self { max_batch: 64, context: 48, chunk_size: 16, share_prompt_prefix: true, overlap_steps: true, kv_budget_mib: 0.0, temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 8, input: String::new(), output: String::new(), seed: 0 }
     }
 }
 

@@ -118,5 +118,6 @@ pub fn engine_config(c: &Config, model: &Qwen3) -> Result<sampler::EngineConfig,
     let mut e = sampler::EngineConfig::from_budget(model, (s.kv_budget_mib * 1048576.0) as usize, s.context, s.max_batch, s.chunk_size)
         .map_err(|e| RunError::Config(crate::config::ConfigError::Invalid { key: "sampler.kv_budget_mib".into(), message: e }))?;
     e.share_prompt_prefix = s.share_prompt_prefix;
+    e.overlap = s.overlap_steps;
     Ok(e)
 }
