@@ -85,7 +85,7 @@ pub(crate) fn debug_sync() -> bool {
 type PendingBytes = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<burn::tensor::Bytes>, cubecl::server::ServerError>> + Send>>;
 
 /// Device-to-host copies of whole tensors, issued now (in stream order right after the work
-/// enqueued so far) and waited for later. burn's own reads copy at first access, after
+/// enqueued so far) and waited for later (on CUDA; elsewhere `start` waits). burn's own reads copy at first access, after
 /// everything enqueued by then; this one is not held up by work enqueued after `start`, which
 /// lets the sampler launch its next step before it waits for this step's tokens.
 pub struct ReadBack {
@@ -112,7 +112,14 @@ impl ReadBack {
             .iter()
             .map(|t| cubecl::server::CopyDescriptor::new(t.handle.clone().binding(), t.meta.shape().clone(), t.meta.strides().clone(), t.elem_size()))
             .collect();
-        Ok(Self { pending: Box::pin(client.read_tensor_async(descriptors)), layouts })
+        let pending: PendingBytes = Box::pin(client.read_tensor_async(descriptors));
+        if crate::device::runtime_name() == "cuda" {
+            return Ok(Self { pending, layouts });
+        }
+        // wgpu maps a staging buffer for the read, and a submit while it is still mapped is a
+        // validation error: there the copy completes before anything else is enqueued
+        let done = cubecl::future::block_on(pending);
+        Ok(Self { pending: Box::pin(std::future::ready(done)), layouts })
     }
 
     /// Waits for the copies: one `TensorData` per tensor, floats first, in the order given.
