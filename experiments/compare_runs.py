@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Do two lockstep runs repeat bit for bit? Compares RUN_A/metrics.jsonl with RUN_B/metrics.jsonl
-step by step on every field except wall-clock ones (step_s, tokens_per_s, timing.*). Floats are compared
+step by step on every field both log except wall-clock ones (step_s, tokens_per_s, timing.*); fields
+only one run logs (a metric renamed between versions) are named in the result. Floats are compared
 as written (serde_json writes the shortest text that round-trips, so equal text = equal bits);
 the per-step weight hashes cover every parameter.
 
@@ -50,17 +51,22 @@ def main():
     label = label or f"{args[0]} vs {args[1]}"
     steps = sorted(set(a) | set(b))
     first_diff = None
+    one_sided = set()  # fields one run logs and the other does not (a renamed metric)
     for s in steps:
         if s not in a or s not in b:
             first_diff = (s, "step missing in " + ("A" if s not in a else "B"), "", "")
             break
-        keys = [k for k in a[s] if a[s][k] != b[s].get(k)]
+        one_sided |= set(a[s]) ^ set(b[s])
+        keys = [k for k in a[s] if k in b[s] and a[s][k] != b[s][k]]
         if keys:
             k = keys[0]
             first_diff = (s, f"{k} (+{len(keys) - 1} more)", a[s][k], b[s].get(k))
             break
-    if first_diff is None:
+    if first_diff is None and not one_sided:
         print(f"| {label} | {len(steps)} | identical (all fields but wall clock, weight hashes included) |")
+        return 0
+    if first_diff is None:
+        print(f"| {label} | {len(steps)} | identical in every field both log (but wall clock); logged by one run only, not compared: {', '.join(sorted(one_sided))} |")
         return 0
     s, what, va, vb = first_diff
     print(f"| {label} | {len(steps)} | differ from step {s}: {what}: {va} vs {vb} |")

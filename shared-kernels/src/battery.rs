@@ -476,8 +476,21 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
     })?);
     if which == Impl::Lockstep {
         checks.extend(matmul_accuracy(dtype, device, seed + 11)?);
+        checks.push(fingerprint_check(dtype, device, seed + 12)?);
     }
     Ok(checks)
+}
+
+/// The weight fingerprint's launch against its host definition (integer sums: equal or not).
+pub fn fingerprint_check(dtype: DType, device: &Device, seed: u64) -> Result<Check, KernelError> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let n = 50_000 + rng.random_range(0..9000);
+    let t = float_tensor(random_vec(&mut rng, n, 1.0), [n], dtype, device);
+    let want = crate::ops::fingerprint::fingerprint_reference(&host(t.clone()));
+    let launched = crate::ops::fingerprint::fingerprint_launch(t)?;
+    let words: Vec<u32> = host_int(launched.partials).iter().map(|&w| w as u32).collect();
+    let got = crate::ops::fingerprint::fold_partials(&words);
+    Ok(Check { op: "weight fingerprint = host definition".into(), dtype: dtype_name(dtype), m: n, rows_differing: usize::from(got != want), max_abs_diff: 0.0 })
 }
 
 /// lockstep's matmul (tensor cores for bf16 on CUDA, the scalar kernel elsewhere) against an f64

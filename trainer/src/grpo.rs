@@ -8,7 +8,7 @@
 //!     that differs stops the run (or warns) and the auditor names the first op that diverged;
 //!  5. loss = -Σ_t c_t·A·logprob_t / N_tokens (+ optional k3 KL to the initial policy), with
 //!     c_t = 1 on-policy, or the TIS/MIS/PPO-clip weight of the ablation; backward, clip, AdamW;
-//!  6. hand the new weights to the sampler and check their hash equals the trainer's.
+//!  6. hand the new weights to the sampler and check their fingerprint equals the trainer's.
 //! All randomness is keyed by (seed, step), so a resumed run repeats an uninterrupted one bit
 //! for bit.
 
@@ -22,6 +22,8 @@ use crate::tasks::Task;
 use crate::telemetry::{Agreement, PhaseTimes, StepMetrics, Telemetry};
 use burn::tensor::{DType, Tensor, TensorData};
 use sampler::{Engine, Request, SamplingParams};
+use shared_kernels::bridge::ReadBack;
+use shared_kernels::ops::fingerprint::{fingerprint_launch, fold_partials};
 use sha2::{Digest, Sha256};
 use shared_kernels::model::{KernelSet, Qwen3};
 use std::path::PathBuf;
@@ -40,16 +42,29 @@ pub struct Trainer {
     pub step: usize,
 }
 
-fn weights_hash(model: &Qwen3, dtype: DType) -> String {
-    let mut h = Sha256::new();
+/// The weights as `dtype` (the sampling dtype), fingerprinted: each tensor's device fingerprint
+/// (`ops::fingerprint`: 64 bits over every value and its position), all launched first and read
+/// back in one copy, then SHA-256 over (name, element count, fingerprint) per tensor, 16 hex
+/// digits. Hashing every value on the host (sessions 1-10) read all weights back twice a step:
+/// a third of a configs/h200.toml step, seconds at 0.6B parameters.
+fn weights_fingerprint(model: &Qwen3, dtype: DType) -> Result<String, RunError> {
+    let failed = |e: String| RunError::Other(format!("weight fingerprint: {e}"));
+    let mut launched = Vec::new();
     for (name, w) in model.named_tensors() {
-        h.update(name.as_bytes());
-        let values = w.flat().cast(dtype).cast(DType::F32).into_data().convert::<f32>().try_to_vec::<f32>().expect("f32");
-        for v in values {
-            h.update(v.to_le_bytes());
-        }
+        launched.push((name, fingerprint_launch(w.flat().cast(dtype)).map_err(|e| failed(e.to_string()))?));
     }
-    h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
+    let partials = launched.iter().map(|(_, f)| f.partials.clone()).collect();
+    let data = ReadBack::start::<1>(vec![], partials).map_err(|e| failed(e.to_string()))?.wait().map_err(failed)?;
+    let mut h = Sha256::new();
+    for ((name, f), d) in launched.iter().zip(data) {
+        let words: Vec<u32> = d.convert::<i64>().try_to_vec::<i64>().map_err(|e| failed(format!("{e:?}")))?.iter().map(|&w| w as u32).collect();
+        let (a, b) = fold_partials(&words);
+        h.update(name.as_bytes());
+        h.update((f.elements as u64).to_le_bytes());
+        h.update(a.to_le_bytes());
+        h.update(b.to_le_bytes());
+    }
+    Ok(h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect())
 }
 
 pub fn new_adamw(c: &Config) -> AdamW {
@@ -185,8 +200,8 @@ impl Trainer {
         let syncing = Instant::now();
         let sampling_dtype = self.policy.model.dtype;
         self.engine.set_model(sampler_model(&c, &self.policy.model)).map_err(RunError::Other)?;
-        let trainer_hash = weights_hash(&self.policy.model, sampling_dtype);
-        let sampler_hash = weights_hash(self.engine.model(), sampling_dtype);
+        let trainer_hash = weights_fingerprint(&self.policy.model, sampling_dtype)?;
+        let sampler_hash = weights_fingerprint(self.engine.model(), sampling_dtype)?;
         if trainer_hash != sampler_hash {
             return Err(RunError::Other(format!("step {step}: sampler weights {sampler_hash} differ from trainer weights {trainer_hash}")));
         }
@@ -223,8 +238,8 @@ impl Trainer {
             tokens_per_s: generated as f64 / sample_s.max(1e-9),
             step_s: started.elapsed().as_secs_f64(),
             timing,
-            sampler_weights_sha256: sampler_hash,
-            trainer_weights_sha256: trainer_hash,
+            sampler_weights_fingerprint: sampler_hash,
+            trainer_weights_fingerprint: trainer_hash,
         };
         self.telemetry.record(&metrics).map_err(|e| RunError::Other(format!("metrics: {e}")))?;
         Ok(metrics)

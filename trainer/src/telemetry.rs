@@ -61,8 +61,12 @@ pub struct StepMetrics {
     /// Where the step's wall-clock time went (absent in runs from before 2026-11-29's 4th session).
     #[serde(default)]
     pub timing: PhaseTimes,
-    pub sampler_weights_sha256: String,
-    pub trainer_weights_sha256: String,
+    /// [`crate::grpo`]'s weight fingerprint of the sampler's and the trainer's weights (runs
+    /// from before session 11 logged `*_weights_sha256`, a host hash of every value instead).
+    #[serde(default)]
+    pub sampler_weights_fingerprint: String,
+    #[serde(default)]
+    pub trainer_weights_fingerprint: String,
 }
 
 /// Wall-clock seconds of a GRPO step's phases, as the host sees them. Each phase ends by reading

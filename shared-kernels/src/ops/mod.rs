@@ -8,6 +8,7 @@ pub mod attention_split_kv;
 pub mod attention_tc;
 pub mod attention_tc_flash;
 pub mod embedding;
+pub mod fingerprint;
 pub mod hbm_read;
 pub mod kv_cache;
 pub mod logprob;

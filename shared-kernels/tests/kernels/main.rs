@@ -6,6 +6,7 @@ mod accuracy;
 mod attention_chunking;
 mod cache_copy;
 mod errors;
+mod fingerprint;
 mod fused;
 mod gradients;
 mod invariance;
