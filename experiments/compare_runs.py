@@ -3,7 +3,7 @@
 step by step on every field both log except wall-clock ones (step_s, tokens_per_s, timing.*); fields
 only one run logs (a metric renamed between versions) are named in the result. Floats are compared
 as written (serde_json writes the shortest text that round-trips, so equal text = equal bits);
-the per-step weight hashes cover every parameter.
+the per-step weight fingerprints (hashes in older runs) cover every parameter.
 
     python3 experiments/compare_runs.py RUN_A RUN_B [--label NAME]
 

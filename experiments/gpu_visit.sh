@@ -70,9 +70,9 @@ part_repro() {  # does GPU training repeat bit for bit? two concurrent runs, and
     python3 experiments/compare_runs.py $dir/a $dir/c --label "a vs c (c stopped at step 4, resumed)"
     for r in a b c; do mkdir -p "$out/repro$tag-runs/$r"; cp $dir/$r/metrics.jsonl "$out/repro$tag-runs/$r/" 2>/dev/null; done
 }
-# one table row per run: steps after the first, mean step s, mean rollout tokens/s, last weight hash
+# one table row per run: steps after the first, mean step s, mean rollout tokens/s, last weight fingerprint
 run_summary() {
-    python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][1:]; print(f'| {sys.argv[2]} | {len(r)} | {sum(x[\"step_s\"] for x in r)/max(len(r),1):.3f} | {sum(x[\"tokens_per_s\"] for x in r)/max(len(r),1):.0f} | {r[-1][\"trainer_weights_sha256\"] if r else \"-\"} |')" "$1" "$2" 2>&1
+    python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][1:]; print(f'| {sys.argv[2]} | {len(r)} | {sum(x[\"step_s\"] for x in r)/max(len(r),1):.3f} | {sum(x[\"tokens_per_s\"] for x in r)/max(len(r),1):.0f} | {(r[-1].get(\"trainer_weights_fingerprint\") or r[-1].get(\"trainer_weights_sha256\", \"-\")) if r else \"-\"} |')" "$1" "$2" 2>&1
 }
 bench_common=(--preset small --dtype bf16 --prompt-len 32 --new-tokens 32 --repeats 5)
 run_part() {
