@@ -224,6 +224,7 @@ impl Engine {
         let (mut fed, mut fed_index, mut fed_sampled) = (Rows::default(), Vec::new(), Vec::new());
         let (mut host, mut host_sampled) = (Rows::default(), Vec::new());
         let mut lost = None;
+        let mut prefilled_to = Vec::new(); // (active index, prompt tokens in the cache after this step)
         for (a, act) in self.active.iter().enumerate() {
             if held.get(a).copied().unwrap_or(false) {
                 continue;
@@ -235,6 +236,7 @@ impl Engine {
                     host.push(prompt[p], act.slot, p as u32);
                 }
                 stats.prefill_rows += end - act.prefilled;
+                prefilled_to.push((a, end));
                 if end == prompt.len() {
                     host_sampled.push((a, host.len() - 1));
                 }
@@ -263,10 +265,8 @@ impl Engine {
             self.fail_all(format!("engine bookkeeping: request {id} decodes but its last token is neither read nor in the step in flight"));
             return stats;
         }
-        for (a, act) in self.active.iter_mut().enumerate() {
-            if !held.get(a).copied().unwrap_or(false) && act.prefilled < act.request.prompt.len() {
-                act.prefilled = (act.prefilled + self.config.chunk_size).min(act.request.prompt.len());
-            }
+        for (a, end) in prefilled_to {
+            self.active[a].prefilled = end;
         }
         let k = fed.len();
         let mut rows = fed;

@@ -23,7 +23,7 @@ use crate::telemetry::{Agreement, PhaseTimes, StepMetrics, Telemetry};
 use burn::tensor::{DType, Tensor, TensorData};
 use sampler::{Engine, Request, SamplingParams};
 use shared_kernels::bridge::ReadBack;
-use shared_kernels::ops::fingerprint::{fingerprint_launch, fold_partials};
+use shared_kernels::ops::fingerprint::{fingerprint_launch, fold_data};
 use sha2::{Digest, Sha256};
 use shared_kernels::model::{KernelSet, Qwen3};
 use std::path::PathBuf;
@@ -57,8 +57,7 @@ fn weights_fingerprint(model: &Qwen3, dtype: DType) -> Result<String, RunError> 
     let data = ReadBack::start::<1>(vec![], partials).map_err(|e| failed(e.to_string()))?.wait().map_err(failed)?;
     let mut h = Sha256::new();
     for ((name, f), d) in launched.iter().zip(data) {
-        let words: Vec<u32> = d.convert::<i64>().try_to_vec::<i64>().map_err(|e| failed(format!("{e:?}")))?.iter().map(|&w| w as u32).collect();
-        let (a, b) = fold_partials(&words);
+        let (a, b) = fold_data(d).map_err(failed)?;
         h.update(name.as_bytes());
         h.update((f.elements as u64).to_le_bytes());
         h.update(a.to_le_bytes());

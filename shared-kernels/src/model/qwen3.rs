@@ -244,19 +244,15 @@ impl Qwen3 {
     pub fn into_resident(self, fuse: bool) -> Result<Self, KernelError> {
         let device = self.embed.device();
         device.memory_persistent_allocations(self, move |mut m| -> Result<Self, KernelError> {
-            let own = |t: &mut Tensor<2>| -> Result<(), KernelError> {
+            fn own<const D: usize>(t: &mut Tensor<D>) -> Result<(), KernelError> {
                 *t = crate::bridge::own_buffer(t.clone())?;
                 Ok(())
-            };
-            let own1 = |t: &mut Tensor<1>| -> Result<(), KernelError> {
-                *t = crate::bridge::own_buffer(t.clone())?;
-                Ok(())
-            };
+            }
             if fuse {
                 m.fuse_projections(); // new buffers already: q/k/v and gate/up become views of them
             }
             own(&mut m.embed)?;
-            own1(&mut m.norm)?;
+            own(&mut m.norm)?;
             if let Some(h) = m.lm_head.as_mut() {
                 own(h)?;
             }
@@ -264,10 +260,10 @@ impl Qwen3 {
             own(&mut m.rope.sin)?;
             for l in m.layers.iter_mut() {
                 for t in [&mut l.input_norm, &mut l.post_norm] {
-                    own1(t)?;
+                    own(t)?;
                 }
                 for t in [l.q_norm.as_mut(), l.k_norm.as_mut()].into_iter().flatten() {
-                    own1(t)?;
+                    own(t)?;
                 }
                 own(&mut l.o_proj)?;
                 own(&mut l.down_proj)?;

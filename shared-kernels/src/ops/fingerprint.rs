@@ -80,7 +80,13 @@ pub fn fingerprint_launch<const D: usize>(x: BTensor<D>) -> Result<FingerprintPa
     Ok(FingerprintPartials { partials: crate::bridge::int_out(partials), elements: n })
 }
 
-/// The fingerprint from the partial sums a launch wrote (as read back, any integer type).
+/// The fingerprint from a launch's partial sums as read back (`FingerprintPartials::partials`).
+pub fn fold_data(data: burn::tensor::TensorData) -> Result<(u32, u32), String> {
+    let words: Vec<u32> = data.convert::<i64>().try_to_vec::<i64>().map_err(|e| format!("fingerprint partials: {e:?}"))?.iter().map(|&w| w as u32).collect();
+    Ok(fold_partials(&words))
+}
+
+/// The fingerprint from the partial sums a launch wrote.
 pub fn fold_partials(partials: &[u32]) -> (u32, u32) {
     partials.chunks(2).fold((0u32, 0u32), |(a, b), p| (a.wrapping_add(p[0]), b.wrapping_add(p.get(1).copied().unwrap_or(0))))
 }

@@ -6,13 +6,12 @@ use burn::tensor::{DType, Distribution, Tensor};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shared_kernels::bridge::ReadBack;
-use shared_kernels::ops::fingerprint::{fingerprint_launch, fingerprint_reference, fold_partials};
+use shared_kernels::ops::fingerprint::{fingerprint_launch, fingerprint_reference, fold_data};
 
 fn on_device(t: Tensor<1>) -> (u32, u32) {
     let launched = fingerprint_launch(t).unwrap();
     let data = ReadBack::start::<1>(vec![], vec![launched.partials]).unwrap().wait().unwrap().remove(0);
-    let words: Vec<u32> = data.convert::<i64>().try_to_vec::<i64>().unwrap().iter().map(|&w| w as u32).collect();
-    fold_partials(&words)
+    fold_data(data).unwrap()
 }
 
 fn host_values(t: &Tensor<1>) -> Vec<f32> {
