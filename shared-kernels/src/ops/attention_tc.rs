@@ -30,6 +30,7 @@
 
 use super::attention::{keys_in_split, KV_SPLIT};
 use super::attention_split_kv::combine_rows;
+use super::attention_mma_flash::{mma_flash_kernel, FlashKernel, MMA_WARPS};
 use super::attention_tc_flash::tc_flash_kernel;
 use crate::KernelError;
 use super::matmul_tc::tensor_cores_available_for;
@@ -509,7 +510,7 @@ fn partials_workspace(like: &CubeTensor, len: usize) -> CubeTensor {
 /// Runs the kernels for inputs `attention_impl` has checked, with [`tc_attention_available`]
 /// true: `q` [rows, q_heads, head_dim] and the caches [slots, max_len, kv_heads, head_dim], all
 /// contiguous; `tiles` from [`tc_tiles`], cut for [`heads_per_cube`]; `upload` puts a host
-/// table on the device in the slots' integer type.
+/// table on the device in the slots' integer type; tiles of 2+ rows run `flash_kernel`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn tc_split_kv_attention(
     q: &CubeTensor,
@@ -520,6 +521,7 @@ pub(crate) fn tc_split_kv_attention(
     (rows, q_heads, kv_heads, max_len, head_dim): (usize, usize, usize, usize, usize),
     scale: f32,
     tiles: &[(usize, usize)],
+    flash_kernel: FlashKernel,
     upload: impl Fn(Vec<i32>) -> Result<CubeTensor, KernelError>,
 ) -> Result<CubeTensor, KernelError> {
     let splits = max_len.div_ceil(KV_SPLIT);
@@ -566,7 +568,31 @@ pub(crate) fn tc_split_kv_attention(
         };
         combine_rows(&out, partials, positions.clone(), listed, (rows, q_heads, splits, head_dim));
     }
-    if !flash.is_empty() {
+    if !flash.is_empty() && flash_kernel == FlashKernel::Mma {
+        mma_flash_kernel::launch(
+            &q.client,
+            cube_count_for(flash.len() * kv_heads * parts, 1),
+            CubeDim::new_2d(32, MMA_WARPS as u32),
+            vs,
+            q.clone().into_tensor_arg(),
+            k.into_tensor_arg(),
+            v.into_tensor_arg(),
+            slots.clone().into_tensor_arg(),
+            positions.into_tensor_arg(),
+            upload(flat(&flash))?.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            flash.len() as u32,
+            q_heads as u32,
+            kv_heads as u32,
+            max_len as u32,
+            hpc as u32,
+            scale,
+            head_dim,
+            vs,
+            q.dtype == DType::F16,
+            dtypes,
+        );
+    } else if !flash.is_empty() {
         tc_flash_kernel::launch(
             &q.client,
             cube_count_for(flash.len() * kv_heads * parts, 1),

@@ -4,6 +4,7 @@
 
 pub mod attention;
 pub mod attention_inputs;
+pub mod attention_mma_flash;
 pub mod attention_split_kv;
 pub mod attention_tc;
 pub mod attention_tc_flash;

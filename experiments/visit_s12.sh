@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Session 12's visits. Usage (on the H200, from the repo root): O=$OUT bash experiments/visit_s12.sh PART...
+set -uo pipefail
+O="${O:-${OUT:-.gpu/out}}"
+for bin in lockstep-battery lockstep; do
+    [ -f .gpu/$bin.gz ] && { [ -x /tmp/$bin ] || { gunzip -c .gpu/$bin.gz > /tmp/$bin && chmod +x /tmp/$bin; }; }
+done
+for part in "$@"; do
+    case "$part" in
+    battery) OUT=$O/battery TOTAL_LIMIT=${BATTERY_LIMIT:-200} bash experiments/gpu_visit.sh battery > $O/battery.log 2>&1; tail -n 4 $O/battery.log
+        grep -i "prefill tiles\|FAIL\|no " $O/battery/battery.md 2>/dev/null | head -20 ;;
+    check) OUT=$O/check TOTAL_LIMIT=120 bash experiments/gpu_visit.sh check > $O/check.log 2>&1; tail -n 12 $O/check.log ;;
+    repro) OUT=$O/repro TOTAL_LIMIT=170 bash experiments/gpu_visit.sh repro > $O/repro.log 2>&1; tail -n 5 $O/repro.log ;;
+    attention-ab)  # attention rows with each prefill kernel (LOCKSTEP_ATTENTION_FLASH), then torch's SDPA on the same shapes
+        for flash in cmma mma; do
+            echo "## prefill kernel: $flash"
+            LOCKSTEP_ATTENTION_FLASH=$flash timeout ${ATT_LIMIT:-120} /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none \
+                --repeats 5 --attention-only --json $O/attention-$flash.json 2>&1 | grep "^|\|rror" | tee $O/attention-$flash.md
+        done
+        PYTHONUNBUFFERED=1 timeout 120 python3 experiments/torch_bench.py $O/attention-mma.json 2>&1 | grep -v Warning | tee $O/attention-torch.md ;;
+    esac
+done
