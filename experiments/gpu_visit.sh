@@ -131,7 +131,7 @@ run_part() {
                 matmul) timeout "$(limit 150)" python3 experiments/ncu_bounds.py --regex "${BOUNDS_REGEX:-matmul_tc|matmul_skinny|mma_peak}" --count 40 -- "${b[@]}" --matmul-only --matmul-m ${BOUNDS_M:-1,64,4096} ;;
                 pipelined) LOCKSTEP_MATMUL=pipelined timeout "$(limit 120)" python3 experiments/ncu_bounds.py --regex "matmul_entry" --count 20 -- "${b[@]}" --matmul-only --matmul-m 4096 ;;
                 memory) timeout "$(limit 150)" python3 experiments/ncu_bounds.py --regex "hbm_read|rmsnorm|add_kernel|swiglu|rope|logprob" --count 40 -- "${b[@]}" --memory-only --matmul-m 1,1024 ;;
-                attention) timeout "$(limit 150)" python3 experiments/ncu_bounds.py --regex "tc_partial|tc_flash|split_combine" --count 30 -- "${b[@]}" --attention-only --json /tmp/bounds-attention.json ;;
+                attention) timeout "$(limit 150)" python3 experiments/ncu_bounds.py --regex "${ATT_REGEX:-tc_partial|tc_flash|mma_flash|mma_partial|split_combine}" --count 30 -- "${b[@]}" --attention-only --json /tmp/bounds-attention.json ;;
                 torch)
                     "${b[@]}" --matmul-only --matmul-m ${BOUNDS_M:-1,64,4096} --json /tmp/bounds-matmul.json > /dev/null 2>&1
                     for j in /tmp/bounds-matmul.json /tmp/bounds-attention.json; do

@@ -456,12 +456,14 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
             };
             let (tiled, alone) = (run(true)?, run(false)?);
             checks.push(compare("attention split_kv_tc prefill tiles = rows alone", dtype_name(dtype), rows, &tiled, &alone.iter().collect::<Vec<_>>()));
-            // both prefill kernels (the default one just ran), each against the decode path
-            use crate::ops::attention_mma_flash::{flash_kernel, with_flash_kernel, FlashKernel};
-            let other = if flash_kernel()? == FlashKernel::Mma { FlashKernel::Cmma } else { FlashKernel::Mma };
+            // both kernel sets (the default one just ran), each against the default's decode path
+            use crate::ops::attention_mma::{tc_kernels, with_tc_kernels, TcKernels};
+            let other = if tc_kernels()? == TcKernels::Mma { TcKernels::Cmma } else { TcKernels::Mma };
             if crate::device::runtime_name() == "cuda" {
-                let tiled_other = with_flash_kernel(other, || run(true))?;
-                checks.push(compare(&format!("attention split_kv_tc prefill tiles ({other:?} flash) = rows alone"), dtype_name(dtype), rows, &tiled_other, &alone.iter().collect::<Vec<_>>()));
+                let tiled_other = with_tc_kernels(other, || run(true))?;
+                checks.push(compare(&format!("attention split_kv_tc prefill tiles ({other:?} kernels) = rows alone"), dtype_name(dtype), rows, &tiled_other, &alone.iter().collect::<Vec<_>>()));
+                let alone_other = with_tc_kernels(other, || run(false))?;
+                checks.push(compare(&format!("attention split_kv_tc rows alone ({other:?} kernels) = rows alone"), dtype_name(dtype), rows, &alone_other, &alone.iter().collect::<Vec<_>>()));
             }
         }
     }

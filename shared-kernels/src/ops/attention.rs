@@ -372,12 +372,12 @@ fn attention_impl(
         ensure!(tc_ok, OP, "the split_kv_tc attention kernel (LOCKSTEP_ATTENTION=split_kv_tc) needs CUDA tensor cores, bf16 or f16 and head_dim 32, 64, 96 or 128; got {:?}, head_dim {head_dim} on {}", q.dtype, crate::device::runtime_name());
         // every cache length: this kernel's bits differ from the sequential kernel's even
         // within one split
-        let flash = super::attention_mma_flash::flash_kernel()?;
-        let rows_per_tile = flash.queries() / super::attention_tc::heads_per_cube(q_heads / shape.kv_heads);
+        let kernels = super::attention_mma::tc_kernels()?;
+        let rows_per_tile = kernels.prefill_queries() / super::attention_tc::heads_per_cube(q_heads / shape.kv_heads);
         let tiles = super::attention_tc::tc_tiles(host_slots, rows, rows_per_tile);
         let contiguous = |x: burn_cubecl::tensor::CubeTensor| if x.is_contiguous() { x } else { burn_cubecl::kernel::into_contiguous(x) };
         let q = contiguous(q);
-        return Ok(float_out(super::attention_tc::tc_split_kv_attention(&q, contiguous(k), contiguous(v), &slots, positions, dims, scale, &tiles, flash, upload)?));
+        return Ok(float_out(super::attention_tc::tc_split_kv_attention(&q, contiguous(k), contiguous(v), &slots, positions, dims, scale, &tiles, kernels, upload)?));
     }
     // With at most KV_SPLIT cache positions every prefix fits one split, where the two kernels
     // give the same bits (tests/kernels/attention_chunking.rs, battery): the one-launch kernel

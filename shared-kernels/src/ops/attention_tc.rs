@@ -30,7 +30,9 @@
 
 use super::attention::{keys_in_split, KV_SPLIT};
 use super::attention_split_kv::combine_rows;
-use super::attention_mma_flash::{mma_flash_kernel, FlashKernel, MMA_WARPS};
+use super::attention_mma::TcKernels;
+use super::attention_mma_decode::{mma_partial_kernel, DECODE_WARPS};
+use super::attention_mma_flash::{mma_flash_kernel, MMA_WARPS};
 use super::attention_tc_flash::tc_flash_kernel;
 use crate::KernelError;
 use super::matmul_tc::tensor_cores_available_for;
@@ -510,7 +512,7 @@ fn partials_workspace(like: &CubeTensor, len: usize) -> CubeTensor {
 /// Runs the kernels for inputs `attention_impl` has checked, with [`tc_attention_available`]
 /// true: `q` [rows, q_heads, head_dim] and the caches [slots, max_len, kv_heads, head_dim], all
 /// contiguous; `tiles` from [`tc_tiles`], cut for [`heads_per_cube`]; `upload` puts a host
-/// table on the device in the slots' integer type; tiles of 2+ rows run `flash_kernel`.
+/// table on the device in the slots' integer type; `kernels` picks the register-fragment or the cmma kernels.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn tc_split_kv_attention(
     q: &CubeTensor,
@@ -521,7 +523,7 @@ pub(crate) fn tc_split_kv_attention(
     (rows, q_heads, kv_heads, max_len, head_dim): (usize, usize, usize, usize, usize),
     scale: f32,
     tiles: &[(usize, usize)],
-    flash_kernel: FlashKernel,
+    kernels: TcKernels,
     upload: impl Fn(Vec<i32>) -> Result<CubeTensor, KernelError>,
 ) -> Result<CubeTensor, KernelError> {
     let splits = max_len.div_ceil(KV_SPLIT);
@@ -536,29 +538,57 @@ pub(crate) fn tc_split_kv_attention(
         // per-split partials for these tiles' rows (indexed by row, so sized for every row)
         let pairs = rows * q_heads;
         let partials = partials_workspace(q, pairs * splits * (head_dim + 2));
-        tc_partial_kernel::launch(
-            &q.client,
-            cube_count_for(single.len() * kv_heads * parts * splits, 1),
-            CubeDim::new_2d(PLANE_DIM as u32, PLANES as u32),
-            vs,
-            q.clone().into_tensor_arg(),
-            k.clone().into_tensor_arg(),
-            v.clone().into_tensor_arg(),
-            slots.clone().into_tensor_arg(),
-            positions.clone().into_tensor_arg(),
-            upload(flat(&single))?.into_tensor_arg(),
-            partials.clone().into_tensor_arg(),
-            single.len() as u32,
-            q_heads as u32,
-            kv_heads as u32,
-            max_len as u32,
-            splits as u32,
-            hpc as u32,
-            scale,
-            head_dim,
-            vs,
-            dtypes,
-        );
+        let decode_cubes = cube_count_for(single.len() * kv_heads * parts * splits, 1);
+        if kernels == TcKernels::Mma {
+            mma_partial_kernel::launch(
+                &q.client,
+                decode_cubes,
+                CubeDim::new_2d(32, DECODE_WARPS as u32),
+                vs,
+                q.clone().into_tensor_arg(),
+                k.clone().into_tensor_arg(),
+                v.clone().into_tensor_arg(),
+                slots.clone().into_tensor_arg(),
+                positions.clone().into_tensor_arg(),
+                upload(flat(&single))?.into_tensor_arg(),
+                partials.clone().into_tensor_arg(),
+                single.len() as u32,
+                q_heads as u32,
+                kv_heads as u32,
+                max_len as u32,
+                splits as u32,
+                hpc as u32,
+                scale,
+                head_dim,
+                vs,
+                q.dtype == DType::F16,
+                dtypes,
+            );
+        } else {
+            tc_partial_kernel::launch(
+                &q.client,
+                decode_cubes,
+                CubeDim::new_2d(PLANE_DIM as u32, PLANES as u32),
+                vs,
+                q.clone().into_tensor_arg(),
+                k.clone().into_tensor_arg(),
+                v.clone().into_tensor_arg(),
+                slots.clone().into_tensor_arg(),
+                positions.clone().into_tensor_arg(),
+                upload(flat(&single))?.into_tensor_arg(),
+                partials.clone().into_tensor_arg(),
+                single.len() as u32,
+                q_heads as u32,
+                kv_heads as u32,
+                max_len as u32,
+                splits as u32,
+                hpc as u32,
+                scale,
+                head_dim,
+                vs,
+                dtypes,
+            );
+        }
         let listed = match single_rows {
             Some(list) => {
                 let n = list.len();
@@ -568,7 +598,7 @@ pub(crate) fn tc_split_kv_attention(
         };
         combine_rows(&out, partials, positions.clone(), listed, (rows, q_heads, splits, head_dim));
     }
-    if !flash.is_empty() && flash_kernel == FlashKernel::Mma {
+    if !flash.is_empty() && kernels == TcKernels::Mma {
         mma_flash_kernel::launch(
             &q.client,
             cube_count_for(flash.len() * kv_heads * parts, 1),

@@ -4,6 +4,8 @@
 
 pub mod attention;
 pub mod attention_inputs;
+pub mod attention_mma;
+pub mod attention_mma_decode;
 pub mod attention_mma_flash;
 pub mod attention_split_kv;
 pub mod attention_tc;
