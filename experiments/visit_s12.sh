@@ -27,11 +27,8 @@ for part in "$@"; do
                     --trainer-batches 8,32 --repeats 5 2>&1 | grep "^| [0-9]" | tee -a $O/trainer-ab-$kernels.md
             done
         done ;;
-    bounds)  # ncu on one call of each attention kernel (register-fragment set, then cmma)
-        for kernels in mma cmma; do
-            echo "## kernels $kernels"
-            LOCKSTEP_ATTENTION_TC=$kernels OUT=$O/bounds-$kernels TOTAL_LIMIT=150 BOUNDS_PARTS=attention bash experiments/gpu_visit.sh bounds > $O/bounds-$kernels.log 2>&1
-            grep "^|" $O/bounds-$kernels.log | head -30
-        done ;;
+    bounds)  # ncu on one call of each register-fragment attention kernel
+        LOCKSTEP_ATTENTION_TC=mma OUT=$O/bounds TOTAL_LIMIT=150 BOUNDS_PARTS=attention ATT_REGEX="mma_flash|mma_partial" bash experiments/gpu_visit.sh bounds > $O/bounds.log 2>&1
+        grep "^|" $O/bounds.log | head -40 ;;
     esac
 done

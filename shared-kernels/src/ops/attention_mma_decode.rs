@@ -4,9 +4,10 @@
 //!
 //! Why: decode is a stream of K/V splits; the cmma partial kernel stages each split through
 //! registers, syncs its 4 warps seven times and leaves two of them idle (a decode tile holds
-//! the few query heads of one KV head). Here a cube is 2 warps (16 queries each, the 32 a
-//! single-row tile may hold), both the split's K and V are in flight at once through
-//! `cp.async`, and one cube sync separates the copies from the products.
+//! the few query heads of one KV head). Here a cube is one warp per 16 of the tile's queries
+//! (one for Qwen3's 2 heads per KV head, so 5 cubes fit a multiprocessor's shared memory),
+//! the split's K and V are both in flight at once through `cp.async`, and the scores start
+//! as soon as K has landed.
 
 use super::attention::{KV_SPLIT, keys_in_split};
 use super::attention_mma::{
@@ -18,9 +19,11 @@ use super::matmul_wgmma::shared_address;
 use super::reduce::cube_linear;
 use burn_cubecl::cubecl::prelude::*;
 
-/// Warps per cube: 16 queries each, [`TC_QUERIES`] in all.
-pub const DECODE_WARPS: usize = TC_QUERIES / 16;
-const UNITS: usize = DECODE_WARPS * 32;
+/// Warps per cube for `heads_per_cube` queries per tile row: 16 queries each (a decode tile is
+/// one row; at most [`TC_QUERIES`] queries).
+pub fn decode_warps(heads_per_cube: usize) -> usize {
+    heads_per_cube.div_ceil(16).clamp(1, TC_QUERIES / 16)
+}
 
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
@@ -42,6 +45,7 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
     #[comptime] head_dim: usize,
     #[comptime] vs: usize,
     #[comptime] f16: bool,
+    #[comptime] warps: usize,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
     let q_heads = q_heads_arg as usize;
@@ -72,7 +76,7 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
         let hd_vecs = comptime!(head_dim / vs);
         let ld_vecs = comptime!((head_dim + PAD) / vs);
         let mut q_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(
-            comptime!(TC_QUERIES * (head_dim + PAD) / vs),
+            comptime!(warps * 16 * (head_dim + PAD) / vs),
             comptime!(SMEM_ALIGN),
         );
         let mut k_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(
@@ -84,7 +88,7 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
             comptime!(SMEM_ALIGN),
         );
         let mut p_sh = Shared::<[u32]>::new_aligned_slice(
-            comptime!(DECODE_WARPS * 16 * LDPW),
+            comptime!(warps * 16 * LDPW),
             comptime!(SMEM_ALIGN),
         );
         let mut keys_sh = Shared::<[u32]>::new_slice(comptime!(TC_QUERIES));
@@ -104,88 +108,53 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
                 most_keys = keys;
             }
         }
+        // cube-uniform: every sync below is reached by all units or none
         if first < most_keys {
             let staged = keys_in_split(most_keys, first);
-            stage_split_async::<F, N>(
-                k_cache,
-                &mut k_sh,
-                0,
-                row0 + first,
-                kv_heads,
-                kv_head,
-                staged,
-                head_dim,
-                vs,
-                UNITS,
-            );
-            stage_split_async::<F, N>(
-                v_cache,
-                &mut v_sh,
-                0,
-                row0 + first,
-                kv_heads,
-                kv_head,
-                staged,
-                head_dim,
-                vs,
-                UNITS,
-            );
+            // K and V in two copy groups: the scores start as soon as K has landed
+            stage_split_async::<F, N>(k_cache, &mut k_sh, 0, row0 + first, kv_heads, kv_head, staged, head_dim, vs, comptime!(warps * 32));
             commit_copies();
-            // queries as [32][head_dim + PAD], zeros past `queries`, while the copies fly
+            stage_split_async::<F, N>(v_cache, &mut v_sh, 0, row0 + first, kv_heads, kv_head, staged, head_dim, vs, comptime!(warps * 32));
+            commit_copies();
+            // queries as [16 warps][head_dim + PAD], zeros past `queries`, while the copies fly
             #[unroll]
-            for it in 0..comptime!((TC_QUERIES * head_dim / vs).div_ceil(UNITS)) {
-                let i = unit + it * comptime!(UNITS);
-                if i < comptime!(TC_QUERIES * head_dim / vs) {
+            for it in 0..comptime!((warps * 16 * head_dim / vs).div_ceil(warps * 32)) {
+                let i = unit + it * comptime!(warps * 32);
+                if i < comptime!(warps * 16 * head_dim / vs) {
                     let qi = i / hd_vecs;
                     let mut val = Vector::<F, N>::new(F::from_int(0));
                     if qi < queries {
-                        val = q[((first_row + qi / hpc) * q_heads + first_head + qi % hpc)
-                            * hd_vecs
-                            + i % hd_vecs];
+                        val = q[((first_row + qi / hpc) * q_heads + first_head + qi % hpc) * hd_vecs + i % hd_vecs];
                     }
                     q_sh[qi * ld_vecs + i % hd_vecs] = val;
                 }
             }
-            wait_copies(0usize);
+            wait_copies(1usize);
             sync_cube();
-            if warp * 16 < queries {
+            let busy = warp * 16 < queries; // warp-uniform
+            let q_lo = warp * 16 + g;
+            let q_hi = q_lo + 8;
+            let valid_lo = valid_keys(keys_sh[q_lo] as usize, first);
+            let valid_hi = valid_keys(keys_sh[q_hi] as usize, first);
+            let p_row_lo = q_lo * comptime!(LDPW);
+            let p_row_hi = q_hi * comptime!(LDPW);
+            let mut pa = Array::<u32>::new(16usize);
+            // partial = (max, sum, O) per query with keys in the split
+            let write_lo = q_lo < queries && valid_lo > 0;
+            let write_hi = q_hi < queries && valid_hi > 0;
+            let base_lo = (((first_row + q_lo / hpc) * q_heads + first_head + q_lo % hpc) * splits + split) * comptime!(head_dim + 2);
+            let base_hi = (((first_row + q_hi / hpc) * q_heads + first_head + q_hi % hpc) * splits + split) * comptime!(head_dim + 2);
+            if busy {
                 let mut qa = Array::<u32>::new(comptime!(head_dim / 4));
                 query_fragments(shared_address::<Vector<F, N>>(&q_sh), &mut qa, head_dim);
-                let q_lo = warp * 16 + g;
-                let q_hi = q_lo + 8;
-                let valid_lo = valid_keys(keys_sh[q_lo] as usize, first);
-                let valid_hi = valid_keys(keys_sh[q_hi] as usize, first);
                 let mut s = Array::<f32>::new(32usize);
-                warp_scores(
-                    &qa,
-                    shared_address::<Vector<F, N>>(&k_sh),
-                    &mut s,
-                    head_dim,
-                    f16,
-                );
+                warp_scores(&qa, shared_address::<Vector<F, N>>(&k_sh), &mut s, head_dim, f16);
                 let max_lo = row_max(&s, valid_lo, scale, 0usize);
                 let max_hi = row_max(&s, valid_hi, scale, 1usize);
-                let p_row_lo = q_lo * comptime!(LDPW);
-                let p_row_hi = q_hi * comptime!(LDPW);
-                let mut pa = Array::<u32>::new(16usize);
-                warp_probs::<F>(
-                    &s, &mut pa, &mut p_sh, p_row_lo, p_row_hi, valid_lo, valid_hi, max_lo, max_hi,
-                    scale,
-                );
+                warp_probs::<F>(&s, &mut pa, &mut p_sh, p_row_lo, p_row_hi, valid_lo, valid_hi, max_lo, max_hi, scale);
                 sync_plane();
                 let sum_lo = row_sum::<F>(&p_sh, p_row_lo);
                 let sum_hi = row_sum::<F>(&p_sh, p_row_hi);
-                // partial = (max, sum, O) per query with keys in the split
-                let write_lo = q_lo < queries && valid_lo > 0;
-                let write_hi = q_hi < queries && valid_hi > 0;
-                let base_lo = (((first_row + q_lo / hpc) * q_heads + first_head + q_lo % hpc)
-                    * splits
-                    + split)
-                    * comptime!(head_dim + 2);
-                let base_hi = (((first_row + q_hi / hpc) * q_heads + first_head + q_hi % hpc)
-                    * splits
-                    + split)
-                    * comptime!(head_dim + 2);
                 if t == 0 {
                     if write_lo {
                         partials[base_lo] = max_lo;
@@ -196,17 +165,15 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
                         partials[base_hi + 1] = sum_hi;
                     }
                 }
+            }
+            wait_copies(0usize);
+            sync_cube();
+            if busy {
                 let v_addr = value_lane_address(shared_address::<Vector<F, N>>(&v_sh), head_dim);
                 let mut o = Array::<f32>::new(16usize);
                 #[unroll]
                 for dg in 0..comptime!(head_dim / 32) {
-                    warp_values(
-                        &pa,
-                        v_addr + comptime!((dg * 64) as u32),
-                        &mut o,
-                        head_dim,
-                        f16,
-                    );
+                    warp_values(&pa, v_addr + comptime!((dg * 64) as u32), &mut o, head_dim, f16);
                     // fragment element c of dim block nt: row g (c < 2) or g + 8, dim 8 nt + 2 t + c % 2
                     #[unroll]
                     for i in 0..16usize {

@@ -31,7 +31,7 @@
 use super::attention::{keys_in_split, KV_SPLIT};
 use super::attention_split_kv::combine_rows;
 use super::attention_mma::TcKernels;
-use super::attention_mma_decode::{mma_partial_kernel, DECODE_WARPS};
+use super::attention_mma_decode::{decode_warps, mma_partial_kernel};
 use super::attention_mma_flash::{mma_flash_kernel, MMA_WARPS};
 use super::attention_tc_flash::tc_flash_kernel;
 use crate::KernelError;
@@ -543,7 +543,7 @@ pub(crate) fn tc_split_kv_attention(
             mma_partial_kernel::launch(
                 &q.client,
                 decode_cubes,
-                CubeDim::new_2d(32, DECODE_WARPS as u32),
+                CubeDim::new_2d(32, decode_warps(hpc) as u32),
                 vs,
                 q.clone().into_tensor_arg(),
                 k.clone().into_tensor_arg(),
@@ -562,6 +562,7 @@ pub(crate) fn tc_split_kv_attention(
                 head_dim,
                 vs,
                 q.dtype == DType::F16,
+                decode_warps(hpc),
                 dtypes,
             );
         } else {
