@@ -30,5 +30,13 @@ for part in "$@"; do
     bounds)  # ncu on one call of each register-fragment attention kernel
         LOCKSTEP_ATTENTION_TC=mma OUT=$O/bounds TOTAL_LIMIT=150 BOUNDS_PARTS=attention ATT_REGEX="mma_flash|mma_partial" bash experiments/gpu_visit.sh bounds > $O/bounds.log 2>&1
         grep "^|" $O/bounds.log | head -40 ;;
+    sampler-ab)  # sampler tokens/s with each kernel set: long prompts (attention-heavy) and short ones, Qwen3-0.6B shape
+        for round in 1 2; do
+            for kernels in cmma mma; do
+                echo "## kernels $kernels round $round"
+                LOCKSTEP_ATTENTION_TC=$kernels timeout 150 /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --prompt-len 1024 --new-tokens 128 \
+                    --repeats 3 --kernels matched --concurrency ${LONG_C:-1,16,64} --skip-ops 2>&1 | grep "^|" | tee -a $O/sampler-long-$kernels.md
+            done
+        done ;;
     esac
 done
