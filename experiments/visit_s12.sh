@@ -12,9 +12,11 @@ for part in "$@"; do
     check) OUT=$O/check TOTAL_LIMIT=120 bash experiments/gpu_visit.sh check > $O/check.log 2>&1; tail -n 12 $O/check.log ;;
     repro) OUT=$O/repro TOTAL_LIMIT=170 bash experiments/gpu_visit.sh repro > $O/repro.log 2>&1; tail -n 5 $O/repro.log ;;
     attention-ab)  # attention rows with each kernel set (LOCKSTEP_ATTENTION_TC), then torch's SDPA on the same shapes
-        for kernels in cmma mma; do
+        for kernels in cmma mma ${EXTRA_SETS:-}; do
             echo "## tensor-core attention kernels: $kernels"
-            LOCKSTEP_ATTENTION_TC=$kernels timeout ${ATT_LIMIT:-120} /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none \
+            # a set named mma-splitsN: the mma kernels with N splits per decode cube
+            splits=""; [[ $kernels == mma-splits* ]] && splits=${kernels#mma-splits}
+            env ${splits:+LOCKSTEP_DECODE_SPLITS=$splits} LOCKSTEP_ATTENTION_TC=${kernels%%-*} timeout ${ATT_LIMIT:-120} /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none \
                 --repeats 5 --attention-only --json $O/attention-$kernels.json 2>&1 | grep "^|\|rror" | tee $O/attention-$kernels.md
         done
         PYTHONUNBUFFERED=1 timeout 120 python3 experiments/torch_bench.py $O/attention-mma.json 2>&1 | grep -v Warning | tee $O/attention-torch.md ;;
