@@ -8,15 +8,13 @@ done
 for part in "$@"; do
     case "$part" in
     battery) OUT=$O/battery TOTAL_LIMIT=${BATTERY_LIMIT:-200} bash experiments/gpu_visit.sh battery > $O/battery.log 2>&1; tail -n 4 $O/battery.log
-        grep -i "prefill tiles\|FAIL\|no " $O/battery/battery.md 2>/dev/null | head -20 ;;
+        tar xzOf $O/battery/visit.tgz battery.md 2>/dev/null | grep "kernels)\|checks bit-identical\|| no |" | head -20 ;;
     check) OUT=$O/check TOTAL_LIMIT=120 bash experiments/gpu_visit.sh check > $O/check.log 2>&1; tail -n 12 $O/check.log ;;
     repro) OUT=$O/repro TOTAL_LIMIT=170 bash experiments/gpu_visit.sh repro > $O/repro.log 2>&1; tail -n 5 $O/repro.log ;;
     attention-ab)  # attention rows with each kernel set (LOCKSTEP_ATTENTION_TC), then torch's SDPA on the same shapes
-        for kernels in cmma mma ${EXTRA_SETS:-}; do
+        for kernels in cmma mma; do
             echo "## tensor-core attention kernels: $kernels"
-            # a set named mma-splitsN: the mma kernels with N splits per decode cube
-            splits=""; [[ $kernels == mma-splits* ]] && splits=${kernels#mma-splits}
-            env ${splits:+LOCKSTEP_DECODE_SPLITS=$splits} LOCKSTEP_ATTENTION_TC=${kernels%%-*} timeout ${ATT_LIMIT:-120} /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none \
+            LOCKSTEP_ATTENTION_TC=$kernels timeout ${ATT_LIMIT:-120} /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none \
                 --repeats 5 --attention-only --json $O/attention-$kernels.json 2>&1 | grep "^|\|rror" | tee $O/attention-$kernels.md
         done
         PYTHONUNBUFFERED=1 timeout 120 python3 experiments/torch_bench.py $O/attention-mma.json 2>&1 | grep -v Warning | tee $O/attention-torch.md ;;
@@ -32,13 +30,5 @@ for part in "$@"; do
     bounds)  # ncu on one call of each register-fragment attention kernel
         LOCKSTEP_ATTENTION_TC=mma OUT=$O/bounds TOTAL_LIMIT=150 BOUNDS_PARTS=attention ATT_REGEX="mma_flash|mma_partial" bash experiments/gpu_visit.sh bounds > $O/bounds.log 2>&1
         grep "^|" $O/bounds.log | head -40 ;;
-    sampler-ab)  # sampler tokens/s with each kernel set: long prompts (attention-heavy) and short ones, Qwen3-0.6B shape
-        for round in 1 2; do
-            for kernels in cmma mma; do
-                echo "## kernels $kernels round $round"
-                LOCKSTEP_ATTENTION_TC=$kernels timeout 150 /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --prompt-len 1024 --new-tokens 128 \
-                    --repeats 3 --kernels matched --concurrency ${LONG_C:-1,16,64} --skip-ops 2>&1 | grep "^|" | tee -a $O/sampler-long-$kernels.md
-            done
-        done ;;
     esac
 done

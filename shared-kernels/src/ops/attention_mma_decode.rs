@@ -4,12 +4,10 @@
 //!
 //! Why: decode is a stream of K/V splits; the cmma partial kernel stages each split through
 //! registers, syncs its 4 warps seven times and leaves two of them idle (a decode tile holds
-//! the few query heads of one KV head), and loads a split before it computes on it. Here a
-//! cube is one warp per 16 of the tile's queries (one for Qwen3's 2 heads per KV head) and
-//! walks several consecutive splits of one (row, KV head), the next split's K and V in flight
-//! through `cp.async` while it computes on the current one (ncu, session 12: one split per cube
-//! kept DRAM at 46-49%). How many splits a cube walks is a launch shape only: every split's
-//! partial is computed alone, the same way, so the bits do not depend on it.
+//! the few query heads of one KV head). Here a cube is one warp per 16 of the tile's queries
+//! (one for Qwen3's 2 heads per KV head, so 5 cubes fit a multiprocessor's shared memory),
+//! the split's K and V are both in flight at once through `cp.async`, and the scores start
+//! as soon as K has landed.
 
 use super::attention::{KV_SPLIT, keys_in_split};
 use super::attention_mma::{
@@ -19,7 +17,6 @@ use super::attention_mma::{
 use super::attention_tc::{PAD, TC_QUERIES};
 use super::matmul_wgmma::shared_address;
 use super::reduce::cube_linear;
-use crate::KernelError;
 use burn_cubecl::cubecl::prelude::*;
 
 /// Warps per cube for `heads_per_cube` queries per tile row: 16 queries each (a decode tile is
@@ -43,7 +40,6 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
     kv_heads_arg: u32,
     max_len_arg: u32,
     splits_arg: u32,
-    splits_per_cube_arg: u32,
     heads_per_cube_arg: u32,
     scale: f32,
     #[comptime] head_dim: usize,
@@ -56,37 +52,45 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
     let kv_heads = kv_heads_arg as usize;
     let max_len = max_len_arg as usize;
     let splits = splits_arg as usize;
-    let per_cube = splits_per_cube_arg as usize;
-    let runs = splits.div_ceil(per_cube);
     let hpc = heads_per_cube_arg as usize;
     let group = q_heads / kv_heads;
     let parts = group / hpc;
-    let work = cube_linear(); // ((tile * kv_heads + kv_head) * parts + part) * runs + run
-    let run = work % runs;
-    let part = (work / runs) % parts;
-    let kv_head = (work / (runs * parts)) % kv_heads;
-    let tile = work / (runs * parts * kv_heads);
+    let work = cube_linear(); // ((tile * kv_heads + kv_head) * parts + part) * splits + split
+    let split = work % splits;
+    let part = (work / splits) % parts;
+    let kv_head = (work / (splits * parts)) % kv_heads;
+    let tile = work / (splits * parts * kv_heads);
     let unit = UNIT_POS as usize;
     let lane = UNIT_POS_X;
     let warp = UNIT_POS_Y as usize;
     let g = (lane / 4) as usize;
     let t = (lane % 4) as usize;
-    let units = comptime!(warps * 32);
+    // cube-uniform conditions only around the syncs below
     if tile < tiles_arg as usize {
         let first_row = u32::cast_from(tiles[2 * tile]) as usize;
         let count = u32::cast_from(tiles[2 * tile + 1]) as usize;
         let queries = count * hpc;
         let first_head = kv_head * group + part * hpc;
         let row0 = u32::cast_from(slots[first_row]) as usize * max_len;
+        let first = split * comptime!(KV_SPLIT);
         let hd_vecs = comptime!(head_dim / vs);
         let ld_vecs = comptime!((head_dim + PAD) / vs);
-        let stage_vecs = comptime!(KV_SPLIT * (head_dim + PAD) / vs);
-        let stage_bytes = comptime!((KV_SPLIT * (head_dim + PAD) * 2) as u32);
-        // two K and two V stages; the queries are staged in V's second one, read into
-        // registers before any split is copied there
-        let mut k_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(comptime!(2 * KV_SPLIT * (head_dim + PAD) / vs), comptime!(SMEM_ALIGN));
-        let mut v_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(comptime!(2 * KV_SPLIT * (head_dim + PAD) / vs), comptime!(SMEM_ALIGN));
-        let mut p_sh = Shared::<[u32]>::new_aligned_slice(comptime!(warps * 16 * LDPW), comptime!(SMEM_ALIGN));
+        let mut q_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(
+            comptime!(warps * 16 * (head_dim + PAD) / vs),
+            comptime!(SMEM_ALIGN),
+        );
+        let mut k_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(
+            comptime!(KV_SPLIT * (head_dim + PAD) / vs),
+            comptime!(SMEM_ALIGN),
+        );
+        let mut v_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(
+            comptime!(KV_SPLIT * (head_dim + PAD) / vs),
+            comptime!(SMEM_ALIGN),
+        );
+        let mut p_sh = Shared::<[u32]>::new_aligned_slice(
+            comptime!(warps * 16 * LDPW),
+            comptime!(SMEM_ALIGN),
+        );
         let mut keys_sh = Shared::<[u32]>::new_slice(comptime!(TC_QUERIES));
         if unit < comptime!(TC_QUERIES) {
             let mut keys = 0usize;
@@ -104,157 +108,88 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
                 most_keys = keys;
             }
         }
-        let first_split = run * per_cube;
-        let mut end_split = most_keys.div_ceil(comptime!(KV_SPLIT));
-        if first_split + per_cube < end_split {
-            end_split = first_split + per_cube;
-        }
         // cube-uniform: every sync below is reached by all units or none
-        if first_split < end_split {
-            let steps = end_split - first_split;
-            issue_split::<F, N>(k_cache, v_cache, &mut k_sh, &mut v_sh, 0, first_split * comptime!(KV_SPLIT), most_keys, row0, kv_heads, kv_head, head_dim, vs, units);
+        if first < most_keys {
+            let staged = keys_in_split(most_keys, first);
+            // K and V in two copy groups: the scores start as soon as K has landed
+            stage_split_async::<F, N>(k_cache, &mut k_sh, 0, row0 + first, kv_heads, kv_head, staged, head_dim, vs, comptime!(warps * 32));
             commit_copies();
-            // queries as [16 warps][head_dim + PAD] in V's second stage, zeros past `queries`
+            stage_split_async::<F, N>(v_cache, &mut v_sh, 0, row0 + first, kv_heads, kv_head, staged, head_dim, vs, comptime!(warps * 32));
+            commit_copies();
+            // queries as [16 warps][head_dim + PAD], zeros past `queries`, while the copies fly
             #[unroll]
             for it in 0..comptime!((warps * 16 * head_dim / vs).div_ceil(warps * 32)) {
-                let i = unit + it * units;
+                let i = unit + it * comptime!(warps * 32);
                 if i < comptime!(warps * 16 * head_dim / vs) {
                     let qi = i / hd_vecs;
                     let mut val = Vector::<F, N>::new(F::from_int(0));
                     if qi < queries {
                         val = q[((first_row + qi / hpc) * q_heads + first_head + qi % hpc) * hd_vecs + i % hd_vecs];
                     }
-                    v_sh[stage_vecs + qi * ld_vecs + i % hd_vecs] = val;
+                    q_sh[qi * ld_vecs + i % hd_vecs] = val;
                 }
             }
+            wait_copies(1usize);
             sync_cube();
-            let k_base = shared_address::<Vector<F, N>>(&k_sh);
-            let v_base = shared_address::<Vector<F, N>>(&v_sh);
-            let mut qa = Array::<u32>::new(comptime!(head_dim / 4));
-            query_fragments(v_base + stage_bytes, &mut qa, head_dim);
-            sync_cube(); // the queries are in registers: V's second stage may be refilled
             let busy = warp * 16 < queries; // warp-uniform
             let q_lo = warp * 16 + g;
             let q_hi = q_lo + 8;
+            let valid_lo = valid_keys(keys_sh[q_lo] as usize, first);
+            let valid_hi = valid_keys(keys_sh[q_hi] as usize, first);
             let p_row_lo = q_lo * comptime!(LDPW);
             let p_row_hi = q_hi * comptime!(LDPW);
-            let pair_lo = (first_row + q_lo / hpc) * q_heads + first_head + q_lo % hpc;
-            let pair_hi = (first_row + q_hi / hpc) * q_heads + first_head + q_hi % hpc;
-            let mut s = Array::<f32>::new(32usize);
             let mut pa = Array::<u32>::new(16usize);
-            let mut o = Array::<f32>::new(16usize);
-            for step in 0..steps {
-                if step + 1 < steps {
-                    issue_split::<F, N>(k_cache, v_cache, &mut k_sh, &mut v_sh, (step + 1) % 2, (first_split + step + 1) * comptime!(KV_SPLIT), most_keys, row0, kv_heads, kv_head, head_dim, vs, units);
-                }
-                commit_copies();
-                wait_copies(1usize);
-                sync_cube();
-                let split = first_split + step;
-                let first = split * comptime!(KV_SPLIT);
-                let buf = (step % 2) as u32;
-                if busy {
-                    let valid_lo = valid_keys(keys_sh[q_lo] as usize, first);
-                    let valid_hi = valid_keys(keys_sh[q_hi] as usize, first);
-                    warp_scores(&qa, k_base + buf * stage_bytes, &mut s, head_dim, f16);
-                    let max_lo = row_max(&s, valid_lo, scale, 0usize);
-                    let max_hi = row_max(&s, valid_hi, scale, 1usize);
-                    warp_probs::<F>(&s, &mut pa, &mut p_sh, p_row_lo, p_row_hi, valid_lo, valid_hi, max_lo, max_hi, scale);
-                    sync_plane();
-                    let sum_lo = row_sum::<F>(&p_sh, p_row_lo);
-                    let sum_hi = row_sum::<F>(&p_sh, p_row_hi);
-                    sync_plane(); // the stage is read before the next split writes it
-                    // partial = (max, sum, O) per query with keys in the split
-                    let write_lo = q_lo < queries && valid_lo > 0;
-                    let write_hi = q_hi < queries && valid_hi > 0;
-                    let base_lo = (pair_lo * splits + split) * comptime!(head_dim + 2);
-                    let base_hi = (pair_hi * splits + split) * comptime!(head_dim + 2);
-                    if t == 0 {
-                        if write_lo {
-                            partials[base_lo] = max_lo;
-                            partials[base_lo + 1] = sum_lo;
-                        }
-                        if write_hi {
-                            partials[base_hi] = max_hi;
-                            partials[base_hi + 1] = sum_hi;
-                        }
+            // partial = (max, sum, O) per query with keys in the split
+            let write_lo = q_lo < queries && valid_lo > 0;
+            let write_hi = q_hi < queries && valid_hi > 0;
+            let base_lo = (((first_row + q_lo / hpc) * q_heads + first_head + q_lo % hpc) * splits + split) * comptime!(head_dim + 2);
+            let base_hi = (((first_row + q_hi / hpc) * q_heads + first_head + q_hi % hpc) * splits + split) * comptime!(head_dim + 2);
+            if busy {
+                let mut qa = Array::<u32>::new(comptime!(head_dim / 4));
+                query_fragments(shared_address::<Vector<F, N>>(&q_sh), &mut qa, head_dim);
+                let mut s = Array::<f32>::new(32usize);
+                warp_scores(&qa, shared_address::<Vector<F, N>>(&k_sh), &mut s, head_dim, f16);
+                let max_lo = row_max(&s, valid_lo, scale, 0usize);
+                let max_hi = row_max(&s, valid_hi, scale, 1usize);
+                warp_probs::<F>(&s, &mut pa, &mut p_sh, p_row_lo, p_row_hi, valid_lo, valid_hi, max_lo, max_hi, scale);
+                sync_plane();
+                let sum_lo = row_sum::<F>(&p_sh, p_row_lo);
+                let sum_hi = row_sum::<F>(&p_sh, p_row_hi);
+                if t == 0 {
+                    if write_lo {
+                        partials[base_lo] = max_lo;
+                        partials[base_lo + 1] = sum_lo;
                     }
-                    let v_addr = value_lane_address(v_base + buf * stage_bytes, head_dim);
+                    if write_hi {
+                        partials[base_hi] = max_hi;
+                        partials[base_hi + 1] = sum_hi;
+                    }
+                }
+            }
+            wait_copies(0usize);
+            sync_cube();
+            if busy {
+                let v_addr = value_lane_address(shared_address::<Vector<F, N>>(&v_sh), head_dim);
+                let mut o = Array::<f32>::new(16usize);
+                #[unroll]
+                for dg in 0..comptime!(head_dim / 32) {
+                    warp_values(&pa, v_addr + comptime!((dg * 64) as u32), &mut o, head_dim, f16);
+                    // fragment element c of dim block nt: row g (c < 2) or g + 8, dim 8 nt + 2 t + c % 2
                     #[unroll]
-                    for dg in 0..comptime!(head_dim / 32) {
-                        warp_values(&pa, v_addr + comptime!((dg * 64) as u32), &mut o, head_dim, f16);
-                        // fragment element c of dim block nt: row g (c < 2) or g + 8, dim 8 nt + 2 t + c % 2
-                        #[unroll]
-                        for i in 0..16usize {
-                            let dim = comptime!((dg * 4 + i / 4) * 8 + i % 2) + 2 * t;
-                            let mut write = write_lo;
-                            let mut base = base_lo;
-                            if comptime!(i % 4 >= 2) {
-                                write = write_hi;
-                                base = base_hi;
-                            }
-                            if write {
-                                partials[base + 2 + dim] = o[i];
-                            }
+                    for i in 0..16usize {
+                        let dim = comptime!((dg * 4 + i / 4) * 8 + i % 2) + 2 * t;
+                        let mut write = write_lo;
+                        let mut base = base_lo;
+                        if comptime!(i % 4 >= 2) {
+                            write = write_hi;
+                            base = base_hi;
+                        }
+                        if write {
+                            partials[base + 2 + dim] = o[i];
                         }
                     }
                 }
-                sync_cube(); // every warp is done with this split's stages before they are refilled
             }
         }
-    }
-}
-
-/// Issues the copies of the split starting at key `first` (K and V, rows past the tile's keys
-/// zero-filled) into stage `buf`.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn issue_split<F: Float, N: Size>(
-    k_cache: &Tensor<Vector<F, N>>,
-    v_cache: &Tensor<Vector<F, N>>,
-    k_sh: &mut Shared<[Vector<F, N>]>,
-    v_sh: &mut Shared<[Vector<F, N>]>,
-    buf: usize,
-    first: usize,
-    most_keys: usize,
-    row0: usize,
-    kv_heads: usize,
-    kv_head: usize,
-    #[comptime] head_dim: usize,
-    #[comptime] vs: usize,
-    #[comptime] units: usize,
-) {
-    let staged = keys_in_split(most_keys, first);
-    let base = buf * comptime!(KV_SPLIT * (head_dim + PAD) / vs);
-    stage_split_async::<F, N>(k_cache, k_sh, base, row0 + first, kv_heads, kv_head, staged, head_dim, vs, units);
-    stage_split_async::<F, N>(v_cache, v_sh, base, row0 + first, kv_heads, kv_head, staged, head_dim, vs, units);
-}
-
-/// Consecutive splits one decode cube walks: `LOCKSTEP_DECODE_SPLITS` when set (benchmark
-/// sweeps), else enough to leave about 12 cubes per multiprocessor for `work` (row, KV head,
-/// split) items, between 1 and 16. A launch shape only: the bits do not depend on it.
-pub(crate) fn splits_per_cube(work: usize, multiprocessors: usize) -> Result<usize, KernelError> {
-    static SETTING: std::sync::OnceLock<Result<Option<usize>, String>> = std::sync::OnceLock::new();
-    let parse = |text: &str| -> Result<usize, String> {
-        text.trim().parse::<usize>().ok().filter(|n| (1..=64).contains(n)).ok_or_else(|| format!("LOCKSTEP_DECODE_SPLITS={text:?} is not a number of splits from 1 to 64"))
-    };
-    Ok(match super::env_setting(&SETTING, "attention", "LOCKSTEP_DECODE_SPLITS", parse)? {
-        Some(n) => n,
-        None => (work / (12 * multiprocessors.max(1))).clamp(1, 16),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_decode_cube_walks_more_splits_only_when_the_cubes_would_still_fill_the_gpu() {
-        // 64 rows x 8 KV heads x 64 splits on 132 multiprocessors: 16 splits, 2048 cubes
-        assert_eq!(splits_per_cube(64 * 8 * 64, 132).unwrap(), 16);
-        // one row: one split per cube, 512 cubes
-        assert_eq!(splits_per_cube(8 * 64, 132).unwrap(), 1);
-        // 16 rows x 8 x 64: 5 splits, 1664 cubes
-        assert_eq!(splits_per_cube(16 * 8 * 64, 132).unwrap(), 5);
     }
 }

@@ -31,8 +31,7 @@
 use super::attention::{keys_in_split, KV_SPLIT};
 use super::attention_split_kv::combine_rows;
 use super::attention_mma::TcKernels;
-use super::attention_mma_decode::{decode_warps, mma_partial_kernel, splits_per_cube};
-use super::matmul_wgmma_tiles::multiprocessors;
+use super::attention_mma_decode::{decode_warps, mma_partial_kernel};
 use super::attention_mma_flash::{mma_flash_kernel, MMA_WARPS};
 use super::attention_tc_flash::tc_flash_kernel;
 use crate::KernelError;
@@ -539,12 +538,11 @@ pub(crate) fn tc_split_kv_attention(
         // per-split partials for these tiles' rows (indexed by row, so sized for every row)
         let pairs = rows * q_heads;
         let partials = partials_workspace(q, pairs * splits * (head_dim + 2));
-        let decode_work = single.len() * kv_heads * parts * splits;
+        let decode_cubes = cube_count_for(single.len() * kv_heads * parts * splits, 1);
         if kernels == TcKernels::Mma {
-            let per_cube = splits_per_cube(decode_work, multiprocessors(&q.client))?;
             mma_partial_kernel::launch(
                 &q.client,
-                cube_count_for(single.len() * kv_heads * parts * splits.div_ceil(per_cube), 1),
+                decode_cubes,
                 CubeDim::new_2d(32, decode_warps(hpc) as u32),
                 vs,
                 q.clone().into_tensor_arg(),
@@ -559,7 +557,6 @@ pub(crate) fn tc_split_kv_attention(
                 kv_heads as u32,
                 max_len as u32,
                 splits as u32,
-                per_cube as u32,
                 hpc as u32,
                 scale,
                 head_dim,
@@ -571,7 +568,7 @@ pub(crate) fn tc_split_kv_attention(
         } else {
             tc_partial_kernel::launch(
                 &q.client,
-                cube_count_for(decode_work, 1),
+                decode_cubes,
                 CubeDim::new_2d(PLANE_DIM as u32, PLANES as u32),
                 vs,
                 q.clone().into_tensor_arg(),
