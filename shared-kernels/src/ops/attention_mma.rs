@@ -17,8 +17,9 @@
 //! - O = P V: the rounded P as the A fragment straight from registers, keys ascending from
 //!   zero in chunks of 16.
 
-use super::attention::{KV_SPLIT, keys_in_split};
+use super::attention::KV_SPLIT;
 use super::attention_tc::PAD;
+pub(crate) use super::matmul_tc_async::{commit_copies, wait_copies};
 use super::reduce::NEG_BIG;
 use burn_cubecl::cubecl::prelude::barrier::copy_async_checked;
 use burn_cubecl::cubecl::prelude::*;
@@ -140,15 +141,6 @@ pub(crate) fn stage_split_async<F: Float, N: Size>(
     }
 }
 
-#[cube]
-pub(crate) fn commit_copies() {
-    gpu_asm!("cp.async.commit_group;");
-}
-
-#[cube]
-pub(crate) fn wait_copies(#[comptime] pending: usize) {
-    gpu_asm!("cp.async.wait_group {n};", n = const pending);
-}
 
 /// S = Q Kᵀ for this warp's 16 queries against the 64 keys staged at byte address `k_addr`:
 /// `s[nt * 4 + c]` is fragment element c of key block nt (keys 8 nt ..), k over head_dim
@@ -228,16 +220,6 @@ pub(crate) fn row_max(s: &Array<f32>, valid: usize, scale: f32, #[comptime] high
         m = other;
     }
     m
-}
-
-/// Keys of a query with `keys` keys in the split starting at `first` (0 when it has none there).
-#[cube]
-pub(crate) fn valid_keys(keys: usize, first: usize) -> usize {
-    let mut valid = 0usize;
-    if first < keys {
-        valid = keys_in_split(keys, first);
-    }
-    valid
 }
 
 /// p for this lane's S fragment (0 past a row's `valid` keys): the A fragments of P V into `pa`

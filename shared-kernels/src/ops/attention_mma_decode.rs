@@ -12,9 +12,9 @@
 use super::attention::{KV_SPLIT, keys_in_split};
 use super::attention_mma::{
     LDPW, SMEM_ALIGN, commit_copies, query_fragments, row_max, row_sum, stage_split_async,
-    valid_keys, value_lane_address, wait_copies, warp_probs, warp_scores, warp_values,
+    value_lane_address, wait_copies, warp_probs, warp_scores, warp_values,
 };
-use super::attention_tc::{PAD, TC_QUERIES};
+use super::attention_tc::{query_keys, stage_queries, valid_in_split, PAD, TC_QUERIES};
 use super::matmul_wgmma::shared_address;
 use super::reduce::cube_linear;
 use burn_cubecl::cubecl::prelude::*;
@@ -60,7 +60,6 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
     let part = (work / splits) % parts;
     let kv_head = (work / (splits * parts)) % kv_heads;
     let tile = work / (splits * parts * kv_heads);
-    let unit = UNIT_POS as usize;
     let lane = UNIT_POS_X;
     let warp = UNIT_POS_Y as usize;
     let g = (lane / 4) as usize;
@@ -73,8 +72,6 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
         let first_head = kv_head * group + part * hpc;
         let row0 = u32::cast_from(slots[first_row]) as usize * max_len;
         let first = split * comptime!(KV_SPLIT);
-        let hd_vecs = comptime!(head_dim / vs);
-        let ld_vecs = comptime!((head_dim + PAD) / vs);
         let mut q_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(
             comptime!(warps * 16 * (head_dim + PAD) / vs),
             comptime!(SMEM_ALIGN),
@@ -92,22 +89,7 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
             comptime!(SMEM_ALIGN),
         );
         let mut keys_sh = Shared::<[u32]>::new_slice(comptime!(TC_QUERIES));
-        if unit < comptime!(TC_QUERIES) {
-            let mut keys = 0usize;
-            if unit < queries {
-                keys = u32::cast_from(positions[first_row + unit / hpc]) as usize + 1;
-            }
-            keys_sh[unit] = keys as u32;
-        }
-        sync_cube();
-        let mut most_keys = 0usize;
-        #[unroll]
-        for qi in 0..comptime!(TC_QUERIES) {
-            let keys = keys_sh[qi] as usize;
-            if keys > most_keys {
-                most_keys = keys;
-            }
-        }
+        let most_keys = query_keys(positions, &mut keys_sh, first_row, queries, hpc, TC_QUERIES);
         // cube-uniform: every sync below is reached by all units or none
         if first < most_keys {
             let staged = keys_in_split(most_keys, first);
@@ -117,25 +99,14 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
             stage_split_async::<F, N>(v_cache, &mut v_sh, 0, row0 + first, kv_heads, kv_head, staged, head_dim, vs, comptime!(warps * 32));
             commit_copies();
             // queries as [16 warps][head_dim + PAD], zeros past `queries`, while the copies fly
-            #[unroll]
-            for it in 0..comptime!((warps * 16 * head_dim / vs).div_ceil(warps * 32)) {
-                let i = unit + it * comptime!(warps * 32);
-                if i < comptime!(warps * 16 * head_dim / vs) {
-                    let qi = i / hd_vecs;
-                    let mut val = Vector::<F, N>::new(F::from_int(0));
-                    if qi < queries {
-                        val = q[((first_row + qi / hpc) * q_heads + first_head + qi % hpc) * hd_vecs + i % hd_vecs];
-                    }
-                    q_sh[qi * ld_vecs + i % hd_vecs] = val;
-                }
-            }
+            stage_queries::<F, N>(q, &mut q_sh, first_row, queries, hpc, first_head, q_heads, 0, head_dim, vs, comptime!(warps * 16), comptime!(warps * 32));
             wait_copies(1usize);
             sync_cube();
             let busy = warp * 16 < queries; // warp-uniform
             let q_lo = warp * 16 + g;
             let q_hi = q_lo + 8;
-            let valid_lo = valid_keys(keys_sh[q_lo] as usize, first);
-            let valid_hi = valid_keys(keys_sh[q_hi] as usize, first);
+            let valid_lo = valid_in_split(keys_sh[q_lo] as usize, first);
+            let valid_hi = valid_in_split(keys_sh[q_hi] as usize, first);
             let p_row_lo = q_lo * comptime!(LDPW);
             let p_row_hi = q_hi * comptime!(LDPW);
             let mut pa = Array::<u32>::new(16usize);

@@ -18,9 +18,9 @@ use super::attention::KV_SPLIT;
 use super::attention::keys_in_split;
 use super::attention_mma::{
     LDPW, SMEM_ALIGN, commit_copies, query_fragments, row_max, row_sum, stage_split_async,
-    valid_keys, value_lane_address, wait_copies, warp_probs, warp_scores, warp_values,
+    value_lane_address, wait_copies, warp_probs, warp_scores, warp_values,
 };
-use super::attention_tc::PAD;
+use super::attention_tc::{query_keys, stage_queries, valid_in_split, PAD};
 use super::matmul_wgmma::shared_address;
 use super::reduce::{NEG_BIG, cube_linear};
 use burn_cubecl::cubecl::prelude::*;
@@ -116,7 +116,6 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
     let part = work % parts;
     let kv_head = (work / parts) % kv_heads;
     let tile = work / (parts * kv_heads);
-    let unit = UNIT_POS as usize;
     let lane = UNIT_POS_X;
     let warp = UNIT_POS_Y as usize;
     let g = (lane / 4) as usize;
@@ -127,8 +126,6 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
         let queries = count * hpc;
         let first_head = kv_head * group + part * hpc;
         let row0 = u32::cast_from(slots[first_row]) as usize * max_len;
-        let ld_vecs = comptime!((head_dim + PAD) / vs);
-        let hd_vecs = comptime!(head_dim / vs);
         let stage_bytes = comptime!((KV_SPLIT * (head_dim + PAD) * 2) as u32);
         let mut q_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(
             comptime!(MMA_QUERIES * (head_dim + PAD) / vs),
@@ -148,38 +145,14 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
         );
         let mut keys_sh = Shared::<[u32]>::new_slice(comptime!(MMA_QUERIES));
 
-        // every query's prefix length, and the tile's longest
-        if unit < comptime!(MMA_QUERIES) {
-            let mut keys = 0usize;
-            if unit < queries {
-                keys = u32::cast_from(positions[first_row + unit / hpc]) as usize + 1;
-            }
-            keys_sh[unit] = keys as u32;
-        }
-        // queries as [64][head_dim + PAD], zeros past `queries`
-        #[unroll]
-        for it in 0..comptime!((MMA_QUERIES * head_dim / vs).div_ceil(UNITS)) {
-            let i = unit + it * comptime!(UNITS);
-            if i < comptime!(MMA_QUERIES * head_dim / vs) {
-                let qi = i / hd_vecs;
-                let mut val = Vector::<F, N>::new(F::from_int(0));
-                if qi < queries {
-                    val = q[((first_row + qi / hpc) * q_heads + first_head + qi % hpc) * hd_vecs
-                        + i % hd_vecs];
-                }
-                q_sh[qi * ld_vecs + i % hd_vecs] = val;
-            }
-        }
-        sync_cube();
-        let mut most_keys = 0usize;
+        // queries as [64][head_dim + PAD], zeros past `queries`; every query's prefix length
+        stage_queries::<F, N>(q, &mut q_sh, first_row, queries, hpc, first_head, q_heads, 0, head_dim, vs, MMA_QUERIES, UNITS);
+        let most_keys = query_keys(positions, &mut keys_sh, first_row, queries, hpc, MMA_QUERIES);
         let mut warp_keys = 0usize; // the longest prefix among this warp's queries
         #[unroll]
-        for qi in 0..comptime!(MMA_QUERIES) {
-            let keys = keys_sh[qi] as usize;
-            if keys > most_keys {
-                most_keys = keys;
-            }
-            if qi / 16 == warp && keys > warp_keys {
+        for qi in 0..16usize {
+            let keys = keys_sh[warp * 16 + qi] as usize;
+            if keys > warp_keys {
                 warp_keys = keys;
             }
         }
@@ -242,8 +215,8 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
             let first = split * comptime!(KV_SPLIT);
             let buf = (step % 2) as u32;
             if first < warp_keys {
-                let valid_lo = valid_keys(keys_lo, first);
-                let valid_hi = valid_keys(keys_hi, first);
+                let valid_lo = valid_in_split(keys_lo, first);
+                let valid_hi = valid_in_split(keys_hi, first);
                 warp_scores(&qa, k_base + buf * stage_bytes, &mut s, head_dim, f16);
                 let split_lo = row_max(&s, valid_lo, scale, 0usize);
                 let split_hi = row_max(&s, valid_hi, scale, 1usize);

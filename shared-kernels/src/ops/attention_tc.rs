@@ -121,13 +121,13 @@ pub(crate) fn store_values<F: Float, N: Size>(regs: &Array<Vector<F, N>>, stage:
     }
 }
 
-/// Every query's prefix length into `keys_sh` (0 past `queries`), read in parallel (a loop over
-/// the tile's rows would wait for one global load after another); ends with a cube sync and
-/// returns the longest.
+/// Every query's prefix length into `keys_sh` (`count` entries, 0 past `queries`; the cube has
+/// at least `count` units), read in parallel (a loop over the tile's rows would wait for one
+/// global load after another); ends with a cube sync and returns the longest.
 #[cube]
-pub(crate) fn query_keys<I: Int>(positions: &Tensor<I>, keys_sh: &mut Shared<[u32]>, first_row: usize, queries: usize, hpc: usize) -> usize {
+pub(crate) fn query_keys<I: Int>(positions: &Tensor<I>, keys_sh: &mut Shared<[u32]>, first_row: usize, queries: usize, hpc: usize, #[comptime] count: usize) -> usize {
     let unit = UNIT_POS as usize;
-    if unit < comptime!(TC_QUERIES) {
+    if unit < count {
         let mut keys = 0usize;
         if unit < queries {
             keys = u32::cast_from(positions[first_row + unit / hpc]) as usize + 1;
@@ -137,7 +137,7 @@ pub(crate) fn query_keys<I: Int>(positions: &Tensor<I>, keys_sh: &mut Shared<[u3
     sync_cube();
     let mut most_keys = 0usize;
     #[unroll]
-    for t in 0..comptime!(TC_QUERIES) {
+    for t in 0..count {
         let keys = keys_sh[t] as usize;
         if keys > most_keys {
             most_keys = keys;
@@ -156,8 +156,9 @@ pub(crate) fn valid_in_split(keys: usize, first: usize) -> usize {
     valid
 }
 
-/// Query `qi` of a tile (up to [`TC_QUERIES`]): row `first_row + qi / hpc`, head
-/// `first_head + qi % hpc`. Queries as `[32][head_dim + PAD]`, zeros past `queries`.
+/// Query `qi` of a tile (up to `rows`): row `first_row + qi / hpc`, head `first_head + qi % hpc`.
+/// Queries as `[rows][head_dim + PAD]` from vector `base` of `q_sh`, zeros past `queries`;
+/// `units` units share the copy.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn stage_queries<F: Float, N: Size>(
@@ -168,22 +169,25 @@ pub(crate) fn stage_queries<F: Float, N: Size>(
     hpc: usize,
     first_head: usize,
     q_heads: usize,
+    base: usize,
     #[comptime] head_dim: usize,
     #[comptime] vs: usize,
+    #[comptime] rows: usize,
+    #[comptime] units: usize,
 ) {
     let hd_vecs = comptime!(head_dim / vs);
     let ld_vecs = comptime!((head_dim + PAD) / vs);
     #[unroll]
-    for it in 0..comptime!((TC_QUERIES * head_dim / vs).div_ceil(UNITS)) {
-        let i = UNIT_POS as usize + it * comptime!(UNITS);
-        if i < comptime!(TC_QUERIES * head_dim / vs) {
+    for it in 0..comptime!((rows * head_dim / vs).div_ceil(units)) {
+        let i = UNIT_POS as usize + it * units;
+        if i < comptime!(rows * head_dim / vs) {
             let qi = i / hd_vecs;
             let c = i % hd_vecs;
             let mut val = Vector::<F, N>::new(F::from_int(0));
             if qi < queries {
                 val = q[((first_row + qi / hpc) * q_heads + first_head + qi % hpc) * hd_vecs + c];
             }
-            q_sh[qi * ld_vecs + c] = val;
+            q_sh[base + qi * ld_vecs + c] = val;
         }
     }
 }
@@ -387,10 +391,10 @@ fn tc_partial_kernel<F: Float, N: Size, I: Int>(
         let mut p_sh = Shared::<[F]>::new_aligned_slice(comptime!(TC_QUERIES * LDP), comptime!(SMEM_ALIGN));
         let mut keys_sh = Shared::<[u32]>::new_slice(comptime!(TC_QUERIES));
         let mut quarter_sh = Shared::<[f32]>::new_slice(comptime!(TC_QUERIES * 4));
-        let most_keys = query_keys(positions, &mut keys_sh, first_row, queries, hpc);
+        let most_keys = query_keys(positions, &mut keys_sh, first_row, queries, hpc, TC_QUERIES);
         if first < most_keys {
             let staged = keys_in_split(most_keys, first);
-            stage_queries::<F, N>(q, &mut q_sh, first_row, queries, hpc, first_head, q_heads, head_dim, vs);
+            stage_queries::<F, N>(q, &mut q_sh, first_row, queries, hpc, first_head, q_heads, 0, head_dim, vs, TC_QUERIES, UNITS);
             stage_split::<F, N>(k_cache, &mut kv_sh, slot * max_len + first, kv_heads, kv_head, staged, head_dim, vs);
             let mut v_regs = Array::<Vector<F, N>>::new(comptime!((KV_SPLIT * head_dim / vs).div_ceil(UNITS)));
             load_values::<F, N>(v_cache, &mut v_regs, slot * max_len + first, kv_heads, kv_head, staged, head_dim, vs);

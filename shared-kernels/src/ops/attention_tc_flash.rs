@@ -69,8 +69,8 @@ pub(crate) fn tc_flash_kernel<F: Float, N: Size, I: Int>(
         // per query of the split: exp(m_s - M), or 0 where the split holds none of its keys
         let mut factor_sh = Shared::<[f32]>::new_slice(comptime!(TC_QUERIES));
         let mut total_sh = Shared::<[f32]>::new_slice(comptime!(TC_QUERIES));
-        stage_queries::<F, N>(q, &mut q_sh, first_row, queries, hpc, first_head, q_heads, head_dim, vs);
-        let most_keys = query_keys(positions, &mut keys_sh, first_row, queries, hpc);
+        stage_queries::<F, N>(q, &mut q_sh, first_row, queries, hpc, first_head, q_heads, 0, head_dim, vs, TC_QUERIES, UNITS);
+        let most_keys = query_keys(positions, &mut keys_sh, first_row, queries, hpc, TC_QUERIES);
         let used = most_keys.div_ceil(comptime!(KV_SPLIT));
         let busy = (plane / 2) * 16 < queries; // plane-uniform
         let qi = unit / 4;

@@ -29,13 +29,13 @@ use burn_cubecl::cubecl::prelude::*;
 
 /// Closes this unit's copies issued since the last commit into one group.
 #[cube]
-fn commit_copies() {
+pub(crate) fn commit_copies() {
     gpu_asm!("cp.async.commit_group;");
 }
 
 /// Waits until at most `pending` of this unit's committed groups are still in flight.
 #[cube]
-fn wait_copies(#[comptime] pending: usize) {
+pub(crate) fn wait_copies(#[comptime] pending: usize) {
     gpu_asm!("cp.async.wait_group {n};", n = const pending);
 }
 
