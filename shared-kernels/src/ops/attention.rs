@@ -373,7 +373,7 @@ fn attention_impl(
         // every cache length: this kernel's bits differ from the sequential kernel's even
         // within one split
         let kernels = super::attention_mma::tc_kernels()?;
-        let rows_per_tile = kernels.prefill_queries() / super::attention_tc::heads_per_cube(q_heads / shape.kv_heads);
+        let rows_per_tile = kernels.prefill_queries()? / super::attention_tc::heads_per_cube(q_heads / shape.kv_heads);
         let tiles = super::attention_tc::tc_tiles(host_slots, rows, rows_per_tile);
         let contiguous = |x: burn_cubecl::tensor::CubeTensor| if x.is_contiguous() { x } else { burn_cubecl::kernel::into_contiguous(x) };
         let q = contiguous(q);

@@ -390,11 +390,11 @@ impl TcKernels {
     }
 
     /// Queries one prefill cube holds: a prefill tile's rows times the heads per cube.
-    pub fn prefill_queries(self) -> usize {
-        match self {
-            TcKernels::Mma => super::attention_mma_flash::MMA_QUERIES,
+    pub fn prefill_queries(self) -> Result<usize, crate::KernelError> {
+        Ok(match self {
+            TcKernels::Mma => 16 * super::attention_mma_flash::flash_warps()?,
             TcKernels::Cmma => super::attention_tc::TC_QUERIES,
-        }
+        })
     }
 }
 

@@ -25,11 +25,23 @@ use super::matmul_wgmma::shared_address;
 use super::reduce::{NEG_BIG, cube_linear};
 use burn_cubecl::cubecl::prelude::*;
 
-/// Warps per cube; warp w owns queries 16w .. 16w + 15 of the tile.
+/// Warps per cube unless `LOCKSTEP_FLASH_WARPS` says otherwise; warp w owns queries
+/// 16w .. 16w + 15 of the tile.
 pub const MMA_WARPS: usize = 4;
-/// Queries per cube.
-pub const MMA_QUERIES: usize = 16 * MMA_WARPS;
-const UNITS: usize = MMA_WARPS * 32;
+
+/// Warps per prefill cube: `LOCKSTEP_FLASH_WARPS` (4 or 8; benchmark sweeps, read once per
+/// process), else [`MMA_WARPS`]. A launch shape only: the bits do not depend on it.
+pub fn flash_warps() -> Result<usize, crate::KernelError> {
+    static SETTING: std::sync::OnceLock<Result<Option<usize>, String>> = std::sync::OnceLock::new();
+    let parse = |text: &str| -> Result<usize, String> {
+        match text.trim() {
+            "4" => Ok(4),
+            "8" => Ok(8),
+            other => Err(format!("LOCKSTEP_FLASH_WARPS={other:?} is not 4 or 8")),
+        }
+    };
+    Ok(super::env_setting(&SETTING, "attention", "LOCKSTEP_FLASH_WARPS", parse)?.unwrap_or(MMA_WARPS))
+}
 
 /// Issues step `step`'s copies: pass 1 (`step < used`) stages split `step`'s keys, pass 2 split
 /// `step - used`'s keys and values, into buffer `step % 2`.
@@ -48,6 +60,7 @@ fn issue_step<F: Float, N: Size>(
     kv_head: usize,
     #[comptime] head_dim: usize,
     #[comptime] vs: usize,
+    #[comptime] units: usize,
 ) {
     let stage_vecs = comptime!(KV_SPLIT * (head_dim + PAD) / vs);
     let mut split = step;
@@ -67,7 +80,7 @@ fn issue_step<F: Float, N: Size>(
         staged,
         head_dim,
         vs,
-        UNITS,
+        units,
     );
     if step >= used {
         stage_split_async::<F, N>(
@@ -80,7 +93,7 @@ fn issue_step<F: Float, N: Size>(
             staged,
             head_dim,
             vs,
-            UNITS,
+            units,
         );
     }
 }
@@ -104,6 +117,7 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
     #[comptime] head_dim: usize,
     #[comptime] vs: usize,
     #[comptime] f16: bool,
+    #[comptime] warps: usize,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
     let q_heads = q_heads_arg as usize;
@@ -128,7 +142,7 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
         let row0 = u32::cast_from(slots[first_row]) as usize * max_len;
         let stage_bytes = comptime!((KV_SPLIT * (head_dim + PAD) * 2) as u32);
         let mut q_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(
-            comptime!(MMA_QUERIES * (head_dim + PAD) / vs),
+            comptime!(warps * 16 * (head_dim + PAD) / vs),
             comptime!(SMEM_ALIGN),
         );
         let mut k_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(
@@ -140,14 +154,14 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
             comptime!(SMEM_ALIGN),
         );
         let mut p_sh = Shared::<[u32]>::new_aligned_slice(
-            comptime!(MMA_WARPS * 16 * LDPW),
+            comptime!(warps * 16 * LDPW),
             comptime!(SMEM_ALIGN),
         );
-        let mut keys_sh = Shared::<[u32]>::new_slice(comptime!(MMA_QUERIES));
+        let mut keys_sh = Shared::<[u32]>::new_slice(comptime!(warps * 16));
 
         // queries as [64][head_dim + PAD], zeros past `queries`; every query's prefix length
-        stage_queries::<F, N>(q, &mut q_sh, first_row, queries, hpc, first_head, q_heads, 0, head_dim, vs, MMA_QUERIES, UNITS);
-        let most_keys = query_keys(positions, &mut keys_sh, first_row, queries, hpc, MMA_QUERIES);
+        stage_queries::<F, N>(q, &mut q_sh, first_row, queries, hpc, first_head, q_heads, 0, head_dim, vs, comptime!(warps * 16), comptime!(warps * 32));
+        let most_keys = query_keys(positions, &mut keys_sh, first_row, queries, hpc, comptime!(warps * 16));
         let mut warp_keys = 0usize; // the longest prefix among this warp's queries
         #[unroll]
         for qi in 0..16usize {
@@ -162,7 +176,7 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
         let steps = 2 * used;
         issue_step::<F, N>(
             k_cache, v_cache, &mut k_sh, &mut v_sh, 0, used, most_keys, row0, kv_heads, kv_head,
-            head_dim, vs,
+            head_dim, vs, comptime!(warps * 32),
         );
         commit_copies();
 
@@ -202,6 +216,7 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
                     kv_head,
                     head_dim,
                     vs,
+                    comptime!(warps * 32),
                 );
             }
             commit_copies();

@@ -32,7 +32,7 @@ use super::attention::{keys_in_split, KV_SPLIT};
 use super::attention_split_kv::combine_rows;
 use super::attention_mma::TcKernels;
 use super::attention_mma_decode::{decode_warps, mma_partial_kernel};
-use super::attention_mma_flash::{mma_flash_kernel, MMA_WARPS};
+use super::attention_mma_flash::{flash_warps, mma_flash_kernel};
 use super::attention_tc_flash::tc_flash_kernel;
 use crate::KernelError;
 use super::matmul_tc::tensor_cores_available_for;
@@ -607,7 +607,7 @@ pub(crate) fn tc_split_kv_attention(
         mma_flash_kernel::launch(
             &q.client,
             cube_count_for(flash.len() * kv_heads * parts, 1),
-            CubeDim::new_2d(32, MMA_WARPS as u32),
+            CubeDim::new_2d(32, flash_warps()? as u32),
             vs,
             q.clone().into_tensor_arg(),
             k.into_tensor_arg(),
@@ -625,6 +625,7 @@ pub(crate) fn tc_split_kv_attention(
             head_dim,
             vs,
             q.dtype == DType::F16,
+            flash_warps()?,
             dtypes,
         );
     } else if !flash.is_empty() {
