@@ -33,14 +33,15 @@ pub const MMA_WARPS: usize = 4;
 /// process), else [`MMA_WARPS`]. A launch shape only: the bits do not depend on it.
 pub fn flash_warps() -> Result<usize, crate::KernelError> {
     static SETTING: std::sync::OnceLock<Result<Option<usize>, String>> = std::sync::OnceLock::new();
-    let parse = |text: &str| -> Result<usize, String> {
-        match text.trim() {
-            "4" => Ok(4),
-            "8" => Ok(8),
-            other => Err(format!("LOCKSTEP_FLASH_WARPS={other:?} is not 4 or 8")),
-        }
-    };
-    Ok(super::env_setting(&SETTING, "attention", "LOCKSTEP_FLASH_WARPS", parse)?.unwrap_or(MMA_WARPS))
+    Ok(super::env_setting(&SETTING, "attention", "LOCKSTEP_FLASH_WARPS", parse_flash_warps)?.unwrap_or(MMA_WARPS))
+}
+
+fn parse_flash_warps(text: &str) -> Result<usize, String> {
+    match text.trim() {
+        "4" => Ok(4),
+        "8" => Ok(8),
+        other => Err(format!("LOCKSTEP_FLASH_WARPS={other:?} is not 4 or 8")),
+    }
 }
 
 /// Issues step `step`'s copies: pass 1 (`step < used`) stages split `step`'s keys, pass 2 split
@@ -310,6 +311,20 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
                 out[pair * comptime!(head_dim) + nt * 8 + 2 * t + c % 2] =
                     F::cast_from(acc[i] / total);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_warp_setting_takes_four_or_eight_and_names_the_variable_otherwise() {
+        assert_eq!((parse_flash_warps("4"), parse_flash_warps(" 8 ")), (Ok(4), Ok(8)));
+        for bad in ["2", "16", "", "eight"] {
+            let e = parse_flash_warps(bad).unwrap_err();
+            assert!(e.contains("LOCKSTEP_FLASH_WARPS"), "{e}");
         }
     }
 }
