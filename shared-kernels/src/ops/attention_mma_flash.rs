@@ -14,8 +14,7 @@
 //! (max, sum, P V) in as the combine kernel folds a partial: total += l_s exp(m_s - M),
 //! acc += O_s exp(m_s - M); out = acc / total.
 
-use super::attention::KV_SPLIT;
-use super::attention::keys_in_split;
+use super::attention::{KV_SPLIT, keys_in_split};
 use super::attention_mma::{
     LDPW, SMEM_ALIGN, commit_copies, query_fragments, row_max, row_sum, stage_split_async,
     value_lane_address, wait_copies, warp_probs, warp_scores, warp_values,
