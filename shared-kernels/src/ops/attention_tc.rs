@@ -32,9 +32,9 @@ use super::attention::{keys_in_split, KV_SPLIT};
 use super::attention_split_kv::combine_rows;
 use super::attention_mma::TcKernels;
 use super::attention_mma_decode::{decode_warps, mma_partial_kernel};
-use super::attention_mma_flash::{flash_warps, mma_flash_kernel};
+use super::attention_mma_flash::mma_flash_kernel;
 use super::attention_tc_flash::tc_flash_kernel;
-use crate::KernelError;
+use crate::{ensure, KernelError};
 use super::matmul_tc::tensor_cores_available_for;
 use super::reduce::{cube_linear, NEG_BIG};
 use super::{cube_count_for, storage};
@@ -536,6 +536,9 @@ pub(crate) fn tc_split_kv_attention(
     let vs = 8;
     let dtypes = [storage(q.dtype), storage(slots.dtype)];
     let TileLaunches { flash, single, single_rows } = TileLaunches::of(tiles);
+    // the prefill cube's queries: the size `attention_impl` cut the tiles for
+    let cube_queries = kernels.prefill_queries()?;
+    ensure!(flash.iter().all(|&(_, n)| n * hpc <= cube_queries), "attention", "a prefill tile holds more than the cube's {cube_queries} queries ({hpc} per row)");
     let flat = |t: &[(usize, usize)]| t.iter().flat_map(|&(first, n)| [first as i32, n as i32]).collect::<Vec<_>>();
     let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), [rows, q_heads, head_dim].into(), q.dtype);
     if !single.is_empty() {
@@ -543,18 +546,20 @@ pub(crate) fn tc_split_kv_attention(
         let pairs = rows * q_heads;
         let partials = partials_workspace(q, pairs * splits * (head_dim + 2));
         let decode_cubes = cube_count_for(single.len() * kv_heads * parts * splits, 1);
+        let single_table = upload(flat(&single))?;
         if kernels == TcKernels::Mma {
+            let warps = decode_warps(hpc);
             mma_partial_kernel::launch(
                 &q.client,
                 decode_cubes,
-                CubeDim::new_2d(32, decode_warps(hpc) as u32),
+                CubeDim::new_2d(32, warps as u32),
                 vs,
                 q.clone().into_tensor_arg(),
                 k.clone().into_tensor_arg(),
                 v.clone().into_tensor_arg(),
                 slots.clone().into_tensor_arg(),
                 positions.clone().into_tensor_arg(),
-                upload(flat(&single))?.into_tensor_arg(),
+                single_table.clone().into_tensor_arg(),
                 partials.clone().into_tensor_arg(),
                 single.len() as u32,
                 q_heads as u32,
@@ -566,7 +571,7 @@ pub(crate) fn tc_split_kv_attention(
                 head_dim,
                 vs,
                 q.dtype == DType::F16,
-                decode_warps(hpc),
+                warps,
                 dtypes,
             );
         } else {
@@ -580,7 +585,7 @@ pub(crate) fn tc_split_kv_attention(
                 v.clone().into_tensor_arg(),
                 slots.clone().into_tensor_arg(),
                 positions.clone().into_tensor_arg(),
-                upload(flat(&single))?.into_tensor_arg(),
+                single_table.clone().into_tensor_arg(),
                 partials.clone().into_tensor_arg(),
                 single.len() as u32,
                 q_heads as u32,
@@ -607,7 +612,7 @@ pub(crate) fn tc_split_kv_attention(
         mma_flash_kernel::launch(
             &q.client,
             cube_count_for(flash.len() * kv_heads * parts, 1),
-            CubeDim::new_2d(32, flash_warps()? as u32),
+            CubeDim::new_2d(32, (cube_queries / 16) as u32),
             vs,
             q.clone().into_tensor_arg(),
             k.into_tensor_arg(),
@@ -625,7 +630,7 @@ pub(crate) fn tc_split_kv_attention(
             head_dim,
             vs,
             q.dtype == DType::F16,
-            flash_warps()?,
+            cube_queries / 16,
             dtypes,
         );
     } else if !flash.is_empty() {
