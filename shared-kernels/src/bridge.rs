@@ -22,6 +22,7 @@ pub(crate) fn float_in<const D: usize>(
     let cube = tensor.try_into_primitive::<Cube>().map_err(|e| {
         KernelError::new(op, format!("`{name}` is not a tensor on a cubecl device ({e:?})"))
     })?;
+    within_index_range(op, name, &cube)?;
     match cube.dtype {
         DType::F32 | DType::BF16 | DType::F16 => Ok(into_contiguous(cube)),
         other => Err(KernelError::new(op, format!("`{name}` has dtype {other:?}; expected f32, bf16 or f16"))),
@@ -36,10 +37,27 @@ pub(crate) fn int_in<const D: usize>(
     let cube = tensor.try_into_primitive::<Cube>().map_err(|e| {
         KernelError::new(op, format!("`{name}` is not a tensor on a cubecl device ({e:?})"))
     })?;
+    within_index_range(op, name, &cube)?;
     match cube.dtype {
         DType::I32 | DType::U32 | DType::I64 | DType::U64 => Ok(into_contiguous(cube)),
         other => Err(KernelError::new(op, format!("`{name}` has dtype {other:?}; expected an integer dtype"))),
     }
+}
+
+/// lockstep's kernels address elements with 32-bit indices: a tensor of more than u32::MAX
+/// elements is an error naming the op, the input and its shape, before anything launches.
+pub(crate) fn within_index_range(op: &'static str, name: &str, t: &CubeTensor) -> Result<(), KernelError> {
+    let shape = t.meta.shape();
+    let elements = shape.iter().product::<usize>();
+    check_index_range(op, name, shape, elements)
+}
+
+/// [`within_index_range`] for a tensor about to be made (an output), by its shape.
+pub(crate) fn check_index_range(op: &'static str, name: &str, shape: &[usize], elements: usize) -> Result<(), KernelError> {
+    if elements > u32::MAX as usize {
+        return Err(KernelError::new(op, format!("`{name}` {shape:?} has {elements} elements, beyond the 32-bit index range of lockstep's kernels ({}); use smaller batches or chunks", u32::MAX)));
+    }
+    Ok(())
 }
 
 /// `x` in a compact row-major buffer (a copy only where `x` is strided or pitched: CUDA pads

@@ -10,6 +10,7 @@
 
 pub mod autodiff;
 pub mod battery;
+pub mod battery_boundaries;
 pub mod bridge;
 pub mod device;
 pub mod error;
@@ -23,6 +24,7 @@ pub use ops::{
     attention::{attention, causal_attention, write_kv_cache, KvCacheShape},
     attention_inputs::{attention_inputs, QkNorm},
     embedding::embedding,
+    head_logprobs::{head_logprobs, head_logprobs_chunked, head_chunk_rows},
     logprob::{token_logprobs, TokenLogprobs},
     matmul::{matmul, WeightLayout},
     pointwise::{add, swiglu, swiglu_halves},

@@ -99,6 +99,9 @@ pub struct TrainSection {
     pub sft_steps: usize,
     pub sft_lr: f64,
     pub sft_batch: usize,
+    /// Trainer tokens per forward/backward pass (whole sequences, greedily in order; a longer
+    /// sequence runs alone); gradients are summed in f32 in micro-batch order. 0 = the whole step.
+    pub micro_batch_tokens: usize,
 }
 
 impl Default for TrainSection {
@@ -106,7 +109,7 @@ impl Default for TrainSection {
         Self {
             steps: 20, prompts_per_step: 8, group_size: 8, lr: 2e-3, warmup_steps: 2, min_lr_ratio: 0.1, weight_decay: 0.0,
             beta1: 0.9, beta2: 0.99, adam_eps: 1e-8, grad_clip: 1.0, kl_coef: 0.0, seed: 0, on_mismatch: "stop".into(),
-            checkpoint_every: 10, keep_checkpoints: 2, sft_steps: 150, sft_lr: 3e-3, sft_batch: 32,
+            checkpoint_every: 10, keep_checkpoints: 2, sft_steps: 150, sft_lr: 3e-3, sft_batch: 32, micro_batch_tokens: 0,
         }
     }
 }

@@ -12,10 +12,10 @@
 //! All randomness is keyed by (seed, step), so a resumed run repeats an uninterrupted one bit
 //! for bit.
 
-use shared_kernels::model::audit::first_divergence;
+use shared_kernels::model::audit::first_divergence_in_batch;
 use crate::checkpoint::{self, RunState};
 use crate::config::Config;
-use crate::optim::{clip, gradients, learning_rate, tracked_copy, AdamW};
+use crate::optim::{accumulate, clip, gradients, learning_rate, micro_batches, tracked_copy, AdamW};
 use crate::rng::SplitMix;
 use crate::run::{encode, run_dir, Policy, RunError};
 use crate::tasks::Task;
@@ -127,12 +127,25 @@ impl Trainer {
                 advantages[group * g + j] = (r - mean) / (std + 1e-6);
             }
         }
-        // 4. trainer logprobs on the training path (autodiff), compared with the sampler's
+        // 4. trainer logprobs on the training path, compared with the sampler's: one pass with
+        // autodiff on when the step is one micro-batch (its graph then serves the update), else
+        // a scoring pass per micro-batch without autodiff and a second, tracked one in step 5
         let sequences: Vec<Vec<u32>> = requests.iter().zip(&completions).map(|(r, comp)| [r.prompt.clone(), comp.tokens.clone()].concat()).collect();
+        let lengths: Vec<usize> = sequences.iter().map(Vec::len).collect();
+        let batches = micro_batches(&lengths, c.train.micro_batch_tokens);
         let scoring = Instant::now();
-        let tracked = tracked_copy(&self.policy.model);
-        let (trainer_lp, flat) = tracked.sequence_logprobs(&sequences, c.sampler.temperature)?;
-        let entropy = tracked.last_entropy.get().unwrap_or(0.0);
+        let single = (batches.len() == 1).then(|| tracked_copy(&self.policy.model));
+        let (trainer_lp, single, entropy) = match single {
+            Some(tracked) => {
+                let (lp, flat) = tracked.sequence_logprobs(&sequences, c.sampler.temperature)?;
+                let entropy = tracked.last_entropy.get().unwrap_or(0.0);
+                (lp, Some((tracked, flat)), entropy)
+            }
+            None => {
+                let (lp, entropy) = logprobs_by_batch(&self.policy.model, &sequences, &batches, c.sampler.temperature)?;
+                (lp, None, entropy)
+            }
+        };
         let mut sampler_all = Vec::new();
         let mut trainer_all = Vec::new();
         for (s, comp) in completions.iter().enumerate() {
@@ -143,7 +156,10 @@ impl Trainer {
         let agreement = Agreement::of(&sampler_all, &trainer_all);
         if c.ablation.sampler_kernels == "matched" && agreement.bit_equal_frac < 1.0 {
             let (s, t) = first_mismatch(&completions, &trainer_lp, &requests);
-            let report = first_divergence(&self.policy.model, self.engine.model(), &sequences[s], requests[s].prompt.len() - 1 + t)?;
+            let sampled = completions[s].logprobs[t];
+            let batch = &sequences[batches.iter().find(|b| b.contains(&s)).cloned().unwrap_or(0..sequences.len())];
+            let in_batch = s - batches.iter().find(|b| b.contains(&s)).map_or(0, |b| b.start);
+            let report = first_divergence_in_batch(&self.policy.model, self.engine.model(), batch, in_batch, requests[s].prompt.len() - 1 + t, Some((sampled, c.sampler.temperature)))?;
             let message = format!("step {step}: sampler and trainer logprobs differ in bits for {} of {} tokens (request {}, token {t}); {report}", agreement.tokens - (agreement.bit_equal_frac * agreement.tokens as f64).round() as usize, agreement.tokens, requests[s].id);
             if c.train.on_mismatch == "stop" {
                 return Err(RunError::Other(message));
@@ -153,7 +169,7 @@ impl Trainer {
         // 5. loss coefficients per scored token (prompt tokens get 0)
         let (coef, corr) = self.coefficients(&requests, &completions, &trainer_lp, &advantages)?;
         let ref_lp = match &self.reference {
-            Some(r) => Some(r.sequence_logprobs(&sequences, c.sampler.temperature)?.0),
+            Some(r) => Some(logprobs_by_batch(r, &sequences, &batches, c.sampler.temperature)?.0),
             None => None,
         };
         let logprob_s = scoring.elapsed().as_secs_f64();
@@ -178,16 +194,27 @@ impl Trainer {
                 weights.push(w as f32);
             }
         }
-        let device = flat.device();
-        let w_t = Tensor::<1>::from_data(TensorData::new(weights.clone(), [weights.len()]), &device.clone().inner());
-        let weighted = flat.clone() * Tensor::from_inner(w_t);
-        // the logged value in lockstep's fixed order; burn's sum only seeds the backward
-        let loss_value = crate::optim::fixed_order_sum(weighted.clone().inner()).try_into_data().map_err(|e| RunError::Other(format!("step {step}: the device failed computing the loss: {e}")))?.convert::<f32>().try_to_vec::<f32>().expect("f32")[0] as f64;
-        if !loss_value.is_finite() {
-            return Err(RunError::Other(format!("step {step}: the loss is {loss_value}; stopping before the update (the last checkpoint is intact)")));
-        }
-        let grads_ad = weighted.sum().backward();
-        let mut grads = gradients(&tracked, &grads_ad);
+        let (loss_value, mut grads) = match single {
+            Some((tracked, flat)) => weighted_backward(&tracked, flat, &weights, step)?,
+            None => {
+                // the update a micro-batch at a time: its tracked forward must give the scoring
+                // pass's bits (batch invariance), its gradients are summed in f32 in order
+                let (mut loss, mut total, mut row) = (0.0, std::collections::BTreeMap::new(), 0);
+                for range in &batches {
+                    let tracked = tracked_copy(&self.policy.model);
+                    let (lp, flat) = tracked.sequence_logprobs(&sequences[range.clone()], c.sampler.temperature)?;
+                    if let Some((k, _)) = lp.iter().zip(&trainer_lp[range.clone()]).enumerate().find(|(_, (a, b))| a.iter().map(|x| x.to_bits()).ne(b.iter().map(|x| x.to_bits()))) {
+                        return Err(RunError::Other(format!("step {step}: sequence {}'s logprobs in its tracked micro-batch ({} sequences) differ in bits from the scoring pass", range.start + k, range.len())));
+                    }
+                    let rows: usize = lp.iter().map(Vec::len).sum();
+                    let (part, grads) = weighted_backward(&tracked, flat, &weights[row..row + rows], step)?;
+                    loss += part;
+                    accumulate(&mut total, grads);
+                    row += rows;
+                }
+                (loss, total)
+            }
+        };
         let grad_norm = clip(&mut grads, c.train.grad_clip);
         if !grad_norm.is_finite() {
             return Err(RunError::Other(format!("step {step}: the gradient norm is {grad_norm}; stopping before the update (the last checkpoint is intact)")));
@@ -317,6 +344,34 @@ pub struct Correction {
     pub ratio_max: f64,
     pub truncated_frac: f64,
     pub masked_frac: f64,
+}
+
+/// `-sum(weights * logprobs)` of a tracked forward: the loss value (lockstep's fixed-order sum,
+/// checked finite) and the weights' gradients (burn's sum only seeds the backward).
+fn weighted_backward(tracked: &Qwen3, flat: Tensor<1>, weights: &[f32], step: usize) -> Result<(f64, std::collections::BTreeMap<String, Tensor<1>>), RunError> {
+    let device = flat.device();
+    let w_t = Tensor::<1>::from_data(TensorData::new(weights.to_vec(), [weights.len()]), &device.clone().inner());
+    let weighted = flat * Tensor::from_inner(w_t);
+    let loss_value = crate::optim::fixed_order_sum(weighted.clone().inner()).try_into_data().map_err(|e| RunError::Other(format!("step {step}: the device failed computing the loss: {e}")))?.convert::<f32>().try_to_vec::<f32>().expect("f32")[0] as f64;
+    if !loss_value.is_finite() {
+        return Err(RunError::Other(format!("step {step}: the loss is {loss_value}; stopping before the update (the last checkpoint is intact)")));
+    }
+    let grads_ad = weighted.sum().backward();
+    Ok((loss_value, gradients(tracked, &grads_ad)))
+}
+
+/// Logprobs of every sequence on `model`'s training path without autodiff, a micro-batch at a
+/// time, and the mean token entropy over all of them.
+fn logprobs_by_batch(model: &Qwen3, sequences: &[Vec<u32>], batches: &[std::ops::Range<usize>], temperature: f32) -> Result<(Vec<Vec<f32>>, f64), RunError> {
+    let (mut all, mut entropy_sum, mut rows) = (Vec::with_capacity(sequences.len()), 0.0, 0usize);
+    for range in batches {
+        let (lp, _) = model.sequence_logprobs(&sequences[range.clone()], temperature)?;
+        let n: usize = lp.iter().map(Vec::len).sum();
+        entropy_sum += model.last_entropy.get().unwrap_or(0.0) * n as f64;
+        rows += n;
+        all.extend(lp);
+    }
+    Ok((all, entropy_sum / rows.max(1) as f64))
 }
 
 fn first_mismatch(completions: &[sampler::Completion], trainer_lp: &[Vec<f32>], requests: &[Request]) -> (usize, usize) {

@@ -140,6 +140,37 @@ pub fn gradients(tracked: &Qwen3, grads: &burn::tensor::Gradients) -> BTreeMap<S
     out
 }
 
+/// Adds `grads` (one micro-batch's) into `total` in f32, in name order; the first micro-batch's
+/// gradients are taken as they are.
+pub fn accumulate(total: &mut BTreeMap<String, Tensor<1>>, grads: BTreeMap<String, Tensor<1>>) {
+    for (name, g) in grads {
+        let sum = match total.remove(&name) {
+            Some(acc) => acc + g,
+            None => g,
+        };
+        total.insert(name, sum);
+    }
+}
+
+/// Consecutive sequences `[start, end)` of at most `budget` tokens together (a longer sequence
+/// alone); `budget` 0 = all of them in one.
+pub fn micro_batches(lengths: &[usize], budget: usize) -> Vec<std::ops::Range<usize>> {
+    if budget == 0 || lengths.is_empty() {
+        return vec![0..lengths.len()];
+    }
+    let mut out = Vec::new();
+    let (mut start, mut tokens) = (0, 0);
+    for (i, &len) in lengths.iter().enumerate() {
+        if i > start && tokens + len > budget {
+            out.push(start..i);
+            (start, tokens) = (i, 0);
+        }
+        tokens += len;
+    }
+    out.push(start..lengths.len());
+    out
+}
+
 /// Moments as host vectors (for checkpoints) and back.
 pub fn moments_to_host(opt: &AdamW) -> BTreeMap<String, (Vec<f32>, Vec<f32>)> {
     let host = |t: &Tensor<1>| t.clone().into_data().convert::<f32>().try_to_vec::<f32>().expect("f32");
@@ -201,6 +232,16 @@ pub fn master_weight_check(narrow: DType, device: &burn::tensor::Device, seed: u
 #[cfg(test)]
 mod tests {
     use super::learning_rate;
+
+    #[test]
+    fn micro_batches_cut_whole_sequences_in_order_within_the_budget() {
+        use super::micro_batches;
+        assert_eq!(micro_batches(&[5, 5, 5], 0), vec![0..3]);
+        assert_eq!(micro_batches(&[5, 5, 5], 10), vec![0..2, 2..3]);
+        assert_eq!(micro_batches(&[5, 5, 5], 9), vec![0..1, 1..2, 2..3]);
+        assert_eq!(micro_batches(&[20, 3, 3, 20], 8), vec![0..1, 1..3, 3..4]);
+        assert_eq!(micro_batches(&[3, 3, 3], 100), vec![0..3]);
+    }
 
     #[test]
     fn schedule_warms_up_then_decays_to_the_floor() {

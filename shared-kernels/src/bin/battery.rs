@@ -1,9 +1,10 @@
 //! `lockstep-battery`: the kernel invariance battery on this build's runtime (wgpu/lavapipe on
 //! CPU machines, CUDA with `--features cuda`). Prints one markdown table: lockstep's kernels and
 //! burn's default ops side by side, per op, dtype and batch size. Exits non-zero if any
-//! lockstep kernel is not bitwise batch invariant.
+//! lockstep kernel is not bitwise batch invariant. `--large` adds the size boundaries real runs
+//! cross (`battery_boundaries`, tens of GB: GPU only); `--boundaries-only` runs just those.
 //!
-//! Usage: lockstep-battery [--large] [--dtypes f32,bf16] [--seed N] [--burn-defaults] [--no-lockstep]
+//! Usage: lockstep-battery [--large | --boundaries-only] [--dtypes f32,bf16] [--seed N] [--burn-defaults] [--no-lockstep]
 
 use burn::tensor::DType;
 use shared_kernels::battery::{run_all, table, Dims, Impl};
@@ -15,10 +16,20 @@ fn main() -> ExitCode {
     let mut seed = 20261129u64;
     let mut burn_defaults = false;
     let mut lockstep = true;
+    // the size boundaries real runs cross (2^31/2^32 elements, 2-D grids, 8k prefixes): GPU-sized
+    let mut boundaries = false;
+    let mut boundaries_only = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--large" => dims = Dims::large(),
+            "--large" => {
+                dims = Dims::large();
+                boundaries = true;
+            }
+            "--boundaries-only" => {
+                boundaries = true;
+                boundaries_only = true;
+            }
             "--burn-defaults" => burn_defaults = true,
             "--no-lockstep" => lockstep = false,
             "--seed" => match args.next().and_then(|v| v.parse().ok()) {
@@ -51,6 +62,23 @@ fn main() -> ExitCode {
         let mut impls = if lockstep { vec![Impl::Lockstep] } else { vec![] };
         if burn_defaults {
             impls.push(Impl::BurnDefault);
+        }
+        if boundaries && lockstep {
+            match shared_kernels::battery_boundaries::boundary_checks(dtype, &device, seed) {
+                Ok(checks) => {
+                    for c in checks {
+                        failed |= !c.identical();
+                        rows.push(("lockstep", c));
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: size boundaries {dtype:?}: {e}");
+                    failed = true;
+                }
+            }
+            if boundaries_only {
+                continue;
+            }
         }
         let contract = if lockstep { Some(shared_kernels::battery::model_contract(dtype, &device, seed, 8)) } else { None };
         match contract.unwrap_or_else(|| Ok(Vec::new())) {
@@ -94,6 +122,6 @@ fn usage(problem: &str) -> ExitCode {
     if !problem.is_empty() {
         eprintln!("error: {problem}");
     }
-    eprintln!("usage: lockstep-battery [--large] [--dtypes f32,bf16] [--seed N] [--burn-defaults] [--no-lockstep]");
+    eprintln!("usage: lockstep-battery [--large | --boundaries-only] [--dtypes f32,bf16] [--seed N] [--burn-defaults] [--no-lockstep]");
     if problem.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) }
 }

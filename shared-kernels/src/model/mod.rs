@@ -10,7 +10,7 @@ pub mod weights;
 
 pub use config::ModelConfig;
 pub use cache::{KvCache, Rows};
-pub use qwen3::{KernelSet, Qwen3, Weight};
+pub use qwen3::{KernelSet, Qwen3, Trace, Weight};
 pub use tokenizer::load_tokenizer;
 pub use weights::{load_checkpoint, save_checkpoint, tiny_config, Checkpoint};
 

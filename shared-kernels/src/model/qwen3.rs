@@ -329,8 +329,9 @@ impl Qwen3 {
     }
 
     /// [`Qwen3::forward`], recording every op's output `[rows, features]` under a name like
-    /// "layer 3 q_proj" (for the auditor that finds where two paths first differ).
-    pub fn forward_traced(&self, rows: &Rows, cache: Option<&mut KvCache>, trace: Option<&mut Vec<(String, Tensor<2>)>>) -> Result<Tensor<2>, ModelError> {
+    /// "layer 3 q_proj" (for the auditor that finds where two paths first differ). With
+    /// `trace.only_row`, each op's row of that token only, and the logits of that row only.
+    pub fn forward_traced(&self, rows: &Rows, cache: Option<&mut KvCache>, trace: Option<&mut Trace>) -> Result<Tensor<2>, ModelError> {
         self.forward_inner(rows, cache, trace, None, None)?.ok_or_else(|| ModelError::Input("no logits requested".into()))
     }
 
@@ -359,7 +360,25 @@ impl Qwen3 {
         self.forward_inner(rows, cache, None, Some(at), Some(fed))
     }
 
-    fn forward_inner(&self, rows: &Rows, mut cache: Option<&mut KvCache>, mut trace: Option<&mut Vec<(String, Tensor<2>)>>, at: Option<&[usize]>, fed: Option<(&Tensor<1, Int>, &[i32])>) -> Result<Option<Tensor<2>>, ModelError> {
+    fn forward_inner(&self, rows: &Rows, cache: Option<&mut KvCache>, mut trace: Option<&mut Trace>, at: Option<&[usize]>, fed: Option<(&Tensor<1, Int>, &[i32])>) -> Result<Option<Tensor<2>>, ModelError> {
+        // a trace of one row needs that row's logits only (a batch's [rows, vocab] may not fit)
+        let only_row = trace.as_deref().and_then(|t| t.only_row).filter(|_| at.is_none());
+        let x = self.final_hidden(rows, cache, trace.as_deref_mut(), fed)?;
+        match only_row {
+            Some(r) => {
+                let logits = self.lm_head_at(x, Some(std::slice::from_ref(&r)), &mut None)?;
+                if let (Some(t), Some(l)) = (trace.as_deref_mut(), &logits) {
+                    t.entries.push(("lm_head".into(), l.clone()));
+                }
+                Ok(logits)
+            }
+            None => self.lm_head_at(x, at, &mut trace),
+        }
+    }
+
+    /// Every decoder layer and the final norm: the rows' hidden states `[rows, hidden]` that the
+    /// LM head reads.
+    fn final_hidden(&self, rows: &Rows, mut cache: Option<&mut KvCache>, mut trace: Option<&mut Trace>, fed: Option<(&Tensor<1, Int>, &[i32])>) -> Result<Tensor<2>, ModelError> {
         self.check_rows(rows)?;
         let c = &self.config;
         let device = self.embed.device();
@@ -387,7 +406,7 @@ impl Qwen3 {
         record(&mut trace, || "embedding".into(), &h);
         if let Some(cache) = cache.as_deref_mut() {
             if self.kernels == KernelSet::Matched && self.fused.len() == self.layers.len() {
-                return self.forward_fused(rows, h, cache, (&slots, &positions), trace, at);
+                return self.forward_fused(rows, h, cache, (&slots, &positions), trace);
             }
         }
         for (i, l) in self.layers.iter().enumerate() {
@@ -430,12 +449,12 @@ impl Qwen3 {
             h = add(h, down)?;
         }
         let x = self.norm_rows(h, self.norm.clone(), eps)?;
-        self.lm_head_at(x, at, &mut trace)
+        record(&mut trace, || "final_norm".into(), &x);
+        Ok(x)
     }
 
     /// The LM head on the final-normed rows `x`, all of them or those in `at`.
-    fn lm_head_at(&self, x: Tensor<2>, at: Option<&[usize]>, trace: &mut Option<&mut Vec<(String, Tensor<2>)>>) -> Result<Option<Tensor<2>>, ModelError> {
-        record(trace, || "final_norm".into(), &x);
+    fn lm_head_at(&self, x: Tensor<2>, at: Option<&[usize]>, trace: &mut Option<&mut Trace>) -> Result<Option<Tensor<2>>, ModelError> {
         let x = match at {
             None => x,
             Some([]) => return Ok(None),
@@ -445,8 +464,7 @@ impl Qwen3 {
                 x.select(0, Tensor::<1, Int>::from_data(TensorData::new(index, [at.len()]), &device))
             }
         };
-        let head = self.lm_head.clone().unwrap_or_else(|| self.embed.clone());
-        let logits = self.mm(x, head, OutIn)?;
+        let logits = self.mm(x, self.head(), OutIn)?;
         record(trace, || "lm_head".into(), &logits);
         Ok(Some(logits))
     }
@@ -455,7 +473,7 @@ impl Qwen3 {
     /// The decode path on fused launches (see [`FusedProjections`], [`attention_inputs`],
     /// [`add_rmsnorm`], [`swiglu_halves`]): 9 launches per layer instead of 19, the same bits
     /// as the unfused path, which the model contract checks. Records the same trace points.
-    fn forward_fused(&self, rows: &Rows, mut h: Tensor<2>, cache: &mut KvCache, (slots, positions): (&Tensor<1, Int>, &Tensor<1, Int>), mut trace: Option<&mut Vec<(String, Tensor<2>)>>, at: Option<&[usize]>) -> Result<Option<Tensor<2>>, ModelError> {
+    fn forward_fused(&self, rows: &Rows, mut h: Tensor<2>, cache: &mut KvCache, (slots, positions): (&Tensor<1, Int>, &Tensor<1, Int>), mut trace: Option<&mut Trace>) -> Result<Tensor<2>, ModelError> {
         let c = &self.config;
         let n = rows.len();
         let eps = c.rms_norm_eps as f32;
@@ -491,7 +509,13 @@ impl Qwen3 {
             let next_norm = self.layers.get(i + 1).map_or(&self.norm, |next| &next.input_norm);
             (h, x) = add_rmsnorm(h, down, next_norm.clone(), eps)?;
         }
-        self.lm_head_at(x, at, &mut trace)
+        record(&mut trace, || "final_norm".into(), &x);
+        Ok(x)
+    }
+
+    /// The LM head's weight `[vocab, hidden]`: its own, or the tied embedding.
+    fn head(&self) -> Tensor<2> {
+        self.lm_head.clone().unwrap_or_else(|| self.embed.clone())
     }
 
     fn mm(&self, x: Tensor<2>, w: Tensor<2>, layout: crate::WeightLayout) -> Result<Tensor<2>, crate::KernelError> {
@@ -520,35 +544,46 @@ impl Qwen3 {
 
     /// The training path: logprob (at `temperature`) of every token after the first of each
     /// sequence, given its prefix, as one flat vector per sequence (length len - 1).
-    /// Returns (per-sequence logprobs, flat tensor of all of them in the same order).
+    /// Returns (per-sequence logprobs, flat tensor of all of them in the same order). The LM
+    /// head runs fused with the logprob in chunks of rows ([`crate::head_logprobs`]): the
+    /// `[rows, vocab]` logits never exist at once.
     pub fn sequence_logprobs(&self, sequences: &[Vec<u32>], temperature: f32) -> Result<(Vec<Vec<f32>>, Tensor<1>), ModelError> {
         if let Some(i) = sequences.iter().position(|s| s.len() < 2) {
             return Err(ModelError::Input(format!("sequence {i} has fewer than 2 tokens: nothing to score")));
         }
         let rows = Rows::whole(sequences);
-        let logits = self.forward(&rows, None)?;
-        let device = logits.device();
+        let x = self.final_hidden(&rows, None, None, None)?;
+        let device = x.device();
+        // every row runs through the head (a sequence's last row with a stand-in target 0, then
+        // dropped), so the head's weight gradient walks the same rows as a full logits matrix
         let mut targets = Vec::with_capacity(rows.len());
         let mut keep = Vec::with_capacity(rows.len());
-        let mut r = 0;
         for seq in sequences {
             for p in 0..seq.len() {
                 if p + 1 < seq.len() {
+                    keep.push(targets.len() as i32);
                     targets.push(seq[p + 1] as i32);
-                    keep.push(r as i32);
+                } else {
+                    targets.push(0);
                 }
-                r += 1;
             }
         }
-        let m = keep.len();
-        let keep_t = Tensor::<1, Int>::from_data(TensorData::new(keep, [m]), &device);
-        let picked = logits.select(0, keep_t);
-        let tg = Tensor::<1, Int>::from_data(TensorData::new(targets, [m]), &device);
-        let temps = Tensor::<1>::from_data(TensorData::new(vec![temperature; m], [m]), &device);
-        let scored = crate::token_logprobs(picked, tg, temps)?;
-        let lp = scored.logprobs;
-        self.last_entropy.set(Some(scored.entropy.into_data().convert::<f32>().try_to_vec::<f32>().expect("f32").iter().map(|&v| v as f64).sum::<f64>() / m.max(1) as f64));
-        let host = lp.clone().into_data().convert::<f32>().try_to_vec::<f32>().expect("f32");
+        let (n, m) = (targets.len(), keep.len());
+        let tg = Tensor::<1, Int>::from_data(TensorData::new(targets, [n]), &device);
+        let temps = Tensor::<1>::from_data(TensorData::new(vec![temperature; n], [n]), &device);
+        let scored = match self.kernels {
+            KernelSet::Matched | KernelSet::MatchedUnfused => crate::head_logprobs(x, self.head(), tg, temps)?,
+            // the ablation's kernels: their own matmul for the head, then the logprob
+            _ => crate::token_logprobs(self.mm(x, self.head(), OutIn)?, tg, temps)?,
+        };
+        let index = |on: &burn::tensor::Device| Tensor::<1, Int>::from_data(TensorData::new(keep.clone(), [m]), on);
+        // the entropy is a metric, on the plain device even when the logprobs are tracked
+        let entropy = scored.entropy.clone().select(0, index(&scored.entropy.device()));
+        let lp = scored.logprobs.select(0, index(&device));
+        let read = |t: Tensor<1>, what: &str| t.into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| ModelError::Input(format!("{what} read-back: {e:?}")));
+        let host_entropy = read(entropy, "entropy")?;
+        self.last_entropy.set(Some(host_entropy.iter().map(|&v| v as f64).sum::<f64>() / m.max(1) as f64));
+        let host = read(lp.clone(), "logprob")?;
         let mut out = Vec::with_capacity(sequences.len());
         let mut at = 0;
         for seq in sequences {
@@ -559,8 +594,21 @@ impl Qwen3 {
     }
 }
 
-fn record(trace: &mut Option<&mut Vec<(String, Tensor<2>)>>, name: impl FnOnce() -> String, t: &Tensor<2>) {
+/// Every op's output of a traced forward, `[rows, features]` under a name like "layer 3 q_proj"
+/// (for the auditor that finds where two paths first differ), or only row `only_row` of each
+/// (copied out, so a trace of a large batch keeps one row per op alive, not the whole batch).
+#[derive(Default)]
+pub struct Trace {
+    pub only_row: Option<usize>,
+    pub entries: Vec<(String, Tensor<2>)>,
+}
+
+fn record(trace: &mut Option<&mut Trace>, name: impl FnOnce() -> String, t: &Tensor<2>) {
     if let Some(trace) = trace.as_deref_mut() {
-        trace.push((name(), t.clone()));
+        let kept = match trace.only_row {
+            None => t.clone(),
+            Some(r) => t.clone().select(0, Tensor::<1, Int>::from_data(TensorData::new(vec![r as i32], [1]), &t.device())),
+        };
+        trace.entries.push((name(), kept));
     }
 }

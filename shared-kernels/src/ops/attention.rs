@@ -445,55 +445,111 @@ pub fn causal_attention(
     let (qa, ka, va) = (tracked_in(OP, "q", q)?, tracked_in(OP, "k", k)?, tracked_in(OP, "v", v)?);
     let (qp, kp, vp) = (plain::<3>(inner(&qa)), plain::<3>(inner(&ka)), plain::<3>(inner(&va)));
     let out = causal_attention_plain(qp.clone(), kp.clone(), vp.clone(), slots, positions, n_slots, max_len, scale)?;
-    // padded [sequence, position] -> row index; padding points at an extra all-zero row
-    let pad_row = rows as i32;
-    let mut index = vec![pad_row; n_slots * max_len];
-    // and back: row r sits at padded place slot * max_len + position
+    let q_heads = qp.dims()[1];
+    let groups = backward_groups(&lens, q_heads);
+    if let Some(&(first, _, t)) = groups.iter().find(|&&(first, end, t)| (end - first) * q_heads * t * t > u32::MAX as usize) {
+        let longest = ((u32::MAX as usize / q_heads) as f64).sqrt() as usize;
+        return Err(KernelError::new(OP, format!("sequence {first} has {t} tokens: the dense attention backward's [1, {q_heads}, {t}, {t}] scores exceed the 32-bit index range (at most {longest} tokens a sequence with {q_heads} heads)")));
+    }
+    // row r sits at place `padded[r]` of the groups' padded rows laid end to end
+    let mut group_of = vec![0usize; n_slots];
+    let mut group_base = Vec::with_capacity(groups.len());
+    let mut base = 0;
+    for (g, &(first, end, t)) in groups.iter().enumerate() {
+        group_of[first..end].iter_mut().for_each(|x| *x = g);
+        group_base.push(base);
+        base += (end - first) * t;
+    }
+    let padded_rows = base;
     let mut place = vec![0i32; rows];
+    // per group: padded [sequence, position] -> row index; padding points at an extra all-zero row
+    let pad_row = rows as i32;
+    let mut index: Vec<Vec<i32>> = groups.iter().map(|&(first, end, t)| vec![pad_row; (end - first) * t]).collect();
     for (r, (&s, &p)) in slots.iter().zip(positions).enumerate() {
-        index[s as usize * max_len + p as usize] = r as i32;
-        place[r] = (s as usize * max_len + p as usize) as i32;
+        let g = group_of[s as usize];
+        let (first, _, t) = groups[g];
+        let at = (s as usize - first) * t + p as usize;
+        index[g][at] = r as i32;
+        place[r] = (group_base[g] + at) as i32;
     }
     Ok(from_tracked(tracked([&qa, &ka, &va], cube(out), move |d_out| {
-        // dense attention backward for all sequences at once, padded to the longest
+        // dense attention backward, a group of sequences at a time (each padded to its longest),
+        // so the [sequences, heads, t, t] scores stay within BACKWARD_SCORES elements
         let d_out = plain::<3>(d_out);
         let dtype = qp.dtype();
         let device = qp.device();
         let [_, q_heads, head_dim] = qp.dims();
         let kv_heads = kp.dims()[1];
         let group = q_heads / kv_heads;
-        let (b, t) = (n_slots, max_len);
-        let idx = BTensor::<1, BInt>::from_data(TensorData::new(index.clone(), [b * t]), &device);
-        let row_place = BTensor::<1, BInt>::from_data(TensorData::new(place.clone(), [rows]), &device);
-        let padded = |x: BTensor<3>, heads: usize| -> BTensor<4> {
-            let x = x.cast(DType::F32);
-            let zero = BTensor::<3>::zeros([1, heads, head_dim], &device);
-            BTensor::cat(vec![x, zero], 0).select(0, idx.clone()).reshape([b, t, heads, head_dim]).swap_dims(1, 2)
-        };
-        let expand = |x: BTensor<4>| x.unsqueeze_dim::<5>(2).repeat_dim(2, group).reshape([b, q_heads, t, head_dim]);
-        // the query heads of one KV head added in head order (burn's reduce over a middle axis of
-        // size `group` is one unit per output walking a strided axis: slow, measured)
-        let fold = |x: BTensor<4>| {
-            let x = x.reshape([b, kv_heads, group, t, head_dim]);
-            let head = |g: usize| x.clone().slice([0..b, 0..kv_heads, g..g + 1, 0..t, 0..head_dim]);
-            (1..group).fold(head(0), |acc, g| acc + head(g)).reshape([b, kv_heads, t, head_dim])
-        };
-        let (qs, ks, vs, dos) = (padded(qp.clone(), q_heads), expand(padded(kp.clone(), kv_heads)), expand(padded(vp.clone(), kv_heads)), padded(d_out, q_heads));
-        let mask = causal_mask(&lens, t, &device);
-        let scores = qs.clone().matmul(ks.clone().swap_dims(2, 3)).mul_scalar(scale as f64) + mask;
-        let probs = burn::tensor::activation::softmax(scores, 3);
-        let d_v = probs.clone().swap_dims(2, 3).matmul(dos.clone());
-        let d_p = dos.matmul(vs.swap_dims(2, 3));
-        let d_s = probs.clone() * (d_p.clone() - (d_p * probs).sum_dim(3));
-        let d_q = d_s.clone().matmul(ks).mul_scalar(scale as f64);
-        let d_k = d_s.swap_dims(2, 3).matmul(qs).mul_scalar(scale as f64);
+        let (mut dqs, mut dks, mut dvs) = (Vec::new(), Vec::new(), Vec::new());
+        for (g, &(first, end, t)) in groups.iter().enumerate() {
+            let b = end - first;
+            let idx = BTensor::<1, BInt>::from_data(TensorData::new(index[g].clone(), [b * t]), &device);
+            let padded = |x: BTensor<3>, heads: usize| -> BTensor<4> {
+                let x = x.cast(DType::F32);
+                let zero = BTensor::<3>::zeros([1, heads, head_dim], &device);
+                BTensor::cat(vec![x, zero], 0).select(0, idx.clone()).reshape([b, t, heads, head_dim]).swap_dims(1, 2)
+            };
+            let expand = |x: BTensor<4>| x.unsqueeze_dim::<5>(2).repeat_dim(2, group).reshape([b, q_heads, t, head_dim]);
+            // the query heads of one KV head added in head order (burn's reduce over a middle axis
+            // of size `group` is one unit per output walking a strided axis: slow, measured)
+            let fold = |x: BTensor<4>| {
+                let x = x.reshape([b, kv_heads, group, t, head_dim]);
+                let head = |h: usize| x.clone().slice([0..b, 0..kv_heads, h..h + 1, 0..t, 0..head_dim]);
+                (1..group).fold(head(0), |acc, h| acc + head(h)).reshape([b, kv_heads, t, head_dim])
+            };
+            let (qs, ks, vs, dos) = (padded(qp.clone(), q_heads), expand(padded(kp.clone(), kv_heads)), expand(padded(vp.clone(), kv_heads)), padded(d_out.clone(), q_heads));
+            let mask = causal_mask(&lens[first..end], t, &device);
+            let scores = qs.clone().matmul(ks.clone().swap_dims(2, 3)).mul_scalar(scale as f64) + mask;
+            let probs = burn::tensor::activation::softmax(scores, 3);
+            let d_v = probs.clone().swap_dims(2, 3).matmul(dos.clone());
+            let d_p = dos.matmul(vs.swap_dims(2, 3));
+            let d_s = probs.clone() * (d_p.clone() - (d_p * probs).sum_dim(3));
+            let d_q = d_s.clone().matmul(ks).mul_scalar(scale as f64);
+            let d_k = d_s.swap_dims(2, 3).matmul(qs).mul_scalar(scale as f64);
+            let flat = |x: BTensor<4>, heads: usize| x.swap_dims(1, 2).reshape([b * t, heads, head_dim]);
+            dqs.push(flat(d_q, q_heads));
+            dks.push(flat(fold(d_k), kv_heads));
+            dvs.push(flat(fold(d_v), kv_heads));
+        }
         // each row's gradient is read back from its padded place (a gather: burn's select_assign
         // into zeros took 0.4 ms a call on the H200)
-        let unpad = |g: BTensor<4>, heads: usize| -> BTensor<3> {
-            g.swap_dims(1, 2).reshape([b * t, heads, head_dim]).select(0, row_place.clone()).cast(dtype)
+        let row_place = BTensor::<1, BInt>::from_data(TensorData::new(place.clone(), [rows]), &device);
+        let unpad = |mut parts: Vec<BTensor<3>>| -> BTensor<3> {
+            let all = if parts.len() == 1 { parts.pop().expect("one group") } else { BTensor::cat(parts, 0) };
+            debug_assert_eq!(all.dims()[0], padded_rows);
+            all.select(0, row_place.clone()).cast(dtype)
         };
-        [Some(cube(unpad(d_q, q_heads))), Some(cube(unpad(fold(d_k), kv_heads))), Some(cube(unpad(fold(d_v), kv_heads)))]
+        [Some(cube(unpad(dqs))), Some(cube(unpad(dks))), Some(cube(unpad(dvs)))]
     })))
+}
+
+/// Elements of one backward group's `[sequences, heads, t, t]` f32 scores, at most (1 GiB): a
+/// step's sequences are walked in order and cut into groups that stay within it (a sequence
+/// longer than that alone is its own group). Steps that fit in one group are computed as one
+/// padded batch, as before groups existed.
+pub const BACKWARD_SCORES: usize = 1 << 28;
+
+/// Consecutive sequences `[first, end)` and their longest length `t`, each group's
+/// `(end - first) * heads * t * t` within [`BACKWARD_SCORES`] unless it holds one sequence.
+fn backward_groups(lens: &[usize], heads: usize) -> Vec<(usize, usize, usize)> {
+    let mut groups = Vec::new();
+    let mut first = 0;
+    while first < lens.len() {
+        let mut end = first + 1;
+        let mut t = lens[first].max(1);
+        while end < lens.len() {
+            let wider = t.max(lens[end]);
+            if (end + 1 - first) * heads * wider * wider > BACKWARD_SCORES {
+                break;
+            }
+            t = wider;
+            end += 1;
+        }
+        groups.push((first, end, t));
+        first = end;
+    }
+    groups
 }
 
 /// The backward's additive mask `[sequences, 1, t, t]`: -1e30 where key j is after query i or

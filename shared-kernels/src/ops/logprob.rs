@@ -266,6 +266,16 @@ pub fn token_logprobs(
     Ok(TokenLogprobs { logprobs, entropy: float_out(ent) })
 }
 
+/// The gradient of [`token_logprobs`]' logprobs w.r.t. `logits` for incoming gradients `dl`
+/// [rows] (untracked tensors): the chunk statistics recomputed (the forward's bits), then
+/// [`logprob_grad`]. For callers that recompute logits in their backward instead of keeping them.
+pub(crate) fn token_logprobs_grad(logits: BTensor<2>, targets: BTensor<1, BInt>, temperatures: BTensor<1>, dl: BTensor<1>) -> Result<BTensor<2>, KernelError> {
+    let inputs = Inputs::checked(logits, targets, temperatures)?;
+    let (_, _, stats) = inputs.launch();
+    let dl = float_in("token_logprobs", "dl", dl)?;
+    Ok(float_out(logprob_grad(&inputs.logits, &inputs.targets, &inputs.temps, &stats, dl)))
+}
+
 /// The op's inputs, checked and contiguous.
 struct Inputs {
     logits: CubeTensor,

@@ -75,21 +75,26 @@ pub fn matmul(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTen
     let (xp, wp) = (plain::<2>(inner(&xa)), plain::<2>(inner(&wa)));
     let y = matmul_plain(xp.clone(), wp.clone(), layout)?;
     Ok(from_tracked(tracked([&xa, &wa], cube(y), move |dy| {
-        let dy = plain::<2>(dy);
-        let (dx, dw) = if backward_on_lockstep() {
-            match layout {
-                WeightLayout::OutIn => (matmul_plain(dy.clone(), wp, WeightLayout::InOut), matmul_transposed_x(dy, xp, WeightLayout::InOut)),
-                WeightLayout::InOut => (matmul_plain(dy.clone(), wp, WeightLayout::OutIn), matmul_transposed_x(xp, dy, WeightLayout::InOut)),
-            }
-        } else {
-            match layout {
-                WeightLayout::OutIn => (Ok(dy.clone().matmul(wp)), Ok(dy.transpose().matmul(xp))),
-                WeightLayout::InOut => (Ok(dy.clone().matmul(wp.transpose())), Ok(xp.transpose().matmul(dy))),
-            }
-        };
-        let (dx, dw) = (dx.expect("matmul backward: shapes checked in forward"), dw.expect("matmul backward: shapes checked in forward"));
+        let (dx, dw) = matmul_backward(plain::<2>(dy), xp, wp, layout);
         [Some(cube(dx)), Some(cube(dw))]
     })))
+}
+
+/// The input and weight gradients `(dy @ W, dyᵀ @ x)` of `y = x @ W` (as `layout` stores W):
+/// on lockstep's kernels on CUDA, burn's matmul elsewhere ([`backward_on_lockstep`]).
+pub(crate) fn matmul_backward(dy: BTensor<2>, xp: BTensor<2>, wp: BTensor<2>, layout: WeightLayout) -> (BTensor<2>, BTensor<2>) {
+    let (dx, dw) = if backward_on_lockstep() {
+        match layout {
+            WeightLayout::OutIn => (matmul_plain(dy.clone(), wp, WeightLayout::InOut), matmul_transposed_x(dy, xp, WeightLayout::InOut)),
+            WeightLayout::InOut => (matmul_plain(dy.clone(), wp, WeightLayout::OutIn), matmul_transposed_x(xp, dy, WeightLayout::InOut)),
+        }
+    } else {
+        match layout {
+            WeightLayout::OutIn => (Ok(dy.clone().matmul(wp)), Ok(dy.transpose().matmul(xp))),
+            WeightLayout::InOut => (Ok(dy.clone().matmul(wp.transpose())), Ok(xp.transpose().matmul(dy))),
+        }
+    };
+    (dx.expect("matmul backward: shapes checked in forward"), dw.expect("matmul backward: shapes checked in forward"))
 }
 
 /// `xtᵀ @ W` for `xt` stored `[K, M]`: a weight gradient (`dyᵀ @ x`, `xᵀ @ dy`). Where the
@@ -342,6 +347,7 @@ fn checked_dims_of(op: &'static str, x: &CubeTensor, x_transposed: bool, w: &Cub
     ensure!(wk == k, op, "x is {xd:?} but w ({layout:?}) is {wd:?}: inner dimensions {k} and {wk} differ");
     ensure!(x.dtype == w.dtype, op, "x is {:?} but w is {:?}", x.dtype, w.dtype);
     ensure!(m > 0 && n > 0 && k > 0, op, "empty operand: x {xd:?}, w {wd:?}");
+    crate::bridge::check_index_range(op, "y", &[m, n], m.saturating_mul(n))?;
     Ok((m, k, n))
 }
 

@@ -13,6 +13,8 @@ pub mod attention_tc_flash;
 pub mod embedding;
 pub mod fingerprint;
 pub mod hbm_read;
+pub mod head_logprobs;
+pub mod index_probe;
 pub mod kv_cache;
 pub mod logprob;
 pub mod logprob_grad;

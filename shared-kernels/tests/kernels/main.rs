@@ -9,6 +9,8 @@ mod errors;
 mod fingerprint;
 mod fused;
 mod gradients;
+mod head_logprobs;
+mod index_range;
 mod invariance;
 mod split_k;
 

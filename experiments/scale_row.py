@@ -1,0 +1,34 @@
+"""One docs/scale.md row from a scale rung: NAME RC WALL_S MEM_FILE METRICS_JSONL HF_CONFIG."""
+import json
+import os
+import sys
+
+name, rc, wall, mem_file, metrics, hf_config = sys.argv[1:7]
+mem = [int(l) for l in open(mem_file) if l.strip().isdigit()] if os.path.exists(mem_file) else []
+steps = [json.loads(l) for l in open(metrics)] if os.path.exists(metrics) else []
+cfg = json.load(open(hf_config))
+h, i, L, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+q, kv, d = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+# parameters of the matmuls a token passes through (the head counted once, tied or not)
+matmul_params = L * (h * (q + 2 * kv) * d + q * d * h + 3 * h * i) + h * v
+
+
+def fmt(x, p=2):
+    return f"{x:.{p}f}"
+
+
+if not steps:
+    print(f"| {name} | exit {rc} | - | - | - | {max(mem, default=0) / 1024:.1f} | - | - |")
+    sys.exit(0)
+bit = " ".join(f"{s['agreement']['bit_equal_frac']:.4f}" for s in steps)
+kl = max(abs(s["agreement"]["kl_k1"]) for s in steps)
+last = steps[-1]
+t = last["timing"]
+tokens = last["agreement"]["tokens"]
+gen_tps = last["tokens_per_s"]
+# update FLOPs: forward + backward of the scored rows = 6 x matmul params per token (attention's
+# QK/PV products left out), over the logprob + update phases (the recompute is the forward)
+rows = tokens  # completion tokens; prompts add ~50 rows a sequence
+mfu = 6 * matmul_params * rows / max(t["logprob_s"] + t["update_s"], 1e-9) / 989e12
+print(f"| {name} | exit {rc} | {bit} | {kl:.1e} | {fmt(last['step_s'], 1)} s: gen {fmt(t['gen_s'], 1)} / logprob {fmt(t['logprob_s'], 1)} / update {fmt(t['update_s'], 1)} / sync {fmt(t['sync_s'], 2)} "
+      f"| {max(mem, default=0) / 1024:.1f} | {gen_tps:,.0f} | {100 * mfu:.1f}% |")

@@ -1,0 +1,2 @@
+mod identity;
+mod into_contiguous;

@@ -1,0 +1,125 @@
+//! The battery's size boundaries (`lockstep-battery --large`, on the H200): the sizes a real
+//! run crosses and the small battery never reaches. Each check compares, as bits, what a large
+//! launch gives a row with what the same row gets alone or by definition:
+//! - 32-bit index arithmetic (cubecl's FastDivmod, burn's select/gather/copies) at the top of
+//!   the u32 range, and a select of Qwen3-vocabulary rows past 2^31 elements, up to 2^32;
+//! - grid dimensions: embedding rows whose launch needs more than 65535 cubes in x;
+//! - the fused LM head + logprob over 17k rows of Qwen3's vocabulary = each row alone;
+//! - attention over an 8k-position prefix: prefill tiles = the rows decoded alone.
+
+use crate::battery::{dtype_name, float_tensor, host, int_tensor, random_vec, Check};
+use crate::KernelError;
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+/// Qwen3's vocabulary: the divisor whose u32 quotient wrapped at row 16384 upstream.
+const QWEN_VOCAB: usize = 151_936;
+
+fn check(op: impl Into<String>, dtype: DType, m: usize, rows_differing: usize, max_abs_diff: f64) -> Check {
+    Check { op: op.into(), dtype: dtype_name(dtype), m, rows_differing, max_abs_diff }
+}
+
+fn differing_rows(a: &[f32], b: &[f32], width: usize) -> (usize, f64) {
+    let mut rows = 0;
+    let mut max = 0.0f64;
+    for (x, y) in a.chunks(width).zip(b.chunks(width)) {
+        if x.iter().zip(y).any(|(p, q)| p.to_bits() != q.to_bits()) {
+            rows += 1;
+        }
+        max = x.iter().zip(y).map(|(p, q)| (p - q).abs() as f64).fold(max, f64::max);
+    }
+    (rows + a.len().abs_diff(b.len()), max)
+}
+
+/// Every boundary check at `dtype` (the select and divmod rows are dtype-free and run once, at
+/// f32).
+pub fn boundary_checks(dtype: DType, device: &Device, seed: u64) -> Result<Vec<Check>, KernelError> {
+    let mut out = Vec::new();
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xb0d4);
+    if dtype == DType::F32 {
+        let mut wrong = 0;
+        let mut n = 0;
+        for divisor in [QWEN_VOCAB as u32, 1024, 3, 1, (1 << 31) + 1, u32::MAX] {
+            let dividends = crate::ops::index_probe::boundary_dividends(divisor);
+            let (q, r, _) = crate::ops::index_probe::fast_divmod(&dividends, divisor, device)?;
+            n += dividends.len();
+            wrong += dividends.iter().enumerate().filter(|&(i, &d)| (q[i], r[i]) != (d / divisor, d % divisor)).count();
+        }
+        out.push(check("FastDivmod u32 = host division (boundary dividends)", dtype, n, wrong, 0.0));
+        // rows of [rows, vocab] f32 hold their row index; the select must return it
+        // (past 2^32 elements burn's kernels are not used: lockstep's launchers refuse such
+        // tensors by name, and its training path makes none)
+        for rows in [17_000usize, 28_000] {
+            let index = Tensor::<1, Int>::arange(0..rows as i64, device).float().reshape([rows, 1]);
+            let big = index.repeat_dim(1, QWEN_VOCAB);
+            let picked: Vec<i32> = (0..64).map(|i| (rows - 1 - i * 97) as i32).chain([16_383, 16_384, 16_385]).collect();
+            let got = big.select(0, int_tensor(picked.clone(), device));
+            let last = host(got.clone().slice([0..picked.len(), QWEN_VOCAB - 1..QWEN_VOCAB]));
+            let first = host(got.slice([0..picked.len(), 0..1]));
+            let wrong = picked.iter().enumerate().filter(|&(i, &r)| first[i] != r as f32 || last[i] != r as f32).count();
+            out.push(check(format!("burn select of [{rows}, {QWEN_VOCAB}] rows ({:.2}e9 elements)", (rows * QWEN_VOCAB) as f64 / 1e9), dtype, picked.len(), wrong, 0.0));
+        }
+    }
+    // embedding: 17000 rows x 1024 is 68000 cubes of 256 (a 2-D grid)
+    let (rows, hidden, vocab) = (17_000usize, 1024usize, 5000usize);
+    let table = random_vec(&mut rng, vocab * hidden, 1.0);
+    let ids: Vec<i32> = (0..rows).map(|r| ((r * 7919 + 13) % vocab) as i32).collect();
+    let t = float_tensor(table.clone(), [vocab, hidden], dtype, device);
+    let got = host(crate::embedding(t.clone(), int_tensor(ids.clone(), device))?);
+    let rounded = host(t);
+    let want: Vec<f32> = ids.iter().flat_map(|&i| rounded[i as usize * hidden..(i as usize + 1) * hidden].to_vec()).collect();
+    let (bad, max) = differing_rows(&got, &want, hidden);
+    out.push(check(format!("embedding {rows} x {hidden} (68000 cubes) = table rows"), dtype, rows, bad, max));
+    // the fused head: 17k rows of Qwen3's vocabulary in one call = a few rows alone
+    let (rows, hidden) = (17_200usize, 1024usize);
+    let x = float_tensor(random_vec(&mut rng, rows * hidden, 1.0), [rows, hidden], dtype, device);
+    let w = float_tensor(random_vec(&mut rng, QWEN_VOCAB * hidden, 0.05), [QWEN_VOCAB, hidden], dtype, device);
+    let targets: Vec<i32> = (0..rows).map(|r| ((r * 104_729 + 7) % QWEN_VOCAB) as i32).collect();
+    let temps = |n: usize| Tensor::<1>::from_data(TensorData::new(vec![0.9f32; n], [n]), device);
+    let all = crate::head_logprobs(x.clone(), w.clone(), int_tensor(targets.clone(), device), temps(rows))?;
+    let (all_lp, all_ent) = (host(all.logprobs), host(all.entropy));
+    let probe: Vec<usize> = vec![0, 1, 3532, 3533, 16_383, 16_384, 16_385, 17_000, rows - 1];
+    let mut bad = 0;
+    let mut max = 0.0f64;
+    for &r in &probe {
+        let alone = crate::head_logprobs(x.clone().slice([r..r + 1, 0..hidden]), w.clone(), int_tensor(vec![targets[r]], device), temps(1))?;
+        let (lp, ent) = (host(alone.logprobs)[0], host(alone.entropy)[0]);
+        if lp.to_bits() != all_lp[r].to_bits() || ent.to_bits() != all_ent[r].to_bits() {
+            bad += 1;
+        }
+        max = max.max((lp - all_lp[r]).abs() as f64);
+    }
+    out.push(check(format!("head_logprobs {rows} rows x {QWEN_VOCAB} = rows alone"), dtype, probe.len(), bad, max));
+    out.push(long_prefix_attention(dtype, device, &mut rng)?);
+    Ok(out)
+}
+
+/// One 8300-position sequence: causal attention over all its rows (the training path's prefill
+/// tiles) against its last rows and a few others run alone on the same cache (decode).
+fn long_prefix_attention(dtype: DType, device: &Device, rng: &mut StdRng) -> Result<Check, KernelError> {
+    let (len, heads, kv_heads, d) = (8300usize, 16usize, 8usize, 128usize);
+    let q = float_tensor(random_vec(rng, len * heads * d, 1.0), [len, heads, d], dtype, device);
+    let k = float_tensor(random_vec(rng, len * kv_heads * d, 1.0), [len, kv_heads, d], dtype, device);
+    let v = float_tensor(random_vec(rng, len * kv_heads * d, 1.0), [len, kv_heads, d], dtype, device);
+    let slots = vec![0u32; len];
+    let positions: Vec<u32> = (0..len as u32).collect();
+    let scale = 1.0 / (d as f32).sqrt();
+    let all = host(crate::causal_attention(q.clone(), k.clone(), v.clone(), &slots, &positions, scale)?.reshape([len, heads * d]));
+    let ints = |v: &[u32]| int_tensor(v.iter().map(|&x| x as i32).collect(), device);
+    let empty = || Tensor::<4>::zeros([1, len, kv_heads, d], (device, dtype));
+    let kc = crate::write_kv_cache(empty(), k, ints(&slots), ints(&positions))?;
+    let vc = crate::write_kv_cache(empty(), v, ints(&slots), ints(&positions))?;
+    let probe: Vec<u32> = vec![0, 63, 64, 4095, 4096, 8191, 8192, len as u32 - 2, len as u32 - 1];
+    let mut bad = 0;
+    let mut max = 0.0f64;
+    for &p in &probe {
+        let qr = q.clone().slice([p as usize..p as usize + 1, 0..heads, 0..d]);
+        let alone = host(crate::ops::attention::attention_for_rows(qr, kc.clone(), vc.clone(), ints(&[0]), ints(&[p]), &[0], scale)?.reshape([1, heads * d]));
+        let row = &all[p as usize * heads * d..(p as usize + 1) * heads * d];
+        let (b, m) = differing_rows(&alone, row, heads * d);
+        bad += b;
+        max = max.max(m);
+    }
+    Ok(check(format!("attention over an {len}-position prefix: rows alone = prefill"), dtype, probe.len(), bad, max))
+}
