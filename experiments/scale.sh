@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Scale rungs on one H200 (docs/scale.md). From the repo root on the GPU machine, after
 # `bash experiments/gpu_check.sh build` here and carrying .gpu/:
-#   O=$OUT bash experiments/scale.sh SHAPE:ROLLOUTSxNEW[:STEPS] ...
-# e.g. `qwen3-0.6b:16x1024:2`. Makes SHAPE's random checkpoint once (experiments/make_real_shape.py),
+#   O=$OUT bash experiments/scale.sh SHAPE:ROLLOUTSxNEW[:STEPS[:MICRO_TOKENS]] ...
+# e.g. `qwen3-0.6b:16x1024:2` or `qwen3-0.6b:512x2048:1:16384` (train.micro_batch_tokens).
+# Makes SHAPE's random checkpoint once (experiments/make_real_shape.py),
 # runs `lockstep train configs/SHAPE.toml` with prompts_per_step = ROLLOUTS / 16 (group 16, or
 # ROLLOUTS when smaller) and max_new_tokens = NEW, samples GPU memory every 0.2 s, and appends one
 # markdown row per rung to $O/scale.md (summarised from the run's metrics.jsonl by scale_row.py).
@@ -12,7 +13,7 @@ O="${O:-${OUT:-.gpu/out}}"
 mkdir -p "$O"
 [ -x /tmp/lockstep ] || { gunzip -c .gpu/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }
 for rung in "$@"; do
-    IFS=: read -r shape size steps <<< "$rung"
+    IFS=: read -r shape size steps micro <<< "$rung"
     rollouts=${size%x*}; new=${size#*x}; steps=${steps:-2}
     ck=/tmp/checkpoints/$shape
     if [ ! -f "$ck/config.json" ]; then
@@ -20,19 +21,19 @@ for rung in "$@"; do
     fi
     group=16; [ "$rollouts" -lt 16 ] && group=$rollouts
     prompts=$(( rollouts / group ))
-    name="$shape-${rollouts}x$new"
+    name="$shape-${rollouts}x$new${micro:+-mb$micro}"
     rm -rf "/tmp/runs/$name"
     ( while true; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; sleep 0.2; done ) > "$O/$name.mem" 2>/dev/null &
     poll=$!
-    start=$(date +%s.%N)
+    start=$(date +%s)
     timeout "${SCALE_LIMIT:-280}" /tmp/lockstep train "configs/$shape.toml" --set "model.path=$ck" --set "task.path=$ck/task.jsonl" \
         --set "train.prompts_per_step=$prompts" --set "train.group_size=$group" --set "train.steps=$steps" \
         --set "sampler.max_new_tokens=$new" --set "sampler.context=$(( new + 64 ))" --set "sampler.max_batch=$rollouts" \
-        --set "train.on_mismatch=warn" --set "log.runs_dir=/tmp/runs" --set "log.run_name=$name" --set log.tensorboard=false ${SCALE_SET:-} \
+        --set "train.micro_batch_tokens=${micro:-0}" --set "train.on_mismatch=warn" --set "log.runs_dir=/tmp/runs" --set "log.run_name=$name" --set log.tensorboard=false ${SCALE_SET:-} \
         > "$O/$name.log" 2>&1
     rc=$?
     kill $poll 2>/dev/null
-    wall=$(echo "$(date +%s.%N) - $start" | bc)
+    wall=$(( $(date +%s) - start ))
     cp "/tmp/runs/$name/metrics.jsonl" "$O/$name.metrics.jsonl" 2>/dev/null
     python3 experiments/scale_row.py "$name" "$rc" "$wall" "$O/$name.mem" "/tmp/runs/$name/metrics.jsonl" "$ck/config.json" | tee -a "$O/scale.md"
     [ "$rc" = 0 ] || grep -v "^\s*$" "$O/$name.log" | grep -iv "warn.*differ" | tail -n 4

@@ -18,7 +18,7 @@ def fmt(x, p=2):
 
 
 if not steps:
-    print(f"| {name} | exit {rc} | - | - | - | {max(mem, default=0) / 1024:.1f} | - | - |")
+    print(f"| {name} | exit {rc}, {wall} s | - | - | - | {max(mem, default=0) / 1024:.1f} | - | - |")
     sys.exit(0)
 bit = " ".join(f"{s['agreement']['bit_equal_frac']:.4f}" for s in steps)
 kl = max(abs(s["agreement"]["kl_k1"]) for s in steps)
@@ -28,7 +28,7 @@ tokens = last["agreement"]["tokens"]
 gen_tps = last["tokens_per_s"]
 # update FLOPs: forward + backward of the scored rows = 6 x matmul params per token (attention's
 # QK/PV products left out), over the logprob + update phases (the recompute is the forward)
-rows = tokens  # completion tokens; prompts add ~50 rows a sequence
+rows = tokens  # completion tokens only (prompts add ~50 rows a sequence): an underestimate
 mfu = 6 * matmul_params * rows / max(t["logprob_s"] + t["update_s"], 1e-9) / 989e12
-print(f"| {name} | exit {rc} | {bit} | {kl:.1e} | {fmt(last['step_s'], 1)} s: gen {fmt(t['gen_s'], 1)} / logprob {fmt(t['logprob_s'], 1)} / update {fmt(t['update_s'], 1)} / sync {fmt(t['sync_s'], 2)} "
+print(f"| {name} | exit {rc}, {len(steps)} steps, {wall} s | {bit} | {kl:.1e} | {fmt(last['step_s'], 1)} s: gen {fmt(t['gen_s'], 1)} / logprob {fmt(t['logprob_s'], 1)} / update {fmt(t['update_s'], 1)} / sync {fmt(t['sync_s'], 2)} "
       f"| {max(mem, default=0) / 1024:.1f} | {gen_tps:,.0f} | {100 * mfu:.1f}% |")

@@ -137,12 +137,12 @@ impl Trainer {
         let single = (batches.len() == 1).then(|| tracked_copy(&self.policy.model));
         let (trainer_lp, single, entropy) = match single {
             Some(tracked) => {
-                let (lp, flat) = tracked.sequence_logprobs(&sequences, c.sampler.temperature)?;
+                let (lp, flat) = tracked.sequence_logprobs(&sequences, c.sampler.temperature).map_err(|e| pass_error(step, e))?;
                 let entropy = tracked.last_entropy.get().unwrap_or(0.0);
                 (lp, Some((tracked, flat)), entropy)
             }
             None => {
-                let (lp, entropy) = logprobs_by_batch(&self.policy.model, &sequences, &batches, c.sampler.temperature)?;
+                let (lp, entropy) = logprobs_by_batch(&self.policy.model, &sequences, &batches, c.sampler.temperature).map_err(|e| pass_error(step, e))?;
                 (lp, None, entropy)
             }
         };
@@ -202,7 +202,7 @@ impl Trainer {
                 let (mut loss, mut total, mut row) = (0.0, std::collections::BTreeMap::new(), 0);
                 for range in &batches {
                     let tracked = tracked_copy(&self.policy.model);
-                    let (lp, flat) = tracked.sequence_logprobs(&sequences[range.clone()], c.sampler.temperature)?;
+                    let (lp, flat) = tracked.sequence_logprobs(&sequences[range.clone()], c.sampler.temperature).map_err(|e| pass_error(step, e))?;
                     if let Some((k, _)) = lp.iter().zip(&trainer_lp[range.clone()]).enumerate().find(|(_, (a, b))| a.iter().map(|x| x.to_bits()).ne(b.iter().map(|x| x.to_bits()))) {
                         return Err(RunError::Other(format!("step {step}: sequence {}'s logprobs in its tracked micro-batch ({} sequences) differ in bits from the scoring pass", range.start + k, range.len())));
                     }
@@ -362,7 +362,7 @@ fn weighted_backward(tracked: &Qwen3, flat: Tensor<1>, weights: &[f32], step: us
 
 /// Logprobs of every sequence on `model`'s training path without autodiff, a micro-batch at a
 /// time, and the mean token entropy over all of them.
-fn logprobs_by_batch(model: &Qwen3, sequences: &[Vec<u32>], batches: &[std::ops::Range<usize>], temperature: f32) -> Result<(Vec<Vec<f32>>, f64), RunError> {
+fn logprobs_by_batch(model: &Qwen3, sequences: &[Vec<u32>], batches: &[std::ops::Range<usize>], temperature: f32) -> Result<(Vec<Vec<f32>>, f64), shared_kernels::model::ModelError> {
     let (mut all, mut entropy_sum, mut rows) = (Vec::with_capacity(sequences.len()), 0.0, 0usize);
     for range in batches {
         let (lp, _) = model.sequence_logprobs(&sequences[range.clone()], temperature)?;
@@ -372,6 +372,11 @@ fn logprobs_by_batch(model: &Qwen3, sequences: &[Vec<u32>], batches: &[std::ops:
         all.extend(lp);
     }
     Ok((all, entropy_sum / rows.max(1) as f64))
+}
+
+/// A trainer pass that failed, with the keys that bound its device memory.
+fn pass_error(step: usize, e: shared_kernels::model::ModelError) -> RunError {
+    RunError::Other(format!("step {step}: {e} (if the device ran out of memory: lower train.micro_batch_tokens, or sampler.kv_budget_mib / sampler.max_batch, which size the sampler's KV cache held during training)"))
 }
 
 fn first_mismatch(completions: &[sampler::Completion], trainer_lp: &[Vec<f32>], requests: &[Request]) -> (usize, usize) {

@@ -580,7 +580,11 @@ impl Qwen3 {
         // the entropy is a metric, on the plain device even when the logprobs are tracked
         let entropy = scored.entropy.clone().select(0, index(&scored.entropy.device()));
         let lp = scored.logprobs.select(0, index(&device));
-        let read = |t: Tensor<1>, what: &str| t.into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| ModelError::Input(format!("{what} read-back: {e:?}")));
+        // a device failure (out of memory, most often) is an error naming the pass, not a panic
+        let read = |t: Tensor<1>, what: &str| -> Result<Vec<f32>, ModelError> {
+            let data = t.try_into_data().map_err(|e| ModelError::Input(format!("the training path's forward over {} sequences ({n} rows) failed on the device while reading its {what}: {e}", sequences.len())))?;
+            data.convert::<f32>().try_to_vec::<f32>().map_err(|e| ModelError::Input(format!("{what} read-back: {e:?}")))
+        };
         let host_entropy = read(entropy, "entropy")?;
         self.last_entropy.set(Some(host_entropy.iter().map(|&v| v as f64).sum::<f64>() / m.max(1) as f64));
         let host = read(lp.clone(), "logprob")?;

@@ -52,12 +52,12 @@ pub fn fast_divmod(dividends: &[u32], divisor: u32, device: &burn::tensor::Devic
 /// upstream)` quotients. Devices without 64-bit integers (lavapipe) run cubecl's plain division
 /// instead, so CI checks the arithmetic here; the H200 battery runs the kernel itself.
 pub fn multiply_shift_host(dividend: u32, divisor: u32) -> (u32, u32) {
-    let shift = divisor.next_power_of_two().trailing_zeros();
     let d = divisor as u64;
+    let shift = d.next_power_of_two().trailing_zeros();
     let m = (((1u64 << 32) * ((1u64 << shift) - d)) / d + 1) as u32;
     let t = ((dividend as u64 * m as u64) >> 32) as u32;
     let patched = if shift == 0 { dividend } else { (t + ((dividend - t) >> 1)) >> (shift - 1) };
-    let upstream = t.wrapping_add(dividend) >> shift;
+    let upstream = (t.wrapping_add(dividend) as u64 >> shift) as u32;
     (patched, upstream)
 }
 
@@ -67,6 +67,9 @@ pub fn boundary_dividends(divisor: u32) -> Vec<u32> {
     let d = divisor as u64;
     let mut v = Vec::new();
     let mut push = |x: u64| {
+        if x > u32::MAX as u64 + d {
+            return;
+        }
         for delta in [0i64, -1, 1, -(d as i64), d as i64 - 1] {
             let y = x as i64 + delta;
             if (0..=u32::MAX as i64).contains(&y) {

@@ -92,7 +92,9 @@ fn find_params_u32(divisor: u32) -> (u32, u32) {
         return (0, 0);
     }
     let div_64 = divisor as u64;
-    let shift = divisor.next_power_of_two().trailing_zeros();
+    // lockstep patch: in u64, as release builds already behaved (u32's next_power_of_two
+    // overflows past 2^31: a panic in debug builds, 0 and so shift 32 in release)
+    let shift = div_64.next_power_of_two().trailing_zeros();
     let multiplier = ((1u64 << 32) * ((1u64 << shift) - div_64)) / div_64 + 1;
     (shift, multiplier as u32)
 }
