@@ -33,6 +33,14 @@ pub fn save(run_dir: &Path, model: &Qwen3, opt: &AdamW, state: &RunState, tokeni
     let root = checkpoints_dir(run_dir);
     std::fs::create_dir_all(&root).map_err(|e| io(&root, e))?;
     let name = format!("step-{:06}", state.step);
+    let dest = root.join(&name);
+    if dest.join("state.json").exists() {
+        // this step is saved already (a run whose last step is a checkpoint step saves it at the
+        // loop and at the end): the state is the same, and deleting the complete folder to
+        // rewrite it left a window with no checkpoint at all under keep_checkpoints = 1
+        prune(run_dir, keep);
+        return Ok(dest);
+    }
     let tmp = root.join(format!(".{name}.tmp"));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| io(&tmp, e))?;
@@ -51,18 +59,23 @@ pub fn save(run_dir: &Path, model: &Qwen3, opt: &AdamW, state: &RunState, tokeni
     let bytes = safetensors::serialize(views, None).map_err(|e| ModelError::Io { file: tmp.display().to_string(), message: e.to_string() })?;
     write_atomic(&tmp.join("optimizer.safetensors"), &bytes)?;
     write_atomic(&tmp.join("state.json"), serde_json::to_string_pretty(state).expect("json").as_bytes())?;
-    let dest = root.join(&name);
+    // an incomplete folder of this name (no state.json: a kill inside an older write) goes
     let _ = std::fs::remove_dir_all(&dest);
     std::fs::rename(&tmp, &dest).map_err(|e| io(&dest, e))?;
     if let Ok(dir) = std::fs::File::open(&root) {
         let _ = dir.sync_all();
     }
+    prune(run_dir, keep);
+    Ok(dest)
+}
+
+/// Deletes the oldest complete checkpoints beyond the newest `keep`.
+fn prune(run_dir: &Path, keep: usize) {
     let mut all = list(run_dir);
     while all.len() > keep {
         let old = all.remove(0);
         let _ = std::fs::remove_dir_all(old);
     }
-    Ok(dest)
 }
 
 /// Complete checkpoints of a run, oldest first.
@@ -105,4 +118,29 @@ pub fn load(dir: &Path) -> Result<Loaded, ModelError> {
 pub fn restore_optimizer(opt: &mut AdamW, loaded: BTreeMap<String, (Vec<f32>, Vec<f32>)>, t: u64, device: &Device) {
     opt.moments = moments_from_host(loaded, device);
     opt.t = t;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saving_a_step_that_is_saved_already_leaves_the_complete_folder_in_place() {
+        let device = shared_kernels::device::default_device();
+        let ck = Checkpoint::random(shared_kernels::model::tiny_config(17, true), 0.3, 5);
+        let model = Qwen3::from_checkpoint(&ck, DType::F32, &device).unwrap();
+        let opt = AdamW::new(0.9, 0.99, 1e-8, 0.0);
+        let run = std::env::temp_dir().join(format!("lockstep-ck-twice-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&run);
+        let state = RunState { step: 4, adam_t: 0, git_revision: "test".into() };
+        let first = save(&run, &model, &opt, &state, "{}", 1).unwrap();
+        // the old save deleted this folder before renaming its rewrite into place: a kill in
+        // between left no checkpoint; now the complete folder is never touched
+        std::fs::write(first.join("marker"), b"kept").unwrap();
+        let again = save(&run, &model, &opt, &state, "{}", 1).unwrap();
+        assert_eq!(first, again);
+        assert_eq!(std::fs::read(first.join("marker")).unwrap(), b"kept");
+        assert_eq!(list(&run), vec![first]);
+        let _ = std::fs::remove_dir_all(&run);
+    }
 }

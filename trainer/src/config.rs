@@ -254,8 +254,9 @@ impl Config {
         if self.task.name == "jsonl" && self.task.path.is_empty() {
             return bad("task.path", "task `jsonl` needs a path to a JSONL file".into());
         }
-        if self.log.run_name.is_empty() || self.log.run_name.contains('/') {
-            return bad("log.run_name", format!("must be a non-empty name without '/', got {:?}", self.log.run_name));
+        let name = &self.log.run_name;
+        if name.is_empty() || name.contains(['/', '\\']) || name == "." || name == ".." || name.starts_with('.') {
+            return bad("log.run_name", format!("must be a folder name under log.runs_dir (no '/', '\\', and not starting with '.'), got {name:?}"));
         }
         Ok(())
     }

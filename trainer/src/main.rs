@@ -31,6 +31,11 @@ enum Command {
         /// Stop after this many GRPO steps in this invocation (the run's total stays train.steps).
         #[arg(long)]
         max_steps: Option<usize>,
+        /// With --resume: continue although the config differs from the run's
+        /// config.resolved.toml (the run is then no longer bit-identical to an uninterrupted one;
+        /// the earlier config is kept beside it and the change is logged in the run).
+        #[arg(long)]
+        allow_config_change: bool,
     },
     /// Benchmarks: sampler tokens/s matched vs fast kernels, and kernels vs burn's defaults.
     Bench {
@@ -135,7 +140,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Train { config, overrides, resume, max_steps } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps)),
+        Command::Train { config, overrides, resume, max_steps, allow_config_change } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps, allow_config_change)),
         Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, matmul_m, json, save_model } => {
             let Some(dtype) = parse_dtype(&dtype) else { return ExitCode::from(2) };
             let concurrency: Vec<usize> = match concurrency.iter().filter(|c| *c != "none").map(|c| c.parse::<usize>()).collect() {
@@ -188,15 +193,36 @@ fn sample(cfg: Config) -> Result<(), RunError> {
     Ok(())
 }
 
-fn train(cfg: Config, resume: bool, max_steps: Option<usize>) -> Result<(), RunError> {
+fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_change: bool) -> Result<(), RunError> {
     let device = shared_kernels::device::default_device();
     let dir = run_dir(&cfg);
     let existing = trainer::checkpoint::list(&dir);
+    if allow_config_change && !resume {
+        return Err(RunError::Other("--allow-config-change applies to --resume only".into()));
+    }
     let (policy, opt, step) = if resume {
         let Some(latest) = existing.last() else {
             return Err(RunError::Other(format!("--resume: no checkpoint in {}", trainer::checkpoint::checkpoints_dir(&dir).display())));
         };
         let loaded = trainer::checkpoint::load(latest)?;
+        if loaded.state.step > cfg.train.steps {
+            return Err(RunError::Config(trainer::config::ConfigError::Invalid { key: "train.steps".into(), message: format!("is {} but the checkpoint {} is at step {}", cfg.train.steps, latest.display(), loaded.state.step) }));
+        }
+        if let Some(before) = trainer::run::resolved_config(&dir)? {
+            let changes = trainer::run::config_changes(&before, &cfg);
+            if !changes.is_empty() {
+                let list = changes.iter().map(|(k, a, b)| format!("{k}: {a} -> {b}")).collect::<Vec<_>>().join(", ");
+                if !allow_config_change {
+                    return Err(RunError::Config(trainer::config::ConfigError::Invalid { key: changes[0].0.clone(), message: format!("differs from the run's config.resolved.toml ({list}); a resume with another config is not bit-identical to an uninterrupted run. Resume with the run's config, or pass --allow-config-change") }));
+                }
+                let kept = dir.join(format!("config.resolved.before-step-{}.toml", loaded.state.step));
+                std::fs::copy(dir.join("config.resolved.toml"), &kept).map_err(|e| RunError::Other(format!("{}: {e}", kept.display())))?;
+                let note = format!("step {}: resumed with a changed config (--allow-config-change): {list}; the earlier config is {}\n", loaded.state.step, kept.display());
+                use std::io::Write;
+                std::fs::OpenOptions::new().create(true).append(true).open(dir.join("config-changes.log")).and_then(|mut f| f.write_all(note.as_bytes())).map_err(|e| RunError::Other(format!("config-changes.log: {e}")))?;
+                eprintln!("warning: {}", note.trim_end());
+            }
+        }
         let policy = load_policy(&cfg, Some(&loaded.checkpoint), &device)?;
         let mut opt = new_adamw(&cfg);
         trainer::checkpoint::restore_optimizer(&mut opt, loaded.moments, loaded.state.adam_t, &device);
@@ -242,6 +268,7 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>) -> Result<(), RunE
         }
     }
     bar.finish();
+    // (save is idempotent per step: a step the loop just saved is not written again)
     let last = trainer.checkpoint()?;
     summary(&history, &last);
     Ok(())

@@ -82,11 +82,21 @@ pub fn load_policy(c: &Config, from: Option<&Checkpoint>, device: &Device) -> Re
         .iter()
         .find_map(|t| tokenizer.token_to_id(t))
         .ok_or_else(|| RunError::Other("the tokenizer has no end-of-sequence token (<eos>, <|endoftext|>, <|im_end|> or </s>)".into()))?;
+    if eos as usize >= model.config.vocab_size {
+        return Err(RunError::Other(format!("the tokenizer's end-of-sequence token has id {eos}, outside the model's vocabulary of {}", model.config.vocab_size)));
+    }
     Ok(Policy { model, tokenizer, tokenizer_json, eos })
 }
 
+/// `text` as token ids; text the tokenizer can only map to its unknown token is an error naming
+/// the characters (silently training on `<unk>` would change the task).
 pub fn encode(tok: &Tokenizer, text: &str) -> Result<Vec<u32>, RunError> {
-    Ok(tok.encode(text, false).map_err(|e| RunError::Other(format!("tokenizing {text:?}: {e}")))?.get_ids().to_vec())
+    let enc = tok.encode(text, false).map_err(|e| RunError::Other(format!("tokenizing {text:?}: {e}")))?;
+    let unknown: Vec<&str> = enc.get_tokens().iter().zip(enc.get_offsets()).filter(|(t, _)| matches!(t.as_str(), "<unk>" | "[UNK]" | "<|unk|>")).map(|(_, &(a, b))| text.get(a..b).unwrap_or("?")).filter(|s| !matches!(*s, "<unk>" | "[UNK]" | "<|unk|>")).collect();
+    if !unknown.is_empty() {
+        return Err(RunError::Other(format!("tokenizing {text:?}: the tokenizer has no token for {:?} (it would become its unknown token)", unknown)));
+    }
+    Ok(enc.get_ids().to_vec())
 }
 
 pub fn run_dir(c: &Config) -> PathBuf {
@@ -109,6 +119,45 @@ pub fn save_resolved(c: &Config, dir: &Path) -> Result<(), RunError> {
     let text = format!("# resolved config; git revision {}\n{}", git_revision(), toml::to_string(c).expect("config serialises"));
     shared_kernels::model::weights::write_atomic(&dir.join("config.resolved.toml"), text.as_bytes())?;
     Ok(())
+}
+
+/// Keys a resume may change without changing a bit of the run (display only).
+const RESUME_NEUTRAL_KEYS: [&str; 2] = ["log.progress", "log.tensorboard"];
+
+/// `(key, before, now)` for every key whose value differs between the config a run was started
+/// with (its `config.resolved.toml`) and `now`, keys that cannot change a bit left out.
+pub fn config_changes(before: &Config, now: &Config) -> Vec<(String, String, String)> {
+    fn flatten(prefix: &str, v: &toml::Value, out: &mut std::collections::BTreeMap<String, String>) {
+        match v {
+            toml::Value::Table(t) => {
+                for (k, v) in t {
+                    let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                    flatten(&key, v, out);
+                }
+            }
+            other => {
+                out.insert(prefix.to_string(), other.to_string());
+            }
+        }
+    }
+    let table = |c: &Config| {
+        let mut out = std::collections::BTreeMap::new();
+        flatten("", &toml::Value::try_from(c).expect("config serialises"), &mut out);
+        out
+    };
+    let (a, b) = (table(before), table(now));
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    keys.into_iter()
+        .filter(|k| !RESUME_NEUTRAL_KEYS.contains(&k.as_str()) && a.get(*k) != b.get(*k))
+        .map(|k| (k.clone(), a.get(k).cloned().unwrap_or_else(|| "(unset)".into()), b.get(k).cloned().unwrap_or_else(|| "(unset)".into())))
+        .collect()
+}
+
+/// The config a run was started with, from its `config.resolved.toml` (None when it has none).
+pub fn resolved_config(dir: &Path) -> Result<Option<Config>, RunError> {
+    let path = dir.join("config.resolved.toml");
+    let Ok(text) = std::fs::read_to_string(&path) else { return Ok(None) };
+    toml::from_str(&text).map(Some).map_err(|e| RunError::Other(format!("{}: {e}", path.display())))
 }
 
 /// The sampler engine's configuration from the `[sampler]` section, slots limited by

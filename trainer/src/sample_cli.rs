@@ -12,8 +12,14 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
     if s.input.is_empty() || s.output.is_empty() {
         return Err(RunError::Other("config keys `sampler.input` and `sampler.output` must name the prompt and result JSONL files".into()));
     }
+    if same_file(Path::new(&s.input), Path::new(&s.output)) {
+        return Err(RunError::Other(format!("sampler.output {:?} is the prompt file sampler.input: it would be overwritten", s.output)));
+    }
     let text = std::fs::read_to_string(&s.input).map_err(|e| RunError::Other(format!("{}: {e}", s.input)))?;
     let mut requests = Vec::new();
+    // the user's ids (strings or integers, echoed as given) by engine id = line index
+    let mut user_ids: Vec<serde_json::Value> = Vec::new();
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let at = |m: String| RunError::Other(format!("{}:{}: {m}", s.input, i + 1));
         let v: serde_json::Value = serde_json::from_str(line).map_err(|e| at(format!("not valid JSON: {e}")))?;
@@ -24,7 +30,19 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
         } else {
             return Err(at("needs a string `prompt` or an array `prompt_ids`".into()));
         };
-        let id = v.get("id").and_then(|x| x.as_u64()).unwrap_or(i as u64);
+        let user_id = match v.get("id") {
+            None => serde_json::Value::from(i as u64),
+            Some(x @ serde_json::Value::String(_)) => x.clone(),
+            Some(x) if x.as_u64().is_some() => x.clone(),
+            Some(x) => return Err(at(format!("`id` must be a string or a non-negative integer, got {x}"))),
+        };
+        // "3" and 3 are different ids; an implicit id is the line's index from 0
+        let key = user_id.to_string();
+        if let Some(first) = seen.insert(key, i + 1) {
+            return Err(at(format!("id {user_id} repeats line {first}'s (ids must be unique: each completion is written under its id)")));
+        }
+        user_ids.push(user_id);
+        let id = i as u64;
         requests.push(Request { id, prompt, params: SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: vec![policy.eos], seed: s.seed } });
     }
     let total = requests.len();
@@ -34,7 +52,7 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
     if !progress {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let order: Vec<u64> = requests.iter().map(|r| r.id).collect();
+    let order: Vec<(u64, serde_json::Value)> = requests.iter().map(|r| r.id).zip(user_ids).collect();
     for r in requests {
         engine.add(r);
     }
@@ -50,22 +68,33 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
         }
     }
     bar.finish_and_clear();
-    let tmp = Path::new(&s.output).with_extension("jsonl.tmp");
+    let output = Path::new(&s.output);
+    let tmp = output.with_file_name(format!(".{}.tmp", output.file_name().and_then(|n| n.to_str()).unwrap_or("output")));
     let mut out = std::fs::File::create(&tmp).map_err(|e| RunError::Other(format!("{}: {e}", tmp.display())))?;
     let mut failed = 0;
-    for id in order {
-        let line = match results.remove(&id) {
-            Some(Ok(c)) => {
-                let text = policy.tokenizer.decode(&c.tokens, true).unwrap_or_default();
-                serde_json::json!({"id": id, "completion": text, "token_ids": c.tokens, "logprobs": c.logprobs, "finish_reason": format!("{:?}", c.finish).to_lowercase()})
-            }
+    for (engine_id, id) in order {
+        let line = match results.remove(&engine_id) {
+            Some(Ok(c)) => match c.logprobs.iter().position(|l| !l.is_finite()) {
+                // a NaN or infinite logprob is a device or model fault, never a result
+                Some(k) => {
+                    failed += 1;
+                    serde_json::json!({"id": id, "error": format!("non-finite logprob {} at completion position {k} (token {})", c.logprobs[k], c.tokens[k])})
+                }
+                None => match policy.tokenizer.decode(&c.tokens, true) {
+                    Ok(text) => serde_json::json!({"id": id, "completion": text, "token_ids": c.tokens, "logprobs": c.logprobs, "finish_reason": format!("{:?}", c.finish).to_lowercase()}),
+                    Err(e) => {
+                        failed += 1;
+                        serde_json::json!({"id": id, "error": format!("decoding its tokens: {e}"), "token_ids": c.tokens})
+                    }
+                },
+            },
             Some(Err(e)) => {
                 failed += 1;
                 serde_json::json!({"id": id, "error": e.to_string()})
             }
             None => {
                 failed += 1;
-                serde_json::json!({"id": id, "error": "duplicate id"})
+                serde_json::json!({"id": id, "error": "the engine returned no result for this request"})
             }
         };
         writeln!(out, "{line}").map_err(|e| RunError::Other(format!("{}: {e}", tmp.display())))?;
@@ -73,4 +102,16 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
     out.sync_all().map_err(|e| RunError::Other(e.to_string()))?;
     std::fs::rename(&tmp, &s.output).map_err(|e| RunError::Other(format!("{}: {e}", s.output)))?;
     Ok(failed)
+}
+
+/// Whether `a` and `b` name one file (`b` need not exist yet: its folder is resolved).
+fn same_file(a: &Path, b: &Path) -> bool {
+    let resolve = |p: &Path| -> Option<std::path::PathBuf> {
+        if let Ok(c) = p.canonicalize() {
+            return Some(c);
+        }
+        let parent = p.parent().filter(|q| !q.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        Some(parent.canonicalize().ok()?.join(p.file_name()?))
+    };
+    matches!((resolve(a), resolve(b)), (Some(x), Some(y)) if x == y)
 }

@@ -194,11 +194,24 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let ck = dir.join("runs/shape/checkpoints/step-000001/model.safetensors");
     let before = std::fs::read(&ck).unwrap();
+    // (a changed config is refused first, naming the keys; allowed explicitly, the checkpoint's
+    // shape is checked)
     let out = lockstep(&["train", "small.toml", "--set", "train.steps=2", "--set", "model.hidden_size=32", "--set", "log.run_name=shape", "--resume"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("model.hidden_size: 64 -> 32") && err.contains("train.steps: 1 -> 2") && err.contains("--allow-config-change"), "{err}");
+    let resolved = std::fs::read(dir.join("runs/shape/config.resolved.toml")).unwrap();
+    let out = lockstep(&["train", "small.toml", "--set", "train.steps=2", "--set", "model.hidden_size=32", "--set", "log.run_name=shape", "--resume", "--allow-config-change"], &dir);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0));
     assert!(err.contains("another shape"), "{err}");
     assert_eq!(std::fs::read(&ck).unwrap(), before);
+    assert_eq!(std::fs::read(dir.join("runs/shape/config.resolved.toml")).unwrap(), resolved, "a refused resume rewrote config.resolved.toml");
+    // a checkpoint past train.steps names the key
+    let out = lockstep(&["train", "small.toml", "--set", "train.steps=0", "--set", "train.sft_steps=0", "--set", "log.run_name=shape", "--resume"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("train.steps") && err.contains("step 1") && !err.contains("panicked"), "{err}");
     // and starting over on top of an existing run is refused rather than clobbering it
     let out = lockstep(&["train", "small.toml", "--set", "log.run_name=shape"], &dir);
     assert!(String::from_utf8_lossy(&out.stderr).contains("--resume"));
@@ -249,6 +262,60 @@ fn check_passes_on_lockstep_kernels_and_fails_with_a_nonzero_exit_on_split_k() {
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("sampler = trainer | FAILED"), "the split-K sampler must differ from the trainer: {stdout}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("engine check(s) failed"));
+}
+
+#[test]
+fn sample_and_run_inputs_that_would_lose_data_or_mislabel_results_are_refused() {
+    let dir = scratch("sample-bad");
+    let base = |extra: &str| format!("[sampler]\nmax_new_tokens = 3\ninput = \"prompts.jsonl\"\noutput = \"out.jsonl\"\n{extra}[log]\nprogress = false\n");
+    let sample = |cfg: &str, prompts: &str| {
+        std::fs::write(dir.join("s.toml"), cfg).unwrap();
+        std::fs::write(dir.join("prompts.jsonl"), prompts).unwrap();
+        let out = lockstep(&["sample", "--config", "s.toml"], &dir);
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    // the same id twice (also an explicit id equal to another line's implicit one)
+    for prompts in ["{\"prompt\": \"1+2=\", \"id\": 7}\n{\"prompt\": \"3+4=\", \"id\": 7}\n", "{\"prompt\": \"1+2=\"}\n{\"prompt\": \"3+4=\", \"id\": 0}\n", "{\"prompt\": \"1+2=\", \"id\": \"a\"}\n{\"prompt\": \"3+4=\", \"id\": \"a\"}\n"] {
+        let (code, err) = sample(&base(""), prompts);
+        assert_ne!(code, Some(0), "{err}");
+        assert!(err.contains("prompts.jsonl:2") && err.contains("repeats line 1") && !err.contains("panicked"), "{err}");
+        assert!(!dir.join("out.jsonl").exists());
+    }
+    // string ids come back as given, next to integer ids
+    let (code, err) = sample(&base(""), "{\"prompt\": \"1+2=\", \"id\": \"q-1\"}\n{\"prompt\": \"3+4=\", \"id\": 3}\n{\"prompt\": \"5+6=\", \"id\": \"3\"}\n");
+    assert_eq!(code, Some(0), "{err}");
+    let ids: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("out.jsonl")).unwrap().lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].clone()).collect();
+    assert_eq!(ids, vec![serde_json::json!("q-1"), serde_json::json!(3), serde_json::json!("3")]);
+    // an output that is the input is refused and the prompts stay as they were
+    let prompts = "{\"prompt\": \"1+2=\"}\n";
+    let same = base("").replace("output = \"out.jsonl\"", "output = \"./prompts.jsonl\"");
+    let (code, err) = sample(&same, prompts);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("sampler.output") && err.contains("sampler.input"), "{err}");
+    assert_eq!(std::fs::read_to_string(dir.join("prompts.jsonl")).unwrap(), prompts);
+    // characters the tokenizer has no token for are named, not turned into <unk>
+    let (code, err) = sample(&base(""), "{\"prompt\": \"1+2=\u{e9}\"}\n");
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("no token for") && err.contains('\u{e9}') && !err.contains("panicked"), "{err}");
+    // run names that leave log.runs_dir are config errors
+    for name in ["..", ".", ".hidden", "a\\b"] {
+        let out = lockstep(&["train", "--set", &format!("log.run_name={name}")], &dir);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains("log.run_name"), "{name}: {err}");
+    }
+}
+
+#[test]
+fn a_last_step_that_is_also_a_checkpoint_step_is_saved_once_and_never_deleted() {
+    let dir = scratch("double-save");
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    // 6 steps, a checkpoint every 3: step 6 is saved by the loop, the final save must keep it
+    let out = lockstep(&["train", "small.toml", "--set", "log.run_name=d", "--set", "train.keep_checkpoints=1"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ck = dir.join("runs/d/checkpoints");
+    let names: Vec<String> = std::fs::read_dir(&ck).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, vec!["step-000006".to_string()], "{names:?}");
 }
 
 #[test]
