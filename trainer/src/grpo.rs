@@ -74,8 +74,7 @@ impl Trainer {
     pub fn new(cfg: Config, policy: Policy, opt: AdamW, step: usize) -> Result<Self, RunError> {
         let task = Task::from_config(&cfg.task)?;
         let run_dir = run_dir(&cfg);
-        let telemetry = Telemetry::open(&run_dir, cfg.log.tensorboard).map_err(|e| RunError::Other(format!("{}: {e}", run_dir.display())))?;
-        telemetry.truncate_from(step).map_err(|e| RunError::Other(format!("metrics.jsonl: {e}")))?;
+        let telemetry = Telemetry::open(&run_dir, cfg.log.tensorboard, step).map_err(|e| RunError::Other(format!("{}: {e}", run_dir.display())))?;
         let engine_cfg = crate::run::engine_config(&cfg, &policy.model)?;
         let engine = Engine::new(sampler_model(&cfg, &policy.model), engine_cfg).map_err(RunError::Other)?;
         let reference = (cfg.train.kl_coef > 0.0).then(|| policy.model.clone());

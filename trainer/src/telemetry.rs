@@ -139,32 +139,52 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
-    pub fn open(run_dir: &Path, tensorboard: bool) -> std::io::Result<Self> {
+    /// Opens the run's telemetry to record steps from `from` on: metrics.jsonl keeps only the
+    /// lines of earlier steps (a resumed run drops what a killed run logged past its
+    /// checkpoint), and TensorBoard's events are rewritten from those lines into a fresh file
+    /// (events files only grow, so a killed run's later steps, or an earlier run's in a reused
+    /// folder, would otherwise stay as duplicate points). metrics.jsonl is the record; the
+    /// events are always its copy.
+    pub fn open(run_dir: &Path, tensorboard: bool, from: usize) -> std::io::Result<Self> {
         std::fs::create_dir_all(run_dir)?;
+        let metrics_path = run_dir.join("metrics.jsonl");
+        let kept: Vec<String> = std::fs::read_to_string(&metrics_path)
+            .map(|text| text.lines().filter(|l| serde_json::from_str::<StepMetrics>(l).map(|m| m.step < from).unwrap_or(false)).map(str::to_string).collect())
+            .unwrap_or_default();
+        if metrics_path.exists() {
+            let text: String = kept.iter().map(|l| format!("{l}\n")).collect();
+            shared_kernels::model::weights::write_atomic(&metrics_path, text.as_bytes()).map_err(|e| std::io::Error::other(e.to_string()))?;
+        }
         let tb_dir = run_dir.join("tb");
+        if let Ok(entries) = std::fs::read_dir(&tb_dir) {
+            for e in entries.flatten() {
+                if e.file_name().to_string_lossy().starts_with("events.out.tfevents") {
+                    std::fs::remove_file(e.path())?;
+                }
+            }
+        }
         let tb = if tensorboard {
             std::fs::create_dir_all(&tb_dir)?;
             std::panic::catch_unwind(|| tensorboard_rs::summary_writer::SummaryWriter::new(&tb_dir)).ok()
         } else {
             None
         };
-        Ok(Self { metrics_path: run_dir.join("metrics.jsonl"), tb })
-    }
-
-    /// Drops metrics lines of steps >= `from` (after resuming from a checkpoint at `from`).
-    pub fn truncate_from(&self, from: usize) -> std::io::Result<()> {
-        let Ok(text) = std::fs::read_to_string(&self.metrics_path) else { return Ok(()) };
-        let kept: String = text
-            .lines()
-            .filter(|l| serde_json::from_str::<StepMetrics>(l).map(|m| m.step < from).unwrap_or(false))
-            .map(|l| format!("{l}\n"))
-            .collect();
-        std::fs::write(&self.metrics_path, kept)
+        let mut telemetry = Self { metrics_path, tb };
+        for m in kept.iter().filter_map(|l| serde_json::from_str::<StepMetrics>(l).ok()) {
+            telemetry.write_events(&m);
+        }
+        Ok(telemetry)
     }
 
     pub fn record(&mut self, m: &StepMetrics) -> std::io::Result<()> {
         let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&self.metrics_path)?;
         writeln!(f, "{}", serde_json::to_string(m).expect("metrics serialise"))?;
+        self.write_events(m);
+        Ok(())
+    }
+
+    /// One step's scalars into TensorBoard (a failing writer is dropped with a warning).
+    fn write_events(&mut self, m: &StepMetrics) {
         if let Some(tb) = self.tb.as_mut() {
             let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 for (tag, v) in m.scalars() {
@@ -177,7 +197,6 @@ impl Telemetry {
                 self.tb = None;
             }
         }
-        Ok(())
     }
 
     pub fn read(run_dir: &Path) -> Vec<StepMetrics> {

@@ -318,6 +318,44 @@ fn a_last_step_that_is_also_a_checkpoint_step_is_saved_once_and_never_deleted() 
     assert_eq!(names, vec!["step-000006".to_string()], "{names:?}");
 }
 
+/// Points per TensorBoard scalar tag of `tb_dir`, read back by the real TensorBoard.
+fn tensorboard_points(tb_dir: &Path) -> std::collections::BTreeMap<String, Vec<i64>> {
+    let script = r#"
+import sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+acc = EventAccumulator(sys.argv[1]); acc.Reload()
+for tag in sorted(acc.Tags()["scalars"]):
+    print(tag, " ".join(str(e.step) for e in acc.Scalars(tag)))
+"#;
+    let out = Command::new("python3").args(["-c", script, tb_dir.to_str().unwrap()]).output().expect("python3 with tensorboard");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(|l| {
+        let mut parts = l.split(' ');
+        (parts.next().unwrap().to_string(), parts.map(|p| p.parse().unwrap()).collect())
+    }).collect()
+}
+
+#[test]
+fn tensorboard_equals_metrics_after_a_resume_and_in_a_reused_folder() {
+    let dir = scratch("tb-resume");
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    let args = ["train", "small.toml", "--set", "train.steps=4", "--set", "train.checkpoint_every=2", "--set", "train.sft_steps=0", "--set", "log.run_name=r"];
+    // 3 steps logged, the checkpoint at 2: the resume redoes step 2
+    let out = lockstep(&[&args[..], &["--max-steps", "3"]].concat(), &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_dir_all(dir.join("runs/r/checkpoints/step-000003"));
+    let out = lockstep(&[&args[..], &["--resume"]].concat(), &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let points = tensorboard_points(&dir.join("runs/r/tb"));
+    assert_eq!(points["train/loss"], vec![0, 1, 2, 3], "{points:?}");
+    assert_eq!(metrics(&dir.join("runs/r")).len(), 4);
+    // a fresh run in a folder whose checkpoints were removed starts its curves afresh
+    std::fs::remove_dir_all(dir.join("runs/r/checkpoints")).unwrap();
+    let out = lockstep(&["train", "small.toml", "--set", "train.steps=2", "--set", "train.sft_steps=0", "--set", "log.run_name=r"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(tensorboard_points(&dir.join("runs/r/tb"))["rollout/reward_mean"], vec![0, 1]);
+}
+
 #[test]
 fn micro_batches_keep_the_logprob_bits_and_repeat_run_to_run() {
     let dir = scratch("micro");
