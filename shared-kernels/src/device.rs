@@ -36,3 +36,10 @@ pub fn memory_pools_line(device: &Device) -> String {
         }
     }
 }
+
+/// Whether kernels on `device` can hold `dtype` (lavapipe's Vulkan has no bf16 or f16: a bf16
+/// model there failed inside cubecl's shader compiler).
+pub fn supports_dtype(device: &Device, dtype: burn::tensor::DType) -> bool {
+    let Ok(probe) = burn::tensor::Tensor::<1>::zeros([1], device).try_into_primitive::<burn_cubecl::Cube>() else { return false };
+    probe.client.properties().features.supports_type(crate::ops::storage(dtype))
+}

@@ -48,9 +48,47 @@ pub fn embedded_config(c: &Config) -> Result<ModelConfig, RunError> {
     Ok(mc)
 }
 
+fn invalid(key: &str, message: String) -> RunError {
+    RunError::Config(crate::config::ConfigError::Invalid { key: key.into(), message })
+}
+
+/// Every tensor the run allocates from its sizes within the 32-bit index range of the kernels,
+/// checked before anything is allocated (huge sizes through --set aborted the process or
+/// poisoned the device): the weights and one layer's KV cache.
+fn check_sizes(c: &Config, m: &ModelConfig) -> Result<(), RunError> {
+    let limit = u32::MAX as u128;
+    let embedded = c.model.path.is_empty();
+    let key = |name: &str, hf: &str| if embedded { format!("model.{name}") } else { format!("{hf} in {}/config.json", c.model.path) };
+    let weights = [
+        ("embedding (vocab x hidden)", m.vocab_size as u128 * m.hidden_size as u128, key("hidden_size", "hidden_size")),
+        ("MLP (intermediate x hidden)", m.intermediate_size as u128 * m.hidden_size as u128, key("intermediate_size", "intermediate_size")),
+        ("attention (heads x head_dim x hidden)", (m.num_heads * m.head_dim) as u128 * m.hidden_size as u128, key("num_heads", "num_attention_heads")),
+    ];
+    for (what, elements, k) in weights {
+        if elements > limit {
+            return Err(invalid(&k, format!("makes the {what} weight {elements} elements, beyond the kernels' 32-bit index range ({limit})")));
+        }
+    }
+    // positions past 2^24 are no model's context, and the RoPE tables for them alone would not fit
+    if c.sampler.context > 1 << 24 {
+        return Err(invalid("sampler.context", format!("is {}; at most {} positions", c.sampler.context, 1 << 24)));
+    }
+    let kv = c.sampler.max_batch as u128 * c.sampler.context as u128 * (m.num_kv_heads * m.head_dim) as u128;
+    // (a KV budget caps the slots below max_batch; the engine sizes and checks that case)
+    if kv > limit && c.sampler.kv_budget_mib <= 0.0 {
+        return Err(invalid("sampler.context", format!("x sampler.max_batch ({} x {}) gives a KV cache of {kv} elements per layer, beyond the kernels' 32-bit index range ({limit}); lower either, or cap the slots with sampler.kv_budget_mib", c.sampler.context, c.sampler.max_batch)));
+    }
+    Ok(())
+}
+
 /// Loads the policy named by `[model]`, or the checkpoint folder `from` when resuming.
 pub fn load_policy(c: &Config, from: Option<&Checkpoint>, device: &Device) -> Result<Policy, RunError> {
     let dtype = dtype(c);
+    if !shared_kernels::device::supports_dtype(device, dtype) {
+        return Err(invalid("model.dtype", format!("is {:?} but this device ({}) has no {dtype:?} support; use \"f32\"", c.model.dtype, shared_kernels::device::runtime_name())));
+    }
+    let shape = if c.model.path.is_empty() { embedded_config(c)? } else { ModelConfig::from_file(&Path::new(&c.model.path).join("config.json"))? };
+    check_sizes(c, &shape)?;
     let (model, tokenizer_json) = if c.model.path.is_empty() {
         let config = embedded_config(c)?;
         let ck = match from {

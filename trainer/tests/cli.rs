@@ -144,7 +144,16 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
         ("section.toml", "[trainer]\nsteps = 3\n", vec!["trainer"]),
         ("task.toml", "[task]\nname = \"chess\"\n", vec!["task.name", "chess"]),
         ("budget.toml", "[sampler]\nkv_budget_mib = 0.001\n", vec!["sampler.kv_budget_mib", "holds no slot"]),
+        // sizes that would abort the process or poison the device are refused before any allocation
+        ("context.toml", "[sampler]\ncontext = 100000000000\n", vec!["sampler.context"]),
+        ("slots.toml", "[sampler]\nmax_batch = 100000000\ncontext = 4096\n", vec!["sampler.context", "sampler.max_batch", "index range"]),
+        ("ffn.toml", "[model]\nintermediate_size = 100000000000\n", vec!["model.intermediate_size", "index range"]),
     ];
+    // bf16 where the device has none (lavapipe, the CI runtime) names the key
+    let mut cases = cases;
+    if !shared_kernels::device::supports_dtype(&shared_kernels::device::default_device(), burn::tensor::DType::BF16) {
+        cases.push(("bf16.toml", "[model]\ndtype = \"bf16\"\n", vec!["model.dtype", "bf16"]));
+    }
     for (file, text, needles) in cases {
         std::fs::write(dir.join(file), text).unwrap();
         let out = lockstep(&["train", file], &dir);
