@@ -102,14 +102,41 @@ pub fn load(dir: &Path) -> Result<Loaded, ModelError> {
     let bytes = std::fs::read(&opt_path).map_err(|e| io(&opt_path, e))?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| ModelError::Weights { file: opt_path.display().to_string(), tensor: String::new(), message: format!("corrupt: {e}") })?;
     let mut moments: BTreeMap<String, (Vec<f32>, Vec<f32>)> = BTreeMap::new();
+    let bad = |tensor: &str, message: String| ModelError::Weights { file: opt_path.display().to_string(), tensor: tensor.to_string(), message };
     for (name, view) in st.tensors() {
+        if view.dtype() != Dtype::F32 {
+            return Err(bad(&name, format!("is {:?}; optimizer moments are f32", view.dtype())));
+        }
         let values: Vec<f32> = view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+            return Err(bad(&name, format!("holds {} at element {i}: resuming would write non-finite weights", values[i])));
+        }
         let (kind, weight) = name.split_once('.').unwrap_or(("?", &name));
         let entry = moments.entry(weight.to_string()).or_default();
         match kind {
             "m" => entry.0 = values,
             "v" => entry.1 = values,
             _ => return Err(ModelError::Weights { file: opt_path.display().to_string(), tensor: name.clone(), message: "unexpected tensor".into() }),
+        }
+    }
+    // after an update every parameter has both moments, each as long as the parameter: a
+    // missing or short one would restart or misalign Adam without a word
+    if state.adam_t > 0 || !moments.is_empty() {
+        for (name, (_, values)) in &checkpoint.tensors {
+            let Some((m, v)) = moments.get(name) else {
+                return Err(bad(&format!("m.{name}"), format!("is missing (the checkpoint is at Adam step {})", state.adam_t)));
+            };
+            for (kind, got) in [("m", m), ("v", v)] {
+                if got.is_empty() {
+                    return Err(bad(&format!("{kind}.{name}"), format!("is missing (the checkpoint is at Adam step {})", state.adam_t)));
+                }
+                if got.len() != values.len() {
+                    return Err(bad(&format!("{kind}.{name}"), format!("has {} values for a parameter of {}", got.len(), values.len())));
+                }
+            }
+        }
+        if let Some(extra) = moments.keys().find(|k| !checkpoint.tensors.contains_key(*k)) {
+            return Err(bad(extra, "is a moment of no parameter of the model".into()));
         }
     }
     Ok(Loaded { checkpoint, moments, state })
@@ -141,6 +168,46 @@ mod tests {
         assert_eq!(first, again);
         assert_eq!(std::fs::read(first.join("marker")).unwrap(), b"kept");
         assert_eq!(list(&run), vec![first]);
+        let _ = std::fs::remove_dir_all(&run);
+    }
+
+    /// Rewrites `dir`'s optimizer.safetensors with `edit` applied to its (name, dtype, bytes).
+    fn rewrite_optimizer(dir: &Path, edit: impl Fn(&mut Vec<(String, Dtype, Vec<u8>)>)) {
+        let path = dir.join("optimizer.safetensors");
+        let bytes = std::fs::read(&path).unwrap();
+        let st = SafeTensors::deserialize(&bytes).unwrap();
+        let mut tensors: Vec<(String, Dtype, Vec<u8>)> = st.tensors().into_iter().map(|(n, v)| (n, v.dtype(), v.data().to_vec())).collect();
+        tensors.sort_by(|a, b| a.0.cmp(&b.0));
+        edit(&mut tensors);
+        let views: Vec<(String, TensorView<'_>)> = tensors.iter().map(|(n, d, b)| (n.clone(), TensorView::new(*d, vec![b.len() / d.size()], b).unwrap())).collect();
+        std::fs::write(&path, safetensors::serialize(views, None).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn damaged_optimizer_moments_are_refused_naming_the_tensor() {
+        let device = shared_kernels::device::default_device();
+        let ck = Checkpoint::random(shared_kernels::model::tiny_config(17, true), 0.3, 6);
+        let model = Qwen3::from_checkpoint(&ck, DType::F32, &device).unwrap();
+        let mut opt = AdamW::new(0.9, 0.99, 1e-8, 0.0);
+        let grads = model.named_tensors().into_iter().map(|(n, w)| (n, w.flat().ones_like())).collect();
+        let model = opt.step(&model, &grads, 1e-3);
+        let run = std::env::temp_dir().join(format!("lockstep-ck-moments-{}", std::process::id()));
+        let state = RunState { step: 1, adam_t: 1, git_revision: "test".into() };
+        type Edit = Box<dyn Fn(&mut Vec<(String, Dtype, Vec<u8>)>)>;
+        let cases: Vec<(&str, Edit, &str)> = vec![
+            ("missing", Box::new(|t| { t.remove(0); }), "is missing"),
+            ("short", Box::new(|t| { t[1].2.truncate(8); }), "values for a parameter of"),
+            ("nan", Box::new(|t| { t[2].2[0..4].copy_from_slice(&f32::NAN.to_le_bytes()); }), "NaN"),
+            ("f16", Box::new(|t| { t[3].1 = Dtype::F16; }), "F16"),
+        ];
+        for (what, edit, needle) in cases {
+            let _ = std::fs::remove_dir_all(&run);
+            let dir = save(&run, &model, &opt, &state, "{}", 1).unwrap();
+            assert!(load(&dir).is_ok(), "{what}: the intact checkpoint loads");
+            rewrite_optimizer(&dir, edit);
+            let err = load(&dir).err().unwrap_or_else(|| panic!("{what}: loaded")).to_string();
+            assert!(err.contains("optimizer.safetensors") && err.contains(needle), "{what}: {err}");
+        }
         let _ = std::fs::remove_dir_all(&run);
     }
 }
