@@ -353,7 +353,7 @@ fn weighted_backward(tracked: &Qwen3, flat: Tensor<1>, weights: &[f32], step: us
     let weighted = flat * Tensor::from_inner(w_t);
     let loss_value = crate::optim::fixed_order_sum(weighted.clone().inner()).try_into_data().map_err(|e| RunError::Other(format!("step {step}: the device failed computing the loss: {e}")))?.convert::<f32>().try_to_vec::<f32>().expect("f32")[0] as f64;
     if !loss_value.is_finite() {
-        return Err(RunError::Other(format!("step {step}: the loss is {loss_value}; stopping before the update (the last checkpoint is intact)")));
+        return Err(RunError::Other(format!("step {step}: the loss is {loss_value}; stopping before the update (the last checkpoint is intact). Non-finite logprobs come from the weights: on the embedded model a large model.init_std, else a train.lr that diverged")));
     }
     let grads_ad = weighted.sum().backward();
     Ok((loss_value, gradients(tracked, &grads_ad)))

@@ -24,10 +24,17 @@ pub fn read_scalars(tb_dir: &Path) -> Result<Scalars, String> {
         let bytes = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
         let mut at = 0usize;
         while at + 12 <= bytes.len() {
-            let len = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+            let len = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
             let start = at + 12;
-            let Some(payload) = bytes.get(start..start + len) else { break };
-            at = start + len + 4;
+            // a length past the file is a record cut by a kill (the last one: skipped) or garbage
+            let end = usize::try_from(len).ok().and_then(|l| start.checked_add(l));
+            let Some(payload) = end.and_then(|end| bytes.get(start..end)) else {
+                if at == 0 {
+                    return Err(format!("{}: not a TensorBoard event file (its first record claims {len} bytes; the file has {})", file.display(), bytes.len()));
+                }
+                break;
+            };
+            at = start + payload.len() + 4;
             let event = Event::parse_from_bytes(payload).map_err(|e| format!("{}: bad event record: {e}", file.display()))?;
             if let Some(Event_oneof_what::summary(summary)) = event.what {
                 for v in summary.get_value() {
@@ -185,6 +192,21 @@ mod tests {
         std::fs::write(&path, "{\"step\": oops}\n").unwrap();
         let err = super::read_metrics_jsonl(&path).unwrap_err();
         assert!(err.contains("metrics.jsonl line 1"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn garbage_event_files_are_errors_not_panics() {
+        let dir = std::env::temp_dir().join(format!("lockstep-report-garbage-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (i, bytes) in [vec![0xffu8; 64], b"not an event file at all".to_vec(), vec![0u8; 5]].into_iter().enumerate() {
+            let file = dir.join(format!("events.out.tfevents.{i}"));
+            std::fs::write(&file, bytes).unwrap();
+            let got = super::read_scalars(&dir);
+            assert!(got.is_err() || got.as_ref().unwrap().is_empty(), "{got:?}");
+            std::fs::remove_file(file).unwrap();
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

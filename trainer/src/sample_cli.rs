@@ -16,6 +16,8 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
         return Err(RunError::Other(format!("sampler.output {:?} is the prompt file sampler.input: it would be overwritten", s.output)));
     }
     let text = std::fs::read_to_string(&s.input).map_err(|e| RunError::Other(format!("{}: {e}", s.input)))?;
+    // a UTF-8 byte-order mark (some editors write one) is not part of the first line's JSON
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text).to_string();
     let mut requests = Vec::new();
     // the user's ids (strings or integers, echoed as given) by engine id = line index
     let mut user_ids: Vec<serde_json::Value> = Vec::new();

@@ -40,7 +40,7 @@ pub fn warm_start(cfg: &Config, policy: &mut Policy, task: &Task, mut report: im
         let weighted = flat * Tensor::from_inner(w);
         let value = crate::optim::fixed_order_sum(weighted.clone().inner()).into_data().convert::<f32>().try_to_vec::<f32>().expect("f32")[0] as f64;
         if !value.is_finite() {
-            return Err(RunError::Other(format!("sft step {step}: the loss is {value}")));
+            return Err(RunError::Other(format!("sft step {step}: the loss is {value}: non-finite logprobs from the weights (on the embedded model a large model.init_std) or a diverging train.sft_lr")));
         }
         let mut grads = gradients(&tracked, &weighted.sum().backward());
         clip(&mut grads, c.grad_clip);

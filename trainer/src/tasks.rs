@@ -125,6 +125,8 @@ fn countdown_value(expr: &str, numbers: &[i64]) -> Option<i64> {
 fn load_jsonl(path: &Path) -> Result<Vec<Problem>, TaskError> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| TaskError { file: file.clone(), line: 0, message: format!("cannot read: {e}") })?;
+    // a UTF-8 byte-order mark (some editors write one) is not part of the first line's JSON
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {

@@ -290,6 +290,9 @@ fn sample_and_run_inputs_that_would_lose_data_or_mislabel_results_are_refused() 
         assert!(err.contains("prompts.jsonl:2") && err.contains("repeats line 1") && !err.contains("panicked"), "{err}");
         assert!(!dir.join("out.jsonl").exists());
     }
+    // a byte-order mark before the first line is not an error
+    let (code, err) = sample(&base(""), "\u{feff}{\"prompt\": \"1+2=\"}\n");
+    assert_eq!(code, Some(0), "{err}");
     // string ids come back as given, next to integer ids
     let (code, err) = sample(&base(""), "{\"prompt\": \"1+2=\", \"id\": \"q-1\"}\n{\"prompt\": \"3+4=\", \"id\": 3}\n{\"prompt\": \"5+6=\", \"id\": \"3\"}\n");
     assert_eq!(code, Some(0), "{err}");
