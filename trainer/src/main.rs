@@ -200,6 +200,11 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
     if allow_config_change && !resume {
         return Err(RunError::Other("--allow-config-change applies to --resume only".into()));
     }
+    // SIGTERM or Ctrl-C: finish the step, write a checkpoint, stop; a second one stops at once
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register_conditional_shutdown(signal, 130, std::sync::Arc::clone(&stop)).and_then(|_| signal_hook::flag::register(signal, std::sync::Arc::clone(&stop))).map_err(|e| RunError::Other(format!("installing the signal handler: {e}")))?;
+    }
     let (policy, opt, step) = if resume {
         let Some(latest) = existing.last() else {
             return Err(RunError::Other(format!("--resume: no checkpoint in {}", trainer::checkpoint::checkpoints_dir(&dir).display())));
@@ -240,7 +245,7 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
             let task = trainer::tasks::Task::from_config(&cfg.task)?;
             let bar = progress(&cfg, cfg.train.sft_steps, "sft");
             let started = std::time::Instant::now();
-            trainer::sft::warm_start(&cfg, &mut policy, &task, |step, loss| {
+            trainer::sft::warm_start(&cfg, &mut policy, &task, &stop, |step, loss| {
                 bar.set_message(format!("loss {loss:.3}"));
                 bar.inc(1);
                 if bar.is_hidden() && (step % 25 == 0 || step + 1 == cfg.train.sft_steps) {
@@ -265,6 +270,11 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
         history.push(m);
         if cfg.train.checkpoint_every > 0 && trainer.step % cfg.train.checkpoint_every == 0 {
             trainer.checkpoint()?;
+        }
+        if stop.load(std::sync::atomic::Ordering::SeqCst) && trainer.step < end {
+            bar.finish();
+            let saved = trainer.checkpoint()?;
+            return Err(RunError::Other(format!("stopped by a signal after step {}: checkpoint {}; continue with --resume", trainer.step - 1, saved.display())));
         }
     }
     bar.finish();

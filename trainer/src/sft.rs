@@ -10,10 +10,15 @@ use crate::tasks::Task;
 use burn::tensor::{Tensor, TensorData};
 
 /// Runs `cfg.train.sft_steps` steps; calls `report(step, loss)` after each.
-pub fn warm_start(cfg: &Config, policy: &mut Policy, task: &Task, mut report: impl FnMut(usize, f64)) -> Result<(), RunError> {
+/// Stops between steps once `stop` is set (a signal), with an error: nothing is saved before
+/// GRPO's first checkpoint.
+pub fn warm_start(cfg: &Config, policy: &mut Policy, task: &Task, stop: &std::sync::atomic::AtomicBool, mut report: impl FnMut(usize, f64)) -> Result<(), RunError> {
     let c = &cfg.train;
     let mut opt = AdamW::new(c.beta1, c.beta2, c.adam_eps, c.weight_decay);
     for step in 0..c.sft_steps {
+        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(RunError::Other(format!("stopped by a signal during the SFT warm start (step {step} of {}); nothing is saved before GRPO's first checkpoint, so a new run starts over", c.sft_steps)));
+        }
         let mut rng = SplitMix::keyed(c.seed, step as u64, "sft");
         let mut sequences = Vec::with_capacity(c.sft_batch);
         let mut prompt_lens = Vec::with_capacity(c.sft_batch);

@@ -369,6 +369,34 @@ fn tensorboard_equals_metrics_after_a_resume_and_in_a_reused_folder() {
 }
 
 #[test]
+fn sigterm_finishes_the_step_writes_a_checkpoint_and_resume_continues() {
+    let dir = scratch("sigterm");
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    let args = ["train", "small.toml", "--set", "train.steps=200", "--set", "train.sft_steps=0", "--set", "train.checkpoint_every=0", "--set", "log.run_name=t"];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lockstep")).args(args).current_dir(&dir).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let metrics_path = dir.join("runs/t/metrics.jsonl");
+    let started = std::time::Instant::now();
+    while std::fs::read_to_string(&metrics_path).map_or(0, |t| t.lines().count()) < 2 {
+        assert!(started.elapsed().as_secs() < 300, "no steps logged");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // the shell's own `kill` (no procps needed)
+    let status = Command::new("sh").args(["-c", &format!("kill -TERM {}", child.id())]).status().unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("stopped by a signal") && err.contains("--resume"), "{err}");
+    // the checkpoint holds every logged step (checkpoint_every = 0: none before the signal)
+    let logged = metrics(&dir.join("runs/t")).len();
+    let latest = std::fs::read_dir(dir.join("runs/t/checkpoints")).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("step-")).max().unwrap();
+    assert_eq!(latest, format!("step-{logged:06}"), "{err}");
+    let out = lockstep(&[&args[..], &["--resume", "--max-steps", "1"]].concat(), &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(metrics(&dir.join("runs/t")).len(), logged + 1);
+}
+
+#[test]
 fn micro_batches_keep_the_logprob_bits_and_repeat_run_to_run() {
     let dir = scratch("micro");
     std::fs::write(dir.join("small.toml"), SMALL).unwrap();

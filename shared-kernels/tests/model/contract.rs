@@ -53,3 +53,26 @@ fn logits_for_selected_rows_have_the_bits_of_the_full_forward() {
     let err = model.forward_at(&rows, Some(&mut cache()), &[rows.len()]).unwrap_err().to_string();
     assert!(err.contains(&format!("row {}", rows.len())), "{err}");
 }
+
+#[test]
+fn the_auditor_replays_a_token_inside_its_batch_and_names_what_differs() {
+    use shared_kernels::model::audit::first_divergence_in_batch;
+    use shared_kernels::model::{tiny_config, Checkpoint, KernelSet, Qwen3};
+    let device = crate::device();
+    let model = Qwen3::from_checkpoint(&Checkpoint::random(tiny_config(61, true), 0.2, crate::seed() ^ 0xa0d1), DType::F32, &device).unwrap();
+    let batch: Vec<Vec<u32>> = vec![(0..30).map(|i| (i * 7 % 61) as u32).collect(), (0..45).map(|i| (i * 11 % 61) as u32).collect(), (0..12).map(|i| (i * 5 % 61) as u32).collect()];
+    let (s, position) = (1, 40);
+    let (lp, _) = model.sequence_logprobs(&batch, 0.8).unwrap();
+    let sampled = lp[s][position];
+    // the same kernels on both sides, the sampler's bits given: nothing to find, said plainly
+    let report = first_divergence_in_batch(&model, &model, &batch, s, position, Some((sampled, 0.8))).unwrap();
+    assert!(report.starts_with("could not reproduce") && report.contains("3 sequences, 87 rows"), "{report}");
+    // a logprob that differs with every op equal: the report says the difference is at the logprob
+    let report = first_divergence_in_batch(&model, &model, &batch, s, position, Some((sampled + 0.5, 0.8))).unwrap();
+    assert!(report.contains("the logprob does"), "{report}");
+    // a sampler on another matmul (split-K over a decode row): the first op that differs is named
+    let mut split = model.clone();
+    split.kernels = KernelSet::SplitK;
+    let report = first_divergence_in_batch(&model, &split, &batch, s, position, Some((sampled, 0.8))).unwrap();
+    assert!(report.starts_with("first divergence at `layer 0 q (normed, rope)`") || report.starts_with("first divergence at `layer 0"), "{report}");
+}
