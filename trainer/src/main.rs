@@ -232,6 +232,7 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
         let mut opt = new_adamw(&cfg);
         trainer::checkpoint::restore_optimizer(&mut opt, loaded.moments, loaded.state.adam_t, &device);
         opt.restore_masters(&policy.model, &loaded.checkpoint, &device);
+        check_task_fits(&cfg, &policy)?;
         eprintln!("resuming {} at step {}", latest.display(), loaded.state.step);
         (policy, opt, loaded.state.step)
     } else {
@@ -241,6 +242,7 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
         let _ = std::fs::remove_file(dir.join("metrics.jsonl"));
         let mut policy = load_policy(&cfg, None, &device)?;
         trainer::run::engine_config(&cfg, &policy.model)?; // a bad KV budget fails before SFT
+        check_task_fits(&cfg, &policy)?;
         if cfg.train.sft_steps > 0 {
             let task = trainer::tasks::Task::from_config(&cfg.task)?;
             let bar = progress(&cfg, cfg.train.sft_steps, "sft");
@@ -281,6 +283,28 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
     // (save is idempotent per step: a step the loop just saved is not written again)
     let last = trainer.checkpoint()?;
     summary(&history, &last);
+    Ok(())
+}
+
+/// Every problem of a dataset task fits: its prompt and `sampler.max_new_tokens` in
+/// `sampler.context`, and (for the SFT warm start) prompt + answer + end-of-sequence in the
+/// model's positions; a line that does not is named with the key to change.
+fn check_task_fits(cfg: &Config, policy: &trainer::run::Policy) -> Result<(), RunError> {
+    let task = trainer::tasks::Task::from_config(&cfg.task)?;
+    let trainer::tasks::Task::Dataset { problems } = &task else { return Ok(()) };
+    let (context, positions) = (cfg.sampler.context, policy.model.config.max_position_embeddings);
+    for p in problems {
+        let prompt = trainer::run::encode(&policy.tokenizer, &p.prompt).map_err(|e| RunError::Other(format!("{}:{}: {e}", cfg.task.path, p.line)))?;
+        if prompt.len() + cfg.sampler.max_new_tokens > context {
+            return Err(RunError::Config(trainer::config::ConfigError::Invalid { key: "sampler.context".into(), message: format!("is {context} tokens but {}:{} has a {}-token prompt, which with sampler.max_new_tokens = {} needs {}", cfg.task.path, p.line, prompt.len(), cfg.sampler.max_new_tokens, prompt.len() + cfg.sampler.max_new_tokens) }));
+        }
+        if cfg.train.sft_steps > 0 {
+            let answer = trainer::run::encode(&policy.tokenizer, &p.answer).map_err(|e| RunError::Other(format!("{}:{}: {e}", cfg.task.path, p.line)))?;
+            if prompt.len() + answer.len() + 1 > positions {
+                return Err(RunError::Other(format!("{}:{}: prompt + answer + end-of-sequence is {} tokens, beyond the model's {positions} positions (the SFT warm start trains on it; train.sft_steps = 0 skips it)", cfg.task.path, p.line, prompt.len() + answer.len() + 1)));
+            }
+        }
+    }
     Ok(())
 }
 

@@ -13,6 +13,8 @@ pub struct Problem {
     /// countdown: the numbers and the target, for checking other correct expressions.
     pub numbers: Vec<i64>,
     pub target: i64,
+    /// The line of a dataset's file it came from (from 1; 0 for generated problems).
+    pub line: usize,
 }
 
 pub enum Task {
@@ -45,7 +47,7 @@ impl Task {
     }
 
     pub fn sample(&self, rng: &mut SplitMix) -> Problem {
-        let plain = |prompt: String, answer: String| Problem { prompt, answer, numbers: vec![], target: 0 };
+        let plain = |prompt: String, answer: String| Problem { prompt, answer, numbers: vec![], target: 0, line: 0 };
         match self {
             Task::Addition { digits } => {
                 let top = 10u64.pow(*digits as u32);
@@ -74,7 +76,7 @@ impl Task {
                     }
                 }
                 let list = numbers.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",");
-                Problem { prompt: format!("{list}>{value}:"), answer: expr, numbers, target: value }
+                Problem { prompt: format!("{list}>{value}:"), answer: expr, numbers, target: value, line: 0 }
             }
             Task::Dataset { problems } => problems[rng.below(problems.len() as u64) as usize].clone(),
         }
@@ -135,7 +137,7 @@ fn load_jsonl(path: &Path) -> Result<Vec<Problem>, TaskError> {
         let err = |message: String| TaskError { file: file.clone(), line: i + 1, message };
         let v: serde_json::Value = serde_json::from_str(line).map_err(|e| err(format!("not valid JSON: {e}")))?;
         let get = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string).ok_or_else(|| err(format!("missing string field `{k}`")));
-        out.push(Problem { prompt: get("prompt")?, answer: get("answer")?, numbers: vec![], target: 0 });
+        out.push(Problem { prompt: get("prompt")?, answer: get("answer")?, numbers: vec![], target: 0, line: i + 1 });
     }
     if out.is_empty() {
         return Err(TaskError { file, line: 0, message: "no problems in the file".into() });

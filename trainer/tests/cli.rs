@@ -197,6 +197,13 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
     assert_ne!(out.status.code(), Some(0));
     assert!(err.contains("data.jsonl:2") && err.contains("answer"), "{err}");
 
+    // a dataset prompt that cannot fit the context names the line and sampler.context
+    std::fs::write(dir.join("long.jsonl"), format!("{{\"prompt\": \"1+1=\", \"answer\": \"2\"}}\n{{\"prompt\": \"{}=\", \"answer\": \"2\"}}\n", "1+".repeat(30))).unwrap();
+    let out = lockstep(&["train", "--set", "task.name=jsonl", "--set", "task.path=long.jsonl", "--set", "log.run_name=long"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("long.jsonl:2") && err.contains("sampler.context") && err.contains("sampler.max_new_tokens"), "{err}");
+
     // resuming with a model of another shape refuses and leaves the checkpoint intact
     std::fs::write(dir.join("small.toml"), SMALL).unwrap();
     let out = lockstep(&["train", "small.toml", "--set", "train.steps=1", "--set", "train.sft_steps=0", "--set", "log.run_name=shape"], &dir);
