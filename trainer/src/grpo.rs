@@ -110,6 +110,12 @@ impl Trainer {
         for r in results {
             completions.push(r.map_err(|e| RunError::Other(format!("step {step}: sampler: {e}")))?);
         }
+        // a non-finite logprob is a fault (weights or device), never a sample: named, not trained on
+        for (r, comp) in requests.iter().zip(&completions) {
+            if let Some(p) = comp.logprobs.iter().position(|l| !l.is_finite()) {
+                return Err(RunError::Other(format!("step {step}: request {}: the sampler's logprob at completion position {p} (token {}) is {}; stopping before the update (the last checkpoint is intact)", r.id, comp.tokens[p], comp.logprobs[p])));
+            }
+        }
         // 3. rewards and group-normalised advantages
         let g = c.train.group_size;
         let mut rewards = Vec::with_capacity(completions.len());
