@@ -266,12 +266,29 @@ fn apply_override(doc: &mut toml::Table, spec: &str) -> Result<(), ConfigError> 
     let err = |message: String| ConfigError::Override { spec: spec.to_string(), message };
     let (path, raw) = spec.split_once('=').ok_or_else(|| err("expected section.key=value".into()))?;
     let (section, key) = path.trim().split_once('.').ok_or_else(|| err("expected section.key=value".into()))?;
-    let value: toml::Value = match format!("v = {}", raw.trim()).parse::<toml::Table>() {
+    let mut value: toml::Value = match format!("v = {}", raw.trim()).parse::<toml::Table>() {
         Ok(mut t) => t.remove("v").expect("parsed key"),
         Err(_) => toml::Value::String(raw.trim().to_string()),
     };
+    // a string key takes the text as written: `log.run_name=nan` is the name "nan", not NaN
+    let defaults = toml::Value::try_from(Config::default()).ok();
+    let wants_string = defaults.as_ref().and_then(|d| d.get(section)?.get(key)).is_some_and(toml::Value::is_str);
+    if wants_string && !value.is_str() {
+        value = toml::Value::String(raw.trim().to_string());
+    }
     let table = doc.entry(section.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
     let table = table.as_table_mut().ok_or_else(|| err(format!("`{section}` is not a section")))?;
     table.insert(key.to_string(), value);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Config;
+
+    #[test]
+    fn a_string_key_takes_an_override_as_written_even_when_it_reads_as_a_number() {
+        let c = Config::load(None, &["log.run_name=nan".into(), "log.runs_dir=1e3".into(), "train.steps=3".into()]).unwrap();
+        assert_eq!((c.log.run_name.as_str(), c.log.runs_dir.as_str(), c.train.steps), ("nan", "1e3", 3));
+    }
 }

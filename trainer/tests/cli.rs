@@ -425,3 +425,78 @@ fn micro_batches_keep_the_logprob_bits_and_repeat_run_to_run() {
     assert!((lw - lm).abs() <= 1e-5 * lw.abs().max(1e-3), "step 0 loss {lw} vs {lm}");
     assert_eq!(micro_a, micro_b, "two micro-batched runs differ");
 }
+
+/// A copy of the tiny HF fixture in `dir/name`, damaged by `damage`.
+fn damaged_checkpoint(dir: &Path, name: &str, damage: impl FnOnce(&Path)) -> PathBuf {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared-kernels/tests/fixtures/tiny-qwen3");
+    let out = dir.join(name);
+    std::fs::create_dir_all(&out).unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(fixture.join(f), out.join(f)).unwrap();
+    }
+    damage(&out);
+    out
+}
+
+/// The safetensors header of `file` as JSON and the byte offset of the data.
+fn safetensors_header(file: &Path) -> (Vec<u8>, serde_json::Map<String, serde_json::Value>, usize) {
+    let bytes = std::fs::read(file).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    (bytes, header.as_object().unwrap().clone(), 8 + n)
+}
+
+fn edit_config(dir: &Path, key: &str, value: serde_json::Value) {
+    let path = dir.join("config.json");
+    let mut c: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    c[key] = value;
+    std::fs::write(path, c.to_string()).unwrap();
+}
+
+#[test]
+fn damaged_checkpoints_are_errors_naming_the_file_and_are_left_as_they_were() {
+    let dir = scratch("bad-ckpt");
+    type Damage = Box<dyn FnOnce(&Path)>;
+    let cases: Vec<(&str, Damage, &str)> = vec![
+        ("truncated", Box::new(|d| {
+            let bytes = std::fs::read(d.join("model.safetensors")).unwrap();
+            std::fs::write(d.join("model.safetensors"), &bytes[..1000]).unwrap();
+        }), "model.safetensors"),
+        ("dtype", Box::new(|d| {
+            let file = d.join("model.safetensors");
+            let (bytes, mut header, data) = safetensors_header(&file);
+            let key = header.keys().find(|k| *k != "__metadata__").unwrap().clone();
+            header[&key]["dtype"] = "I64".into();
+            let mut text = serde_json::Value::Object(header).to_string().into_bytes();
+            text.resize(text.len().next_multiple_of(8), b' ');
+            std::fs::write(&file, [&(text.len() as u64).to_le_bytes()[..], &text, &bytes[data..]].concat()).unwrap();
+        }), "model.safetensors"),
+        ("nan", Box::new(|d| {
+            let file = d.join("model.safetensors");
+            let (mut bytes, header, data) = safetensors_header(&file);
+            let (_, t) = header.iter().find(|(k, v)| *k != "__metadata__" && v["dtype"] == "F32").unwrap();
+            let at = data + t["data_offsets"][0].as_u64().unwrap() as usize;
+            bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+            std::fs::write(&file, bytes).unwrap();
+        }), "non-finite"),
+        ("shape", Box::new(|d| edit_config(d, "hidden_size", 128.into())), "config.json"),
+        ("vocab", Box::new(|d| edit_config(d, "vocab_size", 100.into())), "model.safetensors"),
+        ("index", Box::new(|d| {
+            std::fs::remove_file(d.join("model.safetensors")).unwrap();
+            std::fs::write(d.join("model.safetensors.index.json"), r#"{"weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors"}}"#).unwrap();
+        }), "model-00001-of-00002.safetensors"),
+        ("tokenizer", Box::new(|d| std::fs::write(d.join("tokenizer.json"), "garbage").unwrap()), "tokenizer.json"),
+        ("config", Box::new(|d| std::fs::write(d.join("config.json"), "{").unwrap()), "config.json"),
+    ];
+    for (name, damage, needle) in cases {
+        let ck = damaged_checkpoint(&dir, name, damage);
+        let before: Vec<(String, Vec<u8>)> = std::fs::read_dir(&ck).unwrap().map(|e| e.unwrap()).map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap())).collect();
+        let out = lockstep(&["train", "--set", &format!("model.path={}", ck.display()), "--set", "train.steps=1", "--set", "train.sft_steps=0", "--set", &format!("log.run_name={name}")], &dir);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{name}: {err}");
+        assert!(err.contains(needle) && !err.contains("panicked"), "{name}: error should name {needle:?}: {err}");
+        for (file, bytes) in before {
+            assert_eq!(std::fs::read(ck.join(&file)).unwrap(), bytes, "{name}: {file} was modified");
+        }
+    }
+}
