@@ -213,7 +213,16 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
         if loaded.state.step > cfg.train.steps {
             return Err(RunError::Config(trainer::config::ConfigError::Invalid { key: "train.steps".into(), message: format!("is {} but the checkpoint {} is at step {}", cfg.train.steps, latest.display(), loaded.state.step) }));
         }
-        if let Some(before) = trainer::run::resolved_config(&dir)? {
+        let before = match trainer::run::resolved_config(&dir) {
+            Ok(before) => before,
+            // (a file from another version of lockstep that this one cannot read)
+            Err(e) if allow_config_change => {
+                eprintln!("warning: {e}; continuing (--allow-config-change)");
+                None
+            }
+            Err(e) => return Err(RunError::Other(format!("{e}: the run's starting config cannot be compared with this one; pass --allow-config-change to resume anyway"))),
+        };
+        if let Some(before) = before {
             let changes = trainer::run::config_changes(&before, &cfg);
             if !changes.is_empty() {
                 let list = changes.iter().map(|(k, a, b)| format!("{k}: {a} -> {b}")).collect::<Vec<_>>().join(", ");
