@@ -63,25 +63,8 @@ fn main() -> ExitCode {
         if burn_defaults {
             impls.push(Impl::BurnDefault);
         }
-        if boundaries && lockstep {
-            match shared_kernels::battery_boundaries::boundary_checks(dtype, &device, seed) {
-                Ok(checks) => {
-                    for c in checks {
-                        failed |= !c.identical();
-                        rows.push(("lockstep", c));
-                    }
-                }
-                Err(e) => {
-                    eprintln!("error: size boundaries {dtype:?}: {e}");
-                    failed = true;
-                }
-            }
-            if boundaries_only {
-                continue;
-            }
-        }
-        let contract = if lockstep { Some(shared_kernels::battery::model_contract(dtype, &device, seed, 8)) } else { None };
-        match contract.unwrap_or_else(|| Ok(Vec::new())) {
+        // lockstep's own check groups: every row must be bit-identical, an error fails the run
+        let mut lockstep_rows = |what: &str, result: Result<Vec<shared_kernels::battery::Check>, String>| match result {
             Ok(checks) => {
                 for c in checks {
                     failed |= !c.identical();
@@ -89,9 +72,18 @@ fn main() -> ExitCode {
                 }
             }
             Err(e) => {
-                eprintln!("error: model contract {dtype:?}: {e}");
+                eprintln!("error: {what} {dtype:?}: {e}");
                 failed = true;
             }
+        };
+        if boundaries && lockstep {
+            lockstep_rows("size boundaries", shared_kernels::battery_boundaries::boundary_checks(dtype, &device, seed).map_err(|e| e.to_string()));
+            if boundaries_only {
+                continue;
+            }
+        }
+        if lockstep {
+            lockstep_rows("model contract", shared_kernels::battery::model_contract(dtype, &device, seed, 8).map_err(|e| e.to_string()));
         }
         for which in impls {
             let name = if which == Impl::Lockstep { "lockstep" } else { "burn default" };
