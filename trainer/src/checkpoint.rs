@@ -179,7 +179,7 @@ mod tests {
         let mut tensors: Vec<(String, Dtype, Vec<u8>)> = st.tensors().into_iter().map(|(n, v)| (n, v.dtype(), v.data().to_vec())).collect();
         tensors.sort_by(|a, b| a.0.cmp(&b.0));
         edit(&mut tensors);
-        let views: Vec<(String, TensorView<'_>)> = tensors.iter().map(|(n, d, b)| (n.clone(), TensorView::new(*d, vec![b.len() / d.size()], b).unwrap())).collect();
+        let views: Vec<(String, TensorView<'_>)> = tensors.iter().map(|(n, d, b)| (n.clone(), TensorView::new(*d, vec![b.len() * 8 / d.bitsize()], b).unwrap())).collect();
         std::fs::write(&path, safetensors::serialize(views, None).unwrap()).unwrap();
     }
 

@@ -15,12 +15,12 @@
 use shared_kernels::model::audit::first_divergence_in_batch;
 use crate::checkpoint::{self, RunState};
 use crate::config::Config;
-use crate::optim::{accumulate, clip, gradients, learning_rate, micro_batches, tracked_copy, AdamW};
+use crate::optim::{accumulate, clip, learning_rate, micro_batches, tracked_copy, weighted_backward, AdamW};
 use crate::rng::SplitMix;
 use crate::run::{encode, run_dir, Policy, RunError};
 use crate::tasks::Task;
 use crate::telemetry::{Agreement, PhaseTimes, StepMetrics, Telemetry};
-use burn::tensor::{DType, Tensor, TensorData};
+use burn::tensor::DType;
 use sampler::{Engine, Request, SamplingParams};
 use shared_kernels::bridge::ReadBack;
 use shared_kernels::ops::fingerprint::{fingerprint_launch, fold_data};
@@ -162,9 +162,9 @@ impl Trainer {
         if c.ablation.sampler_kernels == "matched" && agreement.bit_equal_frac < 1.0 {
             let (s, t) = first_mismatch(&completions, &trainer_lp, &requests);
             let sampled = completions[s].logprobs[t];
-            let batch = &sequences[batches.iter().find(|b| b.contains(&s)).cloned().unwrap_or(0..sequences.len())];
-            let in_batch = s - batches.iter().find(|b| b.contains(&s)).map_or(0, |b| b.start);
-            let report = first_divergence_in_batch(&self.policy.model, self.engine.model(), batch, in_batch, requests[s].prompt.len() - 1 + t, Some((sampled, c.sampler.temperature)))?;
+            // replayed inside the micro-batch it was scored in: the same launch sizes
+            let within = batches.iter().find(|b| b.contains(&s)).cloned().unwrap_or(0..sequences.len());
+            let report = first_divergence_in_batch(&self.policy.model, self.engine.model(), &sequences[within.clone()], s - within.start, requests[s].prompt.len() - 1 + t, Some((sampled, c.sampler.temperature)))?;
             let message = format!("step {step}: sampler and trainer logprobs differ in bits for {} of {} tokens (request {}, token {t}); {report}", agreement.tokens - (agreement.bit_equal_frac * agreement.tokens as f64).round() as usize, agreement.tokens, requests[s].id);
             if c.train.on_mismatch == "stop" {
                 return Err(RunError::Other(message));
@@ -200,7 +200,7 @@ impl Trainer {
             }
         }
         let (loss_value, mut grads) = match single {
-            Some((tracked, flat)) => weighted_backward(&tracked, flat, &weights, step)?,
+            Some((tracked, flat)) => weighted_backward(&tracked, flat, &weights, &format!("step {step}"), "train.lr")?,
             None => {
                 // the update a micro-batch at a time: its tracked forward must give the scoring
                 // pass's bits (batch invariance), its gradients are summed in f32 in order
@@ -212,7 +212,7 @@ impl Trainer {
                         return Err(RunError::Other(format!("step {step}: sequence {}'s logprobs in its tracked micro-batch ({} sequences) differ in bits from the scoring pass", range.start + k, range.len())));
                     }
                     let rows: usize = lp.iter().map(Vec::len).sum();
-                    let (part, grads) = weighted_backward(&tracked, flat, &weights[row..row + rows], step)?;
+                    let (part, grads) = weighted_backward(&tracked, flat, &weights[row..row + rows], &format!("step {step}"), "train.lr")?;
                     loss += part;
                     accumulate(&mut total, grads);
                     row += rows;
@@ -349,20 +349,6 @@ pub struct Correction {
     pub ratio_max: f64,
     pub truncated_frac: f64,
     pub masked_frac: f64,
-}
-
-/// `-sum(weights * logprobs)` of a tracked forward: the loss value (lockstep's fixed-order sum,
-/// checked finite) and the weights' gradients (burn's sum only seeds the backward).
-fn weighted_backward(tracked: &Qwen3, flat: Tensor<1>, weights: &[f32], step: usize) -> Result<(f64, std::collections::BTreeMap<String, Tensor<1>>), RunError> {
-    let device = flat.device();
-    let w_t = Tensor::<1>::from_data(TensorData::new(weights.to_vec(), [weights.len()]), &device.clone().inner());
-    let weighted = flat * Tensor::from_inner(w_t);
-    let loss_value = crate::optim::fixed_order_sum(weighted.clone().inner()).try_into_data().map_err(|e| RunError::Other(format!("step {step}: the device failed computing the loss: {e}")))?.convert::<f32>().try_to_vec::<f32>().expect("f32")[0] as f64;
-    if !loss_value.is_finite() {
-        return Err(RunError::Other(format!("step {step}: the loss is {loss_value}; stopping before the update (the last checkpoint is intact). Non-finite logprobs come from the weights: on the embedded model a large model.init_std, else a train.lr that diverged")));
-    }
-    let grads_ad = weighted.sum().backward();
-    Ok((loss_value, gradients(tracked, &grads_ad)))
 }
 
 /// Logprobs of every sequence on `model`'s training path without autodiff, a micro-batch at a

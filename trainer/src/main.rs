@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use shared_kernels::model::KernelSet;
 use trainer::config::Config;
 use trainer::grpo::{new_adamw, Trainer};
-use trainer::run::{load_policy, run_dir, save_resolved, RunError};
+use trainer::run::{invalid, load_policy, run_dir, save_resolved, RunError};
 
 #[derive(Parser)]
 #[command(name = "lockstep", version, about = "RL for language models with a bit-exact sampler and trainer")]
@@ -211,32 +211,9 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
         };
         let loaded = trainer::checkpoint::load(latest)?;
         if loaded.state.step > cfg.train.steps {
-            return Err(RunError::Config(trainer::config::ConfigError::Invalid { key: "train.steps".into(), message: format!("is {} but the checkpoint {} is at step {}", cfg.train.steps, latest.display(), loaded.state.step) }));
+            return Err(invalid("train.steps", format!("is {} but the checkpoint {} is at step {}", cfg.train.steps, latest.display(), loaded.state.step)));
         }
-        let before = match trainer::run::resolved_config(&dir) {
-            Ok(before) => before,
-            // (a file from another version of lockstep that this one cannot read)
-            Err(e) if allow_config_change => {
-                eprintln!("warning: {e}; continuing (--allow-config-change)");
-                None
-            }
-            Err(e) => return Err(RunError::Other(format!("{e}: the run's starting config cannot be compared with this one; pass --allow-config-change to resume anyway"))),
-        };
-        if let Some(before) = before {
-            let changes = trainer::run::config_changes(&before, &cfg);
-            if !changes.is_empty() {
-                let list = changes.iter().map(|(k, a, b)| format!("{k}: {a} -> {b}")).collect::<Vec<_>>().join(", ");
-                if !allow_config_change {
-                    return Err(RunError::Config(trainer::config::ConfigError::Invalid { key: changes[0].0.clone(), message: format!("differs from the run's config.resolved.toml ({list}); a resume with another config is not bit-identical to an uninterrupted run. Resume with the run's config, or pass --allow-config-change") }));
-                }
-                let kept = dir.join(format!("config.resolved.before-step-{}.toml", loaded.state.step));
-                std::fs::copy(dir.join("config.resolved.toml"), &kept).map_err(|e| RunError::Other(format!("{}: {e}", kept.display())))?;
-                let note = format!("step {}: resumed with a changed config (--allow-config-change): {list}; the earlier config is {}\n", loaded.state.step, kept.display());
-                use std::io::Write;
-                std::fs::OpenOptions::new().create(true).append(true).open(dir.join("config-changes.log")).and_then(|mut f| f.write_all(note.as_bytes())).map_err(|e| RunError::Other(format!("config-changes.log: {e}")))?;
-                eprintln!("warning: {}", note.trim_end());
-            }
-        }
+        trainer::run::check_resume_config(&dir, &cfg, loaded.state.step, allow_config_change)?;
         let policy = load_policy(&cfg, Some(&loaded.checkpoint), &device)?;
         let mut opt = new_adamw(&cfg);
         trainer::checkpoint::restore_optimizer(&mut opt, loaded.moments, loaded.state.adam_t, &device);
@@ -305,7 +282,7 @@ fn check_task_fits(cfg: &Config, policy: &trainer::run::Policy) -> Result<(), Ru
     for p in problems {
         let prompt = trainer::run::encode(&policy.tokenizer, &p.prompt).map_err(|e| RunError::Other(format!("{}:{}: {e}", cfg.task.path, p.line)))?;
         if prompt.len() + cfg.sampler.max_new_tokens > context {
-            return Err(RunError::Config(trainer::config::ConfigError::Invalid { key: "sampler.context".into(), message: format!("is {context} tokens but {}:{} has a {}-token prompt, which with sampler.max_new_tokens = {} needs {}", cfg.task.path, p.line, prompt.len(), cfg.sampler.max_new_tokens, prompt.len() + cfg.sampler.max_new_tokens) }));
+            return Err(invalid("sampler.context", format!("is {context} tokens but {}:{} has a {}-token prompt, which with sampler.max_new_tokens = {} needs {}", cfg.task.path, p.line, prompt.len(), cfg.sampler.max_new_tokens, prompt.len() + cfg.sampler.max_new_tokens)));
         }
         if cfg.train.sft_steps > 0 {
             let answer = trainer::run::encode(&policy.tokenizer, &p.answer).map_err(|e| RunError::Other(format!("{}:{}: {e}", cfg.task.path, p.line)))?;

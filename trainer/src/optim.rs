@@ -140,6 +140,23 @@ pub fn gradients(tracked: &Qwen3, grads: &burn::tensor::Gradients) -> BTreeMap<S
     out
 }
 
+/// `sum(weights * logprobs)` of a tracked forward (`flat` from `tracked.sequence_logprobs`):
+/// the loss value in lockstep's fixed-order sum, checked finite, and the weights' gradients
+/// (burn's sum only seeds the backward). `what` names the step in errors, `lr_key` the
+/// learning-rate key to suspect.
+pub fn weighted_backward(tracked: &Qwen3, flat: Tensor<1>, weights: &[f32], what: &str, lr_key: &str) -> Result<(f64, BTreeMap<String, Tensor<1>>), crate::run::RunError> {
+    use crate::run::RunError;
+    let device = flat.device();
+    let w = Tensor::<1>::from_data(TensorData::new(weights.to_vec(), [weights.len()]), &device.clone().inner());
+    let weighted = flat * Tensor::from_inner(w);
+    let data = fixed_order_sum(weighted.clone().inner()).try_into_data().map_err(|e| RunError::Other(format!("{what}: the device failed computing the loss: {e}")))?;
+    let value = data.convert::<f32>().try_to_vec::<f32>().expect("f32")[0] as f64;
+    if !value.is_finite() {
+        return Err(RunError::Other(format!("{what}: the loss is {value}; stopping before the update (the last checkpoint is intact). Non-finite logprobs come from the weights: on the embedded model a large model.init_std, else a {lr_key} that diverged")));
+    }
+    Ok((value, gradients(tracked, &weighted.sum().backward())))
+}
+
 /// Adds `grads` (one micro-batch's) into `total` in f32, in name order; the first micro-batch's
 /// gradients are taken as they are.
 pub fn accumulate(total: &mut BTreeMap<String, Tensor<1>>, grads: BTreeMap<String, Tensor<1>>) {

@@ -48,7 +48,8 @@ pub fn embedded_config(c: &Config) -> Result<ModelConfig, RunError> {
     Ok(mc)
 }
 
-fn invalid(key: &str, message: String) -> RunError {
+/// A config error naming `key` (exit 2).
+pub fn invalid(key: &str, message: String) -> RunError {
     RunError::Config(crate::config::ConfigError::Invalid { key: key.into(), message })
 }
 
@@ -130,7 +131,9 @@ pub fn load_policy(c: &Config, from: Option<&Checkpoint>, device: &Device) -> Re
 /// the characters (silently training on `<unk>` would change the task).
 pub fn encode(tok: &Tokenizer, text: &str) -> Result<Vec<u32>, RunError> {
     let enc = tok.encode(text, false).map_err(|e| RunError::Other(format!("tokenizing {text:?}: {e}")))?;
-    let unknown: Vec<&str> = enc.get_tokens().iter().zip(enc.get_offsets()).filter(|(t, _)| matches!(t.as_str(), "<unk>" | "[UNK]" | "<|unk|>")).map(|(_, &(a, b))| text.get(a..b).unwrap_or("?")).filter(|s| !matches!(*s, "<unk>" | "[UNK]" | "<|unk|>")).collect();
+    const UNKNOWN: [&str; 3] = ["<unk>", "[UNK]", "<|unk|>"];
+    // an unknown token whose text is not itself the unknown token's name
+    let unknown: Vec<&str> = enc.get_tokens().iter().zip(enc.get_offsets()).filter(|(t, _)| UNKNOWN.contains(&t.as_str())).map(|(_, &(a, b))| text.get(a..b).unwrap_or("?")).filter(|s| !UNKNOWN.contains(s)).collect();
     if !unknown.is_empty() {
         return Err(RunError::Other(format!("tokenizing {text:?}: the tokenizer has no token for {:?} (it would become its unknown token)", unknown)));
     }
@@ -196,6 +199,37 @@ pub fn resolved_config(dir: &Path) -> Result<Option<Config>, RunError> {
     let path = dir.join("config.resolved.toml");
     let Ok(text) = std::fs::read_to_string(&path) else { return Ok(None) };
     toml::from_str(&text).map(Some).map_err(|e| RunError::Other(format!("{}: {e}", path.display())))
+}
+
+/// A resume continues bit for bit only under the config the run started with: a differing one
+/// is refused naming every key (`key: before -> now`) unless `allow`, which keeps the earlier
+/// config beside the new one and logs the change in the run's `config-changes.log`.
+pub fn check_resume_config(dir: &Path, cfg: &Config, step: usize, allow: bool) -> Result<(), RunError> {
+    let before = match resolved_config(dir) {
+        Ok(before) => before,
+        // (a file from another version of lockstep that this one cannot read)
+        Err(e) if allow => {
+            eprintln!("warning: {e}; continuing (--allow-config-change)");
+            None
+        }
+        Err(e) => return Err(RunError::Other(format!("{e}: the run's starting config cannot be compared with this one; pass --allow-config-change to resume anyway"))),
+    };
+    let Some(before) = before else { return Ok(()) };
+    let changes = config_changes(&before, cfg);
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let list = changes.iter().map(|(k, a, b)| format!("{k}: {a} -> {b}")).collect::<Vec<_>>().join(", ");
+    if !allow {
+        return Err(invalid(&changes[0].0, format!("differs from the run's config.resolved.toml ({list}); a resume with another config is not bit-identical to an uninterrupted run. Resume with the run's config, or pass --allow-config-change")));
+    }
+    let kept = dir.join(format!("config.resolved.before-step-{step}.toml"));
+    std::fs::copy(dir.join("config.resolved.toml"), &kept).map_err(|e| RunError::Other(format!("{}: {e}", kept.display())))?;
+    let note = format!("step {step}: resumed with a changed config (--allow-config-change): {list}; the earlier config is {}\n", kept.display());
+    use std::io::Write;
+    std::fs::OpenOptions::new().create(true).append(true).open(dir.join("config-changes.log")).and_then(|mut f| f.write_all(note.as_bytes())).map_err(|e| RunError::Other(format!("config-changes.log: {e}")))?;
+    eprintln!("warning: {}", note.trim_end());
+    Ok(())
 }
 
 /// The sampler engine's configuration from the `[sampler]` section, slots limited by

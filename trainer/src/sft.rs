@@ -3,11 +3,10 @@
 //! that sometimes earns reward.
 
 use crate::config::Config;
-use crate::optim::{clip, gradients, tracked_copy, AdamW};
+use crate::optim::{clip, tracked_copy, weighted_backward, AdamW};
 use crate::rng::SplitMix;
 use crate::run::{encode, Policy, RunError};
 use crate::tasks::Task;
-use burn::tensor::{Tensor, TensorData};
 
 /// Runs `cfg.train.sft_steps` steps; calls `report(step, loss)` after each.
 /// Stops between steps once `stop` is set (a signal), with an error: nothing is saved before
@@ -40,14 +39,7 @@ pub fn warm_start(cfg: &Config, policy: &mut Policy, task: &Task, stop: &std::sy
                 weights.push(if t + 1 >= prompt_lens[s] { -1.0 / answer_tokens as f32 } else { 0.0 });
             }
         }
-        let device = flat.device().inner();
-        let w = Tensor::<1>::from_data(TensorData::new(weights.clone(), [weights.len()]), &device);
-        let weighted = flat * Tensor::from_inner(w);
-        let value = crate::optim::fixed_order_sum(weighted.clone().inner()).into_data().convert::<f32>().try_to_vec::<f32>().expect("f32")[0] as f64;
-        if !value.is_finite() {
-            return Err(RunError::Other(format!("sft step {step}: the loss is {value}: non-finite logprobs from the weights (on the embedded model a large model.init_std) or a diverging train.sft_lr")));
-        }
-        let mut grads = gradients(&tracked, &weighted.sum().backward());
+        let (value, mut grads) = weighted_backward(&tracked, flat, &weights, &format!("sft step {step}"), "train.sft_lr")?;
         clip(&mut grads, c.grad_clip);
         let lr = crate::optim::learning_rate(c.sft_lr, step, c.warmup_steps, c.sft_steps, c.min_lr_ratio);
         policy.model = opt.step(&policy.model, &grads, lr);

@@ -380,7 +380,7 @@ fn sigterm_finishes_the_step_writes_a_checkpoint_and_resume_continues() {
     let dir = scratch("sigterm");
     std::fs::write(dir.join("small.toml"), SMALL).unwrap();
     let args = ["train", "small.toml", "--set", "train.steps=200", "--set", "train.sft_steps=0", "--set", "train.checkpoint_every=0", "--set", "log.run_name=t"];
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lockstep")).args(args).current_dir(&dir).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_lockstep")).args(args).current_dir(&dir).stderr(std::process::Stdio::piped()).spawn().unwrap();
     let metrics_path = dir.join("runs/t/metrics.jsonl");
     let started = std::time::Instant::now();
     while std::fs::read_to_string(&metrics_path).map_or(0, |t| t.lines().count()) < 2 {
