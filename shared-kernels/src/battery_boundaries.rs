@@ -5,7 +5,10 @@
 //!   the u32 range, and a select of Qwen3-vocabulary rows past 2^31 elements, up to 2^32;
 //! - grid dimensions: embedding rows whose launch needs more than 65535 cubes in x;
 //! - the fused LM head + logprob over 17k rows of Qwen3's vocabulary = each row alone;
-//! - attention over an 8k-position prefix: prefill tiles = the rows decoded alone.
+//! - attention over an 8k-position prefix: prefill tiles = the rows decoded alone;
+//! - the training backward at real shapes: folded weight gradients (the LM head's and an MLP
+//!   projection's) in micro-batch-sized pieces = one pass, and a sequence's attention gradients
+//!   (the dense per-sequence path and the linear-memory kernels) = the same sequence alone.
 
 use crate::battery::{dtype_name, float_tensor, host, int_tensor, random_vec, Check};
 use crate::KernelError;
@@ -92,6 +95,58 @@ pub fn boundary_checks(dtype: DType, device: &Device, seed: u64) -> Result<Vec<C
     }
     out.push(check(format!("head_logprobs {rows} rows x {QWEN_VOCAB} = rows alone"), dtype, probe.len(), bad, max));
     out.push(long_prefix_attention(dtype, device, &mut rng)?);
+    out.extend(training_backward(dtype, device, &mut rng)?);
+    Ok(out)
+}
+
+/// The training backward's invariants at Qwen3-0.6B's shapes, as bits.
+fn training_backward(dtype: DType, device: &Device, rng: &mut StdRng) -> Result<Vec<Check>, KernelError> {
+    use crate::autodiff::plain;
+    use crate::ops::weight_grad::fold_matmul;
+    let mut out = Vec::new();
+    // folded weight gradients: one call over all tokens = pieces cut at granules of 16 tokens
+    for (t, n, k, cuts) in [(5_000usize, QWEN_VOCAB, 1024usize, vec![0usize, 1_552, 3_520, 5_000]), (17_200, 3072, 1024, vec![0, 16, 8_192, 16_384, 17_200])] {
+        let dy = float_tensor(random_vec(rng, t * n, 0.05), [t, n], dtype, device);
+        let x = float_tensor(random_vec(rng, t * k, 1.0), [t, k], dtype, device);
+        let whole = host(plain::<2>(fold_matmul(None, dy.clone(), x.clone())?));
+        let mut acc = None;
+        for w in cuts.windows(2) {
+            acc = Some(fold_matmul(acc, dy.clone().slice([w[0]..w[1], 0..n]), x.clone().slice([w[0]..w[1], 0..k]))?);
+        }
+        let pieces = host(plain::<2>(acc.expect("pieces")));
+        let (bad, max) = differing_rows(&pieces, &whole, k);
+        out.push(check(format!("folded weight gradient [{n}, {k}] over {t} tokens in {} pieces = one pass", cuts.len() - 1), dtype, n, bad, max));
+    }
+    // attention gradients of one sequence alone = between two neighbours (dense path at 1500
+    // tokens, linear-memory kernels at 4200: 16 heads x 4200^2 is past DENSE_SEQUENCE_SCORES)
+    let (heads, kv_heads, d) = (16usize, 8usize, 128usize);
+    for len in [1_500usize, 4_200] {
+        let lens = [37usize, len, 250];
+        let rows: usize = lens.iter().sum();
+        let make = |h: usize, rng: &mut StdRng| random_vec(rng, rows * h * d, 1.0);
+        let (q, k, v, probe) = (make(heads, rng), make(kv_heads, rng), make(kv_heads, rng), make(heads, rng));
+        let grads = |first: usize, lens: &[usize]| -> Result<Vec<Vec<f32>>, KernelError> {
+            let n: usize = lens.iter().sum();
+            let ad = device.clone().autodiff();
+            let leaf = |x: &[f32], h: usize| float_tensor(x[first * h * d..(first + n) * h * d].to_vec(), [n, h, d], dtype, &ad).require_grad();
+            let (ql, kl, vl) = (leaf(&q, heads), leaf(&k, kv_heads), leaf(&v, kv_heads));
+            let slots: Vec<u32> = lens.iter().enumerate().flat_map(|(s, &l)| std::iter::repeat_n(s as u32, l)).collect();
+            let positions: Vec<u32> = lens.iter().flat_map(|&l| 0..l as u32).collect();
+            let o = crate::causal_attention(ql.clone(), kl.clone(), vl.clone(), &slots, &positions, 1.0 / (d as f32).sqrt())?;
+            let p = float_tensor(probe[first * heads * d..(first + n) * heads * d].to_vec(), [n, heads, d], dtype, &ad);
+            let g = (o * p).sum().backward();
+            Ok([&ql, &kl, &vl].iter().map(|t| host(t.grad(&g).expect("gradient").reshape([n * t.dims()[1] * d]))).collect())
+        };
+        let (all, alone) = (grads(0, &lens)?, grads(37, &lens[1..2])?);
+        let (mut bad, mut max) = (0, 0.0f64);
+        for (i, h) in [heads, kv_heads, kv_heads].into_iter().enumerate() {
+            let mid = &all[i][37 * h * d..(37 + len) * h * d];
+            let (b, m) = differing_rows(mid, &alone[i], h * d);
+            bad += b;
+            max = max.max(m);
+        }
+        out.push(check(format!("attention backward: a {len}-token sequence alone = between neighbours (dQ, dK, dV rows)"), dtype, 3 * len, bad, max));
+    }
     Ok(out)
 }
 

@@ -14,6 +14,7 @@ pub mod battery_boundaries;
 pub mod bridge;
 pub mod device;
 pub mod error;
+pub mod grad_fold;
 pub mod model;
 pub mod ops;
 pub mod reference;

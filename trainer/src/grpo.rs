@@ -15,7 +15,8 @@
 use shared_kernels::model::audit::first_divergence_in_batch;
 use crate::checkpoint::{self, RunState};
 use crate::config::Config;
-use crate::optim::{accumulate, clip, learning_rate, micro_batches, tracked_copy, weighted_backward, AdamW};
+use crate::optim::{accumulate, clip, learning_rate, micro_batches, tracked_copy, weighted_backward, with_folded, AdamW};
+use shared_kernels::grad_fold::GradFold;
 use crate::rng::SplitMix;
 use crate::run::{encode, run_dir, Policy, RunError};
 use crate::tasks::Task;
@@ -122,7 +123,7 @@ impl Trainer {
         for (i, comp) in completions.iter().enumerate() {
             let body: Vec<u32> = comp.tokens.iter().copied().filter(|&t| t != self.policy.eos).collect();
             let text = self.policy.tokenizer.decode(&body, true).map_err(|e| RunError::Other(format!("decode: {e}")))?;
-            rewards.push(self.task.reward(&problems[i / g], &text) as f64);
+            rewards.push(self.task.reward_of(&c.task.reward, &problems[i / g], &text) as f64);
         }
         let mut advantages = vec![0.0f64; rewards.len()];
         for (group, chunk) in rewards.chunks(g).enumerate() {
@@ -199,11 +200,14 @@ impl Trainer {
                 weights.push(w as f32);
             }
         }
-        let (loss_value, mut grads) = match single {
-            Some((tracked, flat)) => weighted_backward(&tracked, flat, &weights, &format!("step {step}"), "train.lr")?,
+        // weight gradients folded over the tokens in order across micro-batches: the update's
+        // bits do not depend on train.micro_batch_tokens
+        let mut fold = GradFold::new();
+        let (loss_value, grads) = match single {
+            Some((tracked, flat)) => weighted_backward(&tracked, flat, &weights, &mut fold, &format!("step {step}"), "train.lr")?,
             None => {
                 // the update a micro-batch at a time: its tracked forward must give the scoring
-                // pass's bits (batch invariance), its gradients are summed in f32 in order
+                // pass's bits (batch invariance); gradients not folded are summed in f32 in order
                 let (mut loss, mut total, mut row) = (0.0, std::collections::BTreeMap::new(), 0);
                 for range in &batches {
                     let tracked = tracked_copy(&self.policy.model);
@@ -212,7 +216,7 @@ impl Trainer {
                         return Err(RunError::Other(format!("step {step}: sequence {}'s logprobs in its tracked micro-batch ({} sequences) differ in bits from the scoring pass", range.start + k, range.len())));
                     }
                     let rows: usize = lp.iter().map(Vec::len).sum();
-                    let (part, grads) = weighted_backward(&tracked, flat, &weights[row..row + rows], &format!("step {step}"), "train.lr")?;
+                    let (part, grads) = weighted_backward(&tracked, flat, &weights[row..row + rows], &mut fold, &format!("step {step}"), "train.lr")?;
                     loss += part;
                     accumulate(&mut total, grads);
                     row += rows;
@@ -220,6 +224,7 @@ impl Trainer {
                 (loss, total)
             }
         };
+        let mut grads = with_folded(grads, fold);
         let grad_norm = clip(&mut grads, c.train.grad_clip);
         if !grad_norm.is_finite() {
             return Err(RunError::Other(format!("step {step}: the gradient norm is {grad_norm}; stopping before the update (the last checkpoint is intact)")));

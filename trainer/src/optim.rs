@@ -3,6 +3,7 @@
 //! rate schedule (linear warm-up, cosine decay to `min_lr_ratio`).
 
 use burn::tensor::{DType, Tensor, TensorData};
+use shared_kernels::grad_fold::{node_id, GradFold};
 use shared_kernels::model::{Qwen3, Weight};
 use std::collections::BTreeMap;
 
@@ -144,7 +145,10 @@ pub fn gradients(tracked: &Qwen3, grads: &burn::tensor::Gradients) -> BTreeMap<S
 /// the loss value in lockstep's fixed-order sum, checked finite, and the weights' gradients
 /// (burn's sum only seeds the backward). `what` names the step in errors, `lr_key` the
 /// learning-rate key to suspect.
-pub fn weighted_backward(tracked: &Qwen3, flat: Tensor<1>, weights: &[f32], what: &str, lr_key: &str) -> Result<(f64, BTreeMap<String, Tensor<1>>), crate::run::RunError> {
+/// The weights' gradients that lockstep's ops sum over tokens are folded into `fold` (their
+/// bits then do not depend on the micro-batching, `shared_kernels::grad_fold`); the rest (the
+/// ablation kernels' weights) come back by name.
+pub fn weighted_backward(tracked: &Qwen3, flat: Tensor<1>, weights: &[f32], fold: &mut GradFold, what: &str, lr_key: &str) -> Result<(f64, BTreeMap<String, Tensor<1>>), crate::run::RunError> {
     use crate::run::RunError;
     let device = flat.device();
     let w = Tensor::<1>::from_data(TensorData::new(weights.to_vec(), [weights.len()]), &device.clone().inner());
@@ -154,7 +158,39 @@ pub fn weighted_backward(tracked: &Qwen3, flat: Tensor<1>, weights: &[f32], what
     if !value.is_finite() {
         return Err(RunError::Other(format!("{what}: the loss is {value}; stopping before the update (the last checkpoint is intact). Non-finite logprobs come from the weights: on the embedded model a large model.init_std, else a {lr_key} that diverged")));
     }
-    Ok((value, gradients(tracked, &weighted.sum().backward())))
+    let grads = {
+        let _attached = fold.attach(weight_nodes(tracked));
+        weighted.sum().backward()
+    };
+    Ok((value, gradients(tracked, &grads)))
+}
+
+/// (name, autodiff node id) of every tracked weight of `tracked` (from [`tracked_copy`]).
+pub fn weight_nodes(tracked: &Qwen3) -> Vec<(String, u64)> {
+    tracked
+        .named_tensors()
+        .into_iter()
+        .filter_map(|(name, w)| {
+            let id = match &w {
+                Weight::Vector(v) => node_id(v),
+                Weight::Matrix(m) => node_id(m),
+            };
+            id.map(|id| (name, id))
+        })
+        .collect()
+}
+
+/// `grads` (burn's, by name) with the folded gradients added in (a weight with both, a tied
+/// embedding under the ablation kernels, gets burn's plus the folded one).
+pub fn with_folded(mut grads: BTreeMap<String, Tensor<1>>, fold: GradFold) -> BTreeMap<String, Tensor<1>> {
+    for (name, g) in fold.into_grads() {
+        let sum = match grads.remove(&name) {
+            Some(other) => other + g,
+            None => g,
+        };
+        grads.insert(name, sum);
+    }
+    grads
 }
 
 /// Adds `grads` (one micro-batch's) into `total` in f32, in name order; the first micro-batch's

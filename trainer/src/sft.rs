@@ -3,7 +3,8 @@
 //! that sometimes earns reward.
 
 use crate::config::Config;
-use crate::optim::{clip, tracked_copy, weighted_backward, AdamW};
+use crate::optim::{clip, tracked_copy, weighted_backward, with_folded, AdamW};
+use shared_kernels::grad_fold::GradFold;
 use crate::rng::SplitMix;
 use crate::run::{encode, Policy, RunError};
 use crate::tasks::Task;
@@ -39,7 +40,9 @@ pub fn warm_start(cfg: &Config, policy: &mut Policy, task: &Task, stop: &std::sy
                 weights.push(if t + 1 >= prompt_lens[s] { -1.0 / answer_tokens as f32 } else { 0.0 });
             }
         }
-        let (value, mut grads) = weighted_backward(&tracked, flat, &weights, &format!("sft step {step}"), "train.sft_lr")?;
+        let mut fold = GradFold::new();
+        let (value, grads) = weighted_backward(&tracked, flat, &weights, &mut fold, &format!("sft step {step}"), "train.sft_lr")?;
+        let mut grads = with_folded(grads, fold);
         clip(&mut grads, c.grad_clip);
         let lr = crate::optim::learning_rate(c.sft_lr, step, c.warmup_steps, c.sft_steps, c.min_lr_ratio);
         policy.model = opt.step(&policy.model, &grads, lr);

@@ -82,6 +82,14 @@ impl Task {
         }
     }
 
+    /// The reward `kind` (`task.reward`) gives `completion`.
+    pub fn reward_of(&self, kind: &str, problem: &Problem, completion: &str) -> f32 {
+        match kind {
+            "char_f1" => char_f1(completion.trim(), &problem.answer),
+            _ => self.reward(problem, completion),
+        }
+    }
+
     /// 1 for a correct completion (text up to the end-of-sequence token), else 0.
     pub fn reward(&self, problem: &Problem, completion: &str) -> f32 {
         let text = completion.trim();
@@ -91,6 +99,26 @@ impl Task {
         };
         if correct { 1.0 } else { 0.0 }
     }
+}
+
+/// F1 of the characters of `got` and `want` as multisets: partial credit that moves with every
+/// character, so even a random policy's rollouts get distinct rewards (advantages not all 0).
+pub fn char_f1(got: &str, want: &str) -> f32 {
+    let count = |s: &str| {
+        let mut m = std::collections::BTreeMap::new();
+        for c in s.chars() {
+            *m.entry(c).or_insert(0usize) += 1;
+        }
+        m
+    };
+    let (g, w) = (count(got), count(want));
+    let common: usize = g.iter().map(|(c, n)| (*n).min(*w.get(c).unwrap_or(&0))).sum();
+    let (ng, nw) = (got.chars().count(), want.chars().count());
+    if common == 0 || ng == 0 || nw == 0 {
+        return 0.0;
+    }
+    let (p, r) = (common as f64 / ng as f64, common as f64 / nw as f64);
+    (2.0 * p * r / (p + r)) as f32
 }
 
 /// Value of `a op b op c ...` (left to right, + - *), if it uses each given number at most once.
@@ -148,6 +176,17 @@ fn load_jsonl(path: &Path) -> Result<Vec<Problem>, TaskError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn char_f1_gives_partial_credit_in_unit_range() {
+        assert_eq!(char_f1("123", "123"), 1.0);
+        assert_eq!(char_f1("abc", "123"), 0.0);
+        assert_eq!(char_f1("", "123"), 0.0);
+        // "1x" vs "12": one common character, precision 1/2, recall 1/2
+        assert!((char_f1("1x", "12") - 0.5).abs() < 1e-6);
+        // multisets: "11" vs "1" has one common character
+        assert!((char_f1("11", "1") - 2.0 / 3.0).abs() < 1e-6);
+    }
 
     #[test]
     fn countdown_checks_numbers_and_value() {

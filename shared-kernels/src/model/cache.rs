@@ -5,6 +5,16 @@ use crate::model::ModelConfig;
 use crate::KernelError;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
+/// Stand-in rows after a sequence of `len` rows up to a multiple of `granule`.
+pub fn padding_rows(len: usize, granule: usize) -> usize {
+    (granule - len % granule) % granule
+}
+
+fn post_inc(x: &mut u32) -> u32 {
+    *x += 1;
+    *x - 1
+}
+
 /// The tokens to run: row r is token `tokens[r]` at `positions[r]` of sequence `slots[r]`.
 #[derive(Clone, Debug, Default)]
 pub struct Rows {
@@ -20,6 +30,26 @@ impl Rows {
         for (s, seq) in sequences.iter().enumerate() {
             for (p, &t) in seq.iter().enumerate() {
                 rows.push(t, s as u32, p as u32);
+            }
+        }
+        rows
+    }
+    /// [`Rows::whole`] with each sequence followed by [`padding_rows`] stand-in rows (token 0),
+    /// so every sequence starts on a multiple of `granule` rows. They sit at the positions
+    /// after the sequence (attention is causal: its rows never see them), or, where that would
+    /// pass `max_positions`, as a sequence of their own in an extra slot (numbered from
+    /// `sequences.len()`).
+    pub fn whole_padded(sequences: &[Vec<u32>], granule: usize, max_positions: usize) -> Self {
+        let mut rows = Rows::default();
+        let mut extra = sequences.len() as u32;
+        for (s, seq) in sequences.iter().enumerate() {
+            for (p, &t) in seq.iter().enumerate() {
+                rows.push(t, s as u32, p as u32);
+            }
+            let pad = padding_rows(seq.len(), granule);
+            let (slot, first) = if seq.len() + pad <= max_positions { (s as u32, seq.len()) } else { (post_inc(&mut extra), 0) };
+            for p in first..first + pad {
+                rows.push(0, slot, p as u32);
             }
         }
         rows

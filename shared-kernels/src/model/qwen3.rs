@@ -551,11 +551,14 @@ impl Qwen3 {
         if let Some(i) = sequences.iter().position(|s| s.len() < 2) {
             return Err(ModelError::Input(format!("sequence {i} has fewer than 2 tokens: nothing to score")));
         }
-        let rows = Rows::whole(sequences);
+        // sequences padded to whole fold granules: a micro-batch of whole sequences then starts
+        // on a granule, so the folded weight gradients' bits do not see the micro-batching
+        let granule = crate::grad_fold::FOLD_ROWS;
+        let rows = Rows::whole_padded(sequences, granule, self.config.max_position_embeddings);
         let x = self.final_hidden(&rows, None, None, None)?;
         let device = x.device();
-        // every row runs through the head (a sequence's last row with a stand-in target 0, then
-        // dropped), so the head's weight gradient walks the same rows as a full logits matrix
+        // every row runs through the head (a sequence's last row and the padding with a
+        // stand-in target 0, then dropped), so the head's weight gradient walks every row
         let mut targets = Vec::with_capacity(rows.len());
         let mut keep = Vec::with_capacity(rows.len());
         for seq in sequences {
@@ -567,7 +570,9 @@ impl Qwen3 {
                     targets.push(0);
                 }
             }
+            targets.extend(std::iter::repeat_n(0, super::cache::padding_rows(seq.len(), granule)));
         }
+        debug_assert_eq!(targets.len(), rows.len());
         let (n, m) = (targets.len(), keep.len());
         let tg = Tensor::<1, Int>::from_data(TensorData::new(targets, [n]), &device);
         let temps = Tensor::<1>::from_data(TensorData::new(vec![temperature; n], [n]), &device);

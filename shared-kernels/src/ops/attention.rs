@@ -415,7 +415,9 @@ fn attention_impl(
 /// `positions[r]` of sequence `slots[r]`, and every sequence's positions 0..len must all be
 /// present. It writes the rows' K/V into a fresh cache and runs [`attention`], the very kernels
 /// the sampler's prefill and decode run, so its bits equal theirs. Differentiable when the
-/// inputs are on an autodiff device (backward: dense per-sequence attention in burn ops).
+/// inputs are on an autodiff device (backward: one sequence at a time,
+/// [`super::attention_backward::sequence_backward`], where every sequence's rows are contiguous
+/// and in order; else dense attention over padded groups of sequences in burn ops).
 pub fn causal_attention(
     q: BTensor<3>,
     k: BTensor<3>,
@@ -445,6 +447,16 @@ pub fn causal_attention(
     let (qa, ka, va) = (tracked_in(OP, "q", q)?, tracked_in(OP, "k", k)?, tracked_in(OP, "v", v)?);
     let (qp, kp, vp) = (plain::<3>(inner(&qa)), plain::<3>(inner(&ka)), plain::<3>(inner(&va)));
     let out = causal_attention_plain(qp.clone(), kp.clone(), vp.clone(), slots, positions, n_slots, max_len, scale)?;
+    if let Some((starts, seq_lens)) = super::attention_backward::contiguous_sequences(slots, positions) {
+        // the training layout: each sequence's backward alone, so its bits are its own
+        let sequences: Vec<(usize, usize)> = (0..rows).filter(|&r| starts[r] as usize == r).map(|r| (r, seq_lens[r] as usize)).collect();
+        let saved_out = out.clone();
+        return Ok(from_tracked(tracked([&qa, &ka, &va], cube(out), move |d_out| {
+            let (dq, dk, dv) = super::attention_backward::sequence_backward(qp, kp, vp, saved_out, plain::<3>(d_out), &sequences, scale)
+                .expect("attention backward: shapes checked in forward");
+            [Some(cube(dq)), Some(cube(dk)), Some(cube(dv))]
+        })));
+    }
     let q_heads = qp.dims()[1];
     let groups = backward_groups(&lens, q_heads);
     if let Some(&(first, _, t)) = groups.iter().find(|&&(first, end, t)| (end - first) * q_heads * t * t > u32::MAX as usize) {
@@ -529,6 +541,7 @@ pub fn causal_attention(
 /// longer than that alone is its own group). Steps that fit in one group are computed as one
 /// padded batch, as before groups existed.
 pub const BACKWARD_SCORES: usize = 1 << 28;
+
 
 /// Consecutive sequences `[first, end)` and their longest length `t`, each group's
 /// `(end - first) * heads * t * t` within [`BACKWARD_SCORES`] unless it holds one sequence.

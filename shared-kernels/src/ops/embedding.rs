@@ -50,8 +50,16 @@ pub fn embedding(table: BTensor<2>, ids: BTensor<1, BInt>) -> Result<BTensor<2>,
     let tp = plain::<2>(inner(&ta));
     let ids = untracked(ids);
     let y = embedding_plain(tp.clone(), ids.clone())?;
+    let t_id = ta.id().value;
     Ok(from_tracked(tracked([&ta], cube(y), move |dy| {
         let dy = plain::<2>(dy);
+        if crate::grad_fold::folds(t_id) {
+            let vocab = tp.dims()[0];
+            crate::grad_fold::fold_into(t_id, crate::grad_fold::FoldUse::Embedding, |acc| {
+                super::weight_grad::fold_embedding(acc, dy, ids, vocab).expect("embedding backward: ids checked in forward")
+            });
+            return [None];
+        }
         let grad = tp.zeros_like().select_assign(0, ids, dy, burn::tensor::IndexingUpdateOp::Add);
         [Some(cube(grad))]
     })))

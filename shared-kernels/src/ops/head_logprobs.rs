@@ -12,8 +12,9 @@
 //! update's bits depend only on the rows' order.
 
 use super::logprob::{token_logprobs, TokenLogprobs};
-use super::matmul::{matmul_backward, WeightLayout};
+use super::matmul::{fold_weight_grad, matmul_backward, matmul_input_grad, WeightLayout};
 use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in, untracked};
+use super::weight_grad::FOLD_ROWS;
 use crate::{ensure, KernelError};
 use burn::tensor::{DType, Int as BInt, Tensor as BTensor};
 
@@ -23,7 +24,9 @@ pub const HEAD_CHUNK_LOGITS: usize = 1 << 29;
 
 /// Rows per chunk for a vocabulary of `vocab` tokens.
 pub fn head_chunk_rows(vocab: usize) -> usize {
-    (HEAD_CHUNK_LOGITS / vocab.max(1)).max(1)
+    let rows = HEAD_CHUNK_LOGITS / vocab.max(1);
+    // whole fold granules, so a folded weight gradient's bits do not see the chunks
+    (rows / FOLD_ROWS * FOLD_ROWS).max(FOLD_ROWS)
 }
 
 /// Logprob of `targets[r]` and entropy under `softmax(x[r] @ headᵀ / temperatures[r])`, for
@@ -52,8 +55,23 @@ pub fn head_logprobs_chunked(x: BTensor<2>, head: BTensor<2>, targets: BTensor<1
     let (targets, temperatures) = (untracked(targets), untracked(temperatures));
     let out = forward(&spans, xp.clone(), wp.clone(), targets.clone(), temperatures.clone())?;
     let lp = cube(out.logprobs);
+    let w_id = wa.id().value;
     let logprobs = from_tracked(tracked([&xa, &wa], lp, move |dl| {
         let dl = plain::<1>(dl);
+        if crate::grad_fold::folds(w_id) {
+            // the head's weight gradient folded chunk after chunk into one accumulator
+            let mut dx = Vec::with_capacity(spans.len());
+            for &(a, b) in &spans {
+                let xc = xp.clone().slice([a..b, 0..hidden]);
+                let logits = crate::matmul(xc.clone(), wp.clone(), WeightLayout::OutIn).expect("head_logprobs backward: shapes checked in forward");
+                let dlogits = super::logprob::token_logprobs_grad(logits, targets.clone().slice([a..b]), temperatures.clone().slice([a..b]), dl.clone().slice([a..b]))
+                    .expect("head_logprobs backward: inputs checked in forward");
+                dx.push(matmul_input_grad(dlogits.clone(), wp.clone(), WeightLayout::OutIn));
+                crate::grad_fold::fold_into(w_id, crate::grad_fold::FoldUse::Head, |acc| fold_weight_grad(acc, dlogits, xc, WeightLayout::OutIn));
+            }
+            let dx = if dx.len() == 1 { dx.pop().expect("one chunk") } else { BTensor::cat(dx, 0) };
+            return [Some(cube(dx)), None];
+        }
         let mut dx = Vec::with_capacity(spans.len());
         let mut dw: Option<BTensor<2>> = None;
         for &(a, b) in &spans {

@@ -74,10 +74,37 @@ pub fn matmul(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTen
     let (xa, wa) = (tracked_in("matmul", "x", x)?, tracked_in("matmul", "w", w)?);
     let (xp, wp) = (plain::<2>(inner(&xa)), plain::<2>(inner(&wa)));
     let y = matmul_plain(xp.clone(), wp.clone(), layout)?;
+    let w_id = wa.id().value;
     Ok(from_tracked(tracked([&xa, &wa], cube(y), move |dy| {
-        let (dx, dw) = matmul_backward(plain::<2>(dy), xp, wp, layout);
+        let dy = plain::<2>(dy);
+        if crate::grad_fold::folds(w_id) {
+            let dx = matmul_input_grad(dy.clone(), wp, layout);
+            crate::grad_fold::fold_into(w_id, crate::grad_fold::FoldUse::Linear, |acc| fold_weight_grad(acc, dy, xp, layout));
+            return [Some(cube(dx)), None];
+        }
+        let (dx, dw) = matmul_backward(dy, xp, wp, layout);
         [Some(cube(dx)), Some(cube(dw))]
     })))
+}
+
+/// `dy @ W` (as `layout` stores W): the input gradient of `y = x @ W` alone, on lockstep's
+/// batch-invariant kernels on every runtime (burn's CPU matmul may pick its tiles by M, and a
+/// folded weight gradient needs each row's input gradient independent of the micro-batch).
+pub(crate) fn matmul_input_grad(dy: BTensor<2>, wp: BTensor<2>, layout: WeightLayout) -> BTensor<2> {
+    let dx = match layout {
+        WeightLayout::OutIn => matmul_plain(dy, wp, WeightLayout::InOut),
+        WeightLayout::InOut => matmul_plain(dy, wp, WeightLayout::OutIn),
+    };
+    dx.expect("matmul backward: shapes checked in forward")
+}
+
+/// The weight gradient of `y = x @ W` folded into `acc` ([`crate::grad_fold`]), in W's layout.
+pub(crate) fn fold_weight_grad(acc: Option<CubeTensor>, dy: BTensor<2>, xp: BTensor<2>, layout: WeightLayout) -> CubeTensor {
+    let folded = match layout {
+        WeightLayout::OutIn => super::weight_grad::fold_matmul(acc, dy, xp),
+        WeightLayout::InOut => super::weight_grad::fold_matmul(acc, xp, dy),
+    };
+    folded.expect("matmul backward: shapes checked in forward")
 }
 
 /// The input and weight gradients `(dy @ W, dyᵀ @ x)` of `y = x @ W` (as `layout` stores W):

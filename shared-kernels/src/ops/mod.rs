@@ -3,6 +3,7 @@
 //! only on the op's fixed configuration.
 
 pub mod attention;
+pub mod attention_backward;
 pub mod attention_inputs;
 pub mod attention_mma;
 pub mod attention_mma_decode;
@@ -33,6 +34,7 @@ pub mod reduce;
 pub mod rmsnorm;
 pub mod rope;
 pub mod sampling;
+pub mod weight_grad;
 
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::cubecl::server::LaunchError;

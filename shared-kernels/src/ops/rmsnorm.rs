@@ -227,6 +227,7 @@ pub fn rmsnorm<const D: usize>(x: BTensor<D>, weight: BTensor<1>, eps: f32) -> R
     let (xa, wa) = (tracked_in("rmsnorm", "x", x)?, tracked_in("rmsnorm", "weight", weight)?);
     let (xp, wp) = (plain::<D>(inner(&xa)), plain::<1>(inner(&wa)));
     let y = rmsnorm_plain(xp.clone(), wp.clone(), eps)?;
+    let w_id = wa.id().value;
     Ok(from_tracked(tracked([&xa, &wa], cube(y), move |dy| {
         // y = w * x * r with r = (mean(x^2) + eps)^-1/2, per row of the last dim
         let shape = xp.shape();
@@ -241,9 +242,18 @@ pub fn rmsnorm<const D: usize>(x: BTensor<D>, weight: BTensor<1>, eps: f32) -> R
         let gw = dy2.clone() * w;
         let dot = row_mean(gw.clone() * x2.clone());
         let dx = gw * r.clone() - x2.clone() * r.clone().powi_scalar(3) * dot;
-        let dw = column_sums(dy2 * x2 * r);
         let dtype = wp.dtype();
-        [Some(cube::<D>(dx.cast(dtype).reshape(shape))), Some(cube::<1>(dw.cast(dtype)))]
+        let dx = Some(cube::<D>(dx.cast(dtype).reshape(shape.clone())));
+        if crate::grad_fold::folds(w_id) {
+            // granules of FOLD_ROWS tokens: rows / shape[0] rows per token ([n, heads, d] inputs)
+            let chunk_rows = super::weight_grad::FOLD_ROWS * (rows / shape[0]);
+            crate::grad_fold::fold_into(w_id, crate::grad_fold::FoldUse::Norm, |acc| {
+                super::weight_grad::fold_column_sums(acc, dy2 * x2 * r, chunk_rows).expect("rmsnorm backward: rows of the op's input")
+            });
+            return [dx, None];
+        }
+        let dw = column_sums(dy2 * x2 * r);
+        [dx, Some(cube::<1>(dw.cast(dtype)))]
     })))
 }
 

@@ -13,6 +13,7 @@ mod head_logprobs;
 mod index_range;
 mod invariance;
 mod split_k;
+mod weight_grad;
 
 use burn::tensor::Device;
 
