@@ -118,9 +118,9 @@ fn training_backward(dtype: DType, device: &Device, rng: &mut StdRng) -> Result<
         out.push(check(format!("folded weight gradient [{n}, {k}] over {t} tokens in {} pieces = one pass", cuts.len() - 1), dtype, n, bad, max));
     }
     // attention gradients of one sequence alone = between two neighbours (dense path at 1500
-    // tokens, linear-memory kernels at 4200: 16 heads x 4200^2 is past DENSE_SEQUENCE_SCORES)
+    // tokens, linear-memory kernels at 6000: 16 heads x 6000^2 is past DENSE_SEQUENCE_SCORES)
     let (heads, kv_heads, d) = (16usize, 8usize, 128usize);
-    for len in [1_500usize, 4_200] {
+    for len in [1_500usize, 6_000] {
         let lens = [37usize, len, 250];
         let rows: usize = lens.iter().sum();
         let make = |h: usize, rng: &mut StdRng| random_vec(rng, rows * h * d, 1.0);

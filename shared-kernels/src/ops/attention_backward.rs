@@ -6,20 +6,22 @@
 //!
 //! [`sequence_backward`] picks per sequence, by its length and head count alone:
 //! - dense attention in burn's f32 ops (`[1, heads, t, t]` scores, tensor-core matmuls) where
-//!   `heads * t * t` is within [`DENSE_SEQUENCE_SCORES`]: the fast path for t up to ~4k;
+//!   `heads * t * t` is within [`DENSE_SEQUENCE_SCORES`]: the fast path, t up to 5,792 at 16
+//!   heads;
 //! - past that, [`attention_backward`]: memory linear in the tokens, no atomics, two launches,
 //!   f32 arithmetic from the inputs' dtype, cubes of [`KV_SPLIT`] units (row `start + j` holds
 //!   key j of the sequence starting at row `start`):
 //! 1. per (query row, query head): the row's softmax statistics recomputed over its keys in
 //!    splits of KV_SPLIT (running max and sum, as the forward kernel), `D = dO . O` (a sequential
 //!    dot product), and `dQ = scale * sum_j dS_j K_j` (unit u owns dims u, u + KV_SPLIT, ..., and
-//!    adds each split's keys in order);
+//!    adds each split's keys in order); each split's K and V rows are staged in shared memory
+//!    by coalesced loads, one row per unit for the dot products;
 //! 2. per (key row, KV head): `dV = sum_i P_i dO_i` and `dK = scale * sum_i dS_i Q_i` over the
 //!    sequence's queries at or after the key, in splits of KV_SPLIT in order and, inside a split,
 //!    over the KV head's query heads in head order.
 //! `dS = P (dP - D)` with `dP = dO . V`. Scores are `(q . k) * scale` in the forward's order.
 
-use super::attention::{keys_in_split, split_max, split_scores, KV_SPLIT};
+use super::attention::{keys_in_split, split_max, KV_SPLIT};
 use super::reduce::{cube_linear, NEG_BIG};
 use burn::tensor::{Bool, TensorData};
 use super::{cube_count_for, storage};
@@ -37,6 +39,31 @@ fn load_row<F: Float>(t: &Tensor<F>, sh: &mut Shared<[f32]>, base: usize, #[comp
         sh[d] = f32::cast_from(t[base + d]);
         d += comptime!(KV_SPLIT);
     }
+}
+
+/// Stages rows `first_row ..+ valid` of `src` ([rows, heads, head_dim], head `head`) into
+/// `tile` as f32, row stride head_dim + 1 (a unit reading its own row then hits its own bank);
+/// consecutive units load consecutive elements. Ends with a cube sync.
+#[cube]
+fn stage_rows<F: Float>(src: &Tensor<F>, tile: &mut Shared<[f32]>, first_row: usize, valid: usize, heads: usize, head: usize, #[comptime] head_dim: usize) {
+    let mut i = UNIT_POS_X as usize;
+    while i < valid * head_dim {
+        let r = i / head_dim;
+        let e = i % head_dim;
+        tile[r * comptime!(head_dim + 1) + e] = f32::cast_from(src[((first_row + r) * heads + head) * head_dim + e]);
+        i += comptime!(KV_SPLIT);
+    }
+    sync_cube();
+}
+
+/// `sum_e a[e] * tile[row][e]` in e order.
+#[cube]
+fn dot_tile_row(a: &Shared<[f32]>, tile: &Shared<[f32]>, row: usize, #[comptime] head_dim: usize) -> f32 {
+    let mut dot = 0.0f32;
+    for e in 0..head_dim {
+        dot += a[e] * tile[row * comptime!(head_dim + 1) + e];
+    }
+    dot
 }
 
 #[cube(launch)]
@@ -76,6 +103,7 @@ fn attention_backward_query_kernel<F: Float, I: Int>(
         let mut dq_sh = Shared::<[f32]>::new_slice(head_dim);
         let mut scores = Shared::<[f32]>::new_slice(comptime!(KV_SPLIT));
         let mut ds = Shared::<[f32]>::new_slice(comptime!(KV_SPLIT));
+        let mut tile = Shared::<[f32]>::new_slice(comptime!(KV_SPLIT * (head_dim + 1)));
         load_row(q, &mut q_sh, base, head_dim);
         load_row(d_out, &mut do_sh, base, head_dim);
         load_row(out, &mut o_sh, base, head_dim);
@@ -98,7 +126,11 @@ fn attention_backward_query_kernel<F: Float, I: Int>(
         for split in 0..splits {
             let first = split * comptime!(KV_SPLIT);
             let valid = keys_in_split(keys, first);
-            split_scores(&q_sh, k, &mut scores, start + first, kv_heads, kv_head, valid, scale, head_dim);
+            stage_rows(k, &mut tile, start + first, valid, kv_heads, kv_head, head_dim);
+            if unit < valid {
+                scores[unit] = dot_tile_row(&q_sh, &tile, unit, head_dim) * scale;
+            }
+            sync_cube();
             let split_max = split_max(&scores, valid);
             let mut new_max = run_max;
             if split_max > new_max {
@@ -112,18 +144,19 @@ fn attention_backward_query_kernel<F: Float, I: Int>(
             run_max = new_max;
             sync_cube();
         }
-        // pass 2: dS per key, then dQ lane by lane in key order
+        // pass 2: dP (V staged), then dS (K staged), then dQ lane by lane in key order
         for split in 0..splits {
             let first = split * comptime!(KV_SPLIT);
             let valid = keys_in_split(keys, first);
-            split_scores(&q_sh, k, &mut scores, start + first, kv_heads, kv_head, valid, scale, head_dim);
+            stage_rows(v, &mut tile, start + first, valid, kv_heads, kv_head, head_dim);
+            let mut dp = 0.0f32;
             if unit < valid {
-                let kv_base = ((start + first + unit) * kv_heads + kv_head) * head_dim;
-                let mut dp = 0.0f32;
-                for e in 0..head_dim {
-                    dp += do_sh[e] * f32::cast_from(v[kv_base + e]);
-                }
-                let p = (scores[unit] - run_max).exp() / run_sum;
+                dp = dot_tile_row(&do_sh, &tile, unit, head_dim);
+            }
+            sync_cube();
+            stage_rows(k, &mut tile, start + first, valid, kv_heads, kv_head, head_dim);
+            if unit < valid {
+                let p = (dot_tile_row(&q_sh, &tile, unit, head_dim) * scale - run_max).exp() / run_sum;
                 ds[unit] = p * (dp - big_d);
             }
             sync_cube();
@@ -131,7 +164,7 @@ fn attention_backward_query_kernel<F: Float, I: Int>(
             while d < head_dim {
                 let mut acc = 0.0f32;
                 for j in 0..valid {
-                    acc += ds[j] * f32::cast_from(k[((start + first + j) * kv_heads + kv_head) * head_dim + d]);
+                    acc += ds[j] * tile[j * comptime!(head_dim + 1) + d];
                 }
                 dq_sh[d] += acc;
                 d += comptime!(KV_SPLIT);
@@ -190,6 +223,7 @@ fn attention_backward_key_kernel<F: Float, I: Int>(
         let mut dv_sh = Shared::<[f32]>::new_slice(head_dim);
         let mut p_sh = Shared::<[f32]>::new_slice(comptime!(KV_SPLIT));
         let mut ds_sh = Shared::<[f32]>::new_slice(comptime!(KV_SPLIT));
+        let mut tile = Shared::<[f32]>::new_slice(comptime!(KV_SPLIT * (head_dim + 1)));
         load_row(k, &mut k_sh, base, head_dim);
         load_row(v, &mut v_sh, base, head_dim);
         let mut d = unit;
@@ -205,19 +239,20 @@ fn attention_backward_key_kernel<F: Float, I: Int>(
         for split in 0..splits {
             let first = split * comptime!(KV_SPLIT);
             let valid = keys_in_split(queries, first);
+            let first_row = start + key + first;
             for h in 0..group {
                 let head = kv_head * group + h;
+                // dP = dO . V with dO staged; then the scores with Q staged
+                stage_rows(d_out, &mut tile, first_row, valid, q_heads, head, head_dim);
+                let mut dp = 0.0f32;
                 if unit < valid {
-                    let qw = (start + key + first + unit) * q_heads + head;
-                    let mut dot = 0.0f32;
-                    for e in 0..head_dim {
-                        dot += f32::cast_from(q[qw * head_dim + e]) * k_sh[e];
-                    }
-                    let mut dp = 0.0f32;
-                    for e in 0..head_dim {
-                        dp += f32::cast_from(d_out[qw * head_dim + e]) * v_sh[e];
-                    }
-                    let p = (dot * scale - stats[qw * 3]).exp() / stats[qw * 3 + 1];
+                    dp = dot_tile_row(&v_sh, &tile, unit, head_dim);
+                }
+                sync_cube();
+                stage_rows(q, &mut tile, first_row, valid, q_heads, head, head_dim);
+                if unit < valid {
+                    let qw = (first_row + unit) * q_heads + head;
+                    let p = (dot_tile_row(&k_sh, &tile, unit, head_dim) * scale - stats[qw * 3]).exp() / stats[qw * 3 + 1];
                     p_sh[unit] = p;
                     ds_sh[unit] = p * (dp - stats[qw * 3 + 2]);
                 }
@@ -227,9 +262,8 @@ fn attention_backward_key_kernel<F: Float, I: Int>(
                     let mut acc_v = 0.0f32;
                     let mut acc_k = 0.0f32;
                     for j in 0..valid {
-                        let qw = (start + key + first + j) * q_heads + head;
-                        acc_v += p_sh[j] * f32::cast_from(d_out[qw * head_dim + d]);
-                        acc_k += ds_sh[j] * f32::cast_from(q[qw * head_dim + d]);
+                        acc_v += p_sh[j] * f32::cast_from(d_out[((first_row + j) * q_heads + head) * head_dim + d]);
+                        acc_k += ds_sh[j] * tile[j * comptime!(head_dim + 1) + d];
                     }
                     dv_sh[d] += acc_v;
                     dk_sh[d] += acc_k;
@@ -247,9 +281,9 @@ fn attention_backward_key_kernel<F: Float, I: Int>(
     }
 }
 
-/// Scores a sequence's dense backward may hold, at most (`heads * t * t` f32 elements, 1 GiB;
+/// Scores a sequence's dense backward may hold, at most (`heads * t * t` f32 elements, 2 GiB:
 /// a few tensors that size live at once). Past it the linear-memory kernels run.
-pub const DENSE_SEQUENCE_SCORES: usize = 1 << 28;
+pub const DENSE_SEQUENCE_SCORES: usize = 1 << 29;
 
 /// `(dQ, dK, dV)` in the inputs' dtype for rows made of the contiguous `sequences` (first row,
 /// length) in row order: each sequence's backward alone ([`dense_sequence`] or
@@ -271,7 +305,8 @@ pub fn sequence_backward(
     for &(start, len) in sequences {
         let rows = |t: &BTensor<3>, h: usize| t.clone().slice([start..start + len, 0..h, 0..head_dim]);
         let (q, k, v, d_out) = (rows(&q, q_heads), rows(&k, kv_heads), rows(&v, kv_heads), rows(&d_out, q_heads));
-        let (dq, dk, dv) = if q_heads * len * len <= DENSE_SEQUENCE_SCORES {
+        // (the linear-memory kernels stage head_dim <= 128; wider heads stay dense)
+        let (dq, dk, dv) = if q_heads * len * len <= DENSE_SEQUENCE_SCORES || head_dim > 128 {
             dense_sequence(q, k, v, d_out, scale)
         } else {
             let ints = |v: Vec<i32>| BTensor::<1, BInt>::from_data(TensorData::new(v, [len]), &device);
@@ -364,6 +399,8 @@ pub fn attention_backward(
     ensure!(dims(&out) == qd && dims(&d_out) == qd, OP, "out and d_out must be {qd:?}");
     ensure!(dims(&starts) == [rows] && dims(&lens) == [rows] && dims(&positions) == [rows], OP, "starts, lens and positions must have {rows} rows");
     ensure!(q.dtype == k.dtype && q.dtype == v.dtype && q.dtype == out.dtype && q.dtype == d_out.dtype, OP, "dtypes differ");
+    // a staged tile of KV_SPLIT rows must fit the 48 KB of shared memory every device gives
+    ensure!(head_dim <= 128, OP, "head_dim {head_dim}: the linear-memory backward stages {KV_SPLIT} x (head_dim + 1) f32 values, at most head_dim 128");
     let client = q.client.clone();
     let device = q.device.clone();
     let f32_of = |shape: Vec<usize>| empty_device_contiguous_dtype(client.clone(), device.clone(), shape.into(), DType::F32);
