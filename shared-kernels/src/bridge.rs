@@ -22,6 +22,7 @@ pub(crate) fn float_in<const D: usize>(
     let cube = tensor.try_into_primitive::<Cube>().map_err(|e| {
         KernelError::new(op, format!("`{name}` is not a tensor on a cubecl device ({e:?})"))
     })?;
+    crate::error::note_input(op, name, &cube.meta.shape().to_vec(), cube.dtype);
     within_index_range(op, name, &cube)?;
     match cube.dtype {
         DType::F32 | DType::BF16 | DType::F16 => Ok(into_contiguous(cube)),
@@ -37,6 +38,7 @@ pub(crate) fn int_in<const D: usize>(
     let cube = tensor.try_into_primitive::<Cube>().map_err(|e| {
         KernelError::new(op, format!("`{name}` is not a tensor on a cubecl device ({e:?})"))
     })?;
+    crate::error::note_input(op, name, &cube.meta.shape().to_vec(), cube.dtype);
     within_index_range(op, name, &cube)?;
     match cube.dtype {
         DType::I32 | DType::U32 | DType::I64 | DType::U64 => Ok(into_contiguous(cube)),

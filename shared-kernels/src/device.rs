@@ -43,3 +43,23 @@ pub fn supports_dtype(device: &Device, dtype: burn::tensor::DType) -> bool {
     let Ok(probe) = burn::tensor::Tensor::<1>::zeros([1], device).try_into_primitive::<burn_cubecl::Cube>() else { return false };
     probe.client.properties().features.supports_type(crate::ops::storage(dtype))
 }
+
+/// Bytes `device` can hold, where it is known: cubecl's figure for the runtime (Vulkan's
+/// largest device-local heap), else on CUDA the driver's total (`cuMemGetInfo`). `None` when
+/// neither says; the memory plan then checks nothing against the device.
+pub fn memory_capacity(device: &Device) -> Option<u64> {
+    let probe = burn::tensor::Tensor::<1>::zeros([1], device).try_into_primitive::<burn_cubecl::Cube>().ok()?;
+    probe.client.properties().memory.max_memory().or_else(cuda_total_memory)
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_total_memory() -> Option<u64> {
+    // the primary context of device 0, the one cubecl's CudaDevice::new(0) runs on
+    let context = cudarc::driver::CudaContext::new(0).ok()?;
+    context.mem_get_info().ok().map(|(_, total)| total as u64)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_total_memory() -> Option<u64> {
+    None
+}

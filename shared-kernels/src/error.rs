@@ -1,3 +1,4 @@
+use std::cell::RefCell;
 use std::fmt;
 
 /// A launcher refused its inputs. Names the op and what it was given, so a bad shape is
@@ -30,4 +31,41 @@ macro_rules! ensure {
             return Err($crate::KernelError::new($op, format!($($fmt)+)));
         }
     };
+}
+
+thread_local! {
+    /// The op whose launcher ran last on this thread and the inputs it was given, so a panic
+    /// inside burn or cubecl can be reported with the op and the sizes ([`last_launch`]).
+    static LAST_LAUNCH: RefCell<(&'static str, Vec<String>)> = const { RefCell::new(("", Vec::new())) };
+}
+
+/// Records input `name` of launcher `op` (called by the bridge for every input of every
+/// launch). `LOCKSTEP_FAULT_PANIC=<op>` makes the launcher `op` panic here: a failpoint for the
+/// fault suite, which checks that such a panic reaches the user as an error naming the op.
+pub(crate) fn note_input(op: &'static str, name: &str, shape: &[usize], dtype: burn::tensor::DType) {
+    LAST_LAUNCH.with(|last| {
+        let mut last = last.borrow_mut();
+        let entry = format!("{name} {shape:?} {dtype:?}");
+        if last.0 != op || last.1.iter().any(|e| e.split(' ').next() == Some(name)) {
+            *last = (op, Vec::new());
+        }
+        last.1.push(entry);
+    });
+    static FAULT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    if FAULT.get_or_init(|| std::env::var("LOCKSTEP_FAULT_PANIC").ok()).as_deref() == Some(op) {
+        panic!("fault injection: LOCKSTEP_FAULT_PANIC={op}");
+    }
+}
+
+/// "`op` with x [rows, cols] BF16, w [..] BF16": the launch this thread entered last, if any.
+pub fn last_launch() -> Option<String> {
+    LAST_LAUNCH.with(|last| {
+        let last = last.borrow();
+        (!last.0.is_empty()).then(|| format!("`{}` with {}", last.0, last.1.join(", ")))
+    })
+}
+
+/// The text of a panic's payload.
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| payload.downcast_ref::<String>().cloned()).unwrap_or_else(|| "(no message)".into())
 }

@@ -43,9 +43,27 @@ pub fn save(run_dir: &Path, model: &Qwen3, opt: &AdamW, state: &RunState, tokeni
     }
     let tmp = root.join(format!(".{name}.tmp"));
     let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).map_err(|e| io(&tmp, e))?;
+    if let Err(e) = write_folder(&tmp, model, opt, state, tokenizer_json) {
+        // a failed write (a full disk, most often) leaves nothing behind and the older
+        // checkpoints as they were
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(ModelError::Io { file: dest.display().to_string(), message: format!("checkpoint not written ({e}); the earlier checkpoints are intact") });
+    }
+    // an incomplete folder of this name (no state.json: a kill inside an older write) goes
+    let _ = std::fs::remove_dir_all(&dest);
+    std::fs::rename(&tmp, &dest).map_err(|e| io(&dest, e))?;
+    if let Ok(dir) = std::fs::File::open(&root) {
+        let _ = dir.sync_all();
+    }
+    prune(run_dir, keep);
+    Ok(dest)
+}
+
+/// Every file of a checkpoint into the folder `tmp`.
+fn write_folder(tmp: &Path, model: &Qwen3, opt: &AdamW, state: &RunState, tokenizer_json: &str) -> Result<(), ModelError> {
+    std::fs::create_dir_all(tmp).map_err(|e| io(tmp, e))?;
     // f32 masters where the model runs narrower (bf16), so resume continues from them
-    save_checkpoint(&tmp, &opt.with_masters(model).to_checkpoint(), DType::F32, None)?;
+    save_checkpoint(tmp, &opt.with_masters(model).to_checkpoint(), DType::F32, None)?;
     write_atomic(&tmp.join("tokenizer.json"), tokenizer_json.as_bytes())?;
     // optimizer moments
     let host = moments_to_host(opt);
@@ -58,15 +76,7 @@ pub fn save(run_dir: &Path, model: &Qwen3, opt: &AdamW, state: &RunState, tokeni
     let views: Vec<(String, TensorView<'_>)> = buffers.iter().map(|(n, b, len)| (n.clone(), TensorView::new(Dtype::F32, vec![*len], b).expect("view"))).collect();
     let bytes = safetensors::serialize(views, None).map_err(|e| ModelError::Io { file: tmp.display().to_string(), message: e.to_string() })?;
     write_atomic(&tmp.join("optimizer.safetensors"), &bytes)?;
-    write_atomic(&tmp.join("state.json"), serde_json::to_string_pretty(state).expect("json").as_bytes())?;
-    // an incomplete folder of this name (no state.json: a kill inside an older write) goes
-    let _ = std::fs::remove_dir_all(&dest);
-    std::fs::rename(&tmp, &dest).map_err(|e| io(&dest, e))?;
-    if let Ok(dir) = std::fs::File::open(&root) {
-        let _ = dir.sync_all();
-    }
-    prune(run_dir, keep);
-    Ok(dest)
+    write_atomic(&tmp.join("state.json"), serde_json::to_string_pretty(state).expect("json").as_bytes())
 }
 
 /// Deletes the oldest complete checkpoints beyond the newest `keep`.

@@ -5,6 +5,8 @@ pub mod bench_ops;
 pub mod check;
 pub mod checkpoint;
 pub mod host_profile;
+pub mod jsonl;
+pub mod memory_plan;
 pub mod config;
 pub mod grpo;
 pub mod optim;

@@ -139,26 +139,20 @@ fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,wgpu_hal=off,wgpu_core=off".into());
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Train { config, overrides, resume, max_steps, allow_config_change } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps, allow_config_change)),
-        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, matmul_m, json, save_model } => {
-            let Some(dtype) = parse_dtype(&dtype) else { return ExitCode::from(2) };
-            let concurrency: Vec<usize> = match concurrency.iter().filter(|c| *c != "none").map(|c| c.parse::<usize>()).collect() {
-                Ok(c) => c,
-                Err(_) => {
-                    eprintln!("error: --concurrency {concurrency:?}: expected numbers like 1,8,64 or `none`");
-                    return ExitCode::from(2);
-                }
-            };
-            trainer::host_profile::profiled(|| trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, matmul_m, json, save_model })).map_err(RunError::Other)
+    // a panic anywhere below (burn, cubecl, tokenizers, tensorboard-rs, lockstep) reaches the
+    // user as an error naming the kernel launch entered last and its input sizes, not as a raw
+    // panic (exit 101); RUST_BACKTRACE=1 prints the panic itself too
+    std::panic::set_hook(Box::new(|info| {
+        *PANIC_AT.lock().unwrap_or_else(|e| e.into_inner()) = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
+        if std::env::var_os("RUST_BACKTRACE").is_some() {
+            eprintln!("{info}\n{}", std::backtrace::Backtrace::force_capture());
         }
-        Command::Check { preset, dtypes, seed, fast, split_k } => {
-            let Some(dtypes) = dtypes.iter().map(|d| parse_dtype(d)).collect::<Option<Vec<_>>>() else { return ExitCode::from(2) };
-            trainer::check::run(&preset, &dtypes, seed, if fast { KernelSet::Fast } else if split_k { KernelSet::SplitK } else { KernelSet::Matched }).map_err(RunError::Other)
-        }
-        Command::Report { runs, out, target_reward } => trainer::report::report(&runs, &out, target_reward).map(|md| println!("{md}")).map_err(RunError::Other),
-        Command::Sample { config, overrides } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(sample),
-    };
+    }));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli))).unwrap_or_else(|payload| {
+        let at = PANIC_AT.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_default();
+        let launch = shared_kernels::error::last_launch().map_or_else(|| "no kernel launch yet".to_string(), |l| format!("the last kernel launch entered: {l}"));
+        Err(RunError::Other(format!("internal failure (a panic at {at}: {}); {launch}. Rerun with RUST_BACKTRACE=1 and report it with the command and config", shared_kernels::error::panic_text(payload.as_ref()))))
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(RunError::Config(e)) => {
@@ -172,19 +166,39 @@ fn main() -> ExitCode {
     }
 }
 
-fn parse_dtype(name: &str) -> Option<DType> {
-    match name {
-        "f32" => Some(DType::F32),
-        "bf16" => Some(DType::BF16),
-        other => {
-            eprintln!("error: dtype `{other}`: expected f32 or bf16");
-            None
+static PANIC_AT: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+fn run(cli: Cli) -> Result<(), RunError> {
+    match cli.command {
+        Command::Train { config, overrides, resume, max_steps, allow_config_change } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps, allow_config_change)),
+        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, matmul_m, json, save_model } => {
+            let dtype = parse_dtype(&dtype)?;
+            let concurrency: Vec<usize> = match concurrency.iter().filter(|c| *c != "none").map(|c| c.parse::<usize>()).collect() {
+                Ok(c) => c,
+                Err(_) => return Err(invalid("--concurrency", format!("{concurrency:?}: expected numbers like 1,8,64 or `none`"))),
+            };
+            trainer::host_profile::profiled(|| trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, matmul_m, json, save_model })).map_err(RunError::Other)
         }
+        Command::Check { preset, dtypes, seed, fast, split_k } => {
+            let dtypes = dtypes.iter().map(|d| parse_dtype(d)).collect::<Result<Vec<_>, _>>()?;
+            trainer::check::run(&preset, &dtypes, seed, if fast { KernelSet::Fast } else if split_k { KernelSet::SplitK } else { KernelSet::Matched }).map_err(RunError::Other)
+        }
+        Command::Report { runs, out, target_reward } => trainer::report::report(&runs, &out, target_reward).map(|md| println!("{md}")).map_err(RunError::Other),
+        Command::Sample { config, overrides } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(sample),
+    }
+}
+
+fn parse_dtype(name: &str) -> Result<DType, RunError> {
+    match name {
+        "f32" => Ok(DType::F32),
+        "bf16" => Ok(DType::BF16),
+        other => Err(invalid("--dtype", format!("`{other}`: expected f32 or bf16"))),
     }
 }
 
 fn sample(cfg: Config) -> Result<(), RunError> {
     let device = shared_kernels::device::default_device();
+    trainer::memory_plan::check(&cfg, &device, trainer::memory_plan::Purpose::Sample)?;
     let policy = load_policy(&cfg, None, &device)?;
     let failed = trainer::sample_cli::run(&cfg, policy, cfg.log.progress)?;
     if failed > 0 {
@@ -205,6 +219,8 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register_conditional_shutdown(signal, 130, std::sync::Arc::clone(&stop)).and_then(|_| signal_hook::flag::register(signal, std::sync::Arc::clone(&stop))).map_err(|e| RunError::Other(format!("installing the signal handler: {e}")))?;
     }
+    // the run's fixed memory must fit the device before anything loads (exit 2 otherwise)
+    trainer::memory_plan::check(&cfg, &device, trainer::memory_plan::Purpose::Train)?;
     let (policy, opt, step) = if resume {
         let Some(latest) = existing.last() else {
             return Err(RunError::Other(format!("--resume: no checkpoint in {}", trainer::checkpoint::checkpoints_dir(&dir).display())));

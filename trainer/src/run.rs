@@ -48,6 +48,11 @@ pub fn embedded_config(c: &Config) -> Result<ModelConfig, RunError> {
     Ok(mc)
 }
 
+/// The shape of the model `[model]` names: the embedded one's, or the checkpoint's config.json.
+pub fn model_shape(c: &Config) -> Result<ModelConfig, RunError> {
+    if c.model.path.is_empty() { embedded_config(c) } else { Ok(ModelConfig::from_file(&Path::new(&c.model.path).join("config.json"))?) }
+}
+
 /// A config error naming `key` (exit 2).
 pub fn invalid(key: &str, message: String) -> RunError {
     RunError::Config(crate::config::ConfigError::Invalid { key: key.into(), message })
@@ -88,7 +93,7 @@ pub fn load_policy(c: &Config, from: Option<&Checkpoint>, device: &Device) -> Re
     if !shared_kernels::device::supports_dtype(device, dtype) {
         return Err(invalid("model.dtype", format!("is {:?} but this device ({}) has no {dtype:?} support; use \"f32\"", c.model.dtype, shared_kernels::device::runtime_name())));
     }
-    let shape = if c.model.path.is_empty() { embedded_config(c)? } else { ModelConfig::from_file(&Path::new(&c.model.path).join("config.json"))? };
+    let shape = model_shape(c)?;
     check_sizes(c, &shape)?;
     let (model, tokenizer_json) = if c.model.path.is_empty() {
         let config = embedded_config(c)?;

@@ -15,15 +15,20 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
     if same_file(Path::new(&s.input), Path::new(&s.output)) {
         return Err(RunError::Other(format!("sampler.output {:?} is the prompt file sampler.input: it would be overwritten", s.output)));
     }
-    let text = std::fs::read_to_string(&s.input).map_err(|e| RunError::Other(format!("{}: {e}", s.input)))?;
-    // a UTF-8 byte-order mark (some editors write one) is not part of the first line's JSON
-    let text = text.strip_prefix('\u{feff}').unwrap_or(&text).to_string();
+    let lines = crate::jsonl::lines(Path::new(&s.input)).map_err(|(line, m)| RunError::Other(format!("{}:{line}: {m}", s.input)))?;
+    // the output's folder must take a file before any sampling is spent
+    let output = Path::new(&s.output);
+    let tmp = output.with_file_name(format!(".{}.tmp", output.file_name().and_then(|n| n.to_str()).unwrap_or("output")));
+    let cannot = |e: std::io::Error| crate::run::invalid("sampler.output", format!("{:?} cannot be written ({}: {e})", s.output, tmp.display()));
+    std::fs::File::create(&tmp).map_err(cannot)?;
+    let _ = std::fs::remove_file(&tmp);
     let mut requests = Vec::new();
     // the user's ids (strings or integers, echoed as given) by engine id = line index
     let mut user_ids: Vec<serde_json::Value> = Vec::new();
     let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let at = |m: String| RunError::Other(format!("{}:{}: {m}", s.input, i + 1));
+    for (line_no, line) in &lines {
+        let i = line_no - 1;
+        let at = |m: String| RunError::Other(format!("{}:{line_no}: {m}", s.input));
         let v: serde_json::Value = serde_json::from_str(line).map_err(|e| at(format!("not valid JSON: {e}")))?;
         let prompt = if let Some(t) = v.get("prompt").and_then(|p| p.as_str()) {
             encode(&policy.tokenizer, t)?
@@ -70,9 +75,7 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
         }
     }
     bar.finish_and_clear();
-    let output = Path::new(&s.output);
-    let tmp = output.with_file_name(format!(".{}.tmp", output.file_name().and_then(|n| n.to_str()).unwrap_or("output")));
-    let mut out = std::fs::File::create(&tmp).map_err(|e| RunError::Other(format!("{}: {e}", tmp.display())))?;
+    let mut out = std::fs::File::create(&tmp).map_err(cannot)?;
     let mut failed = 0;
     for (engine_id, id) in order {
         let line = match results.remove(&engine_id) {

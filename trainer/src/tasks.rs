@@ -154,18 +154,18 @@ fn countdown_value(expr: &str, numbers: &[i64]) -> Option<i64> {
 
 fn load_jsonl(path: &Path) -> Result<Vec<Problem>, TaskError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| TaskError { file: file.clone(), line: 0, message: format!("cannot read: {e}") })?;
-    // a UTF-8 byte-order mark (some editors write one) is not part of the first line's JSON
-    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let lines = crate::jsonl::lines(path).map_err(|(line, message)| TaskError { file: file.clone(), line, message })?;
     let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let err = |message: String| TaskError { file: file.clone(), line: i + 1, message };
-        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| err(format!("not valid JSON: {e}")))?;
-        let get = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string).ok_or_else(|| err(format!("missing string field `{k}`")));
-        out.push(Problem { prompt: get("prompt")?, answer: get("answer")?, numbers: vec![], target: 0, line: i + 1 });
+    for (line, text) in lines {
+        let err = |message: String| TaskError { file: file.clone(), line, message };
+        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| err(format!("not valid JSON: {e}")))?;
+        // strings, or numbers (datasets often store a numeric answer as one), as written
+        let get = |k: &str| match v.get(k) {
+            Some(serde_json::Value::String(s)) => Ok(s.clone()),
+            Some(n @ serde_json::Value::Number(_)) => Ok(n.to_string()),
+            _ => Err(err(format!("missing string field `{k}`"))),
+        };
+        out.push(Problem { prompt: get("prompt")?, answer: get("answer")?, numbers: vec![], target: 0, line });
     }
     if out.is_empty() {
         return Err(TaskError { file, line: 0, message: "no problems in the file".into() });

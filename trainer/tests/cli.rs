@@ -2,52 +2,11 @@
 //! uninterrupted run, TensorBoard files read back with the real TensorBoard, and bad input
 //! gets a clear error and a non-zero exit.
 
+mod common;
+
+use common::{lockstep, metrics, scratch, tensorboard_points, SMALL};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn lockstep(args: &[&str], cwd: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lockstep")).args(args).current_dir(cwd).output().expect("run lockstep")
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("lockstep-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-const SMALL: &str = r#"
-[train]
-steps = 6
-prompts_per_step = 2
-group_size = 4
-sft_steps = 4
-sft_batch = 8
-checkpoint_every = 3
-keep_checkpoints = 5
-
-[sampler]
-max_new_tokens = 4
-
-[log]
-progress = false
-"#;
-
-/// metrics.jsonl without the wall-clock fields.
-fn metrics(run: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            let o = v.as_object_mut().unwrap();
-            o.remove("step_s");
-            o.remove("tokens_per_s");
-            o.remove("timing");
-            v
-        })
-        .collect()
-}
+use std::process::Command;
 
 #[test]
 fn resume_after_a_kill_repeats_the_uninterrupted_run_bit_for_bit() {
@@ -335,23 +294,6 @@ fn a_last_step_that_is_also_a_checkpoint_step_is_saved_once_and_never_deleted() 
     let ck = dir.join("runs/d/checkpoints");
     let names: Vec<String> = std::fs::read_dir(&ck).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(names, vec!["step-000006".to_string()], "{names:?}");
-}
-
-/// Points per TensorBoard scalar tag of `tb_dir`, read back by the real TensorBoard.
-fn tensorboard_points(tb_dir: &Path) -> std::collections::BTreeMap<String, Vec<i64>> {
-    let script = r#"
-import sys
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-acc = EventAccumulator(sys.argv[1]); acc.Reload()
-for tag in sorted(acc.Tags()["scalars"]):
-    print(tag, " ".join(str(e.step) for e in acc.Scalars(tag)))
-"#;
-    let out = Command::new("python3").args(["-c", script, tb_dir.to_str().unwrap()]).output().expect("python3 with tensorboard");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| {
-        let mut parts = l.split(' ');
-        (parts.next().unwrap().to_string(), parts.map(|p| p.parse().unwrap()).collect())
-    }).collect()
 }
 
 #[test]

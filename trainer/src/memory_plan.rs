@@ -1,0 +1,195 @@
+//! The device memory a run needs, worked out from the config before anything is allocated.
+//!
+//! The fixed part is exact arithmetic on the shapes: the trainer's weights and the sampler's
+//! resident copy, for training also the f32 master weights (a narrower model dtype), AdamW's two
+//! moments, the f32 gradient accumulators (a tied embedding has two: lookup and LM head) and the
+//! KL reference model, and the sampler's preallocated KV cache. A run whose fixed part does not fit
+//! the device is a config error naming the keys to change (exit 2), before loading anything.
+//!
+//! The activations of one trainer pass are an estimate: per token and layer 8 x hidden +
+//! 4 x intermediate values in the model's dtype, one LM-head chunk's logits and their gradient,
+//! and a few `[heads, t, t]` f32 score tensors of the dense attention backward. Calibrated on the
+//! H200 (docs/scale.md, session 14): within about 25% of the measured peaks of 0.6B and 1.7B
+//! rungs. A run whose fixed part plus that estimate passes the device gets a warning naming
+//! `train.micro_batch_tokens`, not a refusal.
+
+use crate::config::Config;
+use crate::run::{invalid, RunError};
+use shared_kernels::model::ModelConfig;
+
+/// What the plan is for: `lockstep train` holds the optimizer state and the activations of a
+/// pass, `lockstep sample` only the weights and the KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    Train,
+    Sample,
+}
+
+pub struct Part {
+    pub what: &'static str,
+    pub bytes: u64,
+}
+
+pub struct MemoryPlan {
+    pub fixed: Vec<Part>,
+    /// One trainer pass's activations (an estimate; 0 for sampling).
+    pub activations: u64,
+    /// Whether the KV cache is the largest fixed part (then the sampler keys are the ones to name).
+    kv_share: f64,
+}
+
+const GB: f64 = 1e9;
+
+/// Bytes in GB, or MB below one GB.
+fn size(bytes: u64) -> String {
+    if bytes as f64 >= GB { format!("{:.1} GB", bytes as f64 / GB) } else { format!("{:.1} MB", bytes as f64 / 1e6) }
+}
+
+impl MemoryPlan {
+    pub fn of(c: &Config, m: &ModelConfig, dtype_bytes: u64, purpose: Purpose) -> Self {
+        let params: u64 = m.expected_tensors().iter().map(|(_, shape)| shape.iter().product::<usize>() as u64).sum();
+        let embedding = (m.vocab_size * m.hidden_size) as u64;
+        let layers = m.num_layers as u64;
+        let slots = if c.sampler.kv_budget_mib > 0.0 {
+            let per_slot = 2 * layers * c.sampler.context as u64 * (m.num_kv_heads * m.head_dim) as u64 * dtype_bytes;
+            ((c.sampler.kv_budget_mib * 1048576.0) as u64 / per_slot.max(1)).min(c.sampler.max_batch as u64)
+        } else {
+            c.sampler.max_batch as u64
+        };
+        let kv = 2 * layers * slots * c.sampler.context as u64 * (m.num_kv_heads * m.head_dim) as u64 * dtype_bytes;
+        let mut fixed = vec![Part { what: "weights (trainer)", bytes: params * dtype_bytes }, Part { what: "weights (sampler's copy)", bytes: params * dtype_bytes }];
+        let mut activations = 0;
+        if purpose == Purpose::Train {
+            if dtype_bytes < 4 {
+                fixed.push(Part { what: "f32 master weights", bytes: params * 4 });
+            }
+            fixed.push(Part { what: "AdamW moments", bytes: params * 8 });
+            let tied = if m.tie_word_embeddings { embedding * 4 } else { 0 };
+            fixed.push(Part { what: "f32 gradients", bytes: params * 4 + tied });
+            if c.train.kl_coef > 0.0 {
+                fixed.push(Part { what: "KL reference model", bytes: params * dtype_bytes });
+            }
+            let rollouts = (c.train.prompts_per_step * c.train.group_size) as u64;
+            let step_tokens = rollouts * c.sampler.context as u64;
+            let pass_tokens = if c.train.micro_batch_tokens > 0 { (c.train.micro_batch_tokens as u64).max(c.sampler.context as u64).min(step_tokens) } else { step_tokens };
+            let per_token = layers * (8 * m.hidden_size + 4 * m.intermediate_size) as u64 * dtype_bytes;
+            let head_rows = shared_kernels::ops::head_logprobs::head_chunk_rows(m.vocab_size).min(pass_tokens as usize) as u64;
+            let head = head_rows * m.vocab_size as u64 * (dtype_bytes + 8);
+            let t = c.sampler.context as u64;
+            let scores = (5 * m.num_heads as u64 * t * t * 4).min(5 << 31);
+            activations = pass_tokens * per_token + head + scores;
+        }
+        fixed.push(Part { what: "KV cache", bytes: kv });
+        let total: u64 = fixed.iter().map(|p| p.bytes).sum();
+        Self { fixed, activations, kv_share: kv as f64 / total.max(1) as f64 }
+    }
+
+    pub fn fixed_bytes(&self) -> u64 {
+        self.fixed.iter().map(|p| p.bytes).sum()
+    }
+
+    /// One line: each fixed part, the estimate, and the device's size where known.
+    pub fn summary(&self, capacity: Option<u64>) -> String {
+        let parts: Vec<String> = self.fixed.iter().map(|p| format!("{} {}", p.what, size(p.bytes))).collect();
+        let device = capacity.map_or("the device's size unknown".to_string(), |c| format!("of the device's {}", size(c)));
+        let activations = if self.activations > 0 { format!(" + ~{} of activations per trainer pass (estimate)", size(self.activations)) } else { String::new() };
+        format!("memory plan: {} fixed ({}){activations}, {device}", size(self.fixed_bytes()), parts.join(", "))
+    }
+
+    /// Err when the fixed part alone passes `capacity` (a config error naming the keys to change);
+    /// Ok(Some(warning)) when the fixed part and the activation estimate together pass it.
+    pub fn check(&self, capacity: Option<u64>) -> Result<Option<String>, RunError> {
+        let Some(capacity) = capacity else { return Ok(None) };
+        let fixed = self.fixed_bytes();
+        if fixed > capacity {
+            let (key, advice) = if self.kv_share > 0.25 {
+                ("sampler.kv_budget_mib", "cap the KV cache with sampler.kv_budget_mib, or lower sampler.max_batch or sampler.context")
+            } else {
+                ("model.path", "use a smaller model (model.path), bf16 (model.dtype), or lower sampler.max_batch / sampler.context; full-parameter training across GPUs is not built yet")
+            };
+            return Err(invalid(key, format!("the run needs {:.1} GB of device memory before any activation but the device holds {:.1} GB: {}; {advice}", fixed as f64 / GB, capacity as f64 / GB, self.summary(Some(capacity)))));
+        }
+        if fixed + self.activations > capacity {
+            return Ok(Some(format!("{:.1} GB fixed + ~{:.1} GB of activations may not fit the device's {:.1} GB: lower train.micro_batch_tokens (tokens per trainer pass)", fixed as f64 / GB, self.activations as f64 / GB, capacity as f64 / GB)));
+        }
+        Ok(None)
+    }
+}
+
+/// Plans `c` for `purpose` on `device`: prints the plan's line, refuses a config whose fixed part
+/// cannot fit (exit 2), warns when the activation estimate may not.
+pub fn check(c: &Config, device: &burn::tensor::Device, purpose: Purpose) -> Result<(), RunError> {
+    let shape = crate::run::model_shape(c)?;
+    let dtype_bytes = crate::run::dtype(c).size() as u64;
+    let plan = MemoryPlan::of(c, &shape, dtype_bytes, purpose);
+    let capacity = shared_kernels::device::memory_capacity(device);
+    eprintln!("{}", plan.summary(capacity));
+    if let Some(warning) = plan.check(capacity)? {
+        eprintln!("warning: {warning}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn qwen3_8b() -> ModelConfig {
+        let json = serde_json::json!({
+            "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096,
+            "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "head_dim": 128, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 40960, "tie_word_embeddings": false
+        });
+        ModelConfig::from_json(&json.to_string(), "test").unwrap()
+    }
+
+    #[test]
+    fn full_parameter_8b_on_one_h200_is_refused_naming_the_model_and_sampling_it_fits() {
+        let mut c = Config::default();
+        c.model.dtype = "bf16".into();
+        c.sampler.max_batch = 64;
+        c.sampler.context = 2048;
+        let h200 = 150_000_000_000;
+        let plan = MemoryPlan::of(&c, &qwen3_8b(), 2, Purpose::Train);
+        // 8.19e9 parameters x (2 + 2 + 4 + 8 + 4) bytes = 163.8 GB, and a 19.3 GB KV cache
+        assert!((plan.fixed_bytes() as f64 / GB - 183.1).abs() < 1.0, "{}", plan.summary(Some(h200)));
+        let err = plan.check(Some(h200)).unwrap_err().to_string();
+        assert!(err.contains("model.path") && err.contains("device holds 150.0 GB") && err.contains("AdamW moments 65.5 GB"), "{err}");
+        let sampling = MemoryPlan::of(&c, &qwen3_8b(), 2, Purpose::Sample);
+        assert!(sampling.check(Some(h200)).unwrap().is_none(), "{}", sampling.summary(Some(h200)));
+    }
+
+    #[test]
+    fn a_kv_cache_that_cannot_fit_names_the_sampler_keys_and_a_budget_fixes_it() {
+        let mut c = Config::default();
+        c.model.dtype = "bf16".into();
+        c.sampler.max_batch = 4096;
+        c.sampler.context = 32768;
+        let err = MemoryPlan::of(&c, &qwen3_8b(), 2, Purpose::Sample).check(Some(150_000_000_000)).unwrap_err().to_string();
+        assert!(err.contains("sampler.kv_budget_mib") && err.contains("KV cache"), "{err}");
+        c.sampler.kv_budget_mib = 60_000.0;
+        assert!(MemoryPlan::of(&c, &qwen3_8b(), 2, Purpose::Sample).check(Some(150_000_000_000)).unwrap().is_none());
+    }
+
+    #[test]
+    fn large_passes_warn_with_the_micro_batch_key_and_unknown_devices_pass() {
+        let mut c = Config::default();
+        c.model.dtype = "bf16".into();
+        c.train.prompts_per_step = 32;
+        c.train.group_size = 16;
+        c.sampler.context = 4096;
+        c.sampler.kv_budget_mib = 10_000.0;
+        let mut small = qwen3_8b();
+        small.hidden_size = 1024;
+        small.intermediate_size = 3072;
+        small.num_layers = 28;
+        small.num_heads = 16;
+        small.tie_word_embeddings = true;
+        let plan = MemoryPlan::of(&c, &small, 2, Purpose::Train);
+        let warning = plan.check(Some(80_000_000_000)).unwrap().expect("a warning");
+        assert!(warning.contains("train.micro_batch_tokens"), "{warning}");
+        c.train.micro_batch_tokens = 8192;
+        assert!(MemoryPlan::of(&c, &small, 2, Purpose::Train).check(Some(80_000_000_000)).unwrap().is_none());
+        assert!(plan.check(None).unwrap().is_none());
+    }
+}

@@ -1,0 +1,50 @@
+//! Bad inputs to `lockstep train` and `lockstep sample` beyond the cases in cli.rs: each gets an
+//! error naming the file and line or the config key, a non-zero exit, no panic, and leaves every
+//! input as it was.
+
+mod common;
+
+use common::{lockstep, scratch};
+
+fn assert_refused(out: &std::process::Output, code: i32, needles: &[&str]) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "`{n}` not in: {err}");
+    }
+}
+
+#[test]
+fn task_and_prompt_files_with_bad_utf8_name_the_line() {
+    let dir = scratch("bad-utf8");
+    let bytes: &[u8] = b"{\"prompt\": \"1+1=\", \"answer\": \"2\"}\n{\"prompt\": \"\xff\xfe=\", \"answer\": \"2\"}\n";
+    std::fs::write(dir.join("task.jsonl"), bytes).unwrap();
+    let out = lockstep(&["train", "--set", "task.name=jsonl", "--set", "task.path=task.jsonl", "--set", "train.sft_steps=0"], &dir);
+    assert_refused(&out, 1, &["task.jsonl:2", "UTF-8"]);
+    let out = lockstep(&["sample", "--set", "sampler.input=task.jsonl", "--set", "sampler.output=out.jsonl"], &dir);
+    assert_refused(&out, 1, &["task.jsonl:2", "UTF-8"]);
+    assert_eq!(std::fs::read(dir.join("task.jsonl")).unwrap(), bytes);
+    assert!(!dir.join("out.jsonl").exists());
+}
+
+#[test]
+fn numeric_answers_are_read_as_their_text() {
+    let dir = scratch("numeric-answer");
+    std::fs::write(dir.join("task.jsonl"), "{\"prompt\": \"1+1=\", \"answer\": 2}\n{\"prompt\": \"2+3=\", \"answer\": 5}\n").unwrap();
+    let out = lockstep(&["train", "--set", "task.name=jsonl", "--set", "task.path=task.jsonl", "--set", "train.sft_steps=2", "--set", "train.steps=1", "--set", "log.progress=false"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn an_output_that_cannot_be_written_is_refused_before_sampling() {
+    let dir = scratch("bad-output");
+    std::fs::write(dir.join("prompts.jsonl"), "{\"prompt\": \"1+1=\"}\n").unwrap();
+    std::fs::write(dir.join("file"), "not a folder").unwrap();
+    for output in ["file/out.jsonl", "missing-folder/out.jsonl"] {
+        let out = lockstep(&["sample", "--set", "sampler.input=prompts.jsonl", "--set", &format!("sampler.output={output}")], &dir);
+        assert_refused(&out, 2, &["sampler.output", output]);
+    }
+    assert_eq!(std::fs::read_to_string(dir.join("file")).unwrap(), "not a folder");
+    assert_eq!(std::fs::read_to_string(dir.join("prompts.jsonl")).unwrap(), "{\"prompt\": \"1+1=\"}\n");
+}
