@@ -125,8 +125,10 @@ pub struct TaskSection {
     pub count: usize,
     /// jsonl: a file of `{"prompt": "...", "answer": "..."}` lines.
     pub path: String,
-    /// "exact" (1 for the right answer, else 0) or "char_f1" (partial credit: the F1 of the
-    /// completion's and the answer's characters as multisets, in [0, 1]).
+    /// "exact" (1 for the right answer, else 0), "char_f1" (partial credit: the F1 of the
+    /// completion's and the answer's characters as multisets, in [0, 1]) or "math" (the final
+    /// answer, `\boxed{}` / `####` / the last number, compared numerically or as normalised
+    /// LaTeX with the task's answer: `math_verify`).
     pub reward: String,
 }
 
@@ -212,7 +214,7 @@ impl Config {
         let one_of = |key: &str, value: &str, allowed: &[&str]| if allowed.contains(&value) { Ok(()) } else { bad(key, format!("`{value}` is not one of {allowed:?}")) };
         one_of("model.dtype", &self.model.dtype, &["f32", "bf16"])?;
         one_of("task.name", &self.task.name, &["addition", "sort", "countdown", "jsonl"])?;
-        one_of("task.reward", &self.task.reward, &["exact", "char_f1"])?;
+        one_of("task.reward", &self.task.reward, &["exact", "char_f1", "math"])?;
         one_of("train.on_mismatch", &self.train.on_mismatch, &["stop", "warn"])?;
         one_of("ablation.sampler_kernels", &self.ablation.sampler_kernels, &["matched", "fast", "split_k"])?;
         one_of("ablation.correction", &self.ablation.correction, &["none", "tis", "mis", "ppo_clip"])?;

@@ -86,6 +86,7 @@ impl Task {
     pub fn reward_of(&self, kind: &str, problem: &Problem, completion: &str) -> f32 {
         match kind {
             "char_f1" => char_f1(completion.trim(), &problem.answer),
+            "math" => crate::math_verify::math_reward(completion, &problem.answer),
             _ => self.reward(problem, completion),
         }
     }

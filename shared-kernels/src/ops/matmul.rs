@@ -3,9 +3,10 @@
 //! Batch invariance: one fixed tile shape for every M, no split-K, and each output element is a
 //! single f32 accumulator walking k = 0..K in order. M only decides how many tiles launch.
 //!
-//! bf16/f16 operands run on tensor cores ([`super::matmul_tc`]) where the device has them (the
-//! H200: [`super::matmul_tc`] by default, [`super::matmul_pipelined`] or a shape-based mix of
-//! the two with `LOCKSTEP_MATMUL`; all compute the same bits),
+//! bf16/f16 operands run on tensor cores where the device has them: on the H200 (CUDA compute
+//! capability 9.x) the warpgroup `wgmma` kernels ([`super::matmul_wgmma`]) by default, on other
+//! CUDA devices the cmma tiles ([`super::matmul_tc`]); `LOCKSTEP_MATMUL` picks another variant
+//! for comparisons (all compute the same bits),
 //! with the same rules: one tile and instruction shape for every M, k in order. Which kernel runs
 //! depends only on the dtype, the device and that variable, never on M, so the sampler and the
 //! trainer on one device always share it. `LOCKSTEP_MATMUL=scalar` forces the scalar kernel
