@@ -134,6 +134,12 @@ pub fn numeric_values(normalized: &str) -> Vec<f64> {
 }
 
 fn frac(rest: &str) -> Option<f64> {
+    // `\frac12`: two single digits without braces
+    let digits: Vec<char> = rest.trim_start().chars().take(2).collect();
+    if digits.len() == 2 && digits.iter().all(char::is_ascii_digit) && rest.trim_start().chars().nth(2).is_none_or(|c| !c.is_ascii_digit()) {
+        let (a, b) = (digits[0].to_digit(10)? as f64, digits[1].to_digit(10)? as f64);
+        return (b != 0.0).then(|| a / b);
+    }
     let a = braced(rest)?;
     let after = &rest.trim_start()[a.len() + 2..];
     let b = braced(after)?;
@@ -144,6 +150,14 @@ fn frac(rest: &str) -> Option<f64> {
 /// The number `s` starts with (then only units or words may follow): `-1,234.5`, `3/4`, `2e-3`.
 fn leading_number(s: &str) -> Option<f64> {
     let s = s.trim().trim_start_matches('+');
+    // ".5" reads as "0.5"
+    let padded;
+    let s = if s.starts_with('.') || s.starts_with("-.") {
+        padded = s.replacen('.', "0.", 1);
+        padded.as_str()
+    } else {
+        s
+    };
     let mut end = 0;
     let bytes = s.as_bytes();
     let mut seen_digit = false;
@@ -247,6 +261,20 @@ mod tests {
         ("#### 8", "The answer is 8", 1.0),
         ("3", "\\boxed{3.0000001}", 1.0),
         ("3", "\\boxed{3.01}", 0.0),
+        ("24", "\\boxed{24}\n\nFinal Answer: The final answer is 24. I hope it is correct.", 1.0),
+        ("-12", "so the answer is -12.", 1.0),
+        ("0.5", "\\boxed{.5}", 1.0),
+        ("100", "\\boxed{100.}", 1.0),
+        ("2", "\\boxed{\\frac{4}{2}}", 1.0),
+        ("1/2", "\\boxed{\\frac12}", 1.0),
+        ("6", "Therefore, $x = \\boxed{6}$.", 1.0),
+        ("1,000,000", "\\boxed{1000000}", 1.0),
+        ("3.14", "\\boxed{\\pi}", 0.0),
+        ("\\$1.50", "\\boxed{1.5}", 1.0),
+        ("7", "\\boxed{\\textbf{7}}", 1.0),
+        ("10", "####10", 1.0),
+        ("-5", "\\boxed{- 5}", 1.0),
+        ("12", "12", 1.0),
     ];
 
     #[test]

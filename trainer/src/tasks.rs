@@ -179,6 +179,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_math_reward_grades_the_final_answer_against_the_dataset_answer() {
+        let task = Task::Dataset { problems: vec![] };
+        let problem = Problem { prompt: "p".into(), answer: "3/4".into(), numbers: vec![], target: 0, line: 1 };
+        assert_eq!(task.reward_of("math", &problem, "so it is \\boxed{0.75}."), 1.0);
+        assert_eq!(task.reward_of("math", &problem, "\\boxed{0.7}"), 0.0);
+        assert_eq!(task.reward_of("exact", &problem, "\\boxed{0.75}"), 0.0);
+    }
+
+    #[test]
     fn char_f1_gives_partial_credit_in_unit_range() {
         assert_eq!(char_f1("123", "123"), 1.0);
         assert_eq!(char_f1("abc", "123"), 0.0);
