@@ -100,8 +100,21 @@ pub struct TrainSection {
     pub sft_lr: f64,
     pub sft_batch: usize,
     /// Trainer tokens per forward/backward pass (whole sequences, greedily in order; a longer
-    /// sequence runs alone); gradients are summed in f32 in micro-batch order. 0 = the whole step.
+    /// sequence runs alone); the update's bits do not depend on it (weight gradients folded
+    /// over the tokens in one order, `shared_kernels::grad_fold`). 0 = the whole step.
     pub micro_batch_tokens: usize,
+    /// "group_std" (GRPO: (r - group mean) / (group std + 1e-6)) or "group_mean" (Dr. GRPO:
+    /// r - group mean, no std normalisation).
+    pub advantage: String,
+    /// How token terms are averaged: "token_mean" (every rollout token of the step weighs the
+    /// same: DAPO, TRL's default), "sequence_mean" (each sequence's tokens averaged, then the
+    /// sequences: the original GRPO) or "constant" (Dr. GRPO: divided by rollouts x
+    /// sampler.max_new_tokens, length-unbiased).
+    pub loss_aggregation: String,
+    /// DAPO's soft overlong punishment: a completion longer than sampler.max_new_tokens -
+    /// overlong_buffer loses up to overlong_penalty of reward, linearly over the buffer (0 = off).
+    pub overlong_buffer: usize,
+    pub overlong_penalty: f64,
 }
 
 impl Default for TrainSection {
@@ -109,7 +122,7 @@ impl Default for TrainSection {
         Self {
             steps: 20, prompts_per_step: 8, group_size: 8, lr: 2e-3, warmup_steps: 2, min_lr_ratio: 0.1, weight_decay: 0.0,
             beta1: 0.9, beta2: 0.99, adam_eps: 1e-8, grad_clip: 1.0, kl_coef: 0.0, seed: 0, on_mismatch: "stop".into(),
-            checkpoint_every: 10, keep_checkpoints: 2, sft_steps: 150, sft_lr: 3e-3, sft_batch: 32, micro_batch_tokens: 0,
+            checkpoint_every: 10, keep_checkpoints: 2, sft_steps: 150, sft_lr: 3e-3, sft_batch: 32, micro_batch_tokens: 0, advantage: "group_std".into(), loss_aggregation: "token_mean".into(), overlong_buffer: 0, overlong_penalty: 1.0,
         }
     }
 }
@@ -215,6 +228,14 @@ impl Config {
         one_of("model.dtype", &self.model.dtype, &["f32", "bf16"])?;
         one_of("task.name", &self.task.name, &["addition", "sort", "countdown", "jsonl"])?;
         one_of("task.reward", &self.task.reward, &["exact", "char_f1", "math"])?;
+        one_of("train.advantage", &self.train.advantage, &["group_std", "group_mean"])?;
+        one_of("train.loss_aggregation", &self.train.loss_aggregation, &["token_mean", "sequence_mean", "constant"])?;
+        if self.train.overlong_buffer >= self.sampler.max_new_tokens && self.train.overlong_buffer > 0 {
+            return bad("train.overlong_buffer", format!("is {} but must be below sampler.max_new_tokens ({})", self.train.overlong_buffer, self.sampler.max_new_tokens));
+        }
+        if !(self.train.overlong_penalty.is_finite() && self.train.overlong_penalty >= 0.0) {
+            return bad("train.overlong_penalty", format!("must be a finite number >= 0, got {}", self.train.overlong_penalty));
+        }
         one_of("train.on_mismatch", &self.train.on_mismatch, &["stop", "warn"])?;
         one_of("ablation.sampler_kernels", &self.ablation.sampler_kernels, &["matched", "fast", "split_k"])?;
         one_of("ablation.correction", &self.ablation.correction, &["none", "tis", "mis", "ppo_clip"])?;

@@ -123,16 +123,10 @@ impl Trainer {
         for (i, comp) in completions.iter().enumerate() {
             let body: Vec<u32> = comp.tokens.iter().copied().filter(|&t| t != self.policy.eos).collect();
             let text = self.policy.tokenizer.decode(&body, true).map_err(|e| RunError::Other(format!("decode: {e}")))?;
-            rewards.push(self.task.reward_of(&c.task.reward, &problems[i / g], &text) as f64);
+            let reward = self.task.reward_of(&c.task.reward, &problems[i / g], &text) as f64;
+            rewards.push(reward - overlong_penalty(comp.tokens.len(), c.sampler.max_new_tokens, c.train.overlong_buffer, c.train.overlong_penalty));
         }
-        let mut advantages = vec![0.0f64; rewards.len()];
-        for (group, chunk) in rewards.chunks(g).enumerate() {
-            let mean = chunk.iter().sum::<f64>() / g as f64;
-            let std = (chunk.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / g as f64).sqrt();
-            for (j, r) in chunk.iter().enumerate() {
-                advantages[group * g + j] = (r - mean) / (std + 1e-6);
-            }
-        }
+        let advantages = group_advantages(&rewards, g, &c.train.advantage);
         // 4. trainer logprobs on the training path, compared with the sampler's: one pass with
         // autodiff on when the step is one micro-batch (its graph then serves the update), else
         // a scoring pass per micro-batch without autodiff and a second, tracked one in step 5
@@ -186,10 +180,11 @@ impl Trainer {
         let mut at = 0;
         for (s, seq) in sequences.iter().enumerate() {
             let start = requests[s].prompt.len() - 1;
+            let divisor = aggregation_divisor(&c.train.loss_aggregation, completions[s].tokens.len(), completions.len(), n_tokens, c.sampler.max_new_tokens);
             for t in 0..seq.len() - 1 {
                 let mut w = 0.0;
                 if t >= start {
-                    w = -coef[at] / n_tokens;
+                    w = -coef[at] / divisor;
                     if let Some(r) = &ref_lp {
                         let d = (r[s][t] - trainer_lp[s][t]) as f64;
                         kl_ref += (d.exp() - d - 1.0) / n_tokens;
@@ -344,6 +339,62 @@ impl Trainer {
     pub fn checkpoint(&self) -> Result<PathBuf, RunError> {
         let state = RunState { step: self.step, adam_t: self.opt.t, git_revision: crate::run::git_revision() };
         Ok(checkpoint::save(&self.run_dir, &self.policy.model, &self.opt, &state, &self.policy.tokenizer_json, self.cfg.train.keep_checkpoints)?)
+    }
+}
+
+/// Group-relative advantages: `group_std` (GRPO) divides by the group's std (+ 1e-6),
+/// `group_mean` (Dr. GRPO) only subtracts the group mean.
+pub fn group_advantages(rewards: &[f64], group: usize, kind: &str) -> Vec<f64> {
+    let mut out = vec![0.0f64; rewards.len()];
+    for (k, chunk) in rewards.chunks(group).enumerate() {
+        let mean = chunk.iter().sum::<f64>() / chunk.len() as f64;
+        let std = (chunk.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / chunk.len() as f64).sqrt();
+        for (j, r) in chunk.iter().enumerate() {
+            out[k * group + j] = if kind == "group_mean" { r - mean } else { (r - mean) / (std + 1e-6) };
+        }
+    }
+    out
+}
+
+/// What a sequence's token terms are divided by (`train.loss_aggregation`): every rollout token
+/// of the step (`token_mean`), the sequence's own length times the sequences (`sequence_mean`),
+/// or rollouts x max_new_tokens (`constant`, Dr. GRPO).
+pub fn aggregation_divisor(kind: &str, seq_tokens: usize, sequences: usize, step_tokens: f64, max_new_tokens: usize) -> f64 {
+    match kind {
+        "sequence_mean" => (seq_tokens.max(1) * sequences.max(1)) as f64,
+        "constant" => (sequences.max(1) * max_new_tokens.max(1)) as f64,
+        _ => step_tokens.max(1.0),
+    }
+}
+
+/// DAPO's soft overlong punishment of a completion of `len` tokens: 0 up to max_new - buffer,
+/// then growing linearly to `penalty` at max_new (0 when `buffer` is 0).
+pub fn overlong_penalty(len: usize, max_new: usize, buffer: usize, penalty: f64) -> f64 {
+    if buffer == 0 || len + buffer <= max_new {
+        return 0.0;
+    }
+    penalty * ((len + buffer - max_new) as f64 / buffer as f64).min(1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advantages_aggregation_and_the_overlong_penalty_follow_their_papers() {
+        let a = group_advantages(&[1.0, 0.0, 0.0, 2.0, 2.0, 2.0], 3, "group_std");
+        let std = (2.0f64 / 9.0).sqrt();
+        assert!((a[0] - (2.0 / 3.0) / (std + 1e-6)).abs() < 1e-9 && a[4] == 0.0 && a[5] == 0.0, "{a:?}");
+        let b = group_advantages(&[1.0, 0.0, 0.0], 3, "group_mean");
+        assert!((b[0] - 2.0 / 3.0).abs() < 1e-12 && (b[1] + 1.0 / 3.0).abs() < 1e-12);
+        // 4 sequences, 40 rollout tokens, this one 5 long, max_new 16
+        assert_eq!(aggregation_divisor("token_mean", 5, 4, 40.0, 16), 40.0);
+        assert_eq!(aggregation_divisor("sequence_mean", 5, 4, 40.0, 16), 20.0);
+        assert_eq!(aggregation_divisor("constant", 5, 4, 40.0, 16), 64.0);
+        assert_eq!(overlong_penalty(12, 16, 4, 1.0), 0.0);
+        assert_eq!(overlong_penalty(14, 16, 4, 1.0), 0.5);
+        assert_eq!(overlong_penalty(16, 16, 4, 0.5), 0.5);
+        assert_eq!(overlong_penalty(16, 16, 0, 1.0), 0.0);
     }
 }
 

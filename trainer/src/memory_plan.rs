@@ -47,45 +47,46 @@ fn size(bytes: u64) -> String {
 
 impl MemoryPlan {
     pub fn of(c: &Config, m: &ModelConfig, dtype_bytes: u64, purpose: Purpose) -> Self {
-        let params: u64 = m.expected_tensors().iter().map(|(_, shape)| shape.iter().product::<usize>() as u64).sum();
-        let embedding = (m.vocab_size * m.hidden_size) as u64;
-        let layers = m.num_layers as u64;
-        let slots = if c.sampler.kv_budget_mib > 0.0 {
-            let per_slot = 2 * layers * c.sampler.context as u64 * (m.num_kv_heads * m.head_dim) as u64 * dtype_bytes;
-            ((c.sampler.kv_budget_mib * 1048576.0) as u64 / per_slot.max(1)).min(c.sampler.max_batch as u64)
-        } else {
-            c.sampler.max_batch as u64
-        };
-        let kv = 2 * layers * slots * c.sampler.context as u64 * (m.num_kv_heads * m.head_dim) as u64 * dtype_bytes;
-        let mut fixed = vec![Part { what: "weights (trainer)", bytes: params * dtype_bytes }, Part { what: "weights (sampler's copy)", bytes: params * dtype_bytes }];
+        // in f64, saturated into u64 (`as` saturates): a config with absurd sizes (refused by
+        // name elsewhere) must not overflow here
+        let n = |x: usize| x as f64;
+        let sat = |x: f64| x as u64;
+        let dtype = dtype_bytes as f64;
+        let params: f64 = m.expected_tensors().iter().map(|(_, shape)| shape.iter().map(|&d| n(d)).product::<f64>()).sum();
+        let embedding = n(m.vocab_size) * n(m.hidden_size);
+        let layers = n(m.num_layers);
+        let per_slot = 2.0 * layers * n(c.sampler.context) * n(m.num_kv_heads) * n(m.head_dim) * dtype;
+        let slots = if c.sampler.kv_budget_mib > 0.0 { (c.sampler.kv_budget_mib * 1048576.0 / per_slot.max(1.0)).floor().min(n(c.sampler.max_batch)) } else { n(c.sampler.max_batch) };
+        let kv = per_slot * slots;
+        let mut fixed = vec![Part { what: "weights (trainer)", bytes: sat(params * dtype) }, Part { what: "weights (sampler's copy)", bytes: sat(params * dtype) }];
         let mut activations = 0;
         if purpose == Purpose::Train {
             if dtype_bytes < 4 {
-                fixed.push(Part { what: "f32 master weights", bytes: params * 4 });
+                fixed.push(Part { what: "f32 master weights", bytes: sat(params * 4.0) });
             }
-            fixed.push(Part { what: "AdamW moments", bytes: params * 8 });
-            let tied = if m.tie_word_embeddings { embedding * 4 } else { 0 };
-            fixed.push(Part { what: "f32 gradients", bytes: params * 4 + tied });
+            fixed.push(Part { what: "AdamW moments", bytes: sat(params * 8.0) });
+            let tied = if m.tie_word_embeddings { embedding * 4.0 } else { 0.0 };
+            fixed.push(Part { what: "f32 gradients", bytes: sat(params * 4.0 + tied) });
             if c.train.kl_coef > 0.0 {
-                fixed.push(Part { what: "KL reference model", bytes: params * dtype_bytes });
+                fixed.push(Part { what: "KL reference model", bytes: sat(params * dtype) });
             }
-            let rollouts = (c.train.prompts_per_step * c.train.group_size) as u64;
-            let step_tokens = rollouts * c.sampler.context as u64;
-            let pass_tokens = if c.train.micro_batch_tokens > 0 { (c.train.micro_batch_tokens as u64).max(c.sampler.context as u64).min(step_tokens) } else { step_tokens };
-            let per_token = layers * (8 * m.hidden_size + 4 * m.intermediate_size) as u64 * dtype_bytes;
-            let head_rows = shared_kernels::ops::head_logprobs::head_chunk_rows(m.vocab_size).min(pass_tokens as usize) as u64;
-            let head = head_rows * m.vocab_size as u64 * (dtype_bytes + 8);
-            let t = c.sampler.context as u64;
-            let scores = (5 * m.num_heads as u64 * t * t * 4).min(5 << 31);
-            activations = pass_tokens * per_token + head + scores;
+            let rollouts = n(c.train.prompts_per_step) * n(c.train.group_size);
+            let step_tokens = rollouts * n(c.sampler.context);
+            let pass_tokens = if c.train.micro_batch_tokens > 0 { n(c.train.micro_batch_tokens).max(n(c.sampler.context)).min(step_tokens) } else { step_tokens };
+            let per_token = layers * (8.0 * n(m.hidden_size) + 4.0 * n(m.intermediate_size)) * dtype;
+            let head_rows = n(shared_kernels::ops::head_logprobs::head_chunk_rows(m.vocab_size)).min(pass_tokens);
+            let head = head_rows * n(m.vocab_size) * (dtype + 8.0);
+            let t = n(c.sampler.context);
+            let scores = (5.0 * n(m.num_heads) * t * t * 4.0).min(5.0 * 2f64.powi(31));
+            activations = sat(pass_tokens * per_token + head + scores);
         }
-        fixed.push(Part { what: "KV cache", bytes: kv });
-        let total: u64 = fixed.iter().map(|p| p.bytes).sum();
-        Self { fixed, activations, kv_share: kv as f64 / total.max(1) as f64 }
+        fixed.push(Part { what: "KV cache", bytes: sat(kv) });
+        let total: u64 = fixed.iter().map(|p| p.bytes).fold(0u64, u64::saturating_add);
+        Self { fixed, activations, kv_share: sat(kv) as f64 / total.max(1) as f64 }
     }
 
     pub fn fixed_bytes(&self) -> u64 {
-        self.fixed.iter().map(|p| p.bytes).sum()
+        self.fixed.iter().map(|p| p.bytes).fold(0, u64::saturating_add)
     }
 
     /// One line: each fixed part, the estimate, and the device's size where known.
@@ -109,7 +110,7 @@ impl MemoryPlan {
             };
             return Err(invalid(key, format!("the run needs {:.1} GB of device memory before any activation but the device holds {:.1} GB: {}; {advice}", fixed as f64 / GB, capacity as f64 / GB, self.summary(Some(capacity)))));
         }
-        if fixed + self.activations > capacity {
+        if fixed.saturating_add(self.activations) > capacity {
             return Ok(Some(format!("{:.1} GB fixed + ~{:.1} GB of activations may not fit the device's {:.1} GB: lower train.micro_batch_tokens (tokens per trainer pass)", fixed as f64 / GB, self.activations as f64 / GB, capacity as f64 / GB)));
         }
         Ok(None)
@@ -191,5 +192,11 @@ mod tests {
         c.train.micro_batch_tokens = 8192;
         assert!(MemoryPlan::of(&c, &small, 2, Purpose::Train).check(Some(80_000_000_000)).unwrap().is_none());
         assert!(plan.check(None).unwrap().is_none());
+        // absurd sizes (refused by name before loading) do not overflow the plan
+        c.sampler.context = usize::MAX / 2;
+        c.sampler.max_batch = usize::MAX / 2;
+        c.sampler.kv_budget_mib = 0.0;
+        let huge = MemoryPlan::of(&c, &small, 2, Purpose::Train);
+        assert!(huge.check(Some(80_000_000_000)).is_err());
     }
 }

@@ -450,3 +450,34 @@ fn damaged_checkpoints_are_errors_naming_the_file_and_are_left_as_they_were() {
         }
     }
 }
+
+#[test]
+fn loss_variants_run_and_each_changes_the_update() {
+    let dir = scratch("loss-variants");
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    let run = |name: &str, extra: &[&str]| {
+        let run_name = format!("log.run_name={name}");
+        let args = [&["train", "small.toml", "--set", &run_name, "--set", "train.steps=2", "--set", "task.reward=char_f1"][..], extra].concat();
+        let out = lockstep(&args, &dir);
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        metrics(&dir.join("runs").join(name))
+    };
+    let base = run("base", &[]);
+    let fingerprint = |m: &[serde_json::Value]| m.last().unwrap()["trainer_weights_fingerprint"].clone();
+    // (sequence_mean equals token_mean when every completion has the same length, so it is
+    // only run)
+    for (name, extra, differs) in [
+        ("drgrpo", vec!["--set", "train.advantage=group_mean", "--set", "train.loss_aggregation=constant"], true),
+        ("seqmean", vec!["--set", "train.loss_aggregation=sequence_mean"], false),
+        ("overlong", vec!["--set", "train.overlong_buffer=2", "--set", "train.overlong_penalty=0.5"], true),
+    ] {
+        let m = run(name, &extra);
+        assert_eq!(m[0]["agreement"]["bit_equal_frac"], 1.0);
+        if differs {
+            assert_ne!(fingerprint(&m), fingerprint(&base), "{name} left the update as the default's");
+        }
+    }
+    let out = lockstep(&["train", "small.toml", "--set", "train.loss_aggregation=mean"], &dir);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("train.loss_aggregation"));
+}
