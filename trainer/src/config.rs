@@ -143,11 +143,17 @@ pub struct TaskSection {
     /// answer, `\boxed{}` / `####` / the last number, compared numerically or as normalised
     /// LaTeX with the task's answer: `math_verify`).
     pub reward: String,
+    /// reward "command": a shell command given one JSON line per rollout on stdin
+    /// (`{"index", "prompt", "completion", "answer"}`), printing one reward per line
+    /// (`trainer/src/reward_command.rs`).
+    pub reward_command: String,
+    /// Seconds the reward command may take for one step's rollouts.
+    pub reward_timeout_s: f64,
 }
 
 impl Default for TaskSection {
     fn default() -> Self {
-        Self { name: "addition".into(), digits: 1, count: 3, path: String::new(), reward: "exact".into() }
+        Self { name: "addition".into(), digits: 1, count: 3, path: String::new(), reward: "exact".into(), reward_command: String::new(), reward_timeout_s: 60.0 }
     }
 }
 
@@ -227,7 +233,13 @@ impl Config {
         let one_of = |key: &str, value: &str, allowed: &[&str]| if allowed.contains(&value) { Ok(()) } else { bad(key, format!("`{value}` is not one of {allowed:?}")) };
         one_of("model.dtype", &self.model.dtype, &["f32", "bf16"])?;
         one_of("task.name", &self.task.name, &["addition", "sort", "countdown", "jsonl"])?;
-        one_of("task.reward", &self.task.reward, &["exact", "char_f1", "math"])?;
+        one_of("task.reward", &self.task.reward, &["exact", "char_f1", "math", "command"])?;
+        if self.task.reward == "command" && self.task.reward_command.trim().is_empty() {
+            return bad("task.reward_command", "task.reward = \"command\" needs the command that prints the rewards".into());
+        }
+        if !(self.task.reward_timeout_s.is_finite() && self.task.reward_timeout_s > 0.0) {
+            return bad("task.reward_timeout_s", format!("must be a finite number of seconds > 0, got {}", self.task.reward_timeout_s));
+        }
         one_of("train.advantage", &self.train.advantage, &["group_std", "group_mean"])?;
         one_of("train.loss_aggregation", &self.train.loss_aggregation, &["token_mean", "sequence_mean", "constant"])?;
         if self.train.overlong_buffer >= self.sampler.max_new_tokens && self.train.overlong_buffer > 0 {

@@ -119,13 +119,18 @@ impl Trainer {
         }
         // 3. rewards and group-normalised advantages
         let g = c.train.group_size;
-        let mut rewards = Vec::with_capacity(completions.len());
-        for (i, comp) in completions.iter().enumerate() {
+        let mut texts = Vec::with_capacity(completions.len());
+        for comp in &completions {
             let body: Vec<u32> = comp.tokens.iter().copied().filter(|&t| t != self.policy.eos).collect();
-            let text = self.policy.tokenizer.decode(&body, true).map_err(|e| RunError::Other(format!("decode: {e}")))?;
-            let reward = self.task.reward_of(&c.task.reward, &problems[i / g], &text) as f64;
-            rewards.push(reward - overlong_penalty(comp.tokens.len(), c.sampler.max_new_tokens, c.train.overlong_buffer, c.train.overlong_penalty));
+            texts.push(self.policy.tokenizer.decode(&body, true).map_err(|e| RunError::Other(format!("decode: {e}")))?);
         }
+        let raw: Vec<f64> = if c.task.reward == "command" {
+            let rollouts: Vec<crate::reward_command::Rollout<'_>> = texts.iter().enumerate().map(|(i, t)| crate::reward_command::Rollout { prompt: &problems[i / g].prompt, completion: t, answer: &problems[i / g].answer }).collect();
+            crate::reward_command::rewards(&c.task.reward_command, c.task.reward_timeout_s, &rollouts).map_err(|e| RunError::Other(format!("step {step}: {e} (stopping before the update; the last checkpoint is intact)")))?
+        } else {
+            texts.iter().enumerate().map(|(i, t)| self.task.reward_of(&c.task.reward, &problems[i / g], t) as f64).collect()
+        };
+        let rewards: Vec<f64> = raw.iter().zip(&completions).map(|(r, comp)| r - overlong_penalty(comp.tokens.len(), c.sampler.max_new_tokens, c.train.overlong_buffer, c.train.overlong_penalty)).collect();
         let advantages = group_advantages(&rewards, g, &c.train.advantage);
         // 4. trainer logprobs on the training path, compared with the sampler's: one pass with
         // autodiff on when the step is one micro-batch (its graph then serves the update), else

@@ -12,6 +12,7 @@ pub mod config;
 pub mod grpo;
 pub mod optim;
 pub mod report;
+pub mod reward_command;
 pub mod rng;
 pub mod run;
 pub mod sample_cli;

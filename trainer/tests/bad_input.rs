@@ -48,3 +48,25 @@ fn an_output_that_cannot_be_written_is_refused_before_sampling() {
     assert_eq!(std::fs::read_to_string(dir.join("file")).unwrap(), "not a folder");
     assert_eq!(std::fs::read_to_string(dir.join("prompts.jsonl")).unwrap(), "{\"prompt\": \"1+1=\"}\n");
 }
+
+#[test]
+fn a_reward_command_scores_the_rollouts_and_one_that_hangs_or_crashes_stops_the_run() {
+    let dir = scratch("reward-command");
+    let small = "[train]\nsteps = 2\nprompts_per_step = 2\ngroup_size = 4\nsft_steps = 0\n[sampler]\nmax_new_tokens = 4\n[log]\nprogress = false\n";
+    std::fs::write(dir.join("small.toml"), small).unwrap();
+    // reward = the completion's length: distinct rewards, so the logged mean is that length's
+    std::fs::write(dir.join("length.py"), "import sys, json\nfor line in sys.stdin:\n    print(len(json.loads(line)['completion']))\n").unwrap();
+    let out = lockstep(&["train", "small.toml", "--set", "log.run_name=ok", "--set", "task.reward=command", "--set", "task.reward_command=python3 length.py"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m = common::metrics(&dir.join("runs/ok"));
+    assert_eq!(m.len(), 2);
+    assert!(m.iter().any(|s| s["reward_mean"].as_f64().unwrap() > 0.0), "{m:?}");
+    let started = std::time::Instant::now();
+    let out = lockstep(&["train", "small.toml", "--set", "log.run_name=hang", "--set", "task.reward=command", "--set", "task.reward_command=sleep 60", "--set", "task.reward_timeout_s=1"], &dir);
+    assert_refused(&out, 1, &["task.reward_timeout_s", "step 0"]);
+    assert!(started.elapsed().as_secs() < 50, "the hang was not bounded");
+    let out = lockstep(&["train", "small.toml", "--set", "log.run_name=crash", "--set", "task.reward=command", "--set", "task.reward_command=echo broken >&2; exit 1"], &dir);
+    assert_refused(&out, 1, &["task.reward_command", "broken"]);
+    let out = lockstep(&["train", "small.toml", "--set", "task.reward=command"], &dir);
+    assert_refused(&out, 2, &["task.reward_command"]);
+}

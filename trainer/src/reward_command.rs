@@ -1,0 +1,113 @@
+//! Rewards from the user's own program (`task.reward = "command"`): once per GRPO step,
+//! `task.reward_command` runs through `sh -c` with one JSON line per rollout on its stdin
+//! (`{"index", "prompt", "completion", "answer"}`) and must print one line per rollout on its
+//! stdout, in order: a number, or an object with a numeric `"reward"`. It has
+//! `task.reward_timeout_s` seconds; a crash, a hang, a short answer or a malformed line is an
+//! error naming the key, the line and the program's stderr, never a hang or a panic.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One rollout as the program sees it.
+pub struct Rollout<'a> {
+    pub prompt: &'a str,
+    pub completion: &'a str,
+    pub answer: &'a str,
+}
+
+/// The rewards `command` gives `rollouts`, in order.
+pub fn rewards(command: &str, timeout_s: f64, rollouts: &[Rollout<'_>]) -> Result<Vec<f64>, String> {
+    let key = "task.reward_command";
+    let mut input = String::new();
+    for (i, r) in rollouts.iter().enumerate() {
+        input += &serde_json::json!({"index": i, "prompt": r.prompt, "completion": r.completion, "answer": r.answer}).to_string();
+        input.push('\n');
+    }
+    let mut child = Command::new("sh").args(["-c", command]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| format!("{key} {command:?} could not start: {e}"))?;
+    // stdin written and stdout/stderr drained on their own threads, so a program that answers
+    // before reading everything (or fills a pipe) cannot deadlock with us
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let drain = |mut pipe: Box<dyn Read + Send>| std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        text
+    });
+    let stdout = drain(Box::new(child.stdout.take().expect("piped stdout")));
+    let stderr = drain(Box::new(child.stderr.take().expect("piped stderr")));
+    let deadline = Instant::now() + Duration::from_secs_f64(timeout_s.max(0.0));
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| format!("{key}: waiting for {command:?}: {e}"))? {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("{key} {command:?} gave no answer within task.reward_timeout_s = {timeout_s} s for {} rollouts; it was stopped", rollouts.len()));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let _ = writer.join();
+    let (out, err) = (stdout.join().unwrap_or_default(), stderr.join().unwrap_or_default());
+    let err_tail: String = err.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
+    if !status.success() {
+        return Err(format!("{key} {command:?} failed ({status}); its stderr: {err_tail}"));
+    }
+    let lines: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
+    if lines.len() != rollouts.len() {
+        return Err(format!("{key} {command:?} printed {} reward lines for {} rollouts (one line per rollout, in order); its stderr: {err_tail}", lines.len(), rollouts.len()));
+    }
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, line)| {
+            let value: serde_json::Value = serde_json::from_str(line.trim()).map_err(|e| format!("{key}: output line {}: {line:?} is not JSON ({e})", i + 1))?;
+            let reward = match &value {
+                serde_json::Value::Number(n) => n.as_f64(),
+                serde_json::Value::Object(o) => o.get("reward").and_then(|r| r.as_f64()),
+                _ => None,
+            };
+            match reward {
+                Some(r) if r.is_finite() => Ok(r),
+                _ => Err(format!("{key}: output line {} is {line:?}: expected a finite number or {{\"reward\": number}}", i + 1)),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch() -> Vec<Rollout<'static>> {
+        vec![Rollout { prompt: "1+1=", completion: "2", answer: "2" }, Rollout { prompt: "2+2=", completion: "five", answer: "4" }]
+    }
+
+    #[test]
+    fn a_program_reads_json_lines_and_answers_one_reward_each() {
+        // the completion's length, as a bare number and as an object
+        let script = r#"python3 -c 'import sys, json
+for line in sys.stdin:
+    r = json.loads(line)
+    print(len(r["completion"]) if r["index"] % 2 == 0 else json.dumps({"reward": len(r["completion"]) + 0.5}))'"#;
+        assert_eq!(rewards(script, 30.0, &batch()).unwrap(), vec![1.0, 4.5]);
+    }
+
+    #[test]
+    fn crashes_hangs_and_malformed_answers_are_errors_naming_the_key() {
+        let err = rewards("echo oops >&2; exit 3", 30.0, &batch()).unwrap_err();
+        assert!(err.contains("task.reward_command") && err.contains("oops"), "{err}");
+        let started = Instant::now();
+        let err = rewards("sleep 30", 0.5, &batch()).unwrap_err();
+        assert!(err.contains("task.reward_timeout_s") && started.elapsed() < Duration::from_secs(10), "{err}");
+        let err = rewards("echo 1", 30.0, &batch()).unwrap_err();
+        assert!(err.contains("1 reward lines for 2 rollouts"), "{err}");
+        let err = rewards("echo 1; echo nan", 30.0, &batch()).unwrap_err();
+        assert!(err.contains("output line 2"), "{err}");
+        let err = rewards("printf '1\\n{\"score\": 2}\\n'", 30.0, &batch()).unwrap_err();
+        assert!(err.contains("output line 2") && err.contains("reward"), "{err}");
+        // a program that never reads its input and exits at once is still answered in full
+        assert_eq!(rewards("echo 0; echo 1", 30.0, &batch()).unwrap(), vec![0.0, 1.0]);
+    }
+}
