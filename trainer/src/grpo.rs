@@ -268,6 +268,9 @@ impl Trainer {
             is_ratio_min: corr.ratio_min,
             is_ratio_mean: corr.ratio_mean,
             is_ratio_max: corr.ratio_max,
+            is_weight_min: corr.weight_min,
+            is_weight_mean: corr.weight_mean,
+            is_weight_max: corr.weight_max,
             truncated_frac: corr.truncated_frac,
             masked_frac: corr.masked_frac,
             kl_ref,
@@ -285,7 +288,7 @@ impl Trainer {
     fn coefficients(&self, requests: &[Request], completions: &[sampler::Completion], trainer_lp: &[Vec<f32>], adv: &[f64]) -> Result<(Vec<f64>, Correction), RunError> {
         let a = &self.cfg.ablation;
         let mut out = Vec::new();
-        let mut corr = Correction { ratio_min: f64::INFINITY, ratio_max: 0.0, ..Default::default() };
+        let mut corr = Correction { ratio_min: f64::INFINITY, ratio_max: 0.0, weight_min: f64::INFINITY, weight_max: 0.0, ..Default::default() };
         let mut n = 0usize;
         for (s, comp) in completions.iter().enumerate() {
             let start = requests[s].prompt.len() - 1;
@@ -328,11 +331,18 @@ impl Trainer {
                     }
                     _ => 1.0,
                 };
+                corr.weight_min = corr.weight_min.min(weight);
+                corr.weight_max = corr.weight_max.max(weight);
+                corr.weight_mean += weight;
                 out.push(weight * adv[s]);
             }
         }
         let n = n.max(1) as f64;
         corr.ratio_mean /= n;
+        corr.weight_mean /= n;
+        if !corr.weight_min.is_finite() {
+            corr.weight_min = 1.0;
+        }
         corr.truncated_frac /= n;
         corr.masked_frac /= n;
         if !corr.ratio_min.is_finite() {
@@ -408,6 +418,10 @@ pub struct Correction {
     pub ratio_min: f64,
     pub ratio_mean: f64,
     pub ratio_max: f64,
+    /// The weights after truncation or masking.
+    pub weight_min: f64,
+    pub weight_mean: f64,
+    pub weight_max: f64,
     pub truncated_frac: f64,
     pub masked_frac: f64,
 }

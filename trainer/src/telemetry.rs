@@ -55,6 +55,14 @@ pub struct StepMetrics {
     pub is_ratio_max: f64,
     pub truncated_frac: f64,
     pub masked_frac: f64,
+    /// The importance weights after truncation or masking (`is_ratio_*` are before); 1 without a
+    /// correction.
+    #[serde(default)]
+    pub is_weight_min: f64,
+    #[serde(default)]
+    pub is_weight_mean: f64,
+    #[serde(default)]
+    pub is_weight_max: f64,
     pub kl_ref: f64,
     pub tokens_per_s: f64,
     pub step_s: f64,
@@ -115,6 +123,9 @@ impl StepMetrics {
             ("train/is_ratio_min", self.is_ratio_min),
             ("train/is_ratio_mean", self.is_ratio_mean),
             ("train/is_ratio_max", self.is_ratio_max),
+            ("train/is_weight_min", self.is_weight_min),
+            ("train/is_weight_mean", self.is_weight_mean),
+            ("train/is_weight_max", self.is_weight_max),
             ("train/truncated_frac", self.truncated_frac),
             ("train/masked_frac", self.masked_frac),
             ("train/kl_ref", self.kl_ref),
@@ -129,6 +140,23 @@ impl StepMetrics {
             ("timing_s/gen_prefix_copy", self.timing.gen_prefix_copy_s),
             ("timing_s/gen_schedule", self.timing.gen_schedule_s),
             ("perf/gen_engine_steps", self.timing.gen_engine_steps as f64),
+        ]
+        .into_iter()
+        .chain(self.aliases())
+        .collect()
+    }
+
+    /// The names other trainers log the same quantities under (Miles, verl, TRL), written beside
+    /// lockstep's own to TensorBoard and, as `"aliases"`, to metrics.jsonl.
+    pub fn aliases(&self) -> Vec<(&'static str, f64)> {
+        let a = &self.agreement;
+        vec![
+            ("train_rollout_logprob_abs_diff", a.logprob_abs_diff_mean),
+            ("rollout_corr/kl", a.kl_k1),
+            ("rollout_corr/k3_kl", a.kl_k3),
+            ("sampling/importance_sampling_ratio/min", self.is_ratio_min),
+            ("sampling/importance_sampling_ratio/mean", self.is_ratio_mean),
+            ("sampling/importance_sampling_ratio/max", self.is_ratio_max),
         ]
     }
 }
@@ -178,7 +206,9 @@ impl Telemetry {
 
     pub fn record(&mut self, m: &StepMetrics) -> std::io::Result<()> {
         let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&self.metrics_path)?;
-        writeln!(f, "{}", serde_json::to_string(m).expect("metrics serialise"))?;
+        let mut line = serde_json::to_value(m).expect("metrics serialise");
+        line["aliases"] = m.aliases().into_iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>().into();
+        writeln!(f, "{line}")?;
         self.write_events(m);
         Ok(())
     }

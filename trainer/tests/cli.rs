@@ -76,12 +76,16 @@ for tag in sorted(acc.Tags()["scalars"]):
         "rollout/bit_equal_frac", "train/loss", "train/grad_norm", "train/entropy", "train/is_ratio_mean", "perf/tokens_per_s", "perf/step_s",
         "timing_s/gen", "timing_s/logprob", "timing_s/update_actor", "timing_s/sync_weights",
         "timing_s/gen_launch", "timing_s/gen_wait", "timing_s/gen_prefix_copy", "timing_s/gen_schedule", "perf/gen_engine_steps",
+        "train/is_weight_mean", "train_rollout_logprob_abs_diff", "rollout_corr/kl", "rollout_corr/k3_kl", "sampling/importance_sampling_ratio/mean",
     ] {
         assert!(text.lines().any(|l| l == format!("{tag} 2")), "tag {tag} with 2 points not found in:\n{text}");
     }
     // the phase times are measured and fit inside the step
     for line in std::fs::read_to_string(dir.join("runs/tb/metrics.jsonl")).unwrap().lines() {
         let m: serde_json::Value = serde_json::from_str(line).unwrap();
+        // other trainers' names beside lockstep's, with the same values
+        assert_eq!(m["aliases"]["rollout_corr/kl"], m["agreement"]["kl_k1"], "{line}");
+        assert_eq!(m["aliases"]["sampling/importance_sampling_ratio/max"], m["is_ratio_max"], "{line}");
         let phases: Vec<f64> = ["gen_s", "logprob_s", "update_s", "sync_s"].iter().map(|k| m["timing"][k].as_f64().unwrap_or(-1.0)).collect();
         assert!(phases.iter().all(|&t| t > 0.0), "phase times {phases:?} in {line}");
         assert!(phases.iter().sum::<f64>() <= m["step_s"].as_f64().unwrap(), "phases {phases:?} exceed the step in {line}");
