@@ -70,3 +70,13 @@ fn a_reward_command_scores_the_rollouts_and_one_that_hangs_or_crashes_stops_the_
     let out = lockstep(&["train", "small.toml", "--set", "task.reward=command"], &dir);
     assert_refused(&out, 2, &["task.reward_command"]);
 }
+
+#[test]
+fn a_huge_prompt_line_names_the_line_and_the_context() {
+    let dir = scratch("huge-line");
+    let huge = format!("{{\"prompt\": \"1+1=\", \"answer\": \"2\"}}\n{{\"prompt\": \"{}=\", \"answer\": \"2\"}}\n", "1+".repeat(500_000));
+    std::fs::write(dir.join("task.jsonl"), &huge).unwrap();
+    let out = lockstep(&["train", "--set", "task.name=jsonl", "--set", "task.path=task.jsonl", "--set", "train.sft_steps=0"], &dir);
+    assert_refused(&out, 2, &["task.jsonl:2", "sampler.context", "1000001-token prompt"]);
+    assert_eq!(std::fs::read_to_string(dir.join("task.jsonl")).unwrap(), huge);
+}
