@@ -232,7 +232,7 @@ impl Config {
         let bad = |key: &str, message: String| Err(ConfigError::Invalid { key: key.into(), message });
         let one_of = |key: &str, value: &str, allowed: &[&str]| if allowed.contains(&value) { Ok(()) } else { bad(key, format!("`{value}` is not one of {allowed:?}")) };
         one_of("model.dtype", &self.model.dtype, &["f32", "bf16"])?;
-        one_of("task.name", &self.task.name, &["addition", "sort", "countdown", "jsonl"])?;
+        one_of("task.name", &self.task.name, &["addition", "sort", "countdown", "word_problems", "jsonl"])?;
         one_of("task.reward", &self.task.reward, &["exact", "char_f1", "math", "command"])?;
         if self.task.reward == "command" && self.task.reward_command.trim().is_empty() {
             return bad("task.reward_command", "task.reward = \"command\" needs the command that prints the rewards".into());

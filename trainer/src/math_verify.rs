@@ -9,8 +9,10 @@
 
 /// 1 when `completion`'s final answer equals `truth`, else 0 (`task.reward = "math"`).
 pub fn math_reward(completion: &str, truth: &str) -> f32 {
-    // a ground truth written as a worked solution (GSM8K's "... #### 72") gives its final answer
-    let truth = if truth.contains("####") || truth.contains("\\boxed") { extract_answer(truth).unwrap_or_else(|| truth.to_string()) } else { truth.to_string() };
+    // a ground truth written as a worked solution (GSM8K's "... #### 72", "... answer: 72")
+    // gives its final answer
+    let worked = ["####", "\\boxed", "answer:", "answer is"].iter().any(|m| truth.to_ascii_lowercase().contains(m));
+    let truth = if worked { extract_answer(truth).unwrap_or_else(|| truth.to_string()) } else { truth.to_string() };
     match extract_answer(completion) {
         Some(got) if equivalent(&got, &truth) => 1.0,
         _ => 0.0,

@@ -21,6 +21,9 @@ pub enum Task {
     Addition { digits: usize },
     Sort { count: usize },
     Countdown { count: usize },
+    /// Grade-school word problems with a worked solution ending "answer: N" (graded by the math
+    /// verifier, `task.reward = "math"`).
+    WordProblems { digits: usize },
     Dataset { problems: Vec<Problem> },
 }
 
@@ -42,6 +45,8 @@ impl Task {
             "sort" => return Err(at(format!("task.count must be in 2..=9 for sort, got {}", c.count))),
             "countdown" if (2..=5).contains(&c.count) => Task::Countdown { count: c.count },
             "countdown" => return Err(at(format!("task.count must be in 2..=5 for countdown, got {}", c.count))),
+            "word_problems" if (1..=3).contains(&c.digits) => Task::WordProblems { digits: c.digits },
+            "word_problems" => return Err(at(format!("task.digits must be in 1..=3 for word_problems, got {}", c.digits))),
             _ => Task::Dataset { problems: load_jsonl(Path::new(&c.path))? },
         })
     }
@@ -61,6 +66,7 @@ impl Task {
                 let s = |v: &[u64]| v.iter().map(|d| d.to_string()).collect::<String>();
                 plain(format!("sort {}:", s(&digits)), s(&sorted))
             }
+            Task::WordProblems { digits } => word_problem(rng, *digits),
             Task::Countdown { count } => {
                 let numbers: Vec<i64> = (0..*count).map(|_| 1 + rng.below(9) as i64).collect();
                 let mut expr = numbers[0].to_string();
@@ -100,6 +106,26 @@ impl Task {
         };
         if correct { 1.0 } else { 0.0 }
     }
+}
+
+/// A word problem: who has how many of what, an addition, a subtraction or a product, and the
+/// worked solution ending "answer: N" (lower case: the embedded tokenizer's characters).
+fn word_problem(rng: &mut SplitMix, digits: usize) -> Problem {
+    const NAMES: [&str; 6] = ["tom", "ana", "li", "sam", "max", "eva"];
+    const ITEMS: [&str; 5] = ["apples", "pens", "books", "cups", "stamps"];
+    let top = 10u64.pow(digits as u32);
+    let name = NAMES[rng.below(NAMES.len() as u64) as usize];
+    let items = ITEMS[rng.below(ITEMS.len() as u64) as usize];
+    let (a, b) = (1 + rng.below(top - 1), 1 + rng.below(top - 1));
+    let (prompt, work, value) = match rng.below(3) {
+        0 => (format!("{name} has {a} {items} and gets {b} more. how many {items} now?"), format!("{a}+{b}"), a + b),
+        1 => {
+            let (a, b) = (a.max(b), a.min(b));
+            (format!("{name} has {a} {items} and gives {b} away. how many are left?"), format!("{a}-{b}"), a - b)
+        }
+        _ => (format!("{name} buys {a} bags of {b} {items}. how many {items}?"), format!("{a}*{b}"), a * b),
+    };
+    Problem { prompt: format!("{prompt} "), answer: format!("{work}={value}. answer: {value}"), numbers: vec![], target: 0, line: 0 }
 }
 
 /// F1 of the characters of `got` and `want` as multisets: partial credit that moves with every
@@ -205,6 +231,19 @@ mod tests {
         assert_eq!(countdown_value("3+3", &[3, 5]), None, "a number used twice");
         assert_eq!(countdown_value("3+", &[3]), None);
         assert_eq!(countdown_value("", &[3]), None);
+    }
+
+    #[test]
+    fn word_problems_solutions_earn_the_math_reward_and_wrong_finals_do_not() {
+        let task = Task::WordProblems { digits: 2 };
+        let mut rng = SplitMix::new(3);
+        for _ in 0..50 {
+            let p = task.sample(&mut rng);
+            assert_eq!(task.reward_of("math", &p, &p.answer), 1.0, "{p:?}");
+            let wrong = format!("{}1", p.answer);
+            assert_eq!(task.reward_of("math", &p, &wrong), 0.0, "{p:?}");
+            assert!(crate::vocab::char_tokenizer().encode(format!("{}{}", p.prompt, p.answer), false).unwrap().get_ids().iter().all(|&id| id > 1), "a character outside the embedded vocabulary: {p:?}");
+        }
     }
 
     #[test]
