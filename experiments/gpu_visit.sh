@@ -11,6 +11,7 @@
 #   bash experiments/gpu_visit.sh train-kernels          # GRPO step time under tc / hybrid / pipelined
 #   bash experiments/gpu_visit.sh compile-log            # kernel compilations in a short GRPO run, tc vs pipelined
 #   bash experiments/gpu_visit.sh profile                # per-kernel GPU time: trainer step and sampler decode
+#   UPDATE_SHAPES="qwen3-1.7b:8x2048" bash experiments/gpu_visit.sh profile-update   # the GRPO update's kernels by GPU time, per shape:sequences x tokens
 #   bash experiments/gpu_visit.sh memory               # memory-bound kernels only (norms, pointwise, rope, logprob) with torch beside them
 #   bash experiments/gpu_visit.sh bounds               # ncu: what bounds each kernel (BOUNDS_PARTS="matmul pipelined memory attention torch")
 #   bash experiments/gpu_visit.sh gpu-time             # ncu: GPU time per kernel of a trainer step and a sampler run vs wall time
@@ -209,6 +210,17 @@ run_part() {
                 python3 experiments/profile_summary.py "$dir/decode/profile.log" --top 30
             fi
         } 2>&1 | tee "$out/profile.md" ;;
+    profile-update)  # the GRPO update path (folded weight gradients) at real shapes and lengths: wall time, then kernels by GPU time
+        for spec in ${UPDATE_SHAPES:-qwen3-1.7b:8x2048 qwen3-0.6b:1x8192}; do
+            local shape=${spec%%:*} size=${spec#*:}
+            local batch=${size%x*} len=${size#*x}
+            local dir=/tmp/profile-update/$shape-$size; rm -rf "$dir"; mkdir -p "$dir"
+            printf '[profiling.logger]\nlevel = "basic"\nfile = "%s/profile.log"\n' "$dir" > "$dir/cubecl.toml"
+            echo "### update $shape $batch x $len: wall time (no profiler), then per kernel (profiler on)"
+            timeout "$(limit "${UPDATE_LIMIT:-150}")" /tmp/lockstep bench --preset "$shape" --dtype bf16 --concurrency none --trainer-only --trainer-batches "$batch" --trainer-len "$len" --repeats 2 2>&1 | grep "^|\|rror"
+            (cd "$dir" && timeout "$(limit "${UPDATE_LIMIT:-150}")" /tmp/lockstep bench --preset "$shape" --dtype bf16 --concurrency none --trainer-only --trainer-batches "$batch" --trainer-len "$len" --repeats 1 2>&1 | grep "rror")
+            python3 experiments/profile_summary.py "$dir/profile.log" --top 30
+        done 2>&1 | tee "$out/profile-update.md" ;;
     attention-ab)  # default split-KV attention vs the sequential kernel: trainer step, and the sampler at a long context (Qwen3-0.6B shape)
         for a in ${AB_KERNELS:-split_kv sequential}; do
             echo "### LOCKSTEP_ATTENTION=$a"

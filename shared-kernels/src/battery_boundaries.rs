@@ -147,6 +147,42 @@ fn training_backward(dtype: DType, device: &Device, rng: &mut StdRng) -> Result<
         }
         out.push(check(format!("attention backward: a {len}-token sequence alone = between neighbours (dQ, dK, dV rows)"), dtype, 3 * len, bad, max));
     }
+    out.extend(tensor_core_backward_accuracy(dtype, device, rng)?);
+    Ok(out)
+}
+
+/// The tensor-core attention backward against the f32 dense reference on the same 16-bit
+/// inputs: the largest |difference| per gradient over the largest |reference| value must stay
+/// under 2% (P and dS go through the tensor cores rounded to the dtype, as in flash attention);
+/// the check's value is that relative error, its failing rows the gradients past the bound.
+fn tensor_core_backward_accuracy(dtype: DType, device: &Device, rng: &mut StdRng) -> Result<Vec<Check>, KernelError> {
+    use crate::ops::attention_backward::dense_sequence;
+    use crate::ops::attention_mma_backward::{mma_attention_backward, mma_backward_available};
+    let (heads, kv_heads, d) = (16usize, 8usize, 128usize);
+    if !mma_backward_available(dtype, d) {
+        return Ok(vec![]);
+    }
+    let mut out = Vec::new();
+    for len in [300usize, 2_100] {
+        let make = |h: usize, rng: &mut StdRng| float_tensor(random_vec(rng, len * h * d, 1.0), [len, h, d], dtype, device);
+        let (q, k, v, d_out) = (make(heads, rng), make(kv_heads, rng), make(kv_heads, rng), make(heads, rng));
+        let scale = 1.0 / (d as f32).sqrt();
+        let slots = vec![0u32; len];
+        let positions: Vec<u32> = (0..len as u32).collect();
+        let o = crate::causal_attention(q.clone(), k.clone(), v.clone(), &slots, &positions, scale)?;
+        let (rq, rk, rv) = dense_sequence(q.clone(), k.clone(), v.clone(), d_out.clone(), scale);
+        let (gq, gk, gv) = mma_attention_backward(q, k, v, o, d_out, &[(0, len)], scale)?;
+        let (mut worst, mut bad) = (0.0f64, 0);
+        for (got, want) in [(gq, rq), (gk, rk), (gv, rv)] {
+            let (got, want) = (host(got), host(want));
+            let top = want.iter().fold(0.0f64, |m, x| m.max(x.abs() as f64)).max(f64::MIN_POSITIVE);
+            let diff = got.iter().zip(&want).fold(0.0f64, |m, (a, b)| m.max((a - b).abs() as f64));
+            let rel = if got.iter().all(|x| x.is_finite()) { diff / top } else { f64::INFINITY };
+            bad += usize::from(rel > 0.02);
+            worst = worst.max(rel);
+        }
+        out.push(check(format!("attention backward on tensor cores vs the f32 dense reference, {len} tokens (value: worst relative error; bound 2%)"), dtype, 3, bad, worst));
+    }
     Ok(out)
 }
 

@@ -35,6 +35,8 @@ pub struct BenchOptions {
     pub single_call: bool,
     /// Trainer step at these batch sizes (empty: 8 and 32 sequences).
     pub trainer_batches: Vec<usize>,
+    /// Tokens per trainer-step sequence (0: 128).
+    pub trainer_len: usize,
     /// Matmul rows at these M only (empty: the default sizes).
     pub matmul_m: Vec<usize>,
     /// Also write the kernel timings as JSON (read by experiments/torch_bench.py).
@@ -47,8 +49,9 @@ pub fn preset(name: &str) -> Result<ModelConfig, String> {
     let json = match name {
         "tiny" => serde_json::json!({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 96, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512, "tie_word_embeddings": true}),
         "small" => serde_json::json!({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 8192, "hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64, "max_position_embeddings": 1024, "tie_word_embeddings": true}),
-        "qwen3-0.6b" => serde_json::json!({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 4096, "tie_word_embeddings": true}),
-        other => return Err(format!("unknown preset `{other}` (tiny, small, qwen3-0.6b)")),
+        "qwen3-0.6b" => serde_json::json!({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960, "tie_word_embeddings": true}),
+        "qwen3-1.7b" => serde_json::json!({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960, "tie_word_embeddings": true}),
+        other => return Err(format!("unknown preset `{other}` (tiny, small, qwen3-0.6b, qwen3-1.7b)")),
     };
     ModelConfig::from_json(&json.to_string(), "bench preset").map_err(|e| e.to_string())
 }

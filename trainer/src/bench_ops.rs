@@ -278,17 +278,20 @@ fn trainer_step(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Resu
     println!("\n## trainer step (training path forward + backward, lockstep kernels)\n");
     println!("| sequences x tokens | step ms | tokens/s | model TFLOP/s | MFU |");
     println!("|---|---|---|---|---|");
-    let len = 128.min(config.max_position_embeddings);
+    let len = if o.trainer_len == 0 { 128 } else { o.trainer_len }.min(config.max_position_embeddings);
     let batches: &[usize] = if o.trainer_batches.is_empty() { &[8, 32] } else { &o.trainer_batches };
     for &batch in batches {
         let seqs: Vec<Vec<u32>> = (0..batch).map(|b| (0..len).map(|t| ((b * 131 + t * 17) % config.vocab_size) as u32).collect()).collect();
         let mut m = model.clone();
         m.kernels = KernelSet::Matched;
+        // the GRPO update's own path: every scored token weighted, weight gradients folded
         let step = || {
             let tracked = crate::optim::tracked_copy(&m);
             let (_, flat) = tracked.sequence_logprobs(&seqs, 1.0).expect("training path");
-            let grads = flat.sum().backward();
-            drop(crate::optim::gradients(&tracked, &grads));
+            let weights = vec![1.0f32; flat.dims()[0]];
+            let mut fold = shared_kernels::grad_fold::GradFold::new();
+            let (_, grads) = crate::optim::weighted_backward(&tracked, flat, &weights, &mut fold, "bench", "train.lr").expect("bench update");
+            drop(crate::optim::with_folded(grads, fold));
         };
         let secs = time_op(device, o.repeats.min(5), 1, step);
         let tokens = batch * (len - 1);

@@ -149,11 +149,25 @@ pub struct TaskSection {
     pub reward_command: String,
     /// Seconds the reward command may take for one step's rollouts.
     pub reward_timeout_s: f64,
+    /// jsonl: the key of the prompt (dots walk nested objects): a string, or with
+    /// prompt_format "chat" a list of `{"role", "content"}` messages.
+    pub prompt_key: String,
+    /// jsonl: the key of the answer, e.g. "reward_model.ground_truth" (verl's layout).
+    pub answer_key: String,
+    /// "raw" (the prompt text as is) or "chat" (rendered with the checkpoint's chat template,
+    /// a string prompt as one user message, ending with the assistant's opening).
+    pub prompt_format: String,
+    /// chat: a system message put before every prompt that has none ("" for none).
+    pub system_prompt: String,
+    /// chat: a template file instead of the checkpoint's own.
+    pub chat_template: String,
+    /// chat: extra template variables, e.g. `{ enable_thinking = false }`.
+    pub chat_args: toml::Table,
 }
 
 impl Default for TaskSection {
     fn default() -> Self {
-        Self { name: "addition".into(), digits: 1, count: 3, path: String::new(), reward: "exact".into(), reward_command: String::new(), reward_timeout_s: 60.0 }
+        Self { name: "addition".into(), digits: 1, count: 3, path: String::new(), reward: "exact".into(), reward_command: String::new(), reward_timeout_s: 60.0, prompt_key: "prompt".into(), answer_key: "answer".into(), prompt_format: "raw".into(), system_prompt: String::new(), chat_template: String::new(), chat_args: toml::Table::new() }
     }
 }
 
@@ -289,6 +303,17 @@ impl Config {
         }
         if !(self.ablation.ppo_clip > 0.0 && self.ablation.ppo_clip < 1.0) {
             return bad("ablation.ppo_clip", format!("must be in (0, 1), got {}", self.ablation.ppo_clip));
+        }
+        if !matches!(self.task.prompt_format.as_str(), "raw" | "chat") {
+            return bad("task.prompt_format", format!("must be \"raw\" or \"chat\", got {:?}", self.task.prompt_format));
+        }
+        for (key, value) in [("task.prompt_key", &self.task.prompt_key), ("task.answer_key", &self.task.answer_key)] {
+            if value.is_empty() || value.split('.').any(str::is_empty) {
+                return bad(key, format!("must be a key or a dotted path of keys, got {value:?}"));
+            }
+        }
+        if self.task.prompt_format == "chat" && self.model.path.is_empty() && self.task.chat_template.is_empty() {
+            return bad("task.prompt_format", "\"chat\" needs a chat template: model.path (a checkpoint with one) or task.chat_template".into());
         }
         if self.task.name == "jsonl" && self.task.path.is_empty() {
             return bad("task.path", "task `jsonl` needs a path to a JSONL file".into());

@@ -73,7 +73,7 @@ pub fn new_adamw(c: &Config) -> AdamW {
 
 impl Trainer {
     pub fn new(cfg: Config, policy: Policy, opt: AdamW, step: usize) -> Result<Self, RunError> {
-        let task = Task::from_config(&cfg.task)?;
+        let task = crate::run::load_task(&cfg)?;
         let run_dir = run_dir(&cfg);
         let telemetry = Telemetry::open(&run_dir, cfg.log.tensorboard, step).map_err(|e| RunError::Other(format!("{}: {e}", run_dir.display())))?;
         let engine_cfg = crate::run::engine_config(&cfg, &policy.model)?;
@@ -84,7 +84,7 @@ impl Trainer {
 
     fn params(&self, seed: u64) -> SamplingParams {
         let s = &self.cfg.sampler;
-        SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: vec![self.policy.eos], seed }
+        SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: self.policy.stop_tokens.clone(), seed }
     }
 
     /// One GRPO step (see the module docs).
@@ -93,7 +93,7 @@ impl Trainer {
         let c = self.cfg.clone();
         let step = self.step;
         let mut rng = SplitMix::keyed(c.train.seed, step as u64, "prompts");
-        let problems: Vec<_> = (0..c.train.prompts_per_step).map(|_| self.task.sample(&mut rng)).collect();
+        let problems: Vec<_> = (0..c.train.prompts_per_step).map(|_| self.task.sample(&mut rng)).collect::<Result<_, _>>()?;
         let mut requests = Vec::new();
         for (p, problem) in problems.iter().enumerate() {
             let prompt = encode(&self.policy.tokenizer, &problem.prompt)?;
@@ -121,7 +121,7 @@ impl Trainer {
         let g = c.train.group_size;
         let mut texts = Vec::with_capacity(completions.len());
         for comp in &completions {
-            let body: Vec<u32> = comp.tokens.iter().copied().filter(|&t| t != self.policy.eos).collect();
+            let body: Vec<u32> = comp.tokens.iter().copied().filter(|t| !self.policy.stop_tokens.contains(t)).collect();
             texts.push(self.policy.tokenizer.decode(&body, true).map_err(|e| RunError::Other(format!("decode: {e}")))?);
         }
         let raw: Vec<f64> = if c.task.reward == "command" {

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod bench_ops;
+pub mod chat;
 pub mod check;
 pub mod checkpoint;
 pub mod host_profile;

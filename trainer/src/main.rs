@@ -85,6 +85,9 @@ enum Command {
         /// Trainer step at these batch sizes only (comma-separated; default 8,32 sequences of 128).
         #[arg(long, value_delimiter = ',')]
         trainer_batches: Vec<usize>,
+        /// Tokens per sequence of the trainer step (default 128).
+        #[arg(long, default_value_t = 128)]
+        trainer_len: usize,
         /// Matmul rows only at these M (comma-separated; default 1,16,64,256,1024,4096).
         #[arg(long, value_delimiter = ',')]
         matmul_m: Vec<usize>,
@@ -171,13 +174,13 @@ static PANIC_AT: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 fn run(cli: Cli) -> Result<(), RunError> {
     match cli.command {
         Command::Train { config, overrides, resume, max_steps, allow_config_change } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps, allow_config_change)),
-        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, matmul_m, json, save_model } => {
+        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, matmul_m, json, save_model } => {
             let dtype = parse_dtype(&dtype)?;
             let concurrency: Vec<usize> = match concurrency.iter().filter(|c| *c != "none").map(|c| c.parse::<usize>()).collect() {
                 Ok(c) => c,
                 Err(_) => return Err(invalid("--concurrency", format!("{concurrency:?}: expected numbers like 1,8,64 or `none`"))),
             };
-            trainer::host_profile::profiled(|| trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, matmul_m, json, save_model })).map_err(RunError::Other)
+            trainer::host_profile::profiled(|| trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, matmul_m, json, save_model })).map_err(RunError::Other)
         }
         Command::Check { preset, dtypes, seed, fast, split_k } => {
             let dtypes = dtypes.iter().map(|d| parse_dtype(d)).collect::<Result<Vec<_>, _>>()?;
@@ -246,7 +249,7 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
         trainer::run::engine_config(&cfg, &policy.model)?; // a bad KV budget fails before SFT
         check_task_fits(&cfg, &policy)?;
         if cfg.train.sft_steps > 0 {
-            let task = trainer::tasks::Task::from_config(&cfg.task)?;
+            let task = trainer::run::load_task(&cfg)?;
             let bar = progress(&cfg, cfg.train.sft_steps, "sft");
             let started = std::time::Instant::now();
             trainer::sft::warm_start(&cfg, &mut policy, &task, &stop, |step, loss| {
@@ -292,7 +295,7 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
 /// `sampler.context`, and (for the SFT warm start) prompt + answer + end-of-sequence in the
 /// model's positions; a line that does not is named with the key to change.
 fn check_task_fits(cfg: &Config, policy: &trainer::run::Policy) -> Result<(), RunError> {
-    let task = trainer::tasks::Task::from_config(&cfg.task)?;
+    let task = trainer::run::load_task(&cfg)?;
     let trainer::tasks::Task::Dataset { problems } = &task else { return Ok(()) };
     let (context, positions) = (cfg.sampler.context, policy.model.config.max_position_embeddings);
     for p in problems {

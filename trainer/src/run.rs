@@ -24,7 +24,12 @@ pub struct Policy {
     pub model: Qwen3,
     pub tokenizer: Tokenizer,
     pub tokenizer_json: String,
+    /// The end of a completion the SFT warm start teaches: tokenizer_config.json's
+    /// `eos_token` (a chat model's end of turn), else the first of the usual names.
     pub eos: u32,
+    /// Every token that ends sampling: `eos` and generation_config.json's `eos_token_id`s
+    /// (Qwen3: `<|im_end|>` and `<|endoftext|>`).
+    pub stop_tokens: Vec<u32>,
 }
 
 pub fn dtype(c: &Config) -> DType {
@@ -122,14 +127,66 @@ pub fn load_policy(c: &Config, from: Option<&Checkpoint>, device: &Device) -> Re
     if tokenizer.get_vocab_size(true) > model.config.vocab_size {
         return Err(RunError::Other(format!("the tokenizer has {} tokens but the model's vocabulary is {}", tokenizer.get_vocab_size(true), model.config.vocab_size)));
     }
-    let eos = ["<eos>", "<|endoftext|>", "<|im_end|>", "</s>"]
-        .iter()
-        .find_map(|t| tokenizer.token_to_id(t))
-        .ok_or_else(|| RunError::Other("the tokenizer has no end-of-sequence token (<eos>, <|endoftext|>, <|im_end|> or </s>)".into()))?;
+    let dir = Path::new(&c.model.path);
+    let configured = if c.model.path.is_empty() { None } else { configured_eos(dir)? };
+    let eos = configured
+        .and_then(|t| tokenizer.token_to_id(&t))
+        .or_else(|| ["<eos>", "<|endoftext|>", "<|im_end|>", "</s>"].iter().find_map(|t| tokenizer.token_to_id(t)))
+        .ok_or_else(|| RunError::Other("the tokenizer has no end-of-sequence token (tokenizer_config.json's eos_token, <eos>, <|endoftext|>, <|im_end|> or </s>)".into()))?;
     if eos as usize >= model.config.vocab_size {
         return Err(RunError::Other(format!("the tokenizer's end-of-sequence token has id {eos}, outside the model's vocabulary of {}", model.config.vocab_size)));
     }
-    Ok(Policy { model, tokenizer, tokenizer_json, eos })
+    let mut stop_tokens = vec![eos];
+    if !c.model.path.is_empty() {
+        for id in generation_stop_ids(dir)? {
+            if id as usize >= model.config.vocab_size {
+                return Err(RunError::Other(format!("{}: eos_token_id {id} is outside the model's vocabulary of {}", dir.join("generation_config.json").display(), model.config.vocab_size)));
+            }
+            if !stop_tokens.contains(&id) {
+                stop_tokens.push(id);
+            }
+        }
+    }
+    Ok(Policy { model, tokenizer, tokenizer_json, eos, stop_tokens })
+}
+
+/// tokenizer_config.json's `eos_token` (a string or `{"content": ..}`), if the file has one.
+fn configured_eos(dir: &Path) -> Result<Option<String>, RunError> {
+    let path = dir.join("tokenizer_config.json");
+    let Ok(text) = std::fs::read_to_string(&path) else { return Ok(None) };
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| RunError::Other(format!("{}: not valid JSON: {e}", path.display())))?;
+    Ok(match v.get("eos_token") {
+        Some(serde_json::Value::String(s)) => Some(s.clone()),
+        Some(serde_json::Value::Object(o)) => o.get("content").and_then(|c| c.as_str()).map(str::to_string),
+        _ => None,
+    })
+}
+
+/// generation_config.json's `eos_token_id` (one id or a list), if the file has one.
+fn generation_stop_ids(dir: &Path) -> Result<Vec<u32>, RunError> {
+    let path = dir.join("generation_config.json");
+    let Ok(text) = std::fs::read_to_string(&path) else { return Ok(vec![]) };
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| RunError::Other(format!("{}: not valid JSON: {e}", path.display())))?;
+    let bad = |x: &serde_json::Value| RunError::Other(format!("{}: eos_token_id {x} is not a token id", path.display()));
+    let id = |x: &serde_json::Value| x.as_u64().filter(|&n| n <= u32::MAX as u64).map(|n| n as u32).ok_or_else(|| bad(x));
+    match v.get("eos_token_id") {
+        None | Some(serde_json::Value::Null) => Ok(vec![]),
+        Some(serde_json::Value::Array(ids)) => ids.iter().map(id).collect(),
+        Some(x) => Ok(vec![id(x)?]),
+    }
+}
+
+/// The task `[task]` names, its prompts rendered with the chat template when
+/// `task.prompt_format = "chat"` (`task.chat_template`, else the checkpoint's own).
+pub fn load_task(c: &Config) -> Result<crate::tasks::Task, RunError> {
+    let task = crate::tasks::Task::from_config(&c.task)?;
+    if c.task.prompt_format != "chat" {
+        return Ok(task);
+    }
+    let over = (!c.task.chat_template.is_empty()).then(|| Path::new(&c.task.chat_template));
+    let template = crate::chat::ChatTemplate::from_checkpoint(Path::new(&c.model.path), over).map_err(|e| invalid("task.prompt_format", e))?;
+    let chat = crate::chat::ChatPrompts::new(template, &c.task.system_prompt, &c.task.chat_args).map_err(|e| invalid("task.chat_args", e))?;
+    Ok(task.with_chat(chat, &c.task.path)?)
 }
 
 /// `text` as token ids; text the tokenizer can only map to its unknown token is an error naming

@@ -50,7 +50,7 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
         }
         user_ids.push(user_id);
         let id = i as u64;
-        requests.push(Request { id, prompt, params: SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: vec![policy.eos], seed: s.seed } });
+        requests.push(Request { id, prompt, params: SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: policy.stop_tokens.clone(), seed: s.seed } });
     }
     let total = requests.len();
     let engine_cfg = crate::run::engine_config(cfg, &policy.model)?;

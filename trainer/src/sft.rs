@@ -23,7 +23,7 @@ pub fn warm_start(cfg: &Config, policy: &mut Policy, task: &Task, stop: &std::sy
         let mut sequences = Vec::with_capacity(c.sft_batch);
         let mut prompt_lens = Vec::with_capacity(c.sft_batch);
         for _ in 0..c.sft_batch {
-            let p = task.sample(&mut rng);
+            let p = task.sample(&mut rng)?;
             let prompt = encode(&policy.tokenizer, &p.prompt)?;
             let mut seq = prompt.clone();
             seq.extend(encode(&policy.tokenizer, &p.answer)?);

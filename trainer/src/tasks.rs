@@ -15,6 +15,9 @@ pub struct Problem {
     pub target: i64,
     /// The line of a dataset's file it came from (from 1; 0 for generated problems).
     pub line: usize,
+    /// A dataset's prompt as a list of chat messages (`task.prompt_format = "chat"`), until
+    /// the chat template renders it into `prompt`.
+    pub messages: Option<serde_json::Value>,
 }
 
 pub enum Task {
@@ -25,6 +28,8 @@ pub enum Task {
     /// verifier, `task.reward = "math"`).
     WordProblems { digits: usize },
     Dataset { problems: Vec<Problem> },
+    /// Another task whose prompts the chat template renders as they are drawn.
+    Chat { inner: Box<Task>, chat: crate::chat::ChatPrompts },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -47,13 +52,34 @@ impl Task {
             "countdown" => return Err(at(format!("task.count must be in 2..=5 for countdown, got {}", c.count))),
             "word_problems" if (1..=3).contains(&c.digits) => Task::WordProblems { digits: c.digits },
             "word_problems" => return Err(at(format!("task.digits must be in 1..=3 for word_problems, got {}", c.digits))),
-            _ => Task::Dataset { problems: load_jsonl(Path::new(&c.path))? },
+            _ => Task::Dataset { problems: load_jsonl(Path::new(&c.path), c)? },
         })
     }
 
-    pub fn sample(&self, rng: &mut SplitMix) -> Problem {
-        let plain = |prompt: String, answer: String| Problem { prompt, answer, numbers: vec![], target: 0, line: 0 };
+    /// This task with its prompts rendered by `chat`: a dataset's all at once (an error names
+    /// the line), a generator's as each problem is drawn (one rendered now, so a template that
+    /// fails does so before the run starts).
+    pub fn with_chat(self, chat: crate::chat::ChatPrompts, file: &str) -> Result<Task, TaskError> {
         match self {
+            Task::Dataset { mut problems } => {
+                for p in &mut problems {
+                    p.prompt = chat.render(p).map_err(|message| TaskError { file: file.to_string(), line: p.line, message })?;
+                    p.messages = None;
+                }
+                Ok(Task::Dataset { problems })
+            }
+            Task::Chat { inner, .. } => inner.with_chat(chat, file),
+            generator => {
+                let task = Task::Chat { inner: Box::new(generator), chat };
+                task.sample(&mut SplitMix::new(0))?;
+                Ok(task)
+            }
+        }
+    }
+
+    pub fn sample(&self, rng: &mut SplitMix) -> Result<Problem, TaskError> {
+        let plain = |prompt: String, answer: String| Problem { prompt, answer, numbers: vec![], target: 0, line: 0, messages: None };
+        Ok(match self {
             Task::Addition { digits } => {
                 let top = 10u64.pow(*digits as u32);
                 let (a, b) = (rng.below(top), rng.below(top));
@@ -82,10 +108,15 @@ impl Task {
                     }
                 }
                 let list = numbers.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",");
-                Problem { prompt: format!("{list}>{value}:"), answer: expr, numbers, target: value, line: 0 }
+                Problem { prompt: format!("{list}>{value}:"), answer: expr, numbers, target: value, line: 0, messages: None }
             }
             Task::Dataset { problems } => problems[rng.below(problems.len() as u64) as usize].clone(),
-        }
+            Task::Chat { inner, chat } => {
+                let mut p = inner.sample(rng)?;
+                p.prompt = chat.render(&p).map_err(|message| TaskError { file: "task.chat_template".into(), line: 0, message })?;
+                p
+            }
+        })
     }
 
     /// The reward `kind` (`task.reward`) gives `completion`.
@@ -101,6 +132,7 @@ impl Task {
     pub fn reward(&self, problem: &Problem, completion: &str) -> f32 {
         let text = completion.trim();
         let correct = match self {
+            Task::Chat { inner, .. } => return inner.reward(problem, completion),
             Task::Countdown { .. } => countdown_value(text, &problem.numbers) == Some(problem.target),
             _ => text == problem.answer,
         };
@@ -125,7 +157,7 @@ fn word_problem(rng: &mut SplitMix, digits: usize) -> Problem {
         }
         _ => (format!("{name} buys {a} bags of {b} {items}. how many {items}?"), format!("{a}*{b}"), a * b),
     };
-    Problem { prompt: format!("{prompt} "), answer: format!("{work}={value}. answer: {value}"), numbers: vec![], target: 0, line: 0 }
+    Problem { prompt: format!("{prompt} "), answer: format!("{work}={value}. answer: {value}"), numbers: vec![], target: 0, line: 0, messages: None }
 }
 
 /// F1 of the characters of `got` and `want` as multisets: partial credit that moves with every
@@ -179,25 +211,58 @@ fn countdown_value(expr: &str, numbers: &[i64]) -> Option<i64> {
     value
 }
 
-fn load_jsonl(path: &Path) -> Result<Vec<Problem>, TaskError> {
+/// `v` at a dotted key path ("reward_model.ground_truth").
+fn at_path<'a>(v: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
+    path.split('.').try_fold(v, |v, key| v.get(key))
+}
+
+fn load_jsonl(path: &Path, c: &TaskSection) -> Result<Vec<Problem>, TaskError> {
+    use serde_json::Value as J;
     let file = path.display().to_string();
     let lines = crate::jsonl::lines(path).map_err(|(line, message)| TaskError { file: file.clone(), line, message })?;
+    let chat = c.prompt_format == "chat";
     let mut out = Vec::new();
     for (line, text) in lines {
         let err = |message: String| TaskError { file: file.clone(), line, message };
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| err(format!("not valid JSON: {e}")))?;
+        let v: J = serde_json::from_str(&text).map_err(|e| err(format!("not valid JSON: {e}")))?;
         // strings, or numbers (datasets often store a numeric answer as one), as written
-        let get = |k: &str| match v.get(k) {
-            Some(serde_json::Value::String(s)) => Ok(s.clone()),
-            Some(n @ serde_json::Value::Number(_)) => Ok(n.to_string()),
-            _ => Err(err(format!("missing string field `{k}`"))),
+        let answer = match at_path(&v, &c.answer_key) {
+            Some(J::String(s)) => s.clone(),
+            Some(n @ J::Number(_)) => n.to_string(),
+            Some(other) => return Err(err(format!("`{}` (task.answer_key) is {}, not a string or a number", c.answer_key, kind(other)))),
+            None => return Err(err(format!("missing string field `{}` (task.answer_key)", c.answer_key))),
         };
-        out.push(Problem { prompt: get("prompt")?, answer: get("answer")?, numbers: vec![], target: 0, line });
+        let (prompt, messages) = match at_path(&v, &c.prompt_key) {
+            Some(J::String(s)) => (s.clone(), None),
+            Some(J::Array(list)) if chat => {
+                for (i, m) in list.iter().enumerate() {
+                    if !(m.get("role").is_some_and(J::is_string) && m.get("content").is_some()) {
+                        return Err(err(format!("`{}` message {i} has no string \"role\" and \"content\"", c.prompt_key)));
+                    }
+                }
+                (String::new(), Some(J::Array(list.clone())))
+            }
+            Some(J::Array(_)) => return Err(err(format!("`{}` (task.prompt_key) is a list of chat messages: set task.prompt_format = \"chat\" to render it with the checkpoint's chat template", c.prompt_key))),
+            Some(other) => return Err(err(format!("`{}` (task.prompt_key) is {}, not a string{}", c.prompt_key, kind(other), if chat { " or a list of messages" } else { "" }))),
+            None => return Err(err(format!("missing string field `{}` (task.prompt_key)", c.prompt_key))),
+        };
+        out.push(Problem { prompt, answer, numbers: vec![], target: 0, line, messages });
     }
     if out.is_empty() {
         return Err(TaskError { file, line: 0, message: "no problems in the file".into() });
     }
     Ok(out)
+}
+
+fn kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "a list",
+        serde_json::Value::Object(_) => "an object",
+    }
 }
 
 #[cfg(test)]
@@ -207,7 +272,7 @@ mod tests {
     #[test]
     fn the_math_reward_grades_the_final_answer_against_the_dataset_answer() {
         let task = Task::Dataset { problems: vec![] };
-        let problem = Problem { prompt: "p".into(), answer: "3/4".into(), numbers: vec![], target: 0, line: 1 };
+        let problem = Problem { prompt: "p".into(), answer: "3/4".into(), numbers: vec![], target: 0, line: 1, messages: None };
         assert_eq!(task.reward_of("math", &problem, "so it is \\boxed{0.75}."), 1.0);
         assert_eq!(task.reward_of("math", &problem, "\\boxed{0.7}"), 0.0);
         assert_eq!(task.reward_of("exact", &problem, "\\boxed{0.75}"), 0.0);
@@ -238,7 +303,7 @@ mod tests {
         let task = Task::WordProblems { digits: 2 };
         let mut rng = SplitMix::new(3);
         for _ in 0..50 {
-            let p = task.sample(&mut rng);
+            let p = task.sample(&mut rng).unwrap();
             assert_eq!(task.reward_of("math", &p, &p.answer), 1.0, "{p:?}");
             let wrong = format!("{}1", p.answer);
             assert_eq!(task.reward_of("math", &p, &wrong), 0.0, "{p:?}");
@@ -251,7 +316,7 @@ mod tests {
         for task in [Task::Addition { digits: 2 }, Task::Sort { count: 4 }, Task::Countdown { count: 3 }] {
             let mut rng = SplitMix::new(9);
             for _ in 0..50 {
-                let p = task.sample(&mut rng);
+                let p = task.sample(&mut rng).unwrap();
                 assert_eq!(task.reward(&p, &p.answer), 1.0, "{p:?}");
                 assert_eq!(task.reward(&p, "x"), 0.0);
             }

@@ -4,7 +4,9 @@
 //! [`crate::grad_fold`]). Rows of one sequence must be contiguous and in position order (the
 //! training layout, [`crate::model::Rows::whole_padded`]).
 //!
-//! [`sequence_backward`] picks per sequence, by its length and head count alone:
+//! [`sequence_backward`] runs every sequence on tensor cores where
+//! [`super::attention_mma_backward`] takes the inputs (CUDA, 16-bit, head_dim 64 or 128), else
+//! picks per sequence, by its length and head count alone:
 //! - dense attention in burn's f32 ops (`[1, heads, t, t]` scores, tensor-core matmuls) where
 //!   `heads * t * t` is within [`DENSE_SEQUENCE_SCORES`]: the fast path, t up to 5,792 at 16
 //!   heads;
@@ -301,6 +303,11 @@ pub fn sequence_backward(
     let dtype = q.dtype();
     let device = q.device();
     let ([_, q_heads, head_dim], [_, kv_heads, _]) = (q.dims(), k.dims());
+    if super::attention_mma_backward::tensor_core_backward_setting()? && super::attention_mma_backward::mma_backward_available(dtype, head_dim) {
+        // every sequence at once on tensor cores: each tile reads its own sequence's rows only
+        let (dq, dk, dv) = super::attention_mma_backward::mma_attention_backward(q, k, v, out, d_out, sequences, scale)?;
+        return Ok((dq.cast(dtype), dk.cast(dtype), dv.cast(dtype)));
+    }
     let (mut dqs, mut dks, mut dvs) = (Vec::new(), Vec::new(), Vec::new());
     for &(start, len) in sequences {
         let rows = |t: &BTensor<3>, h: usize| t.clone().slice([start..start + len, 0..h, 0..head_dim]);

@@ -174,7 +174,7 @@ pub fn matmul_warpgroup(
     let xc = float_in(OP, "x", x)?;
     let wc = float_in(OP, "w", w)?;
     let dims = checked_dims(OP, &xc, &wc, layout)?;
-    Ok(float_out(super::matmul_wgmma::matmul_wgmma_scheduled(schedule, tiles, xc, wc, layout, false, dims, out)?))
+    Ok(float_out(super::matmul_wgmma::matmul_wgmma_scheduled(schedule, tiles, xc, wc, layout, false, dims, out, None)?))
 }
 
 /// `x @ W[N,K]ᵀ` as one plain chain of cmma steps per 16x16 block, f32 out: the bits the

@@ -106,6 +106,17 @@ fn zero_ptx(h: usize) -> String {
     (0..h).map(|i| format!("mov.b32 {ACC}{i}, 0;\n")).collect()
 }
 
+/// Sets the `h` accumulator registers from the f32 values at the generic address %0 (the
+/// compiler hands a vector operand to inline PTX as the address of its local copy): a fold
+/// continues the chain from the values it holds.
+fn set_ptx(h: usize) -> String {
+    let mut s = String::from("{\n");
+    for i in 0..h {
+        s += &format!("ld.f32 {ACC}{i}, [%0+{}];\n", 4 * i);
+    }
+    s + "}\n"
+}
+
 /// The inline PTX of one k-tile: 4 16-deep `wgmma` steps on the 64 x `bn` accumulators,
 /// committed as one group; then waits until at most one group is in flight (the previous
 /// k-tile's `wgmma`s are done, this one's run on). Operands: %0 / %1 the A descriptor's low /
@@ -144,6 +155,12 @@ pub(super) fn declare_accumulators(#[comptime] h: usize) {
 pub(super) fn zero_accumulators(#[comptime] h: usize) {
     let ptx = comptime!(zero_ptx(h));
     gpu_asm!("{ptx}");
+}
+
+#[cube]
+pub(super) fn set_accumulators<H: Size>(values: Vector<f32, H>, #[comptime] h: usize) {
+    let ptx = comptime!(set_ptx(h));
+    gpu_asm!("{ptx} /* {v} */", v = in(_) values);
 }
 
 /// Issues one staged k-tile's `wgmma`s into the accumulators; returns once the previous
@@ -339,6 +356,57 @@ pub(super) fn write_accumulators<O: Float, H: Size, P: Size>(
     }
 }
 
+/// The f32 values [`write_accumulators`] would write for this unit, read from `y` (0 outside
+/// `[m, n]`): the starting point of a folded tile.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn load_accumulators<O: Float, H: Size, P: Size>(
+    y: &mut Tensor<Vector<O, P>>,
+    m0: usize,
+    n0: usize,
+    m: usize,
+    n: usize,
+    unit: usize,
+    group: usize,
+    #[comptime] bn: usize,
+    #[comptime] pairs: bool,
+) -> Vector<f32, H> {
+    let plane = (unit / 32) % 4;
+    let lane = unit % 32;
+    let row = m0 + group * comptime!(WG_ROWS) + plane * 16 + lane / 4;
+    let col = n0 + (lane % 4) * 2;
+    let mut acc = Vector::<f32, H>::empty();
+    if comptime!(pairs) {
+        #[unroll]
+        for j in 0..comptime!(bn / 4) {
+            let i = comptime!(2 * j);
+            let grow = row + comptime!((i % 4) / 2 * 8);
+            let gcol = col + comptime!((i / 4) * 8);
+            let mut lo = 0.0f32;
+            let mut hi = 0.0f32;
+            if grow < m && gcol < n {
+                let v = y[(grow * n + gcol) / 2];
+                lo = f32::cast_from(v.extract(0usize));
+                hi = f32::cast_from(v.extract(1usize));
+            }
+            acc.insert(i, lo);
+            acc.insert(comptime!(i + 1), hi);
+        }
+    } else {
+        #[unroll]
+        for i in 0..comptime!(bn / 2) {
+            let grow = row + comptime!((i % 4) / 2 * 8);
+            let gcol = col + comptime!((i / 4) * 8 + i % 2);
+            let mut a = 0.0f32;
+            if grow < m && gcol < n {
+                a = f32::cast_from(y[grow * n + gcol].extract(0usize));
+            }
+            acc.insert(i, a);
+        }
+    }
+    acc
+}
+
 /// The bits reference for the battery: one plane per 16 x 16 output block, a plain chain of
 /// cmma 16x16x16 steps over k = 0, 16, ... straight from global memory, f32 accumulators
 /// written as f32 (M, N and K multiples of 16; W `[N,K]`).
@@ -378,7 +446,16 @@ pub(crate) fn wgmma_fits(layout: WeightLayout, x_transposed: bool, (m, k, n): (u
 /// `[K,M]`), output in `out_dtype` (x's dtype, or f32 for the battery's bits check), freshly
 /// allocated packed `[M,N]`. The caller checked the operands and [`wgmma_fits`].
 pub(crate) fn matmul_wgmma(x: CubeTensor, w: CubeTensor, layout: WeightLayout, x_transposed: bool, dims: (usize, usize, usize), out_dtype: DType) -> Result<CubeTensor, KernelError> {
-    matmul_wgmma_scheduled(None, None, x, w, layout, x_transposed, dims, out_dtype)
+    matmul_wgmma_scheduled(None, None, x, w, layout, x_transposed, dims, out_dtype, None)
+}
+
+/// `acc[M,N] += x @ W` in place on the persistent warpgroup kernel: each output tile's f32
+/// accumulators start from `acc`'s values instead of zero and continue the chain of 16-deep
+/// k-steps, so calls over consecutive k ranges that each start on a multiple of 16 give the
+/// bits of one call over all of k (zero-filled k past a call's end adds exact zeros).
+/// `acc` f32 `[M,N]`, contiguous; the operands as for [`matmul_wgmma`].
+pub(crate) fn fold_wgmma(acc: CubeTensor, x: CubeTensor, w: CubeTensor, layout: WeightLayout, x_transposed: bool, dims: (usize, usize, usize)) -> Result<CubeTensor, KernelError> {
+    matmul_wgmma_scheduled(Some(WgmmaSchedule::Persistent), None, x, w, layout, x_transposed, dims, DType::F32, Some(acc))
 }
 
 /// [`matmul_wgmma`] under a named schedule and tiles where given (else this process's: the
@@ -393,6 +470,7 @@ pub(crate) fn matmul_wgmma_scheduled(
     x_transposed: bool,
     (m, k, n): (usize, usize, usize),
     out_dtype: DType,
+    into: Option<CubeTensor>,
 ) -> Result<CubeTensor, KernelError> {
     const OP: &str = "matmul";
     ensure!(matches!(x.dtype, DType::BF16 | DType::F16) && wgmma_fits(layout, x_transposed, (m, k, n)), OP, "the warpgroup kernel takes bf16/f16 with 16-byte row strides; got {:?}, {m}x{n}x{k} ({layout:?}, x transposed: {x_transposed})", x.dtype);
@@ -405,7 +483,14 @@ pub(crate) fn matmul_wgmma_scheduled(
     let (a_mn, b_mn) = (x_transposed, layout == WeightLayout::InOut);
     ensure!(!a_mn || t.bm() % BOX == 0, OP, "unreachable: tiles of {} rows", t.bm());
     let client = x.client.clone();
-    let y = empty_device_contiguous_dtype(client.clone(), x.device.clone(), [m, n].into(), out_dtype);
+    let accumulate = into.is_some();
+    let y = match into {
+        Some(acc) => {
+            ensure!(acc.dtype == DType::F32 && out_dtype == DType::F32 && acc.meta.shape().num_elements() == m * n, OP, "a fold accumulates into f32 [{m}, {n}]");
+            acc
+        }
+        None => empty_device_contiguous_dtype(client.clone(), x.device.clone(), [m, n].into(), out_dtype),
+    };
     let storage_ty = storage(x.dtype);
     // boxes: K-major [rows][64], MN-major [64 k][64]
     let map = |tensor: CubeTensor, rows: usize, mn_major: bool| {
@@ -417,6 +502,7 @@ pub(crate) fn matmul_wgmma_scheduled(
         Some(s) => s,
         None => wgmma_schedule()?,
     };
+    ensure!(!accumulate || schedule == WgmmaSchedule::Persistent, OP, "unreachable: a fold runs the persistent kernel");
     if schedule == WgmmaSchedule::Persistent {
         let m_tiles = m.div_ceil(t.bm());
         let tiles = m_tiles * n.div_ceil(t.bn);
@@ -444,6 +530,7 @@ pub(crate) fn matmul_wgmma_scheduled(
             a_mn,
             b_mn,
             n % 2 == 0,
+            accumulate,
             [storage_ty, storage(out_dtype)],
         );
         return Ok(y);

@@ -6,6 +6,7 @@ pub mod attention;
 pub mod attention_backward;
 pub mod attention_inputs;
 pub mod attention_mma;
+pub mod attention_mma_backward;
 pub mod attention_mma_decode;
 pub mod attention_mma_flash;
 pub mod attention_split_kv;

@@ -4,10 +4,12 @@
 //! provided every call boundary falls on a multiple of [`FOLD_ROWS`] tokens
 //! ([`crate::grad_fold`] says how the trainer guarantees it). No atomics, no split over tokens.
 //!
-//! - [`fold_matmul`]: `acc[N,K] += dyᵀ[N,T] x[T,K]`. On CUDA in bf16/f16: one plane per 16 x 16
-//!   block of the accumulator, loaded into a cmma accumulator, then a chain of 16x16x16 steps over
-//!   t = 0, 16, ... (the tokens past the last whole 16 by the scalar kernel); elsewhere one f32
-//!   accumulator per element walking t in order.
+//! - [`fold_matmul`]: `acc[N,K] += dyᵀ[N,T] x[T,K]`. On CUDA in bf16/f16 a chain of 16-deep
+//!   tensor-core steps over t = 0, 16, ... starting from the accumulator's values (the tokens past
+//!   the last whole 16 by the scalar kernel): one plane per 16 x 16 block on cmma, or with
+//!   `LOCKSTEP_FOLD_KERNEL=wgmma` the persistent warpgroup matmul with its accumulators loaded
+//!   from `acc` ([`super::matmul_wgmma::fold_wgmma`]; `dy` and `x` read in place as its MN-major
+//!   operands); elsewhere one f32 accumulator per element walking t in order.
 //! - [`fold_column_sums`]: `acc[cols] += sum_r x[r, cols]`: partial sums over chunks of
 //!   `chunk_rows` rows (one unit per chunk and column, rows in order), then one unit per column
 //!   adds the chunks in order.
@@ -128,6 +130,22 @@ pub fn zeroed_accumulator(like: &CubeTensor, shape: Vec<usize>) -> CubeTensor {
     zeros_client(like.client.clone(), like.device.clone(), shape.into(), DType::F32)
 }
 
+/// Whether the bf16/f16 fold takes the warpgroup kernel: `LOCKSTEP_FOLD_KERNEL` = "cmma" (the
+/// default: the plain chain) or "wgmma" (the persistent kernel with its accumulators loaded
+/// from `acc`). Both give the same bits (H200 battery: pieces = one pass; a 0.6B GRPO step in
+/// one pass = in 4,096-token micro-batches), but the wgmma fold measured far slower (a 0.6B
+/// 16 x 1024 update 14.9 s against 1.9 s; docs/scale.md), so it is not the default until that
+/// is understood.
+fn fold_on_wgmma() -> Result<bool, KernelError> {
+    static SETTING: std::sync::OnceLock<Result<Option<bool>, String>> = std::sync::OnceLock::new();
+    let parse = |text: &str| match text.trim() {
+        "wgmma" => Ok(true),
+        "cmma" => Ok(false),
+        other => Err(format!("LOCKSTEP_FOLD_KERNEL={other:?} is not one of wgmma, cmma")),
+    };
+    Ok(super::env_setting(&SETTING, "fold_matmul", "LOCKSTEP_FOLD_KERNEL", parse)?.unwrap_or(false))
+}
+
 /// Whether `fold_matmul` runs cmma steps for these operands (the rest is the scalar kernel).
 fn cmma_route(dy: &CubeTensor, n: usize, k: usize) -> bool {
     crate::device::runtime_name() == "cuda" && matches!(dy.dtype, DType::BF16 | DType::F16) && n % 16 == 0 && k % 16 == 0
@@ -152,7 +170,15 @@ pub fn fold_matmul(acc: Option<CubeTensor>, dy: BTensor<2>, x: BTensor<2>) -> Re
         None => zeroed_accumulator(&dy, vec![n, k]),
     };
     let mut done = 0;
-    if cmma_route(&dy, n, k) && t >= 16 {
+    let whole = t / 16 * 16;
+    let wgmma = cmma_route(&dy, n, k) && whole > 0 && fold_on_wgmma()? && super::matmul_wgmma::wgmma_available(&dy.client) && super::matmul_wgmma::wgmma_fits(super::matmul::WeightLayout::InOut, true, (n, whole, k));
+    if wgmma {
+        // y[n, k] += dyᵀ[n, t] x[t, k]: dy [t, n] is the transposed-x operand, x [t, k] the
+        // input-major weight; only whole 16-token steps (the rest by the scalar kernel below)
+        let rows = |c: &CubeTensor| if whole == t { c.clone() } else { crate::bridge::float_in(OP, "rows", crate::bridge::float_out::<2>(c.clone()).slice([0..whole])).expect("a row prefix of a checked tensor") };
+        super::matmul_wgmma::fold_wgmma(acc.clone(), rows(&dy), rows(&x), super::matmul::WeightLayout::InOut, true, (n, whole, k))?;
+        done = whole;
+    } else if cmma_route(&dy, n, k) && t >= 16 {
         let steps = t / 16;
         fold_matmul_cmma_kernel::launch(
             &dy.client,
