@@ -130,7 +130,8 @@ impl Default for TrainSection {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct TaskSection {
-    /// "addition", "sort", "countdown" or "jsonl".
+    /// "addition", "sort", "countdown", "word_problems", or "dataset" (alias "jsonl"): the
+    /// file at `path`, JSON lines or Parquet by its extension.
     pub name: String,
     /// addition: digits per operand.
     pub digits: usize,
@@ -246,7 +247,7 @@ impl Config {
         let bad = |key: &str, message: String| Err(ConfigError::Invalid { key: key.into(), message });
         let one_of = |key: &str, value: &str, allowed: &[&str]| if allowed.contains(&value) { Ok(()) } else { bad(key, format!("`{value}` is not one of {allowed:?}")) };
         one_of("model.dtype", &self.model.dtype, &["f32", "bf16"])?;
-        one_of("task.name", &self.task.name, &["addition", "sort", "countdown", "word_problems", "jsonl"])?;
+        one_of("task.name", &self.task.name, &["addition", "sort", "countdown", "word_problems", "dataset", "jsonl"])?;
         one_of("task.reward", &self.task.reward, &["exact", "char_f1", "math", "command"])?;
         if self.task.reward == "command" && self.task.reward_command.trim().is_empty() {
             return bad("task.reward_command", "task.reward = \"command\" needs the command that prints the rewards".into());
@@ -315,7 +316,7 @@ impl Config {
         if self.task.prompt_format == "chat" && self.model.path.is_empty() && self.task.chat_template.is_empty() {
             return bad("task.prompt_format", "\"chat\" needs a chat template: model.path (a checkpoint with one) or task.chat_template".into());
         }
-        if self.task.name == "jsonl" && self.task.path.is_empty() {
+        if matches!(self.task.name.as_str(), "dataset" | "jsonl") && self.task.path.is_empty() {
             return bad("task.path", "task `jsonl` needs a path to a JSONL file".into());
         }
         let name = &self.log.run_name;

@@ -9,6 +9,7 @@ pub mod host_profile;
 pub mod jsonl;
 pub mod math_verify;
 pub mod memory_plan;
+pub mod parquet_rows;
 pub mod config;
 pub mod grpo;
 pub mod optim;

@@ -133,6 +133,30 @@ enum Command {
     },
 }
 
+/// Ends the process at the first GPU kernel that fails to compile. cubecl logs the failure and
+/// carries on: every later launch of that kernel tries again (seconds each, thousands a step),
+/// so a run would look hung for hours before any read reports it.
+struct StopOnCompileFailure;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for StopOnCompileFailure {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if *event.metadata().level() != tracing::Level::WARN {
+            return;
+        }
+        let mut message = String::new();
+        event.record(&mut |field: &tracing::field::Field, value: &dyn std::fmt::Debug| {
+            if field.name() == "message" {
+                message = format!("{value:?}");
+            }
+        });
+        if message.contains("A compilation error happened during launch") {
+            let detail: Vec<&str> = message.lines().map(str::trim).filter(|l| !l.is_empty()).take(6).collect();
+            eprintln!("error: a GPU kernel failed to compile on this device ({}); stopping instead of retrying it at every launch: {}", shared_kernels::device::runtime_name(), detail.join(" | "));
+            std::process::exit(1);
+        }
+    }
+}
+
 fn main() -> ExitCode {
     if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
         // Mesa's lavapipe (the CPU runtime) prints an error per adapter probe without it.
@@ -140,7 +164,15 @@ fn main() -> ExitCode {
         unsafe { std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir()) };
     }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,wgpu_hal=off,wgpu_core=off".into());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    {
+        use tracing_subscriber::prelude::*;
+        tracing_subscriber::registry().with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter)).with(StopOnCompileFailure.with_filter(tracing_subscriber::filter::LevelFilter::WARN)).init();
+    }
+    if std::env::var_os("LOCKSTEP_FAULT_COMPILE").is_some() {
+        // failpoint for the fault suite: the warning cubecl's device thread logs for a kernel
+        // that does not compile
+        std::thread::spawn(|| tracing::warn!(target: "cubecl_runtime::logging::server", "A launch error happened\n  A compilation error happened during launch\n  [Compilation Error] fault injection: LOCKSTEP_FAULT_COMPILE")).join().ok();
+    }
     let cli = Cli::parse();
     // a panic anywhere below (burn, cubecl, tokenizers, tensorboard-rs, lockstep) reaches the
     // user as an error naming the kernel launch entered last and its input sizes, not as a raw

@@ -52,7 +52,7 @@ impl Task {
             "countdown" => return Err(at(format!("task.count must be in 2..=5 for countdown, got {}", c.count))),
             "word_problems" if (1..=3).contains(&c.digits) => Task::WordProblems { digits: c.digits },
             "word_problems" => return Err(at(format!("task.digits must be in 1..=3 for word_problems, got {}", c.digits))),
-            _ => Task::Dataset { problems: load_jsonl(Path::new(&c.path), c)? },
+            _ => Task::Dataset { problems: load_dataset(Path::new(&c.path), c)? },
         })
     }
 
@@ -216,42 +216,59 @@ fn at_path<'a>(v: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::V
     path.split('.').try_fold(v, |v, key| v.get(key))
 }
 
-fn load_jsonl(path: &Path, c: &TaskSection) -> Result<Vec<Problem>, TaskError> {
-    use serde_json::Value as J;
+/// A dataset file's problems: Parquet by the `.parquet` extension (a row's number stands for
+/// its line in errors), JSON lines otherwise.
+fn load_dataset(path: &Path, c: &TaskSection) -> Result<Vec<Problem>, TaskError> {
     let file = path.display().to_string();
-    let lines = crate::jsonl::lines(path).map_err(|(line, message)| TaskError { file: file.clone(), line, message })?;
-    let chat = c.prompt_format == "chat";
+    let records: Vec<(usize, serde_json::Value)> = if path.extension().is_some_and(|e| e == "parquet") {
+        crate::parquet_rows::rows(path).map_err(|(line, message)| TaskError { file: file.clone(), line, message })?
+    } else {
+        let lines = crate::jsonl::lines(path).map_err(|(line, message)| TaskError { file: file.clone(), line, message })?;
+        let mut out = Vec::new();
+        for (line, text) in lines {
+            let v = serde_json::from_str(&text).map_err(|e| TaskError { file: file.clone(), line, message: format!("not valid JSON: {e}") })?;
+            out.push((line, v));
+        }
+        out
+    };
     let mut out = Vec::new();
-    for (line, text) in lines {
-        let err = |message: String| TaskError { file: file.clone(), line, message };
-        let v: J = serde_json::from_str(&text).map_err(|e| err(format!("not valid JSON: {e}")))?;
-        // strings, or numbers (datasets often store a numeric answer as one), as written
-        let answer = match at_path(&v, &c.answer_key) {
-            Some(J::String(s)) => s.clone(),
-            Some(n @ J::Number(_)) => n.to_string(),
-            Some(other) => return Err(err(format!("`{}` (task.answer_key) is {}, not a string or a number", c.answer_key, kind(other)))),
-            None => return Err(err(format!("missing string field `{}` (task.answer_key)", c.answer_key))),
-        };
-        let (prompt, messages) = match at_path(&v, &c.prompt_key) {
-            Some(J::String(s)) => (s.clone(), None),
-            Some(J::Array(list)) if chat => {
-                for (i, m) in list.iter().enumerate() {
-                    if !(m.get("role").is_some_and(J::is_string) && m.get("content").is_some()) {
-                        return Err(err(format!("`{}` message {i} has no string \"role\" and \"content\"", c.prompt_key)));
-                    }
-                }
-                (String::new(), Some(J::Array(list.clone())))
-            }
-            Some(J::Array(_)) => return Err(err(format!("`{}` (task.prompt_key) is a list of chat messages: set task.prompt_format = \"chat\" to render it with the checkpoint's chat template", c.prompt_key))),
-            Some(other) => return Err(err(format!("`{}` (task.prompt_key) is {}, not a string{}", c.prompt_key, kind(other), if chat { " or a list of messages" } else { "" }))),
-            None => return Err(err(format!("missing string field `{}` (task.prompt_key)", c.prompt_key))),
-        };
-        out.push(Problem { prompt, answer, numbers: vec![], target: 0, line, messages });
+    for (line, v) in records {
+        out.push(problem_of(&v, c).map_err(|message| TaskError { file: file.clone(), line, message })?);
+        out.last_mut().expect("just pushed").line = line;
     }
     if out.is_empty() {
         return Err(TaskError { file, line: 0, message: "no problems in the file".into() });
     }
     Ok(out)
+}
+
+/// One record's problem: the prompt under `task.prompt_key`, the answer under
+/// `task.answer_key` (dotted paths).
+fn problem_of(v: &serde_json::Value, c: &TaskSection) -> Result<Problem, String> {
+    use serde_json::Value as J;
+    let chat = c.prompt_format == "chat";
+    // strings, or numbers (datasets often store a numeric answer as one), as written
+    let answer = match at_path(v, &c.answer_key) {
+        Some(J::String(s)) => s.clone(),
+        Some(n @ J::Number(_)) => n.to_string(),
+        Some(other) => return Err(format!("`{}` (task.answer_key) is {}, not a string or a number", c.answer_key, kind(other))),
+        None => return Err(format!("missing string field `{}` (task.answer_key)", c.answer_key)),
+    };
+    let (prompt, messages) = match at_path(v, &c.prompt_key) {
+        Some(J::String(s)) => (s.clone(), None),
+        Some(J::Array(list)) if chat => {
+            for (i, m) in list.iter().enumerate() {
+                if !(m.get("role").is_some_and(J::is_string) && m.get("content").is_some()) {
+                    return Err(format!("`{}` message {i} has no string \"role\" and \"content\"", c.prompt_key));
+                }
+            }
+            (String::new(), Some(J::Array(list.clone())))
+        }
+        Some(J::Array(_)) => return Err(format!("`{}` (task.prompt_key) is a list of chat messages: set task.prompt_format = \"chat\" to render it with the checkpoint's chat template", c.prompt_key)),
+        Some(other) => return Err(format!("`{}` (task.prompt_key) is {}, not a string{}", c.prompt_key, kind(other), if chat { " or a list of messages" } else { "" })),
+        None => return Err(format!("missing string field `{}` (task.prompt_key)", c.prompt_key)),
+    };
+    Ok(Problem { prompt, answer, numbers: vec![], target: 0, line: 0, messages })
 }
 
 fn kind(v: &serde_json::Value) -> &'static str {
@@ -276,6 +293,23 @@ mod tests {
         assert_eq!(task.reward_of("math", &problem, "so it is \\boxed{0.75}."), 1.0);
         assert_eq!(task.reward_of("math", &problem, "\\boxed{0.7}"), 0.0);
         assert_eq!(task.reward_of("exact", &problem, "\\boxed{0.75}"), 0.0);
+    }
+
+    #[test]
+    fn a_verl_parquet_file_gives_its_nested_prompt_and_ground_truth() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/datasets/verl_math.parquet");
+        let c = TaskSection { name: "dataset".into(), path: path.display().to_string(), prompt_format: "chat".into(), answer_key: "reward_model.ground_truth".into(), ..Default::default() };
+        let Task::Dataset { problems } = Task::from_config(&c).unwrap() else { panic!("a dataset task") };
+        assert_eq!(problems.len(), 4);
+        assert_eq!((problems[1].answer.as_str(), problems[1].line), ("5", 2));
+        assert_eq!(problems[1].messages, Some(serde_json::json!([{"role": "user", "content": "2+3="}])));
+        // the same file as raw prompts names the row and the key that renders it
+        let raw = TaskSection { prompt_format: "raw".into(), ..c.clone() };
+        let e = Task::from_config(&raw).err().expect("a message list as a raw prompt").to_string();
+        assert!(e.contains("verl_math.parquet:1") && e.contains("task.prompt_format"), "{e}");
+        let missing = TaskSection { answer_key: "reward_model.answer".into(), ..c };
+        let e = Task::from_config(&missing).err().expect("no such key").to_string();
+        assert!(e.contains(":1") && e.contains("reward_model.answer"), "{e}");
     }
 
     #[test]

@@ -80,3 +80,51 @@ fn a_huge_prompt_line_names_the_line_and_the_context() {
     assert_refused(&out, 2, &["task.jsonl:2", "sampler.context", "1000001-token prompt"]);
     assert_eq!(std::fs::read_to_string(dir.join("task.jsonl")).unwrap(), huge);
 }
+
+#[test]
+fn a_verl_layout_dataset_trains_with_chat_prompts_and_its_faults_name_file_line_and_key() {
+    let dir = scratch("chat-dataset");
+    // verl's layout: a message list under `prompt`, the answer under reward_model.ground_truth;
+    // the embedded model has no chat template, so a template file stands in for a checkpoint's
+    // (its output keeps to the embedded vocabulary's characters)
+    std::fs::write(dir.join("t.jinja"), "{% for m in messages %}{{ m.role }}: {{ m.content }} {% endfor %}{% if add_generation_prompt %}assistant:{% endif %}").unwrap();
+    let row = |q: &str, a: &str| format!("{{\"prompt\": [{{\"role\": \"user\", \"content\": \"{q}\"}}], \"reward_model\": {{\"ground_truth\": \"{a}\"}}}}\n");
+    std::fs::write(dir.join("task.jsonl"), row("1+1=", "2") + &row("2+3=", "5")).unwrap();
+    let chat = ["--set", "task.name=jsonl", "--set", "task.path=task.jsonl", "--set", "task.prompt_format=chat", "--set", "task.chat_template=t.jinja", "--set", "task.answer_key=reward_model.ground_truth", "--set", "train.sft_steps=2", "--set", "train.steps=1", "--set", "log.progress=false"];
+    let out = lockstep(&[&["train"], &chat[..]].concat(), &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // the same layout as Parquet (written by pyarrow: experiments/make_parquet_fixture.py)
+    std::fs::copy(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/datasets/verl_math.parquet"), dir.join("math.parquet")).unwrap();
+    let out = lockstep(&[&["train", "--set", "log.run_name=parquet"], &chat[..], &["--set", "task.name=dataset", "--set", "task.path=math.parquet"]].concat(), &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(dir.join("broken.parquet"), b"PAR1 not really").unwrap();
+    let out = lockstep(&[&["train", "--set", "log.run_name=broken"], &chat[..], &["--set", "task.name=dataset", "--set", "task.path=broken.parquet"]].concat(), &dir);
+    assert_refused(&out, 1, &["broken.parquet", "Parquet"]);
+
+    // the same file as raw prompts: the message list is named, with the key that renders it
+    let raw: Vec<&str> = chat.iter().map(|&a| if a == "task.prompt_format=chat" { "task.prompt_format=raw" } else { a }).collect();
+    let out = lockstep(&[&["train", "--set", "log.run_name=raw"], &raw[..]].concat(), &dir);
+    assert_refused(&out, 1, &["task.jsonl:1", "task.prompt_format", "chat"]);
+
+    // a row without the answer key
+    std::fs::write(dir.join("task.jsonl"), row("1+1=", "2") + "{\"prompt\": [{\"role\": \"user\", \"content\": \"3=\"}], \"reward_model\": {}}\n").unwrap();
+    let out = lockstep(&[&["train", "--set", "log.run_name=missing"], &chat[..]].concat(), &dir);
+    assert_refused(&out, 1, &["task.jsonl:2", "reward_model.ground_truth", "task.answer_key"]);
+
+    // a template that fails on line 2, and a prompt that the template makes too long
+    std::fs::write(dir.join("task.jsonl"), row("1+1=", "2")).unwrap();
+    std::fs::write(dir.join("t.jinja"), "ok\n{{ raise_exception('only system and user roles') }}").unwrap();
+    let out = lockstep(&[&["train", "--set", "log.run_name=template"], &chat[..]].concat(), &dir);
+    assert_refused(&out, 1, &["t.jinja", "line 2", "only system and user roles"]);
+    std::fs::write(dir.join("t.jinja"), "{% for i in range(300) %}x{% endfor %}{{ messages[0].content }}").unwrap();
+    let out = lockstep(&[&["train", "--set", "log.run_name=long"], &chat[..]].concat(), &dir);
+    assert_refused(&out, 2, &["task.jsonl:1", "sampler.context"]);
+
+    // keys that cannot work are config errors
+    let out = lockstep(&["train", "--set", "task.prompt_format=messages"], &dir);
+    assert_refused(&out, 2, &["task.prompt_format", "raw", "chat"]);
+    let out = lockstep(&["train", "--set", "task.prompt_format=chat"], &dir);
+    assert_refused(&out, 2, &["task.prompt_format", "model.path", "task.chat_template"]);
+    let out = lockstep(&["train", "--set", "task.answer_key=a..b"], &dir);
+    assert_refused(&out, 2, &["task.answer_key"]);
+}

@@ -169,3 +169,23 @@ fn a_panic_inside_a_kernel_launch_is_an_error_naming_the_op_and_its_sizes() {
     assert!(err.contains("`rmsnorm` with x [") && err.contains("] F32"), "the op and its input sizes are not named: {err}");
     assert!(!err.contains("panicked at"), "a raw panic reached the user: {err}");
 }
+
+#[test]
+fn a_kernel_that_fails_to_compile_stops_the_run_at_once() {
+    let dir = scratch("fault-compile");
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    // the failpoint logs the warning cubecl's device thread logs for a kernel that does not
+    // compile; cubecl itself would retry that kernel at every launch, seconds each
+    let started = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
+        .args(["train", "small.toml", "--set", "log.run_name=c", "--set", "train.sft_steps=0"])
+        .env("LOCKSTEP_FAULT_COMPILE", "1")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("failed to compile") && err.contains("fault injection"), "{err}");
+    assert!(started.elapsed().as_secs() < 60, "the run did not stop at once");
+    assert!(!dir.join("runs/c/checkpoints").exists(), "the run went on after the failure");
+}
