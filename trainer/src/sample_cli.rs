@@ -1,5 +1,7 @@
-//! `lockstep sample`: prompts from JSONL (`{"prompt": "text"}` or `{"prompt_ids": [..]}`, with
-//! an optional `"id"`) to JSONL completions with token ids and logprobs.
+//! `lockstep sample`: prompts from JSONL (`{"prompt": "text"}`, `{"messages": [..]}` rendered
+//! with the chat template, or `{"prompt_ids": [..]}`, each with an optional `"id"`) to JSONL
+//! completions with token ids and logprobs, on the kernel set `ablation.sampler_kernels` names;
+//! prints the throughput.
 
 use crate::config::Config;
 use crate::run::{encode, Policy, RunError};
@@ -22,6 +24,8 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
     let cannot = |e: std::io::Error| crate::run::invalid("sampler.output", format!("{:?} cannot be written ({}: {e})", s.output, tmp.display()));
     std::fs::File::create(&tmp).map_err(cannot)?;
     let _ = std::fs::remove_file(&tmp);
+    // a chat template only when some line holds messages (so plain prompt files need none)
+    let mut chat: Option<crate::chat::ChatTemplate> = None;
     let mut requests = Vec::new();
     // the user's ids (strings or integers, echoed as given) by engine id = line index
     let mut user_ids: Vec<serde_json::Value> = Vec::new();
@@ -32,10 +36,27 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
         let v: serde_json::Value = serde_json::from_str(line).map_err(|e| at(format!("not valid JSON: {e}")))?;
         let prompt = if let Some(t) = v.get("prompt").and_then(|p| p.as_str()) {
             encode(&policy.tokenizer, t)?
+        } else if let Some(messages) = v.get("messages") {
+            if !messages.as_array().is_some_and(|list| list.iter().all(|m| m.get("role").is_some_and(|r| r.is_string()) && m.get("content").is_some())) {
+                return Err(at("`messages` must be a list of {\"role\", \"content\"} objects".into()));
+            }
+            if chat.is_none() {
+                let over = (!cfg.task.chat_template.is_empty()).then(|| Path::new(&cfg.task.chat_template));
+                if cfg.model.path.is_empty() && over.is_none() {
+                    return Err(at("`messages` needs a chat template: model.path (a checkpoint with one) or task.chat_template".into()));
+                }
+                chat = Some(crate::chat::ChatTemplate::from_checkpoint(Path::new(&cfg.model.path), over).map_err(RunError::Other)?);
+            }
+            let extra = match serde_json::to_value(&cfg.task.chat_args) {
+                Ok(serde_json::Value::Object(map)) => map,
+                _ => serde_json::Map::new(),
+            };
+            let text = chat.as_ref().expect("set above").render(messages, true, &extra).map_err(|e| at(e))?;
+            encode(&policy.tokenizer, &text)?
         } else if let Some(ids) = v.get("prompt_ids").and_then(|p| p.as_array()) {
             ids.iter().map(|x| x.as_u64().filter(|&n| n <= u32::MAX as u64).map(|n| n as u32).ok_or_else(|| at(format!("prompt_ids holds {x}, not a token id")))).collect::<Result<_, _>>()?
         } else {
-            return Err(at("needs a string `prompt` or an array `prompt_ids`".into()));
+            return Err(at("needs a string `prompt`, a `messages` list or an array `prompt_ids`".into()));
         };
         let user_id = match v.get("id") {
             None => serde_json::Value::from(i as u64),
@@ -54,7 +75,9 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
     }
     let total = requests.len();
     let engine_cfg = crate::run::engine_config(cfg, &policy.model)?;
-    let mut engine = Engine::new(policy.model, engine_cfg).map_err(RunError::Other)?;
+    let model = crate::grpo::sampler_model(cfg, &policy.model);
+    let mut engine = Engine::new(model, engine_cfg).map_err(RunError::Other)?;
+    let started = std::time::Instant::now();
     let bar = indicatif::ProgressBar::new(total as u64);
     if !progress {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
@@ -75,6 +98,9 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
         }
     }
     bar.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+    let generated: usize = results.values().filter_map(|r| r.as_ref().ok()).map(|c| c.tokens.len()).sum();
+    eprintln!("sampled {total} prompts on the {} kernels: {generated} tokens in {seconds:.2} s ({:.0} tokens/s, {:.2} prompts/s)", cfg.ablation.sampler_kernels, generated as f64 / seconds.max(1e-9), total as f64 / seconds.max(1e-9));
     let mut out = std::fs::File::create(&tmp).map_err(cannot)?;
     let mut failed = 0;
     for (engine_id, id) in order {

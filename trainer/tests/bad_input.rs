@@ -128,3 +128,24 @@ fn a_verl_layout_dataset_trains_with_chat_prompts_and_its_faults_name_file_line_
     let out = lockstep(&["train", "--set", "task.answer_key=a..b"], &dir);
     assert_refused(&out, 2, &["task.answer_key"]);
 }
+
+#[test]
+fn sample_renders_message_prompts_reports_throughput_and_runs_the_ablation_kernels() {
+    let dir = scratch("sample-chat");
+    std::fs::write(dir.join("t.jinja"), "{% for m in messages %}{{ m.role }}: {{ m.content }} {% endfor %}assistant:").unwrap();
+    std::fs::write(dir.join("prompts.jsonl"), "{\"id\": \"a\", \"messages\": [{\"role\": \"user\", \"content\": \"1+1=\"}]}\n{\"id\": \"b\", \"prompt\": \"2+2=\"}\n").unwrap();
+    for kernels in ["matched", "fast"] {
+        let out = lockstep(&["sample", "--set", "sampler.input=prompts.jsonl", "--set", "sampler.output=out.jsonl", "--set", "task.chat_template=t.jinja", "--set", &format!("ablation.sampler_kernels={kernels}")], &dir);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains(&format!("on the {kernels} kernels")) && err.contains("tokens/s"), "{err}");
+        let lines = std::fs::read_to_string(dir.join("out.jsonl")).unwrap();
+        assert_eq!(lines.lines().count(), 2, "{lines}");
+    }
+    // messages without a template, and messages that are not a list of role/content objects
+    let out = lockstep(&["sample", "--set", "sampler.input=prompts.jsonl", "--set", "sampler.output=out2.jsonl"], &dir);
+    assert_refused(&out, 1, &["prompts.jsonl:1", "chat template", "task.chat_template"]);
+    std::fs::write(dir.join("bad.jsonl"), "{\"messages\": \"hi\"}\n").unwrap();
+    let out = lockstep(&["sample", "--set", "sampler.input=bad.jsonl", "--set", "sampler.output=out3.jsonl", "--set", "task.chat_template=t.jinja"], &dir);
+    assert_refused(&out, 1, &["bad.jsonl:1", "messages"]);
+}
