@@ -115,6 +115,16 @@ pub struct TrainSection {
     /// overlong_buffer loses up to overlong_penalty of reward, linearly over the buffer (0 = off).
     pub overlong_buffer: usize,
     pub overlong_penalty: f64,
+    /// PPO epochs: passes over a step's rollouts, each made of `mini_batches` optimizer steps
+    /// with the clipped surrogate against the sampler's logprobs (1 x 1: one update, no clip).
+    pub ppo_epochs: usize,
+    pub mini_batches: usize,
+    /// The surrogate's clip range [1 - clip_low, 1 + clip_high] (DAPO's clip-higher: 0.2, 0.28).
+    pub clip_low: f64,
+    pub clip_high: f64,
+    /// "token" (PPO/GRPO: a ratio per token) or "sequence" (GSPO: exp of the mean log-ratio of
+    /// the completion, clipped per sequence, its tokens averaged).
+    pub ratio_level: String,
 }
 
 impl Default for TrainSection {
@@ -123,6 +133,7 @@ impl Default for TrainSection {
             steps: 20, prompts_per_step: 8, group_size: 8, lr: 2e-3, warmup_steps: 2, min_lr_ratio: 0.1, weight_decay: 0.0,
             beta1: 0.9, beta2: 0.99, adam_eps: 1e-8, grad_clip: 1.0, kl_coef: 0.0, seed: 0, on_mismatch: "stop".into(),
             checkpoint_every: 10, keep_checkpoints: 2, sft_steps: 150, sft_lr: 3e-3, sft_batch: 32, micro_batch_tokens: 0, advantage: "group_std".into(), loss_aggregation: "token_mean".into(), overlong_buffer: 0, overlong_penalty: 1.0,
+            ppo_epochs: 1, mini_batches: 1, clip_low: 0.2, clip_high: 0.2, ratio_level: "token".into(),
         }
     }
 }
@@ -257,6 +268,28 @@ impl Config {
         }
         one_of("train.advantage", &self.train.advantage, &["group_std", "group_mean"])?;
         one_of("train.loss_aggregation", &self.train.loss_aggregation, &["token_mean", "sequence_mean", "constant"])?;
+        one_of("train.ratio_level", &self.train.ratio_level, &["token", "sequence"])?;
+        let rollouts = self.train.prompts_per_step * self.train.group_size;
+        if self.train.ppo_epochs == 0 || self.train.ppo_epochs > 64 {
+            return bad("train.ppo_epochs", format!("must be in 1..=64, got {}", self.train.ppo_epochs));
+        }
+        if self.train.mini_batches == 0 || self.train.mini_batches > rollouts.max(1) {
+            return bad("train.mini_batches", format!("must be in 1..={rollouts} (train.prompts_per_step x train.group_size rollouts a step), got {}", self.train.mini_batches));
+        }
+        for (key, v) in [("train.clip_low", self.train.clip_low), ("train.clip_high", self.train.clip_high)] {
+            if !(v > 0.0 && v < 10.0) {
+                return bad(key, format!("must be in (0, 10), got {v}"));
+            }
+        }
+        if self.train.clip_low >= 1.0 {
+            return bad("train.clip_low", format!("must be below 1 (the ratio's lower bound is 1 - clip_low), got {}", self.train.clip_low));
+        }
+        if self.train.ppo_epochs * self.train.mini_batches > 1 && self.train.kl_coef != 0.0 {
+            return bad("train.kl_coef", "the KL-to-reference penalty is not applied in PPO epochs (train.ppo_epochs x train.mini_batches > 1) yet; set it to 0 or use one update a step".into());
+        }
+        if self.train.ppo_epochs * self.train.mini_batches > 1 && self.ablation.correction != "none" {
+            return bad("ablation.correction", "PPO epochs (train.ppo_epochs x train.mini_batches > 1) clip against the sampler's logprobs themselves; leave ablation.correction = \"none\"".into());
+        }
         if self.train.overlong_buffer >= self.sampler.max_new_tokens && self.train.overlong_buffer > 0 {
             return bad("train.overlong_buffer", format!("is {} but must be below sampler.max_new_tokens ({})", self.train.overlong_buffer, self.sampler.max_new_tokens));
         }

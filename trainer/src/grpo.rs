@@ -139,7 +139,8 @@ impl Trainer {
         let lengths: Vec<usize> = sequences.iter().map(Vec::len).collect();
         let batches = micro_batches(&lengths, c.train.micro_batch_tokens);
         let scoring = Instant::now();
-        let single = (batches.len() == 1).then(|| tracked_copy(&self.policy.model));
+        let ppo = c.train.ppo_epochs * c.train.mini_batches > 1;
+        let single = (batches.len() == 1 && !ppo).then(|| tracked_copy(&self.policy.model));
         let (trainer_lp, single, entropy) = match single {
             Some(tracked) => {
                 let (lp, flat) = tracked.sequence_logprobs(&sequences, c.sampler.temperature).map_err(|e| pass_error(step, e))?;
@@ -172,7 +173,7 @@ impl Trainer {
             tracing::warn!("{message}");
         }
         // 5. loss coefficients per scored token (prompt tokens get 0)
-        let (coef, corr) = self.coefficients(&requests, &completions, &trainer_lp, &advantages)?;
+        let (coef, mut corr) = self.coefficients(&requests, &completions, &trainer_lp, &advantages)?;
         let ref_lp = match &self.reference {
             Some(r) => Some(logprobs_by_batch(r, &sequences, &batches, c.sampler.temperature)?.0),
             None => None,
@@ -200,6 +201,12 @@ impl Trainer {
                 weights.push(w as f32);
             }
         }
+        let lr = learning_rate(c.train.lr, step, c.train.warmup_steps, c.train.steps, c.train.min_lr_ratio);
+        let (loss_value, grad_norm) = if ppo {
+            let (loss, norm, stats) = self.ppo_updates(step, &sequences, &requests, &completions, &advantages, lr)?;
+            corr = stats;
+            (loss, norm)
+        } else {
         // weight gradients folded over the tokens in order across micro-batches: the update's
         // bits do not depend on train.micro_batch_tokens
         let mut fold = GradFold::new();
@@ -229,8 +236,9 @@ impl Trainer {
         if !grad_norm.is_finite() {
             return Err(RunError::Other(format!("step {step}: the gradient norm is {grad_norm}; stopping before the update (the last checkpoint is intact)")));
         }
-        let lr = learning_rate(c.train.lr, step, c.train.warmup_steps, c.train.steps, c.train.min_lr_ratio);
         self.policy.model = self.opt.step(&self.policy.model, &grads, lr);
+        (loss_value, grad_norm)
+        };
         let update_s = updating.elapsed().as_secs_f64();
         // 6. the sampler gets the new weights; both hashes must agree
         let syncing = Instant::now();
@@ -282,6 +290,70 @@ impl Trainer {
         };
         self.telemetry.record(&metrics).map_err(|e| RunError::Other(format!("metrics: {e}")))?;
         Ok(metrics)
+    }
+
+    /// PPO epochs over the step's rollouts: `train.ppo_epochs` passes, each `train.mini_batches`
+    /// optimizer steps on consecutive slices of the rollouts, with the clipped surrogate against
+    /// the sampler's logprobs (in matched mode the old policy's, as bits, so no recompute pass);
+    /// each mini-batch's weight gradients folded over its micro-batches as in the single update.
+    /// Returns the first update's loss, the last one's gradient norm, and the ratio statistics
+    /// over every update (`masked_frac`: the clipped fraction of tokens).
+    fn ppo_updates(&mut self, step: usize, sequences: &[Vec<u32>], requests: &[Request], completions: &[sampler::Completion], adv: &[f64], lr: f64) -> Result<(f64, f64, Correction), RunError> {
+        let c = self.cfg.clone();
+        let (n, m) = (sequences.len(), c.train.mini_batches);
+        let ranges: Vec<std::ops::Range<usize>> = (0..m).map(|b| b * n / m..(b + 1) * n / m).filter(|r| !r.is_empty()).collect();
+        let sequence_level = c.train.ratio_level == "sequence";
+        let mut corr = Correction { ratio_min: f64::INFINITY, ratio_max: 0.0, ..Default::default() };
+        let (mut seen, mut first_loss, mut grad_norm) = (0usize, None, 0.0);
+        for _epoch in 0..c.train.ppo_epochs {
+            for range in &ranges {
+                let mini = &sequences[range.clone()];
+                let lengths: Vec<usize> = mini.iter().map(Vec::len).collect();
+                let mini_tokens = range.clone().map(|s| completions[s].tokens.len()).sum::<usize>().max(1) as f64;
+                let mut fold = GradFold::new();
+                let (mut loss, mut total) = (0.0, std::collections::BTreeMap::new());
+                for b in micro_batches(&lengths, c.train.micro_batch_tokens) {
+                    let tracked = tracked_copy(&self.policy.model);
+                    let (lp, flat) = tracked.sequence_logprobs(&mini[b.clone()], c.sampler.temperature).map_err(|e| pass_error(step, e))?;
+                    let mut weights = Vec::new();
+                    for (k, seq_lp) in lp.iter().enumerate() {
+                        let s = range.start + b.start + k;
+                        let start = requests[s].prompt.len() - 1;
+                        let old = &completions[s].logprobs;
+                        let (coefs, ratios, clipped) = surrogate_coefficients(&seq_lp[start..], old, adv[s], c.train.clip_low, c.train.clip_high, sequence_level);
+                        for &r in &ratios {
+                            corr.ratio_min = corr.ratio_min.min(r);
+                            corr.ratio_max = corr.ratio_max.max(r);
+                            corr.ratio_mean += r;
+                        }
+                        corr.masked_frac += clipped as f64;
+                        seen += ratios.len();
+                        // GSPO averages sequences (its coefficients carry 1 / length already)
+                        let divisor = if sequence_level { range.len() as f64 } else { aggregation_divisor(&c.train.loss_aggregation, old.len(), range.len(), mini_tokens, c.sampler.max_new_tokens) };
+                        weights.extend(std::iter::repeat_n(0.0f32, start));
+                        weights.extend(coefs.iter().map(|&x| (-x / divisor) as f32));
+                    }
+                    let (part, grads) = weighted_backward(&tracked, flat, &weights, &mut fold, &format!("step {step}"), "train.lr")?;
+                    loss += part;
+                    accumulate(&mut total, grads);
+                }
+                let mut grads = with_folded(total, fold);
+                grad_norm = clip(&mut grads, c.train.grad_clip);
+                if !grad_norm.is_finite() {
+                    return Err(RunError::Other(format!("step {step}: the gradient norm is {grad_norm} in a PPO mini-batch; stopping before the update (the last checkpoint is intact)")));
+                }
+                first_loss.get_or_insert(loss);
+                self.policy.model = self.opt.step(&self.policy.model, &grads, lr);
+            }
+        }
+        let seen = seen.max(1) as f64;
+        corr.ratio_mean /= seen;
+        corr.masked_frac /= seen;
+        if !corr.ratio_min.is_finite() {
+            corr.ratio_min = 1.0;
+        }
+        (corr.weight_min, corr.weight_mean, corr.weight_max) = (corr.ratio_min, corr.ratio_mean, corr.ratio_max);
+        Ok((first_loss.unwrap_or(0.0), grad_norm, corr))
     }
 
     /// Per completion token: the policy-gradient coefficient c_t·A (c_t from the correction).
@@ -382,6 +454,26 @@ pub fn aggregation_divisor(kind: &str, seq_tokens: usize, sequences: usize, step
     }
 }
 
+/// Clipped-surrogate coefficients of one completion: for each token the derivative of
+/// `min(r A, clip(r, 1 - low, 1 + high) A)` with respect to its logprob, `r A` inside the clip
+/// range and 0 where the clip holds (`r` = exp(new - old)). `sequence` (GSPO): one ratio for
+/// the completion, exp of the mean log-ratio, whose derivative spreads as `r A / len` over its
+/// tokens. Returns the coefficients, the ratios and how many tokens were clipped.
+pub fn surrogate_coefficients(new: &[f32], old: &[f32], adv: f64, low: f64, high: f64, sequence: bool) -> (Vec<f64>, Vec<f64>, usize) {
+    let log_ratios: Vec<f64> = new.iter().zip(old).map(|(&n, &o)| n as f64 - o as f64).collect();
+    let clipped = |r: f64| (adv > 0.0 && r > 1.0 + high) || (adv < 0.0 && r < 1.0 - low);
+    if sequence {
+        let len = log_ratios.len().max(1) as f64;
+        let r = (log_ratios.iter().sum::<f64>() / len).exp();
+        let (coef, n) = if clipped(r) { (0.0, log_ratios.len()) } else { (r * adv / len, 0) };
+        return (vec![coef; log_ratios.len()], vec![r; log_ratios.len()], n);
+    }
+    let ratios: Vec<f64> = log_ratios.iter().map(|l| l.exp()).collect();
+    let coefs = ratios.iter().map(|&r| if clipped(r) { 0.0 } else { r * adv }).collect();
+    let n = ratios.iter().filter(|&&r| clipped(r)).count();
+    (coefs, ratios, n)
+}
+
 /// DAPO's soft overlong punishment of a completion of `len` tokens: 0 up to max_new - buffer,
 /// then growing linearly to `penalty` at max_new (0 when `buffer` is 0).
 pub fn overlong_penalty(len: usize, max_new: usize, buffer: usize, penalty: f64) -> f64 {
@@ -394,6 +486,24 @@ pub fn overlong_penalty(len: usize, max_new: usize, buffer: usize, penalty: f64)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_clipped_surrogate_keeps_ratios_inside_the_range_and_zeroes_the_clipped_ones() {
+        let ln = |r: f64| r.ln() as f32;
+        // the first PPO update in matched mode: new = old as bits, ratio exactly 1, coefficient A
+        let (c, r, n) = surrogate_coefficients(&[-1.5, -0.25], &[-1.5, -0.25], 2.0, 0.2, 0.28, false);
+        assert_eq!((c, r, n), (vec![2.0, 2.0], vec![1.0, 1.0], 0));
+        // clip-higher: A > 0 clips above 1.28 only, A < 0 below 0.8 only
+        let (c, _, n) = surrogate_coefficients(&[ln(1.25), ln(1.3), ln(0.5)], &[0.0; 3], 1.0, 0.2, 0.28, false);
+        assert!((c[0] - 1.25).abs() < 1e-6 && c[1] == 0.0 && (c[2] - 0.5).abs() < 1e-6 && n == 1, "{c:?}");
+        let (c, _, n) = surrogate_coefficients(&[ln(0.79), ln(1.3)], &[0.0; 2], -1.0, 0.2, 0.28, false);
+        assert!(c[0] == 0.0 && (c[1] + 1.3).abs() < 1e-6 && n == 1, "{c:?}");
+        // GSPO: one ratio, exp(mean log-ratio) = sqrt(1.21 * 1.0) = 1.1, spread as r A / len
+        let (c, r, n) = surrogate_coefficients(&[ln(1.21), 0.0], &[0.0, 0.0], 1.0, 0.2, 0.2, true);
+        assert!((r[0] - 1.1).abs() < 1e-6 && r[0] == r[1] && (c[0] - 0.55).abs() < 1e-6 && c[0] == c[1] && n == 0, "{c:?} {r:?}");
+        let (c, _, n) = surrogate_coefficients(&[ln(1.69), 0.0], &[0.0, 0.0], 1.0, 0.2, 0.2, true);
+        assert!(c == vec![0.0, 0.0] && n == 2, "the sequence's ratio 1.3 is clipped: {c:?}");
+    }
 
     #[test]
     fn advantages_aggregation_and_the_overlong_penalty_follow_their_papers() {

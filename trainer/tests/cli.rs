@@ -485,3 +485,41 @@ fn loss_variants_run_and_each_changes_the_update() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("train.loss_aggregation"));
 }
+
+#[test]
+fn ppo_epochs_clip_against_the_sampler_logprobs_and_repeat_with_micro_batches() {
+    let dir = scratch("ppo-epochs");
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    let run = |name: &str, extra: &[&str]| {
+        let run_name = format!("log.run_name={name}");
+        let args = [&["train", "small.toml", "--set", &run_name, "--set", "train.steps=2", "--set", "task.reward=char_f1", "--set", "train.lr=0.02"][..], extra].concat();
+        let out = lockstep(&args, &dir);
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        metrics(&dir.join("runs").join(name))
+    };
+    let base = run("one-update", &[]);
+    let dapo = ["--set", "train.ppo_epochs=2", "--set", "train.mini_batches=2", "--set", "train.clip_high=0.28"];
+    let ppo = run("ppo", &dapo);
+    for m in &ppo {
+        // the sampler and the trainer still agree as bits before the step's first update
+        assert_eq!(m["agreement"]["bit_equal_frac"], 1.0, "{m}");
+        // later updates see moved weights: genuine ratios around 1
+        let (lo, hi) = (m["is_ratio_min"].as_f64().unwrap(), m["is_ratio_max"].as_f64().unwrap());
+        assert!(lo <= 1.0 && hi >= 1.0 && hi > lo, "ratios {lo}..{hi}: {m}");
+    }
+    assert_ne!(ppo.last().unwrap()["trainer_weights_fingerprint"], base.last().unwrap()["trainer_weights_fingerprint"], "4 updates a step left the weights of 1");
+    // micro-batches inside each PPO mini-batch keep every bit; GSPO's sequence ratios run too
+    let micro = run("ppo-micro", &[&dapo[..], &["--set", "train.micro_batch_tokens=20"]].concat());
+    for (a, b) in ppo.iter().zip(&micro) {
+        for key in ["trainer_weights_fingerprint", "grad_norm", "is_ratio_max", "masked_frac"] {
+            assert_eq!(a[key], b[key], "step {}: {key}", a["step"]);
+        }
+    }
+    let gspo = run("gspo", &[&dapo[..], &["--set", "train.ratio_level=sequence"]].concat());
+    assert_ne!(gspo.last().unwrap()["trainer_weights_fingerprint"], ppo.last().unwrap()["trainer_weights_fingerprint"]);
+    for (bad, key) in [("train.ppo_epochs=0", "train.ppo_epochs"), ("train.ratio_level=group", "train.ratio_level"), ("train.clip_low=1.5", "train.clip_low")] {
+        let out = lockstep(&["train", "small.toml", "--set", bad], &dir);
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(key), "{bad}");
+    }
+}
