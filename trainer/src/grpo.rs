@@ -93,7 +93,8 @@ impl Trainer {
         let c = self.cfg.clone();
         let step = self.step;
         let mut rng = SplitMix::keyed(c.train.seed, step as u64, "prompts");
-        let problems: Vec<_> = (0..c.train.prompts_per_step).map(|_| self.task.sample(&mut rng)).collect::<Result<_, _>>()?;
+        let first = (step * c.train.prompts_per_step) as u64;
+        let problems: Vec<_> = (0..c.train.prompts_per_step).map(|k| self.task.problem_at(c.train.seed, first + k as u64, &mut rng)).collect::<Result<_, _>>()?;
         let mut requests = Vec::new();
         for (p, problem) in problems.iter().enumerate() {
             let prompt = encode(&self.policy.tokenizer, &problem.prompt)?;

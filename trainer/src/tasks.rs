@@ -120,6 +120,22 @@ impl Task {
     }
 
     /// The reward `kind` (`task.reward`) gives `completion`.
+    /// Problem `index` of a run's prompt stream (`step * prompts_per_step + k`): for a dataset,
+    /// epochs in order, each a permutation of the file's problems keyed by (seed, epoch), so a
+    /// step's prompts depend on (seed, step) alone and a resumed run continues at the same
+    /// example; generators draw from `rng` (keyed by the step by the caller). (A chat dataset's
+    /// prompts are rendered at load, so it is a plain dataset here.)
+    pub fn problem_at(&self, seed: u64, index: u64, rng: &mut SplitMix) -> Result<Problem, TaskError> {
+        match self {
+            Task::Dataset { problems } => {
+                let n = problems.len() as u64;
+                let (epoch, position) = (index / n, index % n);
+                Ok(problems[epoch_permutation(seed, epoch, problems.len())[position as usize]].clone())
+            }
+            _ => self.sample(rng),
+        }
+    }
+
     pub fn reward_of(&self, kind: &str, problem: &Problem, completion: &str) -> f32 {
         match kind {
             "char_f1" => char_f1(completion.trim(), &problem.answer),
@@ -209,6 +225,16 @@ fn countdown_value(expr: &str, numbers: &[i64]) -> Option<i64> {
         }
     }
     value
+}
+
+/// Epoch `epoch`'s order of `n` problems: a Fisher-Yates shuffle keyed by (seed, epoch).
+pub fn epoch_permutation(seed: u64, epoch: u64, n: usize) -> Vec<usize> {
+    let mut rng = SplitMix::keyed(seed, epoch, "dataset epoch");
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        order.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    order
 }
 
 /// `v` at a dotted key path ("reward_model.ground_truth").
@@ -310,6 +336,23 @@ mod tests {
         let missing = TaskSection { answer_key: "reward_model.answer".into(), ..c };
         let e = Task::from_config(&missing).err().expect("no such key").to_string();
         assert!(e.contains(":1") && e.contains("reward_model.answer"), "{e}");
+    }
+
+    #[test]
+    fn a_dataset_is_walked_in_epochs_each_a_keyed_permutation() {
+        let problems: Vec<Problem> = (0..7).map(|i| Problem { prompt: format!("{i}"), answer: String::new(), numbers: vec![], target: 0, line: i + 1, messages: None }).collect();
+        let task = Task::Dataset { problems };
+        let at = |seed: u64, i: u64| task.problem_at(seed, i, &mut SplitMix::new(0)).unwrap().line;
+        for epoch in 0..3u64 {
+            let mut seen: Vec<usize> = (0..7).map(|k| at(5, epoch * 7 + k)).collect();
+            seen.sort();
+            assert_eq!(seen, (1..=7).collect::<Vec<_>>(), "epoch {epoch} visits every problem once");
+        }
+        let first: Vec<usize> = (0..7).map(|k| at(5, k)).collect();
+        let second: Vec<usize> = (7..14).map(|k| at(5, k)).collect();
+        assert_ne!(first, second, "each epoch has its own order");
+        assert_eq!(first, (0..7).map(|k| at(5, k)).collect::<Vec<_>>(), "an index's problem depends on (seed, index) alone");
+        assert_ne!(first, (0..7).map(|k| at(6, k)).collect::<Vec<_>>(), "the seed keys the order");
     }
 
     #[test]
