@@ -125,6 +125,11 @@ pub struct TrainSection {
     /// "token" (PPO/GRPO: a ratio per token) or "sequence" (GSPO: exp of the mean log-ratio of
     /// the completion, clipped per sequence, its tokens averaged).
     pub ratio_level: String,
+    /// Evaluate on `task.eval_path` after every N steps (0 = never): pass@1 greedy and pass@k
+    /// over `eval_samples` sampled completions, on the first `eval_problems` problems.
+    pub eval_every: usize,
+    pub eval_samples: usize,
+    pub eval_problems: usize,
 }
 
 impl Default for TrainSection {
@@ -134,6 +139,7 @@ impl Default for TrainSection {
             beta1: 0.9, beta2: 0.99, adam_eps: 1e-8, grad_clip: 1.0, kl_coef: 0.0, seed: 0, on_mismatch: "stop".into(),
             checkpoint_every: 10, keep_checkpoints: 2, sft_steps: 150, sft_lr: 3e-3, sft_batch: 32, micro_batch_tokens: 0, advantage: "group_std".into(), loss_aggregation: "token_mean".into(), overlong_buffer: 0, overlong_penalty: 1.0,
             ppo_epochs: 1, mini_batches: 1, clip_low: 0.2, clip_high: 0.2, ratio_level: "token".into(),
+            eval_every: 0, eval_samples: 4, eval_problems: 64,
         }
     }
 }
@@ -175,11 +181,13 @@ pub struct TaskSection {
     pub chat_template: String,
     /// chat: extra template variables, e.g. `{ enable_thinking = false }`.
     pub chat_args: toml::Table,
+    /// The eval split: a dataset file read as `path` is ("" for none; `train.eval_every`).
+    pub eval_path: String,
 }
 
 impl Default for TaskSection {
     fn default() -> Self {
-        Self { name: "addition".into(), digits: 1, count: 3, path: String::new(), reward: "exact".into(), reward_command: String::new(), reward_timeout_s: 60.0, prompt_key: "prompt".into(), answer_key: "answer".into(), prompt_format: "raw".into(), system_prompt: String::new(), chat_template: String::new(), chat_args: toml::Table::new() }
+        Self { name: "addition".into(), digits: 1, count: 3, path: String::new(), reward: "exact".into(), reward_command: String::new(), reward_timeout_s: 60.0, prompt_key: "prompt".into(), answer_key: "answer".into(), prompt_format: "raw".into(), system_prompt: String::new(), chat_template: String::new(), chat_args: toml::Table::new(), eval_path: String::new() }
     }
 }
 
@@ -283,6 +291,12 @@ impl Config {
         }
         if self.train.clip_low >= 1.0 {
             return bad("train.clip_low", format!("must be below 1 (the ratio's lower bound is 1 - clip_low), got {}", self.train.clip_low));
+        }
+        if self.train.eval_every > 0 && self.task.eval_path.is_empty() {
+            return bad("task.eval_path", "train.eval_every is set but there is no eval split: name a dataset file".into());
+        }
+        if self.train.eval_every > 0 && (self.train.eval_problems == 0 || self.train.eval_samples > 1024) {
+            return bad("train.eval_problems / train.eval_samples", format!("need at least 1 problem and at most 1024 samples, got {} and {}", self.train.eval_problems, self.train.eval_samples));
         }
         if self.train.ppo_epochs * self.train.mini_batches > 1 && self.train.kl_coef != 0.0 {
             return bad("train.kl_coef", "the KL-to-reference penalty is not applied in PPO epochs (train.ppo_epochs x train.mini_batches > 1) yet; set it to 0 or use one update a step".into());

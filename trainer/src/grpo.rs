@@ -41,6 +41,8 @@ pub struct Trainer {
     pub run_dir: PathBuf,
     /// GRPO steps completed.
     pub step: usize,
+    /// The eval split's problems (`task.eval_path`; empty without one).
+    pub eval_problems: Vec<crate::tasks::Problem>,
 }
 
 /// The weights as `dtype` (the sampling dtype), fingerprinted: each tensor's device fingerprint
@@ -79,7 +81,8 @@ impl Trainer {
         let engine_cfg = crate::run::engine_config(&cfg, &policy.model)?;
         let engine = Engine::new(sampler_model(&cfg, &policy.model), engine_cfg).map_err(RunError::Other)?;
         let reference = (cfg.train.kl_coef > 0.0).then(|| policy.model.clone());
-        Ok(Self { cfg, policy, opt, engine, task, reference, telemetry, run_dir, step })
+        let eval_problems = if cfg.train.eval_every > 0 { crate::eval::load_eval_problems(&cfg)? } else { Vec::new() };
+        Ok(Self { cfg, policy, opt, engine, task, reference, telemetry, run_dir, step, eval_problems })
     }
 
     fn params(&self, seed: u64) -> SamplingParams {
@@ -250,6 +253,12 @@ impl Trainer {
         if trainer_hash != sampler_hash {
             return Err(RunError::Other(format!("step {step}: sampler weights {sampler_hash} differ from trainer weights {trainer_hash}")));
         }
+        // the evaluation sees the step's new weights (the engine holds them now)
+        let eval = if c.train.eval_every > 0 && (step + 1) % c.train.eval_every == 0 {
+            Some(crate::eval::evaluate(&c, &self.policy, &self.task, &mut self.engine, &self.eval_problems, step)?)
+        } else {
+            None
+        };
         let timing = PhaseTimes {
             gen_s: sample_s,
             logprob_s,
@@ -288,6 +297,7 @@ impl Trainer {
             timing,
             sampler_weights_fingerprint: sampler_hash,
             trainer_weights_fingerprint: trainer_hash,
+            eval,
         };
         self.telemetry.record(&metrics).map_err(|e| RunError::Other(format!("metrics: {e}")))?;
         Ok(metrics)

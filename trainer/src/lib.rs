@@ -11,6 +11,7 @@ pub mod math_verify;
 pub mod memory_plan;
 pub mod parquet_rows;
 pub mod config;
+pub mod eval;
 pub mod grpo;
 pub mod optim;
 pub mod report;

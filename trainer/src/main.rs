@@ -304,7 +304,10 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
         let m = trainer.step()?;
         bar.set_message(format!("step {} reward {:.3} kl {:.1e} bit-equal {:.3}", m.step, m.reward_mean, m.agreement.kl_k1, m.agreement.bit_equal_frac));
         bar.inc(1);
-        let line = format!("step {:>4}  reward {:.3}  kl_k1 {:.2e}  kl_k3 {:.2e}  |dlogp|max {:.2e}  bit_equal {:.4}  loss {:+.4}  {:.1}s", m.step, m.reward_mean, m.agreement.kl_k1, m.agreement.kl_k3, m.agreement.logprob_abs_diff_max, m.agreement.bit_equal_frac, m.loss, m.step_s);
+        let mut line = format!("step {:>4}  reward {:.3}  kl_k1 {:.2e}  kl_k3 {:.2e}  |dlogp|max {:.2e}  bit_equal {:.4}  loss {:+.4}  {:.1}s", m.step, m.reward_mean, m.agreement.kl_k1, m.agreement.kl_k3, m.agreement.logprob_abs_diff_max, m.agreement.bit_equal_frac, m.loss, m.step_s);
+        if let Some(e) = &m.eval {
+            line.push_str(&format!("  eval: pass@1 {:.3} pass@{} {:.3} ({} problems)", e.pass1_greedy, e.k, e.pass_at_k, e.problems));
+        }
         if bar.is_hidden() { eprintln!("{line}") } else { bar.println(line) }
         history.push(m);
         if cfg.train.checkpoint_every > 0 && trainer.step % cfg.train.checkpoint_every == 0 {

@@ -75,6 +75,9 @@ pub struct StepMetrics {
     pub sampler_weights_fingerprint: String,
     #[serde(default)]
     pub trainer_weights_fingerprint: String,
+    /// The evaluation after this step, on steps `train.eval_every` names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval: Option<crate::eval::EvalMetrics>,
 }
 
 /// Wall-clock seconds of a GRPO step's phases, as the host sees them. Each phase ends by reading
@@ -142,6 +145,7 @@ impl StepMetrics {
             ("perf/gen_engine_steps", self.timing.gen_engine_steps as f64),
         ]
         .into_iter()
+        .chain(self.eval.iter().flat_map(|e| [("eval/pass1_greedy", e.pass1_greedy), ("eval/pass_at_k", e.pass_at_k), ("eval/sampled_accuracy", e.sampled_accuracy), ("eval/sampled_reward_mean", e.sampled_reward_mean)]))
         .chain(self.aliases())
         .collect()
     }

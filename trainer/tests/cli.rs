@@ -523,3 +523,33 @@ fn ppo_epochs_clip_against_the_sampler_logprobs_and_repeat_with_micro_batches() 
         assert!(String::from_utf8_lossy(&out.stderr).contains(key), "{bad}");
     }
 }
+
+#[test]
+fn evaluation_every_n_steps_logs_pass_at_1_and_pass_at_k_and_repeats() {
+    let dir = scratch("eval");
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    std::fs::write(dir.join("eval.jsonl"), (0..5).map(|i| format!("{{\"prompt\": \"{i}+1=\", \"answer\": \"{}\"}}\n", i + 1)).collect::<String>()).unwrap();
+    let run = |name: &str| {
+        let out = lockstep(&["train", "small.toml", "--set", &format!("log.run_name={name}"), "--set", "train.steps=3", "--set", "train.eval_every=2", "--set", "task.eval_path=eval.jsonl", "--set", "train.eval_samples=3"], &dir);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{err}");
+        (metrics(&dir.join("runs").join(name)), err)
+    };
+    let ((a, err), (b, _)) = (run("a"), run("b"));
+    let evals: Vec<usize> = a.iter().filter(|m| m.get("eval").is_some()).map(|m| m["step"].as_u64().unwrap() as usize).collect();
+    assert_eq!(evals, vec![1], "after steps 2, 4, ...: {a:?}");
+    let e = &a[1]["eval"];
+    assert_eq!((e["problems"].as_u64(), e["k"].as_u64()), (Some(5), Some(3)), "{e}");
+    for key in ["pass1_greedy", "pass_at_k", "sampled_accuracy", "sampled_reward_mean"] {
+        let v = e[key].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&v), "{key} = {v}");
+    }
+    assert!(e["pass_at_k"].as_f64() >= e["sampled_accuracy"].as_f64(), "pass@k below the sampled accuracy: {e}");
+    assert!(err.contains("eval: pass@1"), "{err}");
+    assert_eq!(a, b, "two runs with evaluation differ");
+    let tb = tensorboard_points(&dir.join("runs/a/tb"));
+    assert_eq!(tb.get("eval/pass_at_k"), Some(&vec![1]), "{tb:?}");
+    let out = lockstep(&["train", "small.toml", "--set", "train.eval_every=2"], &dir);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("task.eval_path"));
+}
