@@ -90,11 +90,75 @@ impl Trainer {
         SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: self.policy.stop_tokens.clone(), seed }
     }
 
-    /// One GRPO step (see the module docs).
+    /// One GRPO step (see the module docs): its phases in order.
     pub fn step(&mut self) -> Result<StepMetrics, RunError> {
         let started = Instant::now();
-        let c = self.cfg.clone();
         let step = self.step;
+        let rollouts = self.rollouts(step)?;
+        let (scored, tracked) = self.score(step, &rollouts)?;
+        let lr = learning_rate(self.cfg.train.lr, step, self.cfg.train.warmup_steps, self.cfg.train.steps, self.cfg.train.min_lr_ratio);
+        let updating = Instant::now();
+        let (loss, grad_norm, corr) = self.update(step, &rollouts, tracked, &scored, lr)?;
+        let update_s = updating.elapsed().as_secs_f64();
+        let syncing = Instant::now();
+        let (sampler_hash, trainer_hash) = self.sync_weights(step)?;
+        // the evaluation sees the step's new weights (the engine holds them now)
+        let c = &self.cfg;
+        let eval = if c.train.eval_every > 0 && (step + 1) % c.train.eval_every == 0 {
+            Some(crate::eval::evaluate(c, &self.policy, &self.task, &mut self.engine, &self.eval_problems, step)?)
+        } else {
+            None
+        };
+        let phases = &rollouts.engine_phases;
+        let timing = PhaseTimes {
+            gen_s: rollouts.sample_s,
+            logprob_s: scored.logprob_s,
+            update_s,
+            sync_s: syncing.elapsed().as_secs_f64(),
+            gen_engine_steps: phases.steps,
+            gen_launch_s: phases.launch_s,
+            gen_wait_s: phases.wait_s,
+            gen_prefix_copy_s: phases.prefix_copy_s,
+            gen_schedule_s: phases.schedule_s,
+        };
+        self.step += 1;
+        let (completions, rewards) = (&rollouts.completions, &rollouts.rewards);
+        let generated: usize = completions.iter().map(|c| c.tokens.len()).sum();
+        let mean = rewards.iter().sum::<f64>() / rewards.len() as f64;
+        let metrics = StepMetrics {
+            step,
+            reward_mean: mean,
+            reward_std: (rewards.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / rewards.len() as f64).sqrt(),
+            response_len_mean: generated as f64 / completions.len() as f64,
+            agreement: scored.agreement.clone(),
+            loss,
+            grad_norm,
+            entropy: scored.entropy,
+            lr,
+            is_ratio_min: corr.ratio_min,
+            is_ratio_mean: corr.ratio_mean,
+            is_ratio_max: corr.ratio_max,
+            is_weight_min: corr.weight_min,
+            is_weight_mean: corr.weight_mean,
+            is_weight_max: corr.weight_max,
+            truncated_frac: corr.truncated_frac,
+            masked_frac: corr.masked_frac,
+            kl_ref: scored.kl_ref,
+            tokens_per_s: generated as f64 / rollouts.sample_s.max(1e-9),
+            step_s: started.elapsed().as_secs_f64(),
+            timing,
+            sampler_weights_fingerprint: sampler_hash,
+            trainer_weights_fingerprint: trainer_hash,
+            eval,
+        };
+        self.telemetry.record(&metrics).map_err(|e| RunError::Other(format!("metrics: {e}")))?;
+        Ok(metrics)
+    }
+
+    /// Phases 1-3: the step's problems (keyed by seed and step), `group_size` completions each
+    /// from the sampler, their rewards and group-normalised advantages.
+    fn rollouts(&mut self, step: usize) -> Result<Rollouts, RunError> {
+        let c = self.cfg.clone();
         let mut rng = SplitMix::keyed(c.train.seed, step as u64, "prompts");
         let first = (step * c.train.prompts_per_step) as u64;
         let problems: Vec<_> = (0..c.train.prompts_per_step).map(|k| self.task.problem_at(c.train.seed, first + k as u64, &mut rng)).collect::<Result<_, _>>()?;
@@ -106,7 +170,6 @@ impl Trainer {
                 requests.push(Request { id, prompt: prompt.clone(), params: self.params(c.train.seed) });
             }
         }
-        // 2. sample
         let sampling = Instant::now();
         let results = self.engine.generate(requests.clone());
         let sample_s = sampling.elapsed().as_secs_f64();
@@ -121,7 +184,6 @@ impl Trainer {
                 return Err(RunError::Other(format!("step {step}: request {}: the sampler's logprob at completion position {p} (token {}) is {}; stopping before the update (the last checkpoint is intact)", r.id, comp.tokens[p], comp.logprobs[p])));
             }
         }
-        // 3. rewards and group-normalised advantages
         let g = c.train.group_size;
         let mut texts = Vec::with_capacity(completions.len());
         for comp in &completions {
@@ -136,23 +198,29 @@ impl Trainer {
         };
         let rewards: Vec<f64> = raw.iter().zip(&completions).map(|(r, comp)| r - overlong_penalty(comp.tokens.len(), c.sampler.max_new_tokens, c.train.overlong_buffer, c.train.overlong_penalty)).collect();
         let advantages = group_advantages(&rewards, g, &c.train.advantage);
-        // 4. trainer logprobs on the training path, compared with the sampler's: one pass with
-        // autodiff on when the step is one micro-batch (its graph then serves the update), else
-        // a scoring pass per micro-batch without autodiff and a second, tracked one in step 5
         let sequences: Vec<Vec<u32>> = requests.iter().zip(&completions).map(|(r, comp)| [r.prompt.clone(), comp.tokens.clone()].concat()).collect();
+        Ok(Rollouts { requests, completions, rewards, advantages, sequences, sample_s, engine_phases })
+    }
+
+    /// Phase 4: trainer logprobs on the training path, compared with the sampler's as bits (a
+    /// difference stops or warns, with the auditor's report), and each scored token's loss
+    /// weight. One pass with autodiff on when the step is one micro-batch and one update (its
+    /// graph then serves the update), else a scoring pass per micro-batch without autodiff.
+    fn score(&self, step: usize, r: &Rollouts) -> Result<(Scored, Option<Tracked>), RunError> {
+        let c = &self.cfg;
+        let (requests, completions, sequences) = (&r.requests, &r.completions, &r.sequences);
         let lengths: Vec<usize> = sequences.iter().map(Vec::len).collect();
         let batches = micro_batches(&lengths, c.train.micro_batch_tokens);
         let scoring = Instant::now();
-        let ppo = c.train.ppo_epochs * c.train.mini_batches > 1;
-        let single = (batches.len() == 1 && !ppo).then(|| tracked_copy(&self.policy.model));
+        let single = (batches.len() == 1 && !self.ppo()).then(|| tracked_copy(&self.policy.model));
         let (trainer_lp, single, entropy) = match single {
             Some(tracked) => {
-                let (lp, flat) = tracked.sequence_logprobs(&sequences, c.sampler.temperature).map_err(|e| pass_error(step, e))?;
+                let (lp, flat) = tracked.sequence_logprobs(sequences, c.sampler.temperature).map_err(|e| pass_error(step, e))?;
                 let entropy = tracked.last_entropy.get().unwrap_or(0.0);
                 (lp, Some((tracked, flat)), entropy)
             }
             None => {
-                let (lp, entropy) = logprobs_by_batch(&self.policy.model, &sequences, &batches, c.sampler.temperature).map_err(|e| pass_error(step, e))?;
+                let (lp, entropy) = logprobs_by_batch(&self.policy.model, sequences, &batches, c.sampler.temperature).map_err(|e| pass_error(step, e))?;
                 (lp, None, entropy)
             }
         };
@@ -165,7 +233,7 @@ impl Trainer {
         }
         let agreement = Agreement::of(&sampler_all, &trainer_all);
         if c.ablation.sampler_kernels == "matched" && agreement.bit_equal_frac < 1.0 {
-            let (s, t) = first_mismatch(&completions, &trainer_lp, &requests);
+            let (s, t) = first_mismatch(completions, &trainer_lp, requests);
             let sampled = completions[s].logprobs[t];
             // replayed inside the micro-batch it was scored in: the same launch sizes
             let within = batches.iter().find(|b| b.contains(&s)).cloned().unwrap_or(0..sequences.len());
@@ -176,14 +244,13 @@ impl Trainer {
             }
             tracing::warn!("{message}");
         }
-        // 5. loss coefficients per scored token (prompt tokens get 0)
-        let (coef, mut corr) = self.coefficients(&requests, &completions, &trainer_lp, &advantages)?;
+        // loss weights per scored token (prompt tokens get 0)
+        let (coef, corr) = self.coefficients(requests, completions, &trainer_lp, &r.advantages)?;
         let ref_lp = match &self.reference {
-            Some(r) => Some(logprobs_by_batch(r, &sequences, &batches, c.sampler.temperature)?.0),
+            Some(m) => Some(logprobs_by_batch(m, sequences, &batches, c.sampler.temperature)?.0),
             None => None,
         };
         let logprob_s = scoring.elapsed().as_secs_f64();
-        let updating = Instant::now();
         let n_tokens = sampler_all.len().max(1) as f64;
         let mut weights = Vec::with_capacity(coef.len());
         let mut kl_ref = 0.0;
@@ -195,8 +262,8 @@ impl Trainer {
                 let mut w = 0.0;
                 if t >= start {
                     w = -coef[at] / divisor;
-                    if let Some(r) = &ref_lp {
-                        let d = (r[s][t] - trainer_lp[s][t]) as f64;
+                    if let Some(rl) = &ref_lp {
+                        let d = (rl[s][t] - trainer_lp[s][t]) as f64;
                         kl_ref += (d.exp() - d - 1.0) / n_tokens;
                         w += c.train.kl_coef * (1.0 - d.exp()) / n_tokens;
                     }
@@ -205,22 +272,30 @@ impl Trainer {
                 weights.push(w as f32);
             }
         }
-        let lr = learning_rate(c.train.lr, step, c.train.warmup_steps, c.train.steps, c.train.min_lr_ratio);
-        let (loss_value, grad_norm) = if ppo {
-            let (loss, norm, stats) = self.ppo_updates(step, &sequences, &requests, &completions, &advantages, lr)?;
-            corr = stats;
-            (loss, norm)
-        } else {
-        // weight gradients folded over the tokens in order across micro-batches: the update's
-        // bits do not depend on train.micro_batch_tokens
+        Ok((Scored { batches, trainer_lp, entropy, agreement, corr, weights, kl_ref, logprob_s }, single))
+    }
+
+    fn ppo(&self) -> bool {
+        self.cfg.train.ppo_epochs * self.cfg.train.mini_batches > 1
+    }
+
+    /// Phase 5: the update: PPO epochs, or one policy-gradient step whose weight gradients are
+    /// folded over the tokens in order across micro-batches (its bits do not depend on
+    /// `train.micro_batch_tokens`). Returns the loss, the gradient norm and the ratio statistics.
+    fn update(&mut self, step: usize, r: &Rollouts, single: Option<Tracked>, scored: &Scored, lr: f64) -> Result<(f64, f64, Correction), RunError> {
+        if self.ppo() {
+            return self.ppo_updates(step, &r.sequences, &r.requests, &r.completions, &r.advantages, lr);
+        }
+        let c = self.cfg.clone();
+        let (sequences, weights, trainer_lp) = (&r.sequences, &scored.weights, &scored.trainer_lp);
         let mut fold = GradFold::new();
         let (loss_value, grads) = match single {
-            Some((tracked, flat)) => weighted_backward(&tracked, flat, &weights, &mut fold, &format!("step {step}"), "train.lr")?,
+            Some((tracked, flat)) => weighted_backward(&tracked, flat, weights, &mut fold, &format!("step {step}"), "train.lr")?,
             None => {
                 // the update a micro-batch at a time: its tracked forward must give the scoring
                 // pass's bits (batch invariance); gradients not folded are summed in f32 in order
                 let (mut loss, mut total, mut row) = (0.0, std::collections::BTreeMap::new(), 0);
-                for range in &batches {
+                for range in &scored.batches {
                     let tracked = tracked_copy(&self.policy.model);
                     let (lp, flat) = tracked.sequence_logprobs(&sequences[range.clone()], c.sampler.temperature).map_err(|e| pass_error(step, e))?;
                     if let Some((k, _)) = lp.iter().zip(&trainer_lp[range.clone()]).enumerate().find(|(_, (a, b))| a.iter().map(|x| x.to_bits()).ne(b.iter().map(|x| x.to_bits()))) {
@@ -241,66 +316,19 @@ impl Trainer {
             return Err(RunError::Other(format!("step {step}: the gradient norm is {grad_norm}; stopping before the update (the last checkpoint is intact)")));
         }
         self.policy.model = self.opt.step(&self.policy.model, &grads, lr);
-        (loss_value, grad_norm)
-        };
-        let update_s = updating.elapsed().as_secs_f64();
-        // 6. the sampler gets the new weights; both hashes must agree
-        let syncing = Instant::now();
+        Ok((loss_value, grad_norm, scored.corr.clone()))
+    }
+
+    /// Phase 6: the sampler gets the new weights; both fingerprints must agree.
+    fn sync_weights(&mut self, step: usize) -> Result<(String, String), RunError> {
         let sampling_dtype = self.policy.model.dtype;
-        self.engine.set_model(sampler_model(&c, &self.policy.model)).map_err(RunError::Other)?;
+        self.engine.set_model(sampler_model(&self.cfg, &self.policy.model)).map_err(RunError::Other)?;
         let trainer_hash = weights_fingerprint(&self.policy.model, sampling_dtype)?;
         let sampler_hash = weights_fingerprint(self.engine.model(), sampling_dtype)?;
         if trainer_hash != sampler_hash {
             return Err(RunError::Other(format!("step {step}: sampler weights {sampler_hash} differ from trainer weights {trainer_hash}")));
         }
-        // the evaluation sees the step's new weights (the engine holds them now)
-        let eval = if c.train.eval_every > 0 && (step + 1) % c.train.eval_every == 0 {
-            Some(crate::eval::evaluate(&c, &self.policy, &self.task, &mut self.engine, &self.eval_problems, step)?)
-        } else {
-            None
-        };
-        let timing = PhaseTimes {
-            gen_s: sample_s,
-            logprob_s,
-            update_s,
-            sync_s: syncing.elapsed().as_secs_f64(),
-            gen_engine_steps: engine_phases.steps,
-            gen_launch_s: engine_phases.launch_s,
-            gen_wait_s: engine_phases.wait_s,
-            gen_prefix_copy_s: engine_phases.prefix_copy_s,
-            gen_schedule_s: engine_phases.schedule_s,
-        };
-        self.step += 1;
-        let generated: usize = completions.iter().map(|c| c.tokens.len()).sum();
-        let mean = rewards.iter().sum::<f64>() / rewards.len() as f64;
-        let metrics = StepMetrics {
-            step,
-            reward_mean: mean,
-            reward_std: (rewards.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / rewards.len() as f64).sqrt(),
-            response_len_mean: generated as f64 / completions.len() as f64,
-            agreement,
-            loss: loss_value,
-            grad_norm,
-            entropy,
-            lr,
-            is_ratio_min: corr.ratio_min,
-            is_ratio_mean: corr.ratio_mean,
-            is_ratio_max: corr.ratio_max,
-            is_weight_min: corr.weight_min,
-            is_weight_mean: corr.weight_mean,
-            is_weight_max: corr.weight_max,
-            truncated_frac: corr.truncated_frac,
-            masked_frac: corr.masked_frac,
-            kl_ref,
-            tokens_per_s: generated as f64 / sample_s.max(1e-9),
-            step_s: started.elapsed().as_secs_f64(),
-            timing,
-            sampler_weights_fingerprint: sampler_hash,
-            trainer_weights_fingerprint: trainer_hash,
-            eval,
-        };
-        self.telemetry.record(&metrics).map_err(|e| RunError::Other(format!("metrics: {e}")))?;
-        Ok(metrics)
+        Ok((sampler_hash, trainer_hash))
     }
 
     /// PPO epochs over the step's rollouts: `train.ppo_epochs` passes, each `train.mini_batches`
@@ -465,6 +493,34 @@ pub fn aggregation_divisor(kind: &str, seq_tokens: usize, sequences: usize, step
     }
 }
 
+/// A step's rollouts: requests, completions, rewards and advantages, and the scored sequences
+/// (prompt + completion).
+struct Rollouts {
+    requests: Vec<Request>,
+    completions: Vec<sampler::Completion>,
+    rewards: Vec<f64>,
+    advantages: Vec<f64>,
+    sequences: Vec<Vec<u32>>,
+    sample_s: f64,
+    engine_phases: sampler::EnginePhaseTimes,
+}
+
+/// The tracked one-pass forward (model copy, flat logprobs) whose graph the update reuses.
+type Tracked = (Qwen3, burn::tensor::Tensor<1>);
+
+/// A step's scoring: trainer logprobs, their agreement with the sampler's, the loss weights
+/// per scored row.
+struct Scored {
+    batches: Vec<std::ops::Range<usize>>,
+    trainer_lp: Vec<Vec<f32>>,
+    entropy: f64,
+    agreement: Agreement,
+    corr: Correction,
+    weights: Vec<f32>,
+    kl_ref: f64,
+    logprob_s: f64,
+}
+
 /// Clipped-surrogate coefficients of one completion: for each token the derivative of
 /// `min(r A, clip(r, 1 - low, 1 + high) A)` with respect to its logprob, `r A` inside the clip
 /// range and 0 where the clip holds (`r` = exp(new - old)). `sequence` (GSPO): one ratio for
@@ -534,7 +590,7 @@ mod tests {
     }
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Correction {
     pub ratio_min: f64,
     pub ratio_mean: f64,
