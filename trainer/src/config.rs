@@ -130,6 +130,10 @@ pub struct TrainSection {
     pub eval_every: usize,
     pub eval_samples: usize,
     pub eval_problems: usize,
+    /// DAPO's dynamic sampling: groups whose rewards are all equal are dropped and up to this
+    /// many refill rounds of `prompts_per_step` prompts keep the step at `prompts_per_step`
+    /// groups with signal (0 = off).
+    pub dynamic_sampling_rounds: usize,
 }
 
 impl Default for TrainSection {
@@ -139,7 +143,7 @@ impl Default for TrainSection {
             beta1: 0.9, beta2: 0.99, adam_eps: 1e-8, grad_clip: 1.0, kl_coef: 0.0, seed: 0, on_mismatch: "stop".into(),
             checkpoint_every: 10, keep_checkpoints: 2, sft_steps: 150, sft_lr: 3e-3, sft_batch: 32, micro_batch_tokens: 0, advantage: "group_std".into(), loss_aggregation: "token_mean".into(), overlong_buffer: 0, overlong_penalty: 1.0,
             ppo_epochs: 1, mini_batches: 1, clip_low: 0.2, clip_high: 0.2, ratio_level: "token".into(),
-            eval_every: 0, eval_samples: 4, eval_problems: 64,
+            eval_every: 0, eval_samples: 4, eval_problems: 64, dynamic_sampling_rounds: 0,
         }
     }
 }
@@ -291,6 +295,9 @@ impl Config {
         }
         if self.train.clip_low >= 1.0 {
             return bad("train.clip_low", format!("must be below 1 (the ratio's lower bound is 1 - clip_low), got {}", self.train.clip_low));
+        }
+        if self.train.dynamic_sampling_rounds > 16 {
+            return bad("train.dynamic_sampling_rounds", format!("at most 16 refill rounds, got {}", self.train.dynamic_sampling_rounds));
         }
         if self.train.eval_every > 0 && self.task.eval_path.is_empty() {
             return bad("task.eval_path", "train.eval_every is set but there is no eval split: name a dataset file".into());

@@ -150,23 +150,71 @@ impl Trainer {
             sampler_weights_fingerprint: sampler_hash,
             trainer_weights_fingerprint: trainer_hash,
             eval,
+            dynamic_sampling: rollouts.groups.map(|(groups_kept, groups_sampled)| crate::telemetry::DynamicSampling { groups_kept, groups_sampled }),
         };
         self.telemetry.record(&metrics).map_err(|e| RunError::Other(format!("metrics: {e}")))?;
         Ok(metrics)
     }
 
     /// Phases 1-3: the step's problems (keyed by seed and step), `group_size` completions each
-    /// from the sampler, their rewards and group-normalised advantages.
+    /// from the sampler, their rewards and group-normalised advantages. With
+    /// `train.dynamic_sampling_rounds` (DAPO's dynamic sampling), groups whose rewards are all
+    /// equal (no signal) are dropped and up to that many refill rounds draw more prompts, from
+    /// streams keyed by (seed, round), until `prompts_per_step` groups remain.
     fn rollouts(&mut self, step: usize) -> Result<Rollouts, RunError> {
         let c = self.cfg.clone();
-        let mut rng = SplitMix::keyed(c.train.seed, step as u64, "prompts");
-        let first = (step * c.train.prompts_per_step) as u64;
-        let problems: Vec<_> = (0..c.train.prompts_per_step).map(|k| self.task.problem_at(c.train.seed, first + k as u64, &mut rng)).collect::<Result<_, _>>()?;
+        let (p, g) = (c.train.prompts_per_step, c.train.group_size);
+        let mut kept = self.sample_round(step, 0)?;
+        let mut sample_s = kept.sample_s;
+        let mut engine_phases = std::mem::take(&mut kept.engine_phases);
+        if c.train.dynamic_sampling_rounds == 0 {
+            return Ok(kept);
+        }
+        let first_round = kept.clone();
+        let mut sampled = kept.requests.len() / g;
+        kept.retain_groups(g, |rewards| rewards.iter().any(|&r| r != rewards[0]));
+        for round in 1..=c.train.dynamic_sampling_rounds {
+            if kept.requests.len() / g >= p {
+                break;
+            }
+            let mut more = self.sample_round(step, round)?;
+            sample_s += more.sample_s;
+            engine_phases.steps += more.engine_phases.steps;
+            engine_phases.launch_s += more.engine_phases.launch_s;
+            engine_phases.wait_s += more.engine_phases.wait_s;
+            engine_phases.prefix_copy_s += more.engine_phases.prefix_copy_s;
+            engine_phases.schedule_s += more.engine_phases.schedule_s;
+            sampled += more.requests.len() / g;
+            more.retain_groups(g, |rewards| rewards.iter().any(|&r| r != rewards[0]));
+            kept.extend(more);
+        }
+        kept.truncate_groups(g, p);
+        let groups_kept = kept.requests.len() / g;
+        if kept.requests.is_empty() {
+            // every group was degenerate: the first round stands (zero advantages, no update)
+            kept = first_round;
+        }
+        kept.groups = Some((groups_kept, sampled));
+        kept.sample_s = sample_s;
+        kept.engine_phases = engine_phases;
+        Ok(kept)
+    }
+
+    /// One round of rollouts: `prompts_per_step` problems of round `round`'s stream (round 0:
+    /// the step's own, keyed by (seed, step)), sampled, rewarded, with group advantages.
+    fn sample_round(&mut self, step: usize, round: usize) -> Result<Rollouts, RunError> {
+        let c = self.cfg.clone();
+        let (p, g) = (c.train.prompts_per_step, c.train.group_size);
+        // refill rounds draw from their own keyed streams, apart from the step's
+        let seed = if round == 0 { c.train.seed } else { c.train.seed ^ (round as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) };
+        let mut rng = SplitMix::keyed(seed, step as u64, "prompts");
+        let first = (step * p) as u64;
+        let problems: Vec<_> = (0..p).map(|k| self.task.problem_at(seed, first + k as u64, &mut rng)).collect::<Result<_, _>>()?;
         let mut requests = Vec::new();
-        for (p, problem) in problems.iter().enumerate() {
+        for (pi, problem) in problems.iter().enumerate() {
             let prompt = encode(&self.policy.tokenizer, &problem.prompt)?;
-            for g in 0..c.train.group_size {
-                let id = (step as u64) << 32 | (p * c.train.group_size + g) as u64;
+            for gi in 0..g {
+                let id = (step as u64) << 32 | (round * p * g + pi * g + gi) as u64;
                 requests.push(Request { id, prompt: prompt.clone(), params: self.params(c.train.seed) });
             }
         }
@@ -184,7 +232,6 @@ impl Trainer {
                 return Err(RunError::Other(format!("step {step}: request {}: the sampler's logprob at completion position {p} (token {}) is {}; stopping before the update (the last checkpoint is intact)", r.id, comp.tokens[p], comp.logprobs[p])));
             }
         }
-        let g = c.train.group_size;
         let mut texts = Vec::with_capacity(completions.len());
         for comp in &completions {
             let body: Vec<u32> = comp.tokens.iter().copied().filter(|t| !self.policy.stop_tokens.contains(t)).collect();
@@ -199,7 +246,7 @@ impl Trainer {
         let rewards: Vec<f64> = raw.iter().zip(&completions).map(|(r, comp)| r - overlong_penalty(comp.tokens.len(), c.sampler.max_new_tokens, c.train.overlong_buffer, c.train.overlong_penalty)).collect();
         let advantages = group_advantages(&rewards, g, &c.train.advantage);
         let sequences: Vec<Vec<u32>> = requests.iter().zip(&completions).map(|(r, comp)| [r.prompt.clone(), comp.tokens.clone()].concat()).collect();
-        Ok(Rollouts { requests, completions, rewards, advantages, sequences, sample_s, engine_phases })
+        Ok(Rollouts { requests, completions, rewards, advantages, sequences, sample_s, engine_phases, groups: None })
     }
 
     /// Phase 4: trainer logprobs on the training path, compared with the sampler's as bits (a
@@ -495,6 +542,7 @@ pub fn aggregation_divisor(kind: &str, seq_tokens: usize, sequences: usize, step
 
 /// A step's rollouts: requests, completions, rewards and advantages, and the scored sequences
 /// (prompt + completion).
+#[derive(Clone)]
 struct Rollouts {
     requests: Vec<Request>,
     completions: Vec<sampler::Completion>,
@@ -503,6 +551,45 @@ struct Rollouts {
     sequences: Vec<Vec<u32>>,
     sample_s: f64,
     engine_phases: sampler::EnginePhaseTimes,
+    /// Dynamic sampling: (groups kept, groups sampled over every round).
+    groups: Option<(usize, usize)>,
+}
+
+impl Rollouts {
+    /// Keeps the groups (`g` consecutive rollouts) whose rewards pass `keep`, in order.
+    fn retain_groups(&mut self, g: usize, keep: impl Fn(&[f64]) -> bool) {
+        fn by_group<T>(v: &mut Vec<T>, keep: &[bool], g: usize) {
+            let mut i = 0;
+            v.retain(|_| {
+                i += 1;
+                keep[(i - 1) / g]
+            });
+        }
+        let keep: Vec<bool> = self.rewards.chunks(g).map(&keep).collect();
+        by_group(&mut self.requests, &keep, g);
+        by_group(&mut self.completions, &keep, g);
+        by_group(&mut self.rewards, &keep, g);
+        by_group(&mut self.advantages, &keep, g);
+        by_group(&mut self.sequences, &keep, g);
+    }
+
+    fn extend(&mut self, more: Rollouts) {
+        self.requests.extend(more.requests);
+        self.completions.extend(more.completions);
+        self.rewards.extend(more.rewards);
+        self.advantages.extend(more.advantages);
+        self.sequences.extend(more.sequences);
+    }
+
+    /// The first `groups` groups of `g` rollouts.
+    fn truncate_groups(&mut self, g: usize, groups: usize) {
+        let n = (groups * g).min(self.requests.len());
+        self.requests.truncate(n);
+        self.completions.truncate(n);
+        self.rewards.truncate(n);
+        self.advantages.truncate(n);
+        self.sequences.truncate(n);
+    }
 }
 
 /// The tracked one-pass forward (model copy, flat logprobs) whose graph the update reuses.

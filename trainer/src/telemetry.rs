@@ -78,6 +78,15 @@ pub struct StepMetrics {
     /// The evaluation after this step, on steps `train.eval_every` names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval: Option<crate::eval::EvalMetrics>,
+    /// DAPO's dynamic sampling (`train.dynamic_sampling_rounds`): groups trained on and sampled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dynamic_sampling: Option<DynamicSampling>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct DynamicSampling {
+    pub groups_kept: usize,
+    pub groups_sampled: usize,
 }
 
 /// Wall-clock seconds of a GRPO step's phases, as the host sees them. Each phase ends by reading
@@ -145,6 +154,7 @@ impl StepMetrics {
             ("perf/gen_engine_steps", self.timing.gen_engine_steps as f64),
         ]
         .into_iter()
+        .chain(self.dynamic_sampling.iter().flat_map(|d| [("rollout/groups_kept", d.groups_kept as f64), ("rollout/groups_sampled", d.groups_sampled as f64)]))
         .chain(self.eval.iter().flat_map(|e| [("eval/pass1_greedy", e.pass1_greedy), ("eval/pass_at_k", e.pass_at_k), ("eval/sampled_accuracy", e.sampled_accuracy), ("eval/sampled_reward_mean", e.sampled_reward_mean)]))
         .chain(self.aliases())
         .collect()

@@ -553,3 +553,36 @@ fn evaluation_every_n_steps_logs_pass_at_1_and_pass_at_k_and_repeats() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("task.eval_path"));
 }
+
+#[test]
+fn dynamic_sampling_drops_groups_without_signal_and_refills_them() {
+    let dir = scratch("dynamic-sampling");
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    let run = |name: &str, extra: &[&str]| {
+        let run_name = format!("log.run_name={name}");
+        // exact-match rewards on a barely trained model: most groups score all 0
+        let args = [&["train", "small.toml", "--set", &run_name, "--set", "train.steps=2", "--set", "train.sft_steps=5"][..], extra].concat();
+        let out = lockstep(&args, &dir);
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        metrics(&dir.join("runs").join(name))
+    };
+    let off = run("off", &[]);
+    assert!(off.iter().all(|m| m.get("dynamic_sampling").is_none()), "{off:?}");
+    let on = run("on", &["--set", "train.dynamic_sampling_rounds=3", "--set", "task.reward=char_f1"]);
+    let again = run("again", &["--set", "train.dynamic_sampling_rounds=3", "--set", "task.reward=char_f1"]);
+    assert_eq!(on, again, "dynamic sampling is not deterministic");
+    // SMALL has 2 prompts a step: 2 groups with signal kept, refilled from more rounds
+    for m in &on {
+        let d = &m["dynamic_sampling"];
+        assert_eq!(d["groups_kept"], 2, "{d}");
+        assert!(d["groups_sampled"].as_u64().unwrap() >= 2, "{d}");
+        assert_eq!(m["agreement"]["bit_equal_frac"], 1.0);
+    }
+    assert!(on.iter().any(|m| m["dynamic_sampling"]["groups_sampled"].as_u64().unwrap() > 2), "no step needed a refill round: {on:?}");
+    // a run where every group is degenerate keeps training on the first round
+    let flat = run("flat", &["--set", "train.dynamic_sampling_rounds=1", "--set", "task.reward=command", "--set", "task.reward_command=sh -c 'while read l; do echo 0; done'"]);
+    for m in &flat {
+        assert_eq!(m["dynamic_sampling"]["groups_kept"], 0, "{m}");
+        assert_eq!(m["grad_norm"], 0.0, "{m}");
+    }
+}
