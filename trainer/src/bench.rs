@@ -43,6 +43,8 @@ pub struct BenchOptions {
     pub json: Option<std::path::PathBuf>,
     /// Also save the bench model in HF layout (for transformers' generate on the same weights).
     pub save_model: Option<std::path::PathBuf>,
+    /// With `save_model`: time loading that checkpoint both ways, then stop.
+    pub load_bench: bool,
 }
 
 pub fn preset(name: &str) -> Result<ModelConfig, String> {
@@ -54,6 +56,34 @@ pub fn preset(name: &str) -> Result<ModelConfig, String> {
         other => return Err(format!("unknown preset `{other}` (tiny, small, qwen3-0.6b, qwen3-1.7b)")),
     };
     ModelConfig::from_json(&json.to_string(), "bench preset").map_err(|e| e.to_string())
+}
+
+/// Loading the checkpoint in `dir` as `dtype`: the f32 host copy (every weight widened to f32
+/// on the host, then cast on the device) against the memory-mapped path (`Qwen3::load`), each
+/// timed to the device's last copy, with both models' weight fingerprints (they must match).
+fn load_bench(dir: &std::path::Path, dtype: DType, device: &Device) -> Result<(), String> {
+    let bytes: u64 = std::fs::read_dir(dir).map_err(|e| e.to_string())?.filter_map(|e| e.ok()).filter(|e| e.path().extension().is_some_and(|x| x == "safetensors")).filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum();
+    // a first read puts the files in the page cache for both timed paths alike
+    drop(shared_kernels::model::load_checkpoint(dir).map_err(|e| e.to_string())?);
+    let time = |f: &dyn Fn() -> Result<Qwen3, String>| -> Result<(f64, String), String> {
+        let t = std::time::Instant::now();
+        let m = f()?;
+        sync(device);
+        let s = t.elapsed().as_secs_f64();
+        Ok((s, crate::grpo::weights_fingerprint(&m, dtype).map_err(|e| e.to_string())?))
+    };
+    let (old_s, old_fp) = time(&|| Qwen3::from_checkpoint(&shared_kernels::model::load_checkpoint(dir).map_err(|e| e.to_string())?, dtype, device).map_err(|e| e.to_string()))?;
+    let (new_s, new_fp) = time(&|| Qwen3::load(dir, dtype, device).map_err(|e| e.to_string()))?;
+    println!("## checkpoint load: {:.2} GB of safetensors as {dtype:?}, runtime {}\n", bytes as f64 / 1e9, shared_kernels::device::runtime_name());
+    println!("| path | seconds | GB/s | weights fingerprint |");
+    println!("|---|---|---|---|");
+    println!("| f32 host copy, cast on the device | {old_s:.2} | {:.2} | {old_fp} |", bytes as f64 / 1e9 / old_s);
+    println!("| memory-mapped, stored dtype | {new_s:.2} | {:.2} | {new_fp} |", bytes as f64 / 1e9 / new_s);
+    println!("\nratio {:.2}x; fingerprints {}", old_s / new_s, if old_fp == new_fp { "equal" } else { "DIFFER" });
+    if old_fp != new_fp {
+        return Err("the two load paths gave different weights".into());
+    }
+    Ok(())
 }
 
 pub(crate) fn sync(device: &Device) {
@@ -80,6 +110,9 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     if let Some(dir) = &o.save_model {
         shared_kernels::model::save_checkpoint(dir, &checkpoint, o.dtype, None).map_err(|e| e.to_string())?;
         eprintln!("bench: model saved to {}", dir.display());
+        if o.load_bench {
+            return load_bench(dir, o.dtype, &device);
+        }
     }
     // resident, as the engines keep theirs, so no weights stay behind on cubecl's per-step pages
     let model = Qwen3::from_checkpoint(&checkpoint, o.dtype, &device).map_err(|e| e.to_string())?.into_resident(false).map_err(|e| e.to_string())?;

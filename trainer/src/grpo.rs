@@ -50,7 +50,7 @@ pub struct Trainer {
 /// back in one copy, then SHA-256 over (name, element count, fingerprint) per tensor, 16 hex
 /// digits. Hashing every value on the host (sessions 1-10) read all weights back twice a step:
 /// a third of a configs/h200.toml step, seconds at 0.6B parameters.
-fn weights_fingerprint(model: &Qwen3, dtype: DType) -> Result<String, RunError> {
+pub fn weights_fingerprint(model: &Qwen3, dtype: DType) -> Result<String, RunError> {
     let failed = |e: String| RunError::Other(format!("weight fingerprint: {e}"));
     let mut launched = Vec::new();
     for (name, w) in model.named_tensors() {

@@ -97,6 +97,9 @@ enum Command {
         /// Also save the bench model in HF layout (for transformers' generate on the same weights).
         #[arg(long)]
         save_model: Option<PathBuf>,
+        /// With --save-model: time loading the saved checkpoint (f32 host copy vs memory-mapped), then stop.
+        #[arg(long)]
+        load_bench: bool,
     },
     /// The sampler engine's invariance checks on this device (the CI tests' code), per dtype.
     Check {
@@ -206,13 +209,13 @@ static PANIC_AT: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 fn run(cli: Cli) -> Result<(), RunError> {
     match cli.command {
         Command::Train { config, overrides, resume, max_steps, allow_config_change } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps, allow_config_change)),
-        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, matmul_m, json, save_model } => {
+        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, matmul_m, json, save_model, load_bench } => {
             let dtype = parse_dtype(&dtype)?;
             let concurrency: Vec<usize> = match concurrency.iter().filter(|c| *c != "none").map(|c| c.parse::<usize>()).collect() {
                 Ok(c) => c,
                 Err(_) => return Err(invalid("--concurrency", format!("{concurrency:?}: expected numbers like 1,8,64 or `none`"))),
             };
-            trainer::host_profile::profiled(|| trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, matmul_m, json, save_model })).map_err(RunError::Other)
+            trainer::host_profile::profiled(|| trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, matmul_m, json, save_model, load_bench })).map_err(RunError::Other)
         }
         Command::Check { preset, dtypes, seed, fast, split_k } => {
             let dtypes = dtypes.iter().map(|d| parse_dtype(d)).collect::<Result<Vec<_>, _>>()?;

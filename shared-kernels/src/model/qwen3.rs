@@ -12,7 +12,7 @@
 //! have the same bits on both paths.
 
 use super::cache::{cache_rows, take};
-use super::{load_checkpoint, Checkpoint, KvCache, ModelConfig, ModelError, Rows};
+use super::{Checkpoint, KvCache, ModelConfig, ModelError, Rows};
 use crate::ops::attention::attention_for_rows;
 use crate::{add, add_rmsnorm, attention_inputs, causal_attention, embedding, rope, swiglu, swiglu_halves, write_kv_cache, QkNorm};
 use crate::{KernelError, RopeTables, WeightLayout::OutIn};
@@ -118,43 +118,73 @@ pub enum KernelSet {
 }
 
 impl Qwen3 {
+    /// The HF checkpoint in `dir`, its shards memory-mapped and each weight sent to the device
+    /// in its stored dtype where that is `dtype` (no f32 host copy of the model); the same bits
+    /// as [`Self::from_checkpoint`] of [`load_checkpoint`] (a 16-bit value widened to f32 and
+    /// cast back is itself).
     pub fn load(dir: &Path, dtype: DType, device: &Device) -> Result<Self, ModelError> {
-        Self::from_checkpoint(&load_checkpoint(dir)?, dtype, device)
+        let config = super::ModelConfig::from_file(&dir.join("config.json"))?;
+        let mapped = super::weights::MappedWeights::open(dir)?;
+        let shapes: std::collections::HashMap<String, Vec<usize>> = config.expected_tensors().into_iter().collect();
+        // every tensor checked (presence, shape, finite values) before any goes to the device
+        for (name, shape) in config.expected_tensors() {
+            mapped.check(dir, &name, &shape)?;
+        }
+        let source = |name: &str| -> Result<Tensor<2>, ModelError> {
+            let shape = &shapes[name];
+            let rows = if shape.len() == 2 { shape[0] } else { 1 };
+            let data = mapped.data(name, vec![rows, shape.iter().product::<usize>() / rows], dtype)?;
+            Ok(Tensor::<2>::from_data(data, device).cast(dtype))
+        };
+        Self::from_source(&config, dtype, device, &source)
     }
 
     pub fn from_checkpoint(ck: &Checkpoint, dtype: DType, device: &Device) -> Result<Self, ModelError> {
-        let c = &ck.config;
-        let t1 = |name: String| ck.tensor::<1>(&name, dtype, device);
-        let t2 = |name: String| ck.tensor::<2>(&name, dtype, device);
+        let source = |name: &str| -> Result<Tensor<2>, ModelError> {
+            let (shape, values) = &ck.tensors[name];
+            let rows = if shape.len() == 2 { shape[0] } else { 1 };
+            Ok(Tensor::<2>::from_data(TensorData::new(values.clone(), [rows, values.len() / rows]), device).cast(dtype))
+        };
+        Self::from_source(&ck.config, dtype, device, &source)
+    }
+
+    /// The model from `source` (every weight by HF name, as a matrix: vectors as one row).
+    fn from_source(c: &super::ModelConfig, dtype: DType, device: &Device, source: &dyn Fn(&str) -> Result<Tensor<2>, ModelError>) -> Result<Self, ModelError> {
+        let t1 = |name: String| -> Result<Tensor<1>, ModelError> {
+            let t = source(&name)?;
+            let n = t.dims()[1];
+            Ok(t.reshape([n]))
+        };
+        let t2 = |name: String| source(&name);
         // The largest tensors first: cubecl sizes its pages to the largest allocation so far,
         // so weights loaded before a larger one would sit on left-behind pages (see
         // `into_resident`).
-        let embed = t2("model.embed_tokens.weight".into());
-        let lm_head = (!c.tie_word_embeddings).then(|| t2("lm_head.weight".into()));
+        let embed = t2("model.embed_tokens.weight".into())?;
+        let lm_head = (!c.tie_word_embeddings).then(|| t2("lm_head.weight".into())).transpose()?;
         let layers = (0..c.num_layers)
             .map(|i| {
                 let p = format!("model.layers.{i}");
-                Layer {
-                    input_norm: t1(format!("{p}.input_layernorm.weight")),
-                    q_proj: t2(format!("{p}.self_attn.q_proj.weight")),
-                    k_proj: t2(format!("{p}.self_attn.k_proj.weight")),
-                    v_proj: t2(format!("{p}.self_attn.v_proj.weight")),
-                    o_proj: t2(format!("{p}.self_attn.o_proj.weight")),
-                    q_norm: c.qk_norm.then(|| t1(format!("{p}.self_attn.q_norm.weight"))),
-                    k_norm: c.qk_norm.then(|| t1(format!("{p}.self_attn.k_norm.weight"))),
-                    post_norm: t1(format!("{p}.post_attention_layernorm.weight")),
-                    gate_proj: t2(format!("{p}.mlp.gate_proj.weight")),
-                    up_proj: t2(format!("{p}.mlp.up_proj.weight")),
-                    down_proj: t2(format!("{p}.mlp.down_proj.weight")),
-                }
+                Ok(Layer {
+                    input_norm: t1(format!("{p}.input_layernorm.weight"))?,
+                    q_proj: t2(format!("{p}.self_attn.q_proj.weight"))?,
+                    k_proj: t2(format!("{p}.self_attn.k_proj.weight"))?,
+                    v_proj: t2(format!("{p}.self_attn.v_proj.weight"))?,
+                    o_proj: t2(format!("{p}.self_attn.o_proj.weight"))?,
+                    q_norm: c.qk_norm.then(|| t1(format!("{p}.self_attn.q_norm.weight"))).transpose()?,
+                    k_norm: c.qk_norm.then(|| t1(format!("{p}.self_attn.k_norm.weight"))).transpose()?,
+                    post_norm: t1(format!("{p}.post_attention_layernorm.weight"))?,
+                    gate_proj: t2(format!("{p}.mlp.gate_proj.weight"))?,
+                    up_proj: t2(format!("{p}.mlp.up_proj.weight"))?,
+                    down_proj: t2(format!("{p}.mlp.down_proj.weight"))?,
+                })
             })
-            .collect();
+            .collect::<Result<Vec<_>, ModelError>>()?;
         Ok(Self {
             config: c.clone(),
             dtype,
             embed,
             layers,
-            norm: t1("model.norm.weight".into()),
+            norm: t1("model.norm.weight".into())?,
             lm_head,
             rope: RopeTables::new(c.head_dim, c.max_position_embeddings, c.rope_theta, device)?,
             kernels: KernelSet::Matched,

@@ -77,6 +77,81 @@ pub fn load_checkpoint(dir: &Path) -> Result<Checkpoint, ModelError> {
     Ok(Checkpoint { config, tensors })
 }
 
+/// A checkpoint folder's safetensors shards memory-mapped, and where each tensor's bytes lie:
+/// the weights go to the device straight from the page cache, one tensor at a time, with no
+/// f32 host copy of the whole model ([`load_checkpoint`] holds every weight as f32: twice a
+/// bf16 checkpoint's size, converted value by value).
+pub struct MappedWeights {
+    files: Vec<(PathBuf, memmap2::Mmap)>,
+    /// name -> (file, dtype, shape, byte range in the file)
+    index: HashMap<String, (usize, Dtype, Vec<usize>, std::ops::Range<usize>)>,
+}
+
+impl MappedWeights {
+    /// Maps every shard of `dir` and checks each is well-formed safetensors.
+    pub fn open(dir: &Path) -> Result<Self, ModelError> {
+        let mut files = Vec::new();
+        let mut index = HashMap::new();
+        for file in weight_files(dir)? {
+            let handle = std::fs::File::open(&file).map_err(|e| ModelError::io(&file, e))?;
+            // SAFETY: the map is read-only; as with any loader, the file must not be rewritten
+            // while it loads (lockstep itself writes checkpoints aside and renames them).
+            let map = unsafe { memmap2::Mmap::map(&handle) }.map_err(|e| ModelError::io(&file, e))?;
+            SafeTensors::deserialize(&map).map_err(|e| weights_err(&file, "", format!("corrupt safetensors: {e}")))?;
+            let (header, meta) = SafeTensors::read_metadata(&map).map_err(|e| weights_err(&file, "", format!("corrupt safetensors: {e}")))?;
+            for (name, info) in meta.tensors() {
+                let (a, b) = info.data_offsets;
+                index.insert(name, (files.len(), info.dtype, info.shape.clone(), 8 + header + a..8 + header + b));
+            }
+            files.push((file, map));
+        }
+        Ok(Self { files, index })
+    }
+
+    /// Checks tensor `name` against `shape` (from config.json): present, that shape, a
+    /// supported dtype, every value finite; errors name the file and tensor.
+    pub fn check(&self, dir: &Path, name: &str, shape: &[usize]) -> Result<(), ModelError> {
+        let Some((f, st, got, range)) = self.index.get(name) else {
+            return Err(weights_err(dir, name, "missing from the checkpoint"));
+        };
+        let (file, map) = &self.files[*f];
+        if got != shape {
+            return Err(weights_err(file, name, format!("shape {got:?}, expected {shape:?} from config.json")));
+        }
+        let bytes = &map[range.clone()];
+        // a value whose exponent bits are all set is an infinity or a NaN
+        let non_finite = match st {
+            Dtype::F32 => bytes.chunks_exact(4).position(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & 0x7f80_0000 == 0x7f80_0000),
+            Dtype::BF16 => bytes.chunks_exact(2).position(|b| u16::from_le_bytes([b[0], b[1]]) & 0x7f80 == 0x7f80),
+            Dtype::F16 => bytes.chunks_exact(2).position(|b| u16::from_le_bytes([b[0], b[1]]) & 0x7c00 == 0x7c00),
+            other => return Err(weights_err(file, name, format!("dtype {other:?} is not supported (f32, bf16, f16)"))),
+        };
+        match non_finite {
+            Some(bad) => Err(weights_err(file, name, format!("non-finite value at flat index {bad}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// A [`Self::check`]ed tensor as host data of `dims` (its element count) in `dtype`: its
+    /// bytes as stored when the dtypes match, widened on the host where that is exact (16-bit
+    /// to f32), else f32 values for the device to round (as [`Checkpoint::tensor`] does).
+    pub fn data(&self, name: &str, dims: Vec<usize>, dtype: DType) -> Result<TensorData, ModelError> {
+        let (f, st, got, range) = &self.index[name];
+        let (file, map) = &self.files[*f];
+        let bytes = &map[range.clone()];
+        let stored = match st {
+            Dtype::F32 => DType::F32,
+            Dtype::BF16 => DType::BF16,
+            _ => DType::F16,
+        };
+        if stored == dtype {
+            return Ok(TensorData::from_bytes_vec(bytes.to_vec(), dims, dtype));
+        }
+        let view = safetensors::tensor::TensorView::new(*st, got.clone(), bytes).map_err(|e| weights_err(file, name, format!("{e}")))?;
+        Ok(TensorData::new(to_f32(file, name, &view)?, dims))
+    }
+}
+
 /// Writes `file` atomically: to a sibling temp file, fsync, then rename.
 pub fn write_atomic(file: &Path, bytes: &[u8]) -> Result<(), ModelError> {
     use std::io::Write;

@@ -53,6 +53,26 @@ fn save_load_save_gives_identical_weights_and_sharded_loads_the_same() {
 }
 
 #[test]
+fn the_memory_mapped_load_gives_the_host_copy_loads_bits_from_f32_and_bf16_files() {
+    // Qwen3::load (mapped shards, stored bytes or an exact widening) against the f32 host copy
+    // of load_checkpoint + from_checkpoint, for an f32 and a bf16 file loaded as f32 (the CPU
+    // runtime has no bf16 tensors; the H200 bench compares bf16 loads too)
+    for (name, file_dtype) in [("mapped-f32", DType::F32), ("mapped-bf16", DType::BF16)] {
+        let dir = scratch(name);
+        let ck = Checkpoint::random(tiny_config(50, false), 0.2, crate::seed() ^ 3);
+        save_checkpoint(&dir, &ck, file_dtype, None).unwrap();
+        let mapped = Qwen3::load(&dir, DType::F32, &crate::device()).unwrap().to_checkpoint();
+        let host = Qwen3::from_checkpoint(&load_checkpoint(&dir).unwrap(), DType::F32, &crate::device()).unwrap().to_checkpoint();
+        assert_eq!(mapped.tensors.len(), host.tensors.len());
+        for (n, (shape, values)) in &host.tensors {
+            let (s2, v2) = &mapped.tensors[n];
+            assert_eq!(shape, s2, "{name}: {n}");
+            assert!(values.iter().zip(v2).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: {n} differs between the two loads");
+        }
+    }
+}
+
+#[test]
 fn bad_checkpoints_give_errors_naming_the_problem() {
     let device = crate::device();
     let dir = scratch("errors");
