@@ -165,11 +165,11 @@ impl Trainer {
         let c = self.cfg.clone();
         let (p, g) = (c.train.prompts_per_step, c.train.group_size);
         let mut kept = self.sample_round(step, 0)?;
-        let mut sample_s = kept.sample_s;
-        let mut engine_phases = std::mem::take(&mut kept.engine_phases);
         if c.train.dynamic_sampling_rounds == 0 {
             return Ok(kept);
         }
+        let mut sample_s = kept.sample_s;
+        let mut engine_phases = std::mem::take(&mut kept.engine_phases);
         let first_round = kept.clone();
         let mut sampled = kept.requests.len() / g;
         kept.retain_groups(g, |rewards| rewards.iter().any(|&r| r != rewards[0]));

@@ -101,7 +101,21 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
     let seconds = started.elapsed().as_secs_f64();
     let generated: usize = results.values().filter_map(|r| r.as_ref().ok()).map(|c| c.tokens.len()).sum();
     eprintln!("sampled {total} prompts on the {} kernels: {generated} tokens in {seconds:.2} s ({:.0} tokens/s, {:.2} prompts/s)", cfg.ablation.sampler_kernels, generated as f64 / seconds.max(1e-9), total as f64 / seconds.max(1e-9));
-    let mut out = std::fs::File::create(&tmp).map_err(cannot)?;
+    // a write that fails (a full disk) leaves no partial file beside the output
+    let written = write_results(&tmp, order, &mut results, &policy).and_then(|failed| {
+        std::fs::rename(&tmp, &s.output).map_err(|e| RunError::Other(format!("{}: {e}", s.output)))?;
+        Ok(failed)
+    });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// The results in `order` as JSON lines into `tmp`, fsynced; returns how many failed.
+fn write_results(tmp: &Path, order: Vec<(u64, serde_json::Value)>, results: &mut std::collections::HashMap<u64, Result<sampler::Completion, sampler::SampleError>>, policy: &Policy) -> Result<usize, RunError> {
+    let io = |e: std::io::Error| RunError::Other(format!("writing {}: {e} (sampler.output is left as it was)", tmp.display()));
+    let mut out = std::fs::File::create(tmp).map_err(io)?;
     let mut failed = 0;
     for (engine_id, id) in order {
         let line = match results.remove(&engine_id) {
@@ -128,10 +142,9 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
                 serde_json::json!({"id": id, "error": "the engine returned no result for this request"})
             }
         };
-        writeln!(out, "{line}").map_err(|e| RunError::Other(format!("{}: {e}", tmp.display())))?;
+        writeln!(out, "{line}").map_err(io)?;
     }
-    out.sync_all().map_err(|e| RunError::Other(e.to_string()))?;
-    std::fs::rename(&tmp, &s.output).map_err(|e| RunError::Other(format!("{}: {e}", s.output)))?;
+    out.sync_all().map_err(io)?;
     Ok(failed)
 }
 

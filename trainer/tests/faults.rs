@@ -189,3 +189,23 @@ fn a_kernel_that_fails_to_compile_stops_the_run_at_once() {
     assert!(started.elapsed().as_secs() < 60, "the run did not stop at once");
     assert!(!dir.join("runs/c/checkpoints").exists(), "the run went on after the failure");
 }
+
+#[test]
+fn a_full_disk_while_sample_writes_is_an_error_and_the_earlier_output_survives() {
+    let dir = scratch("faults-sample-disk");
+    let prompts: String = (0..400).map(|i| format!("{{\"prompt\": \"{}+{}=\"}}\n", i % 10, i % 7)).collect();
+    std::fs::write(dir.join("prompts.jsonl"), &prompts).unwrap();
+    let args = ["sample", "--set", "sampler.input=prompts.jsonl", "--set", "sampler.output=out.jsonl", "--set", "sampler.max_new_tokens=8", "--set", "log.progress=false"];
+    std::fs::write(dir.join("out.jsonl"), "an earlier output\n").unwrap();
+    // 400 completions with their token ids and logprobs pass the 50 KB a file allows
+    let cmd = format!("trap '' XFSZ; ulimit -f 100; exec {} {}", env!("CARGO_BIN_EXE_lockstep"), args.join(" "));
+    let out = Command::new("sh").args(["-c", &cmd]).current_dir(&dir).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "sample passed a full disk: {err}");
+    assert_ne!(out.status.code(), Some(101), "a panic: {err}");
+    assert!(err.contains("sampler.output is left as it was") && (err.contains("too large") || err.contains("No space")), "not a clear error: {err}");
+    assert_eq!(std::fs::read_to_string(dir.join("out.jsonl")).unwrap(), "an earlier output\n");
+    assert_eq!(std::fs::read_to_string(dir.join("prompts.jsonl")).unwrap(), prompts);
+    let leftovers: Vec<String> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".tmp")).collect();
+    assert!(leftovers.is_empty(), "a partial file was left: {leftovers:?}");
+}
