@@ -187,11 +187,14 @@ pub struct TaskSection {
     pub chat_args: toml::Table,
     /// The eval split: a dataset file read as `path` is ("" for none; `train.eval_every`).
     pub eval_path: String,
+    /// reward "math": what a wrong completion whose final answer is marked (`\boxed{}`, `####`,
+    /// "answer is") earns (verl's format score; 0 = nothing).
+    pub format_score: f64,
 }
 
 impl Default for TaskSection {
     fn default() -> Self {
-        Self { name: "addition".into(), digits: 1, count: 3, path: String::new(), reward: "exact".into(), reward_command: String::new(), reward_timeout_s: 60.0, prompt_key: "prompt".into(), answer_key: "answer".into(), prompt_format: "raw".into(), system_prompt: String::new(), chat_template: String::new(), chat_args: toml::Table::new(), eval_path: String::new() }
+        Self { name: "addition".into(), digits: 1, count: 3, path: String::new(), reward: "exact".into(), reward_command: String::new(), reward_timeout_s: 60.0, prompt_key: "prompt".into(), answer_key: "answer".into(), prompt_format: "raw".into(), system_prompt: String::new(), chat_template: String::new(), chat_args: toml::Table::new(), eval_path: String::new(), format_score: 0.0 }
     }
 }
 
@@ -295,6 +298,12 @@ impl Config {
         }
         if self.train.clip_low >= 1.0 {
             return bad("train.clip_low", format!("must be below 1 (the ratio's lower bound is 1 - clip_low), got {}", self.train.clip_low));
+        }
+        if !(0.0..1.0).contains(&self.task.format_score) {
+            return bad("task.format_score", format!("must be in [0, 1) (a correct answer earns 1), got {}", self.task.format_score));
+        }
+        if self.task.format_score > 0.0 && self.task.reward != "math" {
+            return bad("task.format_score", format!("applies to task.reward = \"math\" only, not {:?}", self.task.reward));
         }
         if self.train.dynamic_sampling_rounds > 16 {
             return bad("train.dynamic_sampling_rounds", format!("at most 16 refill rounds, got {}", self.train.dynamic_sampling_rounds));

@@ -56,6 +56,7 @@ pub fn evaluate(cfg: &Config, policy: &Policy, task: &Task, engine: &mut Engine,
     }
     let (mut greedy, mut any, mut correct, mut reward) = (0usize, 0usize, 0usize, 0.0f64);
     for (p, problem) in problems.iter().enumerate() {
+        // task.reward alone, without the format score: pass@k counts correct answers
         let of = |j: usize| task.reward_of(&cfg.task.reward, problem, &grades[p * (k + 1) + j]) as f64;
         greedy += usize::from(of(0) >= 1.0);
         let sampled: Vec<f64> = (1..=k).map(of).collect();

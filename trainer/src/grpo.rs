@@ -241,7 +241,7 @@ impl Trainer {
             let rollouts: Vec<crate::reward_command::Rollout<'_>> = texts.iter().enumerate().map(|(i, t)| crate::reward_command::Rollout { prompt: &problems[i / g].prompt, completion: t, answer: &problems[i / g].answer }).collect();
             crate::reward_command::rewards(&c.task.reward_command, c.task.reward_timeout_s, &rollouts).map_err(|e| RunError::Other(format!("step {step}: {e} (stopping before the update; the last checkpoint is intact)")))?
         } else {
-            texts.iter().enumerate().map(|(i, t)| self.task.reward_of(&c.task.reward, &problems[i / g], t) as f64).collect()
+            texts.iter().enumerate().map(|(i, t)| self.task.reward_for(&c.task, &problems[i / g], t) as f64).collect()
         };
         let rewards: Vec<f64> = raw.iter().zip(&completions).map(|(r, comp)| r - overlong_penalty(comp.tokens.len(), c.sampler.max_new_tokens, c.train.overlong_buffer, c.train.overlong_penalty)).collect();
         let advantages = group_advantages(&rewards, g, &c.train.advantage);

@@ -19,6 +19,16 @@ pub fn math_reward(completion: &str, truth: &str) -> f32 {
     }
 }
 
+/// Whether `text` marks its final answer explicitly (`\boxed{..}` / `\fbox{..}`, `#### x`, "answer
+/// is" / "Answer:" followed by text): the format a format reward pays for, unlike a bare last
+/// number.
+pub fn has_marked_answer(text: &str) -> bool {
+    let boxed = ["\\boxed", "\\fbox"].iter().any(|c| text.rfind(c).is_some_and(|at| braced(&text[at + c.len()..]).is_some_and(|b| !b.trim().is_empty())));
+    let lower = text.to_ascii_lowercase();
+    let after = |marker: &str| lower.rfind(marker).is_some_and(|at| !lower[at + marker.len()..].lines().next().unwrap_or("").trim().trim_start_matches(':').trim().is_empty());
+    boxed || after("####") || after("answer is") || after("answer:")
+}
+
 /// The final answer of `text`, by the rules in the module header.
 pub fn extract_answer(text: &str) -> Option<String> {
     for command in ["\\boxed", "\\fbox"] {
@@ -278,6 +288,16 @@ mod tests {
         ("-5", "\\boxed{- 5}", 1.0),
         ("12", "12", 1.0),
     ];
+
+    #[test]
+    fn a_marked_answer_is_a_box_a_hash_mark_or_an_answer_phrase_not_a_bare_number() {
+        for marked in ["so \\boxed{42}", "work\n#### 7", "The answer is 12.", "Answer: x = 3", "\\fbox{a}"] {
+            assert!(has_marked_answer(marked), "{marked}");
+        }
+        for bare in ["it is 42", "\\boxed{}", "#### ", "no answer here", "the answer is"] {
+            assert!(!has_marked_answer(bare), "{bare}");
+        }
+    }
 
     #[test]
     fn the_tricky_answer_corpus_grades_as_a_human_would() {

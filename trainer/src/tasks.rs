@@ -136,6 +136,17 @@ impl Task {
         }
     }
 
+    /// The reward `[task]` configures: `reward_of(task.reward)`, and with `task.format_score`
+    /// (verl's format score, `math` only) a wrong completion whose final answer is marked
+    /// (`\boxed{}`, `####`, "answer is") earns that score instead of 0.
+    pub fn reward_for(&self, c: &TaskSection, problem: &Problem, completion: &str) -> f32 {
+        let r = self.reward_of(&c.reward, problem, completion);
+        if c.reward == "math" && r == 0.0 && c.format_score > 0.0 && crate::math_verify::has_marked_answer(completion) {
+            return c.format_score as f32;
+        }
+        r
+    }
+
     pub fn reward_of(&self, kind: &str, problem: &Problem, completion: &str) -> f32 {
         match kind {
             "char_f1" => char_f1(completion.trim(), &problem.answer),
@@ -353,6 +364,18 @@ mod tests {
         assert_ne!(first, second, "each epoch has its own order");
         assert_eq!(first, (0..7).map(|k| at(5, k)).collect::<Vec<_>>(), "an index's problem depends on (seed, index) alone");
         assert_ne!(first, (0..7).map(|k| at(6, k)).collect::<Vec<_>>(), "the seed keys the order");
+    }
+
+    #[test]
+    fn the_format_score_pays_a_marked_wrong_answer_and_nothing_else() {
+        let task = Task::Dataset { problems: vec![] };
+        let problem = Problem { prompt: "p".into(), answer: "12".into(), numbers: vec![], target: 0, line: 1, messages: None };
+        let c = TaskSection { reward: "math".into(), format_score: 0.1, ..Default::default() };
+        assert_eq!(task.reward_for(&c, &problem, "\\boxed{12}"), 1.0);
+        assert_eq!(task.reward_for(&c, &problem, "\\boxed{13}"), 0.1);
+        assert_eq!(task.reward_for(&c, &problem, "13"), 0.0, "a bare number is not the format");
+        let off = TaskSection { format_score: 0.0, ..c };
+        assert_eq!(task.reward_for(&off, &problem, "\\boxed{13}"), 0.0);
     }
 
     #[test]
