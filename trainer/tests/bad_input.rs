@@ -149,3 +149,21 @@ fn sample_renders_message_prompts_reports_throughput_and_runs_the_ablation_kerne
     let out = lockstep(&["sample", "--set", "sampler.input=bad.jsonl", "--set", "sampler.output=out3.jsonl", "--set", "task.chat_template=t.jinja"], &dir);
     assert_refused(&out, 1, &["bad.jsonl:1", "messages"]);
 }
+
+#[test]
+fn a_resumed_dataset_run_continues_at_the_same_example() {
+    let dir = scratch("dataset-resume");
+    std::fs::write(dir.join("task.jsonl"), (0..5).map(|i| format!("{{\"prompt\": \"{i}+{i}=\", \"answer\": \"{}\"}}\n", 2 * i)).collect::<String>()).unwrap();
+    // 5 problems, 2 a step: 4 steps cross an epoch boundary (step 2 takes the last of epoch 0
+    // and the first of epoch 1)
+    let run = ["train", "--set", "task.name=dataset", "--set", "task.path=task.jsonl", "--set", "task.reward=char_f1", "--set", "train.steps=4", "--set", "train.prompts_per_step=2", "--set", "train.group_size=4", "--set", "train.sft_steps=3", "--set", "train.checkpoint_every=2", "--set", "sampler.max_new_tokens=4", "--set", "log.progress=false"];
+    let out = lockstep(&[&run[..], &["--set", "log.run_name=straight"]].concat(), &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = lockstep(&[&run[..], &["--set", "log.run_name=resumed", "--max-steps", "2"]].concat(), &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = lockstep(&[&run[..], &["--set", "log.run_name=resumed", "--resume"]].concat(), &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (a, b) = (common::metrics(&dir.join("runs/straight")), common::metrics(&dir.join("runs/resumed")));
+    assert_eq!(a.len(), 4);
+    assert_eq!(a, b, "the resumed run drew other examples or other bits");
+}
