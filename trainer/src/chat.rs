@@ -102,11 +102,15 @@ impl ChatPrompts {
     }
 
     pub fn render(&self, problem: &crate::tasks::Problem) -> Result<String, String> {
+        match &problem.messages {
+            Some(serde_json::Value::Array(list)) => self.render_messages(list.clone()),
+            _ => self.render_messages(vec![serde_json::json!({"role": "user", "content": problem.prompt})]),
+        }
+    }
+
+    /// `messages` rendered, the configured system message first when they have none.
+    pub fn render_messages(&self, mut messages: Vec<serde_json::Value>) -> Result<String, String> {
         use serde_json::{json, Value as J};
-        let mut messages = match &problem.messages {
-            Some(J::Array(list)) => list.clone(),
-            _ => vec![json!({"role": "user", "content": problem.prompt})],
-        };
         let has_system = messages.first().and_then(|m| m.get("role")?.as_str()) == Some("system");
         if !self.system.is_empty() && !has_system {
             messages.insert(0, json!({"role": "system", "content": self.system}));

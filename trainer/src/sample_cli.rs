@@ -25,7 +25,7 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
     std::fs::File::create(&tmp).map_err(cannot)?;
     let _ = std::fs::remove_file(&tmp);
     // a chat template only when some line holds messages (so plain prompt files need none)
-    let mut chat: Option<crate::chat::ChatTemplate> = None;
+    let mut chat: Option<crate::chat::ChatPrompts> = None;
     let mut requests = Vec::new();
     // the user's ids (strings or integers, echoed as given) by engine id = line index
     let mut user_ids: Vec<serde_json::Value> = Vec::new();
@@ -37,21 +37,18 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
         let prompt = if let Some(t) = v.get("prompt").and_then(|p| p.as_str()) {
             encode(&policy.tokenizer, t)?
         } else if let Some(messages) = v.get("messages") {
-            if !messages.as_array().is_some_and(|list| list.iter().all(|m| m.get("role").is_some_and(|r| r.is_string()) && m.get("content").is_some())) {
+            let Some(list) = messages.as_array().filter(|list| list.iter().all(|m| m.get("role").is_some_and(|r| r.is_string()) && m.get("content").is_some())) else {
                 return Err(at("`messages` must be a list of {\"role\", \"content\"} objects".into()));
-            }
+            };
             if chat.is_none() {
                 let over = (!cfg.task.chat_template.is_empty()).then(|| Path::new(&cfg.task.chat_template));
                 if cfg.model.path.is_empty() && over.is_none() {
                     return Err(at("`messages` needs a chat template: model.path (a checkpoint with one) or task.chat_template".into()));
                 }
-                chat = Some(crate::chat::ChatTemplate::from_checkpoint(Path::new(&cfg.model.path), over).map_err(RunError::Other)?);
+                let template = crate::chat::ChatTemplate::from_checkpoint(Path::new(&cfg.model.path), over).map_err(RunError::Other)?;
+                chat = Some(crate::chat::ChatPrompts::new(template, &cfg.task.system_prompt, &cfg.task.chat_args).map_err(RunError::Other)?);
             }
-            let extra = match serde_json::to_value(&cfg.task.chat_args) {
-                Ok(serde_json::Value::Object(map)) => map,
-                _ => serde_json::Map::new(),
-            };
-            let text = chat.as_ref().expect("set above").render(messages, true, &extra).map_err(|e| at(e))?;
+            let text = chat.as_ref().expect("set above").render_messages(list.clone()).map_err(|e| at(e))?;
             encode(&policy.tokenizer, &text)?
         } else if let Some(ids) = v.get("prompt_ids").and_then(|p| p.as_array()) {
             ids.iter().map(|x| x.as_u64().filter(|&n| n <= u32::MAX as u64).map(|n| n as u32).ok_or_else(|| at(format!("prompt_ids holds {x}, not a token id")))).collect::<Result<_, _>>()?
