@@ -106,13 +106,17 @@ fn zero_ptx(h: usize) -> String {
     (0..h).map(|i| format!("mov.b32 {ACC}{i}, 0;\n")).collect()
 }
 
-/// Sets the `h` accumulator registers from the f32 values at the generic address %0 (the
-/// compiler hands a vector operand to inline PTX as the address of its local copy): a fold
-/// continues the chain from the values it holds.
-fn set_ptx(h: usize) -> String {
+/// Sets the `h` accumulator registers straight from global memory: %0 / %1 the generic
+/// addresses of this unit's first column in its two rows (row, row + 8), accumulator i at
+/// column offset (i / 4) * 8 + i % 2 of row (i % 4) / 2, as [`write_accumulators`] lays them
+/// out. The values never pass through a vector: the first fold kernel copied 128 of them into a
+/// local array beside the 128 accumulators and ran 8x slower than the cmma chain (docs/scale.md).
+fn load_ptx(h: usize) -> String {
     let mut s = String::from("{\n");
     for i in 0..h {
-        s += &format!("ld.f32 {ACC}{i}, [%0+{}];\n", 4 * i);
+        let row = (i % 4) / 2;
+        let offset = 4 * ((i / 4) * 8 + i % 2);
+        s += &format!("ld.f32 {ACC}{i}, [%{row}+{offset}];\n");
     }
     s + "}\n"
 }
@@ -157,10 +161,19 @@ pub(super) fn zero_accumulators(#[comptime] h: usize) {
     gpu_asm!("{ptx}");
 }
 
+/// [`load_ptx`]: the accumulators from the f32 `[m, n]` output `y` (2-element vectors) at the
+/// tile (m0, n0), which the caller guarantees lies wholly inside `y` (a fold's tiles divide it).
 #[cube]
-pub(super) fn set_accumulators<H: Size>(values: Vector<f32, H>, #[comptime] h: usize) {
-    let ptx = comptime!(set_ptx(h));
-    gpu_asm!("{ptx} /* {v} */", v = in(_) values);
+#[allow(clippy::too_many_arguments)]
+pub(super) fn load_accumulators_in_place<O: Float, P: Size>(y: &mut Tensor<Vector<O, P>>, m0: usize, n0: usize, n: usize, unit: usize, group: usize, #[comptime] h: usize) {
+    let plane = (unit / 32) % 4;
+    let lane = unit % 32;
+    let row = m0 + group * comptime!(WG_ROWS) + plane * 16 + lane / 4;
+    let col = n0 + (lane % 4) * 2;
+    let top = unsafe { y.slice((row * n + col) / 2, y.len()).as_ptr_unchecked() };
+    let bottom = unsafe { y.slice(((row + 8) * n + col) / 2, y.len()).as_ptr_unchecked() };
+    let ptx = comptime!(load_ptx(h));
+    gpu_asm!("{ptx} /* {t} {b} */", t = in(_) top, b = in(_) bottom);
 }
 
 /// Issues one staged k-tile's `wgmma`s into the accumulators; returns once the previous
@@ -356,57 +369,6 @@ pub(super) fn write_accumulators<O: Float, H: Size, P: Size>(
     }
 }
 
-/// The f32 values [`write_accumulators`] would write for this unit, read from `y` (0 outside
-/// `[m, n]`): the starting point of a folded tile.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-pub(super) fn load_accumulators<O: Float, H: Size, P: Size>(
-    y: &mut Tensor<Vector<O, P>>,
-    m0: usize,
-    n0: usize,
-    m: usize,
-    n: usize,
-    unit: usize,
-    group: usize,
-    #[comptime] bn: usize,
-    #[comptime] pairs: bool,
-) -> Vector<f32, H> {
-    let plane = (unit / 32) % 4;
-    let lane = unit % 32;
-    let row = m0 + group * comptime!(WG_ROWS) + plane * 16 + lane / 4;
-    let col = n0 + (lane % 4) * 2;
-    let mut acc = Vector::<f32, H>::empty();
-    if comptime!(pairs) {
-        #[unroll]
-        for j in 0..comptime!(bn / 4) {
-            let i = comptime!(2 * j);
-            let grow = row + comptime!((i % 4) / 2 * 8);
-            let gcol = col + comptime!((i / 4) * 8);
-            let mut lo = 0.0f32;
-            let mut hi = 0.0f32;
-            if grow < m && gcol < n {
-                let v = y[(grow * n + gcol) / 2];
-                lo = f32::cast_from(v.extract(0usize));
-                hi = f32::cast_from(v.extract(1usize));
-            }
-            acc.insert(i, lo);
-            acc.insert(comptime!(i + 1), hi);
-        }
-    } else {
-        #[unroll]
-        for i in 0..comptime!(bn / 2) {
-            let grow = row + comptime!((i % 4) / 2 * 8);
-            let gcol = col + comptime!((i / 4) * 8 + i % 2);
-            let mut a = 0.0f32;
-            if grow < m && gcol < n {
-                a = f32::cast_from(y[grow * n + gcol].extract(0usize));
-            }
-            acc.insert(i, a);
-        }
-    }
-    acc
-}
-
 /// The bits reference for the battery: one plane per 16 x 16 output block, a plain chain of
 /// cmma 16x16x16 steps over k = 0, 16, ... straight from global memory, f32 accumulators
 /// written as f32 (M, N and K multiples of 16; W `[N,K]`).
@@ -458,6 +420,14 @@ pub(crate) fn fold_wgmma(acc: CubeTensor, x: CubeTensor, w: CubeTensor, layout: 
     matmul_wgmma_scheduled(Some(WgmmaSchedule::Persistent), None, x, w, layout, x_transposed, dims, DType::F32, Some(acc))
 }
 
+/// Whether [`fold_wgmma`] takes `acc[M,N] += ...` on this device: the persistent kernel's tiles
+/// for this output divide it (each unit loads its accumulators without bounds checks) and N is
+/// even (2-element stores), besides [`wgmma_fits`] for the operands.
+pub(crate) fn fold_wgmma_fits(client: &Client, layout: WeightLayout, x_transposed: bool, (m, k, n): (usize, usize, usize)) -> Result<bool, KernelError> {
+    let t = wgmma_tiles_for(client, m, n)?;
+    Ok(wgmma_available(client) && wgmma_fits(layout, x_transposed, (m, k, n)) && m % t.bm() == 0 && n % t.bn == 0 && n % 2 == 0)
+}
+
 /// [`matmul_wgmma`] under a named schedule and tiles where given (else this process's: the
 /// battery checks each).
 #[allow(clippy::too_many_arguments)]
@@ -503,6 +473,7 @@ pub(crate) fn matmul_wgmma_scheduled(
         None => wgmma_schedule()?,
     };
     ensure!(!accumulate || schedule == WgmmaSchedule::Persistent, OP, "unreachable: a fold runs the persistent kernel");
+    ensure!(!accumulate || (m % t.bm() == 0 && n % t.bn == 0 && n % 2 == 0), OP, "a fold's {m}x{n} output is not whole {}x{} tiles", t.bm(), t.bn);
     if schedule == WgmmaSchedule::Persistent {
         let m_tiles = m.div_ceil(t.bm());
         let tiles = m_tiles * n.div_ceil(t.bn);
@@ -584,6 +555,11 @@ mod tests {
         assert!(ptx.ends_with("wgmma.wait_group.sync.aligned 1;\n}\n"));
         assert!(declare_ptx(64).starts_with(".reg .f32 lsacc<64>;"));
         assert!(read_ptx(64).contains("mov.b32 %63, lsacc63;"));
+        // accumulator 6: n8 chunk 1 (8 columns on: 32 bytes), the row 8 below (%1); 127: chunk 31, row 8 below, odd column
+        let load = load_ptx(128);
+        assert!(load.contains("ld.f32 lsacc0, [%0+0];\nld.f32 lsacc1, [%0+4];\nld.f32 lsacc2, [%1+0];\nld.f32 lsacc3, [%1+4];\nld.f32 lsacc4, [%0+32];"));
+        assert!(load.contains("ld.f32 lsacc6, [%1+32];\n"));
+        assert!(load.contains("ld.f32 lsacc127, [%1+996];\n"));
     }
 
     #[test]

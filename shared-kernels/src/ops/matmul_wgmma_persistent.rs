@@ -16,7 +16,7 @@
 //! and both against the `mma.sync` kernels, as bits).
 
 use super::matmul_wgmma::{
-    declare_accumulators, issue_operand, leading_units, load_accumulators, read_accumulators, set_accumulators, shared_address, wait_parity_spin, wgmma_k_tile, write_accumulators, zero_accumulators, BK,
+    declare_accumulators, issue_operand, leading_units, load_accumulators_in_place, read_accumulators, shared_address, wait_parity_spin, wgmma_k_tile, write_accumulators, zero_accumulators, BK,
     BOX_BYTES, CHUNK, DESCRIPTOR_HI, SWIZZLE_ALIGN, WARPGROUP, WG_ROWS,
 };
 use burn_cubecl::cubecl::prelude::barrier::Barrier;
@@ -129,8 +129,7 @@ pub(crate) fn matmul_wgmma_persistent_kernel<F: Float, O: Float, N: Size, H: Siz
             let n0 = (tile / m_tiles) * bn;
             if comptime!(accumulate) {
                 // a fold: the chain continues from the tile's current values
-                let start = load_accumulators::<O, H, P>(y, m0, n0, m, n, unit, group, bn, pairs);
-                set_accumulators::<H>(start, comptime!(bn / 2));
+                load_accumulators_in_place::<O, P>(y, m0, n0, n, unit, group, comptime!(bn / 2));
             } else {
                 zero_accumulators(comptime!(bn / 2));
             }

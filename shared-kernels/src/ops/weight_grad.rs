@@ -6,10 +6,10 @@
 //!
 //! - [`fold_matmul`]: `acc[N,K] += dyᵀ[N,T] x[T,K]`. On CUDA in bf16/f16 a chain of 16-deep
 //!   tensor-core steps over t = 0, 16, ... starting from the accumulator's values (the tokens past
-//!   the last whole 16 by the scalar kernel): one plane per 16 x 16 block on cmma, or with
-//!   `LOCKSTEP_FOLD_KERNEL=wgmma` the persistent warpgroup matmul with its accumulators loaded
-//!   from `acc` ([`super::matmul_wgmma::fold_wgmma`]; `dy` and `x` read in place as its MN-major
-//!   operands); elsewhere one f32 accumulator per element walking t in order.
+//!   the last whole 16 by the scalar kernel): on the H200 the persistent warpgroup matmul with
+//!   its accumulators loaded from `acc` ([`super::matmul_wgmma::fold_wgmma`]; `dy` and `x` read
+//!   in place as its MN-major operands), else (or with `LOCKSTEP_FOLD_KERNEL=cmma`) one plane
+//!   per 16 x 16 block on cmma; elsewhere one f32 accumulator per element walking t in order.
 //! - [`fold_column_sums`]: `acc[cols] += sum_r x[r, cols]`: partial sums over chunks of
 //!   `chunk_rows` rows (one unit per chunk and column, rows in order), then one unit per column
 //!   adds the chunks in order.
@@ -130,12 +130,12 @@ pub fn zeroed_accumulator(like: &CubeTensor, shape: Vec<usize>) -> CubeTensor {
     zeros_client(like.client.clone(), like.device.clone(), shape.into(), DType::F32)
 }
 
-/// Whether the bf16/f16 fold takes the warpgroup kernel: `LOCKSTEP_FOLD_KERNEL` = "cmma" (the
-/// default: the plain chain) or "wgmma" (the persistent kernel with its accumulators loaded
-/// from `acc`). Both give the same bits (H200 battery: pieces = one pass; a 0.6B GRPO step in
-/// one pass = in 4,096-token micro-batches), but the wgmma fold measured far slower (a 0.6B
-/// 16 x 1024 update 14.9 s against 1.9 s; docs/scale.md), so it is not the default until that
-/// is understood.
+/// Whether the bf16/f16 fold may take the warpgroup kernel: `LOCKSTEP_FOLD_KERNEL` = "wgmma"
+/// (the default: the persistent kernel with its accumulators loaded from `acc`, where its tiles
+/// divide the output) or "cmma" (always the plain chain, for comparisons). Both give the same
+/// bits (H200 battery: pieces = one pass; a 0.6B GRPO step in one pass = in 4,096-token
+/// micro-batches = on the cmma chain); the warpgroup fold ran a 1.7B 8 x 2,048 update in 832 ms
+/// against 2,878 ms (docs/scale.md).
 fn fold_on_wgmma() -> Result<bool, KernelError> {
     static SETTING: std::sync::OnceLock<Result<Option<bool>, String>> = std::sync::OnceLock::new();
     let parse = |text: &str| match text.trim() {
@@ -143,7 +143,7 @@ fn fold_on_wgmma() -> Result<bool, KernelError> {
         "cmma" => Ok(false),
         other => Err(format!("LOCKSTEP_FOLD_KERNEL={other:?} is not one of wgmma, cmma")),
     };
-    Ok(super::env_setting(&SETTING, "fold_matmul", "LOCKSTEP_FOLD_KERNEL", parse)?.unwrap_or(false))
+    Ok(super::env_setting(&SETTING, "fold_matmul", "LOCKSTEP_FOLD_KERNEL", parse)?.unwrap_or(true))
 }
 
 /// Whether `fold_matmul` runs cmma steps for these operands (the rest is the scalar kernel).
@@ -171,7 +171,7 @@ pub fn fold_matmul(acc: Option<CubeTensor>, dy: BTensor<2>, x: BTensor<2>) -> Re
     };
     let mut done = 0;
     let whole = t / 16 * 16;
-    let wgmma = cmma_route(&dy, n, k) && whole > 0 && fold_on_wgmma()? && super::matmul_wgmma::wgmma_available(&dy.client) && super::matmul_wgmma::wgmma_fits(super::matmul::WeightLayout::InOut, true, (n, whole, k));
+    let wgmma = cmma_route(&dy, n, k) && whole > 0 && fold_on_wgmma()? && super::matmul_wgmma::fold_wgmma_fits(&dy.client, super::matmul::WeightLayout::InOut, true, (n, whole, k))?;
     if wgmma {
         // y[n, k] += dyᵀ[n, t] x[t, k]: dy [t, n] is the transposed-x operand, x [t, k] the
         // input-major weight; only whole 16-token steps (the rest by the scalar kernel below)
