@@ -9,14 +9,21 @@
 use crate::request::{Completion, FinishReason, Request, SampleError, Timings};
 use burn::tensor::{DType, Int, Tensor};
 use shared_kernels::model::{KernelSet, KvCache, Qwen3, Rows};
+use shared_kernels::ops::attention::BLOCK;
 use shared_kernels::{bridge::ReadBack, row_rng_key, sample, SamplingRow};
 use std::collections::VecDeque;
 use std::time::Instant;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct EngineConfig {
-    /// Cache slots: the most requests running at once.
+    /// The most requests running at once.
     pub max_batch: usize,
+    /// KV cache blocks of [`BLOCK`] positions shared by all running requests (0: enough for
+    /// `max_batch` requests of `context` tokens). A request takes blocks as it grows and gives
+    /// them back when it finishes; when none is left the newest request is preempted (its
+    /// blocks freed, it starts again later: the same tokens and bits, batch invariance and
+    /// per-(request, position) random keys make the rerun equal).
+    pub kv_blocks: usize,
     /// Tokens per slot: prompt + generated tokens must fit.
     pub context: usize,
     /// Prompt tokens per request per step while prefilling.
@@ -33,19 +40,17 @@ pub struct EngineConfig {
 }
 
 impl EngineConfig {
-    /// As many slots of `context` tokens as fit in `kv_budget_bytes` (at most `max_batch`);
-    /// a budget of 0 means `max_batch` slots.
+    /// `max_batch` requests at once over as many cache blocks as fit in `kv_budget_bytes`
+    /// (0: enough blocks for `max_batch` requests of `context` tokens).
     pub fn from_budget(model: &Qwen3, kv_budget_bytes: usize, context: usize, max_batch: usize, chunk_size: usize) -> Result<Self, String> {
-        if kv_budget_bytes == 0 {
-            return Ok(Self { max_batch, context, chunk_size, share_prompt_prefix: true, overlap: true });
-        }
         let c = &model.config;
-        let per_slot = 2 * c.num_layers * context * c.num_kv_heads * c.head_dim * model.dtype.size();
-        let slots = (kv_budget_bytes / per_slot.max(1)).min(max_batch);
-        if slots == 0 {
-            return Err(format!("KV budget of {kv_budget_bytes} bytes holds no slot of {context} tokens ({per_slot} bytes each)"));
+        let per_block = 2 * c.num_layers * BLOCK * c.num_kv_heads * c.head_dim * model.dtype.size();
+        let width = KvCache::blocks_for(context);
+        let kv_blocks = if kv_budget_bytes == 0 { max_batch * width } else { kv_budget_bytes / per_block.max(1) };
+        if kv_blocks < width {
+            return Err(format!("KV budget of {kv_budget_bytes} bytes holds {kv_blocks} blocks of {BLOCK} positions ({per_block} bytes each), fewer than one request of {context} tokens needs ({width})"));
         }
-        Ok(Self { max_batch: slots, context, chunk_size, share_prompt_prefix: true, overlap: true })
+        Ok(Self { max_batch, kv_blocks, context, chunk_size, share_prompt_prefix: true, overlap: true })
     }
 }
 
@@ -89,6 +94,8 @@ pub struct StepStats {
     pub waiting: usize,
     /// Prompt tokens whose KV was copied from another request with the same prompt.
     pub shared_prefix_tokens: usize,
+    /// Requests sent back to the queue because the cache ran out of blocks.
+    pub preempted: usize,
 }
 
 /// Where the engine's wall-clock time went since the last [`Engine::take_phase_times`], as the
@@ -106,6 +113,8 @@ pub struct EnginePhaseTimes {
     pub prefix_copy_s: f64,
     /// Everything else in `step`: admitting requests, building rows, retiring finished ones.
     pub schedule_s: f64,
+    /// Requests preempted for want of cache blocks (each runs again from its prompt).
+    pub preempted: usize,
 }
 
 pub struct Engine {
@@ -132,7 +141,8 @@ impl Engine {
         }
         let model = decode_ready(model)?;
         let device = model.embed.device();
-        let cache = KvCache::new(&model.config, config.max_batch, config.context, model.dtype, &device);
+        let blocks = if config.kv_blocks == 0 { config.max_batch * KvCache::blocks_for(config.context) } else { config.kv_blocks };
+        let cache = KvCache::paged(&model.config, config.max_batch, config.context, blocks, model.dtype, &device).map_err(|e| e.to_string())?;
         let free_slots = (0..config.max_batch as u32).rev().collect();
         Ok(Self { phase: EnginePhaseTimes::default(), model, config, cache, free_slots, waiting: VecDeque::new(), active: Vec::new(), done: Vec::new(), in_flight: None })
     }
@@ -193,7 +203,12 @@ impl Engine {
     }
 
     fn step_inner(&mut self, now: Instant) -> StepStats {
-        while let (Some(_), Some(slot)) = (self.waiting.front(), self.free_slots.last().copied()) {
+        // admitted while a slot and the blocks for its prompt are free (a request admitted
+        // only to be preempted at once would be wasted work)
+        while let (Some(next), Some(slot)) = (self.waiting.front(), self.free_slots.last().copied()) {
+            if self.cache.free_blocks().unwrap_or(usize::MAX) < KvCache::blocks_for(next.request.prompt.len()) && !self.active.is_empty() {
+                break;
+            }
             self.free_slots.pop();
             let p = self.waiting.pop_front().expect("front exists");
             self.active.push(Active { request: p.request, slot, prefilled: 0, tokens: Vec::new(), logprobs: Vec::new(), in_flight: 0, added: p.added, admitted: now, first_token: None });
@@ -207,7 +222,7 @@ impl Engine {
         let copying = Instant::now();
         let shared = if self.config.share_prompt_prefix { self.share_prefixes(&mut stats) } else { Ok(Vec::new()) };
         self.phase.prefix_copy_s += copying.elapsed().as_secs_f64();
-        let held = match shared {
+        let mut held = match shared {
             Ok(held) => held,
             Err(e) => {
                 // a failed copy fails the step's requests, as a failed forward does
@@ -215,6 +230,7 @@ impl Engine {
                 return stats;
             }
         };
+        self.reserve_blocks(&mut held, &mut stats);
         // The step before, enqueued but not read yet (overlap mode): a decoding request whose
         // newest token is in it feeds that token to this step straight from the device.
         let previous = self.in_flight.take();
@@ -313,6 +329,7 @@ impl Engine {
                 // a token sampled after a stop token (overlap: enqueued before the stop was
                 // read) is dropped when its step is read: its owner is gone by then
                 Some(finish) => {
+                    self.cache.release(act.slot as usize);
                     self.free_slots.push(act.slot);
                     let end = Instant::now();
                     let timings = Timings {
@@ -333,6 +350,7 @@ impl Engine {
     fn fail_all(&mut self, message: String) {
         self.in_flight = None;
         for act in self.active.drain(..) {
+            self.cache.release(act.slot as usize);
             self.free_slots.push(act.slot);
             self.done.push((act.request.id, Err(SampleError::Engine { id: act.request.id, message: message.clone() })));
         }
@@ -366,15 +384,54 @@ impl Engine {
                 }
             }
         }
-        let mut slot_copies = Vec::with_capacity(copies.len());
-        for (d, a) in copies {
-            let n = self.active[a].request.prompt.len() - 1;
-            slot_copies.push((self.active[d].slot as usize, self.active[a].slot as usize, n));
-            self.active[a].prefilled = n;
-            stats.shared_prefix_tokens += n;
+        let slot_copies: Vec<(usize, usize, usize)> = copies.iter().map(|&(d, a)| (self.active[d].slot as usize, self.active[a].slot as usize, self.active[a].request.prompt.len() - 1)).collect();
+        // a copy with no free block for its prompt's partial block is not made: that request
+        // prefills its prompt itself
+        let made = self.cache.copy_prefixes(&slot_copies)?;
+        for (&(_, a), (&(_, _, n), made)) in copies.iter().zip(slot_copies.iter().zip(made)) {
+            if made {
+                self.active[a].prefilled = n;
+                stats.shared_prefix_tokens += n;
+            }
         }
-        self.cache.copy_prefixes(&slot_copies)?;
         Ok(held)
+    }
+
+    /// Before a step's rows are built: every running request gets the cache blocks for the
+    /// positions it writes in this step (its next prompt chunk, or its decode position). When
+    /// the cache has none left, the newest request is preempted (blocks released, back to the
+    /// front of the queue) until the older ones fit; a request the step cannot serve is never
+    /// given a row. `held` (the requests waiting for a prefix donor) is kept in step.
+    fn reserve_blocks(&mut self, held: &mut Vec<bool>, stats: &mut StepStats) {
+        held.resize(self.active.len(), false);
+        let mut a = 0;
+        while a < self.active.len() {
+            let act = &self.active[a];
+            let prompt = act.request.prompt.len();
+            let generated = act.tokens.len() + act.in_flight;
+            let need = if held[a] {
+                0
+            } else if act.prefilled < prompt {
+                (act.prefilled + self.config.chunk_size).min(prompt)
+            } else if generated >= act.request.params.max_new_tokens {
+                0
+            } else {
+                prompt + generated
+            };
+            if self.cache.reserve(act.slot as usize, need) {
+                a += 1;
+                continue;
+            }
+            // the newest goes first; when that is this request, it waits itself
+            let victim = self.active.len() - 1;
+            let act = self.active.remove(victim);
+            held.remove(victim);
+            self.cache.release(act.slot as usize);
+            self.free_slots.push(act.slot);
+            self.waiting.push_front(Pending { request: act.request, added: act.added });
+            stats.preempted += 1;
+            self.phase.preempted += 1;
+        }
     }
 
     /// Enqueues a step's forward and sampling; `None` when no row is sampled (prompt chunks

@@ -105,16 +105,24 @@ fn bad_requests_fail_alone_and_a_full_cache_makes_requests_wait() {
 }
 
 #[test]
-fn the_kv_budget_decides_the_number_of_slots() {
+fn the_kv_budget_decides_the_number_of_cache_blocks() {
     let model = model(seed());
     let c = &model.config;
-    let per_slot = 2 * c.num_layers * invariance::CONTEXT * c.num_kv_heads * c.head_dim * 4;
-    let cfg = sampler::EngineConfig::from_budget(&model, 3 * per_slot + per_slot / 2, invariance::CONTEXT, 64, 8).unwrap();
-    assert_eq!(cfg.max_batch, 3);
-    assert_eq!(sampler::EngineConfig::from_budget(&model, 0, invariance::CONTEXT, 64, 8).unwrap().max_batch, 64);
-    assert_eq!(sampler::EngineConfig::from_budget(&model, 100 * per_slot, invariance::CONTEXT, 5, 8).unwrap().max_batch, 5);
-    let err = sampler::EngineConfig::from_budget(&model, per_slot - 1, invariance::CONTEXT, 64, 8).unwrap_err();
-    assert!(err.contains("holds no slot"), "{err}");
+    let block = shared_kernels::ops::attention::BLOCK;
+    let per_block = 2 * c.num_layers * block * c.num_kv_heads * c.head_dim * 4;
+    let width = invariance::CONTEXT.div_ceil(block);
+    let cfg = sampler::EngineConfig::from_budget(&model, 3 * per_block + per_block / 2, invariance::CONTEXT, 64, 8).unwrap();
+    assert_eq!((cfg.kv_blocks, cfg.max_batch), (3, 64));
+    assert_eq!(sampler::EngineConfig::from_budget(&model, 0, invariance::CONTEXT, 64, 8).unwrap().kv_blocks, 64 * width);
+    let err = sampler::EngineConfig::from_budget(&model, width * per_block - 1, invariance::CONTEXT, 64, 8).unwrap_err();
+    assert!(err.contains("fewer than one request"), "{err}");
+}
+
+#[test]
+fn a_small_paged_cache_preempts_and_shares_blocks_without_changing_a_bit() {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let model = model(rng.random());
+    assert_passed(&[invariance::small_paged_cache_matches_full(&model, &mut rng)]);
 }
 
 #[test]

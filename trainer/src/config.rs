@@ -50,8 +50,9 @@ pub struct SamplerSection {
     pub share_prompt_prefix: bool,
     /// Enqueue each engine step before reading the previous step's tokens (same bits).
     pub overlap_steps: bool,
-    /// KV cache memory budget in MiB: as many `context`-token slots as fit (at most max_batch);
-    /// 0 = max_batch slots. Requests beyond the slots wait.
+    /// KV cache memory budget in MiB: as many 64-position blocks as fit (0 = enough for
+    /// max_batch requests of `context` tokens); when none is left the newest request is
+    /// preempted and rerun later (same bits).
     pub kv_budget_mib: f64,
     pub temperature: f32,
     pub top_k: u32,

@@ -120,6 +120,7 @@ impl Trainer {
             gen_wait_s: phases.wait_s,
             gen_prefix_copy_s: phases.prefix_copy_s,
             gen_schedule_s: phases.schedule_s,
+            gen_preempted: phases.preempted,
         };
         self.step += 1;
         let (completions, rewards) = (&rollouts.completions, &rollouts.rewards);
@@ -184,6 +185,7 @@ impl Trainer {
             engine_phases.wait_s += more.engine_phases.wait_s;
             engine_phases.prefix_copy_s += more.engine_phases.prefix_copy_s;
             engine_phases.schedule_s += more.engine_phases.schedule_s;
+            engine_phases.preempted += more.engine_phases.preempted;
             sampled += more.requests.len() / g;
             more.retain_groups(g, |rewards| rewards.iter().any(|&r| r != rewards[0]));
             kept.extend(more);

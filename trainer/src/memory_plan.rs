@@ -55,9 +55,12 @@ impl MemoryPlan {
         let params: f64 = m.expected_tensors().iter().map(|(_, shape)| shape.iter().map(|&d| n(d)).product::<f64>()).sum();
         let embedding = n(m.vocab_size) * n(m.hidden_size);
         let layers = n(m.num_layers);
-        let per_slot = 2.0 * layers * n(c.sampler.context) * n(m.num_kv_heads) * n(m.head_dim) * dtype;
-        let slots = if c.sampler.kv_budget_mib > 0.0 { (c.sampler.kv_budget_mib * 1048576.0 / per_slot.max(1.0)).floor().min(n(c.sampler.max_batch)) } else { n(c.sampler.max_batch) };
-        let kv = per_slot * slots;
+        // the sampler's paged cache: blocks of BLOCK positions, as many as the budget holds
+        // (sampler::EngineConfig::from_budget), or enough for max_batch full contexts
+        let block = shared_kernels::ops::attention::BLOCK as f64;
+        let per_block = 2.0 * layers * block * n(m.num_kv_heads) * n(m.head_dim) * dtype;
+        let blocks = if c.sampler.kv_budget_mib > 0.0 { (c.sampler.kv_budget_mib * 1048576.0 / per_block.max(1.0)).floor() } else { n(c.sampler.max_batch) * (n(c.sampler.context) / block).ceil() };
+        let kv = per_block * blocks;
         let mut fixed = vec![Part { what: "weights (trainer)", bytes: sat(params * dtype) }, Part { what: "weights (sampler's copy)", bytes: sat(params * dtype) }];
         let mut activations = 0;
         if purpose == Purpose::Train {

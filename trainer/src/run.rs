@@ -85,9 +85,9 @@ fn check_sizes(c: &Config, m: &ModelConfig) -> Result<(), RunError> {
         return Err(invalid("sampler.context", format!("is {}; at most {} positions", c.sampler.context, 1 << 24)));
     }
     let kv = c.sampler.max_batch as u128 * c.sampler.context as u128 * (m.num_kv_heads * m.head_dim) as u128;
-    // (a KV budget caps the slots below max_batch; the engine sizes and checks that case)
+    // (a KV budget sizes the cache's blocks instead; the engine checks that case)
     if kv > limit && c.sampler.kv_budget_mib <= 0.0 {
-        return Err(invalid("sampler.context", format!("x sampler.max_batch ({} x {}) gives a KV cache of {kv} elements per layer, beyond the kernels' 32-bit index range ({limit}); lower either, or cap the slots with sampler.kv_budget_mib", c.sampler.context, c.sampler.max_batch)));
+        return Err(invalid("sampler.context", format!("x sampler.max_batch ({} x {}) gives a KV cache of {kv} elements per layer, beyond the kernels' 32-bit index range ({limit}); lower either, or size the cache with sampler.kv_budget_mib", c.sampler.context, c.sampler.max_batch)));
     }
     Ok(())
 }

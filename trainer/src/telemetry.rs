@@ -114,6 +114,9 @@ pub struct PhaseTimes {
     pub gen_prefix_copy_s: f64,
     #[serde(default)]
     pub gen_schedule_s: f64,
+    /// Requests the engine preempted for want of KV cache blocks (rerun, same bits).
+    #[serde(default)]
+    pub gen_preempted: usize,
 }
 
 impl StepMetrics {
@@ -152,6 +155,7 @@ impl StepMetrics {
             ("timing_s/gen_prefix_copy", self.timing.gen_prefix_copy_s),
             ("timing_s/gen_schedule", self.timing.gen_schedule_s),
             ("perf/gen_engine_steps", self.timing.gen_engine_steps as f64),
+            ("perf/gen_preempted", self.timing.gen_preempted as f64),
         ]
         .into_iter()
         .chain(self.dynamic_sampling.iter().flat_map(|d| [("rollout/groups_kept", d.groups_kept as f64), ("rollout/groups_sampled", d.groups_sampled as f64)]))

@@ -11,10 +11,12 @@
 //! every kernel under it is batch and chunk invariant, so a token's logits (hence its logprob)
 //! have the same bits on both paths.
 
-use super::cache::{cache_rows, take};
+use super::cache::take;
 use super::{Checkpoint, KvCache, ModelConfig, ModelError, Rows};
-use crate::ops::attention::attention_for_rows;
-use crate::{add, add_rmsnorm, attention_inputs, causal_attention, embedding, rope, swiglu, swiglu_halves, write_kv_cache, QkNorm};
+use crate::ops::attention::attention_for_rows_paged;
+use crate::ops::attention_inputs::attention_inputs_paged;
+use crate::ops::kv_cache::write_kv_cache_paged;
+use crate::{add, add_rmsnorm, causal_attention, embedding, rope, swiglu, swiglu_halves, QkNorm};
 use crate::{KernelError, RopeTables, WeightLayout::OutIn};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use std::path::Path;
@@ -428,6 +430,9 @@ impl Qwen3 {
             if let Some(r) = (0..n).find(|&r| rows.slots[r] as usize >= s.slots || rows.positions[r] as usize >= s.max_len) {
                 return Err(ModelError::Input(format!("row {r}: slot {} position {} outside the KV cache ({} slots x {} positions)", rows.slots[r], rows.positions[r], s.slots, s.max_len)));
             }
+            if let Some(r) = (0..n).find(|&r| !cache.covers(rows.slots[r] as usize, rows.positions[r] as usize)) {
+                return Err(ModelError::Input(format!("row {r}: slot {} holds no cache block for position {} (reserve it first)", rows.slots[r], rows.positions[r])));
+            }
         }
         let eps = c.rms_norm_eps as f32;
         let scale = 1.0 / (c.head_dim as f32).sqrt();
@@ -456,11 +461,12 @@ impl Qwen3 {
             record(&mut trace, || format!("layer {i} v"), &v.clone().reshape([n, hkv * d]));
             let attn = match cache.as_deref_mut() {
                 Some(cache) => {
+                    let pages = cache.pages()?;
                     let (kc, vc) = &mut cache.layers[i];
                     // moved out so the write happens in place (a shared handle would be copied)
-                    *kc = write_kv_cache(take(kc), k, slots.clone(), positions.clone())?;
-                    *vc = write_kv_cache(take(vc), v, slots.clone(), positions.clone())?;
-                    attention_for_rows(q, kc.clone(), vc.clone(), slots.clone(), positions.clone(), &rows.slots, scale)?
+                    *kc = write_kv_cache_paged(take(kc), k, slots.clone(), positions.clone(), Some(&pages))?;
+                    *vc = write_kv_cache_paged(take(vc), v, slots.clone(), positions.clone(), Some(&pages))?;
+                    attention_for_rows_paged(q, kc.clone(), vc.clone(), slots.clone(), positions.clone(), &rows.slots, scale, Some(&pages))?
                 }
                 None => causal_attention(q, k, v, &rows.slots, &rows.positions, scale)?,
             };
@@ -517,15 +523,18 @@ impl Qwen3 {
                 (Some(q), Some(k)) => Some(QkNorm { q: q.clone(), k: k.clone(), eps }),
                 _ => None,
             };
+            let pages = cache.pages()?;
             let (kc, vc) = &mut cache.layers[i];
-            let (q, k_new, v_new) = attention_inputs(qkv, hq, qk_norm.as_ref(), slots.clone(), positions.clone(), &self.rope, take(kc), take(vc))?;
+            let (q, k_new, v_new) = attention_inputs_paged(qkv, hq, qk_norm.as_ref(), slots.clone(), positions.clone(), &self.rope, take(kc), take(vc), Some(&pages))?;
             (*kc, *vc) = (k_new, v_new);
             record(&mut trace, || format!("layer {i} q (normed, rope)"), &q.clone().reshape([n, hq * d]));
             if trace.is_some() {
-                record(&mut trace, || format!("layer {i} k (normed, rope)"), &cache_rows(kc, rows));
-                record(&mut trace, || format!("layer {i} v"), &cache_rows(vc, rows));
+                let (kc, vc) = &cache.layers[i];
+                record(&mut trace, || format!("layer {i} k (normed, rope)"), &cache.rows_of(kc, rows));
+                record(&mut trace, || format!("layer {i} v"), &cache.rows_of(vc, rows));
             }
-            let attn = attention_for_rows(q, kc.clone(), vc.clone(), slots.clone(), positions.clone(), &rows.slots, scale)?;
+            let (kc, vc) = &cache.layers[i];
+            let attn = attention_for_rows_paged(q, kc.clone(), vc.clone(), slots.clone(), positions.clone(), &rows.slots, scale, Some(&pages))?;
             record(&mut trace, || format!("layer {i} attention"), &attn.clone().reshape([n, hq * d]));
             let o = crate::matmul(attn.reshape([n, hq * d]), l.o_proj.clone(), OutIn)?;
             record(&mut trace, || format!("layer {i} o_proj"), &o);

@@ -14,7 +14,8 @@
 
 use super::reduce::{cube_linear, NEG_BIG};
 pub use super::kv_cache::{copy_cache_rows, write_kv_cache, KvCacheShape};
-pub(crate) use super::kv_cache::{cache_shape, writable};
+pub(crate) use super::kv_cache::{cache_row, cache_shape, writable};
+pub use super::kv_cache::{BlockRows, BLOCK};
 use super::{cube_count_for, storage};
 use crate::bridge::{dims, float_in, float_out, int_in, same_device};
 use crate::{ensure, KernelError};
@@ -49,7 +50,7 @@ pub(crate) fn load_query<F: Float>(q: &Tensor<F>, q_sh: &mut Shared<[f32]>, q_ba
 }
 
 /// Scores of one split: unit u < valid writes q . k (a sequential dot product over head_dim) x
-/// `scale` for the key at cache position `first_pos + u` (first_pos = slot * max_len + first)
+/// `scale` for the key at cache row `first_pos + u` (first_pos: the split's first row)
 /// into `scores`; ends with a cube sync. Shared by both attention kernels.
 #[cube]
 #[allow(clippy::too_many_arguments)]
@@ -95,11 +96,12 @@ fn attention_kernel<F: Float, I: Int>(
     v_cache: &Tensor<F>,
     slots: &Tensor<I>,
     positions: &Tensor<I>,
+    block_rows: &Tensor<I>,
     out: &mut Tensor<F>,
     rows_arg: u32,
     q_heads_arg: u32,
     kv_heads_arg: u32,
-    max_len_arg: u32,
+    width_arg: u32,
     scale: f32,
     #[comptime] head_dim: usize,
     #[define(F, I)] _d: [ElemType; 2],
@@ -107,7 +109,7 @@ fn attention_kernel<F: Float, I: Int>(
     let rows = rows_arg as usize;
     let q_heads = q_heads_arg as usize;
     let kv_heads = kv_heads_arg as usize;
-    let max_len = max_len_arg as usize;
+    let width = width_arg as usize;
     let work = cube_linear(); // row * q_heads + head
     if work < rows * q_heads {
         let unit = UNIT_POS_X as usize;
@@ -136,8 +138,9 @@ fn attention_kernel<F: Float, I: Int>(
         for split in 0..splits {
             let first = split * comptime!(KV_SPLIT);
             let valid = keys_in_split(keys, first);
+            let split_row = cache_row(block_rows, slot, width, first);
             // 1. one score per unit, sequential dot product over head_dim
-            split_scores(&q_sh, k_cache, &mut scores, slot * max_len + first, kv_heads, kv_head, valid, scale, head_dim);
+            split_scores(&q_sh, k_cache, &mut scores, split_row, kv_heads, kv_head, valid, scale, head_dim);
             // 2. every unit walks the split's scores in key order (same values, same order)
             let split_max = split_max(&scores, valid);
             let mut new_max = run_max;
@@ -155,7 +158,7 @@ fn attention_kernel<F: Float, I: Int>(
             while d < head_dim {
                 let mut acc = 0.0f32;
                 for j in 0..valid {
-                    let v_index = ((slot * max_len + first + j) * kv_heads + kv_head) * head_dim + d;
+                    let v_index = ((split_row + j) * kv_heads + kv_head) * head_dim + d;
                     acc += (scores[j] - new_max).exp() * f32::cast_from(v_cache[v_index]);
                 }
                 o_sh[d] = o_sh[d] * rescale + acc;
@@ -262,7 +265,7 @@ pub fn attention_with(
     positions: BTensor<1, BInt>,
     scale: f32,
 ) -> Result<BTensor<3>, KernelError> {
-    attention_impl(kernel, q, k_cache, v_cache, slots, positions, scale, None)
+    attention_impl(kernel, q, k_cache, v_cache, slots, positions, scale, None, None)
 }
 
 /// [`attention_with`] for rows whose slots the caller also has on the host (`host_slots`, equal
@@ -278,7 +281,7 @@ pub fn attention_rows(
     host_slots: &[u32],
     scale: f32,
 ) -> Result<BTensor<3>, KernelError> {
-    attention_impl(kernel, q, k_cache, v_cache, slots, positions, scale, Some(host_slots))
+    attention_impl(kernel, q, k_cache, v_cache, slots, positions, scale, Some(host_slots), None)
 }
 
 /// The forward's attention for rows known on the host: split-KV's prefill tiles where they
@@ -294,8 +297,23 @@ pub fn attention_for_rows(
     host_slots: &[u32],
     scale: f32,
 ) -> Result<BTensor<3>, KernelError> {
+    attention_for_rows_paged(q, k_cache, v_cache, slots, positions, host_slots, scale, None)
+}
+
+/// [`attention_for_rows`] over a cache laid out by `pages` (`None`: contiguous).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_for_rows_paged(
+    q: BTensor<3>,
+    k_cache: BTensor<4>,
+    v_cache: BTensor<4>,
+    slots: BTensor<1, BInt>,
+    positions: BTensor<1, BInt>,
+    host_slots: &[u32],
+    scale: f32,
+    pages: Option<&BlockRows>,
+) -> Result<BTensor<3>, KernelError> {
     let tiles = (crate::device::runtime_name() == "cuda").then_some(host_slots);
-    attention_impl(None, q, k_cache, v_cache, slots, positions, scale, tiles)
+    attention_impl(None, q, k_cache, v_cache, slots, positions, scale, tiles, pages)
 }
 
 /// Tile tables recently put on a device, newest first. Every layer of a forward step launches
@@ -303,7 +321,7 @@ pub fn attention_for_rows(
 /// step instead of one per layer (28 at Qwen3-0.6B). A table's content is all its meaning, so
 /// equal content may share one read-only buffer.
 type TileTable = (Vec<i32>, DType, burn::tensor::Device, burn_cubecl::tensor::CubeTensor);
-const CACHED_TABLES: usize = 4;
+const CACHED_TABLES: usize = 8;
 thread_local! {
     static TABLES: std::cell::RefCell<Vec<TileTable>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -320,6 +338,18 @@ fn remember_table(values: Vec<i32>, dtype: DType, device: &burn::tensor::Device,
     });
 }
 
+/// `values` as a device int tensor of `dtype`, shared with an earlier upload of equal content.
+pub(crate) fn device_table(op: &'static str, values: Vec<i32>, dtype: DType, device: &burn::tensor::Device) -> Result<burn_cubecl::tensor::CubeTensor, KernelError> {
+    if let Some(t) = cached_table(&values, dtype, device) {
+        return Ok(t);
+    }
+    let n = values.len();
+    let t = int_in(op, "table", BTensor::<1, BInt>::from_data(TensorData::new(values.clone(), [n]).convert_dtype(dtype), device))?;
+    ensure!(t.dtype == dtype, op, "table is {:?}, expected {:?}", t.dtype, dtype);
+    remember_table(values, dtype, device, &t);
+    Ok(t)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn attention_impl(
     kernel: Option<AttentionKernel>,
@@ -330,6 +360,7 @@ fn attention_impl(
     positions: BTensor<1, BInt>,
     scale: f32,
     host_slots: Option<&[u32]>,
+    pages: Option<&BlockRows>,
 ) -> Result<BTensor<3>, KernelError> {
     const OP: &str = "attention";
     let device = q.device();
@@ -357,17 +388,15 @@ fn attention_impl(
     }
     // (first row, rows) tables on the device, in the slots' integer type (the kernels read them so)
     let int_dtype = slots.dtype;
-    let upload = |values: Vec<i32>| -> Result<burn_cubecl::tensor::CubeTensor, KernelError> {
-        if let Some(t) = cached_table(&values, int_dtype, &device) {
-            return Ok(t);
-        }
-        let n = values.len();
-        let t = int_in(OP, "tiles", BTensor::<1, BInt>::from_data(TensorData::new(values.clone(), [n]).convert_dtype(int_dtype), &device))?;
-        ensure!(t.dtype == int_dtype, OP, "tile table is {:?} but slots are {:?}", t.dtype, int_dtype);
-        remember_table(values, int_dtype, &device, &t);
-        Ok(t)
+    let upload = |values: Vec<i32>| device_table(OP, values, int_dtype, &device);
+    // the positions a sequence may have: the cache's second dimension, or the block table's
+    let pages = match pages {
+        Some(p) => p.clone(),
+        None => BlockRows::contiguous(&shape, int_dtype, &device)?,
     };
-    let dims = (rows, q_heads, shape.kv_heads, shape.max_len, head_dim);
+    ensure!(pages.table.dtype == int_dtype, OP, "the block table is {:?} but slots are {:?}", pages.table.dtype, int_dtype);
+    let max_len = pages.max_len();
+    let dims = (rows, q_heads, shape.kv_heads, max_len, head_dim);
     if kernel == AttentionKernel::SplitKvTensorCore {
         ensure!(tc_ok, OP, "the split_kv_tc attention kernel (LOCKSTEP_ATTENTION=split_kv_tc) needs CUDA tensor cores, bf16 or f16 and head_dim 32, 64, 96 or 128; got {:?}, head_dim {head_dim} on {}", q.dtype, crate::device::runtime_name());
         // every cache length: this kernel's bits differ from the sequential kernel's even
@@ -377,17 +406,17 @@ fn attention_impl(
         let tiles = super::attention_tc::tc_tiles(host_slots, rows, rows_per_tile);
         let contiguous = |x: burn_cubecl::tensor::CubeTensor| if x.is_contiguous() { x } else { burn_cubecl::kernel::into_contiguous(x) };
         let q = contiguous(q);
-        return Ok(float_out(super::attention_tc::tc_split_kv_attention(&q, contiguous(k), contiguous(v), &slots, positions, dims, scale, &tiles, kernels, upload)?));
+        return Ok(float_out(super::attention_tc::tc_split_kv_attention(&q, contiguous(k), contiguous(v), &slots, positions, &pages, dims, scale, &tiles, kernels, upload)?));
     }
     // With at most KV_SPLIT cache positions every prefix fits one split, where the two kernels
     // give the same bits (tests/kernels/attention_chunking.rs, battery): the one-launch kernel
     // then does split_kv's work. The rule depends on the cache shape only, never on the rows.
-    if kernel == AttentionKernel::SplitKv && shape.max_len > KV_SPLIT {
+    if kernel == AttentionKernel::SplitKv && max_len > KV_SPLIT {
         let tiles = match host_slots.and_then(super::attention_split_kv::row_tiles) {
             Some(tiles) => Some((upload(tiles.iter().flat_map(|&(first, n)| [first as i32, n as i32]).collect())?, tiles.len())),
             None => None,
         };
-        return Ok(float_out(super::attention_split_kv::split_kv_attention(&q, k, v, &slots, positions, dims, scale, tiles)));
+        return Ok(float_out(super::attention_split_kv::split_kv_attention(&q, k, v, &slots, positions, &pages, dims, scale, tiles)));
     }
     let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), qd.clone().into(), q.dtype);
     attention_kernel::launch(
@@ -399,11 +428,12 @@ fn attention_impl(
         v.into_tensor_arg(),
         slots.clone().into_tensor_arg(),
         positions.into_tensor_arg(),
+        pages.table.clone().into_tensor_arg(),
         out.clone().into_tensor_arg(),
         rows as u32,
         q_heads as u32,
         shape.kv_heads as u32,
-        shape.max_len as u32,
+        pages.width as u32,
         scale,
         head_dim,
         [storage(q.dtype), storage(slots.dtype)],

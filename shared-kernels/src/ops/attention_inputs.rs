@@ -9,7 +9,7 @@
 //! so the cache and the queries hold exactly what the unfused ops (and the training path)
 //! compute. The model contract checks this as bits in CI.
 
-use super::attention::{cache_shape, writable};
+use super::attention::{cache_row, cache_shape, writable, BlockRows};
 use super::reduce::cube_linear;
 use super::rmsnorm::{normed, row_inv_rms};
 use super::rope::{rotated_high, rotated_low};
@@ -27,6 +27,7 @@ fn attention_inputs_kernel<F: Float, I: Int>(
     k_norm: &Tensor<F>,
     slots: &Tensor<I>,
     positions: &Tensor<I>,
+    block_rows: &Tensor<I>,
     cos: &Tensor<f32>,
     sin: &Tensor<f32>,
     q_out: &mut Tensor<F>,
@@ -35,7 +36,7 @@ fn attention_inputs_kernel<F: Float, I: Int>(
     rows_arg: u32,
     q_heads_arg: u32,
     kv_heads_arg: u32,
-    max_len_arg: u32,
+    width_arg: u32,
     max_positions_arg: u32,
     eps: f32,
     #[comptime] head_dim: usize,
@@ -45,7 +46,7 @@ fn attention_inputs_kernel<F: Float, I: Int>(
     let rows = rows_arg as usize;
     let q_heads = q_heads_arg as usize;
     let kv_heads = kv_heads_arg as usize;
-    let max_len = max_len_arg as usize;
+    let width = width_arg as usize;
     let max_positions = max_positions_arg as usize;
     let heads = q_heads + 2 * kv_heads;
     let item = cube_linear(); // row * heads + head: uniform over the cube, so syncs are safe
@@ -59,7 +60,7 @@ fn attention_inputs_kernel<F: Float, I: Int>(
         let pos = u32::cast_from(positions[row]) as usize;
         if head >= q_heads + kv_heads {
             // values: a plain copy, as write_kv_cache does
-            let dst = ((slot * max_len + pos) * kv_heads + head - q_heads - kv_heads) * head_dim;
+            let dst = (cache_row(block_rows, slot, width, pos) * kv_heads + head - q_heads - kv_heads) * head_dim;
             let mut i = unit;
             while i < head_dim {
                 v_cache[dst + i] = qkv[base + i];
@@ -102,7 +103,7 @@ fn attention_inputs_kernel<F: Float, I: Int>(
                     q_out[dst + pair] = low;
                     q_out[dst + pair + half] = high;
                 } else {
-                    let dst = ((slot * max_len + pos) * kv_heads + head - q_heads) * head_dim;
+                    let dst = (cache_row(block_rows, slot, width, pos) * kv_heads + head - q_heads) * head_dim;
                     k_cache[dst + pair] = low;
                     k_cache[dst + pair + half] = high;
                 }
@@ -134,7 +135,24 @@ pub fn attention_inputs(
     k_cache: BTensor<4>,
     v_cache: BTensor<4>,
 ) -> Result<(BTensor<3>, BTensor<4>, BTensor<4>), KernelError> {
+    attention_inputs_paged(qkv, q_heads, qk_norm, slots, positions, tables, k_cache, v_cache, None)
+}
+
+/// [`attention_inputs`] into caches laid out by `pages` (`None`: contiguous).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_inputs_paged(
+    qkv: BTensor<2>,
+    q_heads: usize,
+    qk_norm: Option<&QkNorm>,
+    slots: BTensor<1, BInt>,
+    positions: BTensor<1, BInt>,
+    tables: &RopeTables,
+    k_cache: BTensor<4>,
+    v_cache: BTensor<4>,
+    pages: Option<&BlockRows>,
+) -> Result<(BTensor<3>, BTensor<4>, BTensor<4>), KernelError> {
     const OP: &str = "attention_inputs";
+    let device = qkv.device();
     ensure!(!qkv.is_autodiff(), OP, "inference only: the training path runs the unfused ops");
     let qkv = float_in(OP, "qkv", qkv)?;
     let slots = int_in(OP, "slots", slots)?;
@@ -164,6 +182,11 @@ pub fn attention_inputs(
         }
         None => (qkv.clone(), qkv.clone(), 1.0), // never read
     };
+    let pages = match pages {
+        Some(p) => p.clone(),
+        None => BlockRows::contiguous(&shape, slots.dtype, &device)?,
+    };
+    ensure!(pages.table.dtype == slots.dtype, OP, "the block table is {:?} but slots are {:?}", pages.table.dtype, slots.dtype);
     let q_out = empty_device_contiguous_dtype(qkv.client.clone(), qkv.device.clone(), vec![rows, q_heads, d].into(), qkv.dtype);
     attention_inputs_kernel::launch(
         &qkv.client,
@@ -174,6 +197,7 @@ pub fn attention_inputs(
         k_norm.into_tensor_arg(),
         slots.clone().into_tensor_arg(),
         positions.clone().into_tensor_arg(),
+        pages.table.clone().into_tensor_arg(),
         cos.into_tensor_arg(),
         sin.into_tensor_arg(),
         q_out.clone().into_tensor_arg(),
@@ -182,7 +206,7 @@ pub fn attention_inputs(
         rows as u32,
         q_heads as u32,
         kv as u32,
-        shape.max_len as u32,
+        pages.width as u32,
         tables.max_positions as u32,
         eps,
         d,

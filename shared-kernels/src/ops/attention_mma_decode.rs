@@ -9,7 +9,7 @@
 //! the split's K and V are both in flight at once through `cp.async`, and the scores start
 //! as soon as K has landed.
 
-use super::attention::{KV_SPLIT, keys_in_split};
+use super::attention::{cache_row, KV_SPLIT, keys_in_split};
 use super::attention_mma::{
     LDPW, SMEM_ALIGN, commit_copies, query_fragments, row_max, row_sum, stage_split_async,
     value_lane_address, wait_copies, warp_probs, warp_scores, warp_values,
@@ -34,11 +34,12 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
     slots: &Tensor<I>,
     positions: &Tensor<I>,
     tiles: &Tensor<I>,
+    block_rows: &Tensor<I>,
     partials: &mut Tensor<f32>,
     tiles_arg: u32,
     q_heads_arg: u32,
     kv_heads_arg: u32,
-    max_len_arg: u32,
+    width_arg: u32,
     splits_arg: u32,
     heads_per_cube_arg: u32,
     scale: f32,
@@ -50,7 +51,7 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
 ) {
     let q_heads = q_heads_arg as usize;
     let kv_heads = kv_heads_arg as usize;
-    let max_len = max_len_arg as usize;
+    let width = width_arg as usize;
     let splits = splits_arg as usize;
     let hpc = heads_per_cube_arg as usize;
     let group = q_heads / kv_heads;
@@ -70,7 +71,7 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
         let count = u32::cast_from(tiles[2 * tile + 1]) as usize;
         let queries = count * hpc;
         let first_head = kv_head * group + part * hpc;
-        let row0 = u32::cast_from(slots[first_row]) as usize * max_len;
+        let slot = u32::cast_from(slots[first_row]) as usize;
         let first = split * comptime!(KV_SPLIT);
         let mut q_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(
             comptime!(warps * 16 * (head_dim + PAD) / vs),
@@ -93,10 +94,11 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
         // cube-uniform: every sync below is reached by all units or none
         if first < most_keys {
             let staged = keys_in_split(most_keys, first);
+            let split_row = cache_row(block_rows, slot, width, first);
             // K and V in two copy groups: the scores start as soon as K has landed
-            stage_split_async::<F, N>(k_cache, &mut k_sh, 0, row0 + first, kv_heads, kv_head, staged, head_dim, vs, comptime!(warps * 32));
+            stage_split_async::<F, N>(k_cache, &mut k_sh, 0, split_row, kv_heads, kv_head, staged, head_dim, vs, comptime!(warps * 32));
             commit_copies();
-            stage_split_async::<F, N>(v_cache, &mut v_sh, 0, row0 + first, kv_heads, kv_head, staged, head_dim, vs, comptime!(warps * 32));
+            stage_split_async::<F, N>(v_cache, &mut v_sh, 0, split_row, kv_heads, kv_head, staged, head_dim, vs, comptime!(warps * 32));
             commit_copies();
             // queries as [16 warps][head_dim + PAD], zeros past `queries`, while the copies fly
             stage_queries::<F, N>(q, &mut q_sh, first_row, queries, hpc, first_head, q_heads, 0, head_dim, vs, comptime!(warps * 16), comptime!(warps * 32));

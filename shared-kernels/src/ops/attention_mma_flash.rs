@@ -14,7 +14,7 @@
 //! (max, sum, P V) in as the combine kernel folds a partial: total += l_s exp(m_s - M),
 //! acc += O_s exp(m_s - M); out = acc / total.
 
-use super::attention::{KV_SPLIT, keys_in_split};
+use super::attention::{cache_row, KV_SPLIT, keys_in_split};
 use super::attention_mma::{
     LDPW, SMEM_ALIGN, commit_copies, query_fragments, row_max, row_sum, stage_split_async,
     value_lane_address, wait_copies, warp_probs, warp_scores, warp_values,
@@ -47,15 +47,17 @@ fn parse_flash_warps(text: &str) -> Result<usize, String> {
 /// `step - used`'s keys and values, into buffer `step % 2`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn issue_step<F: Float, N: Size>(
+fn issue_step<F: Float, N: Size, I: Int>(
     k_cache: &Tensor<Vector<F, N>>,
     v_cache: &Tensor<Vector<F, N>>,
+    block_rows: &Tensor<I>,
     k_sh: &mut Shared<[Vector<F, N>]>,
     v_sh: &mut Shared<[Vector<F, N>]>,
     step: usize,
     used: usize,
     most_keys: usize,
-    row0: usize,
+    slot: usize,
+    width: usize,
     kv_heads: usize,
     kv_head: usize,
     #[comptime] head_dim: usize,
@@ -69,12 +71,13 @@ fn issue_step<F: Float, N: Size>(
     }
     let first = split * comptime!(KV_SPLIT);
     let staged = keys_in_split(most_keys, first);
+    let split_row = cache_row(block_rows, slot, width, first);
     let base = (step % 2) * stage_vecs;
     stage_split_async::<F, N>(
         k_cache,
         k_sh,
         base,
-        row0 + first,
+        split_row,
         kv_heads,
         kv_head,
         staged,
@@ -87,7 +90,7 @@ fn issue_step<F: Float, N: Size>(
             v_cache,
             v_sh,
             base,
-            row0 + first,
+            split_row,
             kv_heads,
             kv_head,
             staged,
@@ -107,11 +110,12 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
     slots: &Tensor<I>,
     positions: &Tensor<I>,
     tiles: &Tensor<I>,
+    block_rows: &Tensor<I>,
     out: &mut Tensor<F>,
     tiles_arg: u32,
     q_heads_arg: u32,
     kv_heads_arg: u32,
-    max_len_arg: u32,
+    width_arg: u32,
     heads_per_cube_arg: u32,
     scale: f32,
     #[comptime] head_dim: usize,
@@ -122,7 +126,7 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
 ) {
     let q_heads = q_heads_arg as usize;
     let kv_heads = kv_heads_arg as usize;
-    let max_len = max_len_arg as usize;
+    let width = width_arg as usize;
     let hpc = heads_per_cube_arg as usize;
     let group = q_heads / kv_heads;
     let parts = group / hpc;
@@ -139,7 +143,7 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
         let count = u32::cast_from(tiles[2 * tile + 1]) as usize;
         let queries = count * hpc;
         let first_head = kv_head * group + part * hpc;
-        let row0 = u32::cast_from(slots[first_row]) as usize * max_len;
+        let slot = u32::cast_from(slots[first_row]) as usize;
         let stage_bytes = comptime!((KV_SPLIT * (head_dim + PAD) * 2) as u32);
         let mut q_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(
             comptime!(warps * 16 * (head_dim + PAD) / vs),
@@ -174,8 +178,8 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
         let keys_hi = keys_sh[warp * 16 + g + 8] as usize;
         let used = most_keys.div_ceil(comptime!(KV_SPLIT));
         let steps = 2 * used;
-        issue_step::<F, N>(
-            k_cache, v_cache, &mut k_sh, &mut v_sh, 0, used, most_keys, row0, kv_heads, kv_head,
+        issue_step::<F, N, I>(
+            k_cache, v_cache, block_rows, &mut k_sh, &mut v_sh, 0, used, most_keys, slot, width, kv_heads, kv_head,
             head_dim, vs, comptime!(warps * 32),
         );
         commit_copies();
@@ -203,15 +207,17 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
         for step in 0..steps {
             // the next step's copies go out before this step's wait (one split in flight)
             if step + 1 < steps {
-                issue_step::<F, N>(
+                issue_step::<F, N, I>(
                     k_cache,
                     v_cache,
+                    block_rows,
                     &mut k_sh,
                     &mut v_sh,
                     step + 1,
                     used,
                     most_keys,
-                    row0,
+                    slot,
+                    width,
                     kv_heads,
                     kv_head,
                     head_dim,

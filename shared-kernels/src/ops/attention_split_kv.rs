@@ -19,7 +19,7 @@
 //! Prefill rows of one sequence run as tiles ([`row_tiles`]): the split's keys and values are
 //! staged in shared memory once per tile, and each row then does the per-row arithmetic above.
 
-use super::attention::{keys_in_split, load_query, split_max, split_scores, KV_SPLIT};
+use super::attention::{cache_row, keys_in_split, load_query, split_max, split_scores, BlockRows, KV_SPLIT};
 use super::reduce::{cube_linear, NEG_BIG};
 use super::{cube_count_for, storage};
 use burn::tensor::DType;
@@ -34,11 +34,12 @@ fn split_partial_kernel<F: Float, I: Int>(
     v_cache: &Tensor<F>,
     slots: &Tensor<I>,
     positions: &Tensor<I>,
+    block_rows: &Tensor<I>,
     partials: &mut Tensor<f32>,
     pairs_arg: u32,
     q_heads_arg: u32,
     kv_heads_arg: u32,
-    max_len_arg: u32,
+    width_arg: u32,
     splits_arg: u32,
     scale: f32,
     #[comptime] head_dim: usize,
@@ -47,7 +48,7 @@ fn split_partial_kernel<F: Float, I: Int>(
     let pairs = pairs_arg as usize;
     let q_heads = q_heads_arg as usize;
     let kv_heads = kv_heads_arg as usize;
-    let max_len = max_len_arg as usize;
+    let width = width_arg as usize;
     let splits = splits_arg as usize;
     let work = cube_linear(); // pair * splits + split
     let pair = work / splits; // row * q_heads + head
@@ -66,14 +67,15 @@ fn split_partial_kernel<F: Float, I: Int>(
             let mut q_sh = Shared::new_slice(head_dim);
             let mut scores = Shared::<[f32]>::new_slice(comptime!(KV_SPLIT));
             load_query(q, &mut q_sh, pair * head_dim, head_dim);
-            split_scores(&q_sh, k_cache, &mut scores, slot * max_len + first, kv_heads, kv_head, valid, scale, head_dim);
+            let split_row = cache_row(block_rows, slot, width, first);
+            split_scores(&q_sh, k_cache, &mut scores, split_row, kv_heads, kv_head, valid, scale, head_dim);
             let split_max = split_max(&scores, valid);
             let base = work * (head_dim + 2);
             let mut d = unit;
             while d < head_dim {
                 let mut acc = 0.0f32;
                 for j in 0..valid {
-                    let v_index = ((slot * max_len + first + j) * kv_heads + kv_head) * head_dim + d;
+                    let v_index = ((split_row + j) * kv_heads + kv_head) * head_dim + d;
                     acc += (scores[j] - split_max).exp() * f32::cast_from(v_cache[v_index]);
                 }
                 partials[base + 2 + d] = acc;
@@ -105,11 +107,12 @@ fn split_partial_tiled_kernel<F: Float, I: Int>(
     slots: &Tensor<I>,
     positions: &Tensor<I>,
     tiles: &Tensor<I>,
+    block_rows: &Tensor<I>,
     partials: &mut Tensor<f32>,
     tiles_arg: u32,
     q_heads_arg: u32,
     kv_heads_arg: u32,
-    max_len_arg: u32,
+    width_arg: u32,
     splits_arg: u32,
     scale: f32,
     #[comptime] head_dim: usize,
@@ -117,7 +120,7 @@ fn split_partial_tiled_kernel<F: Float, I: Int>(
 ) {
     let q_heads = q_heads_arg as usize;
     let kv_heads = kv_heads_arg as usize;
-    let max_len = max_len_arg as usize;
+    let width = width_arg as usize;
     let splits = splits_arg as usize;
     let work = cube_linear(); // (tile * q_heads + head) * splits + split
     let tile = work / (q_heads * splits);
@@ -145,11 +148,12 @@ fn split_partial_tiled_kernel<F: Float, I: Int>(
             let k_stride = comptime!(head_dim + 2);
             let mut k_sh = Shared::<[F]>::new_slice(comptime!(KV_SPLIT * (head_dim + 2)));
             let mut v_sh = Shared::<[F]>::new_slice(comptime!(KV_SPLIT * head_dim));
+            let split_row = cache_row(block_rows, slot, width, first);
             let mut i = unit;
             while i < staged * head_dim {
                 let j = i / head_dim;
                 let e = i % head_dim;
-                let at = ((slot * max_len + first + j) * kv_heads + kv_head) * head_dim + e;
+                let at = ((split_row + j) * kv_heads + kv_head) * head_dim + e;
                 k_sh[j * k_stride + e] = k_cache[at];
                 v_sh[i] = v_cache[at];
                 i += comptime!(KV_SPLIT);
@@ -251,8 +255,8 @@ fn split_combine_kernel<F: Float, I: Int>(
 }
 
 /// Runs both kernels for inputs `attention_with` has checked: `q` [rows, q_heads, head_dim],
-/// caches [slots, max_len, kv_heads, head_dim]. One partial cube per possible split of the
-/// cache (max_len / 64), since the positions live on the device; cubes past a row's prefix exit.
+/// caches laid out by `pages`. One partial cube per possible split of a
+/// sequence (max_len / 64), since the positions live on the device; cubes past a row's prefix exit.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn split_kv_attention(
     q: &CubeTensor,
@@ -260,6 +264,7 @@ pub(crate) fn split_kv_attention(
     v: CubeTensor,
     slots: &CubeTensor,
     positions: CubeTensor,
+    pages: &BlockRows,
     (rows, q_heads, kv_heads, max_len, head_dim): (usize, usize, usize, usize, usize),
     scale: f32,
     tiles: Option<(CubeTensor, usize)>,
@@ -279,11 +284,12 @@ pub(crate) fn split_kv_attention(
             slots.clone().into_tensor_arg(),
             positions.clone().into_tensor_arg(),
             tiles.into_tensor_arg(),
+            pages.table.clone().into_tensor_arg(),
             partials.clone().into_tensor_arg(),
             count as u32,
             q_heads as u32,
             kv_heads as u32,
-            max_len as u32,
+            pages.width as u32,
             splits as u32,
             scale,
             head_dim,
@@ -299,11 +305,12 @@ pub(crate) fn split_kv_attention(
             v.into_tensor_arg(),
             slots.clone().into_tensor_arg(),
             positions.clone().into_tensor_arg(),
+            pages.table.clone().into_tensor_arg(),
             partials.clone().into_tensor_arg(),
             pairs as u32,
             q_heads as u32,
             kv_heads as u32,
-            max_len as u32,
+            pages.width as u32,
             splits as u32,
             scale,
             head_dim,

@@ -28,7 +28,7 @@
 //! (prefill) times the query heads of the group; decode rows are tiles of one row. The split's
 //! K, then V, is staged in shared memory once per tile.
 
-use super::attention::{keys_in_split, KV_SPLIT};
+use super::attention::{cache_row, keys_in_split, BlockRows, KV_SPLIT};
 use super::attention_split_kv::combine_rows;
 use super::attention_mma::TcKernels;
 use super::attention_mma_decode::{decode_warps, mma_partial_kernel};
@@ -350,11 +350,12 @@ fn tc_partial_kernel<F: Float, N: Size, I: Int>(
     slots: &Tensor<I>,
     positions: &Tensor<I>,
     tiles: &Tensor<I>,
+    block_rows: &Tensor<I>,
     partials: &mut Tensor<f32>,
     tiles_arg: u32,
     q_heads_arg: u32,
     kv_heads_arg: u32,
-    max_len_arg: u32,
+    width_arg: u32,
     splits_arg: u32,
     heads_per_cube_arg: u32,
     scale: f32,
@@ -364,7 +365,7 @@ fn tc_partial_kernel<F: Float, N: Size, I: Int>(
 ) {
     let q_heads = q_heads_arg as usize;
     let kv_heads = kv_heads_arg as usize;
-    let max_len = max_len_arg as usize;
+    let width = width_arg as usize;
     let splits = splits_arg as usize;
     let hpc = heads_per_cube_arg as usize;
     let group = q_heads / kv_heads;
@@ -395,9 +396,9 @@ fn tc_partial_kernel<F: Float, N: Size, I: Int>(
         if first < most_keys {
             let staged = keys_in_split(most_keys, first);
             stage_queries::<F, N>(q, &mut q_sh, first_row, queries, hpc, first_head, q_heads, 0, head_dim, vs, TC_QUERIES, UNITS);
-            stage_split::<F, N>(k_cache, &mut kv_sh, slot * max_len + first, kv_heads, kv_head, staged, head_dim, vs);
+            stage_split::<F, N>(k_cache, &mut kv_sh, cache_row(block_rows, slot, width, first), kv_heads, kv_head, staged, head_dim, vs);
             let mut v_regs = Array::<Vector<F, N>>::new(comptime!((KV_SPLIT * head_dim / vs).div_ceil(UNITS)));
-            load_values::<F, N>(v_cache, &mut v_regs, slot * max_len + first, kv_heads, kv_head, staged, head_dim, vs);
+            load_values::<F, N>(v_cache, &mut v_regs, cache_row(block_rows, slot, width, first), kv_heads, kv_head, staged, head_dim, vs);
             sync_cube();
             let busy = (plane / 2) * 16 < queries; // plane-uniform
             split_scores::<F, N>(&q_sh, &kv_sh, &mut s_sh, busy, head_dim, vs);
@@ -514,7 +515,7 @@ fn partials_workspace(like: &CubeTensor, len: usize) -> CubeTensor {
 }
 
 /// Runs the kernels for inputs `attention_impl` has checked, with [`tc_attention_available`]
-/// true: `q` [rows, q_heads, head_dim] and the caches [slots, max_len, kv_heads, head_dim], all
+/// true: `q` [rows, q_heads, head_dim] and the caches laid out by `pages`, all
 /// contiguous; `tiles` from [`tc_tiles`], cut for [`heads_per_cube`]; `upload` puts a host
 /// table on the device in the slots' integer type; `kernels` picks the register-fragment or the cmma kernels.
 #[allow(clippy::too_many_arguments)]
@@ -524,6 +525,7 @@ pub(crate) fn tc_split_kv_attention(
     v: CubeTensor,
     slots: &CubeTensor,
     positions: CubeTensor,
+    pages: &BlockRows,
     (rows, q_heads, kv_heads, max_len, head_dim): (usize, usize, usize, usize, usize),
     scale: f32,
     tiles: &[(usize, usize)],
@@ -560,11 +562,12 @@ pub(crate) fn tc_split_kv_attention(
                 slots.clone().into_tensor_arg(),
                 positions.clone().into_tensor_arg(),
                 single_table.clone().into_tensor_arg(),
+                pages.table.clone().into_tensor_arg(),
                 partials.clone().into_tensor_arg(),
                 single.len() as u32,
                 q_heads as u32,
                 kv_heads as u32,
-                max_len as u32,
+                pages.width as u32,
                 splits as u32,
                 hpc as u32,
                 scale,
@@ -586,11 +589,12 @@ pub(crate) fn tc_split_kv_attention(
                 slots.clone().into_tensor_arg(),
                 positions.clone().into_tensor_arg(),
                 single_table.clone().into_tensor_arg(),
+                pages.table.clone().into_tensor_arg(),
                 partials.clone().into_tensor_arg(),
                 single.len() as u32,
                 q_heads as u32,
                 kv_heads as u32,
-                max_len as u32,
+                pages.width as u32,
                 splits as u32,
                 hpc as u32,
                 scale,
@@ -620,11 +624,12 @@ pub(crate) fn tc_split_kv_attention(
             slots.clone().into_tensor_arg(),
             positions.into_tensor_arg(),
             upload(flat(&flash))?.into_tensor_arg(),
+            pages.table.clone().into_tensor_arg(),
             out.clone().into_tensor_arg(),
             flash.len() as u32,
             q_heads as u32,
             kv_heads as u32,
-            max_len as u32,
+            pages.width as u32,
             hpc as u32,
             scale,
             head_dim,
@@ -645,11 +650,12 @@ pub(crate) fn tc_split_kv_attention(
             slots.clone().into_tensor_arg(),
             positions.into_tensor_arg(),
             upload(flat(&flash))?.into_tensor_arg(),
+            pages.table.clone().into_tensor_arg(),
             out.clone().into_tensor_arg(),
             flash.len() as u32,
             q_heads as u32,
             kv_heads as u32,
-            max_len as u32,
+            pages.width as u32,
             hpc as u32,
             scale,
             head_dim,

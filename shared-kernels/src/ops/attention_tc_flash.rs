@@ -14,7 +14,7 @@
 //! Pass 1 recomputes the scores pass 2 computes again: 1.5x the products, but the partials of a
 //! long prefill (f32, head_dim + 2 per query and split) never travel through memory.
 
-use super::attention::{keys_in_split, KV_SPLIT};
+use super::attention::{cache_row, keys_in_split, KV_SPLIT};
 use super::attention_tc::{
     load_values, quarter_max, quarter_probs, query_keys, query_max, query_sum, valid_in_split, score_stage_len, split_output, split_scores, stage_queries, stage_split, store_values, LDP, PAD, PLANE_DIM, SMEM_ALIGN, TC_QUERIES, UNITS, WINDOW,
 };
@@ -30,11 +30,12 @@ pub(crate) fn tc_flash_kernel<F: Float, N: Size, I: Int>(
     slots: &Tensor<I>,
     positions: &Tensor<I>,
     tiles: &Tensor<I>,
+    block_rows: &Tensor<I>,
     out: &mut Tensor<F>,
     tiles_arg: u32,
     q_heads_arg: u32,
     kv_heads_arg: u32,
-    max_len_arg: u32,
+    width_arg: u32,
     heads_per_cube_arg: u32,
     scale: f32,
     #[comptime] head_dim: usize,
@@ -43,7 +44,7 @@ pub(crate) fn tc_flash_kernel<F: Float, N: Size, I: Int>(
 ) {
     let q_heads = q_heads_arg as usize;
     let kv_heads = kv_heads_arg as usize;
-    let max_len = max_len_arg as usize;
+    let width = width_arg as usize;
     let hpc = heads_per_cube_arg as usize;
     let group = q_heads / kv_heads;
     let parts = group / hpc;
@@ -81,7 +82,7 @@ pub(crate) fn tc_flash_kernel<F: Float, N: Size, I: Int>(
         for split in 0..used {
             let first = split * comptime!(KV_SPLIT);
             let staged = keys_in_split(most_keys, first);
-            stage_split::<F, N>(k_cache, &mut kv_sh, slot * max_len + first, kv_heads, kv_head, staged, head_dim, vs);
+            stage_split::<F, N>(k_cache, &mut kv_sh, cache_row(block_rows, slot, width, first), kv_heads, kv_head, staged, head_dim, vs);
             sync_cube();
             split_scores::<F, N>(&q_sh, &kv_sh, &mut s_sh, busy, head_dim, vs);
             sync_cube();
@@ -106,8 +107,8 @@ pub(crate) fn tc_flash_kernel<F: Float, N: Size, I: Int>(
         for split in 0..used {
             let first = split * comptime!(KV_SPLIT);
             let staged = keys_in_split(most_keys, first);
-            stage_split::<F, N>(k_cache, &mut kv_sh, slot * max_len + first, kv_heads, kv_head, staged, head_dim, vs);
-            load_values::<F, N>(v_cache, &mut v_regs, slot * max_len + first, kv_heads, kv_head, staged, head_dim, vs);
+            stage_split::<F, N>(k_cache, &mut kv_sh, cache_row(block_rows, slot, width, first), kv_heads, kv_head, staged, head_dim, vs);
+            load_values::<F, N>(v_cache, &mut v_regs, cache_row(block_rows, slot, width, first), kv_heads, kv_head, staged, head_dim, vs);
             sync_cube();
             split_scores::<F, N>(&q_sh, &kv_sh, &mut s_sh, busy, head_dim, vs);
             sync_cube();

@@ -9,6 +9,43 @@ use crate::{ensure, KernelError};
 use burn::tensor::{Int as BInt, Tensor as BTensor};
 use burn_cubecl::cubecl::prelude::*;
 
+/// Positions per cache block: the attention split ([`super::attention::KV_SPLIT`]), so a split
+/// never crosses a block.
+pub const BLOCK: usize = super::attention::KV_SPLIT;
+
+/// Where every sequence's positions live in a cache tensor (`[units, rows_per_unit, kv_heads,
+/// head_dim]` read as rows): `table[slot * width + b]` is the first row of positions
+/// `b * BLOCK ..` of table row `slot`, `slots` rows of `width` blocks, `max_len = width * BLOCK`
+/// positions a sequence. A contiguous `[slots, max_len, ..]` cache is the table
+/// `slot * max_len + b * BLOCK` ([`BlockRows::contiguous`]); a paged one maps blocks to wherever
+/// the allocator put them. The kernels read the same values in the same order either way.
+#[derive(Clone, Debug)]
+pub struct BlockRows {
+    pub table: burn_cubecl::tensor::CubeTensor,
+    pub slots: usize,
+    pub width: usize,
+}
+
+impl BlockRows {
+    pub fn max_len(&self) -> usize {
+        self.width * BLOCK
+    }
+    /// The table of a device-side `[slots * width]` int tensor (entries: first rows of blocks).
+    pub fn new(op: &'static str, table: BTensor<1, BInt>, slots: usize, width: usize) -> Result<Self, KernelError> {
+        let table = int_in(op, "block table", table)?;
+        ensure!(dims(&table) == [slots * width], op, "the block table is {:?}, expected [{slots} x {width}]", dims(&table));
+        Ok(Self { table, slots, width })
+    }
+    /// The table of a contiguous `[slots, max_len, ..]` cache, in `int_dtype` on `device`.
+    pub(crate) fn contiguous(shape: &KvCacheShape, int_dtype: burn::tensor::DType, device: &burn::tensor::Device) -> Result<Self, KernelError> {
+        let width = shape.max_len.div_ceil(BLOCK);
+        let values: Vec<i32> = (0..shape.slots).flat_map(|s| (0..width).map(move |b| (s * shape.max_len + b * BLOCK) as i32)).collect();
+        ensure!(shape.slots * shape.max_len <= i32::MAX as usize, "kv cache", "{} x {} cache rows exceed the block table's 31-bit range", shape.slots, shape.max_len);
+        let table = super::attention::device_table("kv cache", values, int_dtype, device)?;
+        Ok(Self { table, slots: shape.slots, width })
+    }
+}
+
 /// Shape of one layer's K (or V) cache: `[slots, max_len, kv_heads, head_dim]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvCacheShape {
@@ -23,23 +60,32 @@ fn write_kv_kernel<F: Float, I: Int>(
     new: &Tensor<F>,
     slots: &Tensor<I>,
     positions: &Tensor<I>,
+    block_rows: &Tensor<I>,
     cache: &mut Tensor<F>,
     rows_arg: u32,
     row_len_arg: u32,
-    max_len_arg: u32,
+    width_arg: u32,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
     let rows = rows_arg as usize;
     let row_len = row_len_arg as usize;
-    let max_len = max_len_arg as usize;
+    let width = width_arg as usize;
     let i = cube_linear() * 256usize + UNIT_POS_X as usize;
     if i < rows * row_len {
         let row = i / row_len;
         let within = i % row_len;
         let slot = u32::cast_from(slots[row]) as usize;
         let pos = u32::cast_from(positions[row]) as usize;
-        cache[(slot * max_len + pos) * row_len + within] = new[i];
+        cache[cache_row(block_rows, slot, width, pos) * row_len + within] = new[i];
     }
+}
+
+/// The cache row of position `pos` of the sequence in table row `slot`: its block's first row
+/// (the table's entry) plus the offset within the block. Blocks are [`BLOCK`] positions, so the
+/// keys of one attention split (a multiple of [`BLOCK`] on) are consecutive rows.
+#[cube]
+pub(crate) fn cache_row<I: Int>(block_rows: &Tensor<I>, slot: usize, width: usize, pos: usize) -> usize {
+    u32::cast_from(block_rows[slot * width + pos / comptime!(BLOCK)]) as usize + pos % comptime!(BLOCK)
 }
 
 #[cube(launch)]
@@ -81,7 +127,19 @@ pub fn write_kv_cache(
     slots: BTensor<1, BInt>,
     positions: BTensor<1, BInt>,
 ) -> Result<BTensor<4>, KernelError> {
+    write_kv_cache_paged(cache, new, slots, positions, None)
+}
+
+/// [`write_kv_cache`] into a cache laid out by `pages` (`None`: contiguous `[slots, max_len, ..]`).
+pub fn write_kv_cache_paged(
+    cache: BTensor<4>,
+    new: BTensor<3>,
+    slots: BTensor<1, BInt>,
+    positions: BTensor<1, BInt>,
+    pages: Option<&BlockRows>,
+) -> Result<BTensor<4>, KernelError> {
     const OP: &str = "write_kv_cache";
+    let device = cache.device();
     let cache = float_in(OP, "cache", cache)?;
     let new = float_in(OP, "new", new)?;
     let slots = int_in(OP, "slots", slots)?;
@@ -93,6 +151,11 @@ pub fn write_kv_cache(
     ensure!(nd[1..] == [shape.kv_heads, shape.head_dim], OP, "new is {nd:?} but the cache holds [{}, {}] per position", shape.kv_heads, shape.head_dim);
     ensure!(dims(&slots) == [rows] && dims(&positions) == [rows], OP, "new has {rows} rows but slots is {:?} and positions {:?}", dims(&slots), dims(&positions));
     ensure!(cache.dtype == new.dtype, OP, "cache is {:?} but new is {:?}", cache.dtype, new.dtype);
+    let pages = match pages {
+        Some(p) => p.clone(),
+        None => BlockRows::contiguous(&shape, slots.dtype, &device)?,
+    };
+    ensure!(pages.table.dtype == slots.dtype, OP, "the block table is {:?} but slots are {:?}", pages.table.dtype, slots.dtype);
     let cache = writable(cache);
     let row_len = shape.kv_heads * shape.head_dim;
     if rows > 0 {
@@ -103,10 +166,11 @@ pub fn write_kv_cache(
             new.clone().into_tensor_arg(),
             slots.clone().into_tensor_arg(),
             positions.clone().into_tensor_arg(),
+            pages.table.clone().into_tensor_arg(),
             cache.clone().into_tensor_arg(),
             rows as u32,
             row_len as u32,
-            shape.max_len as u32,
+            pages.width as u32,
             [storage(new.dtype), storage(slots.dtype)],
         );
     }
@@ -118,8 +182,8 @@ pub fn write_kv_cache(
     Ok(out)
 }
 
-/// Copies cache rows in place: the `[kv_heads, head_dim]` row at flat position `from_rows[i]`
-/// (slot * max_len + position) to `to_rows[i]`, for every i, in one launch. No row may be both
+/// Copies cache rows in place: the `[kv_heads, head_dim]` row at flat row `from_rows[i]`
+/// (slot * max_len + position, or a block's row) to `to_rows[i]`, for every i, in one launch. No row may be both
 /// read and written (the engine copies shared prompt prefixes from donors to fresh slots).
 pub fn copy_cache_rows(cache: BTensor<4>, from_rows: BTensor<1, BInt>, to_rows: BTensor<1, BInt>) -> Result<BTensor<4>, KernelError> {
     const OP: &str = "copy_cache_rows";
