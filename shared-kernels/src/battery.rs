@@ -15,7 +15,7 @@ use rand::{Rng, SeedableRng};
 /// The random seed of a test run: `LOCKSTEP_TEST_SEED` if set (to replay a failure), else fresh
 /// from the clock. Printed, so a failing run can be replayed.
 pub fn test_seed() -> u64 {
-    let seed = std::env::var("LOCKSTEP_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+    let seed = crate::knobs::var("LOCKSTEP_TEST_SEED").and_then(|s| s.parse().ok()).unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7)
     });
     eprintln!("LOCKSTEP_TEST_SEED={seed}");

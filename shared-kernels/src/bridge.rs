@@ -99,7 +99,7 @@ pub(crate) fn same_device(op: &'static str, a: &CubeTensor, b: &CubeTensor, name
 /// `LOCKSTEP_DEBUG_SYNC=1`: synchronise the device before every launch (diagnostics only).
 pub(crate) fn debug_sync() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("LOCKSTEP_DEBUG_SYNC").is_some())
+    *ON.get_or_init(|| crate::knobs::is_set("LOCKSTEP_DEBUG_SYNC"))
 }
 
 type PendingBytes = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<burn::tensor::Bytes>, cubecl::server::ServerError>> + Send>>;

@@ -52,7 +52,7 @@ pub(crate) fn note_input(op: &'static str, name: &str, shape: &[usize], dtype: b
         last.1.push(entry);
     });
     static FAULT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    if FAULT.get_or_init(|| std::env::var("LOCKSTEP_FAULT_PANIC").ok()).as_deref() == Some(op) {
+    if FAULT.get_or_init(|| crate::knobs::var("LOCKSTEP_FAULT_PANIC")).as_deref() == Some(op) {
         panic!("fault injection: LOCKSTEP_FAULT_PANIC={op}");
     }
 }

@@ -16,6 +16,7 @@ pub mod device;
 pub mod error;
 pub mod grad_fold;
 pub mod model;
+pub mod knobs;
 pub mod ops;
 pub mod reference;
 

@@ -6,7 +6,7 @@
 /// Runs `run`, profiled when `LOCKSTEP_HOST_PROFILE` names a file (and the feature is on).
 #[cfg(feature = "host-profile")]
 pub fn profiled<T>(run: impl FnOnce() -> T) -> T {
-    let Ok(path) = std::env::var("LOCKSTEP_HOST_PROFILE") else { return run() };
+    let Some(path) = shared_kernels::knobs::var("LOCKSTEP_HOST_PROFILE") else { return run() };
     let guard = match pprof::ProfilerGuardBuilder::default().frequency(4999).blocklist(&["libc", "libgcc", "pthread", "vdso"]).build() {
         Ok(guard) => guard,
         Err(e) => {

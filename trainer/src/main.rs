@@ -171,7 +171,7 @@ fn main() -> ExitCode {
         use tracing_subscriber::prelude::*;
         tracing_subscriber::registry().with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter)).with(StopOnCompileFailure.with_filter(tracing_subscriber::filter::LevelFilter::WARN)).init();
     }
-    if std::env::var_os("LOCKSTEP_FAULT_COMPILE").is_some() {
+    if shared_kernels::knobs::is_set("LOCKSTEP_FAULT_COMPILE") {
         // failpoint for the fault suite: the warning cubecl's device thread logs for a kernel
         // that does not compile
         std::thread::spawn(|| tracing::warn!(target: "cubecl_runtime::logging::server", "A launch error happened\n  A compilation error happened during launch\n  [Compilation Error] fault injection: LOCKSTEP_FAULT_COMPILE")).join().ok();

@@ -207,7 +207,7 @@ pub enum AttentionKernel {
 pub fn process_attention_kernel() -> Result<Option<AttentionKernel>, KernelError> {
     static KERNEL: std::sync::OnceLock<Result<Option<AttentionKernel>, String>> = std::sync::OnceLock::new();
     KERNEL
-        .get_or_init(|| match std::env::var("LOCKSTEP_ATTENTION").as_deref() {
+        .get_or_init(|| match crate::knobs::var("LOCKSTEP_ATTENTION").as_deref().ok_or(()) {
             Ok("sequential") => Ok(Some(AttentionKernel::Sequential)),
             Ok("split_kv") => Ok(Some(AttentionKernel::SplitKv)),
             Ok("split_kv_tc") => Ok(Some(AttentionKernel::SplitKvTensorCore)),

@@ -311,7 +311,7 @@ fn requested_kernel() -> Result<Option<MatmulKernel>, KernelError> {
             super::matmul_tc::tile_shape(Pipeline::AsyncCopies).map_err(|e| e.message)?;
             super::matmul_wgmma_tiles::wgmma_tiles().map_err(|e| e.message)?;
             super::matmul_wgmma_tiles::wgmma_schedule().map_err(|e| e.message)?;
-            match std::env::var("LOCKSTEP_MATMUL").as_deref() {
+            match crate::knobs::var("LOCKSTEP_MATMUL").as_deref().ok_or(()) {
                 Err(_) => Ok(None),
                 Ok("tc") => Ok(Some(MatmulKernel::TensorCore)),
                 Ok("scalar") => Ok(Some(MatmulKernel::Scalar)),

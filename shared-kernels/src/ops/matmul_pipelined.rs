@@ -129,7 +129,7 @@ pub fn configs_for(k: usize, n: usize, has_tma: bool) -> Result<(PipelinedConfig
 fn overrides() -> &'static Result<Option<(PipelinedConfig, PipelinedConfig)>, String> {
     static OVERRIDES: std::sync::OnceLock<Result<Option<(PipelinedConfig, PipelinedConfig)>, String>> = std::sync::OnceLock::new();
     OVERRIDES.get_or_init(|| {
-        let read = |var: &str| std::env::var(var).ok().map(|text| PipelinedConfig::parse(&text).map_err(|e| format!("{var}: {e}"))).transpose();
+        let read = |var: &str| crate::knobs::var(var).map(|text| PipelinedConfig::parse(&text).map_err(|e| format!("{var}: {e}"))).transpose();
         let (large, small) = (read("LOCKSTEP_PIPELINED_LARGE")?, read("LOCKSTEP_PIPELINED_SMALL")?);
         let (small, large) = match (small, large) {
             (None, None) => return Ok(None),
@@ -232,7 +232,7 @@ mod tests {
         let deeper_k = PipelinedConfig::parse("double/cmma/16x16x16/1x4x4/1x2x1").unwrap();
         assert!(!deeper_k.same_arithmetic(&LARGE), "k-tiles per stage are part of the arithmetic");
         // the shipped selection by shape and device (only meaningful without overrides)
-        if std::env::var("LOCKSTEP_PIPELINED_LARGE").is_ok() || std::env::var("LOCKSTEP_PIPELINED_SMALL").is_ok() {
+        if crate::knobs::is_set("LOCKSTEP_PIPELINED_LARGE") || crate::knobs::is_set("LOCKSTEP_PIPELINED_SMALL") {
             return;
         }
         assert_eq!(configs_for(1024, 3072, true).unwrap(), (SMALL, LARGE));

@@ -79,7 +79,7 @@ pub(crate) fn env_setting<T: Clone + Send + Sync>(
     var: &str,
     parse: fn(&str) -> Result<T, String>,
 ) -> Result<Option<T>, crate::KernelError> {
-    cell.get_or_init(|| std::env::var(var).ok().map(|text| parse(&text)).transpose())
+    cell.get_or_init(|| crate::knobs::var(var).map(|text| parse(&text)).transpose())
         .clone()
         .map_err(|e| crate::KernelError::new(op, e))
 }

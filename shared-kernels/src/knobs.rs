@@ -1,0 +1,245 @@
+//! Every `LOCKSTEP_*` environment variable, declared once: its values, default, kind and
+//! effect. The only reader of them is [`var`] (a test scans the sources for any other), and
+//! the environment table of docs/config.md is [`markdown_table`] (a test fails when they drift).
+//! Kernel choices pick between kernels that are each batch invariant; a process's sampler and
+//! trainer share the choice, so the contract holds under any setting.
+
+/// What a variable is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KnobKind {
+    /// Which kernel runs (each batch invariant; some give other bits).
+    KernelChoice,
+    /// A launch shape or schedule for benchmark sweeps: never changes a bit.
+    Tuning,
+    /// Diagnostics: profiles, extra synchronisation.
+    Diagnostic,
+    /// Fault injection and seeds for the test suites.
+    Test,
+}
+
+impl KnobKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            KnobKind::KernelChoice => "kernel choice",
+            KnobKind::Tuning => "benchmark tuning",
+            KnobKind::Diagnostic => "diagnostic",
+            KnobKind::Test => "tests",
+        }
+    }
+}
+
+/// One environment variable.
+#[derive(Clone, Copy, Debug)]
+pub struct Knob {
+    pub name: &'static str,
+    pub values: &'static str,
+    pub default: &'static str,
+    pub kind: KnobKind,
+    pub effect: &'static str,
+}
+
+/// Every `LOCKSTEP_*` variable lockstep reads, in the order docs/config.md lists them.
+pub const KNOBS: &[Knob] = &[
+    Knob {
+        name: "LOCKSTEP_MATMUL",
+        values: "`scalar`, `tc`, `tc-tiles`, `tc-async`, `wgmma`, `pipelined`, `hybrid`",
+        default: "`wgmma` on CUDA compute capability 9.x (H100/H200), else `tc` where the device has bf16/f16 tensor cores, else `scalar`",
+        kind: KnobKind::KernelChoice,
+        effect: "bf16/f16 matmul kernel; `wgmma` runs `tc`'s decode kernel at decode sizes and the warpgroup tiles (`wgmma` + the Tensor Memory Accelerator) everywhere else that every row stride is a whole 16 bytes, `tc`'s tiles otherwise; `tc` runs the decode kernel at decode sizes, 128×128 tiles fed by asynchronous copies (`cp.async`) for outputs of at least 2^20 elements and 128×64 register-prefetch tiles between; `tc-tiles` the register-prefetch tiles at every M, `tc-async` the asynchronous tiles at every M; `wgmma`, `tc`, `tc-tiles`, `tc-async`, `pipelined` and `hybrid` give the same bits (battery: `wgmma = tc-tiles`, `f32 accumulators: wgmma = cmma chain`, `tc = pipelined`, `tc = tc-tiles`, `tc-async = tc-tiles`); `scalar` has other bits; `wgmma` asked for on a device without it runs `tc`",
+    },
+    Knob {
+        name: "LOCKSTEP_TC_TILES",
+        values: "`warps_m/warps_n/frags_m/frags_n[/k_steps[/stages]]`, e.g. `4/4/2/2` or `2/2/4/4/4/2`",
+        default: "register-prefetch tiles `4/2/2/2/2` (128×64 tile, 8 planes, k stage 32); asynchronous tiles `2/2/4/4/4/2` (128×128, 4 planes of 64×64, k stage 64, 2 shared-memory slots)",
+        kind: KnobKind::Tuning,
+        effect: "the tc tiles' cube shape, k stage depth (16 × k_steps) and the asynchronous kernel's slots (benchmark sweeps, `gpu_visit.sh tc-sweep`, `TC_SWEEP_KERNEL=tc-async`); one value sets both kernels; same bits for every shape; a shape over 16 planes, 16 fragments per plane, 48 KiB of shared memory for one stage or 96 KiB for all slots is an error naming the variable",
+    },
+    Knob {
+        name: "LOCKSTEP_WGMMA_TILES",
+        values: "`wg_m/bn/stages`, e.g. `2/256/4`",
+        default: "`2/256/4` (128×256 tiles, two warpgroups of m64n256, 4 k-tile slots of 64: 192 KiB), else `2/128/3` (128×128, 96 KiB), else `2/64/8` (128×64, 192 KiB), else `1/64/4` (64×64, 64 KiB): the largest whose cubes fill at least 7/8 of the SMs",
+        kind: KnobKind::Tuning,
+        effect: "the warpgroup tiles' shape for every launch (benchmark sweeps); wg_m 1, 2 or 4, bn 64, 128 or 256 (the copy engine's boxes are powers of two: a 192-row box hung the kernel on the H200), stages 2-8, at most 224 KiB of shared memory, else an error naming the variable; same bits for every shape",
+    },
+    Knob {
+        name: "LOCKSTEP_WGMMA_SCHEDULE",
+        values: "`persistent`, `synced`",
+        default: "`persistent`",
+        kind: KnobKind::Tuning,
+        effect: "how the warpgroup kernel walks its tiles (benchmark comparisons): `persistent` launches as many cubes as the SMs hold at once, each walking several tiles, with a producer warp that stages k-tiles as soon as the consumers release a slot (full/empty mbarriers, no cube-wide sync); `synced` is one cube per tile with a cube-wide sync per k-tile; same bits (battery: each tile shape and schedule `= tc-tiles`); anything else is an error naming the variable",
+    },
+    Knob {
+        name: "LOCKSTEP_ATTENTION_TC",
+        values: "`mma`, `cmma`",
+        default: "`mma`",
+        kind: KnobKind::KernelChoice,
+        effect: "which kernels run the tensor-core attention (`split_kv_tc`) on CUDA: `mma` = `mma.sync` fragments in registers (prefill tiles: 64 queries per cube, `ops/attention_mma_flash.rs`; decode rows: one warp per 16 queries, `ops/attention_mma_decode.rs`), `cmma` = session 5's kernels through shared memory (`attention_tc_flash.rs`, `attention_tc.rs`); same bits (battery: each set's prefill tiles and rows alone = the other's rows alone), so it changes time only; read once per process where the tensor-core attention runs (off CUDA it is not read); anything else is an error naming the variable",
+    },
+    Knob {
+        name: "LOCKSTEP_FLASH_WARPS",
+        values: "`4`, `8`",
+        default: "`4`",
+        kind: KnobKind::Tuning,
+        effect: "warps per prefill cube of the `mma` attention kernels (16 queries each: 64 or 128 queries share a staged split); a launch shape only, same bits (battery 295/295 with 8, session 12 v11); 8 measured 1.08-1.10x faster at 16 x 1024-token prefill and within noise at 1-4 sequences, not the default because the end-to-end GPU runs used 4; anything else is an error naming the variable",
+    },
+    Knob {
+        name: "LOCKSTEP_ATTENTION_BACKWARD",
+        values: "`tensor_cores`, `per_sequence`",
+        default: "`tensor_cores`",
+        kind: KnobKind::KernelChoice,
+        effect: "the training path's attention backward on CUDA in bf16/f16 with head_dim 64 or 128: `tensor_cores` = flash-attention-2-style tiles on `mma.sync` fragments, every sequence in one launch set, memory linear in the tokens (`ops/attention_mma_backward.rs`); `per_sequence` = the earlier paths (dense burn ops per sequence up to 2^29 scores, CUDA-core kernels past it), for comparisons. Different bits from each other; each sequence's gradients depend on that sequence alone under both; anything else is an error naming the variable. Elsewhere (f32, other runtimes) the per-sequence paths run",
+    },
+    Knob {
+        name: "LOCKSTEP_FOLD_KERNEL",
+        values: "`wgmma`, `cmma`",
+        default: "`wgmma`",
+        kind: KnobKind::KernelChoice,
+        effect: "the folded weight gradients' tensor-core kernel on CUDA in bf16/f16: `wgmma` = the persistent warpgroup matmul with its accumulators loaded from the f32 accumulator, where its tiles divide the gradient (else `cmma`); `cmma` = one plane per 16 x 16 accumulator block chaining 16-token steps (3.5x slower on the H200, docs/scale.md); same bits either way; anything else is an error naming the variable",
+    },
+    Knob {
+        name: "LOCKSTEP_HOST_PROFILE",
+        values: "a file path",
+        default: "unset",
+        kind: KnobKind::Diagnostic,
+        effect: "`lockstep bench` built with `--features trainer/host-profile` (and symbols: `CARGO_PROFILE_GPU_STRIP=false`) samples every host thread at ~5 kHz and writes, per thread, the functions most often on the stack and on its top; ignored by binaries without the feature",
+    },
+    Knob {
+        name: "LOCKSTEP_SKINNY",
+        values: "`group/wide/narrow/staged` or `.../direct`, e.g. `8/4/1/staged`",
+        default: "`8/4/1/staged`",
+        kind: KnobKind::Tuning,
+        effect: "the decode matmul's launch shape (benchmark sweeps, `gpu_visit.sh skinny-sweep`): k-steps requested before the first multiply (1-32), planes per cube for N ≥ 8192 and below (1-8), wide weights through coalesced slabs or direct fragment loads; the k order, and so the bits, is the same for all; a shape that needs more than 48 KiB of shared memory is an error naming it",
+    },
+    Knob {
+        name: "LOCKSTEP_PIPELINED_LARGE",
+        values: "`algo/kind/TMxTNxTK/PMxPNxPK/SMxSNx1`, e.g. `tma/cmma/16x16x16/2x8x2/4x1x1`",
+        default: "see `ops/matmul_pipelined.rs`",
+        kind: KnobKind::Tuning,
+        effect: "the pipelined kernel's configurations for M > 32 / M <= 32 (benchmark sweeps); pairs that would change the arithmetic between them are refused",
+    },
+    Knob {
+        name: "LOCKSTEP_PIPELINED_SMALL",
+        values: "`algo/kind/TMxTNxTK/PMxPNxPK/SMxSNx1`, e.g. `tma/cmma/16x16x16/2x8x2/4x1x1`",
+        default: "see `ops/matmul_pipelined.rs`",
+        kind: KnobKind::Tuning,
+        effect: "the pipelined kernel's configurations for M > 32 / M <= 32 (benchmark sweeps); pairs that would change the arithmetic between them are refused",
+    },
+    Knob {
+        name: "LOCKSTEP_ATTENTION",
+        values: "`auto`, `split_kv_tc`, `split_kv`, `sequential`",
+        default: "`auto`",
+        kind: KnobKind::KernelChoice,
+        effect: "attention kernel. `auto`: `split_kv_tc` where CUDA tensor cores run the dtype (bf16/f16) and head_dim is 32, 64, 96 or 128, else `split_kv` (a function of device, dtype and head size, so sampler and trainer always agree). `split_kv_tc` = 64-key splits with QK^T and PV on tensor cores (decode: one cube per row, KV head and split, then a fixed-order combine; prefill tiles of 2+ rows of a sequence: one cube walks all splits, same bits); asking for it where it cannot run is an error naming the variable. `split_kv` = the same splits on CUDA cores (on caches of at most 64 positions it runs the sequential kernel, which gives the same bits there); `sequential` = one cube per (row, head) walking the splits. The kernels give different bits from each other: a process uses one for sampler and trainer alike",
+    },
+    Knob {
+        name: "LOCKSTEP_DECODE_FUSION",
+        values: "`on`, `off`",
+        default: "`on`",
+        kind: KnobKind::KernelChoice,
+        effect: "the sampler's forward on fused launches (q/k/v and gate/up projections as one matmul each, norm + RoPE + cache write as one kernel, residual add + rmsnorm as one): 9 launches per layer instead of 19, the same bits (model contract)",
+    },
+    Knob {
+        name: "LOCKSTEP_DEBUG_SYNC",
+        values: "any value",
+        default: "unset",
+        kind: KnobKind::Diagnostic,
+        effect: "synchronise the device after every cache write (rules out ordering between launches; slow)",
+    },
+    Knob {
+        name: "LOCKSTEP_FAULT_PANIC",
+        values: "an op name, e.g. `rmsnorm`",
+        default: "unset",
+        kind: KnobKind::Test,
+        effect: "fault injection for `trainer/tests/faults.rs`: a panic when that op is entered, to show it reaches the user as an error naming the launch",
+    },
+    Knob {
+        name: "LOCKSTEP_FAULT_COMPILE",
+        values: "any value",
+        default: "unset",
+        kind: KnobKind::Test,
+        effect: "fault injection for `trainer/tests/faults.rs`: `lockstep` logs the warning cubecl logs for a kernel that failed to compile, to show the run stops at once",
+    },
+    Knob {
+        name: "LOCKSTEP_TEST_SEED",
+        values: "a u64",
+        default: "a fresh seed, printed",
+        kind: KnobKind::Test,
+        effect: "the seed of the randomised tests and the battery (rerun a failure with the seed it printed)",
+    },
+];
+
+/// The value of the registered variable `name` (`None`: unset or not unicode). Reading a name
+/// not in [`KNOBS`] is a bug: it panics in debug builds and tests.
+pub fn var(name: &str) -> Option<String> {
+    debug_assert!(KNOBS.iter().any(|k| k.name == name), "{name} is not declared in shared_kernels::knobs::KNOBS");
+    std::env::var(name).ok()
+}
+
+/// Whether the registered variable `name` is set (to anything).
+pub fn is_set(name: &str) -> bool {
+    debug_assert!(KNOBS.iter().any(|k| k.name == name), "{name} is not declared in shared_kernels::knobs::KNOBS");
+    std::env::var_os(name).is_some()
+}
+
+/// The environment table of docs/config.md.
+pub fn markdown_table() -> String {
+    let mut s = String::from("| variable | values | default | kind | effect |\n|---|---|---|---|---|\n");
+    for k in KNOBS {
+        s += &format!("| `{}` | {} | {} | {} | {} |\n", k.name, k.values, k.default, k.kind.name(), k.effect);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workspace() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").to_path_buf()
+    }
+
+    #[test]
+    fn docs_config_holds_the_generated_table() {
+        let doc = std::fs::read_to_string(workspace().join("docs/config.md")).expect("docs/config.md");
+        let (begin, end) = ("<!-- knobs: generated by shared_kernels::knobs::markdown_table -->\n", "<!-- knobs end -->");
+        let start = doc.find(begin).expect("docs/config.md has the knobs begin marker") + begin.len();
+        let stop = doc[start..].find(end).expect("docs/config.md has the knobs end marker") + start;
+        assert_eq!(&doc[start..stop], markdown_table(), "docs/config.md's environment table differs from shared_kernels::knobs::KNOBS: paste markdown_table()'s output between the markers");
+    }
+
+    #[test]
+    fn every_variable_is_read_through_the_registry_and_declared() {
+        let mut offenders = Vec::new();
+        let mut read = std::collections::BTreeSet::new();
+        for krate in ["shared-kernels/src", "sampler/src", "trainer/src"] {
+            let mut stack = vec![workspace().join(krate)];
+            while let Some(dir) = stack.pop() {
+                for entry in std::fs::read_dir(&dir).expect("a source folder") {
+                    let path = entry.expect("a folder entry").path();
+                    if path.is_dir() {
+                        stack.push(path);
+                    } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("knobs.rs") {
+                        let text = std::fs::read_to_string(&path).expect("a source file");
+                        for pattern in ["env::var(\"LOCKSTEP_", "env::var_os(\"LOCKSTEP_"] {
+                            if text.contains(pattern) {
+                                offenders.push(path.display().to_string());
+                            }
+                        }
+                        // every quoted variable name: reads, errors that name it, tests
+                        for (i, _) in text.match_indices("\"LOCKSTEP_") {
+                            let name: String = text[i + 1..].chars().take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_').collect();
+                            if text[i + 1 + name.len()..].starts_with('"') {
+                                read.insert(name);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(offenders.is_empty(), "LOCKSTEP_* read outside shared_kernels::knobs: {offenders:?}");
+        for name in &read {
+            assert!(KNOBS.iter().any(|k| k.name == name), "{name} is named in the sources but not declared in KNOBS");
+        }
+        assert!(read.len() >= 10, "the scan found only {read:?}: it would prove nothing");
+    }
+}
