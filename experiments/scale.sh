@@ -29,7 +29,7 @@ for rung in "$@"; do
     timeout "${SCALE_LIMIT:-280}" /tmp/lockstep train "configs/$shape.toml" --set "model.path=$ck" --set "task.path=$ck/task.jsonl" \
         --set "train.prompts_per_step=$prompts" --set "train.group_size=$group" --set "train.steps=$steps" \
         --set "sampler.max_new_tokens=$new" --set "sampler.context=$(( new + 64 ))" --set "sampler.max_batch=$rollouts" \
-        --set "train.micro_batch_tokens=${micro:-0}" --set "train.on_mismatch=warn" --set "log.runs_dir=/tmp/runs" --set "log.run_name=$name" --set log.tensorboard=false ${SCALE_SET:-} \
+        --set "train.micro_batch_tokens=${micro:-0}" --set "train.on_mismatch=warn" --set train.final_checkpoint=false --set "log.runs_dir=/tmp/runs" --set "log.run_name=$name" --set log.tensorboard=false ${SCALE_SET:-} \
         > "$O/$name.log" 2>&1
     rc=$?
     kill $poll 2>/dev/null

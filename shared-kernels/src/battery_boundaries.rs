@@ -206,7 +206,7 @@ fn long_prefix_attention(dtype: DType, device: &Device, rng: &mut StdRng) -> Res
     let mut max = 0.0f64;
     for &p in &probe {
         let qr = q.clone().slice([p as usize..p as usize + 1, 0..heads, 0..d]);
-        let alone = host(crate::ops::attention::attention_for_rows(qr, kc.clone(), vc.clone(), ints(&[0]), ints(&[p]), &[0], scale)?.reshape([1, heads * d]));
+        let alone = host(crate::ops::attention::attention_for_rows(qr, kc.clone(), vc.clone(), ints(&[0]), ints(&[p]), &[0], scale, None)?.reshape([1, heads * d]));
         let row = &all[p as usize * heads * d..(p as usize + 1) * heads * d];
         let (b, m) = differing_rows(&alone, row, heads * d);
         bad += b;

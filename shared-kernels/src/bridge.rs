@@ -23,6 +23,7 @@ pub(crate) fn float_in<const D: usize>(
         KernelError::new(op, format!("`{name}` is not a tensor on a cubecl device ({e:?})"))
     })?;
     crate::error::note_input(op, name, &cube.meta.shape().to_vec(), cube.dtype);
+    crate::error::device_thread_fault(op, &cube.device);
     within_index_range(op, name, &cube)?;
     match cube.dtype {
         DType::F32 | DType::BF16 | DType::F16 => Ok(into_contiguous(cube)),

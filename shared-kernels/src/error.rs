@@ -48,6 +48,7 @@ pub(crate) fn note_input(op: &'static str, name: &str, shape: &[usize], dtype: b
         let entry = format!("{name} {shape:?} {dtype:?}");
         if last.0 != op || last.1.iter().any(|e| e.split(' ').next() == Some(name)) {
             *last = (op, Vec::new());
+            *LAST_OP_ANY_THREAD.lock().unwrap_or_else(|e| e.into_inner()) = op;
         }
         last.1.push(entry);
     });
@@ -55,6 +56,43 @@ pub(crate) fn note_input(op: &'static str, name: &str, shape: &[usize], dtype: b
     if FAULT.get_or_init(|| crate::knobs::var("LOCKSTEP_FAULT_PANIC")).as_deref() == Some(op) {
         panic!("fault injection: LOCKSTEP_FAULT_PANIC={op}");
     }
+}
+
+/// The op whose launcher any thread entered last, for reports from threads that launch
+/// nothing themselves (cubecl's device runner threads).
+static LAST_OP_ANY_THREAD: std::sync::Mutex<&'static str> = std::sync::Mutex::new("");
+
+/// The op whose launcher any thread entered last, if any.
+pub fn last_op_any_thread() -> Option<&'static str> {
+    let op = *LAST_OP_ANY_THREAD.lock().unwrap_or_else(|e| e.into_inner());
+    (!op.is_empty()).then_some(op)
+}
+
+/// `LOCKSTEP_FAULT_DEVICE_PANIC=<op>`: the first time launcher `op` is entered, a task that
+/// panics is queued on the device's cubecl runner thread, as a panic inside cubecl's server
+/// would be. cubecl catches such a panic there and only logs it, and the launches queued with
+/// it are missing, so the fault suite checks that `lockstep` stops at that log line.
+pub(crate) fn device_thread_fault(op: &'static str, device: &burn_cubecl::CubeDevice) {
+    use cubecl_common::device::{DeviceId, DeviceService, ServerUtilitiesHandle};
+    use cubecl_common::device_handle::DeviceHandle;
+    static FAULT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    static FIRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if FAULT.get_or_init(|| crate::knobs::var("LOCKSTEP_FAULT_DEVICE_PANIC")).as_deref() != Some(op) || FIRED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return;
+    }
+    struct Fault;
+    impl DeviceService for Fault {
+        fn init(_: DeviceId) -> Self {
+            Fault
+        }
+        fn utilities(&self) -> ServerUtilitiesHandle {
+            std::sync::Arc::new(())
+        }
+    }
+    let handle = DeviceHandle::<Fault>::new(device.to_id());
+    handle.submit(move |_| panic!("fault injection: LOCKSTEP_FAULT_DEVICE_PANIC={op}"));
+    // queued tasks run at the runner's next flush; this service's runner may see no other
+    handle.flush_queue();
 }
 
 /// "`op` with x [rows, cols] BF16, w [..] BF16": the launch this thread entered last, if any.

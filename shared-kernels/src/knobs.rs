@@ -153,6 +153,13 @@ pub const KNOBS: &[Knob] = &[
         effect: "fault injection for `trainer/tests/faults.rs`: a panic when that op is entered, to show it reaches the user as an error naming the launch",
     },
     Knob {
+        name: "LOCKSTEP_FAULT_DEVICE_PANIC",
+        values: "an op name, e.g. `rmsnorm`",
+        default: "unset",
+        kind: KnobKind::Test,
+        effect: "fault injection for `trainer/tests/faults.rs`: a task that panics is queued on cubecl's device thread when that op is entered, to show the run stops there",
+    },
+    Knob {
         name: "LOCKSTEP_FAULT_COMPILE",
         values: "any value",
         default: "unset",

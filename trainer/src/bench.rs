@@ -37,6 +37,8 @@ pub struct BenchOptions {
     pub trainer_batches: Vec<usize>,
     /// Tokens per trainer-step sequence (0: 128).
     pub trainer_len: usize,
+    /// Trainer step with and without per-layer recomputation, side by side.
+    pub trainer_recompute: bool,
     /// Matmul rows at these M only (empty: the default sizes).
     pub matmul_m: Vec<usize>,
     /// Also write the kernel timings as JSON (read by experiments/torch_bench.py).

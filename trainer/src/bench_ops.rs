@@ -276,29 +276,34 @@ fn trainer_step(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Resu
         })
         .sum();
     println!("\n## trainer step (training path forward + backward, lockstep kernels)\n");
-    println!("| sequences x tokens | step ms | tokens/s | model TFLOP/s | MFU |");
-    println!("|---|---|---|---|---|");
+    // with --trainer-recompute each size runs recomputed first: the pools after it hold what
+    // it needed, the pools after the plain run what both needed (pools only grow)
+    println!("| sequences x tokens | recompute_layers | step ms | tokens/s | model TFLOP/s | MFU | memory pools after |");
+    println!("|---|---|---|---|---|---|---|");
     let len = if o.trainer_len == 0 { 128 } else { o.trainer_len }.min(config.max_position_embeddings);
     let batches: &[usize] = if o.trainer_batches.is_empty() { &[8, 32] } else { &o.trainer_batches };
+    let arms: &[bool] = if o.trainer_recompute { &[true, false] } else { &[false] };
     for &batch in batches {
         let seqs: Vec<Vec<u32>> = (0..batch).map(|b| (0..len).map(|t| ((b * 131 + t * 17) % config.vocab_size) as u32).collect()).collect();
         let mut m = model.clone();
         m.kernels = KernelSet::Matched;
-        // the GRPO update's own path: every scored token weighted, weight gradients folded
-        let step = || {
-            let tracked = crate::optim::tracked_copy(&m);
-            let (_, flat) = tracked.sequence_logprobs(&seqs, 1.0).expect("training path");
-            let weights = vec![1.0f32; flat.dims()[0]];
-            let mut fold = shared_kernels::grad_fold::GradFold::new();
-            let (_, grads) = crate::optim::weighted_backward(&tracked, flat, &weights, &mut fold, "bench", "train.lr").expect("bench update");
-            drop(crate::optim::with_folded(grads, fold));
-        };
-        let secs = time_op(device, o.repeats.min(5), 1, step);
-        let tokens = batch * (len - 1);
-        let flops = 6.0 * matmul_params as f64 * tokens as f64;
-        let mfu = if shared_kernels::device::runtime_name() == "cuda" && o.dtype == DType::BF16 { format!("{:.1}% of 989 TFLOP/s", 100.0 * flops / secs / H200_BF16_PEAK) } else { "-".into() };
-        println!("| {batch} x {len} | {:.1} | {:.0} | {:.2} | {mfu} |", secs * 1e3, tokens as f64 / secs, flops / secs / 1e12);
-        eprintln!("bench: trainer step {batch} x {len}: {}", shared_kernels::device::memory_pools_line(device));
+        for &recompute in arms {
+            // the GRPO update's own path: every scored token weighted, weight gradients folded
+            let step = || {
+                let tracked = crate::optim::tracked_copy(&m);
+                let (_, logprobs) = tracked.training_logprobs(&seqs, 1.0, recompute).expect("training path");
+                let weights = vec![1.0f32; logprobs.flat.dims()[0]];
+                let mut fold = shared_kernels::grad_fold::GradFold::new();
+                let (_, grads) = crate::optim::weighted_backward(&tracked, logprobs, &weights, &mut fold, "bench", "train.lr").expect("bench update");
+                drop(crate::optim::with_folded(grads, fold));
+            };
+            let secs = time_op(device, o.repeats.min(5), 1, step);
+            let tokens = batch * (len - 1);
+            let flops = 6.0 * matmul_params as f64 * tokens as f64;
+            let mfu = if shared_kernels::device::runtime_name() == "cuda" && o.dtype == DType::BF16 { format!("{:.1}% of 989 TFLOP/s", 100.0 * flops / secs / H200_BF16_PEAK) } else { "-".into() };
+            let pools = device.memory_pool_report().map_or_else(|| "-".to_string(), |p| format!("{:.2} GB", p.iter().map(|p| p.pages * p.page_size).sum::<u64>() as f64 / 1e9));
+            println!("| {batch} x {len} | {recompute} | {:.1} | {:.0} | {:.2} | {mfu} | {pools} |", secs * 1e3, tokens as f64 / secs, flops / secs / 1e12);
+        }
     }
     Ok(())
 }

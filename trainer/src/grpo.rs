@@ -264,7 +264,7 @@ impl Trainer {
         let single = (batches.len() == 1 && !self.ppo()).then(|| tracked_copy(&self.policy.model));
         let (trainer_lp, single, entropy) = match single {
             Some(tracked) => {
-                let (lp, flat) = tracked.sequence_logprobs(sequences, c.sampler.temperature).map_err(|e| pass_error(step, e))?;
+                let (lp, flat) = tracked.training_logprobs(sequences, c.sampler.temperature, c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
                 let entropy = tracked.last_entropy.get().unwrap_or(0.0);
                 (lp, Some((tracked, flat)), entropy)
             }
@@ -346,7 +346,7 @@ impl Trainer {
                 let (mut loss, mut total, mut row) = (0.0, std::collections::BTreeMap::new(), 0);
                 for range in &scored.batches {
                     let tracked = tracked_copy(&self.policy.model);
-                    let (lp, flat) = tracked.sequence_logprobs(&sequences[range.clone()], c.sampler.temperature).map_err(|e| pass_error(step, e))?;
+                    let (lp, flat) = tracked.training_logprobs(&sequences[range.clone()], c.sampler.temperature, c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
                     if let Some((k, _)) = lp.iter().zip(&trainer_lp[range.clone()]).enumerate().find(|(_, (a, b))| a.iter().map(|x| x.to_bits()).ne(b.iter().map(|x| x.to_bits()))) {
                         return Err(RunError::Other(format!("step {step}: sequence {}'s logprobs in its tracked micro-batch ({} sequences) differ in bits from the scoring pass", range.start + k, range.len())));
                     }
@@ -402,7 +402,7 @@ impl Trainer {
                 let (mut loss, mut total) = (0.0, std::collections::BTreeMap::new());
                 for b in micro_batches(&lengths, c.train.micro_batch_tokens) {
                     let tracked = tracked_copy(&self.policy.model);
-                    let (lp, flat) = tracked.sequence_logprobs(&mini[b.clone()], c.sampler.temperature).map_err(|e| pass_error(step, e))?;
+                    let (lp, flat) = tracked.training_logprobs(&mini[b.clone()], c.sampler.temperature, c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
                     let mut weights = Vec::new();
                     for (k, seq_lp) in lp.iter().enumerate() {
                         let s = range.start + b.start + k;
@@ -595,7 +595,7 @@ impl Rollouts {
 }
 
 /// The tracked one-pass forward (model copy, flat logprobs) whose graph the update reuses.
-type Tracked = (Qwen3, burn::tensor::Tensor<1>);
+type Tracked = (Qwen3, shared_kernels::model::TrackedLogprobs);
 
 /// A step's scoring: trainer logprobs, their agreement with the sampler's, the loss weights
 /// per scored row.

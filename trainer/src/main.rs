@@ -88,6 +88,10 @@ enum Command {
         /// Tokens per sequence of the trainer step (default 128).
         #[arg(long, default_value_t = 128)]
         trainer_len: usize,
+        /// Trainer step twice per size, with per-layer activation recomputation and without
+        /// (train.recompute_layers), the device's memory pools after each.
+        #[arg(long)]
+        trainer_recompute: bool,
         /// Matmul rows only at these M (comma-separated; default 1,16,64,256,1024,4096).
         #[arg(long, value_delimiter = ',')]
         matmul_m: Vec<usize>,
@@ -136,12 +140,14 @@ enum Command {
     },
 }
 
-/// Ends the process at the first GPU kernel that fails to compile. cubecl logs the failure and
-/// carries on: every later launch of that kernel tries again (seconds each, thousands a step),
-/// so a run would look hung for hours before any read reports it.
-struct StopOnCompileFailure;
+/// Ends the process at the first failure cubecl reports only as a warning from its device
+/// thread: a GPU kernel that fails to compile (cubecl carries on, and every later launch of that
+/// kernel tries again, seconds each, thousands a step, so a run would look hung for hours), and
+/// a task that panicked there (cubecl catches the panic and carries on without the launches it
+/// held, so the results would be silently wrong).
+struct StopOnDeviceThreadFailure;
 
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for StopOnCompileFailure {
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for StopOnDeviceThreadFailure {
     fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
         if *event.metadata().level() != tracing::Level::WARN {
             return;
@@ -157,6 +163,13 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for StopOnCompileFailu
             eprintln!("error: a GPU kernel failed to compile on this device ({}); stopping instead of retrying it at every launch: {}", shared_kernels::device::runtime_name(), detail.join(" | "));
             std::process::exit(1);
         }
+        if message.contains("task panicked on device runner thread") {
+            let at = PANIC_AT.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default();
+            let launch = shared_kernels::error::last_op_any_thread().map_or_else(|| "no kernel launch yet".to_string(), |op| format!("the last kernel launch entered: `{op}`"));
+            let detail = message.trim().trim_start_matches("CallError(").trim_end_matches(')');
+            eprintln!("error: internal failure on cubecl's device thread ({detail}, at {at}); {launch}. Stopping: the launches queued with it did not run, so results would be wrong. Rerun with RUST_BACKTRACE=1 and report it with the command and config");
+            std::process::exit(1);
+        }
     }
 }
 
@@ -169,7 +182,7 @@ fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,wgpu_hal=off,wgpu_core=off".into());
     {
         use tracing_subscriber::prelude::*;
-        tracing_subscriber::registry().with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter)).with(StopOnCompileFailure.with_filter(tracing_subscriber::filter::LevelFilter::WARN)).init();
+        tracing_subscriber::registry().with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter)).with(StopOnDeviceThreadFailure.with_filter(tracing_subscriber::filter::LevelFilter::WARN)).init();
     }
     if shared_kernels::knobs::is_set("LOCKSTEP_FAULT_COMPILE") {
         // failpoint for the fault suite: the warning cubecl's device thread logs for a kernel
@@ -209,13 +222,13 @@ static PANIC_AT: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 fn run(cli: Cli) -> Result<(), RunError> {
     match cli.command {
         Command::Train { config, overrides, resume, max_steps, allow_config_change } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps, allow_config_change)),
-        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, matmul_m, json, save_model, load_bench } => {
+        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, trainer_recompute, matmul_m, json, save_model, load_bench } => {
             let dtype = parse_dtype(&dtype)?;
             let concurrency: Vec<usize> = match concurrency.iter().filter(|c| *c != "none").map(|c| c.parse::<usize>()).collect() {
                 Ok(c) => c,
                 Err(_) => return Err(invalid("--concurrency", format!("{concurrency:?}: expected numbers like 1,8,64 or `none`"))),
             };
-            trainer::host_profile::profiled(|| trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, matmul_m, json, save_model, load_bench })).map_err(RunError::Other)
+            trainer::host_profile::profiled(|| trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, trainer_recompute, matmul_m, json, save_model, load_bench })).map_err(RunError::Other)
         }
         Command::Check { preset, dtypes, seed, fast, split_k } => {
             let dtypes = dtypes.iter().map(|d| parse_dtype(d)).collect::<Result<Vec<_>, _>>()?;
@@ -324,8 +337,8 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
     }
     bar.finish();
     // (save is idempotent per step: a step the loop just saved is not written again)
-    let last = trainer.checkpoint()?;
-    summary(&history, &last);
+    let last = if cfg.train.final_checkpoint { Some(trainer.checkpoint()?) } else { None };
+    summary(&history, last.as_deref());
     Ok(())
 }
 
@@ -360,7 +373,7 @@ fn progress(cfg: &Config, len: usize, name: &str) -> indicatif::ProgressBar {
     bar
 }
 
-fn summary(history: &[trainer::telemetry::StepMetrics], checkpoint: &std::path::Path) {
+fn summary(history: &[trainer::telemetry::StepMetrics], checkpoint: Option<&std::path::Path>) {
     let (Some(first), Some(last)) = (history.first(), history.last()) else { return };
     let window = |ms: &[trainer::telemetry::StepMetrics]| ms.iter().map(|m| m.reward_mean).sum::<f64>() / ms.len().max(1) as f64;
     let k = (history.len() / 4).max(1);
@@ -370,5 +383,8 @@ fn summary(history: &[trainer::telemetry::StepMetrics], checkpoint: &std::path::
     let tokens: usize = history.iter().map(|m| m.agreement.tokens).sum();
     println!("steps {}..={}: reward {:.3} (first {k} steps) -> {:.3} (last {k} steps)", first.step, last.step, window(&history[..k]), window(&history[history.len() - k..]));
     println!("sampler vs trainer over {tokens} rollout tokens: max |KL k1| {kl_max:.3e}, max |dlogprob| {diff_max:.3e}, min bit-equal fraction {bit_equal_min:.4}");
-    println!("checkpoint: {}", checkpoint.display());
+    match checkpoint {
+        Some(path) => println!("checkpoint: {}", path.display()),
+        None => println!("checkpoint: none at the end (train.final_checkpoint = false)"),
+    }
 }

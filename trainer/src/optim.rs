@@ -4,7 +4,7 @@
 
 use burn::tensor::{DType, Tensor, TensorData};
 use shared_kernels::grad_fold::{node_id, GradFold};
-use shared_kernels::model::{Qwen3, Weight};
+use shared_kernels::model::{Qwen3, TrackedLogprobs, Weight};
 use std::collections::BTreeMap;
 
 #[derive(Clone, Debug)]
@@ -148,8 +148,9 @@ pub fn gradients(tracked: &Qwen3, grads: &burn::tensor::Gradients) -> BTreeMap<S
 /// The weights' gradients that lockstep's ops sum over tokens are folded into `fold` (their
 /// bits then do not depend on the micro-batching, `shared_kernels::grad_fold`); the rest (the
 /// ablation kernels' weights) come back by name.
-pub fn weighted_backward(tracked: &Qwen3, flat: Tensor<1>, weights: &[f32], fold: &mut GradFold, what: &str, lr_key: &str) -> Result<(f64, BTreeMap<String, Tensor<1>>), crate::run::RunError> {
+pub fn weighted_backward(tracked: &Qwen3, logprobs: TrackedLogprobs, weights: &[f32], fold: &mut GradFold, what: &str, lr_key: &str) -> Result<(f64, BTreeMap<String, Tensor<1>>), crate::run::RunError> {
     use crate::run::RunError;
+    let TrackedLogprobs { flat, layers } = logprobs;
     let device = flat.device();
     let w = Tensor::<1>::from_data(TensorData::new(weights.to_vec(), [weights.len()]), &device.clone().inner());
     let weighted = flat * Tensor::from_inner(w);
@@ -158,11 +159,41 @@ pub fn weighted_backward(tracked: &Qwen3, flat: Tensor<1>, weights: &[f32], fold
     if !value.is_finite() {
         return Err(RunError::Other(format!("{what}: the loss is {value}; stopping before the update (the last checkpoint is intact). Non-finite logprobs come from the weights: on the embedded model a large model.init_std, else a {lr_key} that diverged")));
     }
-    let grads = {
+    let backward = |fold: &mut GradFold, scalar: Tensor<1>| {
         let _attached = fold.attach(weight_nodes(tracked));
-        weighted.sum().backward()
+        scalar.backward()
     };
-    Ok((value, gradients(tracked, &grads)))
+    let grads = backward(fold, weighted.sum());
+    let mut out = gradients(tracked, &grads);
+    let Some(layers) = layers else { return Ok((value, out)) };
+    // recomputation: each layer re-run from its input, last first, seeded with its output's
+    // gradient (d sum(y * g) / dy = g exactly); every weight's gradient comes from one stage
+    let rerun = |e: shared_kernels::model::ModelError| RunError::Other(format!("{what}: re-running a layer for the backward (train.recompute_layers): {e}"));
+    let missing = || RunError::Other(format!("{what}: the recomputed backward lost a layer's input gradient"));
+    let mut g = layers.last().grad(&grads).ok_or_else(missing)?;
+    drop(grads);
+    for i in (0..layers.len()).rev() {
+        let (x, y) = tracked.rerun_layer(&layers, i).map_err(rerun)?;
+        let grads = backward(fold, (y * Tensor::from_inner(g)).sum());
+        merge_gradients(&mut out, gradients(tracked, &grads));
+        g = x.grad(&grads).ok_or_else(missing)?;
+    }
+    let e = tracked.rerun_embedding(&layers).map_err(rerun)?;
+    let grads = backward(fold, (e * Tensor::from_inner(g)).sum());
+    merge_gradients(&mut out, gradients(tracked, &grads));
+    Ok((value, out))
+}
+
+/// Adds the gradients of one recomputed stage into `out` (a tied embedding gets the head's and
+/// the embedding's: two terms, so their order cannot change a bit).
+fn merge_gradients(out: &mut BTreeMap<String, Tensor<1>>, stage: BTreeMap<String, Tensor<1>>) {
+    for (name, g) in stage {
+        let sum = match out.remove(&name) {
+            Some(other) => other + g,
+            None => g,
+        };
+        out.insert(name, sum);
+    }
 }
 
 /// (name, autodiff node id) of every tracked weight of `tracked` (from [`tracked_copy`]).
@@ -294,6 +325,46 @@ mod tests {
         assert_eq!(micro_batches(&[5, 5, 5], 9), vec![0..1, 1..2, 2..3]);
         assert_eq!(micro_batches(&[20, 3, 3, 20], 8), vec![0..1, 1..3, 3..4]);
         assert_eq!(micro_batches(&[3, 3, 3], 100), vec![0..3]);
+    }
+
+    /// Per-layer recomputation must not change a bit: the logprobs, the loss and every weight
+    /// gradient (folded or burn's) equal the one-graph backward's, tied and untied, on the
+    /// matched kernels and on the ablation's, at fresh random sizes.
+    #[test]
+    fn recomputed_layers_give_the_one_graph_gradients_as_bits() {
+        use super::{tracked_copy, weighted_backward, with_folded, GradFold};
+        use rand::{Rng, SeedableRng};
+        use shared_kernels::model::{tiny_config, Checkpoint, KernelSet, Qwen3};
+        let device = shared_kernels::device::default_device();
+        let seed = shared_kernels::battery::test_seed();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        for (tied, kernels) in [(true, KernelSet::Matched), (false, KernelSet::Matched), (true, KernelSet::Fast)] {
+            let mut model = Qwen3::from_checkpoint(&Checkpoint::random(tiny_config(97, tied), 0.08, rng.random()), burn::tensor::DType::F32, &device).unwrap();
+            model.kernels = kernels;
+            let sequences: Vec<Vec<u32>> = (0..rng.random_range(2..5)).map(|_| (0..rng.random_range(3..60)).map(|_| rng.random_range(0..97)).collect()).collect();
+            let rows: usize = sequences.iter().map(|s| s.len() - 1).sum();
+            let weights: Vec<f32> = (0..rows).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let run = |recompute: bool| {
+                let tracked = tracked_copy(&model);
+                let (lp, logprobs) = tracked.training_logprobs(&sequences, 1.0, recompute).unwrap();
+                assert_eq!(logprobs.layers.is_some(), recompute);
+                let mut fold = GradFold::new();
+                let (loss, grads) = weighted_backward(&tracked, logprobs, &weights, &mut fold, "test", "train.lr").unwrap();
+                let grads: Vec<(String, Vec<u32>)> = with_folded(grads, fold).into_iter().map(|(name, g)| (name, g.into_data().convert::<f32>().try_to_vec::<f32>().unwrap().iter().map(|x| x.to_bits()).collect())).collect();
+                let lp: Vec<u32> = lp.concat().iter().map(|x| x.to_bits()).collect();
+                (lp, loss.to_bits(), grads)
+            };
+            let (plain, recomputed) = (run(false), run(true));
+            let what = format!("seed {seed}, tied {tied}, {kernels:?}, lengths {:?}", sequences.iter().map(Vec::len).collect::<Vec<_>>());
+            assert_eq!(plain.0, recomputed.0, "logprobs differ ({what})");
+            assert_eq!(plain.1, recomputed.1, "loss differs ({what})");
+            assert_eq!(plain.2.len(), recomputed.2.len(), "gradients of other weights ({what})");
+            for ((name, a), (other, b)) in plain.2.iter().zip(&recomputed.2) {
+                assert_eq!(name, other);
+                let differing = a.iter().zip(b).filter(|(x, y)| x != y).count();
+                assert_eq!(differing, 0, "{name}: {differing} of {} gradient values differ in bits ({what})", a.len());
+            }
+        }
     }
 
     #[test]

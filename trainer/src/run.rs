@@ -225,7 +225,7 @@ pub fn save_resolved(c: &Config, dir: &Path) -> Result<(), RunError> {
 }
 
 /// Keys a resume may change without changing a bit of the run (display only).
-const RESUME_NEUTRAL_KEYS: [&str; 2] = ["log.progress", "log.tensorboard"];
+const RESUME_NEUTRAL_KEYS: [&str; 3] = ["log.progress", "log.tensorboard", "train.final_checkpoint"];
 
 /// `(key, before, now)` for every key whose value differs between the config a run was started
 /// with (its `config.resolved.toml`) and `now`, keys that cannot change a bit left out.

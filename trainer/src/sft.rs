@@ -32,7 +32,7 @@ pub fn warm_start(cfg: &Config, policy: &mut Policy, task: &Task, stop: &std::sy
             sequences.push(seq);
         }
         let tracked = tracked_copy(&policy.model);
-        let (_, flat) = tracked.sequence_logprobs(&sequences, 1.0)?;
+        let (_, flat) = tracked.training_logprobs(&sequences, 1.0, false)?;
         let answer_tokens: usize = sequences.iter().zip(&prompt_lens).map(|(s, p)| s.len() - p).sum();
         let mut weights = Vec::new();
         for (s, seq) in sequences.iter().enumerate() {

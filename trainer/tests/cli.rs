@@ -350,7 +350,7 @@ fn sigterm_finishes_the_step_writes_a_checkpoint_and_resume_continues() {
 }
 
 #[test]
-fn micro_batches_keep_the_logprob_and_update_bits_and_repeat_run_to_run() {
+fn micro_batches_and_recomputation_keep_the_logprob_and_update_bits_and_repeat_run_to_run() {
     let dir = scratch("micro");
     std::fs::write(dir.join("small.toml"), SMALL).unwrap();
     // 8 rollouts of ~9-10 tokens: 20 tokens a micro-batch cuts each step into 4-8 passes
@@ -378,6 +378,16 @@ fn micro_batches_keep_the_logprob_and_update_bits_and_repeat_run_to_run() {
     let (lw, lm) = (whole[0]["loss"].as_f64().unwrap(), micro_a[0]["loss"].as_f64().unwrap());
     assert!((lw - lm).abs() <= 1e-5 * lw.abs().max(1e-3), "step 0 loss {lw} vs {lm}");
     assert_eq!(micro_a, micro_b, "two micro-batched runs differ");
+    // per-layer recomputation (one pass and micro-batches) changes no bit either
+    for (name, budget) in [("recompute", "0"), ("recompute-micro", "20")] {
+        let out = lockstep(&["train", "small.toml", "--set", &format!("log.run_name={name}"), "--set", "train.steps=3", "--set", &format!("train.micro_batch_tokens={budget}"), "--set", "task.reward=char_f1", "--set", "train.recompute_layers=true"], &dir);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        for (w, m) in whole.iter().zip(&metrics(&dir.join("runs").join(name))) {
+            for key in ["trainer_weights_fingerprint", "sampler_weights_fingerprint", "grad_norm", "agreement", "reward_mean"] {
+                assert_eq!(w[key], m[key], "step {}: {key} differs between the one-graph backward and {name}", w["step"]);
+            }
+        }
+    }
 }
 
 /// A copy of the tiny HF fixture in `dir/name`, damaged by `damage`.

@@ -2,7 +2,9 @@
 //! right after a step's metrics and TensorBoard writes), each followed by a restart, must end in
 //! the uninterrupted run's metrics, weights and TensorBoard curves; a full disk (a file-size
 //! limit: writes fail with EFBIG) during a checkpoint write must be a clear error that leaves the
-//! previous checkpoint intact, and the run must then resume to the same result.
+//! previous checkpoint intact, and the run must then resume to the same result; so must a real
+//! full file system (a tmpfs in a mount namespace of its own); a panic on cubecl's device
+//! thread must stop the run, naming it.
 //!
 //! CI runs a reduced set (`LOCKSTEP_FAULT_KILLS`, default 4 kills); the full set:
 //! `LOCKSTEP_FAULT_KILLS=40 cargo test --locked -p trainer --test faults`.
@@ -208,4 +210,81 @@ fn a_full_disk_while_sample_writes_is_an_error_and_the_earlier_output_survives()
     assert_eq!(std::fs::read_to_string(dir.join("prompts.jsonl")).unwrap(), prompts);
     let leftovers: Vec<String> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".tmp")).collect();
     assert!(leftovers.is_empty(), "a partial file was left: {leftovers:?}");
+}
+
+#[test]
+fn a_full_tmpfs_during_a_checkpoint_write_is_an_error_and_the_previous_checkpoint_survives() {
+    // a real full file system (ENOSPC), where the test above only limits the file size: the
+    // run's folder on a tmpfs of its own mount namespace (`unshare -rm`, no privileges needed)
+    if !Command::new("unshare").args(["-rm", "true"]).status().is_ok_and(|s| s.success()) {
+        eprintln!("skipped: this machine gives no mount namespace (unshare -rm); the file-size test above covers the write path");
+        return;
+    }
+    let dir = scratch("faults-tmpfs");
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    let out = lockstep(&[RUN, &["--set", "log.run_name=straight"]].concat(), &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let straight = metrics(&dir.join("runs/straight"));
+    let out = lockstep(&[RUN, &["--set", "log.run_name=full", "--max-steps", "3"]].concat(), &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let last = |runs: &Path| runs.join("full/checkpoints/step-000003");
+    let files = ["model.safetensors", "optimizer.safetensors", "state.json"];
+    let before: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(last(&dir.join("runs")).join(f)).unwrap()).collect();
+    // inside the namespace: the run folder moved onto a 64 MB tmpfs filled up to its last
+    // 150 KB (metrics lines and TensorBoard events fit, a checkpoint's ~350 KB weights do not),
+    // the resume, then the folder copied back out for the checks
+    let script = format!(
+        "set -u; mkdir -p disk after; mount -t tmpfs -o size=64m tmpfs disk || exit 90; cp -a small.toml disk/ && mkdir disk/runs && cp -a runs/full disk/runs/ || exit 91; \
+         avail=$(df -k --output=avail disk | tail -1); dd if=/dev/zero of=disk/filler bs=1k count=$((avail - 150)) 2>/dev/null; \
+         (cd disk && {bin} {run} --set log.run_name=full --resume) 2> resume.err; echo $? > resume.exit; rm disk/filler; cp -a disk/runs after/",
+        bin = env!("CARGO_BIN_EXE_lockstep"),
+        run = RUN.join(" ")
+    );
+    let status = Command::new("unshare").args(["-rm", "sh", "-c", &script]).current_dir(&dir).status().unwrap();
+    assert!(status.success(), "the tmpfs script failed: {status:?}");
+    let err = std::fs::read_to_string(dir.join("resume.err")).unwrap();
+    let code: i32 = std::fs::read_to_string(dir.join("resume.exit")).unwrap().trim().parse().unwrap();
+    assert_ne!(code, 0, "the run passed a full disk: {err}");
+    assert_ne!(code, 101, "a panic: {err}");
+    assert!(err.contains("No space left on device"), "not a clear error: {err}");
+    eprintln!("the full-tmpfs error: {}", err.lines().filter(|l| l.contains("error")).collect::<Vec<_>>().join(" | "));
+    let after = dir.join("after/runs");
+    for (f, bytes) in files.iter().zip(&before) {
+        assert!(std::fs::read(last(&after).join(f)).unwrap() == *bytes, "{f} of the previous checkpoint changed");
+    }
+    let complete: Vec<String> = {
+        let mut names: Vec<String> = std::fs::read_dir(after.join("full/checkpoints")).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("step-")).collect();
+        names.sort();
+        names
+    };
+    assert_eq!(complete.last().map(String::as_str), Some("step-000003"), "a partial checkpoint was taken for complete: {complete:?}");
+    // with room again (the folder back on the real disk), the resume ends where the
+    // uninterrupted run did
+    let again = scratch("faults-tmpfs-again");
+    std::fs::write(again.join("small.toml"), SMALL).unwrap();
+    assert!(Command::new("cp").args(["-a"]).arg(&after).arg(again.join("runs")).status().unwrap().success());
+    let out = lockstep(&[RUN, &["--set", "log.run_name=full", "--resume"]].concat(), &again);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(metrics(&again.join("runs/full")), straight);
+}
+
+#[test]
+fn a_panic_on_the_device_thread_stops_the_run_naming_it() {
+    let dir = scratch("faults-device-panic");
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    // the failpoint queues a panicking task on cubecl's device runner thread as the rmsnorm
+    // launcher is entered; cubecl catches such a panic there and only logs it
+    let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
+        .args(["train", "small.toml", "--set", "log.run_name=d", "--set", "train.sft_steps=0"])
+        .env("LOCKSTEP_FAULT_DEVICE_PANIC", "rmsnorm")
+        .env_remove("RUST_BACKTRACE")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("device thread") && err.contains("fault injection: LOCKSTEP_FAULT_DEVICE_PANIC=rmsnorm"), "{err}");
+    assert!(err.contains("the last kernel launch entered: `"), "the launch is not named: {err}");
+    assert!(!err.contains("panicked at"), "a raw panic reached the user: {err}");
+    assert!(!dir.join("runs/d/checkpoints").exists(), "the run went on after the failure");
 }

@@ -84,6 +84,8 @@ pub struct KvCache {
     blocks: Option<Blocks>,
     /// The device copy of the block table, `None` after a change.
     table: Option<BlockRows>,
+    /// The device's int dtype (the tables' element type), learnt at the first upload.
+    int_dtype: Option<DType>,
 }
 
 /// The paged layout's bookkeeping (host side).
@@ -100,7 +102,7 @@ impl KvCache {
     pub fn new(config: &ModelConfig, slots: usize, max_len: usize, dtype: DType, device: &Device) -> Self {
         let shape = KvCacheShape { slots, max_len, kv_heads: config.num_kv_heads, head_dim: config.head_dim };
         let layers = Self::tensors(config, [slots, max_len, shape.kv_heads, shape.head_dim], dtype, device);
-        Self { shape, layers, blocks: None, table: None }
+        Self { shape, layers, blocks: None, table: None, int_dtype: None }
     }
 
     /// A paged cache of `blocks` blocks of [`BLOCK`] positions for up to `slots` sequences of up
@@ -114,7 +116,7 @@ impl KvCache {
         let shape = KvCacheShape { slots, max_len: width * BLOCK, kv_heads: config.num_kv_heads, head_dim: config.head_dim };
         let layers = Self::tensors(config, [blocks, BLOCK, shape.kv_heads, shape.head_dim], dtype, device);
         let blocks = Blocks { free: (0..blocks as u32).rev().collect(), holders: vec![0; blocks], owned: vec![Vec::new(); slots] };
-        Ok(Self { shape, layers, blocks: Some(blocks), table: None })
+        Ok(Self { shape, layers, blocks: Some(blocks), table: None, int_dtype: None })
     }
 
     fn tensors(config: &ModelConfig, dims: [usize; 4], dtype: DType, device: &Device) -> Vec<(Tensor<4>, Tensor<4>)> {
@@ -178,8 +180,11 @@ impl KvCache {
             return Ok(t.clone());
         }
         let device = self.layers[0].0.device();
-        let probe = Tensor::<1, Int>::zeros([1], &device);
-        let int_dtype = crate::bridge::int_in("kv cache", "probe", probe)?.dtype;
+        let int_dtype = match self.int_dtype {
+            Some(d) => d,
+            None => crate::bridge::int_in("kv cache", "probe", Tensor::<1, Int>::zeros([1], &device))?.dtype,
+        };
+        self.int_dtype = Some(int_dtype);
         let table = match &self.blocks {
             None => BlockRows::contiguous(&self.shape, int_dtype, &device)?,
             Some(b) => {

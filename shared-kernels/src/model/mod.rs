@@ -5,12 +5,14 @@ pub mod audit;
 pub mod cache;
 pub mod config;
 pub mod qwen3;
+pub mod recompute;
 pub mod tokenizer;
 pub mod weights;
 
 pub use config::ModelConfig;
 pub use cache::{KvCache, Rows};
 pub use qwen3::{KernelSet, Qwen3, Trace, Weight};
+pub use recompute::{LayerInputs, TrackedLogprobs};
 pub use tokenizer::load_tokenizer;
 pub use weights::{load_checkpoint, save_checkpoint, tiny_config, Checkpoint};
 

@@ -13,8 +13,8 @@
 
 use super::cache::take;
 use super::{Checkpoint, KvCache, ModelConfig, ModelError, Rows};
-use crate::ops::attention::attention_for_rows_paged;
-use crate::ops::attention_inputs::attention_inputs_paged;
+use crate::ops::attention::attention_for_rows;
+use crate::ops::attention_inputs::attention_inputs;
 use crate::ops::kv_cache::write_kv_cache_paged;
 use crate::{add, add_rmsnorm, causal_attention, embedding, rope, swiglu, swiglu_halves, QkNorm};
 use crate::{KernelError, RopeTables, WeightLayout::OutIn};
@@ -435,8 +435,6 @@ impl Qwen3 {
             }
         }
         let eps = c.rms_norm_eps as f32;
-        let scale = 1.0 / (c.head_dim as f32).sqrt();
-        let (hq, hkv, d) = (c.num_heads, c.num_kv_heads, c.head_dim);
         let mut h = embedding(self.embed.clone(), tokens)?;
         record(&mut trace, || "embedding".into(), &h);
         if let Some(cache) = cache.as_deref_mut() {
@@ -444,49 +442,63 @@ impl Qwen3 {
                 return self.forward_fused(rows, h, cache, (&slots, &positions), trace);
             }
         }
-        for (i, l) in self.layers.iter().enumerate() {
-            let x = self.norm_rows(h.clone(), l.input_norm.clone(), eps)?;
-            record(&mut trace, || format!("layer {i} input_norm"), &x);
-            let mut q = self.mm(x.clone(), l.q_proj.clone(), OutIn)?.reshape([n, hq, d]);
-            let mut k = self.mm(x.clone(), l.k_proj.clone(), OutIn)?.reshape([n, hkv, d]);
-            let v = self.mm(x, l.v_proj.clone(), OutIn)?.reshape([n, hkv, d]);
-            if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
-                q = self.norm_rows(q, qn.clone(), eps)?;
-                k = self.norm_rows(k, kn.clone(), eps)?;
-            }
-            let q = rope(q, positions.clone(), &self.rope)?;
-            let k = rope(k, positions.clone(), &self.rope)?;
-            record(&mut trace, || format!("layer {i} q (normed, rope)"), &q.clone().reshape([n, hq * d]));
-            record(&mut trace, || format!("layer {i} k (normed, rope)"), &k.clone().reshape([n, hkv * d]));
-            record(&mut trace, || format!("layer {i} v"), &v.clone().reshape([n, hkv * d]));
-            let attn = match cache.as_deref_mut() {
-                Some(cache) => {
-                    let pages = cache.pages()?;
-                    let (kc, vc) = &mut cache.layers[i];
-                    // moved out so the write happens in place (a shared handle would be copied)
-                    *kc = write_kv_cache_paged(take(kc), k, slots.clone(), positions.clone(), Some(&pages))?;
-                    *vc = write_kv_cache_paged(take(vc), v, slots.clone(), positions.clone(), Some(&pages))?;
-                    attention_for_rows_paged(q, kc.clone(), vc.clone(), slots.clone(), positions.clone(), &rows.slots, scale, Some(&pages))?
-                }
-                None => causal_attention(q, k, v, &rows.slots, &rows.positions, scale)?,
-            };
-            record(&mut trace, || format!("layer {i} attention"), &attn.clone().reshape([n, hq * d]));
-            let o = self.mm(attn.reshape([n, hq * d]), l.o_proj.clone(), OutIn)?;
-            record(&mut trace, || format!("layer {i} o_proj"), &o);
-            h = add(h, o)?;
-            let x = self.norm_rows(h.clone(), l.post_norm.clone(), eps)?;
-            record(&mut trace, || format!("layer {i} post_norm"), &x);
-            let gate = self.mm(x.clone(), l.gate_proj.clone(), OutIn)?;
-            let up = self.mm(x, l.up_proj.clone(), OutIn)?;
-            let act = swiglu(gate, up)?;
-            record(&mut trace, || format!("layer {i} gate/up+swiglu"), &act);
-            let down = self.mm(act, l.down_proj.clone(), OutIn)?;
-            record(&mut trace, || format!("layer {i} down_proj"), &down);
-            h = add(h, down)?;
+        for i in 0..self.layers.len() {
+            h = self.layer(i, h, rows, (&slots, &positions), cache.as_deref_mut(), trace.as_deref_mut())?;
         }
         let x = self.norm_rows(h, self.norm.clone(), eps)?;
         record(&mut trace, || "final_norm".into(), &x);
         Ok(x)
+    }
+
+    /// Decoder layer `i` on the rows: the residual stream `h` after it. With a cache the rows'
+    /// keys and values are written into it and attention reads it; without, attention is causal
+    /// within each sequence of the rows (the training path).
+    pub(crate) fn layer(&self, i: usize, mut h: Tensor<2>, rows: &Rows, (slots, positions): (&Tensor<1, Int>, &Tensor<1, Int>), cache: Option<&mut KvCache>, mut trace: Option<&mut Trace>) -> Result<Tensor<2>, ModelError> {
+        let c = &self.config;
+        let l = &self.layers[i];
+        let n = rows.len();
+        let eps = c.rms_norm_eps as f32;
+        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        let (hq, hkv, d) = (c.num_heads, c.num_kv_heads, c.head_dim);
+        let x = self.norm_rows(h.clone(), l.input_norm.clone(), eps)?;
+        record(&mut trace, || format!("layer {i} input_norm"), &x);
+        let mut q = self.mm(x.clone(), l.q_proj.clone(), OutIn)?.reshape([n, hq, d]);
+        let mut k = self.mm(x.clone(), l.k_proj.clone(), OutIn)?.reshape([n, hkv, d]);
+        let v = self.mm(x, l.v_proj.clone(), OutIn)?.reshape([n, hkv, d]);
+        if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
+            q = self.norm_rows(q, qn.clone(), eps)?;
+            k = self.norm_rows(k, kn.clone(), eps)?;
+        }
+        let q = rope(q, positions.clone(), &self.rope)?;
+        let k = rope(k, positions.clone(), &self.rope)?;
+        record(&mut trace, || format!("layer {i} q (normed, rope)"), &q.clone().reshape([n, hq * d]));
+        record(&mut trace, || format!("layer {i} k (normed, rope)"), &k.clone().reshape([n, hkv * d]));
+        record(&mut trace, || format!("layer {i} v"), &v.clone().reshape([n, hkv * d]));
+        let attn = match cache {
+            Some(cache) => {
+                let pages = cache.pages()?;
+                let (kc, vc) = &mut cache.layers[i];
+                // moved out so the write happens in place (a shared handle would be copied)
+                *kc = write_kv_cache_paged(take(kc), k, slots.clone(), positions.clone(), Some(&pages))?;
+                *vc = write_kv_cache_paged(take(vc), v, slots.clone(), positions.clone(), Some(&pages))?;
+                attention_for_rows(q, kc.clone(), vc.clone(), slots.clone(), positions.clone(), &rows.slots, scale, Some(&pages))?
+            }
+            None => causal_attention(q, k, v, &rows.slots, &rows.positions, scale)?,
+        };
+        record(&mut trace, || format!("layer {i} attention"), &attn.clone().reshape([n, hq * d]));
+        let o = self.mm(attn.reshape([n, hq * d]), l.o_proj.clone(), OutIn)?;
+        record(&mut trace, || format!("layer {i} o_proj"), &o);
+        h = add(h, o)?;
+        let x = self.norm_rows(h.clone(), l.post_norm.clone(), eps)?;
+        record(&mut trace, || format!("layer {i} post_norm"), &x);
+        let gate = self.mm(x.clone(), l.gate_proj.clone(), OutIn)?;
+        let up = self.mm(x, l.up_proj.clone(), OutIn)?;
+        let act = swiglu(gate, up)?;
+        record(&mut trace, || format!("layer {i} gate/up+swiglu"), &act);
+        let down = self.mm(act, l.down_proj.clone(), OutIn)?;
+        record(&mut trace, || format!("layer {i} down_proj"), &down);
+        h = add(h, down)?;
+        Ok(h)
     }
 
     /// The LM head on the final-normed rows `x`, all of them or those in `at`.
@@ -525,7 +537,7 @@ impl Qwen3 {
             };
             let pages = cache.pages()?;
             let (kc, vc) = &mut cache.layers[i];
-            let (q, k_new, v_new) = attention_inputs_paged(qkv, hq, qk_norm.as_ref(), slots.clone(), positions.clone(), &self.rope, take(kc), take(vc), Some(&pages))?;
+            let (q, k_new, v_new) = attention_inputs(qkv, hq, qk_norm.as_ref(), slots.clone(), positions.clone(), &self.rope, take(kc), take(vc), Some(&pages))?;
             (*kc, *vc) = (k_new, v_new);
             record(&mut trace, || format!("layer {i} q (normed, rope)"), &q.clone().reshape([n, hq * d]));
             if trace.is_some() {
@@ -534,7 +546,7 @@ impl Qwen3 {
                 record(&mut trace, || format!("layer {i} v"), &cache.rows_of(vc, rows));
             }
             let (kc, vc) = &cache.layers[i];
-            let attn = attention_for_rows_paged(q, kc.clone(), vc.clone(), slots.clone(), positions.clone(), &rows.slots, scale, Some(&pages))?;
+            let attn = attention_for_rows(q, kc.clone(), vc.clone(), slots.clone(), positions.clone(), &rows.slots, scale, Some(&pages))?;
             record(&mut trace, || format!("layer {i} attention"), &attn.clone().reshape([n, hq * d]));
             let o = crate::matmul(attn.reshape([n, hq * d]), l.o_proj.clone(), OutIn)?;
             record(&mut trace, || format!("layer {i} o_proj"), &o);
@@ -568,7 +580,7 @@ impl Qwen3 {
         }
     }
 
-    fn norm_rows<const D: usize>(&self, x: Tensor<D>, w: Tensor<1>, eps: f32) -> Result<Tensor<D>, crate::KernelError> {
+    pub(crate) fn norm_rows<const D: usize>(&self, x: Tensor<D>, w: Tensor<1>, eps: f32) -> Result<Tensor<D>, crate::KernelError> {
         match self.kernels {
             KernelSet::Matched | KernelSet::MatchedUnfused | KernelSet::SplitK => crate::rmsnorm(x, w, eps),
             KernelSet::Fast => {
@@ -587,14 +599,25 @@ impl Qwen3 {
     /// head runs fused with the logprob in chunks of rows ([`crate::head_logprobs`]): the
     /// `[rows, vocab]` logits never exist at once.
     pub fn sequence_logprobs(&self, sequences: &[Vec<u32>], temperature: f32) -> Result<(Vec<Vec<f32>>, Tensor<1>), ModelError> {
+        let rows = self.training_rows(sequences)?;
+        let x = self.final_hidden(&rows, None, None, None)?;
+        self.score_rows(x, &rows, sequences, temperature)
+    }
+
+    /// The training path's rows for `sequences`: every sequence whole, padded to whole fold
+    /// granules (a micro-batch of whole sequences then starts on a granule, so the folded
+    /// weight gradients' bits do not see the micro-batching).
+    pub(crate) fn training_rows(&self, sequences: &[Vec<u32>]) -> Result<Rows, ModelError> {
         if let Some(i) = sequences.iter().position(|s| s.len() < 2) {
             return Err(ModelError::Input(format!("sequence {i} has fewer than 2 tokens: nothing to score")));
         }
-        // sequences padded to whole fold granules: a micro-batch of whole sequences then starts
-        // on a granule, so the folded weight gradients' bits do not see the micro-batching
+        Ok(Rows::whole_padded(sequences, crate::grad_fold::FOLD_ROWS, self.config.max_position_embeddings))
+    }
+
+    /// The LM head and logprobs on the final-normed training rows `x` of `sequences`: (per-sequence
+    /// logprobs, flat tensor of all of them in the same order), and the entropy metric.
+    pub(crate) fn score_rows(&self, x: Tensor<2>, rows: &Rows, sequences: &[Vec<u32>], temperature: f32) -> Result<(Vec<Vec<f32>>, Tensor<1>), ModelError> {
         let granule = crate::grad_fold::FOLD_ROWS;
-        let rows = Rows::whole_padded(sequences, granule, self.config.max_position_embeddings);
-        let x = self.final_hidden(&rows, None, None, None)?;
         let device = x.device();
         // every row runs through the head (a sequence's last row and the padding with a
         // stand-in target 0, then dropped), so the head's weight gradient walks every row

@@ -287,22 +287,10 @@ pub fn attention_rows(
 /// The forward's attention for rows known on the host: split-KV's prefill tiles where they
 /// were measured to pay (CUDA: 1.5-1.8x on 1024-token prompts, docs/perf.md), the per-row
 /// kernel elsewhere (lavapipe: tiles 1.3-1.4x slower, `lockstep bench` attention prefill rows).
-/// Tiles or not, the bits are the same, so the choice may follow the runtime.
-pub fn attention_for_rows(
-    q: BTensor<3>,
-    k_cache: BTensor<4>,
-    v_cache: BTensor<4>,
-    slots: BTensor<1, BInt>,
-    positions: BTensor<1, BInt>,
-    host_slots: &[u32],
-    scale: f32,
-) -> Result<BTensor<3>, KernelError> {
-    attention_for_rows_paged(q, k_cache, v_cache, slots, positions, host_slots, scale, None)
-}
-
-/// [`attention_for_rows`] over a cache laid out by `pages` (`None`: contiguous).
+/// Tiles or not, the bits are the same, so the choice may follow the runtime. `pages`: where
+/// the cache's sequences live (`None`: a contiguous `[slots, max_len, ..]` cache).
 #[allow(clippy::too_many_arguments)]
-pub fn attention_for_rows_paged(
+pub fn attention_for_rows(
     q: BTensor<3>,
     k_cache: BTensor<4>,
     v_cache: BTensor<4>,
@@ -647,7 +635,11 @@ fn causal_attention_plain(
     let empty = || BTensor::<4>::zeros([n_slots, max_len, kv_heads, head_dim], &device).cast(dtype);
     let ints = |v: &[u32]| BTensor::<1, BInt>::from_data(TensorData::new(v.iter().map(|&x| x as i32).collect::<Vec<_>>(), [v.len()]), &device);
     let (slot_t, pos_t) = (ints(slots), ints(positions));
-    let k_cache = write_kv_cache(empty(), k, slot_t.clone(), pos_t.clone())?;
-    let v_cache = write_kv_cache(empty(), v, slot_t.clone(), pos_t.clone())?;
-    attention_for_rows(q, k_cache, v_cache, slot_t, pos_t, slots, scale)
+    // one block table for the two writes and the attention (each layer calls this)
+    let shape = KvCacheShape { slots: n_slots, max_len, kv_heads, head_dim };
+    let int_dtype = crate::bridge::int_in("causal_attention", "slots", slot_t.clone())?.dtype;
+    let pages = BlockRows::contiguous(&shape, int_dtype, &device)?;
+    let k_cache = super::kv_cache::write_kv_cache_paged(empty(), k, slot_t.clone(), pos_t.clone(), Some(&pages))?;
+    let v_cache = super::kv_cache::write_kv_cache_paged(empty(), v, slot_t.clone(), pos_t.clone(), Some(&pages))?;
+    attention_for_rows(q, k_cache, v_cache, slot_t, pos_t, slots, scale, Some(&pages))
 }

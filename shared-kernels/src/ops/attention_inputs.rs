@@ -124,23 +124,9 @@ pub struct QkNorm {
 /// RoPE'd queries `[rows, q_heads, head_dim]` (returned) and RoPE'd keys / values written at
 /// (slot, position) of `k_cache` / `v_cache` (updated in place when they are not shared).
 /// Bit-identical to q/k-norm + rope + [`crate::write_kv_cache`] on the split projection.
+/// `pages`: where the caches' sequences live (`None`: contiguous `[slots, max_len, ..]`).
 #[allow(clippy::too_many_arguments)]
 pub fn attention_inputs(
-    qkv: BTensor<2>,
-    q_heads: usize,
-    qk_norm: Option<&QkNorm>,
-    slots: BTensor<1, BInt>,
-    positions: BTensor<1, BInt>,
-    tables: &RopeTables,
-    k_cache: BTensor<4>,
-    v_cache: BTensor<4>,
-) -> Result<(BTensor<3>, BTensor<4>, BTensor<4>), KernelError> {
-    attention_inputs_paged(qkv, q_heads, qk_norm, slots, positions, tables, k_cache, v_cache, None)
-}
-
-/// [`attention_inputs`] into caches laid out by `pages` (`None`: contiguous).
-#[allow(clippy::too_many_arguments)]
-pub fn attention_inputs_paged(
     qkv: BTensor<2>,
     q_heads: usize,
     qk_norm: Option<&QkNorm>,

@@ -83,7 +83,7 @@ fn attention_inputs_equal_norm_rope_and_cache_writes_as_bits() {
             let v0 = random(&mut rng, [slots, max_len, kv_heads, head_dim], 1.0, &device);
             let (st, pt) = (ints(s, &device), ints(p, &device));
 
-            let (q, k_cache, v_cache) = attention_inputs(qkv.clone(), q_heads, qk_norm.then_some(&norms), st.clone(), pt.clone(), &tables, k0.clone(), v0.clone()).unwrap();
+            let (q, k_cache, v_cache) = attention_inputs(qkv.clone(), q_heads, qk_norm.then_some(&norms), st.clone(), pt.clone(), &tables, k0.clone(), v0.clone(), None).unwrap();
 
             let split = |from: usize, heads: usize| qkv.clone().slice([0..rows, from * head_dim..(from + heads) * head_dim]).reshape([rows, heads, head_dim]);
             let (mut wq, mut wk, wv) = (split(0, q_heads), split(q_heads, kv_heads), split(q_heads + kv_heads, kv_heads));
@@ -110,7 +110,7 @@ fn fused_launchers_reject_bad_shapes_by_name() {
     let tables = RopeTables::new(8, 16, 10000.0, &device).unwrap();
     let cache = || Tensor::<4>::zeros([2, 8, 1, 8], &device);
     // 2 query heads + 2 x 1 kv heads of 8 = 32 columns; give 30
-    let err = attention_inputs(random(&mut rng, [1, 30], 1.0, &device), 2, None, ints(vec![0], &device), ints(vec![0], &device), &tables, cache(), cache()).unwrap_err().to_string();
+    let err = attention_inputs(random(&mut rng, [1, 30], 1.0, &device), 2, None, ints(vec![0], &device), ints(vec![0], &device), &tables, cache(), cache(), None).unwrap_err().to_string();
     assert!(err.contains("attention_inputs") && err.contains("qkv"), "{err}");
     let err = swiglu_halves(random(&mut rng, [2, 7], 1.0, &device)).unwrap_err().to_string();
     assert!(err.contains("swiglu_halves") && err.contains("even"), "{err}");
