@@ -276,9 +276,9 @@ fn trainer_step(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Resu
         })
         .sum();
     println!("\n## trainer step (training path forward + backward, lockstep kernels)\n");
-    // with --trainer-recompute each size runs recomputed first: the pools after it hold what
-    // it needed, the pools after the plain run what both needed (pools only grow)
-    println!("| sequences x tokens | recompute_layers | step ms | tokens/s | model TFLOP/s | MFU | memory pools after |");
+    // "held after the forward": the device bytes in live allocations when the forward is done
+    // and the backward not begun, the model's weights included (what recomputation shrinks)
+    println!("| sequences x tokens | recompute_layers | step ms | tokens/s | model TFLOP/s | MFU | held after the forward |");
     println!("|---|---|---|---|---|---|---|");
     let len = if o.trainer_len == 0 { 128 } else { o.trainer_len }.min(config.max_position_embeddings);
     let batches: &[usize] = if o.trainer_batches.is_empty() { &[8, 32] } else { &o.trainer_batches };
@@ -289,9 +289,11 @@ fn trainer_step(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Resu
         m.kernels = KernelSet::Matched;
         for &recompute in arms {
             // the GRPO update's own path: every scored token weighted, weight gradients folded
+            let held = std::cell::Cell::new(None);
             let step = || {
                 let tracked = crate::optim::tracked_copy(&m);
                 let (_, logprobs) = tracked.training_logprobs(&seqs, 1.0, recompute).expect("training path");
+                held.set(device.memory_pool_usage().map(|u| u.bytes_in_use));
                 let weights = vec![1.0f32; logprobs.flat.dims()[0]];
                 let mut fold = shared_kernels::grad_fold::GradFold::new();
                 let (_, grads) = crate::optim::weighted_backward(&tracked, logprobs, &weights, &mut fold, "bench", "train.lr").expect("bench update");
@@ -301,8 +303,8 @@ fn trainer_step(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Resu
             let tokens = batch * (len - 1);
             let flops = 6.0 * matmul_params as f64 * tokens as f64;
             let mfu = if shared_kernels::device::runtime_name() == "cuda" && o.dtype == DType::BF16 { format!("{:.1}% of 989 TFLOP/s", 100.0 * flops / secs / H200_BF16_PEAK) } else { "-".into() };
-            let pools = device.memory_pool_report().map_or_else(|| "-".to_string(), |p| format!("{:.2} GB", p.iter().map(|p| p.pages * p.page_size).sum::<u64>() as f64 / 1e9));
-            println!("| {batch} x {len} | {recompute} | {:.1} | {:.0} | {:.2} | {mfu} | {pools} |", secs * 1e3, tokens as f64 / secs, flops / secs / 1e12);
+            let held = held.get().map_or_else(|| "-".to_string(), |b| format!("{:.1} MB", b as f64 / 1e6));
+            println!("| {batch} x {len} | {recompute} | {:.1} | {:.0} | {:.2} | {mfu} | {held} |", secs * 1e3, tokens as f64 / secs, flops / secs / 1e12);
         }
     }
     Ok(())
