@@ -54,6 +54,21 @@ fn logged_steps(run: &Path) -> usize {
     std::fs::read_to_string(run.join("metrics.jsonl")).map_or(0, |t| t.lines().count())
 }
 
+/// `lockstep train small.toml` (no SFT warm start) in a fresh scratch folder `name`, with the
+/// failpoint `var=value` set: (exit code, stderr, the folder).
+fn train_with_failpoint(name: &str, var: &str, value: &str) -> (Option<i32>, String, std::path::PathBuf) {
+    let dir = scratch(name);
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
+        .args(["train", "small.toml", "--set", "log.run_name=f", "--set", "train.sft_steps=0"])
+        .env(var, value)
+        .env_remove("RUST_BACKTRACE")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned(), dir)
+}
+
 #[test]
 fn kills_at_random_moments_then_restarts_end_in_the_uninterrupted_run() {
     let dir = scratch("faults-kill");
@@ -153,19 +168,10 @@ fn a_full_disk_during_a_checkpoint_write_is_an_error_and_the_previous_checkpoint
 
 #[test]
 fn a_panic_inside_a_kernel_launch_is_an_error_naming_the_op_and_its_sizes() {
-    let dir = scratch("faults-panic");
-    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
     // the failpoint panics when the rmsnorm launcher is entered, as a panic inside burn or
     // cubecl would at that launch
-    let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
-        .args(["train", "small.toml", "--set", "log.run_name=p", "--set", "train.sft_steps=0"])
-        .env("LOCKSTEP_FAULT_PANIC", "rmsnorm")
-        .env_remove("RUST_BACKTRACE")
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (code, err, _) = train_with_failpoint("faults-panic", "LOCKSTEP_FAULT_PANIC", "rmsnorm");
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("internal failure") && err.contains("fault injection"), "{err}");
     // (the failpoint fires as the first input is checked, so the message names that one)
     assert!(err.contains("`rmsnorm` with x [") && err.contains("] F32"), "the op and its input sizes are not named: {err}");
@@ -174,22 +180,14 @@ fn a_panic_inside_a_kernel_launch_is_an_error_naming_the_op_and_its_sizes() {
 
 #[test]
 fn a_kernel_that_fails_to_compile_stops_the_run_at_once() {
-    let dir = scratch("fault-compile");
-    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
     // the failpoint logs the warning cubecl's device thread logs for a kernel that does not
     // compile; cubecl itself would retry that kernel at every launch, seconds each
     let started = std::time::Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
-        .args(["train", "small.toml", "--set", "log.run_name=c", "--set", "train.sft_steps=0"])
-        .env("LOCKSTEP_FAULT_COMPILE", "1")
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (code, err, dir) = train_with_failpoint("fault-compile", "LOCKSTEP_FAULT_COMPILE", "1");
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("failed to compile") && err.contains("fault injection"), "{err}");
     assert!(started.elapsed().as_secs() < 60, "the run did not stop at once");
-    assert!(!dir.join("runs/c/checkpoints").exists(), "the run went on after the failure");
+    assert!(!dir.join("runs/f/checkpoints").exists(), "the run went on after the failure");
 }
 
 #[test]
@@ -270,21 +268,12 @@ fn a_full_tmpfs_during_a_checkpoint_write_is_an_error_and_the_previous_checkpoin
 
 #[test]
 fn a_panic_on_the_device_thread_stops_the_run_naming_it() {
-    let dir = scratch("faults-device-panic");
-    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
     // the failpoint queues a panicking task on cubecl's device runner thread as the rmsnorm
     // launcher is entered; cubecl catches such a panic there and only logs it
-    let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
-        .args(["train", "small.toml", "--set", "log.run_name=d", "--set", "train.sft_steps=0"])
-        .env("LOCKSTEP_FAULT_DEVICE_PANIC", "rmsnorm")
-        .env_remove("RUST_BACKTRACE")
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let (code, err, dir) = train_with_failpoint("faults-device-panic", "LOCKSTEP_FAULT_DEVICE_PANIC", "rmsnorm");
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("device thread") && err.contains("fault injection: LOCKSTEP_FAULT_DEVICE_PANIC=rmsnorm"), "{err}");
     assert!(err.contains("the last kernel launch entered: `"), "the launch is not named: {err}");
     assert!(!err.contains("panicked at"), "a raw panic reached the user: {err}");
-    assert!(!dir.join("runs/d/checkpoints").exists(), "the run went on after the failure");
+    assert!(!dir.join("runs/f/checkpoints").exists(), "the run went on after the failure");
 }
