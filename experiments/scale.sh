@@ -7,6 +7,7 @@
 # runs `lockstep train configs/SHAPE.toml` with prompts_per_step = ROLLOUTS / 16 (group 16, or
 # ROLLOUTS when smaller) and max_new_tokens = NEW, samples GPU memory every 0.2 s, and appends one
 # markdown row per rung to $O/scale.md (summarised from the run's metrics.jsonl by scale_row.py).
+# The KV pool holds every rollout at full length (sampler.kv_budget_mib=0) unless SCALE_SET sets it.
 # SCALE_LIMIT (s, default 280) bounds a rung; SCALE_SET adds --set pairs to every rung.
 set -uo pipefail
 O="${O:-${OUT:-.gpu/out}}"
@@ -28,7 +29,7 @@ for rung in "$@"; do
     start=$(date +%s)
     timeout "${SCALE_LIMIT:-280}" /tmp/lockstep train "configs/$shape.toml" --set "model.path=$ck" --set "task.path=$ck/task.jsonl" \
         --set "train.prompts_per_step=$prompts" --set "train.group_size=$group" --set "train.steps=$steps" \
-        --set "sampler.max_new_tokens=$new" --set "sampler.context=$(( new + 64 ))" --set "sampler.max_batch=$rollouts" \
+        --set "sampler.max_new_tokens=$new" --set "sampler.context=$(( new + 64 ))" --set "sampler.max_batch=$rollouts" --set sampler.kv_budget_mib=0 \
         --set "train.micro_batch_tokens=${micro:-0}" --set "train.on_mismatch=warn" --set train.final_checkpoint=false --set "log.runs_dir=/tmp/runs" --set "log.run_name=$name" --set log.tensorboard=false ${SCALE_SET:-} \
         > "$O/$name.log" 2>&1
     rc=$?
