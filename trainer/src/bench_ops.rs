@@ -293,6 +293,7 @@ fn trainer_step(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Resu
             let step = || {
                 let tracked = crate::optim::tracked_copy(&m);
                 let (_, logprobs) = tracked.training_logprobs(&seqs, 1.0, recompute).expect("training path");
+                let _ = device.sync();
                 held.set(device.memory_pool_usage().map(|u| u.bytes_in_use));
                 let weights = vec![1.0f32; logprobs.flat.dims()[0]];
                 let mut fold = shared_kernels::grad_fold::GradFold::new();

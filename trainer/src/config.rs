@@ -97,7 +97,7 @@ pub struct TrainSection {
     pub checkpoint_every: usize,
     pub keep_checkpoints: usize,
     /// Activation recomputation per decoder layer: the training forward keeps each layer's
-    /// input only and the backward re-runs the layer (same bits, one more forward; it does not save memory yet: docs/scale.md).
+    /// input only and the backward re-runs the layer (same bits, less memory, one more forward).
     pub recompute_layers: bool,
     /// Write a checkpoint after the last step (false: benchmarks, whose weights nobody resumes;
     /// a 4B model's weights and AdamW state are 56 GB).

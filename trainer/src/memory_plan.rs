@@ -8,7 +8,8 @@
 //!
 //! The activations of one trainer pass are an estimate: per token and layer 8 x hidden +
 //! 4 x intermediate values in the model's dtype, one LM-head chunk's logits and their gradient,
-//! and a few `[heads, t, t]` f32 score tensors of the dense attention backward. Calibrated on the
+//! and a few `[heads, t, t]` f32 score tensors of the dense attention backward (with
+//! `train.recompute_layers`, each layer's input plus one layer's values). Calibrated on the
 //! H200 (docs/scale.md, session 14): within about 25% of the measured peaks of 0.6B and 1.7B
 //! rungs. A run whose fixed part plus that estimate passes the device gets a warning naming
 //! `train.micro_batch_tokens`, not a refusal.
@@ -76,9 +77,9 @@ impl MemoryPlan {
             let rollouts = n(c.train.prompts_per_step) * n(c.train.group_size);
             let step_tokens = rollouts * n(c.sampler.context);
             let pass_tokens = if c.train.micro_batch_tokens > 0 { n(c.train.micro_batch_tokens).max(n(c.sampler.context)).min(step_tokens) } else { step_tokens };
-            // (train.recompute_layers is not counted as a saving: measured, it holds more after
-            // the forward than the one-graph pass, docs/scale.md)
-            let per_token = layers * (8.0 * n(m.hidden_size) + 4.0 * n(m.intermediate_size)) * dtype;
+            // with recomputation: every layer's input, and one layer's activations at a time
+            let layer_token = (8.0 * n(m.hidden_size) + 4.0 * n(m.intermediate_size)) * dtype;
+            let per_token = if c.train.recompute_layers { layers * n(m.hidden_size) * dtype + layer_token } else { layers * layer_token };
             let head_rows = n(shared_kernels::ops::head_logprobs::head_chunk_rows(m.vocab_size)).min(pass_tokens);
             let head = head_rows * n(m.vocab_size) * (dtype + 8.0);
             let t = n(c.sampler.context);

@@ -62,8 +62,12 @@ impl Qwen3 {
         let device = self.embed.device();
         let ints = |v: &[u32]| Tensor::<1, Int>::from_data(TensorData::new(v.iter().map(|&x| x as i32).collect::<Vec<_>>(), [v.len()]), &device);
         let (tokens, slots, positions) = (ints(&rows.tokens), ints(&rows.slots), ints(&rows.positions));
-        // the layers on untracked weights: no graph is recorded, only their inputs kept
-        let plain = self.map_weights(&mut |_, w| w.map(|v| v.detach(), |m| m.detach()));
+        // the layers on untracked weights: no graph is recorded, only their inputs kept (not
+        // `detach`, which keeps a leaf's require_grad, so the layers' graph would be kept too)
+        fn untracked<const D: usize>(t: Tensor<D>) -> Tensor<D> {
+            if t.is_autodiff() { Tensor::from_inner(t.inner()) } else { t }
+        }
+        let plain = self.map_weights(&mut |_, w| w.map(untracked, untracked));
         let mut h = embedding(plain.embed.clone(), tokens.clone())?;
         let mut inputs = Vec::with_capacity(self.layers.len());
         for i in 0..self.layers.len() {
