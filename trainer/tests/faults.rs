@@ -18,6 +18,13 @@ use std::time::{Duration, Instant};
 
 const RUN: &[&str] = &["train", "small.toml", "--set", "train.checkpoint_every=1"];
 
+/// The run's checkpoint folders (`step-N`), sorted.
+fn checkpoint_names(run: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(run.join("checkpoints")).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("step-")).collect();
+    names.sort();
+    names
+}
+
 /// A complete checkpoint exists (the run can `--resume`).
 fn has_checkpoint(run: &Path) -> bool {
     std::fs::read_dir(run.join("checkpoints")).map_or(false, |entries| {
@@ -139,12 +146,7 @@ fn a_full_disk_during_a_checkpoint_write_is_an_error_and_the_previous_checkpoint
     // events fit, the next checkpoint's weights (~350 KB) do not
     let out = lockstep(&[RUN, &["--set", "log.run_name=full", "--max-steps", "3"]].concat(), &dir);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let checkpoints = |run: &Path| -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(run.join("checkpoints")).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("step-")).collect();
-        names.sort();
-        names
-    };
-    let complete_before = checkpoints(&dir.join("runs/full"));
+    let complete_before = checkpoint_names(&dir.join("runs/full"));
     assert_eq!(complete_before.last().map(String::as_str), Some("step-000003"));
     let last = dir.join("runs/full/checkpoints/step-000003");
     let before: Vec<(String, Vec<u8>)> = ["model.safetensors", "optimizer.safetensors", "state.json"].iter().map(|f| (f.to_string(), std::fs::read(last.join(f)).unwrap())).collect();
@@ -159,7 +161,7 @@ fn a_full_disk_during_a_checkpoint_write_is_an_error_and_the_previous_checkpoint
         assert!(std::fs::read(last.join(f)).unwrap() == *bytes, "{f} of the previous checkpoint changed");
     }
     // no half-written checkpoint is taken for a complete one
-    assert_eq!(checkpoints(&dir.join("runs/full")), complete_before, "{err}");
+    assert_eq!(checkpoint_names(&dir.join("runs/full")), complete_before, "{err}");
     // with room again, the resume ends where the uninterrupted run did
     let out = lockstep(&[RUN, &["--set", "log.run_name=full", "--resume"]].concat(), &dir);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -250,11 +252,7 @@ fn a_full_tmpfs_during_a_checkpoint_write_is_an_error_and_the_previous_checkpoin
     for (f, bytes) in files.iter().zip(&before) {
         assert!(std::fs::read(last(&after).join(f)).unwrap() == *bytes, "{f} of the previous checkpoint changed");
     }
-    let complete: Vec<String> = {
-        let mut names: Vec<String> = std::fs::read_dir(after.join("full/checkpoints")).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("step-")).collect();
-        names.sort();
-        names
-    };
+    let complete = checkpoint_names(&after.join("full"));
     assert_eq!(complete.last().map(String::as_str), Some("step-000003"), "a partial checkpoint was taken for complete: {complete:?}");
     // with room again (the folder back on the real disk), the resume ends where the
     // uninterrupted run did
