@@ -13,6 +13,8 @@ pub enum KnobKind {
     Tuning,
     /// Diagnostics: profiles, extra synchronisation.
     Diagnostic,
+    /// Where compiled artefacts are kept between processes: never changes a bit.
+    Cache,
     /// Fault injection and seeds for the test suites.
     Test,
 }
@@ -23,6 +25,7 @@ impl KnobKind {
             KnobKind::KernelChoice => "kernel choice",
             KnobKind::Tuning => "benchmark tuning",
             KnobKind::Diagnostic => "diagnostic",
+            KnobKind::Cache => "compilation cache",
             KnobKind::Test => "tests",
         }
     }
@@ -137,6 +140,13 @@ pub const KNOBS: &[Knob] = &[
         default: "`on`",
         kind: KnobKind::KernelChoice,
         effect: "the sampler's forward on fused launches (q/k/v and gate/up projections as one matmul each, norm + RoPE + cache write as one kernel, residual add + rmsnorm as one): 9 launches per layer instead of 19, the same bits (model contract)",
+    },
+    Knob {
+        name: "LOCKSTEP_KERNEL_CACHE",
+        values: "a directory, or `off`",
+        default: "`$XDG_CACHE_HOME/lockstep/kernels`, else `~/.cache/lockstep/kernels`",
+        kind: KnobKind::Cache,
+        effect: "where CUDA builds keep the kernels NVRTC compiled (cubecl's compilation cache), so a later process skips compiling them; an entry is keyed by the kernel's identity and compile-time settings, the binary's build id, the GPU architecture and the backend, so a hit is the PTX this binary would compile and never changes a bit (`experiments/seed_bench.sh` compares a cold and a warm run's logprobs as bits); `off` compiles every kernel afresh; ignored off CUDA",
     },
     Knob {
         name: "LOCKSTEP_DEBUG_SYNC",

@@ -15,6 +15,7 @@ pub mod bridge;
 pub mod device;
 pub mod error;
 pub mod grad_fold;
+pub mod kernel_cache;
 pub mod model;
 pub mod knobs;
 pub mod ops;

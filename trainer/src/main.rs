@@ -179,6 +179,8 @@ fn main() -> ExitCode {
         // SAFETY: first statement of main, before any thread exists.
         unsafe { std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir()) };
     }
+    // before any device exists: cubecl reads its configuration once
+    shared_kernels::kernel_cache::enable();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,wgpu_hal=off,wgpu_core=off".into());
     {
         use tracing_subscriber::prelude::*;
@@ -250,8 +252,10 @@ fn parse_dtype(name: &str) -> Result<DType, RunError> {
 fn sample(cfg: Config) -> Result<(), RunError> {
     let device = shared_kernels::device::default_device();
     trainer::memory_plan::check(&cfg, &device, trainer::memory_plan::Purpose::Sample)?;
+    let loading = std::time::Instant::now();
     let policy = load_policy(&cfg, None, &device)?;
-    let failed = trainer::sample_cli::run(&cfg, policy, cfg.log.progress)?;
+    let load_s = loading.elapsed().as_secs_f64();
+    let failed = trainer::sample_cli::run(&cfg, policy, cfg.log.progress, load_s)?;
     if failed > 0 {
         return Err(RunError::Other(format!("{failed} request(s) failed; see their `error` in {}", cfg.sampler.output)));
     }

@@ -9,7 +9,8 @@ use sampler::{Engine, Request, SamplingParams};
 use std::io::Write;
 use std::path::Path;
 
-pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunError> {
+/// `load_s`: the seconds the checkpoint took to load, for the timing line.
+pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<usize, RunError> {
     let s = &cfg.sampler;
     if s.input.is_empty() || s.output.is_empty() {
         return Err(RunError::Other("config keys `sampler.input` and `sampler.output` must name the prompt and result JSONL files".into()));
@@ -84,11 +85,19 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
         engine.add(r);
     }
     let mut results = std::collections::HashMap::new();
+    // the first wave (the first max_batch completions) carries the kernels' compilation; the
+    // steady state is what follows it
+    let first_wave = cfg.sampler.max_batch.min(total);
+    let mut first_wave_end: Option<(f64, usize)> = None;
     while !engine.is_idle() || results.len() < total {
         engine.step();
         for (id, r) in engine.take_done() {
             bar.inc(1);
             results.insert(id, r);
+        }
+        if first_wave_end.is_none() && results.len() >= first_wave {
+            let tokens = results.values().filter_map(|r| r.as_ref().ok()).map(|c| c.tokens.len()).sum();
+            first_wave_end = Some((started.elapsed().as_secs_f64(), tokens));
         }
         if engine.is_idle() && results.len() < total {
             break;
@@ -98,6 +107,14 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool) -> Result<usize, RunErr
     let seconds = started.elapsed().as_secs_f64();
     let generated: usize = results.values().filter_map(|r| r.as_ref().ok()).map(|c| c.tokens.len()).sum();
     eprintln!("sampled {total} prompts on the {} kernels: {generated} tokens in {seconds:.2} s ({:.0} tokens/s, {:.2} prompts/s)", cfg.ablation.sampler_kernels, generated as f64 / seconds.max(1e-9), total as f64 / seconds.max(1e-9));
+    let (first_wave_s, first_wave_tokens) = first_wave_end.unwrap_or((seconds, generated));
+    let steady_s = seconds - first_wave_s;
+    let steady_tokens = generated - first_wave_tokens;
+    if steady_tokens > 0 {
+        eprintln!("  the first {first_wave} completions (one wave of sampler.max_batch, with the kernels' compilation) took {first_wave_s:.2} s; the rest {steady_s:.2} s ({:.0} tokens/s); the checkpoint loaded in {load_s:.2} s", steady_tokens as f64 / steady_s.max(1e-9));
+    }
+    // one machine-readable line for benchmark scripts (experiments/seed_bench.sh)
+    eprintln!("sample-timing {}", serde_json::json!({"load_s": load_s, "first_wave_s": first_wave_s, "steady_s": steady_s, "steady_tokens": steady_tokens, "tokens": generated, "sample_s": seconds, "kernels": cfg.ablation.sampler_kernels}));
     // a write that fails (a full disk) leaves no partial file beside the output
     let written = write_results(&tmp, order, &mut results, &policy).and_then(|failed| {
         std::fs::rename(&tmp, &s.output).map_err(|e| RunError::Other(format!("{}: {e}", s.output)))?;

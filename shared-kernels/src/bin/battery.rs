@@ -11,6 +11,8 @@ use shared_kernels::battery::{run_all, table, Dims, Impl};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // before any device exists: cubecl reads its configuration once
+    shared_kernels::kernel_cache::enable();
     let mut dims = Dims::small();
     let mut dtypes = vec![DType::F32];
     let mut seed = 20261129u64;

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The seed's benchmark (issue 25, Thinking Machines' setting): Qwen3-8B's shape, N prompts of 32 ids,
+# M greedy new tokens, one GPU, every arm in one run. From the repo root on the GPU machine, after
+# `bash experiments/gpu_check.sh build` here and carrying .gpu/:
+#   O=$OUT bash experiments/seed_bench.sh [SHAPE [N [M [MAX_BATCH]]]]     # default qwen3-8b 1000 100 256
+# Arms, each its own process on the same random-weight checkpoint (experiments/make_real_shape.py):
+#   matched (cold)   lockstep sample, batch-invariant kernels, empty kernel cache
+#   matched (warm)   the same command again: the kernel cache filled by the first
+#   fast (warm)      ablation.sampler_kernels = fast (cuBLAS-like split reductions), same cache
+#   transformers     `generate`, greedy, batches of MAX_BATCH (experiments/seed_bench_hf.py)
+# Prints one markdown table (experiments/seed_bench_table.py): steady-state seconds (from the end of
+# the first wave of MAX_BATCH requests to the last), whole-process seconds, load seconds, tokens/s,
+# ratio to the physical limit; and writes $O/seed-bench.md.
+set -uo pipefail
+O="${O:-${OUT:-.gpu/out}}"
+shape=${1:-qwen3-8b}; n=${2:-1000}; m=${3:-100}; batch=${4:-256}
+mkdir -p "$O"
+[ -x /tmp/lockstep ] || { gunzip -c .gpu/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }
+ck=/tmp/checkpoints/$shape
+if [ ! -f "$ck/config.json" ]; then
+    python3 experiments/make_real_shape.py "$shape" "$ck" > "$O/make-$shape.log" 2>&1 || { echo "make $shape failed"; tail -3 "$O/make-$shape.log"; exit 1; }
+fi
+python3 - "$n" "$ck" > /tmp/seed-prompts.jsonl <<'PY'
+import json, random, sys
+n, ck = int(sys.argv[1]), sys.argv[2]
+vocab = json.load(open(f"{ck}/config.json"))["vocab_size"]
+rng = random.Random(20261202)
+for i in range(n):
+    print(json.dumps({"id": i, "prompt_ids": [rng.randrange(300, vocab - 3) for _ in range(32)]}))
+PY
+cache=/tmp/seed-kernel-cache
+rm -rf "$cache"
+arm() {  # name, then --set pairs
+    local name=$1; shift
+    local start end
+    start=$(date +%s.%N)
+    LOCKSTEP_KERNEL_CACHE=$cache /usr/bin/time -v /tmp/lockstep sample --set "model.path=$ck" --set model.dtype=bf16 \
+        --set sampler.input=/tmp/seed-prompts.jsonl --set "sampler.output=/tmp/seed-$name.jsonl" \
+        --set "sampler.max_new_tokens=$m" --set sampler.temperature=0 --set "sampler.max_batch=$batch" \
+        --set "sampler.context=$(( m + 64 ))" --set log.progress=false "$@" > "$O/seed-$name.log" 2>&1
+    local rc=$?
+    end=$(date +%s.%N)
+    echo "whole_process_s $(python3 -c "print($end - $start)") rc $rc" >> "$O/seed-$name.log"
+}
+arm matched-cold
+arm matched-warm
+arm fast-warm --set ablation.sampler_kernels=fast
+start=$(date +%s.%N)
+python3 experiments/seed_bench_hf.py "$ck" /tmp/seed-prompts.jsonl "$m" "$batch" > "$O/seed-transformers.log" 2>&1
+echo "whole_process_s $(python3 -c "print($(date +%s.%N) - $start)") rc $?" >> "$O/seed-transformers.log"
+# the matched arms must agree with each other token for token (same kernels, cold or warm cache)
+python3 - /tmp/seed-matched-cold.jsonl /tmp/seed-matched-warm.jsonl > "$O/seed-cache-bits.txt" <<'PY'
+import json, struct, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+bits = lambda xs: [struct.pack("<f", x) for x in xs]
+same = len(a) == len(b) and all(x["token_ids"] == y["token_ids"] and bits(x["logprobs"]) == bits(y["logprobs"]) for x, y in zip(a, b))
+print(f"matched cold vs warm kernel cache: {'identical' if same else 'DIFFERENT'} token ids and logprob bits over {len(a)} completions")
+PY
+python3 experiments/seed_bench_table.py "$O" "$ck/config.json" "$n" "$m" "$batch" | tee "$O/seed-bench.md"
+cat "$O/seed-cache-bits.txt"

@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""The table of experiments/seed_bench.sh from its logs: per arm, steady-state seconds, whole-process
+seconds, load seconds, tokens/s, and the ratio to the physical limit of the H200.
+
+    python3 experiments/seed_bench_table.py OUT_DIR CONFIG.json N M MAX_BATCH
+
+The limit is the larger of the arithmetic (2 x matmul parameters x every prompt and new token, plus
+attention's products, at 790 TFLOP/s, a dense bf16 rate the H200 sustains) and the HBM traffic of
+decode (every step reads the weights once, at 4.3 TB/s)."""
+import json
+import re
+import sys
+
+out, config_path, n, m, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+c = json.load(open(config_path))
+h, L, inter, vocab = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"], c["vocab_size"]
+hd = c.get("head_dim") or h // c["num_attention_heads"]
+qo, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+matmul_params = L * (h * (qo + 2 * kv) + qo * h + 3 * h * inter) + h * vocab
+prompt = 32
+tokens_all = n * (prompt + m)
+# attention's QK^T and PV: per token 4 x heads x head_dim x (positions before it), summed
+attn = L * 4 * c["num_attention_heads"] * hd * n * sum(range(prompt + m))
+flop_s = (2 * matmul_params * tokens_all + attn) / 790e12
+waves = -(-n // batch)
+hbm_s = waves * m * 2 * matmul_params / 4.3e12  # bf16 weights, read once a decode step
+limit = max(flop_s, hbm_s)
+
+rows = []
+for arm, label in [("matched-cold", "lockstep matched, cold kernel cache"), ("matched-warm", "lockstep matched, warm kernel cache"),
+                   ("fast-warm", "lockstep fast (not batch invariant), warm cache"), ("transformers", "transformers generate")]:
+    try:
+        text = open(f"{out}/seed-{arm}.log").read()
+    except OSError:
+        continue
+    t = re.search(r"sample-timing (\{.*\})", text)
+    whole = re.search(r"whole_process_s ([0-9.]+) rc (\d+)", text)
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
+    if not t:
+        rows.append(f"| {label} | failed (rc {whole.group(2) if whole else '?'}) | | | | | | |")
+        continue
+    t = json.loads(t.group(1))
+    steady_tps = t["steady_tokens"] / t["steady_s"] if t["steady_s"] > 0 else float("nan")
+    rows.append(f"| {label} | {t['steady_s']:.2f} | {steady_tps:,.0f} | {float(whole.group(1)):.1f} | {t['load_s']:.1f} | {t['first_wave_s']:.1f} | "
+                f"{t['steady_s'] * waves / max(waves - 1, 1) / limit:.2f}x | {int(rss.group(1)) / 1e6:.1f} |" if whole and rss else
+                f"| {label} | {t['steady_s']:.2f} | {steady_tps:,.0f} | {float(whole.group(1)) if whole else float('nan'):.1f} | {t['load_s']:.1f} | {t['first_wave_s']:.1f} | "
+                f"{t['steady_s'] * waves / max(waves - 1, 1) / limit:.2f}x | - |")
+print(f"{n} prompts of {prompt} ids x {m} greedy new tokens, batches of {batch}, shape {config_path.split('/')[-2]}: "
+      f"physical limit {limit:.2f} s ({flop_s:.2f} s of arithmetic at 790 TFLOP/s, {hbm_s:.2f} s of decode weight reads at 4.3 TB/s)\n")
+print("| arm | steady-state s (waves 2..) | steady tokens/s | whole process s | load s | first wave s (incl. warm-up) | steady pace / limit | peak host GB |")
+print("|---|---|---|---|---|---|---|---|")
+print("\n".join(rows))
