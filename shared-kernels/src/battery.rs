@@ -5,7 +5,7 @@
 
 use crate::ops::matmul::WeightLayout;
 use crate::ops::rope::RopeTables;
-use crate::ops::sampling::SamplingRow;
+use crate::ops::logits::sampling::SamplingRow;
 use crate::model::{tiny_config, Checkpoint, KvCache, ModelError, Qwen3, Rows};
 use crate::KernelError;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
@@ -229,7 +229,7 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
                 let dy = random_vec(&mut rng, k_rows * ffn, 1.0);
                 let xt = float_tensor(x[..k_rows * hidden].to_vec(), [k_rows, hidden], dtype, device);
                 let dyt = float_tensor(dy, [k_rows, ffn], dtype, device);
-                if !crate::ops::matmul_tc::transposed_x_fits(layout, (hidden, k_rows, ffn)) {
+                if !crate::ops::matmul::tc::transposed_x_fits(layout, (hidden, k_rows, ffn)) {
                     return Err(KernelError::new("battery", format!("xᵀ in place does not apply at {hidden}x{k_rows}x{ffn}: the check would compare the copy with itself")));
                 }
                 let in_place = host(crate::ops::matmul::matmul_transposed_x_with(Some(MatmulKernel::TensorCoreAsync), xt.clone(), dyt.clone(), layout)?);
@@ -260,7 +260,7 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
                 // each tile shape under each schedule against the register-prefetch tiles, on an
                 // output with more tiles than the persistent grid holds (its cubes walk several)
                 // and a K whose 22 k-tiles (the last one partial) are no multiple of any slot count
-                use crate::ops::matmul_wgmma::{WgmmaSchedule, WgmmaTiles};
+                use crate::ops::matmul::wgmma::{WgmmaSchedule, WgmmaTiles};
                 let (m_big, k_big, n_big) = (4133, 1352, 1536);
                 let xb = float_tensor(random_vec(&mut rng, m_big * k_big, 1.0), [m_big, k_big], dtype, device);
                 let wshape = if layout == WeightLayout::OutIn { [n_big, k_big] } else { [k_big, n_big] };
@@ -429,7 +429,7 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
         // rows sharing tiles = the same rows one per cube (tiles mix rows of different prefix
         // lengths in one staged split, and put a row at another place in the mma fragment)
         let probe = crate::bridge::float_in("battery", "probe", Tensor::<1>::zeros([1], device))?;
-        let tc_ok = crate::ops::attention_tc::tc_attention_available(&probe.client, dtype, head_dim);
+        let tc_ok = crate::ops::attention::tensor_cores::tc_attention_available(&probe.client, dtype, head_dim);
         if tc_ok {
             checks.extend(row_invariance("attention decode split_kv_tc", dtype, pool, &BATCH_SIZES, seed + 9, |idx| {
                 let qt = float_tensor(gather(&qx, width, idx), [idx.len(), heads, head_dim], dtype, device);
@@ -457,7 +457,7 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
             let (tiled, alone) = (run(true)?, run(false)?);
             checks.push(compare("attention split_kv_tc prefill tiles = rows alone", dtype_name(dtype), rows, &tiled, &alone.iter().collect::<Vec<_>>()));
             // both kernel sets (the default one just ran), each against the default's decode path
-            use crate::ops::attention_mma::{tc_kernels, with_tc_kernels, TcKernels};
+            use crate::ops::attention::tensor_cores::{tc_kernels, with_tc_kernels, TcKernels};
             let other = if tc_kernels()? == TcKernels::Mma { TcKernels::Cmma } else { TcKernels::Mma };
             if crate::device::runtime_name() == "cuda" {
                 let tiled_other = with_tc_kernels(other, || run(true))?;

@@ -44,8 +44,8 @@ pub fn boundary_checks(dtype: DType, device: &Device, seed: u64) -> Result<Vec<C
         let mut wrong = 0;
         let mut n = 0;
         for divisor in [QWEN_VOCAB as u32, 1024, 3, 1, (1 << 31) + 1, u32::MAX] {
-            let dividends = crate::ops::index_probe::boundary_dividends(divisor);
-            let (q, r, _) = crate::ops::index_probe::fast_divmod(&dividends, divisor, device)?;
+            let dividends = crate::ops::probes::index_probe::boundary_dividends(divisor);
+            let (q, r, _) = crate::ops::probes::index_probe::fast_divmod(&dividends, divisor, device)?;
             n += dividends.len();
             wrong += dividends.iter().enumerate().filter(|&(i, &d)| (q[i], r[i]) != (d / divisor, d % divisor)).count();
         }
@@ -156,8 +156,8 @@ fn training_backward(dtype: DType, device: &Device, rng: &mut StdRng) -> Result<
 /// under 2% (P and dS go through the tensor cores rounded to the dtype, as in flash attention);
 /// the check's value is that relative error, its failing rows the gradients past the bound.
 fn tensor_core_backward_accuracy(dtype: DType, device: &Device, rng: &mut StdRng) -> Result<Vec<Check>, KernelError> {
-    use crate::ops::attention_backward::dense_sequence;
-    use crate::ops::attention_mma_backward::{mma_attention_backward, mma_backward_available};
+    use crate::ops::attention::backward::dense_sequence;
+    use crate::ops::attention::mma_backward::{mma_attention_backward, mma_backward_available};
     let (heads, kv_heads, d) = (16usize, 8usize, 128usize);
     if !mma_backward_available(dtype, d) {
         return Ok(vec![]);

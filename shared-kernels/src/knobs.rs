@@ -76,7 +76,7 @@ pub const KNOBS: &[Knob] = &[
         values: "`mma`, `cmma`",
         default: "`mma`",
         kind: KnobKind::KernelChoice,
-        effect: "which kernels run the tensor-core attention (`split_kv_tc`) on CUDA: `mma` = `mma.sync` fragments in registers (prefill tiles: 64 queries per cube, `ops/attention_mma_flash.rs`; decode rows: one warp per 16 queries, `ops/attention_mma_decode.rs`), `cmma` = session 5's kernels through shared memory (`attention_tc_flash.rs`, `attention_tc.rs`); same bits (battery: each set's prefill tiles and rows alone = the other's rows alone), so it changes time only; read once per process where the tensor-core attention runs (off CUDA it is not read); anything else is an error naming the variable",
+        effect: "which kernels run the tensor-core attention (`split_kv_tc`) on CUDA: `mma` = `mma.sync` fragments in registers (prefill tiles: 64 queries per cube, `ops/attention/mma_flash.rs`; decode rows: one warp per 16 queries, `ops/attention/mma_decode.rs`), `cmma` = session 5's kernels through shared memory (`attention_tc_flash.rs`, `attention_tc.rs`); same bits (battery: each set's prefill tiles and rows alone = the other's rows alone), so it changes time only; read once per process where the tensor-core attention runs (off CUDA it is not read); anything else is an error naming the variable",
     },
     Knob {
         name: "LOCKSTEP_FLASH_WARPS",
@@ -90,7 +90,7 @@ pub const KNOBS: &[Knob] = &[
         values: "`tensor_cores`, `per_sequence`",
         default: "`tensor_cores`",
         kind: KnobKind::KernelChoice,
-        effect: "the training path's attention backward on CUDA in bf16/f16 with head_dim 64 or 128: `tensor_cores` = flash-attention-2-style tiles on `mma.sync` fragments, every sequence in one launch set, memory linear in the tokens (`ops/attention_mma_backward.rs`); `per_sequence` = the earlier paths (dense burn ops per sequence up to 2^29 scores, CUDA-core kernels past it), for comparisons. Different bits from each other; each sequence's gradients depend on that sequence alone under both; anything else is an error naming the variable. Elsewhere (f32, other runtimes) the per-sequence paths run",
+        effect: "the training path's attention backward on CUDA in bf16/f16 with head_dim 64 or 128: `tensor_cores` = flash-attention-2-style tiles on `mma.sync` fragments, every sequence in one launch set, memory linear in the tokens (`ops/attention/mma_backward.rs`); `per_sequence` = the earlier paths (dense burn ops per sequence up to 2^29 scores, CUDA-core kernels past it), for comparisons. Different bits from each other; each sequence's gradients depend on that sequence alone under both; anything else is an error naming the variable. Elsewhere (f32, other runtimes) the per-sequence paths run",
     },
     Knob {
         name: "LOCKSTEP_FOLD_KERNEL",
@@ -116,14 +116,14 @@ pub const KNOBS: &[Knob] = &[
     Knob {
         name: "LOCKSTEP_PIPELINED_LARGE",
         values: "`algo/kind/TMxTNxTK/PMxPNxPK/SMxSNx1`, e.g. `tma/cmma/16x16x16/2x8x2/4x1x1`",
-        default: "see `ops/matmul_pipelined.rs`",
+        default: "see `ops/matmul/pipelined.rs`",
         kind: KnobKind::Tuning,
         effect: "the pipelined kernel's configurations for M > 32 / M <= 32 (benchmark sweeps); pairs that would change the arithmetic between them are refused",
     },
     Knob {
         name: "LOCKSTEP_PIPELINED_SMALL",
         values: "`algo/kind/TMxTNxTK/PMxPNxPK/SMxSNx1`, e.g. `tma/cmma/16x16x16/2x8x2/4x1x1`",
-        default: "see `ops/matmul_pipelined.rs`",
+        default: "see `ops/matmul/pipelined.rs`",
         kind: KnobKind::Tuning,
         effect: "the pipelined kernel's configurations for M > 32 / M <= 32 (benchmark sweeps); pairs that would change the arithmetic between them are refused",
     },

@@ -25,14 +25,14 @@ pub use bridge::contiguous;
 pub use error::KernelError;
 pub use ops::{
     attention::{attention, causal_attention, write_kv_cache, KvCacheShape},
-    attention_inputs::{attention_inputs, QkNorm},
+    attention::inputs::{attention_inputs, QkNorm},
     embedding::embedding,
-    head_logprobs::{head_logprobs, head_logprobs_chunked, head_chunk_rows},
-    logprob::{token_logprobs, TokenLogprobs},
+    logits::head_logprobs::{head_logprobs, head_logprobs_chunked, head_chunk_rows},
+    logits::logprob::{token_logprobs, TokenLogprobs},
+    logits::sampling::{sample, SamplingRow, row_rng_key},
     matmul::{matmul, WeightLayout},
     pointwise::{add, swiglu, swiglu_halves},
     reduce::sum_all,
     rmsnorm::{add_rmsnorm, rmsnorm},
     rope::{rope, RopeTables},
-    sampling::{sample, SamplingRow, row_rng_key},
 };

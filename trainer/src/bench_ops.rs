@@ -104,8 +104,8 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
     // the tensor-core instruction's own ceiling beside the matmul rows (where the device has it):
     // 8 cubes of 4 planes per H200 SM, each plane 4 independent mma chains
     let (cubes, iters) = (1056, 4096);
-    if let Ok((_, flops)) = shared_kernels::ops::mma_peak::mma_peak(device, o.dtype, cubes, iters) {
-        let a = time_op(device, o.repeats, 3, || drop(shared_kernels::ops::mma_peak::mma_peak(device, o.dtype, cubes, iters).unwrap().0));
+    if let Ok((_, flops)) = shared_kernels::ops::probes::mma_peak::mma_peak(device, o.dtype, cubes, iters) {
+        let a = time_op(device, o.repeats, 3, || drop(shared_kernels::ops::probes::mma_peak::mma_peak(device, o.dtype, cubes, iters).unwrap().0));
         emit("mma peak (cmma 16x16x16, operands in registers)", [cubes, iters, 16], a, f64::NAN, flops, 0.0);
     }
     if o.matmul_only {
@@ -130,8 +130,8 @@ fn memory_rows(o: &BenchOptions, config: &ModelConfig, device: &Device, emit: &m
     {
         let w = rand2([v, h], o.dtype, device);
         let cubes = 132 * 8;
-        if let Ok((_, bytes)) = shared_kernels::ops::hbm_read::hbm_read(&w, cubes) {
-            let a = time_op(device, o.repeats, 5, || drop(shared_kernels::ops::hbm_read::hbm_read(&w, cubes).unwrap().0));
+        if let Ok((_, bytes)) = shared_kernels::ops::probes::hbm_read::hbm_read(&w, cubes) {
+            let a = time_op(device, o.repeats, 5, || drop(shared_kernels::ops::probes::hbm_read::hbm_read(&w, cubes).unwrap().0));
             emit("hbm read (16-byte loads, the lm_head weight)", [1, v, h], a, f64::NAN, 0.0, bytes);
         }
     }

@@ -80,7 +80,7 @@ impl MemoryPlan {
             // with recomputation: every layer's input, and one layer's activations at a time
             let layer_token = (8.0 * n(m.hidden_size) + 4.0 * n(m.intermediate_size)) * dtype;
             let per_token = if c.train.recompute_layers { layers * n(m.hidden_size) * dtype + layer_token } else { layers * layer_token };
-            let head_rows = n(shared_kernels::ops::head_logprobs::head_chunk_rows(m.vocab_size)).min(pass_tokens);
+            let head_rows = n(shared_kernels::ops::logits::head_logprobs::head_chunk_rows(m.vocab_size)).min(pass_tokens);
             let head = head_rows * n(m.vocab_size) * (dtype + 8.0);
             let t = n(c.sampler.context);
             let scores = (5.0 * n(m.num_heads) * t * t * 4.0).min(5.0 * 2f64.powi(31));

@@ -14,7 +14,7 @@
 use super::cache::take;
 use super::{Checkpoint, KvCache, ModelConfig, ModelError, Rows};
 use crate::ops::attention::attention_for_rows;
-use crate::ops::attention_inputs::attention_inputs;
+use crate::ops::attention::inputs::attention_inputs;
 use crate::ops::kv_cache::write_kv_cache_paged;
 use crate::{add, add_rmsnorm, causal_attention, embedding, rope, swiglu, swiglu_halves, QkNorm};
 use crate::{KernelError, RopeTables, WeightLayout::OutIn};
@@ -115,7 +115,7 @@ pub enum KernelSet {
     /// not batch invariant): the ablation's "fast" sampler. Attention and logprobs stay lockstep's.
     Fast,
     /// lockstep's kernels except the matmul, which splits K by batch size
-    /// ([`crate::ops::matmul_split_k`]): the ablation's deterministic, non-invariant sampler.
+    /// ([`crate::ops::ablation::matmul_split_k`]): the ablation's deterministic, non-invariant sampler.
     SplitK,
 }
 
@@ -572,7 +572,7 @@ impl Qwen3 {
     fn mm(&self, x: Tensor<2>, w: Tensor<2>, layout: crate::WeightLayout) -> Result<Tensor<2>, crate::KernelError> {
         match self.kernels {
             KernelSet::Matched | KernelSet::MatchedUnfused => crate::matmul(x, w, layout),
-            KernelSet::SplitK => crate::ops::matmul_split_k::matmul_split_k(x, w, layout),
+            KernelSet::SplitK => crate::ops::ablation::matmul_split_k::matmul_split_k(x, w, layout),
             KernelSet::Fast => Ok(match layout {
                 OutIn => x.matmul(w.transpose()),
                 crate::WeightLayout::InOut => x.matmul(w),

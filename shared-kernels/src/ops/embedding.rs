@@ -4,8 +4,8 @@
 //! reading out of bounds. Callers that hold ids on the host (the model, the sampler) validate
 //! them first and report the offending id by value.
 
-use super::reduce::cube_linear;
-use super::{cube_count_for, storage};
+use crate::ops::reduce::cube_linear;
+use crate::ops::{cube_count_for, storage};
 use crate::bridge::{dims, float_in, float_out, int_in, same_device};
 use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in, untracked};
 use crate::{ensure, KernelError};
@@ -56,7 +56,7 @@ pub fn embedding(table: BTensor<2>, ids: BTensor<1, BInt>) -> Result<BTensor<2>,
         if crate::grad_fold::folds(t_id) {
             let vocab = tp.dims()[0];
             crate::grad_fold::fold_into(t_id, crate::grad_fold::FoldUse::Embedding, |acc| {
-                super::weight_grad::fold_embedding(acc, dy, ids, vocab).expect("embedding backward: ids checked in forward")
+                crate::ops::weight_grad::fold_embedding(acc, dy, ids, vocab).expect("embedding backward: ids checked in forward")
             });
             return [None];
         }

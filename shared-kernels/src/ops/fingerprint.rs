@@ -8,9 +8,9 @@
 //! weights that differ, not against an adversary. Host work per model is a few kilobytes of
 //! partial sums, where hashing every weight on the host took seconds per step at 0.6B parameters.
 
-use super::cube_count_for;
-use super::reduce::{cube_linear, tree_count};
-use super::storage;
+use crate::ops::cube_count_for;
+use crate::ops::reduce::{cube_linear, tree_count};
+use crate::ops::storage;
 use crate::bridge::{dims, float_in};
 use crate::KernelError;
 use burn::tensor::{DType, Tensor as BTensor};

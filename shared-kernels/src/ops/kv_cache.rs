@@ -2,16 +2,16 @@
 //! and copying rows between slots (the engine's shared prompt prefixes). Plain data movement,
 //! in place when the caller hands over the only reference.
 
-use super::reduce::cube_linear;
-use super::{cube_count_for, storage};
+use crate::ops::reduce::cube_linear;
+use crate::ops::{cube_count_for, storage};
 use crate::bridge::{dims, float_in, float_out, int_in, same_device};
 use crate::{ensure, KernelError};
 use burn::tensor::{Int as BInt, Tensor as BTensor};
 use burn_cubecl::cubecl::prelude::*;
 
-/// Positions per cache block: the attention split ([`super::attention::KV_SPLIT`]), so a split
+/// Positions per cache block: the attention split ([`crate::ops::attention::splits::KV_SPLIT`]), so a split
 /// never crosses a block.
-pub const BLOCK: usize = super::attention::KV_SPLIT;
+pub const BLOCK: usize = crate::ops::attention::splits::KV_SPLIT;
 
 /// Where every sequence's positions live in a cache tensor (`[units, rows_per_unit, kv_heads,
 /// head_dim]` read as rows): `table[slot * width + b]` is the first row of positions
@@ -41,7 +41,7 @@ impl BlockRows {
         let width = shape.max_len.div_ceil(BLOCK);
         let values: Vec<i32> = (0..shape.slots).flat_map(|s| (0..width).map(move |b| (s * shape.max_len + b * BLOCK) as i32)).collect();
         ensure!(shape.slots * shape.max_len <= i32::MAX as usize, "kv cache", "{} x {} cache rows exceed the block table's 31-bit range", shape.slots, shape.max_len);
-        let table = super::attention::device_table("kv cache", values, int_dtype, device)?;
+        let table = crate::ops::attention::splits::device_table("kv cache", values, int_dtype, device)?;
         Ok(Self { table, slots: shape.slots, width })
     }
 }

@@ -1,41 +1,27 @@
-//! One op family per file. Each file holds its `#[cube]` kernel(s) and the launcher that checks
+//! One op family per file, or per folder where a family has several kernels (`matmul/`,
+//! `attention/`, `logits/`); `ablation/` holds the deliberately mismatched kernels, `probes/` the
+//! device ceiling probes benchmarks use. Each file holds its `#[cube]` kernel(s) and the launcher that checks
 //! shapes, allocates the output on the same device and launches with a cube shape that depends
 //! only on the op's fixed configuration.
 
+// families of several kernels are folders with one front door (`mod.rs`); single-file ops stay flat
+pub mod ablation;
 pub mod attention;
-pub mod attention_backward;
-pub mod attention_inputs;
-pub mod attention_mma;
-pub mod attention_mma_backward;
-pub mod attention_mma_decode;
-pub mod attention_mma_flash;
-pub mod attention_split_kv;
-pub mod attention_tc;
-pub mod attention_tc_flash;
 pub mod embedding;
 pub mod fingerprint;
-pub mod hbm_read;
-pub mod head_logprobs;
-pub mod index_probe;
 pub mod kv_cache;
-pub mod logprob;
-pub mod logprob_grad;
+pub mod logits;
 pub mod matmul;
-pub mod matmul_pipelined;
-pub mod matmul_skinny;
-pub mod matmul_split_k;
-pub mod matmul_tc;
-pub mod matmul_tc_async;
-pub mod matmul_wgmma;
-pub mod matmul_wgmma_persistent;
-pub mod matmul_wgmma_tiles;
-pub mod mma_peak;
 pub mod pointwise;
+pub mod probes;
+pub mod ptx;
 pub mod reduce;
 pub mod rmsnorm;
 pub mod rope;
-pub mod sampling;
 pub mod weight_grad;
+
+#[cfg(test)]
+mod layout_check;
 
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::cubecl::server::LaunchError;

@@ -1,11 +1,11 @@
 //! Pointwise ops: every output element depends on its own inputs only, so they are batch
 //! invariant as written. swiglu computes `silu(gate) * up` in f32 and casts once. Each unit
-//! handles one vector of up to 16 bytes ([`super::vector_width`]), lane by lane in scalar
+//! handles one vector of up to 16 bytes ([`crate::ops::vector_width`]), lane by lane in scalar
 //! arithmetic: 2-byte loads kept too few bytes in flight to stream (add at 22% of the H200's
 //! bandwidth, swiglu 30%).
 
-use super::reduce::cube_linear;
-use super::{cube_count_for, storage, vector_width};
+use crate::ops::reduce::cube_linear;
+use crate::ops::{cube_count_for, storage, vector_width};
 use crate::bridge::{dims, float_in, float_out, same_device};
 use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
 use crate::{ensure, KernelError};

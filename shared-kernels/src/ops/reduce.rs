@@ -6,7 +6,7 @@
 
 use burn_cubecl::cubecl::prelude::*;
 
-/// Linear cube index for launches folded by [`super::cube_count_for`].
+/// Linear cube index for launches folded by [`crate::ops::cube_count_for`].
 #[cube]
 pub fn cube_linear() -> usize {
     (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize
@@ -118,22 +118,22 @@ pub fn sum_all<const D: usize>(x: burn::tensor::Tensor<D>) -> Result<burn::tenso
     let mut n: usize = crate::bridge::dims(&cur).iter().product();
     crate::ensure!(n > 0, OP, "empty input");
     crate::ensure!(n <= u32::MAX as usize, OP, "{n} elements exceed the u32 index range");
-    let per_cube = super::ROW_BLOCK * SUM_PER_UNIT;
+    let per_cube = crate::ops::ROW_BLOCK * SUM_PER_UNIT;
     loop {
         let chunks = n.div_ceil(per_cube);
         let partials = empty_device_contiguous_dtype(cur.client.clone(), cur.device.clone(), [chunks].into(), DType::F32);
         // the chunks as the rows of a [chunks, per_cube] matrix whose last row stops at n
         row_sum_kernel::launch(
             &cur.client,
-            super::cube_count_for(chunks, 1),
-            CubeDim::new_1d(super::ROW_BLOCK as u32),
+            crate::ops::cube_count_for(chunks, 1),
+            CubeDim::new_1d(crate::ops::ROW_BLOCK as u32),
             cur.clone().into_tensor_arg(),
             partials.clone().into_tensor_arg(),
             chunks as u32,
             per_cube as u32,
             n as u32,
-            super::ROW_BLOCK,
-            super::storage(cur.dtype),
+            crate::ops::ROW_BLOCK,
+            crate::ops::storage(cur.dtype),
         );
         if chunks == 1 {
             return Ok(crate::bridge::float_out(partials));
@@ -190,22 +190,22 @@ pub fn row_sums(x: burn::tensor::Tensor<2>) -> Result<burn::tensor::Tensor<1>, c
     let out = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), [rows].into(), burn::tensor::DType::F32);
     row_sum_kernel::launch(
         &x.client,
-        super::cube_count_for(rows, 1),
-        CubeDim::new_1d(super::ROW_BLOCK as u32),
+        crate::ops::cube_count_for(rows, 1),
+        CubeDim::new_1d(crate::ops::ROW_BLOCK as u32),
         x.clone().into_tensor_arg(),
         out.clone().into_tensor_arg(),
         rows as u32,
         cols as u32,
         (rows * cols) as u32,
-        super::ROW_BLOCK,
-        super::storage(x.dtype),
+        crate::ops::ROW_BLOCK,
+        crate::ops::storage(x.dtype),
     );
     Ok(crate::bridge::float_out(out))
 }
 
 /// The order [`sum_all`] adds in, on the host in f32: the bit-exact reference its tests use.
 pub fn sum_all_host_order(x: &[f32]) -> f32 {
-    let (block, per_cube) = (super::ROW_BLOCK, super::ROW_BLOCK * SUM_PER_UNIT);
+    let (block, per_cube) = (crate::ops::ROW_BLOCK, crate::ops::ROW_BLOCK * SUM_PER_UNIT);
     let mut cur = x.to_vec();
     loop {
         let next: Vec<f32> = cur

@@ -4,9 +4,9 @@
 //! Batch invariance: one row per cube, `ROW_BLOCK` units, each folding its strided elements in
 //! order, then one fixed reduction tree.
 
-use super::reduce::{cube_linear, row_sums, tree_sum};
-use super::pointwise::add_lanes;
-use super::{cube_count_for, storage, vector_width, ROW_BLOCK};
+use crate::ops::reduce::{cube_linear, row_sums, tree_sum};
+use crate::ops::pointwise::add_lanes;
+use crate::ops::{cube_count_for, storage, vector_width, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, same_device};
 use crate::autodiff::{column_sums, cube, from_tracked, inner, plain, tracked, tracked_in};
 use crate::{ensure, KernelError};
@@ -32,7 +32,7 @@ pub(crate) fn load_strided<F: Float>(x: &Tensor<F>, vals: &mut Array<F>, base: u
 }
 
 /// The unit's sum of squares over its strided elements, in order: the one fold every rmsnorm
-/// (plain, fused with the residual add, per head in [`super::attention_inputs`]) runs, so all
+/// (plain, fused with the residual add, per head in [`crate::ops::attention::inputs`]) runs, so all
 /// give the same bits for the same row.
 #[cube]
 pub(crate) fn squares_sum<F: Float>(vals: &Array<F>, hidden: usize, #[comptime] block: usize, #[comptime] per_unit: usize) -> f32 {
@@ -246,9 +246,9 @@ pub fn rmsnorm<const D: usize>(x: BTensor<D>, weight: BTensor<1>, eps: f32) -> R
         let dx = Some(cube::<D>(dx.cast(dtype).reshape(shape.clone())));
         if crate::grad_fold::folds(w_id) {
             // granules of FOLD_ROWS tokens: rows / shape[0] rows per token ([n, heads, d] inputs)
-            let chunk_rows = super::weight_grad::FOLD_ROWS * (rows / shape[0]);
+            let chunk_rows = crate::ops::weight_grad::FOLD_ROWS * (rows / shape[0]);
             crate::grad_fold::fold_into(w_id, crate::grad_fold::FoldUse::Norm, |acc| {
-                super::weight_grad::fold_column_sums(acc, dy2 * x2 * r, chunk_rows).expect("rmsnorm backward: rows of the op's input")
+                crate::ops::weight_grad::fold_column_sums(acc, dy2 * x2 * r, chunk_rows).expect("rmsnorm backward: rows of the op's input")
             });
             return [dx, None];
         }

@@ -4,8 +4,8 @@
 //! positions. Tables are computed in f64 on the host and cast once to f32 (as slime does), so
 //! the sampler and trainer read the very same table values.
 
-use super::reduce::cube_linear;
-use super::{cube_count_for, storage, vector_width};
+use crate::ops::reduce::cube_linear;
+use crate::ops::{cube_count_for, storage, vector_width};
 use crate::bridge::{dims, float_in, float_out, int_in, same_device};
 use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in, untracked};
 use crate::{ensure, KernelError};
@@ -54,7 +54,7 @@ impl RopeTables {
 }
 
 /// The rotation of the pair (a, b) = (x[i], x[i + half]), shared with the fused decode kernel
-/// ([`super::attention_inputs`]) so both compile the same expression.
+/// ([`crate::ops::attention::inputs`]) so both compile the same expression.
 #[cube]
 pub(crate) fn rotated_low(a: f32, b: f32, c: f32, s: f32) -> f32 {
     a * c - b * s

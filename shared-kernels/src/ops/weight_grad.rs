@@ -7,7 +7,7 @@
 //! - [`fold_matmul`]: `acc[N,K] += dyᵀ[N,T] x[T,K]`. On CUDA in bf16/f16 a chain of 16-deep
 //!   tensor-core steps over t = 0, 16, ... starting from the accumulator's values (the tokens past
 //!   the last whole 16 by the scalar kernel): on the H200 the persistent warpgroup matmul with
-//!   its accumulators loaded from `acc` ([`super::matmul_wgmma::fold_wgmma`]; `dy` and `x` read
+//!   its accumulators loaded from `acc` ([`crate::ops::matmul::wgmma::fold_wgmma`]; `dy` and `x` read
 //!   in place as its MN-major operands), else (or with `LOCKSTEP_FOLD_KERNEL=cmma`) one plane
 //!   per 16 x 16 block on cmma; elsewhere one f32 accumulator per element walking t in order.
 //! - [`fold_column_sums`]: `acc[cols] += sum_r x[r, cols]`: partial sums over chunks of
@@ -16,8 +16,8 @@
 //! - [`fold_embedding`]: `acc[id] += dy[t]` for every token t with that id, in token order: one
 //!   cube per distinct id (the host sorts the ids, stably), units over the hidden dims.
 
-use super::reduce::cube_linear;
-use super::{cube_count_for, storage};
+use crate::ops::reduce::cube_linear;
+use crate::ops::{cube_count_for, storage};
 use crate::bridge::{dims, float_in, int_in};
 use crate::{ensure, KernelError};
 use burn::tensor::{DType, Int as BInt, Tensor as BTensor, TensorData};
@@ -143,7 +143,7 @@ fn fold_on_wgmma() -> Result<bool, KernelError> {
         "cmma" => Ok(false),
         other => Err(format!("LOCKSTEP_FOLD_KERNEL={other:?} is not one of wgmma, cmma")),
     };
-    Ok(super::env_setting(&SETTING, "fold_matmul", "LOCKSTEP_FOLD_KERNEL", parse)?.unwrap_or(true))
+    Ok(crate::ops::env_setting(&SETTING, "fold_matmul", "LOCKSTEP_FOLD_KERNEL", parse)?.unwrap_or(true))
 }
 
 /// Whether `fold_matmul` runs cmma steps for these operands (the rest is the scalar kernel).
@@ -171,12 +171,12 @@ pub fn fold_matmul(acc: Option<CubeTensor>, dy: BTensor<2>, x: BTensor<2>) -> Re
     };
     let mut done = 0;
     let whole = t / 16 * 16;
-    let wgmma = cmma_route(&dy, n, k) && whole > 0 && fold_on_wgmma()? && super::matmul_wgmma::fold_wgmma_fits(&dy.client, super::matmul::WeightLayout::InOut, true, (n, whole, k))?;
+    let wgmma = cmma_route(&dy, n, k) && whole > 0 && fold_on_wgmma()? && crate::ops::matmul::wgmma::fold_wgmma_fits(&dy.client, crate::ops::matmul::layout::WeightLayout::InOut, true, (n, whole, k))?;
     if wgmma {
         // y[n, k] += dyᵀ[n, t] x[t, k]: dy [t, n] is the transposed-x operand, x [t, k] the
         // input-major weight; only whole 16-token steps (the rest by the scalar kernel below)
         let rows = |c: &CubeTensor| if whole == t { c.clone() } else { crate::bridge::float_in(OP, "rows", crate::bridge::float_out::<2>(c.clone()).slice([0..whole])).expect("a row prefix of a checked tensor") };
-        super::matmul_wgmma::fold_wgmma(acc.clone(), rows(&dy), rows(&x), super::matmul::WeightLayout::InOut, true, (n, whole, k))?;
+        crate::ops::matmul::wgmma::fold_wgmma(acc.clone(), rows(&dy), rows(&x), crate::ops::matmul::layout::WeightLayout::InOut, true, (n, whole, k))?;
         done = whole;
     } else if cmma_route(&dy, n, k) && t >= 16 {
         let steps = t / 16;

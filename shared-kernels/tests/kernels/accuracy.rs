@@ -5,7 +5,7 @@ use burn::tensor::{DType, Tensor, TensorData};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shared_kernels::battery::{float_tensor, host, host_int, int_tensor, random_vec};
-use shared_kernels::ops::sampling::token_uniform;
+use shared_kernels::ops::logits::sampling::token_uniform;
 use shared_kernels::{reference, RopeTables, SamplingRow, WeightLayout};
 
 fn assert_close(what: &str, got: &[f32], want: &[f64], abs: f64, rel: f64) {
@@ -260,7 +260,7 @@ fn hbm_read_reads_every_element_exactly_once() {
     let (rows, cols) = (301, 64);
     let values: Vec<f32> = (0..rows * cols).map(|_| rng.random_range(1..8) as f32).collect();
     let x = float_tensor(values.clone(), [rows, cols], DType::F32, &device);
-    let (sums, bytes) = shared_kernels::ops::hbm_read::hbm_read(&x, 2).unwrap();
+    let (sums, bytes) = shared_kernels::ops::probes::hbm_read::hbm_read(&x, 2).unwrap();
     assert_eq!(bytes, (rows * cols * 4) as f64);
     let total: f64 = host(sums).iter().map(|&v| v as f64).sum();
     assert_eq!(total, values.iter().map(|&v| v as f64).sum::<f64>());

@@ -58,6 +58,6 @@ fn launchers_reject_bad_inputs_with_named_errors() {
     assert!(err.to_string().contains("targets"), "{err}");
 
     // the tensor-core benchmark kernel names the dtype it has no instruction for
-    let err = shared_kernels::ops::mma_peak::mma_peak(&device, DType::F32, 4, 4).unwrap_err();
+    let err = shared_kernels::ops::probes::mma_peak::mma_peak(&device, DType::F32, 4, 4).unwrap_err();
     assert!(err.to_string().contains("mma_peak") && err.to_string().contains("F32"), "{err}");
 }

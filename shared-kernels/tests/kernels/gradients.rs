@@ -108,7 +108,7 @@ fn backward_of_every_tracked_kernel_matches_burn_autodiff() {
     let temp_t = Tensor::<1>::from_data(TensorData::new(temps.clone(), [m]), &device);
     // one chunk (vocab 11, loaded one logit at a time), then several vocabulary chunks in a row
     // length the backward loads as vectors
-    let long = 2 * shared_kernels::ops::logprob::VOCAB_CHUNK + 12;
+    let long = 2 * shared_kernels::ops::logits::logprob::VOCAB_CHUNK + 12;
     for (vocab, tg) in [(11usize, vec![0i32, 10, 4, 4, 7]), (long, vec![0, long as i32 - 1, 2048, 2047, 3000])] {
         let logits = random_vec(&mut rng, m * vocab, 3.0);
         let targets = Tensor::<1, Int>::from_data(TensorData::new(tg, [m]), &device);

@@ -53,7 +53,7 @@ fn to_bits(v: &[f32]) -> Vec<u32> {
 fn chunked_head_logprobs_equal_the_unchunked_ops_as_bits() {
     let mut rng = StdRng::seed_from_u64(crate::seed());
     // several vocabulary chunks of the logprob kernel, rows that no chunking divides evenly
-    let (rows, hidden, vocab) = (37, 24, 2 * shared_kernels::ops::logprob::VOCAB_CHUNK + 45);
+    let (rows, hidden, vocab) = (37, 24, 2 * shared_kernels::ops::logits::logprob::VOCAB_CHUNK + 45);
     let x = random_vec(&mut rng, rows * hidden, 1.0);
     let w = random_vec(&mut rng, vocab * hidden, 0.5);
     let targets: Vec<i32> = random_vec(&mut rng, rows, 1.0).iter().map(|v| ((v.abs() * 7919.0) as usize % vocab) as i32).collect();

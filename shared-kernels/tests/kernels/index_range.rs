@@ -3,7 +3,7 @@
 //! launchers refusing, with the op and the sizes, what 32-bit indices cannot address.
 
 use burn::tensor::{Tensor, TensorData};
-use shared_kernels::ops::index_probe::{boundary_dividends, fast_divmod, multiply_shift_host};
+use shared_kernels::ops::probes::index_probe::{boundary_dividends, fast_divmod, multiply_shift_host};
 use shared_kernels::WeightLayout;
 
 const DIVISORS: [u32; 11] = [151_936, 1024, 2048, 4096 * 2 + 1, 3, 7, 1, 2, 65_537, (1 << 31) + 1, u32::MAX];

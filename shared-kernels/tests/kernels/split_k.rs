@@ -4,7 +4,7 @@
 use burn::tensor::{DType, Tensor, TensorData};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use shared_kernels::ops::matmul_split_k::{matmul_split_k, splits_for};
+use shared_kernels::ops::ablation::matmul_split_k::{matmul_split_k, splits_for};
 use shared_kernels::WeightLayout;
 
 fn host(t: Tensor<2>) -> Vec<f32> {

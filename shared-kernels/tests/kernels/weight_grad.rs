@@ -216,7 +216,7 @@ fn padded_rows_keep_each_sequence_on_a_granule() {
 
 #[test]
 fn linear_memory_attention_backward_matches_dense_and_keeps_each_sequence_bits() {
-    use shared_kernels::ops::attention_backward::{attention_backward, contiguous_sequences, dense_sequence};
+    use shared_kernels::ops::attention::backward::{attention_backward, contiguous_sequences, dense_sequence};
     let mut rng = StdRng::seed_from_u64(crate::seed());
     let (hq, hkv, d) = (4, 2, 8);
     let device = crate::device();

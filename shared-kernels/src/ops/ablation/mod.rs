@@ -1,0 +1,4 @@
+//! Kernels that are deliberately not batch invariant, for the ablation that shows what the
+//! mismatch costs (`ablation.sampler_kernels = "split_k"`). Never on the product's path.
+
+pub mod matmul_split_k;

@@ -1,0 +1,583 @@
+//! The training path's causal attention backward on tensor cores (CUDA, sm_80+, bf16/f16,
+//! head_dim 64 or 128): flash attention 2's backward without atomics, built from
+//! [`crate::ops::attention::mma`]'s warp steps (`mma.sync` fragments, `ldmatrix` from padded stages).
+//! Memory is linear in the tokens; every sequence's gradients come from its own rows alone, in
+//! an order fixed by the sequence (tiles of 64 rows from its first row), so they do not depend
+//! on the other sequences of the batch or micro-batch.
+//!
+//! Per sequence, tiles of [`KV_SPLIT`] rows (a cube of 4 warps, 16 rows each):
+//! 0. `D = dO . O` per (row, head): one sequential f32 dot product ([`row_dot_kernel`]).
+//! 1. per (query tile, query head), [`mma_backward_query_kernel`]: the rows' softmax max and
+//!    sum over their keys, split by split in key order (online: `l = l e^(m - m') + sum_j
+//!    e^(s_j - m')`, each split's sum lane by lane in key order, then over the quad in lane
+//!    order); then split by split again `P = e^(s - m) / l`, `dP = dO Vᵀ`, `dS = P (dP - D)`
+//!    and `dQ += dS K` (dS rounded to the dtype for the tensor cores, f32 accumulators), keys
+//!    ascending. Writes dQ and the rows' (m, l).
+//! 2. per (key tile, KV head), [`mma_backward_key_kernel`]: over the query splits at or after
+//!    the tile, in order, and inside a split over the KV head's query heads in head order:
+//!    `Sᵀ = K Qᵀ`, `Pᵀ` from the queries' (m, l), `dPᵀ = V dOᵀ`, `dSᵀ = Pᵀ (dPᵀ - D)`,
+//!    `dV += Pᵀ dO` and `dK += dSᵀ Q` (Pᵀ and dSᵀ rounded to the dtype), each split's
+//!    products added to f32 accumulators in shared memory.
+//! `dQ` and `dK` carry the softmax scale; scores are `(q . k) * scale` as in the forward.
+
+use crate::ops::attention::splits::{keys_in_split, KV_SPLIT};
+use crate::ops::attention::mma::{
+    commit_copies, pack_pair, query_fragments, row_max, stage_split_async, value_lane_address,
+    wait_copies, warp_scores, warp_values, SMEM_ALIGN,
+};
+use crate::ops::attention::cmma::{valid_in_split, PAD};
+use crate::ops::ptx::shared_address;
+use crate::ops::reduce::{cube_linear, NEG_BIG};
+use crate::ops::{cube_count_for, storage};
+use crate::bridge::{dims, float_in, float_out};
+use crate::{ensure, KernelError};
+use burn::tensor::{DType, Int as BInt, Tensor as BTensor, TensorData};
+use burn_cubecl::cubecl::prelude::*;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
+
+/// Warps per cube: 16 rows each, one tile of [`KV_SPLIT`] rows.
+const WARPS: usize = KV_SPLIT / 16;
+const UNITS: usize = WARPS * 32;
+/// 16-bit values per staged 16-byte vector.
+const VS: usize = 8;
+
+#[cube(launch)]
+fn row_dot_kernel<F: Float>(out: &Tensor<F>, d_out: &Tensor<F>, dots: &mut Tensor<f32>, pairs_arg: u32, #[comptime] head_dim: usize, #[define(F)] _d: ElemType) {
+    let pair = cube_linear() * comptime!(UNITS) + UNIT_POS_X as usize;
+    if pair < pairs_arg as usize {
+        let base = pair * head_dim;
+        let mut acc = 0.0f32;
+        for e in 0..head_dim {
+            acc += f32::cast_from(d_out[base + e]) * f32::cast_from(out[base + e]);
+        }
+        dots[pair] = acc;
+    }
+}
+
+/// The split's sum `sum_j e^(s_j scale - m)` over this lane's row `high` (0: g, 1: g + 8) of
+/// the quad, keys in order within a lane, then lanes t = 0..3 in order.
+#[cube]
+fn row_exp_sum(s: &Array<f32>, valid: usize, scale: f32, m: f32, #[comptime] high: usize) -> f32 {
+    let lane = UNIT_POS_X;
+    let t = (lane % 4) as usize;
+    let mut part = 0.0f32;
+    #[unroll]
+    for nt in 0..8usize {
+        #[unroll]
+        for e in 0..2usize {
+            let j = nt * 8 + 2 * t + e;
+            if j < valid {
+                part += (s[comptime!(nt * 4 + high * 2 + e)] * scale - m).exp();
+            }
+        }
+    }
+    let quad = lane - lane % 4;
+    ((plane_shuffle(part, quad) + plane_shuffle(part, quad + 1)) + plane_shuffle(part, quad + 2)) + plane_shuffle(part, quad + 3)
+}
+
+/// Rounds a 16 x 64 f32 fragment (`x[nt * 4 + c]`) to the dtype as the A operand of the
+/// next product (`a[nt * 2 + h]`: key block nt, row g (h = 0) or g + 8).
+#[cube]
+fn pack_fragment<F: Float>(x: &Array<f32>, a: &mut Array<u32>) {
+    #[unroll]
+    for nt in 0..8usize {
+        #[unroll]
+        for h in 0..2usize {
+            a[comptime!(nt * 2 + h)] = pack_pair::<F>(x[comptime!(nt * 4 + 2 * h)], x[comptime!(nt * 4 + 2 * h + 1)]);
+        }
+    }
+}
+
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn mma_backward_query_kernel<F: Float, N: Size, I: Int>(
+    q: &Tensor<Vector<F, N>>,
+    k: &Tensor<Vector<F, N>>,
+    v: &Tensor<Vector<F, N>>,
+    d_out: &Tensor<Vector<F, N>>,
+    dots: &Tensor<f32>,
+    tiles: &Tensor<I>,
+    d_q: &mut Tensor<f32>,
+    stats: &mut Tensor<f32>,
+    tiles_arg: u32,
+    q_heads_arg: u32,
+    kv_heads_arg: u32,
+    scale: f32,
+    #[comptime] head_dim: usize,
+    #[comptime] f16: bool,
+    #[define(F, I)] _d: [ElemType; 2],
+) {
+    let q_heads = q_heads_arg as usize;
+    let kv_heads = kv_heads_arg as usize;
+    let work = cube_linear(); // tile * q_heads + head
+    let head = work % q_heads;
+    let tile = work / q_heads;
+    let kv_head = head / (q_heads / kv_heads);
+    let lane = UNIT_POS_X;
+    let warp = UNIT_POS_Y as usize;
+    let g = (lane / 4) as usize;
+    let t = (lane % 4) as usize;
+    if tile < tiles_arg as usize {
+        // the tile's first row, its sequence's first row and length
+        let first_row = u32::cast_from(tiles[3 * tile]) as usize;
+        let start = u32::cast_from(tiles[3 * tile + 1]) as usize;
+        let len = u32::cast_from(tiles[3 * tile + 2]) as usize;
+        let first_pos = first_row - start;
+        let count = keys_in_split(len, first_pos);
+        let stage_vecs = comptime!(KV_SPLIT * (head_dim + PAD) / VS);
+        let mut q_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(stage_vecs, comptime!(SMEM_ALIGN));
+        let mut do_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(stage_vecs, comptime!(SMEM_ALIGN));
+        let mut k_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(stage_vecs, comptime!(SMEM_ALIGN));
+        let mut v_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(stage_vecs, comptime!(SMEM_ALIGN));
+        stage_split_async::<F, N>(q, &mut q_sh, 0, first_row, q_heads, head, count, head_dim, comptime!(VS), comptime!(UNITS));
+        stage_split_async::<F, N>(d_out, &mut do_sh, 0, first_row, q_heads, head, count, head_dim, comptime!(VS), comptime!(UNITS));
+        commit_copies();
+        wait_copies(0usize);
+        sync_cube();
+        let q_addr = shared_address::<Vector<F, N>>(&q_sh);
+        let do_addr = shared_address::<Vector<F, N>>(&do_sh);
+        let k_addr = shared_address::<Vector<F, N>>(&k_sh);
+        let v_addr = shared_address::<Vector<F, N>>(&v_sh);
+        let mut qa = Array::<u32>::new(comptime!(head_dim / 4));
+        let mut da = Array::<u32>::new(comptime!(head_dim / 4));
+        query_fragments(q_addr, &mut qa, head_dim);
+        query_fragments(do_addr, &mut da, head_dim);
+        // this lane's rows g and g + 8 of the warp's 16: their keys (0 past the tile's rows)
+        let r_lo = warp * 16 + g;
+        let r_hi = r_lo + 8;
+        let mut keys_lo = 0usize;
+        let mut keys_hi = 0usize;
+        if r_lo < count {
+            keys_lo = first_pos + r_lo + 1;
+        }
+        if r_hi < count {
+            keys_hi = first_pos + r_hi + 1;
+        }
+        // the longest prefix among the warp's rows
+        let mut warp_most = 0usize;
+        if warp * 16 < count {
+            let mut last_row = warp * 16 + 15;
+            if last_row >= count {
+                last_row = count - 1;
+            }
+            warp_most = first_pos + last_row + 1;
+        }
+        let most_keys = first_pos + count;
+        let splits = most_keys.div_ceil(comptime!(KV_SPLIT));
+        let mut s = Array::<f32>::new(32usize);
+        let mut dp = Array::<f32>::new(32usize);
+        let mut dsa = Array::<u32>::new(16usize);
+        let mut o = Array::<f32>::new(16usize);
+        // pass 1: each row's max and sum over its keys, split by split
+        let mut m_lo = f32::new(NEG_BIG);
+        let mut m_hi = f32::new(NEG_BIG);
+        let mut l_lo = 0.0f32;
+        let mut l_hi = 0.0f32;
+        for split in 0..splits {
+            let first = split * comptime!(KV_SPLIT);
+            stage_split_async::<F, N>(k, &mut k_sh, 0, start + first, kv_heads, kv_head, keys_in_split(most_keys, first), head_dim, comptime!(VS), comptime!(UNITS));
+            commit_copies();
+            wait_copies(0usize);
+            sync_cube();
+            if first < warp_most {
+                let valid_lo = valid_in_split(keys_lo, first);
+                let valid_hi = valid_in_split(keys_hi, first);
+                warp_scores(&qa, k_addr, &mut s, head_dim, f16);
+                let split_lo = row_max(&s, valid_lo, scale, 0usize);
+                let split_hi = row_max(&s, valid_hi, scale, 1usize);
+                let mut new_lo = m_lo;
+                if split_lo > new_lo {
+                    new_lo = split_lo;
+                }
+                let mut new_hi = m_hi;
+                if split_hi > new_hi {
+                    new_hi = split_hi;
+                }
+                let sum_lo = row_exp_sum(&s, valid_lo, scale, new_lo, 0usize);
+                let sum_hi = row_exp_sum(&s, valid_hi, scale, new_hi, 1usize);
+                if valid_lo > 0 {
+                    l_lo = l_lo * (m_lo - new_lo).exp() + sum_lo;
+                    m_lo = new_lo;
+                }
+                if valid_hi > 0 {
+                    l_hi = l_hi * (m_hi - new_hi).exp() + sum_hi;
+                    m_hi = new_hi;
+                }
+            }
+            sync_cube(); // every warp is done with the stage before it is refilled
+        }
+        // pass 2: dS split by split, dQ += dS K
+        let mut d_lo = 0.0f32;
+        let mut d_hi = 0.0f32;
+        if r_lo < count {
+            d_lo = dots[(first_row + r_lo) * q_heads + head];
+        }
+        if r_hi < count {
+            d_hi = dots[(first_row + r_hi) * q_heads + head];
+        }
+        let mut acc = Array::<f32>::new(comptime!(head_dim / 2));
+        #[unroll]
+        for i in 0..comptime!(head_dim / 2) {
+            acc[i] = 0.0f32;
+        }
+        for split in 0..splits {
+            let first = split * comptime!(KV_SPLIT);
+            let staged = keys_in_split(most_keys, first);
+            stage_split_async::<F, N>(k, &mut k_sh, 0, start + first, kv_heads, kv_head, staged, head_dim, comptime!(VS), comptime!(UNITS));
+            stage_split_async::<F, N>(v, &mut v_sh, 0, start + first, kv_heads, kv_head, staged, head_dim, comptime!(VS), comptime!(UNITS));
+            commit_copies();
+            wait_copies(0usize);
+            sync_cube();
+            if first < warp_most {
+                let valid_lo = valid_in_split(keys_lo, first);
+                let valid_hi = valid_in_split(keys_hi, first);
+                warp_scores(&qa, k_addr, &mut s, head_dim, f16);
+                warp_scores(&da, v_addr, &mut dp, head_dim, f16);
+                #[unroll]
+                for i in 0..32usize {
+                    let j = comptime!(i / 4) * 8 + 2 * t + comptime!(i % 2);
+                    let mut valid = valid_lo;
+                    let mut m = m_lo;
+                    let mut l = l_lo;
+                    let mut dd = d_lo;
+                    if comptime!(i % 4 >= 2) {
+                        valid = valid_hi;
+                        m = m_hi;
+                        l = l_hi;
+                        dd = d_hi;
+                    }
+                    let mut ds = 0.0f32;
+                    if j < valid {
+                        let p = (s[i] * scale - m).exp() / l;
+                        ds = p * (dp[i] - dd);
+                    }
+                    s[i] = ds;
+                }
+                pack_fragment::<F>(&s, &mut dsa);
+                let k_trans = value_lane_address(k_addr, head_dim);
+                #[unroll]
+                for dg in 0..comptime!(head_dim / 32) {
+                    warp_values(&dsa, k_trans + comptime!((dg * 64) as u32), &mut o, head_dim, f16);
+                    #[unroll]
+                    for i in 0..16usize {
+                        acc[comptime!(dg * 16 + i)] += o[i];
+                    }
+                }
+            }
+            sync_cube();
+        }
+        // fragment element c of dim block nt: row g (c < 2) or g + 8, dims 8 nt + 2 t + c % 2
+        #[unroll]
+        for i in 0..comptime!(head_dim / 2) {
+            let mut r = r_lo;
+            if comptime!(i % 4 >= 2) {
+                r = r_hi;
+            }
+            if r < count {
+                d_q[((first_row + r) * q_heads + head) * comptime!(head_dim) + comptime!(i / 4) * 8 + 2 * t + comptime!(i % 2)] = acc[i] * scale;
+            }
+        }
+        if t == 0 {
+            if r_lo < count {
+                stats[((first_row + r_lo) * q_heads + head) * 2] = m_lo;
+                stats[((first_row + r_lo) * q_heads + head) * 2 + 1] = l_lo;
+            }
+            if r_hi < count {
+                stats[((first_row + r_hi) * q_heads + head) * 2] = m_hi;
+                stats[((first_row + r_hi) * q_heads + head) * 2 + 1] = l_hi;
+            }
+        }
+    }
+}
+
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn mma_backward_key_kernel<F: Float, N: Size, I: Int>(
+    q: &Tensor<Vector<F, N>>,
+    k: &Tensor<Vector<F, N>>,
+    v: &Tensor<Vector<F, N>>,
+    d_out: &Tensor<Vector<F, N>>,
+    dots: &Tensor<f32>,
+    stats: &Tensor<f32>,
+    tiles: &Tensor<I>,
+    d_k: &mut Tensor<f32>,
+    d_v: &mut Tensor<f32>,
+    tiles_arg: u32,
+    q_heads_arg: u32,
+    kv_heads_arg: u32,
+    scale: f32,
+    #[comptime] head_dim: usize,
+    #[comptime] f16: bool,
+    #[define(F, I)] _d: [ElemType; 2],
+) {
+    let q_heads = q_heads_arg as usize;
+    let kv_heads = kv_heads_arg as usize;
+    let group = q_heads / kv_heads;
+    let work = cube_linear(); // tile * kv_heads + kv head
+    let kv_head = work % kv_heads;
+    let tile = work / kv_heads;
+    let lane = UNIT_POS_X;
+    let warp = UNIT_POS_Y as usize;
+    let unit = UNIT_POS as usize;
+    let g = (lane / 4) as usize;
+    let t = (lane % 4) as usize;
+    if tile < tiles_arg as usize {
+        // the tile's first row, its sequence's first row and length
+        let first_row = u32::cast_from(tiles[3 * tile]) as usize;
+        let start = u32::cast_from(tiles[3 * tile + 1]) as usize;
+        let len = u32::cast_from(tiles[3 * tile + 2]) as usize;
+        let first_pos = first_row - start;
+        let count = keys_in_split(len, first_pos);
+        let stage_vecs = comptime!(KV_SPLIT * (head_dim + PAD) / VS);
+        let mut k_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(stage_vecs, comptime!(SMEM_ALIGN));
+        let mut v_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(stage_vecs, comptime!(SMEM_ALIGN));
+        let mut q_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(stage_vecs, comptime!(SMEM_ALIGN));
+        let mut do_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(stage_vecs, comptime!(SMEM_ALIGN));
+        // per query of the split: m, l, D
+        let mut stat_sh = Shared::<[f32]>::new_slice(comptime!(3 * KV_SPLIT));
+        // dK and dV accumulators, [warp][which][fragment element][lane]: a lane's own words
+        let acc_words = comptime!(head_dim / 2);
+        let mut acc_sh = Shared::<[f32]>::new_slice(comptime!(WARPS * 2 * (head_dim / 2) * 32));
+        let dk_base = (warp * 2) * acc_words * 32 + lane as usize;
+        let dv_base = (warp * 2 + 1) * acc_words * 32 + lane as usize;
+        #[unroll]
+        for i in 0..comptime!(head_dim / 2) {
+            acc_sh[dk_base + i * 32] = 0.0f32;
+            acc_sh[dv_base + i * 32] = 0.0f32;
+        }
+        stage_split_async::<F, N>(k, &mut k_sh, 0, first_row, kv_heads, kv_head, count, head_dim, comptime!(VS), comptime!(UNITS));
+        stage_split_async::<F, N>(v, &mut v_sh, 0, first_row, kv_heads, kv_head, count, head_dim, comptime!(VS), comptime!(UNITS));
+        commit_copies();
+        let k_addr = shared_address::<Vector<F, N>>(&k_sh);
+        let v_addr = shared_address::<Vector<F, N>>(&v_sh);
+        let q_addr = shared_address::<Vector<F, N>>(&q_sh);
+        let do_addr = shared_address::<Vector<F, N>>(&do_sh);
+        let r_lo = warp * 16 + g;
+        let r_hi = r_lo + 8;
+        let key_lo = first_pos + r_lo;
+        let key_hi = first_pos + r_hi;
+        let mut s = Array::<f32>::new(32usize);
+        let mut dp = Array::<f32>::new(32usize);
+        let mut frag = Array::<u32>::new(comptime!(head_dim / 4));
+        let mut pa = Array::<u32>::new(16usize);
+        let mut dsa = Array::<u32>::new(16usize);
+        let mut o = Array::<f32>::new(16usize);
+        let splits = (len - first_pos).div_ceil(comptime!(KV_SPLIT));
+        for split in 0..splits {
+            let first = first_pos + split * comptime!(KV_SPLIT); // the split's first query position
+            let queries = keys_in_split(len, first);
+            for h in 0..group {
+                let head = kv_head * group + h;
+                stage_split_async::<F, N>(q, &mut q_sh, 0, start + first, q_heads, head, queries, head_dim, comptime!(VS), comptime!(UNITS));
+                stage_split_async::<F, N>(d_out, &mut do_sh, 0, start + first, q_heads, head, queries, head_dim, comptime!(VS), comptime!(UNITS));
+                commit_copies();
+                if unit < comptime!(KV_SPLIT) {
+                    let mut m = 0.0f32;
+                    let mut l = 1.0f32;
+                    let mut dd = 0.0f32;
+                    if unit < queries {
+                        let pair = (start + first + unit) * q_heads + head;
+                        m = stats[pair * 2];
+                        l = stats[pair * 2 + 1];
+                        dd = dots[pair];
+                    }
+                    stat_sh[unit] = m;
+                    stat_sh[unit + comptime!(KV_SPLIT)] = l;
+                    stat_sh[unit + comptime!(2 * KV_SPLIT)] = dd;
+                }
+                wait_copies(0usize);
+                sync_cube();
+                // the warp's keys meet a query of this split (query position >= key position)
+                if warp * 16 < count && first + queries > first_pos + warp * 16 {
+                    query_fragments(k_addr, &mut frag, head_dim);
+                    warp_scores(&frag, q_addr, &mut s, head_dim, f16);
+                    query_fragments(v_addr, &mut frag, head_dim);
+                    warp_scores(&frag, do_addr, &mut dp, head_dim, f16);
+                    #[unroll]
+                    for i in 0..32usize {
+                        let j = comptime!(i / 4) * 8 + 2 * t + comptime!(i % 2);
+                        let mut r = r_lo;
+                        let mut key = key_lo;
+                        if comptime!(i % 4 >= 2) {
+                            r = r_hi;
+                            key = key_hi;
+                        }
+                        let mut p = 0.0f32;
+                        let mut ds = 0.0f32;
+                        if r < count && j < queries && first + j >= key {
+                            p = (s[i] * scale - stat_sh[j]).exp() / stat_sh[j + comptime!(KV_SPLIT)];
+                            ds = p * (dp[i] - stat_sh[j + comptime!(2 * KV_SPLIT)]);
+                        }
+                        s[i] = p;
+                        dp[i] = ds;
+                    }
+                    pack_fragment::<F>(&s, &mut pa);
+                    pack_fragment::<F>(&dp, &mut dsa);
+                    let do_trans = value_lane_address(do_addr, head_dim);
+                    let q_trans = value_lane_address(q_addr, head_dim);
+                    #[unroll]
+                    for dg in 0..comptime!(head_dim / 32) {
+                        warp_values(&pa, do_trans + comptime!((dg * 64) as u32), &mut o, head_dim, f16);
+                        #[unroll]
+                        for i in 0..16usize {
+                            acc_sh[dv_base + comptime!(dg * 16 + i) * 32] += o[i];
+                        }
+                        warp_values(&dsa, q_trans + comptime!((dg * 64) as u32), &mut o, head_dim, f16);
+                        #[unroll]
+                        for i in 0..16usize {
+                            acc_sh[dk_base + comptime!(dg * 16 + i) * 32] += o[i];
+                        }
+                    }
+                }
+                sync_cube(); // the stages are read before the next head or split refills them
+            }
+        }
+        #[unroll]
+        for i in 0..comptime!(head_dim / 2) {
+            let mut r = r_lo;
+            if comptime!(i % 4 >= 2) {
+                r = r_hi;
+            }
+            if r < count {
+                let at = ((first_row + r) * kv_heads + kv_head) * comptime!(head_dim) + comptime!(i / 4) * 8 + 2 * t + comptime!(i % 2);
+                d_k[at] = acc_sh[dk_base + i * 32] * scale;
+                d_v[at] = acc_sh[dv_base + i * 32];
+            }
+        }
+    }
+}
+
+/// `LOCKSTEP_ATTENTION_BACKWARD`: "tensor_cores" (the default) or "per_sequence" (the
+/// per-sequence paths of [`crate::ops::attention::backward`], for comparisons).
+pub fn tensor_core_backward_setting() -> Result<bool, KernelError> {
+    static SETTING: std::sync::OnceLock<Result<Option<bool>, String>> = std::sync::OnceLock::new();
+    let parse = |text: &str| match text.trim() {
+        "tensor_cores" => Ok(true),
+        "per_sequence" => Ok(false),
+        other => Err(format!("LOCKSTEP_ATTENTION_BACKWARD={other:?} is not one of tensor_cores, per_sequence")),
+    };
+    Ok(crate::ops::env_setting(&SETTING, "attention_backward", "LOCKSTEP_ATTENTION_BACKWARD", parse)?.unwrap_or(true))
+}
+
+/// Whether [`mma_attention_backward`] takes these inputs: CUDA with the register-fragment
+/// attention kernels on, 16-bit inputs, head_dim 64 or 128.
+pub fn mma_backward_available(dtype: DType, head_dim: usize) -> bool {
+    crate::device::runtime_name() == "cuda"
+        && matches!(dtype, DType::BF16 | DType::F16)
+        && (head_dim == 64 || head_dim == 128)
+        && matches!(crate::ops::attention::tensor_cores::tc_kernels(), Ok(crate::ops::attention::tensor_cores::TcKernels::Mma))
+}
+
+/// The tile table for `sequences` (first row, length): per sequence, tiles of [`KV_SPLIT`]
+/// rows from its first row, each `(first row, sequence's first row, sequence's length)`.
+pub fn backward_tiles(sequences: &[(usize, usize)]) -> Vec<i32> {
+    sequences
+        .iter()
+        .flat_map(|&(start, len)| (0..len.div_ceil(KV_SPLIT)).flat_map(move |i| [(start + i * KV_SPLIT) as i32, start as i32, len as i32]))
+        .collect()
+}
+
+/// `(dQ, dK, dV)` in f32 of causal attention over `q` [rows, q_heads, d] and `k`/`v` [rows,
+/// kv_heads, d] (16-bit) with forward output `out` and its gradient `d_out` (q's shape), for
+/// rows made of the contiguous `sequences` (first row, length) that cover every row.
+#[allow(clippy::too_many_arguments)]
+pub fn mma_attention_backward(
+    q: BTensor<3>,
+    k: BTensor<3>,
+    v: BTensor<3>,
+    out: BTensor<3>,
+    d_out: BTensor<3>,
+    sequences: &[(usize, usize)],
+    scale: f32,
+) -> Result<(BTensor<3>, BTensor<3>, BTensor<3>), KernelError> {
+    const OP: &str = "attention_backward (tensor cores)";
+    let device = q.device();
+    let (q, k, v, out, d_out) = (float_in(OP, "q", q)?, float_in(OP, "k", k)?, float_in(OP, "v", v)?, float_in(OP, "out", out)?, float_in(OP, "d_out", d_out)?);
+    let (qd, kd) = (dims(&q), dims(&k));
+    ensure!(qd.len() == 3 && kd.len() == 3 && kd == dims(&v), OP, "q {qd:?}, k {kd:?}, v {:?}", dims(&v));
+    let (rows, q_heads, head_dim) = (qd[0], qd[1], qd[2]);
+    let kv_heads = kd[1];
+    ensure!(kd[0] == rows && kd[2] == head_dim && kv_heads > 0 && q_heads % kv_heads == 0, OP, "q {qd:?} and k {kd:?} do not pair");
+    ensure!(dims(&out) == qd && dims(&d_out) == qd, OP, "out and d_out must be {qd:?}");
+    ensure!(mma_backward_available(q.dtype, head_dim), OP, "needs CUDA, bf16/f16 and head_dim 64 or 128; got {:?}, head_dim {head_dim}", q.dtype);
+    ensure!([&k, &v, &out, &d_out].iter().all(|t| t.dtype == q.dtype), OP, "dtypes differ");
+    ensure!(sequences.iter().map(|s| s.1).sum::<usize>() == rows && sequences.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0), OP, "the sequences must cover the {rows} rows in order");
+    crate::bridge::check_index_range(OP, "q", &qd, rows * q_heads * head_dim)?;
+    let tiles = backward_tiles(sequences);
+    let n_tiles = tiles.len() / 3;
+    let client = q.client.clone();
+    let cube_device = q.device.clone();
+    let f32_of = |shape: Vec<usize>| empty_device_contiguous_dtype(client.clone(), cube_device.clone(), shape.into(), DType::F32);
+    let (d_q, stats, dots) = (f32_of(qd.clone()), f32_of(vec![rows * q_heads * 2]), f32_of(vec![rows * q_heads]));
+    let (d_k, d_v) = (f32_of(kd.clone()), f32_of(kd.clone()));
+    let tiles_t: CubeTensor = crate::bridge::int_in(OP, "tiles", BTensor::<1, BInt>::from_data(TensorData::new(tiles, [n_tiles * 3]), &device))?;
+    let (fdt, idt) = (storage(q.dtype), storage(tiles_t.dtype));
+    let f16 = q.dtype == DType::F16;
+    row_dot_kernel::launch(
+        &client,
+        cube_count_for(rows * q_heads, UNITS),
+        CubeDim::new_1d(UNITS as u32),
+        out.into_tensor_arg(),
+        d_out.clone().into_tensor_arg(),
+        dots.clone().into_tensor_arg(),
+        (rows * q_heads) as u32,
+        head_dim,
+        fdt,
+    );
+    let vec_arg = |t: &CubeTensor| t.clone().into_tensor_arg();
+    mma_backward_query_kernel::launch(
+        &client,
+        cube_count_for(n_tiles * q_heads, 1),
+        CubeDim::new_2d(32, WARPS as u32),
+        VS,
+        vec_arg(&q),
+        vec_arg(&k),
+        vec_arg(&v),
+        vec_arg(&d_out),
+        dots.clone().into_tensor_arg(),
+        tiles_t.clone().into_tensor_arg(),
+        d_q.clone().into_tensor_arg(),
+        stats.clone().into_tensor_arg(),
+        n_tiles as u32,
+        q_heads as u32,
+        kv_heads as u32,
+        scale,
+        head_dim,
+        f16,
+        [fdt, idt],
+    );
+    mma_backward_key_kernel::launch(
+        &client,
+        cube_count_for(n_tiles * kv_heads, 1),
+        CubeDim::new_2d(32, WARPS as u32),
+        VS,
+        vec_arg(&q),
+        vec_arg(&k),
+        vec_arg(&v),
+        vec_arg(&d_out),
+        dots.into_tensor_arg(),
+        stats.into_tensor_arg(),
+        tiles_t.into_tensor_arg(),
+        d_k.clone().into_tensor_arg(),
+        d_v.clone().into_tensor_arg(),
+        n_tiles as u32,
+        q_heads as u32,
+        kv_heads as u32,
+        scale,
+        head_dim,
+        f16,
+        [fdt, idt],
+    );
+    Ok((float_out(d_q), float_out(d_k), float_out(d_v)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiles_start_at_each_sequence_and_never_cross_one() {
+        assert_eq!(backward_tiles(&[(0, 64), (64, 65), (129, 1)]), vec![0, 0, 64, 64, 64, 65, 128, 64, 65, 129, 129, 1]);
+    }
+}

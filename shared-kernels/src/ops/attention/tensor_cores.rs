@@ -1,0 +1,358 @@
+//! The tensor-core attention (`split_kv_tc`) on one launch set: which kernels run (`mma`
+//! fragments in registers by default, `cmma` through shared memory: [`TcKernels`]), how a
+//! launch's rows are cut into prefill tiles and decode rows, and the launches themselves with
+//! their fixed-order combine. Every choice here depends on the model's shape and the device,
+//! never on the batch, so the sampler and the trainer run the same kernels row for row.
+
+use crate::ops::attention::cmma::*;
+use crate::ops::attention::cmma::PLANE_DIM;
+use crate::ops::attention::cmma_flash::tc_flash_kernel;
+use crate::ops::attention::mma_decode::{decode_warps, mma_partial_kernel};
+use crate::ops::attention::mma_flash::mma_flash_kernel;
+use crate::ops::attention::split_kv::combine_rows;
+use crate::ops::kv_cache::BlockRows;
+use crate::ops::attention::splits::KV_SPLIT;
+use crate::ops::matmul::tc::tensor_cores_available_for;
+use crate::ops::{cube_count_for, storage};
+use crate::{ensure, KernelError};
+use burn::tensor::DType;
+use burn_cubecl::cubecl::prelude::*;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
+
+/// Which kernels run the tensor-core attention: the register-fragment ones (prefill tiles:
+/// [`crate::ops::attention::mma_flash`], decode rows: [`crate::ops::attention::mma_decode`]) or the `cmma`
+/// ones ([`crate::ops::attention::cmma_flash`], [`crate::ops::attention::cmma`]'s partial kernel). All give the
+/// same bits, so the choice changes time only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcKernels {
+    /// `mma.sync` fragments in registers (CUDA only); 64 queries per prefill cube.
+    Mma,
+    /// `cmma` fragments through shared memory; 32 queries per prefill cube.
+    Cmma,
+}
+
+impl TcKernels {
+    pub fn parse(text: &str) -> Result<TcKernels, String> {
+        match text.trim() {
+            "mma" => Ok(TcKernels::Mma),
+            "cmma" => Ok(TcKernels::Cmma),
+            other => Err(format!(
+                "LOCKSTEP_ATTENTION_TC={other:?} is not one of mma, cmma"
+            )),
+        }
+    }
+
+    /// Queries one prefill cube holds: a prefill tile's rows times the heads per cube.
+    pub fn prefill_queries(self) -> Result<usize, crate::KernelError> {
+        Ok(match self {
+            TcKernels::Mma => 16 * crate::ops::attention::mma_flash::flash_warps()?,
+            TcKernels::Cmma => crate::ops::attention::cmma::TC_QUERIES,
+        })
+    }
+}
+
+thread_local! {
+    static TC_OVERRIDE: std::cell::Cell<Option<TcKernels>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with this thread's attention on `kernel` (the battery compares the two sets).
+pub fn with_tc_kernels<R>(kernel: TcKernels, f: impl FnOnce() -> R) -> R {
+    let before = TC_OVERRIDE.with(|c| c.replace(Some(kernel)));
+    let out = f();
+    TC_OVERRIDE.with(|c| c.set(before));
+    out
+}
+
+/// The kernel set: [`with_tc_kernels`]'s, else `LOCKSTEP_ATTENTION_TC` (read once per
+/// process), else `mma`; `cmma` off CUDA, where inline PTX does not exist.
+pub fn tc_kernels() -> Result<TcKernels, crate::KernelError> {
+    static SETTING: std::sync::OnceLock<Result<Option<TcKernels>, String>> =
+        std::sync::OnceLock::new();
+    let chosen = match TC_OVERRIDE.with(|c| c.get()) {
+        Some(k) => k,
+        None => crate::ops::env_setting(
+            &SETTING,
+            "attention",
+            "LOCKSTEP_ATTENTION_TC",
+            TcKernels::parse,
+        )?
+        .unwrap_or(TcKernels::Mma),
+    };
+    Ok(if crate::device::runtime_name() == "cuda" {
+        chosen
+    } else {
+        TcKernels::Cmma
+    })
+}
+
+/// Query heads per cube for a group of `group` query heads per KV head: the largest divisor of
+/// the group that fits [`TC_QUERIES`]. A property of the model, never of the batch.
+pub fn heads_per_cube(group: usize) -> usize {
+    (1..=group.min(TC_QUERIES)).rev().find(|h| group % h == 0).unwrap_or(1)
+}
+
+/// Whether this device runs the tensor-core attention for `dtype` and `head_dim`: CUDA-style
+/// 16x16x16 `cmma` for the dtype (bf16, f16), and a head size of 32, 64, 96 or 128 (the shared
+/// stages hold a 64-key split of whole head rows).
+pub fn tc_attention_available(client: &burn_cubecl::cubecl::client::Client, dtype: DType, head_dim: usize) -> bool {
+    head_dim % 32 == 0 && (32..=128).contains(&head_dim) && tensor_cores_available_for(client, dtype)
+}
+
+/// Tiles for the tensor-core kernel: with the rows' slots on the host, runs of consecutive rows
+/// of one sequence cut every `rows_per_tile`; without, one row per tile. `(first row, rows)`.
+pub(crate) fn tc_tiles(host_slots: Option<&[u32]>, rows: usize, rows_per_tile: usize) -> Vec<(usize, usize)> {
+    match host_slots {
+        Some(slots) => crate::ops::attention::split_kv::sequence_runs(slots, rows_per_tile),
+        None => (0..rows).map(|r| (r, 1)).collect(),
+    }
+}
+
+/// Rows of one sequence that make a flash tile: prefill tiles of at least this many rows run
+/// [`crate::ops::attention::cmma_flash`]'s kernel, smaller ones (decode rows) the per-split partials and
+/// the combine. Both give the same bits, so this only trades parallelism over splits (decode)
+/// for fewer passes over memory (prefill).
+pub const FLASH_MIN_ROWS: usize = 2;
+
+/// How one call's tiles split between the kernels: flash tiles, single-row tiles (partials +
+/// combine), and, when both kinds are present, the rows the combine must write (all of them
+/// otherwise).
+#[derive(Debug, PartialEq)]
+pub(crate) struct TileLaunches {
+    pub flash: Vec<(usize, usize)>,
+    pub single: Vec<(usize, usize)>,
+    pub single_rows: Option<Vec<i32>>,
+}
+
+impl TileLaunches {
+    pub fn of(tiles: &[(usize, usize)]) -> Self {
+        let (flash, single): (Vec<_>, Vec<_>) = tiles.iter().partition(|&&(_, n)| n >= FLASH_MIN_ROWS);
+        let single_rows = (!flash.is_empty() && !single.is_empty()).then(|| single.iter().flat_map(|&(first, n)| (first..first + n).map(|r| r as i32)).collect());
+        Self { flash, single, single_rows }
+    }
+}
+
+thread_local! {
+    /// The last few partials buffers, by length: every layer of a decode step needs one of the
+    /// same length, and a fresh one each time was an allocation task on cubecl's device thread.
+    static PARTIALS: std::cell::RefCell<Vec<CubeTensor>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+const CACHED_PARTIALS: usize = 2;
+
+/// An f32 buffer of `len` values on `like`'s device, reused across calls. Safe to share: the
+/// launches that write and read it run in order on this thread's stream, each call's combine
+/// reads only the splits its partial kernel wrote, and nothing outside this file holds it.
+fn partials_workspace(like: &CubeTensor, len: usize) -> CubeTensor {
+    PARTIALS.with(|cached| {
+        let mut cached = cached.borrow_mut();
+        if let Some(i) = cached.iter().position(|t| t.device == like.device && t.meta.shape().num_elements() == len) {
+            let t = cached.remove(i);
+            cached.insert(0, t.clone());
+            return t;
+        }
+        let t = empty_device_contiguous_dtype(like.client.clone(), like.device.clone(), [len].into(), DType::F32);
+        cached.insert(0, t.clone());
+        cached.truncate(CACHED_PARTIALS);
+        t
+    })
+}
+
+/// Runs the kernels for inputs `attention_impl` has checked, with [`tc_attention_available`]
+/// true: `q` [rows, q_heads, head_dim] and the caches laid out by `pages`, all
+/// contiguous; `tiles` from [`tc_tiles`], cut for [`heads_per_cube`]; `upload` puts a host
+/// table on the device in the slots' integer type; `kernels` picks the register-fragment or the cmma kernels.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn tc_split_kv_attention(
+    q: &CubeTensor,
+    k: CubeTensor,
+    v: CubeTensor,
+    slots: &CubeTensor,
+    positions: CubeTensor,
+    pages: &BlockRows,
+    (rows, q_heads, kv_heads, max_len, head_dim): (usize, usize, usize, usize, usize),
+    scale: f32,
+    tiles: &[(usize, usize)],
+    kernels: TcKernels,
+    upload: impl Fn(Vec<i32>) -> Result<CubeTensor, KernelError>,
+) -> Result<CubeTensor, KernelError> {
+    let splits = max_len.div_ceil(KV_SPLIT);
+    let hpc = heads_per_cube(q_heads / kv_heads);
+    let parts = q_heads / kv_heads / hpc;
+    let vs = 8;
+    let dtypes = [storage(q.dtype), storage(slots.dtype)];
+    let TileLaunches { flash, single, single_rows } = TileLaunches::of(tiles);
+    // the prefill cube's queries: the size `attention_impl` cut the tiles for
+    let cube_queries = kernels.prefill_queries()?;
+    ensure!(flash.iter().all(|&(_, n)| n * hpc <= cube_queries), "attention", "a prefill tile holds more than the cube's {cube_queries} queries ({hpc} per row)");
+    let flat = |t: &[(usize, usize)]| t.iter().flat_map(|&(first, n)| [first as i32, n as i32]).collect::<Vec<_>>();
+    let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), [rows, q_heads, head_dim].into(), q.dtype);
+    if !single.is_empty() {
+        // per-split partials for these tiles' rows (indexed by row, so sized for every row)
+        let pairs = rows * q_heads;
+        let partials = partials_workspace(q, pairs * splits * (head_dim + 2));
+        let decode_cubes = cube_count_for(single.len() * kv_heads * parts * splits, 1);
+        let single_table = upload(flat(&single))?;
+        if kernels == TcKernels::Mma {
+            let warps = decode_warps(hpc);
+            mma_partial_kernel::launch(
+                &q.client,
+                decode_cubes,
+                CubeDim::new_2d(32, warps as u32),
+                vs,
+                q.clone().into_tensor_arg(),
+                k.clone().into_tensor_arg(),
+                v.clone().into_tensor_arg(),
+                slots.clone().into_tensor_arg(),
+                positions.clone().into_tensor_arg(),
+                single_table.clone().into_tensor_arg(),
+                pages.table.clone().into_tensor_arg(),
+                partials.clone().into_tensor_arg(),
+                single.len() as u32,
+                q_heads as u32,
+                kv_heads as u32,
+                pages.width as u32,
+                splits as u32,
+                hpc as u32,
+                scale,
+                head_dim,
+                vs,
+                q.dtype == DType::F16,
+                warps,
+                dtypes,
+            );
+        } else {
+            tc_partial_kernel::launch(
+                &q.client,
+                decode_cubes,
+                CubeDim::new_2d(PLANE_DIM as u32, PLANES as u32),
+                vs,
+                q.clone().into_tensor_arg(),
+                k.clone().into_tensor_arg(),
+                v.clone().into_tensor_arg(),
+                slots.clone().into_tensor_arg(),
+                positions.clone().into_tensor_arg(),
+                single_table.clone().into_tensor_arg(),
+                pages.table.clone().into_tensor_arg(),
+                partials.clone().into_tensor_arg(),
+                single.len() as u32,
+                q_heads as u32,
+                kv_heads as u32,
+                pages.width as u32,
+                splits as u32,
+                hpc as u32,
+                scale,
+                head_dim,
+                vs,
+                dtypes,
+            );
+        }
+        let listed = match single_rows {
+            Some(list) => {
+                let n = list.len();
+                Some((upload(list)?, n))
+            }
+            None => None,
+        };
+        combine_rows(&out, partials, positions.clone(), listed, (rows, q_heads, splits, head_dim));
+    }
+    if !flash.is_empty() && kernels == TcKernels::Mma {
+        mma_flash_kernel::launch(
+            &q.client,
+            cube_count_for(flash.len() * kv_heads * parts, 1),
+            CubeDim::new_2d(32, (cube_queries / 16) as u32),
+            vs,
+            q.clone().into_tensor_arg(),
+            k.into_tensor_arg(),
+            v.into_tensor_arg(),
+            slots.clone().into_tensor_arg(),
+            positions.into_tensor_arg(),
+            upload(flat(&flash))?.into_tensor_arg(),
+            pages.table.clone().into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            flash.len() as u32,
+            q_heads as u32,
+            kv_heads as u32,
+            pages.width as u32,
+            hpc as u32,
+            scale,
+            head_dim,
+            vs,
+            q.dtype == DType::F16,
+            cube_queries / 16,
+            dtypes,
+        );
+    } else if !flash.is_empty() {
+        tc_flash_kernel::launch(
+            &q.client,
+            cube_count_for(flash.len() * kv_heads * parts, 1),
+            CubeDim::new_2d(PLANE_DIM as u32, PLANES as u32),
+            vs,
+            q.clone().into_tensor_arg(),
+            k.into_tensor_arg(),
+            v.into_tensor_arg(),
+            slots.clone().into_tensor_arg(),
+            positions.into_tensor_arg(),
+            upload(flat(&flash))?.into_tensor_arg(),
+            pages.table.clone().into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+            flash.len() as u32,
+            q_heads as u32,
+            kv_heads as u32,
+            pages.width as u32,
+            hpc as u32,
+            scale,
+            head_dim,
+            vs,
+            dtypes,
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernel_setting_names_the_variable_when_bad() {
+        assert_eq!(TcKernels::parse(" mma "), Ok(TcKernels::Mma));
+        assert_eq!(TcKernels::parse("cmma"), Ok(TcKernels::Cmma));
+        let e = TcKernels::parse("wmma").unwrap_err();
+        assert!(
+            e.contains("LOCKSTEP_ATTENTION_TC") && e.contains("wmma"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn heads_per_cube_divides_the_group_and_fits_a_cube() {
+        for group in 1..=64 {
+            let h = heads_per_cube(group);
+            assert!(group % h == 0 && h <= TC_QUERIES, "group {group}: {h}");
+            assert!((h + 1..=group.min(TC_QUERIES)).all(|g| group % g != 0), "group {group}: {h} is not the largest");
+        }
+        assert_eq!((heads_per_cube(2), heads_per_cube(12), heads_per_cube(48)), (2, 12, 24));
+    }
+
+    #[test]
+    fn a_mixed_launch_lists_the_rows_the_combine_writes() {
+        // a prefill chunk of 3 rows, two decode rows, a chunk of 2
+        let l = TileLaunches::of(&[(0, 3), (3, 1), (4, 1), (5, 2)]);
+        assert_eq!((l.flash, l.single, l.single_rows), (vec![(0, 3), (5, 2)], vec![(3, 1), (4, 1)], Some(vec![3, 4])));
+        // decode only: the combine writes every row, no list
+        let l = TileLaunches::of(&[(0, 1), (1, 1)]);
+        assert_eq!((l.flash.len(), l.single.len(), l.single_rows), (0, 2, None));
+        // prefill only: no partials at all
+        let l = TileLaunches::of(&[(0, 16), (16, 4)]);
+        assert_eq!((l.flash.len(), l.single.len(), l.single_rows), (2, 0, None));
+    }
+
+    #[test]
+    fn tiles_are_runs_of_one_sequence_cut_at_the_tile_size() {
+        let slots = [3, 3, 3, 3, 3, 1, 1, 3, 0];
+        assert_eq!(tc_tiles(Some(&slots), 9, 2), vec![(0, 2), (2, 2), (4, 1), (5, 2), (7, 1), (8, 1)]);
+        assert_eq!(tc_tiles(Some(&slots), 9, 16), vec![(0, 5), (5, 2), (7, 1), (8, 1)]);
+        // without the slots on the host every row is its own tile (decode's shape)
+        assert_eq!(tc_tiles(None, 3, 16), vec![(0, 1), (1, 1), (2, 1)]);
+    }
+}

@@ -1,0 +1,9 @@
+//! From hidden states to tokens: the logprob of a chosen token (forward and backward), the LM head
+//! fused with it in fixed row chunks (the trainer never makes `[rows, vocab]` logits), and the
+//! sampler's token choice. Each row's reduction order is fixed, whatever the batch.
+
+pub mod head_logprobs;
+pub mod logprob;
+pub mod logprob_grad;
+pub mod rows;
+pub mod sampling;

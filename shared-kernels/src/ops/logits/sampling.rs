@@ -1,0 +1,426 @@
+//! Seeded sampling with temperature, top-k and top-p, batch invariant: the vocabulary in the
+//! logprob's fixed chunks (pass 1 per (row, chunk), pass 2 per row), truncation per row.
+//!
+//! Distribution: `softmax(logits / T)` restricted to the top-k tokens, then to the smallest
+//! head of that set holding at least `top_p` of its mass, renormalised. A draw is Gumbel-max
+//! over the allowed tokens: `argmax_j z_j - ln(-ln u_j)` with `u_j` a hash of the row's key
+//! (itself a hash of seed, request and position, see [`row_rng_key`]) and of the token id `j`.
+//! The noise therefore depends only on (seed, request, position, token), never on the batch,
+//! and argmax with lowest-index tie-breaking is exact in any reduction order.
+//!
+//! Truncation thresholds are found by bisection over the order-preserving u32 image of the
+//! scaled logits; each step counts (top-k) or sums (top-p) with the fixed tree. Tokens tied
+//! at the top-k boundary are all kept. T = 0 is greedy: argmax of the logits.
+//!
+//! The returned logprob is the one [`crate::ops::logits::logprob`] defines (full softmax at temperature T,
+//! before truncation) and is computed with the same functions, so it equals the trainer's bits.
+
+use crate::ops::logits::rows::{chunk_span, chunk_stats, inv_temperature, load_chunk, row_max, row_normaliser, scaled_logit, VOCAB_CHUNK};
+use crate::ops::reduce::{cube_linear, tree_count, tree_sum, NEG_BIG};
+use crate::ops::{cube_count_for, storage, ROW_BLOCK};
+use crate::bridge::{dims, float_in, float_out, int_in, int_out};
+use crate::{ensure, KernelError};
+use burn::tensor::{DType, Device, Int as BInt, Tensor as BTensor, TensorData};
+use burn_cubecl::cubecl::prelude::*;
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+
+/// One row's sampling parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SamplingRow {
+    /// 0 = greedy.
+    pub temperature: f32,
+    /// 0 = no top-k truncation.
+    pub top_k: u32,
+    /// In (0, 1]; 1 = no top-p truncation.
+    pub top_p: f32,
+    /// From [`row_rng_key`].
+    pub rng_key: u32,
+}
+
+/// Chris Wellons' lowbias32 integer hash (good avalanche, two multiplies).
+pub fn lowbias32(mut x: u32) -> u32 {
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x7feb_352d);
+    x ^= x >> 15;
+    x = x.wrapping_mul(0x846c_a68b);
+    x ^ (x >> 16)
+}
+
+/// The per-row key of the counter-based RNG: a hash of (seed, request, position) only.
+pub fn row_rng_key(seed: u64, request: u64, position: u32) -> u32 {
+    let mut h = lowbias32(seed as u32 ^ 0x6a09_e667);
+    h = lowbias32(h ^ (seed >> 32) as u32);
+    h = lowbias32(h ^ request as u32);
+    h = lowbias32(h ^ (request >> 32) as u32);
+    lowbias32(h ^ position)
+}
+
+/// Host twin of the kernel's uniform draw for token `j`: (h >> 8 + 0.5) / 2^24, in (0, 1).
+pub fn token_uniform(row_key: u32, token: u32) -> f32 {
+    let h = lowbias32(row_key ^ lowbias32(token ^ 0x9e37_79b9));
+    ((h >> 8) as f32 + 0.5) * (1.0 / 16_777_216.0)
+}
+
+/// Marks "no allowed token seen" in the argmax trees.
+const NO_TOKEN: u32 = 0xffff_ffff;
+
+#[cube]
+fn lowbias32_dev(value: u32) -> u32 {
+    let mut x = value;
+    x ^= x >> 16u32;
+    x *= 0x7feb_352du32;
+    x ^= x >> 15u32;
+    x *= 0x846c_a68bu32;
+    x ^ (x >> 16u32)
+}
+
+/// Order-preserving map of a finite f32 onto u32.
+#[cube]
+fn order_key(z: f32) -> u32 {
+    let bits = u32::reinterpret(z);
+    let mut key = bits ^ 0x8000_0000u32;
+    if bits >= 0x8000_0000u32 {
+        key = !bits;
+    }
+    key
+}
+
+/// Rows that truncate (top-k or top-p): the smallest order key of the row's allowed set, found
+/// by bisection with the fixed trees; one cube per row. Rows that do not truncate get 0 (all
+/// tokens allowed). Launched only when some row of the batch truncates.
+#[cube(launch)]
+fn truncation_kernel<F: Float, I: Int>(
+    logits: &Tensor<F>,
+    temperatures: &Tensor<f32>,
+    top_ks: &Tensor<I>,
+    top_ps: &Tensor<f32>,
+    thresholds: &mut Tensor<u32>,
+    rows_arg: u32,
+    vocab_arg: u32,
+    #[comptime] block: usize,
+    #[define(F, I)] _d: [ElemType; 2],
+) {
+    let rows = rows_arg as usize;
+    let vocab = vocab_arg as usize;
+    let row = cube_linear();
+    if row < rows {
+        let unit = UNIT_POS_X as usize;
+        let base = row * vocab;
+        let temperature = temperatures[row];
+        let inv_t = inv_temperature(temperature);
+        let mut shared = Shared::new_slice(block);
+        let mut counts = Shared::<[u32]>::new_slice(block);
+        let max = row_max(logits, base, vocab, inv_t, &mut shared, block);
+        let mut threshold = 0u32;
+        if temperature > 0.0f32 {
+            // top-k: the largest key t with count(key >= t) >= k
+            let k = u32::cast_from(top_ks[row]);
+            if k > 0u32 && (k as usize) < vocab {
+                let mut lo = 0u32;
+                let mut hi = 0xffff_ffffu32;
+                for _ in 0..32u32 {
+                    let mid = lo + (hi - lo) / 2u32 + (hi - lo) % 2u32;
+                    let mut local = 0u32;
+                    let mut i = unit;
+                    while i < vocab {
+                        if order_key(scaled_logit(logits, base + i, inv_t)) >= mid {
+                            local += 1u32;
+                        }
+                        i += block;
+                    }
+                    let count = tree_count(&mut counts, local, block);
+                    if lo < hi {
+                        if count >= k {
+                            lo = mid;
+                        } else {
+                            hi = mid - 1u32;
+                        }
+                    }
+                }
+                threshold = lo;
+            }
+            // top-p over the survivors: the largest key t whose head holds >= p of their mass
+            let p = top_ps[row];
+            if p < 1.0f32 {
+                let mut local_all = 0.0f32;
+                let mut i = unit;
+                while i < vocab {
+                    let z = scaled_logit(logits, base + i, inv_t);
+                    if order_key(z) >= threshold {
+                        local_all += (z - max).exp();
+                    }
+                    i += block;
+                }
+                let target = tree_sum(&mut shared, local_all, block) * p;
+                let mut lo = threshold;
+                let mut hi = 0xffff_ffffu32;
+                for _ in 0..32u32 {
+                    let mid = lo + (hi - lo) / 2u32 + (hi - lo) % 2u32;
+                    let mut local = 0.0f32;
+                    let mut i = unit;
+                    while i < vocab {
+                        let z = scaled_logit(logits, base + i, inv_t);
+                        if order_key(z) >= mid {
+                            local += (z - max).exp();
+                        }
+                        i += block;
+                    }
+                    let mass = tree_sum(&mut shared, local, block);
+                    if lo < hi {
+                        if mass >= target {
+                            lo = mid;
+                        } else {
+                            hi = mid - 1u32;
+                        }
+                    }
+                }
+                threshold = lo;
+            }
+        }
+
+        if unit == 0 {
+            thresholds[row] = threshold;
+        }
+    }
+}
+
+/// Argmax over the cube of (score, token) with the lowest token winning ties; `NO_TOKEN`
+/// marks a unit that saw no allowed token. Exact in any order, so the tree shape is free.
+/// Every unit gets the winning (score, token).
+#[cube]
+fn tree_argmax(scores: &mut Shared<[f32]>, tokens: &mut Shared<[u32]>, score: f32, token: u32) -> (f32, u32) {
+    let unit = UNIT_POS_X as usize;
+    scores[unit] = score;
+    tokens[unit] = token;
+    sync_cube();
+    let mut stride = (CUBE_DIM_X / 2u32) as usize;
+    while stride > 0 {
+        if unit < stride {
+            let other = scores[unit + stride];
+            let other_token = tokens[unit + stride];
+            let mine_token = tokens[unit];
+            let take = other_token != NO_TOKEN
+                && (mine_token == NO_TOKEN || other > scores[unit] || (other == scores[unit] && other_token < mine_token));
+            if take {
+                scores[unit] = other;
+                tokens[unit] = other_token;
+            }
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    let best = (scores[0], tokens[0]);
+    sync_cube();
+    best
+}
+
+/// The Gumbel-max score of token `i` (its scaled logit when greedy).
+#[cube]
+fn draw_score(z: f32, key: u32, i: u32, temperature: f32) -> f32 {
+    let mut score = z;
+    if temperature > 0.0f32 {
+        let h = lowbias32_dev(key ^ lowbias32_dev(i ^ 0x9e37_79b9u32));
+        let u = (f32::cast_from(h >> 8u32) + 0.5f32) * (1.0f32 / 16_777_216.0f32);
+        score = z - (-u.ln()).ln();
+    }
+    score
+}
+
+/// Pass 1, one cube per (row, chunk): the chunk's softmax statistics (the same calls as the
+/// logprob's pass 1, so the same bits) and its best allowed (score, token).
+#[cube(launch)]
+fn sample_partials_kernel<F: Float, I: Int>(
+    logits: &Tensor<F>,
+    temperatures: &Tensor<f32>,
+    rng_keys: &Tensor<I>,
+    thresholds: &Tensor<u32>,
+    chunk_max: &mut Tensor<f32>,
+    chunk_sum: &mut Tensor<f32>,
+    chunk_score: &mut Tensor<f32>,
+    chunk_token: &mut Tensor<u32>,
+    rows_arg: u32,
+    vocab_arg: u32,
+    chunks_arg: u32,
+    #[comptime] block: usize,
+    #[comptime] chunk_len: usize,
+    #[comptime] truncated: bool,
+    #[define(F, I)] _d: [ElemType; 2],
+) {
+    let (vocab, chunks) = (vocab_arg as usize, chunks_arg as usize);
+    let slot = cube_linear();
+    if slot < rows_arg as usize * chunks {
+        let row = slot / chunks;
+        let chunk = slot % chunks;
+        let (base, len) = chunk_span(row, chunk, vocab, chunk_len);
+        let temperature = temperatures[row];
+        let inv_t = inv_temperature(temperature);
+        let mut shared = Shared::new_slice(block);
+        let mut vals = Array::<f32>::new(comptime!(chunk_len / block));
+        load_chunk(logits, &mut vals, base, len, inv_t, block, comptime!(chunk_len / block));
+        let (max, sum, _) = chunk_stats(&vals, len, &mut shared, block, comptime!(chunk_len / block), false);
+        let mut threshold = 0u32;
+        if truncated {
+            threshold = thresholds[row];
+        }
+        let key = u32::cast_from(rng_keys[row]);
+        let first_token = chunk * chunk_len;
+        let mut my_best = f32::new(NEG_BIG);
+        let mut my_token = u32::new(NO_TOKEN as i64);
+        #[unroll]
+        for jj in 0..comptime!(chunk_len / block) {
+            let j = UNIT_POS_X as usize + jj * block;
+            let z = vals[jj];
+            if j < len && order_key(z) >= threshold {
+                let score = draw_score(z, key, (first_token + j) as u32, temperature);
+                if score > my_best || my_token == NO_TOKEN {
+                    my_best = score;
+                    my_token = (first_token + j) as u32;
+                }
+            }
+        }
+        let mut tokens = Shared::<[u32]>::new_slice(block);
+        let (best_score, best) = tree_argmax(&mut shared, &mut tokens, my_best, my_token);
+        if UNIT_POS_X == 0 {
+            chunk_max[slot] = max;
+            chunk_sum[slot] = sum;
+            chunk_score[slot] = best_score;
+            chunk_token[slot] = best;
+        }
+    }
+}
+
+/// Pass 2, one cube per row: the best chunk (lowest token on ties) and the token's logprob from
+/// the chunk statistics, folded exactly as [`crate::ops::logits::logprob::token_logprobs`] folds them.
+#[cube(launch)]
+fn sample_combine_kernel<F: Float, I: Int>(
+    logits: &Tensor<F>,
+    temperatures: &Tensor<f32>,
+    chunk_max: &Tensor<f32>,
+    chunk_sum: &Tensor<f32>,
+    chunk_score: &Tensor<f32>,
+    chunk_token: &Tensor<u32>,
+    tokens: &mut Tensor<I>,
+    logprobs: &mut Tensor<f32>,
+    rows_arg: u32,
+    vocab_arg: u32,
+    chunks_arg: u32,
+    #[comptime] block: usize,
+    #[define(F, I)] _d: [ElemType; 2],
+) {
+    let (vocab, chunks) = (vocab_arg as usize, chunks_arg as usize);
+    let row = cube_linear();
+    if row < rows_arg as usize {
+        let first = row * chunks;
+        let inv_t = inv_temperature(temperatures[row]);
+        let mut shared = Shared::new_slice(block);
+        let (max, sum) = row_normaliser(chunk_max, chunk_sum, first, chunks, &mut shared, block);
+        let mut my_best = f32::new(NEG_BIG);
+        let mut my_token = u32::new(NO_TOKEN as i64);
+        let mut c = UNIT_POS_X as usize;
+        while c < chunks {
+            let token = chunk_token[first + c];
+            if token != NO_TOKEN {
+                let score = chunk_score[first + c];
+                if score > my_best || my_token == NO_TOKEN {
+                    my_best = score;
+                    my_token = token;
+                }
+            }
+            c += block;
+        }
+        let mut best_tokens = Shared::<[u32]>::new_slice(block);
+        let (_, token) = tree_argmax(&mut shared, &mut best_tokens, my_best, my_token);
+        if UNIT_POS_X == 0 {
+            tokens[row] = I::cast_from(token);
+            logprobs[row] = scaled_logit(logits, row * vocab + token as usize, inv_t) - max - sum.ln();
+        }
+    }
+}
+
+/// Draw one token per row of `logits` [rows, vocab]. Returns (tokens [rows], logprobs [rows]).
+pub fn sample(logits: BTensor<2>, params: &[SamplingRow]) -> Result<(BTensor<1, BInt>, BTensor<1>), KernelError> {
+    const OP: &str = "sample";
+    let device: Device = logits.device();
+    let logits = float_in(OP, "logits", logits)?;
+    let ld = dims(&logits);
+    let (rows, vocab) = (ld[0], ld[1]);
+    ensure!(rows > 0 && vocab > 0, OP, "empty logits {ld:?}");
+    ensure!(rows * vocab < u32::MAX as usize, OP, "logits [{rows}, {vocab}] exceed the u32 index range");
+    ensure!(params.len() == rows, OP, "logits have {rows} rows but {} parameter rows were given", params.len());
+    for (r, p) in params.iter().enumerate() {
+        ensure!(p.temperature.is_finite() && p.temperature >= 0.0, OP, "row {r}: temperature must be >= 0, got {}", p.temperature);
+        ensure!(p.top_p > 0.0 && p.top_p <= 1.0, OP, "row {r}: top_p must be in (0, 1], got {}", p.top_p);
+    }
+    let f32s = |v: Vec<f32>| BTensor::<1>::from_data(TensorData::new(v, [rows]), &device);
+    let ints = |v: Vec<i64>| BTensor::<1, BInt>::from_data(TensorData::new(v, [rows]), &device);
+    let temps = float_in(OP, "temperatures", f32s(params.iter().map(|p| p.temperature).collect()))?;
+    let top_ps = float_in(OP, "top_p", f32s(params.iter().map(|p| p.top_p).collect()))?;
+    let top_ks = int_in(OP, "top_k", ints(params.iter().map(|p| p.top_k as i64).collect()))?;
+    let keys = int_in(OP, "rng_key", ints(params.iter().map(|p| p.rng_key as i32 as i64).collect()))?;
+    ensure!(top_ks.dtype.size() >= 4, OP, "the device's int dtype {:?} cannot hold 32-bit keys", top_ks.dtype);
+    let client = logits.client.clone();
+    let alloc = |n: usize, dtype| empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [n].into(), dtype);
+    let truncated = params.iter().any(|p| p.temperature > 0.0 && ((p.top_k > 0 && (p.top_k as usize) < vocab) || p.top_p < 1.0));
+    // rows that do not truncate never read it; a one-element stand-in keeps the binding valid
+    let thresholds = alloc(if truncated { rows } else { 1 }, DType::U32);
+    if truncated {
+        truncation_kernel::launch(
+            &client,
+            cube_count_for(rows, 1),
+            CubeDim::new_1d(ROW_BLOCK as u32),
+            logits.clone().into_tensor_arg(),
+            temps.clone().into_tensor_arg(),
+            top_ks.clone().into_tensor_arg(),
+            top_ps.into_tensor_arg(),
+            thresholds.clone().into_tensor_arg(),
+            rows as u32,
+            vocab as u32,
+            ROW_BLOCK,
+            [storage(logits.dtype), storage(top_ks.dtype)],
+        );
+    }
+    let chunks = vocab.div_ceil(VOCAB_CHUNK);
+    let (chunk_max, chunk_sum, chunk_score) = (alloc(rows * chunks, DType::F32), alloc(rows * chunks, DType::F32), alloc(rows * chunks, DType::F32));
+    let chunk_token = alloc(rows * chunks, DType::U32);
+    sample_partials_kernel::launch(
+        &client,
+        cube_count_for(rows * chunks, 1),
+        CubeDim::new_1d(ROW_BLOCK as u32),
+        logits.clone().into_tensor_arg(),
+        temps.clone().into_tensor_arg(),
+        keys.into_tensor_arg(),
+        thresholds.into_tensor_arg(),
+        chunk_max.clone().into_tensor_arg(),
+        chunk_sum.clone().into_tensor_arg(),
+        chunk_score.clone().into_tensor_arg(),
+        chunk_token.clone().into_tensor_arg(),
+        rows as u32,
+        vocab as u32,
+        chunks as u32,
+        ROW_BLOCK,
+        VOCAB_CHUNK,
+        truncated,
+        [storage(logits.dtype), storage(top_ks.dtype)],
+    );
+    let tokens = alloc(rows, top_ks.dtype);
+    let lps = alloc(rows, DType::F32);
+    sample_combine_kernel::launch(
+        &client,
+        cube_count_for(rows, 1),
+        CubeDim::new_1d(ROW_BLOCK as u32),
+        logits.clone().into_tensor_arg(),
+        temps.into_tensor_arg(),
+        chunk_max.into_tensor_arg(),
+        chunk_sum.into_tensor_arg(),
+        chunk_score.into_tensor_arg(),
+        chunk_token.into_tensor_arg(),
+        tokens.clone().into_tensor_arg(),
+        lps.clone().into_tensor_arg(),
+        rows as u32,
+        vocab as u32,
+        chunks as u32,
+        ROW_BLOCK,
+        [storage(logits.dtype), storage(top_ks.dtype)],
+    );
+    Ok((int_out(tokens), float_out(lps)))
+}

@@ -1,0 +1,159 @@
+//! The warpgroup matmul's scheduling configuration: the cube tile (`LOCKSTEP_WGMMA_TILES`, the
+//! tile ladder by output size), the schedule (`LOCKSTEP_WGMMA_SCHEDULE`) and the persistent
+//! grid. None of it changes a bit: every output walks k = 0, 16, 32, ... from zero whatever the
+//! tile, the schedule or the grid.
+
+use crate::KernelError;
+use crate::ops::matmul::wgmma_fragments::{BK, WG_ROWS};
+use burn_cubecl::cubecl::client::Client;
+
+/// The cube tile: `wg_m` warpgroups along M (64 rows each), `bn` columns (the instruction's N),
+/// `stages` k-tile slots. Scheduling only: every output walks k = 0, 16, ... from zero whatever
+/// the tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WgmmaTiles {
+    pub wg_m: usize,
+    pub bn: usize,
+    pub stages: usize,
+}
+
+/// Shared memory one cube may use (an H100/H200 block may opt into 227 KiB).
+const SHARED_LIMIT: usize = 224 * 1024;
+
+impl WgmmaTiles {
+    /// 128 x 256 tiles (two warpgroups of m64n256), 4 slots: 192 KiB, one cube per SM. The
+    /// fastest shape swept at M = 1024 and 4096 on the H200 (docs/perf.md).
+    pub const DEFAULT: WgmmaTiles = WgmmaTiles { wg_m: 2, bn: 256, stages: 4 };
+    /// 128 x 128 tiles, 3 slots (96 KiB: two cubes per SM) for outputs too small to give every
+    /// multiprocessor a 128 x 256 cube (at M = 1024 up to 1.5x the default's throughput, v9).
+    pub const NARROW: WgmmaTiles = WgmmaTiles { wg_m: 2, bn: 128, stages: 3 };
+    /// 128 x 64 tiles, 8 slots (192 KiB) for outputs of about a thousand rows: at 1024 x 1024
+    /// 128 cubes, and 1.16-1.4x the 64 x 64 tiles' throughput there (GPU time, session 10).
+    pub const MEDIUM: WgmmaTiles = WgmmaTiles { wg_m: 2, bn: 64, stages: 8 };
+    /// 64 x 64 tiles of one warpgroup (64 KiB) for small outputs (a few hundred rows): more
+    /// cubes to spread a long K over.
+    pub const SMALL: WgmmaTiles = WgmmaTiles { wg_m: 1, bn: 64, stages: 4 };
+    pub fn bm(self) -> usize {
+        self.wg_m * WG_ROWS
+    }
+    /// A and B slots of 16-bit values.
+    pub fn shared_bytes(self) -> usize {
+        self.stages * 2 * (self.bm() + self.bn) * BK
+    }
+    /// `wg_m/bn/stages`, e.g. `2/256/4`.
+    pub fn parse(text: &str) -> Result<WgmmaTiles, String> {
+        let bad = || format!("LOCKSTEP_WGMMA_TILES={text:?} is not wg_m/bn/stages (wg_m 1, 2 or 4, bn 64, 128 or 256, stages 2-8, at most {} KiB of shared memory)", SHARED_LIMIT / 1024);
+        let parts: Vec<usize> = text.split('/').map(|p| p.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|_| bad())?;
+        let [wg_m, bn, stages] = parts[..] else { return Err(bad()) };
+        let t = WgmmaTiles { wg_m, bn, stages };
+        // the copy engine's boxes are powers of two of at most 256 rows (a 192-row box was
+        // measured to hang the kernel), and an MN-major B takes whole 64-wide boxes
+        let ok = [1, 2, 4].contains(&wg_m) && [64, 128, 256].contains(&bn) && (2..=8).contains(&stages) && t.shared_bytes() <= SHARED_LIMIT;
+        ok.then_some(t).ok_or_else(bad)
+    }
+}
+
+/// `LOCKSTEP_WGMMA_TILES` (benchmark sweeps; read once per process; `None`: unset).
+pub(crate) fn wgmma_tiles() -> Result<Option<WgmmaTiles>, KernelError> {
+    static TILES: std::sync::OnceLock<Result<Option<WgmmaTiles>, String>> = std::sync::OnceLock::new();
+    crate::ops::env_setting(&TILES, "matmul", "LOCKSTEP_WGMMA_TILES", WgmmaTiles::parse)
+}
+
+/// The tiles of an `[M, N]` output: `LOCKSTEP_WGMMA_TILES` if set, else by the output's size
+/// ([`tiles_for_output`]). Scheduling only: every shape gives the same bits.
+pub(super) fn wgmma_tiles_for(client: &Client, m: usize, n: usize) -> Result<WgmmaTiles, KernelError> {
+    if let Some(t) = wgmma_tiles()? {
+        return Ok(t);
+    }
+    Ok(tiles_for_output(m, n, multiprocessors(client)))
+}
+
+pub(super) fn multiprocessors(client: &Client) -> usize {
+    client.properties().hardware.num_streaming_multiprocessors.unwrap_or(132) as usize
+}
+
+/// How the warpgroup kernel walks its tiles (scheduling only: the same bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WgmmaSchedule {
+    /// One cube per output tile; each k-tile ends in a cube-wide sync before its slot is refilled.
+    Synced,
+    /// As many cubes as fit at once, each walking several tiles; a producer warp and per-slot
+    /// mbarriers instead of cube syncs ([`crate::ops::matmul::wgmma_persistent`]).
+    Persistent,
+}
+
+impl WgmmaSchedule {
+    pub fn parse(text: &str) -> Result<WgmmaSchedule, String> {
+        match text.trim() {
+            "synced" => Ok(WgmmaSchedule::Synced),
+            "persistent" => Ok(WgmmaSchedule::Persistent),
+            other => Err(format!("LOCKSTEP_WGMMA_SCHEDULE={other:?} is not one of persistent, synced")),
+        }
+    }
+}
+
+/// `LOCKSTEP_WGMMA_SCHEDULE` (benchmark sweeps; read once per process); unset: persistent.
+pub(crate) fn wgmma_schedule() -> Result<WgmmaSchedule, KernelError> {
+    static SCHEDULE: std::sync::OnceLock<Result<Option<WgmmaSchedule>, String>> = std::sync::OnceLock::new();
+    Ok(crate::ops::env_setting(&SCHEDULE, "matmul", "LOCKSTEP_WGMMA_SCHEDULE", WgmmaSchedule::parse)?.unwrap_or(WgmmaSchedule::Persistent))
+}
+
+/// The largest of [`WgmmaTiles::DEFAULT`], [`WgmmaTiles::NARROW`], [`WgmmaTiles::MEDIUM`] whose
+/// cubes fill at least 7/8 of the multiprocessors (at 1024 x 1024, 128 128x64 cubes on 132
+/// SMs beat 256 64x64 ones), else [`WgmmaTiles::SMALL`].
+fn tiles_for_output(m: usize, n: usize, sms: usize) -> WgmmaTiles {
+    [WgmmaTiles::DEFAULT, WgmmaTiles::NARROW, WgmmaTiles::MEDIUM]
+        .into_iter()
+        .find(|t| 8 * m.div_ceil(t.bm()) * n.div_ceil(t.bn) >= 7 * sms)
+        .unwrap_or(WgmmaTiles::SMALL)
+}
+
+/// Cubes of `tiles` one multiprocessor holds at once: by shared memory (228 KiB per H100/H200
+/// multiprocessor, 1 KiB of it reserved per cube), at most 3.
+pub(super) fn cubes_per_multiprocessor(tiles: WgmmaTiles) -> usize {
+    (228 * 1024 / (tiles.shared_bytes() + 2 * 1024)).clamp(1, 3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wgmma_tiles_parse_within_shared_memory_or_name_the_variable() {
+        assert_eq!(WgmmaTiles::parse("2/256/4").unwrap(), WgmmaTiles::DEFAULT);
+        assert_eq!(WgmmaTiles::DEFAULT.shared_bytes(), 192 * 1024);
+        assert!(WgmmaTiles::parse("1/64/8").is_ok());
+        assert_eq!(WgmmaTiles::NARROW.shared_bytes(), 96 * 1024);
+        for bad in ["2/128", "0/128/4", "3/128/4", "2/120/4", "2/192/4", "2/512/4", "2/128/1", "2/256/5", "4/256/4", "x/128/4", "2/128/4/4"] {
+            assert!(WgmmaTiles::parse(bad).unwrap_err().contains("LOCKSTEP_WGMMA_TILES"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_schedule_parses_or_names_the_variable() {
+        assert_eq!(WgmmaSchedule::parse("persistent"), Ok(WgmmaSchedule::Persistent));
+        assert_eq!(WgmmaSchedule::parse("synced"), Ok(WgmmaSchedule::Synced));
+        assert!(WgmmaSchedule::parse("fast").unwrap_err().contains("LOCKSTEP_WGMMA_SCHEDULE=\"fast\""));
+    }
+
+    #[test]
+    fn outputs_pick_the_largest_tiles_that_cover_the_multiprocessors() {
+        assert_eq!(tiles_for_output(4096, 151936, 132), WgmmaTiles::DEFAULT);
+        // 128 128x256 cubes fill 7/8 of 132 SMs
+        assert_eq!(tiles_for_output(4096, 1024, 132), WgmmaTiles::DEFAULT);
+        assert_eq!(tiles_for_output(1024, 3072, 132), WgmmaTiles::NARROW);
+        assert_eq!(tiles_for_output(1024, 1024, 132), WgmmaTiles::MEDIUM);
+        assert_eq!(tiles_for_output(256, 3072, 132), WgmmaTiles::SMALL);
+        for t in [WgmmaTiles::DEFAULT, WgmmaTiles::NARROW, WgmmaTiles::MEDIUM, WgmmaTiles::SMALL] {
+            let text = format!("{}/{}/{}", t.wg_m, t.bn, t.stages);
+            assert_eq!(WgmmaTiles::parse(&text), Ok(t), "{text}");
+        }
+    }
+
+    #[test]
+    fn the_persistent_grid_fills_the_multiprocessors_by_shared_memory() {
+        assert_eq!(cubes_per_multiprocessor(WgmmaTiles::DEFAULT), 1);
+        assert_eq!(cubes_per_multiprocessor(WgmmaTiles::NARROW), 2);
+        assert_eq!(cubes_per_multiprocessor(WgmmaTiles::SMALL), 3);
+    }
+}
