@@ -3,11 +3,12 @@
 //! moments (optimizer.safetensors) and state.json. Written into a temp folder, fsynced, then
 //! renamed into place; the oldest beyond `keep` are removed after the new one is complete.
 
-use crate::optim::{moments_from_host, moments_to_host, AdamW};
+use crate::optim::{moments_from_host, AdamW};
 use burn::tensor::{DType, Device};
-use safetensors::{tensor::TensorView, Dtype, SafeTensors};
+use safetensors::{Dtype, SafeTensors};
 use serde::{Deserialize, Serialize};
-use shared_kernels::model::{load_checkpoint, save_checkpoint, weights::write_atomic, Checkpoint, ModelError, Qwen3};
+use shared_kernels::model::weights::{encode_f32, write_atomic, write_safetensors};
+use shared_kernels::model::{load_checkpoint, save_model, Checkpoint, ModelError, Qwen3};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -59,24 +60,23 @@ pub fn save(run_dir: &Path, model: &Qwen3, opt: &AdamW, state: &RunState, tokeni
     Ok(dest)
 }
 
-/// Every file of a checkpoint into the folder `tmp`.
+/// Every file of a checkpoint into the folder `tmp`, one tensor at a time from the device
+/// (the host never holds the whole model or optimizer state).
 fn write_folder(tmp: &Path, model: &Qwen3, opt: &AdamW, state: &RunState, tokenizer_json: &str) -> Result<(), ModelError> {
     std::fs::create_dir_all(tmp).map_err(|e| io(tmp, e))?;
     // f32 masters where the model runs narrower (bf16), so resume continues from them
-    save_checkpoint(tmp, &opt.with_masters(model).to_checkpoint(), DType::F32, None)?;
+    save_model(tmp, &opt.with_masters(model), DType::F32, None)?;
     write_atomic(&tmp.join("tokenizer.json"), tokenizer_json.as_bytes())?;
-    // optimizer moments
-    let host = moments_to_host(opt);
-    let mut buffers: Vec<(String, Vec<u8>, usize)> = Vec::new();
-    for (k, (m, v)) in &host {
-        for (prefix, values) in [("m", m), ("v", v)] {
-            buffers.push((format!("{prefix}.{k}"), values.iter().flat_map(|x| x.to_le_bytes()).collect(), values.len()));
-        }
-    }
-    let views: Vec<(String, TensorView<'_>)> = buffers.iter().map(|(n, b, len)| (n.clone(), TensorView::new(Dtype::F32, vec![*len], b).expect("view"))).collect();
-    let bytes = safetensors::serialize(views, None).map_err(|e| ModelError::Io { file: tmp.display().to_string(), message: e.to_string() })?;
-    write_atomic(&tmp.join("optimizer.safetensors"), &bytes)?;
+    // optimizer moments, `m.NAME` and `v.NAME` in name order
+    let moments: Vec<(String, &burn::tensor::Tensor<1>)> = opt.moments.iter().flat_map(|(k, (m, v))| [(format!("m.{k}"), m), (format!("v.{k}"), v)]).collect();
+    let entries: Vec<(String, Dtype, Vec<usize>)> = moments.iter().map(|(n, t)| (n.clone(), Dtype::F32, vec![t.dims()[0]])).collect();
+    write_safetensors(&tmp.join("optimizer.safetensors"), &entries, None, |i| Ok(moment_bytes(moments[i].1)))?;
     write_atomic(&tmp.join("state.json"), serde_json::to_string_pretty(state).expect("json").as_bytes())
+}
+
+/// An f32 moment's little-endian bytes, read from the device.
+fn moment_bytes(t: &burn::tensor::Tensor<1>) -> Vec<u8> {
+    encode_f32(&t.clone().into_data().convert::<f32>().try_to_vec::<f32>().expect("f32 moments"), Dtype::F32)
 }
 
 /// Deletes the oldest complete checkpoints beyond the newest `keep`.
@@ -160,6 +160,7 @@ pub fn restore_optimizer(opt: &mut AdamW, loaded: BTreeMap<String, (Vec<f32>, Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use safetensors::tensor::TensorView;
 
     #[test]
     fn saving_a_step_that_is_saved_already_leaves_the_complete_folder_in_place() {

@@ -256,11 +256,6 @@ pub fn micro_batches(lengths: &[usize], budget: usize) -> Vec<std::ops::Range<us
 }
 
 /// Moments as host vectors (for checkpoints) and back.
-pub fn moments_to_host(opt: &AdamW) -> BTreeMap<String, (Vec<f32>, Vec<f32>)> {
-    let host = |t: &Tensor<1>| t.clone().into_data().convert::<f32>().try_to_vec::<f32>().expect("f32");
-    opt.moments.iter().map(|(k, (m, v))| (k.clone(), (host(m), host(v)))).collect()
-}
-
 pub fn moments_from_host(host: BTreeMap<String, (Vec<f32>, Vec<f32>)>, device: &burn::tensor::Device) -> BTreeMap<String, (Tensor<1>, Tensor<1>)> {
     let dev = |v: Vec<f32>| {
         let n = v.len();

@@ -14,7 +14,7 @@ pub use cache::{KvCache, Rows};
 pub use qwen3::{KernelSet, Qwen3, Trace, Weight};
 pub use recompute::{LayerInputs, TrackedLogprobs};
 pub use tokenizer::load_tokenizer;
-pub use weights::{load_checkpoint, save_checkpoint, tiny_config, Checkpoint};
+pub use weights::{load_checkpoint, save_checkpoint, save_model, tiny_config, Checkpoint};
 
 use std::path::Path;
 

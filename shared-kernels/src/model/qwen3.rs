@@ -129,9 +129,7 @@ impl Qwen3 {
         let mapped = super::weights::MappedWeights::open(dir)?;
         let shapes: std::collections::HashMap<String, Vec<usize>> = config.expected_tensors().into_iter().collect();
         // every tensor checked (presence, shape, finite values) before any goes to the device
-        for (name, shape) in config.expected_tensors() {
-            mapped.check(dir, &name, &shape)?;
-        }
+        mapped.check_all(dir, &config.expected_tensors())?;
         let source = |name: &str| -> Result<Tensor<2>, ModelError> {
             let shape = &shapes[name];
             let rows = if shape.len() == 2 { shape[0] } else { 1 };

@@ -6,6 +6,7 @@ use super::{ModelConfig, ModelError};
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use safetensors::{Dtype, SafeTensors};
 use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Host copy of every tensor, f32, by HF name, with its shape.
@@ -77,14 +78,61 @@ pub fn load_checkpoint(dir: &Path) -> Result<Checkpoint, ModelError> {
     Ok(Checkpoint { config, tensors })
 }
 
-/// A checkpoint folder's safetensors shards memory-mapped, and where each tensor's bytes lie:
-/// the weights go to the device straight from the page cache, one tensor at a time, with no
-/// f32 host copy of the whole model ([`load_checkpoint`] holds every weight as f32: twice a
-/// bf16 checkpoint's size, converted value by value).
+/// A checkpoint folder's safetensors shards memory-mapped, and where each tensor's bytes lie.
+/// The weights go to the device straight from the page cache: a tensor stored in the dtype it
+/// loads as is handed to the runtime as a view of the mapping (no host copy of ours; the CUDA
+/// runtime copies it once into pinned memory for the transfer), and the finite-value check
+/// runs on every core at once. [`load_checkpoint`] instead holds every weight as f32: twice a
+/// bf16 checkpoint's size, converted value by value.
 pub struct MappedWeights {
-    files: Vec<(PathBuf, memmap2::Mmap)>,
+    files: Vec<(PathBuf, std::sync::Arc<memmap2::Mmap>)>,
     /// name -> (file, dtype, shape, byte range in the file)
     index: HashMap<String, (usize, Dtype, Vec<usize>, std::ops::Range<usize>)>,
+}
+
+/// Bytes of one memory-mapped tensor, kept alive by the map they point into.
+struct MappedBytes {
+    map: std::sync::Arc<memmap2::Mmap>,
+    range: std::ops::Range<usize>,
+}
+
+impl AsRef<[u8]> for MappedBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.map[self.range.clone()]
+    }
+}
+
+/// The work unit of the parallel finite-value scan: big enough that threads rarely meet, small
+/// enough that the largest tensor (an embedding of ~1 GB) spreads over every core.
+const SCAN_CHUNK_BYTES: usize = 32 << 20;
+
+/// The flat index of the first infinity or NaN in `bytes` (values of `dtype`), if any: a value
+/// whose exponent bits are all set. A branch-free pass over each block (it vectorises) and an
+/// exact search only in the block that has one.
+fn first_non_finite(dtype: Dtype, bytes: &[u8]) -> Option<usize> {
+    fn scan<const W: usize>(bytes: &[u8], bad: impl Fn(&[u8]) -> bool + Copy) -> Option<usize> {
+        const BLOCK: usize = 1 << 16;
+        for (b, block) in bytes.chunks(BLOCK * W).enumerate() {
+            if block.chunks_exact(W).fold(false, |any, v| any | bad(v)) {
+                return block.chunks_exact(W).position(bad).map(|i| b * BLOCK + i);
+            }
+        }
+        None
+    }
+    match dtype {
+        Dtype::F32 => scan::<4>(bytes, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & 0x7f80_0000 == 0x7f80_0000),
+        Dtype::BF16 => scan::<2>(bytes, |b| u16::from_le_bytes([b[0], b[1]]) & 0x7f80 == 0x7f80),
+        Dtype::F16 => scan::<2>(bytes, |b| u16::from_le_bytes([b[0], b[1]]) & 0x7c00 == 0x7c00),
+        _ => None,
+    }
+}
+
+fn element_bytes(dtype: Dtype) -> Option<usize> {
+    match dtype {
+        Dtype::F32 => Some(4),
+        Dtype::BF16 | Dtype::F16 => Some(2),
+        _ => None,
+    }
 }
 
 impl MappedWeights {
@@ -103,93 +151,177 @@ impl MappedWeights {
                 let (a, b) = info.data_offsets;
                 index.insert(name, (files.len(), info.dtype, info.shape.clone(), 8 + header + a..8 + header + b));
             }
-            files.push((file, map));
+            files.push((file, std::sync::Arc::new(map)));
         }
         Ok(Self { files, index })
     }
 
-    /// Checks tensor `name` against `shape` (from config.json): present, that shape, a
-    /// supported dtype, every value finite; errors name the file and tensor.
-    pub fn check(&self, dir: &Path, name: &str, shape: &[usize]) -> Result<(), ModelError> {
-        let Some((f, st, got, range)) = self.index.get(name) else {
-            return Err(weights_err(dir, name, "missing from the checkpoint"));
-        };
-        let (file, map) = &self.files[*f];
-        if got != shape {
-            return Err(weights_err(file, name, format!("shape {got:?}, expected {shape:?} from config.json")));
+    /// Checks every tensor of `expected` (name and shape from config.json): present, that
+    /// shape, a supported dtype, every value finite. Errors name the file and tensor (the
+    /// first in `expected`'s order); the value scan runs on every core.
+    pub fn check_all(&self, dir: &Path, expected: &[(String, Vec<usize>)]) -> Result<(), ModelError> {
+        for (name, shape) in expected {
+            let Some((f, st, got, _)) = self.index.get(name) else {
+                return Err(weights_err(dir, name, "missing from the checkpoint"));
+            };
+            let file = &self.files[*f].0;
+            if got != shape {
+                return Err(weights_err(file, name, format!("shape {got:?}, expected {shape:?} from config.json")));
+            }
+            if element_bytes(*st).is_none() {
+                return Err(weights_err(file, name, format!("dtype {st:?} is not supported (f32, bf16, f16)")));
+            }
         }
-        let bytes = &map[range.clone()];
-        // a value whose exponent bits are all set is an infinity or a NaN
-        let non_finite = match st {
-            Dtype::F32 => bytes.chunks_exact(4).position(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & 0x7f80_0000 == 0x7f80_0000),
-            Dtype::BF16 => bytes.chunks_exact(2).position(|b| u16::from_le_bytes([b[0], b[1]]) & 0x7f80 == 0x7f80),
-            Dtype::F16 => bytes.chunks_exact(2).position(|b| u16::from_le_bytes([b[0], b[1]]) & 0x7c00 == 0x7c00),
-            other => return Err(weights_err(file, name, format!("dtype {other:?} is not supported (f32, bf16, f16)"))),
-        };
-        match non_finite {
-            Some(bad) => Err(weights_err(file, name, format!("non-finite value at flat index {bad}"))),
+        // (tensor, first element, bytes) pieces of whole elements
+        let mut pieces: Vec<(usize, usize, &[u8])> = Vec::new();
+        for (t, (name, _)) in expected.iter().enumerate() {
+            let (f, st, _, range) = &self.index[name];
+            let width = element_bytes(*st).expect("checked above");
+            let bytes = &self.files[*f].1[range.clone()];
+            let step = SCAN_CHUNK_BYTES / width * width;
+            for (c, piece) in bytes.chunks(step).enumerate() {
+                pieces.push((t, c * step / width, piece));
+            }
+        }
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 32).min(pieces.len().max(1));
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let found = std::sync::Mutex::new(Vec::<(usize, usize)>::new()); // (tensor, flat index)
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&(t, first, piece)) = pieces.get(i) else { break };
+                    let dtype = self.index[&expected[t].0].1;
+                    if let Some(at) = first_non_finite(dtype, piece) {
+                        found.lock().unwrap_or_else(|e| e.into_inner()).push((t, first + at));
+                    }
+                });
+            }
+        });
+        let found = found.into_inner().unwrap_or_else(|e| e.into_inner());
+        match found.into_iter().min() {
+            Some((t, at)) => {
+                let name = &expected[t].0;
+                let file = &self.files[self.index[name].0].0;
+                Err(weights_err(file, name, format!("non-finite value at flat index {at}")))
+            }
             None => Ok(()),
         }
     }
 
-    /// A [`Self::check`]ed tensor as host data of `dims` (its element count) in `dtype`: its
-    /// bytes as stored when the dtypes match, widened on the host where that is exact (16-bit
-    /// to f32), else f32 values for the device to round (as [`Checkpoint::tensor`] does).
+    /// A [`Self::check_all`]ed tensor as host data of `dims` (its element count) in `dtype`: a
+    /// view of the mapped bytes when the dtypes match (nothing copied here), widened on the
+    /// host where that is exact (16-bit to f32), else f32 values for the device to round (as
+    /// [`Checkpoint::tensor`] does).
     pub fn data(&self, name: &str, dims: Vec<usize>, dtype: DType) -> Result<TensorData, ModelError> {
         let (f, st, got, range) = &self.index[name];
         let (file, map) = &self.files[*f];
-        let bytes = &map[range.clone()];
         let stored = match st {
             Dtype::F32 => DType::F32,
             Dtype::BF16 => DType::BF16,
             _ => DType::F16,
         };
         if stored == dtype {
-            return Ok(TensorData::from_bytes_vec(bytes.to_vec(), dims, dtype));
+            // `File`: the CUDA runtime stages such bytes through pinned memory before the
+            // asynchronous copy reads them (a mapping may still fault)
+            let view = bytes::Bytes::from_owner(MappedBytes { map: map.clone(), range: range.clone() });
+            return Ok(TensorData::from_bytes(burn::tensor::Bytes::from_shared(view, burn::tensor::AllocationProperty::File), dims, dtype));
         }
-        let view = safetensors::tensor::TensorView::new(*st, got.clone(), bytes).map_err(|e| weights_err(file, name, format!("{e}")))?;
+        let view = safetensors::tensor::TensorView::new(*st, got.clone(), &map[range.clone()]).map_err(|e| weights_err(file, name, format!("{e}")))?;
         Ok(TensorData::new(to_f32(file, name, &view)?, dims))
     }
 }
 
 /// Writes `file` atomically: to a sibling temp file, fsync, then rename.
 pub fn write_atomic(file: &Path, bytes: &[u8]) -> Result<(), ModelError> {
-    use std::io::Write;
-    let tmp = file.with_extension(format!("{}.tmp", file.extension().and_then(|e| e.to_str()).unwrap_or("part")));
-    let mut f = std::fs::File::create(&tmp).map_err(|e| ModelError::io(&tmp, e))?;
-    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(|e| ModelError::io(&tmp, e))?;
+    write_atomic_with(file, |w| w.write_all(bytes).map_err(|e| ModelError::io(file, e)))
+}
+
+fn temp_sibling(file: &Path) -> PathBuf {
+    file.with_extension(format!("{}.tmp", file.extension().and_then(|e| e.to_str()).unwrap_or("part")))
+}
+
+/// Writes `file` atomically from `fill`: into a sibling temp file through an 8 MiB buffer,
+/// fsync, rename; a failed fill or write removes the temp file and leaves `file` as it was.
+fn write_atomic_with(file: &Path, fill: impl FnOnce(&mut dyn Write) -> Result<(), ModelError>) -> Result<(), ModelError> {
+    let tmp = temp_sibling(file);
+    let written = (|| {
+        let f = std::fs::File::create(&tmp).map_err(|e| ModelError::io(&tmp, e))?;
+        let mut w = std::io::BufWriter::with_capacity(8 << 20, f);
+        fill(&mut w)?;
+        let f = w.into_inner().map_err(|e| ModelError::io(&tmp, e.into_error()))?;
+        f.sync_all().map_err(|e| ModelError::io(&tmp, e))
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     std::fs::rename(&tmp, file).map_err(|e| ModelError::io(file, e))
 }
 
-/// Saves `checkpoint` as an HF folder (single `model.safetensors`, f32 or bf16), plus
-/// `config.json` and, if given, a copy of the tokenizer file.
-pub fn save_checkpoint(dir: &Path, checkpoint: &Checkpoint, dtype: DType, tokenizer: Option<&Path>) -> Result<(), ModelError> {
-    std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
-    let (st_dtype, width) = match dtype {
-        DType::F32 => (Dtype::F32, 4),
-        DType::BF16 => (Dtype::BF16, 2),
-        other => return Err(ModelError::Input(format!("cannot save weights as {other:?} (f32 or bf16)"))),
-    };
-    let mut buffers: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
-    for (name, (shape, values)) in &checkpoint.tensors {
-        let mut bytes = Vec::with_capacity(values.len() * width);
-        for v in values {
-            match st_dtype {
-                Dtype::F32 => bytes.extend_from_slice(&v.to_le_bytes()),
-                _ => bytes.extend_from_slice(&half::bf16::from_f32(*v).to_le_bytes()),
-            }
-        }
-        buffers.push((name.clone(), shape.clone(), bytes));
+fn element_width(dtype: Dtype) -> usize {
+    element_bytes(dtype).unwrap_or(4)
+}
+
+/// Writes a safetensors file one tensor at a time: the header first (names, dtypes, shapes and
+/// offsets are known up front), then each tensor's bytes as `bytes_of(i)` produces them, so the
+/// host holds one tensor at a time however large the file (a 4B model's f32 masters and AdamW
+/// moments are 48 GB). Atomic like [`write_atomic`]. Tensors lie in `entries`' order.
+pub fn write_safetensors(
+    file: &Path,
+    entries: &[(String, Dtype, Vec<usize>)],
+    metadata: Option<&HashMap<String, String>>,
+    mut bytes_of: impl FnMut(usize) -> Result<Vec<u8>, ModelError>,
+) -> Result<(), ModelError> {
+    let mut header = serde_json::Map::new();
+    if let Some(m) = metadata {
+        header.insert("__metadata__".into(), serde_json::json!(m));
     }
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = buffers
-        .iter()
-        .map(|(n, s, b)| (n.clone(), safetensors::tensor::TensorView::new(st_dtype, s.clone(), b).expect("consistent view")))
-        .collect();
-    let mut meta = HashMap::new();
-    meta.insert("format".to_string(), "pt".to_string());
-    let bytes = safetensors::serialize(views, Some(meta)).map_err(|e| weights_err(dir, "", format!("serialize: {e}")))?;
-    write_atomic(&dir.join("model.safetensors"), &bytes)?;
-    let mut raw = checkpoint.config.raw.clone();
+    let mut sizes = Vec::with_capacity(entries.len());
+    let mut at = 0usize;
+    for (name, dtype, shape) in entries {
+        let n = shape.iter().product::<usize>() * element_width(*dtype);
+        header.insert(name.clone(), serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [at, at + n]}));
+        sizes.push(n);
+        at += n;
+    }
+    let mut text = serde_json::to_vec(&header).map_err(|e| weights_err(file, "", format!("header: {e}")))?;
+    text.resize(text.len().next_multiple_of(8), b' ');
+    write_atomic_with(file, |w| {
+        let io = |e| ModelError::io(file, e);
+        w.write_all(&(text.len() as u64).to_le_bytes()).map_err(io)?;
+        w.write_all(&text).map_err(io)?;
+        for (i, size) in sizes.iter().enumerate() {
+            let bytes = bytes_of(i)?;
+            if bytes.len() != *size {
+                return Err(weights_err(file, &entries[i].0, format!("{} bytes for a {:?} tensor of shape {:?} ({size} bytes)", bytes.len(), entries[i].1, entries[i].2)));
+            }
+            w.write_all(&bytes).map_err(io)?;
+        }
+        Ok(())
+    })
+}
+
+/// f32 values as the little-endian bytes of `dtype` (f32 or bf16, rounded to nearest even).
+pub fn encode_f32(values: &[f32], dtype: Dtype) -> Vec<u8> {
+    match dtype {
+        Dtype::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        _ => values.iter().flat_map(|v| half::bf16::from_f32(*v).to_le_bytes()).collect(),
+    }
+}
+
+fn stored_dtype(dir: &Path, dtype: DType) -> Result<Dtype, ModelError> {
+    match dtype {
+        DType::F32 => Ok(Dtype::F32),
+        DType::BF16 => Ok(Dtype::BF16),
+        other => Err(ModelError::Input(format!("cannot save weights to {} as {other:?} (f32 or bf16)", dir.display()))),
+    }
+}
+
+/// `config.json` (with `torch_dtype` set to what was saved) and, if given, a copy of the
+/// tokenizer file, beside a saved `model.safetensors`.
+fn write_config_and_tokenizer(dir: &Path, config: &ModelConfig, dtype: DType, tokenizer: Option<&Path>) -> Result<(), ModelError> {
+    let mut raw = config.raw.clone();
     raw["torch_dtype"] = serde_json::Value::from(if dtype == DType::BF16 { "bfloat16" } else { "float32" });
     write_atomic(&dir.join("config.json"), serde_json::to_string_pretty(&raw).expect("json").as_bytes())?;
     if let Some(tok) = tokenizer {
@@ -197,6 +329,34 @@ pub fn save_checkpoint(dir: &Path, checkpoint: &Checkpoint, dtype: DType, tokeni
         write_atomic(&dir.join("tokenizer.json"), &bytes)?;
     }
     Ok(())
+}
+
+fn pt_metadata() -> HashMap<String, String> {
+    HashMap::from([("format".to_string(), "pt".to_string())])
+}
+
+/// Saves `checkpoint` (host values) as an HF folder (single `model.safetensors`, f32 or bf16),
+/// plus `config.json` and, if given, a copy of the tokenizer file.
+pub fn save_checkpoint(dir: &Path, checkpoint: &Checkpoint, dtype: DType, tokenizer: Option<&Path>) -> Result<(), ModelError> {
+    let st = stored_dtype(dir, dtype)?;
+    std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
+    let tensors: Vec<(&String, &(Vec<usize>, Vec<f32>))> = checkpoint.tensors.iter().collect();
+    let entries: Vec<(String, Dtype, Vec<usize>)> = tensors.iter().map(|(n, (shape, _))| ((*n).clone(), st, shape.clone())).collect();
+    write_safetensors(&dir.join("model.safetensors"), &entries, Some(&pt_metadata()), |i| Ok(encode_f32(&tensors[i].1 .1, st)))?;
+    write_config_and_tokenizer(dir, &checkpoint.config, dtype, tokenizer)
+}
+
+/// Saves `model` as an HF folder like [`save_checkpoint`], reading one weight at a time from
+/// the device while the file is written (no host copy of the whole model).
+pub fn save_model(dir: &Path, model: &super::Qwen3, dtype: DType, tokenizer: Option<&Path>) -> Result<(), ModelError> {
+    let st = stored_dtype(dir, dtype)?;
+    std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
+    let shapes: HashMap<String, Vec<usize>> = model.config.expected_tensors().into_iter().collect();
+    let mut weights = model.named_tensors();
+    weights.sort_by(|a, b| a.0.cmp(&b.0)); // the order save_checkpoint writes (by name)
+    let entries: Vec<(String, Dtype, Vec<usize>)> = weights.iter().map(|(n, _)| (n.clone(), st, shapes[n].clone())).collect();
+    write_safetensors(&dir.join("model.safetensors"), &entries, Some(&pt_metadata()), |i| Ok(encode_f32(&weights[i].1.to_host(), st)))?;
+    write_config_and_tokenizer(dir, &model.config, dtype, tokenizer)
 }
 
 impl Checkpoint {
@@ -245,4 +405,74 @@ pub fn tiny_config(vocab: usize, tied: bool) -> ModelConfig {
         "tie_word_embeddings": tied, "torch_dtype": "float32"
     });
     ModelConfig::from_json(&json.to_string(), "tiny_config").expect("valid tiny config")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bf16_bytes(values: &[f32]) -> Vec<u8> {
+        values.iter().flat_map(|v| half::bf16::from_f32(*v).to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn the_scan_finds_the_first_non_finite_value_in_any_block() {
+        // fresh values, a bad one placed at block and chunk edges and between them
+        let mut state = 0x2545_f491_4f6c_dd1du64 ^ std::process::id() as u64;
+        let mut values: Vec<f32> = (0..(3 << 16) + 17)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 40) as f32 / 1e6 - 8.0
+            })
+            .collect();
+        assert_eq!(first_non_finite(Dtype::BF16, &bf16_bytes(&values)), None);
+        let f32_bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        assert_eq!(first_non_finite(Dtype::F32, &f32_bytes(&values)), None);
+        for at in [0, (1 << 16) - 1, 1 << 16, (2 << 16) + 5, values.len() - 1] {
+            for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+                let keep = values[at];
+                values[at] = bad;
+                assert_eq!(first_non_finite(Dtype::BF16, &bf16_bytes(&values)), Some(at), "bf16 {bad} at {at}");
+                assert_eq!(first_non_finite(Dtype::F32, &f32_bytes(&values)), Some(at), "f32 {bad} at {at}");
+                values[at] = keep;
+            }
+        }
+        // f16: 65504 is the largest finite value, 0x7c00 is infinity
+        let mut f16: Vec<u8> = values.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect();
+        assert_eq!(first_non_finite(Dtype::F16, &f16), None);
+        f16[2 * 70_000..2 * 70_000 + 2].copy_from_slice(&0x7c00u16.to_le_bytes());
+        assert_eq!(first_non_finite(Dtype::F16, &f16), Some(70_000));
+    }
+
+    #[test]
+    fn check_all_reports_the_first_bad_tensor_and_index_across_chunks() {
+        let dir = std::env::temp_dir().join(format!("lockstep-weights-scan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // a tensor spanning several scan chunks: the bad value sits in its third chunk
+        let per_chunk = SCAN_CHUNK_BYTES / 2;
+        let big_len = 2 * per_chunk + 1000;
+        let mut big = vec![0.5f32; big_len];
+        let bad_at = 2 * per_chunk + 7;
+        big[bad_at] = f32::INFINITY;
+        big[big_len - 1] = f32::NAN; // a later bad value in the same tensor is not the one named
+        let mut small = vec![0.25f32; 300];
+        small[299] = f32::NAN; // a later tensor's bad value is not the one named either
+        let tensors = [("a.big", bf16_bytes(&big), vec![big_len]), ("b.small", bf16_bytes(&small), vec![300])];
+        let views: Vec<(String, safetensors::tensor::TensorView<'_>)> =
+            tensors.iter().map(|(n, b, s)| (n.to_string(), safetensors::tensor::TensorView::new(Dtype::BF16, s.clone(), b).unwrap())).collect();
+        std::fs::write(dir.join("model.safetensors"), safetensors::serialize(views, None).unwrap()).unwrap();
+        let mapped = MappedWeights::open(&dir).unwrap();
+        let expected: Vec<(String, Vec<usize>)> = tensors.iter().map(|(n, _, s)| (n.to_string(), s.clone())).collect();
+        let e = mapped.check_all(&dir, &expected).unwrap_err().to_string();
+        assert!(e.contains("a.big") && e.contains(&format!("flat index {bad_at}")), "{e}");
+        let e = mapped.check_all(&dir, &expected[1..]).unwrap_err().to_string();
+        assert!(e.contains("b.small") && e.contains("flat index 299"), "{e}");
+        let e = mapped.check_all(&dir, &[("c.absent".to_string(), vec![3])]).unwrap_err().to_string();
+        assert!(e.contains("c.absent") && e.contains("missing"), "{e}");
+        let e = mapped.check_all(&dir, &[("b.small".to_string(), vec![301])]).unwrap_err().to_string();
+        assert!(e.contains("[300]") && e.contains("[301]"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }

@@ -1,7 +1,7 @@
 //! Save -> load round trips and loading errors that name the file, tensor or key.
 
 use burn::tensor::DType;
-use shared_kernels::model::{load_checkpoint, save_checkpoint, tiny_config, Checkpoint, ModelError, Qwen3, Rows};
+use shared_kernels::model::{load_checkpoint, save_checkpoint, save_model, tiny_config, Checkpoint, ModelError, Qwen3, Rows};
 use std::path::{Path, PathBuf};
 
 fn scratch(name: &str) -> PathBuf {
@@ -126,4 +126,52 @@ fn bad_checkpoints_give_errors_naming_the_problem() {
     let model = Qwen3::load(&dir, DType::F32, &device).unwrap();
     let e = model.forward(&Rows::whole(&[vec![1, 2, 50]]), None).err().unwrap().to_string();
     assert!(e.contains("token id 50") && e.contains("vocabulary size 50"), "{e}");
+}
+
+#[test]
+fn saving_a_model_from_the_device_writes_the_host_checkpoints_bytes() {
+    // save_model reads one weight at a time while it writes; the file must be byte for byte the
+    // one save_checkpoint writes from a whole host copy, in f32 and bf16, and load back exactly
+    let ck = Checkpoint::random(tiny_config(50, false), 0.2, crate::seed() ^ 5);
+    let model = Qwen3::from_checkpoint(&ck, DType::F32, &crate::device()).unwrap();
+    for (name, dtype) in [("stream-f32", DType::F32), ("stream-bf16", DType::BF16)] {
+        let (streamed, whole) = (scratch(&format!("{name}-model")), scratch(&format!("{name}-host")));
+        save_model(&streamed, &model, dtype, None).unwrap();
+        save_checkpoint(&whole, &model.to_checkpoint(), dtype, None).unwrap();
+        for file in ["model.safetensors", "config.json"] {
+            assert!(std::fs::read(streamed.join(file)).unwrap() == std::fs::read(whole.join(file)).unwrap(), "{name}: {file} differs");
+        }
+        let back = load_checkpoint(&streamed).unwrap();
+        if dtype == DType::F32 {
+            assert_eq!(back.tensors, ck.tensors, "{name}: the round trip changed a value");
+        }
+        let names: Vec<_> = std::fs::read_dir(&streamed).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{name}: a temp file was left: {names:?}");
+    }
+}
+
+#[test]
+fn a_tensor_that_fails_mid_write_leaves_the_earlier_file_and_no_temp_file() {
+    use shared_kernels::model::weights::write_safetensors;
+    let dir = scratch("stream-fail");
+    let file = dir.join("optimizer.safetensors");
+    std::fs::write(&file, b"the earlier file").unwrap();
+    let entries = vec![("a".to_string(), safetensors::Dtype::F32, vec![3]), ("b".to_string(), safetensors::Dtype::F32, vec![2])];
+    let e = write_safetensors(&file, &entries, None, |i| match i {
+        0 => Ok(vec![0u8; 12]),
+        _ => Err(ModelError::Input("the device read failed".into())),
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("device read failed"), "{e}");
+    // a tensor of the wrong size is refused naming it
+    let e = write_safetensors(&file, &entries, None, |i| Ok(vec![0u8; if i == 0 { 12 } else { 7 }])).unwrap_err().to_string();
+    assert!(e.contains("7 bytes") && e.contains("[2]"), "{e}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"the earlier file");
+    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, vec!["optimizer.safetensors".to_string()], "{names:?}");
+    // and a complete write replaces it with a file safetensors reads
+    write_safetensors(&file, &entries, None, |i| Ok(vec![0u8; if i == 0 { 12 } else { 8 }])).unwrap();
+    let bytes = std::fs::read(&file).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    assert_eq!(st.tensor("b").unwrap().shape(), &[2]);
 }
