@@ -8,7 +8,8 @@
 # ROLLOUTS when smaller) and max_new_tokens = NEW, samples GPU memory every 0.2 s, and appends one
 # markdown row per rung to $O/scale.md (summarised from the run's metrics.jsonl by scale_row.py).
 # The KV pool holds every rollout at full length (sampler.kv_budget_mib=0) unless SCALE_SET sets it.
-# SCALE_LIMIT (s, default 280) bounds a rung; SCALE_SET adds --set pairs to every rung.
+# SCALE_LIMIT (s, default 280) bounds a rung; SCALE_SET adds --set pairs to every rung, SCALE_ARGS other
+# arguments (`--max-steps 1`); SCALE_RESUME=1 continues the rung's run (`--resume`) instead of starting it afresh.
 set -uo pipefail
 O="${O:-${OUT:-.gpu/out}}"
 mkdir -p "$O"
@@ -23,14 +24,15 @@ for rung in "$@"; do
     group=16; [ "$rollouts" -lt 16 ] && group=$rollouts
     prompts=$(( rollouts / group ))
     name="$shape-${rollouts}x$new${micro:+-mb$micro}"
-    rm -rf "/tmp/runs/$name"
+    resume=""
+    if [ -n "${SCALE_RESUME:-}" ]; then resume=--resume; else rm -rf "/tmp/runs/$name"; fi
     ( while true; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; sleep 0.2; done ) > "$O/$name.mem" 2>/dev/null &
     poll=$!
     start=$(date +%s)
     timeout "${SCALE_LIMIT:-280}" /tmp/lockstep train "configs/$shape.toml" --set "model.path=$ck" --set "task.path=$ck/task.jsonl" \
         --set "train.prompts_per_step=$prompts" --set "train.group_size=$group" --set "train.steps=$steps" \
         --set "sampler.max_new_tokens=$new" --set "sampler.context=$(( new + 64 ))" --set "sampler.max_batch=$rollouts" --set sampler.kv_budget_mib=0 \
-        --set "train.micro_batch_tokens=${micro:-0}" --set "train.on_mismatch=warn" --set train.final_checkpoint=false --set "log.runs_dir=/tmp/runs" --set "log.run_name=$name" --set log.tensorboard=false ${SCALE_SET:-} \
+        --set "train.micro_batch_tokens=${micro:-0}" --set "train.on_mismatch=warn" --set train.final_checkpoint=false --set "log.runs_dir=/tmp/runs" --set "log.run_name=$name" --set log.tensorboard=false ${SCALE_SET:-} ${SCALE_ARGS:-} $resume \
         > "$O/$name.log" 2>&1
     rc=$?
     kill $poll 2>/dev/null

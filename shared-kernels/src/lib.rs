@@ -9,8 +9,6 @@
 //! cubecl device (wgpu/lavapipe in CI, CUDA on the H200); nothing goes through the host.
 
 pub mod autodiff;
-pub mod battery;
-pub mod battery_boundaries;
 pub mod bridge;
 pub mod device;
 pub mod error;
@@ -20,6 +18,7 @@ pub mod model;
 pub mod knobs;
 pub mod ops;
 pub mod reference;
+pub mod testing;
 
 pub use bridge::contiguous;
 pub use error::KernelError;

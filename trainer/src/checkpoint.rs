@@ -3,12 +3,13 @@
 //! moments (optimizer.safetensors) and state.json. Written into a temp folder, fsynced, then
 //! renamed into place; the oldest beyond `keep` are removed after the new one is complete.
 
-use crate::optim::{moments_from_host, AdamW};
-use burn::tensor::{DType, Device};
-use safetensors::{Dtype, SafeTensors};
+use crate::optim::AdamW;
+use burn::tensor::{DType, Device, Tensor};
+use safetensors::Dtype;
 use serde::{Deserialize, Serialize};
-use shared_kernels::model::weights::{encode_f32, write_atomic, write_safetensors};
-use shared_kernels::model::{load_checkpoint, save_model, Checkpoint, ModelError, Qwen3};
+use shared_kernels::model::save::{encode_f32, write_atomic, write_safetensors};
+use shared_kernels::model::weights::MappedWeights;
+use shared_kernels::model::{save_model, ModelError, Qwen3};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -98,69 +99,77 @@ pub fn list(run_dir: &Path) -> Vec<PathBuf> {
 }
 
 pub struct Loaded {
-    pub checkpoint: Checkpoint,
-    pub moments: BTreeMap<String, (Vec<f32>, Vec<f32>)>,
+    /// The saved policy on the device as stored: f32 (a narrower run's masters).
+    pub model: Qwen3,
+    /// AdamW's first and second moments on the device, by weight name.
+    pub moments: BTreeMap<String, (Tensor<1>, Tensor<1>)>,
     pub state: RunState,
 }
 
-pub fn load(dir: &Path) -> Result<Loaded, ModelError> {
-    let checkpoint = load_checkpoint(dir)?;
+/// A checkpoint folder onto `device`: the weights and the moments memory-mapped and sent as
+/// stored (f32), one tensor at a time, after every tensor is checked (present, f32, as long as
+/// its parameter, finite values).
+pub fn load(dir: &Path, device: &Device) -> Result<Loaded, ModelError> {
     let state_path = dir.join("state.json");
     let text = std::fs::read_to_string(&state_path).map_err(|e| io(&state_path, e))?;
     let state: RunState = serde_json::from_str(&text).map_err(|e| ModelError::Io { file: state_path.display().to_string(), message: format!("invalid run state: {e}") })?;
+    let model = Qwen3::load(dir, DType::F32, device)?;
     let opt_path = dir.join("optimizer.safetensors");
-    let bytes = std::fs::read(&opt_path).map_err(|e| io(&opt_path, e))?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| ModelError::Weights { file: opt_path.display().to_string(), tensor: String::new(), message: format!("corrupt: {e}") })?;
-    let mut moments: BTreeMap<String, (Vec<f32>, Vec<f32>)> = BTreeMap::new();
+    let mapped = MappedWeights::open_files(vec![opt_path.clone()])?;
     let bad = |tensor: &str, message: String| ModelError::Weights { file: opt_path.display().to_string(), tensor: tensor.to_string(), message };
-    for (name, view) in st.tensors() {
-        if view.dtype() != Dtype::F32 {
-            return Err(bad(&name, format!("is {:?}; optimizer moments are f32", view.dtype())));
-        }
-        let values: Vec<f32> = view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
-            return Err(bad(&name, format!("holds {} at element {i}: resuming would write non-finite weights", values[i])));
+    let mut names: BTreeMap<String, (Option<usize>, Option<usize>)> = BTreeMap::new(); // weight -> (m, v) lengths
+    for (name, dtype, shape) in mapped.tensors() {
+        if dtype != Dtype::F32 {
+            return Err(bad(&name, format!("is {dtype:?}; optimizer moments are f32")));
         }
         let (kind, weight) = name.split_once('.').unwrap_or(("?", &name));
-        let entry = moments.entry(weight.to_string()).or_default();
+        let entry = names.entry(weight.to_string()).or_default();
+        let len = Some(shape.iter().product());
         match kind {
-            "m" => entry.0 = values,
-            "v" => entry.1 = values,
-            _ => return Err(ModelError::Weights { file: opt_path.display().to_string(), tensor: name.clone(), message: "unexpected tensor".into() }),
+            "m" => entry.0 = len,
+            "v" => entry.1 = len,
+            _ => return Err(bad(&name, "unexpected tensor".into())),
         }
     }
     // after an update every parameter has both moments, each as long as the parameter: a
     // missing or short one would restart or misalign Adam without a word
-    if state.adam_t > 0 || !moments.is_empty() {
-        for (name, (_, values)) in &checkpoint.tensors {
-            let Some((m, v)) = moments.get(name) else {
-                return Err(bad(&format!("m.{name}"), format!("is missing (the checkpoint is at Adam step {})", state.adam_t)));
-            };
+    let sizes: BTreeMap<String, usize> = model.config.expected_tensors().into_iter().map(|(n, shape)| (n, shape.iter().product())).collect();
+    if state.adam_t > 0 || !names.is_empty() {
+        for (name, size) in &sizes {
+            let (m, v) = names.get(name).copied().unwrap_or_default();
             for (kind, got) in [("m", m), ("v", v)] {
-                if got.is_empty() {
-                    return Err(bad(&format!("{kind}.{name}"), format!("is missing (the checkpoint is at Adam step {})", state.adam_t)));
-                }
-                if got.len() != values.len() {
-                    return Err(bad(&format!("{kind}.{name}"), format!("has {} values for a parameter of {}", got.len(), values.len())));
+                match got {
+                    None => return Err(bad(&format!("{kind}.{name}"), format!("is missing (the checkpoint is at Adam step {})", state.adam_t))),
+                    Some(n) if n != *size => return Err(bad(&format!("{kind}.{name}"), format!("has {n} values for a parameter of {size}"))),
+                    Some(_) => {}
                 }
             }
         }
-        if let Some(extra) = moments.keys().find(|k| !checkpoint.tensors.contains_key(*k)) {
+        if let Some(extra) = names.keys().find(|k| !sizes.contains_key(*k)) {
             return Err(bad(extra, "is a moment of no parameter of the model".into()));
         }
     }
-    Ok(Loaded { checkpoint, moments, state })
-}
-
-pub fn restore_optimizer(opt: &mut AdamW, loaded: BTreeMap<String, (Vec<f32>, Vec<f32>)>, t: u64, device: &Device) {
-    opt.moments = moments_from_host(loaded, device);
-    opt.t = t;
+    let expected: Vec<(String, Vec<usize>)> = mapped.tensors().into_iter().map(|(n, _, shape)| (n, shape)).collect();
+    mapped.check_all(&opt_path, &expected).map_err(|e| match e {
+        ModelError::Weights { file, tensor, message } => ModelError::Weights { file, tensor, message: format!("{message}: resuming would write non-finite weights") },
+        other => other,
+    })?;
+    let upload = |name: String, n: usize| -> Result<Tensor<1>, ModelError> { Ok(Tensor::<1>::from_data(mapped.data(&name, vec![n], DType::F32)?, device)) };
+    let mut moments = BTreeMap::new();
+    for (name, _) in names {
+        let n = sizes[&name];
+        moments.insert(name.clone(), (upload(format!("m.{name}"), n)?, upload(format!("v.{name}"), n)?));
+    }
+    // the runtime is done with the mapped bytes before the mapping goes (see `Qwen3::load`)
+    device.sync().map_err(|e| ModelError::Io { file: opt_path.display().to_string(), message: format!("copying the moments to the device: {e:?}") })?;
+    Ok(Loaded { model, moments, state })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use safetensors::tensor::TensorView;
+    use safetensors::{tensor::TensorView, SafeTensors};
+    use shared_kernels::model::Checkpoint;
 
     #[test]
     fn saving_a_step_that_is_saved_already_leaves_the_complete_folder_in_place() {
@@ -214,9 +223,9 @@ mod tests {
         for (what, edit, needle) in cases {
             let _ = std::fs::remove_dir_all(&run);
             let dir = save(&run, &model, &opt, &state, "{}", 1).unwrap();
-            assert!(load(&dir).is_ok(), "{what}: the intact checkpoint loads");
+            assert!(load(&dir, &device).is_ok(), "{what}: the intact checkpoint loads");
             rewrite_optimizer(&dir, edit);
-            let err = load(&dir).err().unwrap_or_else(|| panic!("{what}: loaded")).to_string();
+            let err = load(&dir, &device).err().unwrap_or_else(|| panic!("{what}: loaded")).to_string();
             assert!(err.contains("optimizer.safetensors") && err.contains(needle), "{what}: {err}");
         }
         let _ = std::fs::remove_dir_all(&run);

@@ -513,7 +513,14 @@ impl Trainer {
 
     pub fn checkpoint(&self) -> Result<PathBuf, RunError> {
         let state = RunState { step: self.step, adam_t: self.opt.t, git_revision: crate::run::git_revision() };
-        Ok(checkpoint::save(&self.run_dir, &self.policy.model, &self.opt, &state, &self.policy.tokenizer_json, self.cfg.train.keep_checkpoints)?)
+        let saved_already = checkpoint::list(&self.run_dir).iter().any(|p| p.ends_with(format!("step-{:06}", self.step)));
+        let started = std::time::Instant::now();
+        let path = checkpoint::save(&self.run_dir, &self.policy.model, &self.opt, &state, &self.policy.tokenizer_json, self.cfg.train.keep_checkpoints)?;
+        if !saved_already {
+            let bytes: u64 = std::fs::read_dir(&path).map(|d| d.filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum()).unwrap_or(0);
+            eprintln!("checkpoint {}: {:.2} GB written in {:.1} s", path.display(), bytes as f64 / 1e9, started.elapsed().as_secs_f64());
+        }
+        Ok(path)
     }
 }
 

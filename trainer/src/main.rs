@@ -280,17 +280,20 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
         let Some(latest) = existing.last() else {
             return Err(RunError::Other(format!("--resume: no checkpoint in {}", trainer::checkpoint::checkpoints_dir(&dir).display())));
         };
-        let loaded = trainer::checkpoint::load(latest)?;
+        let loading = std::time::Instant::now();
+        let loaded = trainer::checkpoint::load(latest, &device)?;
+        let load_s = loading.elapsed().as_secs_f64();
         if loaded.state.step > cfg.train.steps {
             return Err(invalid("train.steps", format!("is {} but the checkpoint {} is at step {}", cfg.train.steps, latest.display(), loaded.state.step)));
         }
         trainer::run::check_resume_config(&dir, &cfg, loaded.state.step, allow_config_change)?;
-        let policy = load_policy(&cfg, Some(&loaded.checkpoint), &device)?;
+        let policy = load_policy(&cfg, Some(&loaded.model), &device)?;
         let mut opt = new_adamw(&cfg);
-        trainer::checkpoint::restore_optimizer(&mut opt, loaded.moments, loaded.state.adam_t, &device);
-        opt.restore_masters(&policy.model, &loaded.checkpoint, &device);
+        opt.moments = loaded.moments;
+        opt.t = loaded.state.adam_t;
+        opt.restore_masters(&policy.model, &loaded.model);
         check_task_fits(&cfg, &policy)?;
-        eprintln!("resuming {} at step {}", latest.display(), loaded.state.step);
+        eprintln!("resuming {} at step {} (weights and optimizer state loaded in {load_s:.1} s)", latest.display(), loaded.state.step);
         (policy, opt, loaded.state.step)
     } else {
         if !existing.is_empty() {

@@ -64,17 +64,15 @@ impl AdamW {
         })
     }
 
-    /// After a resume: the f32 masters of a narrow-dtype `model` from the checkpoint's f32 values.
-    pub fn restore_masters(&mut self, model: &Qwen3, checkpoint: &shared_kernels::model::Checkpoint, device: &burn::tensor::Device) {
+    /// After a resume: the f32 masters of a narrow-dtype `model`, taken from `saved`, the f32
+    /// policy the checkpoint holds (shared, not copied).
+    pub fn restore_masters(&mut self, model: &Qwen3, saved: &Qwen3) {
         self.masters.clear();
         if model.dtype == DType::F32 {
             return;
         }
-        for (name, _) in model.named_tensors() {
-            if let Some((_, values)) = checkpoint.tensors.get(&name) {
-                let n = values.len();
-                self.masters.insert(name, Tensor::<1>::from_data(TensorData::new(values.clone(), [n]), device));
-            }
+        for (name, w) in saved.named_tensors() {
+            self.masters.insert(name, w.flat());
         }
     }
 }
@@ -255,15 +253,6 @@ pub fn micro_batches(lengths: &[usize], budget: usize) -> Vec<std::ops::Range<us
     out
 }
 
-/// Moments as host vectors (for checkpoints) and back.
-pub fn moments_from_host(host: BTreeMap<String, (Vec<f32>, Vec<f32>)>, device: &burn::tensor::Device) -> BTreeMap<String, (Tensor<1>, Tensor<1>)> {
-    let dev = |v: Vec<f32>| {
-        let n = v.len();
-        Tensor::<1>::from_data(TensorData::new(v, [n]), device)
-    };
-    host.into_iter().map(|(k, (m, v))| (k, (dev(m), dev(v)))).collect()
-}
-
 /// The f32-master contract for a model held in `narrow` (bf16 on the GPU; CPU's Vulkan runtime
 /// has no bf16 or f16, so `lockstep check --dtypes bf16` runs this on the H200): three Adam
 /// steps of ~1e-5, far below bf16 resolution at |w| ~ 0.3, must leave the narrow weights equal to
@@ -297,9 +286,9 @@ pub fn master_weight_check(narrow: DType, device: &burn::tensor::Device, seed: u
             return Err(format!("{name}: only {moved} of {} masters accumulated 3 steps of 1e-5", m.len()));
         }
     }
-    let saved = opt.with_masters(&model).to_checkpoint();
+    let saved = Qwen3::from_checkpoint(&opt.with_masters(&model).to_checkpoint(), DType::F32, device).map_err(|e| e.to_string())?;
     let mut resumed = AdamW::new(0.9, 0.999, 1e-8, 0.0);
-    resumed.restore_masters(&model, &saved, device);
+    resumed.restore_masters(&model, &saved);
     for (name, master) in &opt.masters {
         if bits(host(master.clone())) != bits(host(resumed.masters[name].clone())) {
             return Err(format!("{name}: master changed through a checkpoint round trip"));
@@ -331,7 +320,7 @@ mod tests {
         use rand::{Rng, SeedableRng};
         use shared_kernels::model::{tiny_config, Checkpoint, KernelSet, Qwen3};
         let device = shared_kernels::device::default_device();
-        let seed = shared_kernels::battery::test_seed();
+        let seed = shared_kernels::testing::battery::test_seed();
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         for (tied, kernels) in [(true, KernelSet::Matched), (false, KernelSet::Matched), (true, KernelSet::Fast)] {
             let mut model = Qwen3::from_checkpoint(&Checkpoint::random(tiny_config(97, tied), 0.08, rng.random()), burn::tensor::DType::F32, &device).unwrap();

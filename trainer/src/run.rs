@@ -92,8 +92,8 @@ fn check_sizes(c: &Config, m: &ModelConfig) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Loads the policy named by `[model]`, or the checkpoint folder `from` when resuming.
-pub fn load_policy(c: &Config, from: Option<&Checkpoint>, device: &Device) -> Result<Policy, RunError> {
+/// Loads the policy named by `[model]`, or `from` (a checkpoint's saved f32 policy, cast to `model.dtype`) when resuming.
+pub fn load_policy(c: &Config, from: Option<&Qwen3>, device: &Device) -> Result<Policy, RunError> {
     let dtype = dtype(c);
     if !shared_kernels::device::supports_dtype(device, dtype) {
         return Err(invalid("model.dtype", format!("is {:?} but this device ({}) has no {dtype:?} support; use \"f32\"", c.model.dtype, shared_kernels::device::runtime_name())));
@@ -103,11 +103,11 @@ pub fn load_policy(c: &Config, from: Option<&Checkpoint>, device: &Device) -> Re
     let (model, tokenizer_json) = if c.model.path.is_empty() {
         let config = embedded_config(c)?;
         let ck = match from {
-            Some(ck) => {
-                if ck.config.expected_tensors() != config.expected_tensors() {
+            Some(saved) => {
+                if saved.config.expected_tensors() != config.expected_tensors() {
                     return Err(RunError::Other("the checkpoint holds a model of another shape than the [model] section describes".into()));
                 }
-                Qwen3::from_checkpoint(ck, dtype, device)?
+                saved.cast(dtype)
             }
             None => Qwen3::from_checkpoint(&Checkpoint::random(config, c.model.init_std, c.model.init_seed), dtype, device)?,
         };
@@ -118,7 +118,7 @@ pub fn load_policy(c: &Config, from: Option<&Checkpoint>, device: &Device) -> Re
         let tokenizer_json = std::fs::read_to_string(&tok_path).map_err(|e| RunError::Other(format!("{}: {e}", tok_path.display())))?;
         load_tokenizer(&tok_path)?;
         let model = match from {
-            Some(ck) => Qwen3::from_checkpoint(ck, dtype, device)?,
+            Some(saved) => saved.cast(dtype),
             None => Qwen3::load(dir, dtype, device)?,
         };
         (model, tokenizer_json)
@@ -220,7 +220,7 @@ pub fn git_revision() -> String {
 pub fn save_resolved(c: &Config, dir: &Path) -> Result<(), RunError> {
     std::fs::create_dir_all(dir).map_err(|e| RunError::Other(format!("{}: {e}", dir.display())))?;
     let text = format!("# resolved config; git revision {}\n{}", git_revision(), toml::to_string(c).expect("config serialises"));
-    shared_kernels::model::weights::write_atomic(&dir.join("config.resolved.toml"), text.as_bytes())?;
+    shared_kernels::model::save::write_atomic(&dir.join("config.resolved.toml"), text.as_bytes())?;
     Ok(())
 }
 

@@ -199,7 +199,7 @@ impl Telemetry {
             .unwrap_or_default();
         if metrics_path.exists() {
             let text: String = kept.iter().map(|l| format!("{l}\n")).collect();
-            shared_kernels::model::weights::write_atomic(&metrics_path, text.as_bytes()).map_err(|e| std::io::Error::other(e.to_string()))?;
+            shared_kernels::model::save::write_atomic(&metrics_path, text.as_bytes()).map_err(|e| std::io::Error::other(e.to_string()))?;
         }
         let tb_dir = run_dir.join("tb");
         if let Ok(entries) = std::fs::read_dir(&tb_dir) {

@@ -2,12 +2,12 @@
 //! CPU machines, CUDA with `--features cuda`). Prints one markdown table: lockstep's kernels and
 //! burn's default ops side by side, per op, dtype and batch size. Exits non-zero if any
 //! lockstep kernel is not bitwise batch invariant. `--large` adds the size boundaries real runs
-//! cross (`battery_boundaries`, tens of GB: GPU only); `--boundaries-only` runs just those.
+//! cross (`testing::boundaries`, tens of GB: GPU only); `--boundaries-only` runs just those.
 //!
 //! Usage: lockstep-battery [--large | --boundaries-only] [--dtypes f32,bf16] [--seed N] [--burn-defaults] [--no-lockstep]
 
 use burn::tensor::DType;
-use shared_kernels::battery::{run_all, table, Dims, Impl};
+use shared_kernels::testing::battery::{run_all, table, Dims, Impl};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -53,7 +53,7 @@ fn main() -> ExitCode {
             other => return usage(&format!("unknown argument `{other}`")),
         }
     }
-    shared_kernels::battery::PROGRESS.store(true, std::sync::atomic::Ordering::Relaxed);
+    shared_kernels::testing::battery::PROGRESS.store(true, std::sync::atomic::Ordering::Relaxed);
     let device = shared_kernels::device::default_device();
     println!("# lockstep kernel battery: runtime {}, dims {dims:?}, seed {seed}", shared_kernels::device::runtime_name());
     println!("matmul kernels: {}", shared_kernels::ops::matmul::matmul_kernels_summary(&shared_kernels::device::default_device()));
@@ -66,7 +66,7 @@ fn main() -> ExitCode {
             impls.push(Impl::BurnDefault);
         }
         // lockstep's own check groups: every row must be bit-identical, an error fails the run
-        let mut lockstep_rows = |what: &str, result: Result<Vec<shared_kernels::battery::Check>, String>| match result {
+        let mut lockstep_rows = |what: &str, result: Result<Vec<shared_kernels::testing::battery::Check>, String>| match result {
             Ok(checks) => {
                 for c in checks {
                     failed |= !c.identical();
@@ -79,13 +79,13 @@ fn main() -> ExitCode {
             }
         };
         if boundaries && lockstep {
-            lockstep_rows("size boundaries", shared_kernels::battery_boundaries::boundary_checks(dtype, &device, seed).map_err(|e| e.to_string()));
+            lockstep_rows("size boundaries", shared_kernels::testing::boundaries::boundary_checks(dtype, &device, seed).map_err(|e| e.to_string()));
             if boundaries_only {
                 continue;
             }
         }
         if lockstep {
-            lockstep_rows("model contract", shared_kernels::battery::model_contract(dtype, &device, seed, 8).map_err(|e| e.to_string()));
+            lockstep_rows("model contract", shared_kernels::testing::battery::model_contract(dtype, &device, seed, 8).map_err(|e| e.to_string()));
         }
         for which in impls {
             let name = if which == Impl::Lockstep { "lockstep" } else { "burn default" };

@@ -6,6 +6,7 @@ pub mod cache;
 pub mod config;
 pub mod qwen3;
 pub mod recompute;
+pub mod save;
 pub mod tokenizer;
 pub mod weights;
 
@@ -14,7 +15,8 @@ pub use cache::{KvCache, Rows};
 pub use qwen3::{KernelSet, Qwen3, Trace, Weight};
 pub use recompute::{LayerInputs, TrackedLogprobs};
 pub use tokenizer::load_tokenizer;
-pub use weights::{load_checkpoint, save_checkpoint, save_model, tiny_config, Checkpoint};
+pub use save::{save_checkpoint, save_model};
+pub use weights::{load_checkpoint, tiny_config, Checkpoint};
 
 use std::path::Path;
 

@@ -136,7 +136,11 @@ impl Qwen3 {
             let data = mapped.data(name, vec![rows, shape.iter().product::<usize>() / rows], dtype)?;
             Ok(Tensor::<2>::from_data(data, device).cast(dtype))
         };
-        Self::from_source(&config, dtype, device, &source)
+        let model = Self::from_source(&config, dtype, device, &source)?;
+        // the runtime may still be reading the mapped bytes: it is done before the mapping can
+        // go (a file truncated in place while mapped would fault here, not later)
+        device.sync().map_err(|e| ModelError::Input(format!("{}: copying the weights to the device: {e:?}", dir.display())))?;
+        Ok(model)
     }
 
     pub fn from_checkpoint(ck: &Checkpoint, dtype: DType, device: &Device) -> Result<Self, ModelError> {
@@ -191,6 +195,14 @@ impl Qwen3 {
             last_entropy: std::cell::Cell::new(None),
             fused: Vec::new(),
         })
+    }
+
+    /// This model with every weight cast to `dtype` on the device (the same rounding as
+    /// loading in `dtype`); weights already in `dtype` are shared, not copied.
+    pub fn cast(&self, dtype: DType) -> Self {
+        let mut out = self.map_weights(&mut |_, w| w.map(|v| v.cast(dtype), |m| m.cast(dtype)));
+        out.dtype = dtype;
+        out
     }
 
     /// Host copy of every weight, by HF name (for saving and hashing).

@@ -6,7 +6,6 @@ use super::{ModelConfig, ModelError};
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use safetensors::{Dtype, SafeTensors};
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Host copy of every tensor, f32, by HF name, with its shape.
@@ -15,7 +14,7 @@ pub struct Checkpoint {
     pub tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)>,
 }
 
-fn weights_err(file: &Path, tensor: &str, message: impl Into<String>) -> ModelError {
+pub(super) fn weights_err(file: &Path, tensor: &str, message: impl Into<String>) -> ModelError {
     ModelError::Weights { file: file.display().to_string(), tensor: tensor.to_string(), message: message.into() }
 }
 
@@ -127,7 +126,7 @@ fn first_non_finite(dtype: Dtype, bytes: &[u8]) -> Option<usize> {
     }
 }
 
-fn element_bytes(dtype: Dtype) -> Option<usize> {
+pub(super) fn element_bytes(dtype: Dtype) -> Option<usize> {
     match dtype {
         Dtype::F32 => Some(4),
         Dtype::BF16 | Dtype::F16 => Some(2),
@@ -138,9 +137,14 @@ fn element_bytes(dtype: Dtype) -> Option<usize> {
 impl MappedWeights {
     /// Maps every shard of `dir` and checks each is well-formed safetensors.
     pub fn open(dir: &Path) -> Result<Self, ModelError> {
+        Self::open_files(weight_files(dir)?)
+    }
+
+    /// Maps each of `paths` (safetensors files; a tensor name in two files is the later one's).
+    pub fn open_files(paths: Vec<PathBuf>) -> Result<Self, ModelError> {
         let mut files = Vec::new();
         let mut index = HashMap::new();
-        for file in weight_files(dir)? {
+        for file in paths {
             let handle = std::fs::File::open(&file).map_err(|e| ModelError::io(&file, e))?;
             // SAFETY: the map is read-only; as with any loader, the file must not be rewritten
             // while it loads (lockstep itself writes checkpoints aside and renames them).
@@ -154,6 +158,13 @@ impl MappedWeights {
             files.push((file, std::sync::Arc::new(map)));
         }
         Ok(Self { files, index })
+    }
+
+    /// Every tensor's name, stored dtype and shape, by name.
+    pub fn tensors(&self) -> Vec<(String, Dtype, Vec<usize>)> {
+        let mut out: Vec<_> = self.index.iter().map(|(n, (_, st, shape, _))| (n.clone(), *st, shape.clone())).collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
     }
 
     /// Checks every tensor of `expected` (name and shape from config.json): present, that
@@ -202,17 +213,25 @@ impl MappedWeights {
         match found.into_iter().min() {
             Some((t, at)) => {
                 let name = &expected[t].0;
-                let file = &self.files[self.index[name].0].0;
-                Err(weights_err(file, name, format!("non-finite value at flat index {at}")))
+                let (f, st, _, range) = &self.index[name];
+                let (file, map) = &self.files[*f];
+                let width = element_bytes(*st).expect("checked above");
+                let b = &map[range.start + at * width..range.start + (at + 1) * width];
+                let value = match st {
+                    Dtype::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                    Dtype::BF16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f32(),
+                    _ => half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
+                };
+                Err(weights_err(file, name, format!("non-finite value {value} at flat index {at}")))
             }
             None => Ok(()),
         }
     }
 
-    /// A [`Self::check_all`]ed tensor as host data of `dims` (its element count) in `dtype`: a
-    /// view of the mapped bytes when the dtypes match (nothing copied here), widened on the
-    /// host where that is exact (16-bit to f32), else f32 values for the device to round (as
-    /// [`Checkpoint::tensor`] does).
+    /// A [`Self::check_all`]ed tensor as host data of `dims` (its element count), for a tensor
+    /// of `dtype`: a view of the mapped bytes (nothing copied here) when stored in `dtype` or in
+    /// f32 (the caller's cast rounds it on the device, as it rounds an f32 host copy), else its
+    /// values widened to f32 on the host (exact for 16-bit values).
     pub fn data(&self, name: &str, dims: Vec<usize>, dtype: DType) -> Result<TensorData, ModelError> {
         let (f, st, got, range) = &self.index[name];
         let (file, map) = &self.files[*f];
@@ -221,142 +240,17 @@ impl MappedWeights {
             Dtype::BF16 => DType::BF16,
             _ => DType::F16,
         };
-        if stored == dtype {
+        // a stored f32 tensor loaded narrower goes up as f32 too: the caller's cast rounds it
+        // on the device, as it rounds an f32 host copy ([`Checkpoint::tensor`])
+        if stored == dtype || stored == DType::F32 {
             // `File`: the CUDA runtime stages such bytes through pinned memory before the
             // asynchronous copy reads them (a mapping may still fault)
             let view = bytes::Bytes::from_owner(MappedBytes { map: map.clone(), range: range.clone() });
-            return Ok(TensorData::from_bytes(burn::tensor::Bytes::from_shared(view, burn::tensor::AllocationProperty::File), dims, dtype));
+            return Ok(TensorData::from_bytes(burn::tensor::Bytes::from_shared(view, burn::tensor::AllocationProperty::File), dims, stored));
         }
         let view = safetensors::tensor::TensorView::new(*st, got.clone(), &map[range.clone()]).map_err(|e| weights_err(file, name, format!("{e}")))?;
         Ok(TensorData::new(to_f32(file, name, &view)?, dims))
     }
-}
-
-/// Writes `file` atomically: to a sibling temp file, fsync, then rename.
-pub fn write_atomic(file: &Path, bytes: &[u8]) -> Result<(), ModelError> {
-    write_atomic_with(file, |w| w.write_all(bytes).map_err(|e| ModelError::io(file, e)))
-}
-
-fn temp_sibling(file: &Path) -> PathBuf {
-    file.with_extension(format!("{}.tmp", file.extension().and_then(|e| e.to_str()).unwrap_or("part")))
-}
-
-/// Writes `file` atomically from `fill`: into a sibling temp file through an 8 MiB buffer,
-/// fsync, rename; a failed fill or write removes the temp file and leaves `file` as it was.
-fn write_atomic_with(file: &Path, fill: impl FnOnce(&mut dyn Write) -> Result<(), ModelError>) -> Result<(), ModelError> {
-    let tmp = temp_sibling(file);
-    let written = (|| {
-        let f = std::fs::File::create(&tmp).map_err(|e| ModelError::io(&tmp, e))?;
-        let mut w = std::io::BufWriter::with_capacity(8 << 20, f);
-        fill(&mut w)?;
-        let f = w.into_inner().map_err(|e| ModelError::io(&tmp, e.into_error()))?;
-        f.sync_all().map_err(|e| ModelError::io(&tmp, e))
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    std::fs::rename(&tmp, file).map_err(|e| ModelError::io(file, e))
-}
-
-fn element_width(dtype: Dtype) -> usize {
-    element_bytes(dtype).unwrap_or(4)
-}
-
-/// Writes a safetensors file one tensor at a time: the header first (names, dtypes, shapes and
-/// offsets are known up front), then each tensor's bytes as `bytes_of(i)` produces them, so the
-/// host holds one tensor at a time however large the file (a 4B model's f32 masters and AdamW
-/// moments are 48 GB). Atomic like [`write_atomic`]. Tensors lie in `entries`' order.
-pub fn write_safetensors(
-    file: &Path,
-    entries: &[(String, Dtype, Vec<usize>)],
-    metadata: Option<&HashMap<String, String>>,
-    mut bytes_of: impl FnMut(usize) -> Result<Vec<u8>, ModelError>,
-) -> Result<(), ModelError> {
-    let mut header = serde_json::Map::new();
-    if let Some(m) = metadata {
-        header.insert("__metadata__".into(), serde_json::json!(m));
-    }
-    let mut sizes = Vec::with_capacity(entries.len());
-    let mut at = 0usize;
-    for (name, dtype, shape) in entries {
-        let n = shape.iter().product::<usize>() * element_width(*dtype);
-        header.insert(name.clone(), serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [at, at + n]}));
-        sizes.push(n);
-        at += n;
-    }
-    let mut text = serde_json::to_vec(&header).map_err(|e| weights_err(file, "", format!("header: {e}")))?;
-    text.resize(text.len().next_multiple_of(8), b' ');
-    write_atomic_with(file, |w| {
-        let io = |e| ModelError::io(file, e);
-        w.write_all(&(text.len() as u64).to_le_bytes()).map_err(io)?;
-        w.write_all(&text).map_err(io)?;
-        for (i, size) in sizes.iter().enumerate() {
-            let bytes = bytes_of(i)?;
-            if bytes.len() != *size {
-                return Err(weights_err(file, &entries[i].0, format!("{} bytes for a {:?} tensor of shape {:?} ({size} bytes)", bytes.len(), entries[i].1, entries[i].2)));
-            }
-            w.write_all(&bytes).map_err(io)?;
-        }
-        Ok(())
-    })
-}
-
-/// f32 values as the little-endian bytes of `dtype` (f32 or bf16, rounded to nearest even).
-pub fn encode_f32(values: &[f32], dtype: Dtype) -> Vec<u8> {
-    match dtype {
-        Dtype::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        _ => values.iter().flat_map(|v| half::bf16::from_f32(*v).to_le_bytes()).collect(),
-    }
-}
-
-fn stored_dtype(dir: &Path, dtype: DType) -> Result<Dtype, ModelError> {
-    match dtype {
-        DType::F32 => Ok(Dtype::F32),
-        DType::BF16 => Ok(Dtype::BF16),
-        other => Err(ModelError::Input(format!("cannot save weights to {} as {other:?} (f32 or bf16)", dir.display()))),
-    }
-}
-
-/// `config.json` (with `torch_dtype` set to what was saved) and, if given, a copy of the
-/// tokenizer file, beside a saved `model.safetensors`.
-fn write_config_and_tokenizer(dir: &Path, config: &ModelConfig, dtype: DType, tokenizer: Option<&Path>) -> Result<(), ModelError> {
-    let mut raw = config.raw.clone();
-    raw["torch_dtype"] = serde_json::Value::from(if dtype == DType::BF16 { "bfloat16" } else { "float32" });
-    write_atomic(&dir.join("config.json"), serde_json::to_string_pretty(&raw).expect("json").as_bytes())?;
-    if let Some(tok) = tokenizer {
-        let bytes = std::fs::read(tok).map_err(|e| ModelError::io(tok, e))?;
-        write_atomic(&dir.join("tokenizer.json"), &bytes)?;
-    }
-    Ok(())
-}
-
-fn pt_metadata() -> HashMap<String, String> {
-    HashMap::from([("format".to_string(), "pt".to_string())])
-}
-
-/// Saves `checkpoint` (host values) as an HF folder (single `model.safetensors`, f32 or bf16),
-/// plus `config.json` and, if given, a copy of the tokenizer file.
-pub fn save_checkpoint(dir: &Path, checkpoint: &Checkpoint, dtype: DType, tokenizer: Option<&Path>) -> Result<(), ModelError> {
-    let st = stored_dtype(dir, dtype)?;
-    std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
-    let tensors: Vec<(&String, &(Vec<usize>, Vec<f32>))> = checkpoint.tensors.iter().collect();
-    let entries: Vec<(String, Dtype, Vec<usize>)> = tensors.iter().map(|(n, (shape, _))| ((*n).clone(), st, shape.clone())).collect();
-    write_safetensors(&dir.join("model.safetensors"), &entries, Some(&pt_metadata()), |i| Ok(encode_f32(&tensors[i].1 .1, st)))?;
-    write_config_and_tokenizer(dir, &checkpoint.config, dtype, tokenizer)
-}
-
-/// Saves `model` as an HF folder like [`save_checkpoint`], reading one weight at a time from
-/// the device while the file is written (no host copy of the whole model).
-pub fn save_model(dir: &Path, model: &super::Qwen3, dtype: DType, tokenizer: Option<&Path>) -> Result<(), ModelError> {
-    let st = stored_dtype(dir, dtype)?;
-    std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
-    let shapes: HashMap<String, Vec<usize>> = model.config.expected_tensors().into_iter().collect();
-    let mut weights = model.named_tensors();
-    weights.sort_by(|a, b| a.0.cmp(&b.0)); // the order save_checkpoint writes (by name)
-    let entries: Vec<(String, Dtype, Vec<usize>)> = weights.iter().map(|(n, _)| (n.clone(), st, shapes[n].clone())).collect();
-    write_safetensors(&dir.join("model.safetensors"), &entries, Some(&pt_metadata()), |i| Ok(encode_f32(&weights[i].1.to_host(), st)))?;
-    write_config_and_tokenizer(dir, &model.config, dtype, tokenizer)
 }
 
 impl Checkpoint {

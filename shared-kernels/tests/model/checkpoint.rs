@@ -152,7 +152,7 @@ fn saving_a_model_from_the_device_writes_the_host_checkpoints_bytes() {
 
 #[test]
 fn a_tensor_that_fails_mid_write_leaves_the_earlier_file_and_no_temp_file() {
-    use shared_kernels::model::weights::write_safetensors;
+    use shared_kernels::model::save::write_safetensors;
     let dir = scratch("stream-fail");
     let file = dir.join("optimizer.safetensors");
     std::fs::write(&file, b"the earlier file").unwrap();

@@ -1,0 +1,6 @@
+//! Testing, not the product: the kernel invariance battery (`lockstep-battery`, the CI tests and
+//! `lockstep check` read it) and the size boundaries real runs cross. Nothing in the model or
+//! the samplers calls into here.
+
+pub mod battery;
+pub mod boundaries;
