@@ -98,7 +98,8 @@ impl Trainer {
         let (scored, tracked) = self.score(step, &rollouts)?;
         let lr = learning_rate(self.cfg.train.lr, step, self.cfg.train.warmup_steps, self.cfg.train.steps, self.cfg.train.min_lr_ratio);
         let updating = Instant::now();
-        let (loss, grad_norm, corr) = self.update(step, &rollouts, tracked, &scored, lr)?;
+        let (loss, grad_norm, corr, verified) = self.update(step, &rollouts, tracked, &scored, lr)?;
+        let (agreement, entropy) = verified.unwrap_or_else(|| (scored.agreement.clone(), scored.entropy));
         let update_s = updating.elapsed().as_secs_f64();
         let syncing = Instant::now();
         let (sampler_hash, trainer_hash) = self.sync_weights(step)?;
@@ -131,10 +132,10 @@ impl Trainer {
             reward_mean: mean,
             reward_std: (rewards.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / rewards.len() as f64).sqrt(),
             response_len_mean: generated as f64 / completions.len() as f64,
-            agreement: scored.agreement.clone(),
+            agreement,
             loss,
             grad_norm,
-            entropy: scored.entropy,
+            entropy,
             lr,
             is_ratio_min: corr.ratio_min,
             is_ratio_mean: corr.ratio_mean,
@@ -261,6 +262,25 @@ impl Trainer {
         let lengths: Vec<usize> = sequences.iter().map(Vec::len).collect();
         let batches = micro_batches(&lengths, c.train.micro_batch_tokens);
         let scoring = Instant::now();
+        // In matched mode the sampler's logprobs are the old policy's, as bits (the contract):
+        // with micro-batches no separate scoring pass runs. The update's tracked forward of each
+        // micro-batch is compared with them as bits before the optimizer step, and a difference
+        // stops the run there (so `train.on_mismatch = "stop"` only: "warn" keeps the pass).
+        if self.verifies_in_update(batches.len()) {
+            // completion positions hold the sampler's values (the loss weights read only those);
+            // prompt positions NaN, so any use of them would poison the update and stop it
+            let trainer_lp: Vec<Vec<f32>> = sequences
+                .iter()
+                .enumerate()
+                .map(|(s, seq)| {
+                    let start = requests[s].prompt.len() - 1;
+                    let mut lp = vec![f32::NAN; seq.len() - 1];
+                    lp[start..].copy_from_slice(&completions[s].logprobs);
+                    lp
+                })
+                .collect();
+            return self.weigh(r, batches, trainer_lp, 0.0, Agreement::default(), scoring, true).map(|s| (s, None));
+        }
         let single = (batches.len() == 1 && !self.ppo()).then(|| tracked_copy(&self.policy.model));
         let (trainer_lp, single, entropy) = match single {
             Some(tracked) => {
@@ -282,25 +302,51 @@ impl Trainer {
         }
         let agreement = Agreement::of(&sampler_all, &trainer_all);
         if c.ablation.sampler_kernels == "matched" && agreement.bit_equal_frac < 1.0 {
-            let (s, t) = first_mismatch(completions, &trainer_lp, requests);
-            let sampled = completions[s].logprobs[t];
-            // replayed inside the micro-batch it was scored in: the same launch sizes
-            let within = batches.iter().find(|b| b.contains(&s)).cloned().unwrap_or(0..sequences.len());
-            let report = first_divergence_in_batch(&self.policy.model, self.engine.model(), &sequences[within.clone()], s - within.start, requests[s].prompt.len() - 1 + t, Some((sampled, c.sampler.temperature)))?;
-            let message = format!("step {step}: sampler and trainer logprobs differ in bits for {} of {} tokens (request {}, token {t}); {report}", agreement.tokens - (agreement.bit_equal_frac * agreement.tokens as f64).round() as usize, agreement.tokens, requests[s].id);
+            let within = |s: usize| batches.iter().find(|b| b.contains(&s)).cloned().unwrap_or(0..sequences.len());
+            let message = self.mismatch_report(step, r, &trainer_lp, 0, &agreement, within)?;
             if c.train.on_mismatch == "stop" {
                 return Err(RunError::Other(message));
             }
             tracing::warn!("{message}");
         }
-        // loss weights per scored token (prompt tokens get 0)
+        self.weigh(r, batches, trainer_lp, entropy, agreement, scoring, false).map(|s| (s, single))
+    }
+
+    /// Whether this step's trainer logprobs are checked inside the update instead of a
+    /// scoring pass of their own (see [`Self::score`]).
+    fn verifies_in_update(&self, micro_batches: usize) -> bool {
+        let c = &self.cfg;
+        c.ablation.sampler_kernels == "matched" && c.train.on_mismatch == "stop" && !self.ppo() && micro_batches > 1
+    }
+
+    /// The error (or warning) for trainer logprobs `lp` of sequences `first..` that differ in
+    /// bits from the sampler's: how many, the first one, and the auditor's report replayed
+    /// inside the micro-batch `within(s)` it ran in (the same launch sizes).
+    fn mismatch_report(&self, step: usize, r: &Rollouts, lp: &[Vec<f32>], first: usize, agreement: &Agreement, within: impl Fn(usize) -> std::ops::Range<usize>) -> Result<String, RunError> {
+        let n = lp.len();
+        let (requests, completions, sequences) = (&r.requests[first..first + n], &r.completions[first..first + n], &r.sequences);
+        let (k, t) = first_mismatch(completions, lp, requests);
+        let s = first + k;
+        let sampled = completions[k].logprobs[t];
+        let within = within(s);
+        let report = first_divergence_in_batch(&self.policy.model, self.engine.model(), &sequences[within.clone()], s - within.start, r.requests[s].prompt.len() - 1 + t, Some((sampled, self.cfg.sampler.temperature)))?;
+        Ok(format!("step {step}: sampler and trainer logprobs differ in bits for {} of {} tokens (request {}, token {t}); {report}", agreement.tokens - (agreement.bit_equal_frac * agreement.tokens as f64).round() as usize, agreement.tokens, r.requests[s].id))
+    }
+
+    /// Loss weights per scored row from the trainer logprobs (prompt tokens get 0), and the
+    /// reference model's KL term when `train.kl_coef` asks for one.
+    #[allow(clippy::too_many_arguments)]
+    fn weigh(&self, r: &Rollouts, batches: Vec<std::ops::Range<usize>>, trainer_lp: Vec<Vec<f32>>, entropy: f64, agreement: Agreement, scoring: Instant, verify_in_update: bool) -> Result<Scored, RunError> {
+        let c = &self.cfg;
+        let (requests, completions, sequences) = (&r.requests, &r.completions, &r.sequences);
+        let coef_sampler_tokens: usize = completions.iter().map(|comp| comp.logprobs.len()).sum();
         let (coef, corr) = self.coefficients(requests, completions, &trainer_lp, &r.advantages)?;
         let ref_lp = match &self.reference {
             Some(m) => Some(logprobs_by_batch(m, sequences, &batches, c.sampler.temperature)?.0),
             None => None,
         };
         let logprob_s = scoring.elapsed().as_secs_f64();
-        let n_tokens = sampler_all.len().max(1) as f64;
+        let n_tokens = coef_sampler_tokens.max(1) as f64;
         let mut weights = Vec::with_capacity(coef.len());
         let mut kl_ref = 0.0;
         let mut at = 0;
@@ -321,7 +367,7 @@ impl Trainer {
                 weights.push(w as f32);
             }
         }
-        Ok((Scored { batches, trainer_lp, entropy, agreement, corr, weights, kl_ref, logprob_s }, single))
+        Ok(Scored { batches, trainer_lp, entropy, agreement, corr, weights, kl_ref, logprob_s, verify_in_update })
     }
 
     fn ppo(&self) -> bool {
@@ -331,23 +377,43 @@ impl Trainer {
     /// Phase 5: the update: PPO epochs, or one policy-gradient step whose weight gradients are
     /// folded over the tokens in order across micro-batches (its bits do not depend on
     /// `train.micro_batch_tokens`). Returns the loss, the gradient norm and the ratio statistics.
-    fn update(&mut self, step: usize, r: &Rollouts, single: Option<Tracked>, scored: &Scored, lr: f64) -> Result<(f64, f64, Correction), RunError> {
+    /// With `scored.verify_in_update`, also the agreement and entropy its forward measured.
+    fn update(&mut self, step: usize, r: &Rollouts, single: Option<Tracked>, scored: &Scored, lr: f64) -> Result<(f64, f64, Correction, Option<(Agreement, f64)>), RunError> {
         if self.ppo() {
-            return self.ppo_updates(step, &r.sequences, &r.requests, &r.completions, &r.advantages, lr);
+            return self.ppo_updates(step, &r.sequences, &r.requests, &r.completions, &r.advantages, lr).map(|(l, g, c)| (l, g, c, None));
         }
         let c = self.cfg.clone();
         let (sequences, weights, trainer_lp) = (&r.sequences, &scored.weights, &scored.trainer_lp);
         let mut fold = GradFold::new();
+        let mut verified = None;
         let (loss_value, grads) = match single {
             Some((tracked, flat)) => weighted_backward(&tracked, flat, weights, &mut fold, &format!("step {step}"), "train.lr")?,
             None => {
                 // the update a micro-batch at a time: its tracked forward must give the scoring
                 // pass's bits (batch invariance); gradients not folded are summed in f32 in order
                 let (mut loss, mut total, mut row) = (0.0, std::collections::BTreeMap::new(), 0);
+                let (mut sampler_all, mut trainer_all, mut entropy_sum) = (Vec::new(), Vec::new(), 0.0);
                 for range in &scored.batches {
                     let tracked = tracked_copy(&self.policy.model);
                     let (lp, flat) = tracked.training_logprobs(&sequences[range.clone()], c.sampler.temperature, c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
-                    if let Some((k, _)) = lp.iter().zip(&trainer_lp[range.clone()]).enumerate().find(|(_, (a, b))| a.iter().map(|x| x.to_bits()).ne(b.iter().map(|x| x.to_bits()))) {
+                    if scored.verify_in_update {
+                        // the contract, checked here instead of a scoring pass: every completion
+                        // token's logprob equals the sampler's as bits, before any weight moves
+                        let (mut q, mut p) = (Vec::new(), Vec::new());
+                        for (k, s) in range.clone().enumerate() {
+                            q.extend_from_slice(&r.completions[s].logprobs);
+                            p.extend_from_slice(&lp[k][r.requests[s].prompt.len() - 1..]);
+                        }
+                        let part = Agreement::of(&q, &p);
+                        if part.bit_equal_frac < 1.0 {
+                            let range = range.clone();
+                            return Err(RunError::Other(self.mismatch_report(step, r, &lp, range.start, &part, |_| range.clone())?));
+                        }
+                        let rows: usize = lp.iter().map(Vec::len).sum();
+                        entropy_sum += tracked.last_entropy.get().unwrap_or(0.0) * rows as f64;
+                        sampler_all.extend(q);
+                        trainer_all.extend(p);
+                    } else if let Some((k, _)) = lp.iter().zip(&trainer_lp[range.clone()]).enumerate().find(|(_, (a, b))| a.iter().map(|x| x.to_bits()).ne(b.iter().map(|x| x.to_bits()))) {
                         return Err(RunError::Other(format!("step {step}: sequence {}'s logprobs in its tracked micro-batch ({} sequences) differ in bits from the scoring pass", range.start + k, range.len())));
                     }
                     let rows: usize = lp.iter().map(Vec::len).sum();
@@ -355,6 +421,9 @@ impl Trainer {
                     loss += part;
                     accumulate(&mut total, grads);
                     row += rows;
+                }
+                if scored.verify_in_update {
+                    verified = Some((Agreement::of(&sampler_all, &trainer_all), entropy_sum / row.max(1) as f64));
                 }
                 (loss, total)
             }
@@ -365,7 +434,7 @@ impl Trainer {
             return Err(RunError::Other(format!("step {step}: the gradient norm is {grad_norm}; stopping before the update (the last checkpoint is intact)")));
         }
         self.policy.model = self.opt.step(&self.policy.model, &grads, lr);
-        Ok((loss_value, grad_norm, scored.corr.clone()))
+        Ok((loss_value, grad_norm, scored.corr.clone(), verified))
     }
 
     /// Phase 6: the sampler gets the new weights; both fingerprints must agree.
@@ -615,6 +684,9 @@ struct Scored {
     weights: Vec<f32>,
     kl_ref: f64,
     logprob_s: f64,
+    /// No scoring pass ran: `trainer_lp` holds the sampler's values, which the update's
+    /// tracked forward checks as bits (and `agreement`, `entropy` come from there).
+    verify_in_update: bool,
 }
 
 /// Clipped-surrogate coefficients of one completion: for each token the derivative of
