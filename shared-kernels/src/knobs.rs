@@ -177,6 +177,13 @@ pub const KNOBS: &[Knob] = &[
         effect: "fault injection for `trainer/tests/faults.rs`: `lockstep` logs the warning cubecl logs for a kernel that failed to compile, to show the run stops at once",
     },
     Knob {
+        name: "LOCKSTEP_FAULT_SAMPLER_LOGPROB",
+        values: "a GRPO step number",
+        default: "unset",
+        kind: KnobKind::Test,
+        effect: "fault injection for `trainer/tests/faults.rs`: at that step the first completion's first sampled logprob has its lowest bit flipped before the trainer sees it, to show a one-bit sampler/trainer difference stops the run (with and without micro-batches)",
+    },
+    Knob {
         name: "LOCKSTEP_TEST_SEED",
         values: "a u64",
         default: "a fresh seed, printed",

@@ -249,6 +249,11 @@ impl Trainer {
         let rewards: Vec<f64> = raw.iter().zip(&completions).map(|(r, comp)| r - overlong_penalty(comp.tokens.len(), c.sampler.max_new_tokens, c.train.overlong_buffer, c.train.overlong_penalty)).collect();
         let advantages = group_advantages(&rewards, g, &c.train.advantage);
         let sequences: Vec<Vec<u32>> = requests.iter().zip(&completions).map(|(r, comp)| [r.prompt.clone(), comp.tokens.clone()].concat()).collect();
+        if shared_kernels::knobs::var("LOCKSTEP_FAULT_SAMPLER_LOGPROB").and_then(|v| v.parse::<usize>().ok()) == Some(step) {
+            if let Some(lp) = completions.first_mut().and_then(|c| c.logprobs.first_mut()) {
+                *lp = f32::from_bits(lp.to_bits() ^ 1); // fault injection (faults.rs): one bit
+            }
+        }
         Ok(Rollouts { requests, completions, rewards, advantages, sequences, sample_s, engine_phases, groups: None })
     }
 

@@ -275,3 +275,41 @@ fn a_panic_on_the_device_thread_stops_the_run_naming_it() {
     assert!(!err.contains("panicked at"), "a raw panic reached the user: {err}");
     assert!(!dir.join("runs/f/checkpoints").exists(), "the run went on after the failure");
 }
+
+#[test]
+fn a_one_bit_sampler_trainer_difference_stops_the_run_with_and_without_micro_batches() {
+    // the failpoint flips the lowest bit of one sampled logprob at step 1. One pass: the scoring
+    // pass finds it. Micro-batches: no scoring pass runs (matched mode), and the update's own
+    // check of each micro-batch must find it before the optimizer step. "warn" logs it and goes on.
+    let cases: [(&str, &[&str]); 3] = [
+        ("one-pass", &[]),
+        ("micro-batched", &["--set", "train.micro_batch_tokens=12"]),
+        ("warn", &["--set", "train.micro_batch_tokens=12", "--set", "train.on_mismatch=warn"]),
+    ];
+    for (name, extra) in cases {
+        let dir = scratch(&format!("faults-bit-{name}"));
+        std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
+            .args(["train", "small.toml", "--set", "log.run_name=f", "--set", "train.sft_steps=0", "--set", "train.steps=2"])
+            .args(extra)
+            .env("LOCKSTEP_FAULT_SAMPLER_LOGPROB", "1")
+            .env_remove("RUST_BACKTRACE")
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{name}: {err}");
+        let logged = metrics(&dir.join("runs/f"));
+        if name == "warn" {
+            assert!(out.status.success(), "{name}: {err}");
+            assert_eq!(logged.len(), 2, "{name}");
+            assert_eq!(logged[0]["agreement"]["bit_equal_frac"], 1.0, "{name}");
+            let frac = logged[1]["agreement"]["bit_equal_frac"].as_f64().unwrap();
+            assert!(frac < 1.0 && frac > 0.9, "{name}: step 1's bit_equal_frac {frac}");
+        } else {
+            assert_eq!(out.status.code(), Some(1), "{name}: {err}");
+            assert!(err.contains("step 1: sampler and trainer logprobs differ in bits for 1 of"), "{name}: {err}");
+            assert_eq!(logged.len(), 1, "{name}: step 1 must stop before it is logged");
+        }
+    }
+}

@@ -1,57 +1,50 @@
-# session 19 visit: the ops-folders redesign (issue 23) and the mapped loader (issue 25) must keep every bit.
-# .gpu/base/ holds main's binaries from before both changes (d25c84c), .gpu/ the new ones.
-#   PART=bits   engine checks, a 0.6B `lockstep sample` (old and new binary, output hashed), the GPU quickstart
-#               against session 18's metrics, the battery (--large, f32 and bf16)
-#   PART=rung   0.6B 512 x 2048, one step: weights after it against session 17's ef4829e7211e1545
-#   PART=seed   issue 25's benchmark (loads timed), checkpoint load bench
+# session 19 visit: the ops-folders redesign (issue 23), the mapped loader and streamed saves (issue 25), the
+# resume loader and the scoring pass folded into the update (issue 24) must keep every bit.
+# .gpu/base/ holds main's binary from before all of them (d25c84c), .gpu/ the new ones.
+#   PART=core  0.6B 512 x 2048 (on_mismatch=stop: no scoring pass): step 0 + checkpoint, then a resumed
+#              process runs step 1; weights against session 17's; engine checks; a 0.6B `lockstep sample`
+#              with the old and the new binary (output hashed)
+#   PART=more  the battery (--large, f32 and bf16), the GPU quickstart against session 18's metrics,
+#              issue 25's benchmark (load timed), the 1.7B update profile at 4,096-token sequences
 set -u
 O=$OUT
 for b in lockstep lockstep-battery; do gunzip -c .gpu/$b.gz > /tmp/$b && chmod +x /tmp/$b; done
 [ -f .gpu/base/lockstep.xz ] && { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" .gpu/base/lockstep.xz /tmp/lockstep-base && chmod +x /tmp/lockstep-base; }
-part=${PART:-bits}
+part=${PART:-core}
 fps() { python3 -c "
 import json,sys
 for f in sys.argv[1:]:
     for x in map(json.loads, open(f)):
-        t=x['timing']; print(f.split('/')[-1], 'step', x.get('step'), 'fp', x.get('trainer_weights_fingerprint'), 'grad_norm', x.get('grad_norm'), 'bit_equal', x['agreement']['bit_equal_frac'], 'gen', round(t['gen_s'],1), 'logprob', round(t['logprob_s'],1), 'update', round(t['update_s'],1))" "$@"; }
-if [ "$part" = bits ]; then
-  timeout 120 /tmp/lockstep check --preset small --dtypes bf16 > $O/check.log 2>&1; echo "check exit $?"; tail -2 $O/check.log
+        t=x['timing']; print(f.split('/')[-1], 'step', x.get('step'), 'fp', x.get('trainer_weights_fingerprint'), 'grad_norm', x.get('grad_norm'), 'bit_equal', x['agreement']['bit_equal_frac'], 'tokens', x['agreement']['tokens'], 'entropy', x.get('entropy'), 'gen', round(t['gen_s'],1), 'logprob', round(t['logprob_s'],1), 'update', round(t['update_s'],1))" "$@"; }
+if [ "$part" = core ]; then
+  # session 17 ran this rung for 3 steps: weights after step 0 ef4829e7211e1545, after step 1 735502562a50689a
+  set_="--set task.reward=char_f1 --set sampler.kv_budget_mib=62000 --set sampler.max_batch=256 --set train.final_checkpoint=true --set train.on_mismatch=stop"
+  SCALE_SET="$set_" SCALE_ARGS="--max-steps 1" O=$O SCALE_LIMIT=250 bash experiments/scale.sh qwen3-0.6b:512x2048:3:16384 2>&1 | tail -1
+  cp $O/qwen3-0.6b-512x2048-mb16384.log $O/first.log; grep "checkpoint " $O/first.log | tail -2
+  SCALE_SET="$set_" SCALE_ARGS="--max-steps 1" SCALE_RESUME=1 O=$O SCALE_LIMIT=220 bash experiments/scale.sh qwen3-0.6b:512x2048:3:16384 2>&1 | tail -1
+  grep "resuming\|checkpoint " $O/qwen3-0.6b-512x2048-mb16384.log | head -3
+  fps $O/qwen3-0.6b-512x2048-mb16384.metrics.jsonl; echo "session 17: step 0 ef4829e7211e1545 0.13986294950252248, step 1 735502562a50689a 0.15623350056318563"
+  timeout 90 /tmp/lockstep check --preset small --dtypes bf16 > $O/check.log 2>&1; echo "check exit $?"; tail -1 $O/check.log
   ck=/tmp/checkpoints/qwen3-0.6b
-  [ -f $ck/config.json ] || python3 experiments/make_real_shape.py qwen3-0.6b $ck > $O/make-0.6b.log 2>&1
   python3 -c "
 import json,random
 r=random.Random(7)
 for i in range(64): print(json.dumps({'id':i,'prompt_ids':[r.randrange(300,151900) for _ in range(r.randrange(8,200))]}))" > /tmp/p.jsonl
   for b in lockstep-base lockstep; do
-    timeout 100 /tmp/$b sample --set model.path=$ck --set model.dtype=bf16 --set sampler.input=/tmp/p.jsonl --set sampler.output=/tmp/s-$b.jsonl --set sampler.max_new_tokens=64 --set sampler.temperature=1 --set sampler.max_batch=64 --set sampler.context=320 --set log.progress=false > $O/sample-$b.log 2>&1; echo "sample $b exit $? sha256 $(sha256sum /tmp/s-$b.jsonl | cut -c1-16)"; grep "sample-timing" $O/sample-$b.log | cut -c1-200
+    timeout 60 /tmp/$b sample --set model.path=$ck --set model.dtype=bf16 --set sampler.input=/tmp/p.jsonl --set sampler.output=/tmp/s-$b.jsonl --set sampler.max_new_tokens=64 --set sampler.temperature=1 --set sampler.max_batch=64 --set sampler.context=320 --set log.progress=false > $O/sample-$b.log 2>&1; echo "sample $b exit $? sha256 $(sha256sum /tmp/s-$b.jsonl | cut -c1-16) lines $(wc -l < /tmp/s-$b.jsonl)"; grep -o '"load_s":[0-9.]*' $O/sample-$b.log
   done
-  timeout 200 /tmp/lockstep train configs/quickstart.toml --set log.runs_dir=/tmp/runs --set log.run_name=qs --set log.tensorboard=false > $O/quickstart.log 2>&1; echo "quickstart exit $?"; tail -2 $O/quickstart.log
+fi
+if [ "$part" = more ]; then
+  timeout 200 /tmp/lockstep-battery --large --dtypes f32,bf16 > $O/battery.md 2>&1; echo "battery exit $?"; echo "rows yes $(grep -c '| yes' $O/battery.md) no $(grep -c '| no' $O/battery.md)"; grep "| no" $O/battery.md | head -3
+  timeout 120 /tmp/lockstep train configs/quickstart.toml --set log.runs_dir=/tmp/runs --set log.run_name=qs --set log.tensorboard=false > $O/quickstart.log 2>&1; echo "quickstart exit $?"; tail -2 $O/quickstart.log
   cp /tmp/runs/qs/metrics.jsonl $O/quickstart.metrics.jsonl 2>/dev/null
   tar -xJOf docs/gpu-runs/2026-12-02-s18.tar.xz 2026-12-02-s18/v2/quickstart.metrics.jsonl > /tmp/qs18.jsonl
   python3 - $O/quickstart.metrics.jsonl /tmp/qs18.jsonl <<'PY'
 import json,sys
 keep=lambda r: {k: v for k, v in r.items() if k not in ('timing', 'step_s', 'tokens_per_s')}
 a=[keep(json.loads(l)) for l in open(sys.argv[1])]; b=[keep(json.loads(l)) for l in open(sys.argv[2])]
-fa=[r.get('trainer_weights_fingerprint') for r in a]; fb=[r.get('trainer_weights_fingerprint') for r in b]
-print('quickstart vs session 18:', len(a), 'steps; every logged field but timings', 'EQUAL' if a == b else 'DIFFER', ';', 'fingerprints', 'EQUAL' if fa == fb else 'DIFFER', '; rewards', 'EQUAL' if [r.get('reward_mean') for r in a] == [r.get('reward_mean') for r in b] else 'DIFFER', '; last', fa[-1] if fa else None)
+print('quickstart vs session 18:', len(a), 'steps; every logged field but timings', 'EQUAL' if a == b else 'DIFFER', '; last fingerprint', a[-1].get('trainer_weights_fingerprint') if a else None)
 PY
-  timeout 240 /tmp/lockstep-battery --large --dtypes f32,bf16 > $O/battery.md 2>&1; echo "battery exit $?"; echo "rows yes $(grep -c '| yes' $O/battery.md) no $(grep -c '| no' $O/battery.md)"; grep "| no" $O/battery.md | head -3; tail -2 $O/battery.md
-fi
-if [ "$part" = rung ]; then
-  # session 17 ran this rung for 3 steps: weights after step 0 ef4829e7211e1545, after step 1 735502562a50689a.
-  # Here: step 0 and a checkpoint (--max-steps 1), then a resumed process runs step 1.
-  set_="--set task.reward=char_f1 --set sampler.kv_budget_mib=62000 --set sampler.max_batch=256 --set train.final_checkpoint=true"
-  SCALE_SET="$set_" SCALE_ARGS="--max-steps 1" O=$O SCALE_LIMIT=${LIMIT:-270} bash experiments/scale.sh qwen3-0.6b:512x2048:3:16384 2>&1 | tail -1
-  r=/tmp/runs/qwen3-0.6b-512x2048-mb16384; c=$(ls -d $r/checkpoints/step-* 2>/dev/null | tail -1)
-  # the checkpoint's write: from the last metrics line to its state.json (written last)
-  [ -n "$c" ] && python3 -c "import os,sys; r,c=sys.argv[1:]; t=os.stat(c+'/state.json').st_mtime-os.stat(r+'/metrics.jsonl').st_mtime; b=sum(os.path.getsize(os.path.join(c,f)) for f in os.listdir(c)); print(f'checkpoint {c}: {b/1e9:.2f} GB written in {t:.1f} s ({b/1e9/t:.2f} GB/s)')" $r $c
-  cp $O/qwen3-0.6b-512x2048-mb16384.log $O/first.log
-  SCALE_SET="$set_" SCALE_ARGS="--max-steps 1" SCALE_RESUME=1 O=$O SCALE_LIMIT=${LIMIT:-270} bash experiments/scale.sh qwen3-0.6b:512x2048:3:16384 2>&1 | tail -1
-  grep -i "resum\|load" $O/qwen3-0.6b-512x2048-mb16384.log | head -3
-  fps $O/qwen3-0.6b-512x2048-mb16384.metrics.jsonl; echo "session 17: step 0 ef4829e7211e1545 0.13986294950252248, step 1 735502562a50689a 0.15623350056318563"
-fi
-if [ "$part" = seed ]; then
-  O=$O bash experiments/seed_bench.sh qwen3-8b 1000 100 256 2>&1 | tail -9
-  grep -h "sample-timing" $O/seed-*.log | cut -c1-220
-  UPDATE_SHAPES="qwen3-1.7b:4x4096" TOTAL_LIMIT=200 bash experiments/gpu_visit.sh profile-update 2>&1 | head -45
+  O=$O bash experiments/seed_bench.sh qwen3-8b 1000 100 256 2>&1 | tail -8
+  UPDATE_SHAPES="qwen3-1.7b:4x4096" TOTAL_LIMIT=120 bash experiments/gpu_visit.sh profile-update 2>&1 | grep -v "^\s*$" | head -30
 fi
