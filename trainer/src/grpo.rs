@@ -14,6 +14,7 @@
 
 use shared_kernels::model::audit::first_divergence_in_batch;
 use crate::checkpoint::{self, RunState};
+use crate::losses::{aggregation_divisor, group_advantages, overlong_penalty, surrogate_coefficients};
 use crate::config::Config;
 use crate::optim::{accumulate, clip, learning_rate, micro_batches, tracked_copy, weighted_backward, with_folded, AdamW};
 use shared_kernels::grad_fold::GradFold;
@@ -411,8 +412,10 @@ impl Trainer {
                         }
                         let part = Agreement::of(&q, &p);
                         if part.bit_equal_frac < 1.0 {
-                            let range = range.clone();
-                            return Err(RunError::Other(self.mismatch_report(step, r, &lp, range.start, &part, |_| range.clone())?));
+                            let within = range.clone();
+                            let report = self.mismatch_report(step, r, &lp, range.start, &part, |_| within.clone())?;
+                            let at = scored.batches.iter().position(|b| b == range).unwrap_or(0);
+                            return Err(RunError::Other(format!("{report} (found by the update's check of micro-batch {} of {}, before the optimizer step)", at + 1, scored.batches.len())));
                         }
                         let rows: usize = lp.iter().map(Vec::len).sum();
                         entropy_sum += tracked.last_entropy.get().unwrap_or(0.0) * rows as f64;
@@ -598,31 +601,6 @@ impl Trainer {
     }
 }
 
-/// Group-relative advantages: `group_std` (GRPO) divides by the group's std (+ 1e-6),
-/// `group_mean` (Dr. GRPO) only subtracts the group mean.
-pub fn group_advantages(rewards: &[f64], group: usize, kind: &str) -> Vec<f64> {
-    let mut out = vec![0.0f64; rewards.len()];
-    for (k, chunk) in rewards.chunks(group).enumerate() {
-        let mean = chunk.iter().sum::<f64>() / chunk.len() as f64;
-        let std = (chunk.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / chunk.len() as f64).sqrt();
-        for (j, r) in chunk.iter().enumerate() {
-            out[k * group + j] = if kind == "group_mean" { r - mean } else { (r - mean) / (std + 1e-6) };
-        }
-    }
-    out
-}
-
-/// What a sequence's token terms are divided by (`train.loss_aggregation`): every rollout token
-/// of the step (`token_mean`), the sequence's own length times the sequences (`sequence_mean`),
-/// or rollouts x max_new_tokens (`constant`, Dr. GRPO).
-pub fn aggregation_divisor(kind: &str, seq_tokens: usize, sequences: usize, step_tokens: f64, max_new_tokens: usize) -> f64 {
-    match kind {
-        "sequence_mean" => (seq_tokens.max(1) * sequences.max(1)) as f64,
-        "constant" => (sequences.max(1) * max_new_tokens.max(1)) as f64,
-        _ => step_tokens.max(1.0),
-    }
-}
-
 /// A step's rollouts: requests, completions, rewards and advantages, and the scored sequences
 /// (prompt + completion).
 #[derive(Clone)]
@@ -692,75 +670,6 @@ struct Scored {
     /// No scoring pass ran: `trainer_lp` holds the sampler's values, which the update's
     /// tracked forward checks as bits (and `agreement`, `entropy` come from there).
     verify_in_update: bool,
-}
-
-/// Clipped-surrogate coefficients of one completion: for each token the derivative of
-/// `min(r A, clip(r, 1 - low, 1 + high) A)` with respect to its logprob, `r A` inside the clip
-/// range and 0 where the clip holds (`r` = exp(new - old)). `sequence` (GSPO): one ratio for
-/// the completion, exp of the mean log-ratio, whose derivative spreads as `r A / len` over its
-/// tokens. Returns the coefficients, the ratios and how many tokens were clipped.
-pub fn surrogate_coefficients(new: &[f32], old: &[f32], adv: f64, low: f64, high: f64, sequence: bool) -> (Vec<f64>, Vec<f64>, usize) {
-    let log_ratios: Vec<f64> = new.iter().zip(old).map(|(&n, &o)| n as f64 - o as f64).collect();
-    let clipped = |r: f64| (adv > 0.0 && r > 1.0 + high) || (adv < 0.0 && r < 1.0 - low);
-    if sequence {
-        let len = log_ratios.len().max(1) as f64;
-        let r = (log_ratios.iter().sum::<f64>() / len).exp();
-        let (coef, n) = if clipped(r) { (0.0, log_ratios.len()) } else { (r * adv / len, 0) };
-        return (vec![coef; log_ratios.len()], vec![r; log_ratios.len()], n);
-    }
-    let ratios: Vec<f64> = log_ratios.iter().map(|l| l.exp()).collect();
-    let coefs = ratios.iter().map(|&r| if clipped(r) { 0.0 } else { r * adv }).collect();
-    let n = ratios.iter().filter(|&&r| clipped(r)).count();
-    (coefs, ratios, n)
-}
-
-/// DAPO's soft overlong punishment of a completion of `len` tokens: 0 up to max_new - buffer,
-/// then growing linearly to `penalty` at max_new (0 when `buffer` is 0).
-pub fn overlong_penalty(len: usize, max_new: usize, buffer: usize, penalty: f64) -> f64 {
-    if buffer == 0 || len + buffer <= max_new {
-        return 0.0;
-    }
-    penalty * ((len + buffer - max_new) as f64 / buffer as f64).min(1.0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_clipped_surrogate_keeps_ratios_inside_the_range_and_zeroes_the_clipped_ones() {
-        let ln = |r: f64| r.ln() as f32;
-        // the first PPO update in matched mode: new = old as bits, ratio exactly 1, coefficient A
-        let (c, r, n) = surrogate_coefficients(&[-1.5, -0.25], &[-1.5, -0.25], 2.0, 0.2, 0.28, false);
-        assert_eq!((c, r, n), (vec![2.0, 2.0], vec![1.0, 1.0], 0));
-        // clip-higher: A > 0 clips above 1.28 only, A < 0 below 0.8 only
-        let (c, _, n) = surrogate_coefficients(&[ln(1.25), ln(1.3), ln(0.5)], &[0.0; 3], 1.0, 0.2, 0.28, false);
-        assert!((c[0] - 1.25).abs() < 1e-6 && c[1] == 0.0 && (c[2] - 0.5).abs() < 1e-6 && n == 1, "{c:?}");
-        let (c, _, n) = surrogate_coefficients(&[ln(0.79), ln(1.3)], &[0.0; 2], -1.0, 0.2, 0.28, false);
-        assert!(c[0] == 0.0 && (c[1] + 1.3).abs() < 1e-6 && n == 1, "{c:?}");
-        // GSPO: one ratio, exp(mean log-ratio) = sqrt(1.21 * 1.0) = 1.1, spread as r A / len
-        let (c, r, n) = surrogate_coefficients(&[ln(1.21), 0.0], &[0.0, 0.0], 1.0, 0.2, 0.2, true);
-        assert!((r[0] - 1.1).abs() < 1e-6 && r[0] == r[1] && (c[0] - 0.55).abs() < 1e-6 && c[0] == c[1] && n == 0, "{c:?} {r:?}");
-        let (c, _, n) = surrogate_coefficients(&[ln(1.69), 0.0], &[0.0, 0.0], 1.0, 0.2, 0.2, true);
-        assert!(c == vec![0.0, 0.0] && n == 2, "the sequence's ratio 1.3 is clipped: {c:?}");
-    }
-
-    #[test]
-    fn advantages_aggregation_and_the_overlong_penalty_follow_their_papers() {
-        let a = group_advantages(&[1.0, 0.0, 0.0, 2.0, 2.0, 2.0], 3, "group_std");
-        let std = (2.0f64 / 9.0).sqrt();
-        assert!((a[0] - (2.0 / 3.0) / (std + 1e-6)).abs() < 1e-9 && a[4] == 0.0 && a[5] == 0.0, "{a:?}");
-        let b = group_advantages(&[1.0, 0.0, 0.0], 3, "group_mean");
-        assert!((b[0] - 2.0 / 3.0).abs() < 1e-12 && (b[1] + 1.0 / 3.0).abs() < 1e-12);
-        // 4 sequences, 40 rollout tokens, this one 5 long, max_new 16
-        assert_eq!(aggregation_divisor("token_mean", 5, 4, 40.0, 16), 40.0);
-        assert_eq!(aggregation_divisor("sequence_mean", 5, 4, 40.0, 16), 20.0);
-        assert_eq!(aggregation_divisor("constant", 5, 4, 40.0, 16), 64.0);
-        assert_eq!(overlong_penalty(12, 16, 4, 1.0), 0.0);
-        assert_eq!(overlong_penalty(14, 16, 4, 1.0), 0.5);
-        assert_eq!(overlong_penalty(16, 16, 4, 0.5), 0.5);
-        assert_eq!(overlong_penalty(16, 16, 0, 1.0), 0.0);
-    }
 }
 
 #[derive(Clone, Default)]

@@ -7,6 +7,7 @@ pub mod check;
 pub mod checkpoint;
 pub mod host_profile;
 pub mod jsonl;
+pub mod losses;
 pub mod math_verify;
 pub mod memory_plan;
 pub mod parquet_rows;

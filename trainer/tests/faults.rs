@@ -309,6 +309,8 @@ fn a_one_bit_sampler_trainer_difference_stops_the_run_with_and_without_micro_bat
         } else {
             assert_eq!(out.status.code(), Some(1), "{name}: {err}");
             assert!(err.contains("step 1: sampler and trainer logprobs differ in bits for 1 of"), "{name}: {err}");
+            // micro-batched: found by the update's own check (no scoring pass ran)
+            assert_eq!(err.contains("found by the update's check of micro-batch 1 of"), name == "micro-batched", "{name}: {err}");
             assert_eq!(logged.len(), 1, "{name}: step 1 must stop before it is logged");
         }
     }
