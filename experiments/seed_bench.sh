@@ -3,6 +3,7 @@
 # M greedy new tokens, one GPU, every arm in one run. From the repo root on the GPU machine, after
 # `bash experiments/gpu_check.sh build` here and carrying .gpu/:
 #   O=$OUT bash experiments/seed_bench.sh [SHAPE [N [M [MAX_BATCH]]]]     # default qwen3-8b 1000 100 256
+# SEED_ARMS="matched-cold matched-warm transformers" leaves the fast arm out (the matched arms always run).
 # Arms, each its own process on the same random-weight checkpoint (experiments/make_real_shape.py):
 #   matched (cold)   lockstep sample, batch-invariant kernels, empty kernel cache
 #   matched (warm)   the same command again: the kernel cache filled by the first
@@ -42,12 +43,15 @@ arm() {  # name, then --set pairs
     end=$(date +%s.%N)
     echo "whole_process_s $(python3 -c "print($end - $start)") rc $rc" >> "$O/seed-$name.log"
 }
+arms=" ${SEED_ARMS:-matched-cold matched-warm fast-warm transformers} "
 arm matched-cold
 arm matched-warm
-arm fast-warm --set ablation.sampler_kernels=fast
-start=$(date +%s.%N)
-python3 experiments/seed_bench_hf.py "$ck" /tmp/seed-prompts.jsonl "$m" "$batch" > "$O/seed-transformers.log" 2>&1
-echo "whole_process_s $(python3 -c "print($(date +%s.%N) - $start)") rc $?" >> "$O/seed-transformers.log"
+[[ "$arms" == *" fast-warm "* ]] && arm fast-warm --set ablation.sampler_kernels=fast
+if [[ "$arms" == *" transformers "* ]]; then
+    start=$(date +%s.%N)
+    python3 experiments/seed_bench_hf.py "$ck" /tmp/seed-prompts.jsonl "$m" "$batch" > "$O/seed-transformers.log" 2>&1
+    echo "whole_process_s $(python3 -c "print($(date +%s.%N) - $start)") rc $?" >> "$O/seed-transformers.log"
+fi
 # the matched arms must agree with each other token for token (same kernels, cold or warm cache)
 python3 - /tmp/seed-matched-cold.jsonl /tmp/seed-matched-warm.jsonl > "$O/seed-cache-bits.txt" <<'PY'
 import json, struct, sys

@@ -4,8 +4,8 @@
 #   PART=core  0.6B 512 x 2048 (on_mismatch=stop: no scoring pass): step 0 + checkpoint, then a resumed
 #              process runs step 1; weights against session 17's; engine checks; a 0.6B `lockstep sample`
 #              with the old and the new binary (output hashed)
-#   PART=more  the battery (--large, f32 and bf16), the GPU quickstart against session 18's metrics,
-#              issue 25's benchmark (load timed), the 1.7B update profile at 4,096-token sequences
+#   PART=more  the battery's size-boundary rows (f32, bf16), the GPU quickstart against session 18's
+#              metrics, issue 25's benchmark (loads timed; the fast arm left out unless SEED_ARMS names it)
 set -u
 O=$OUT
 for b in lockstep lockstep-battery; do gunzip -c .gpu/$b.gz > /tmp/$b && chmod +x /tmp/$b; done
@@ -35,7 +35,7 @@ for i in range(64): print(json.dumps({'id':i,'prompt_ids':[r.randrange(300,15190
   done
 fi
 if [ "$part" = more ]; then
-  timeout 200 /tmp/lockstep-battery --large --dtypes f32,bf16 > $O/battery.md 2>&1; echo "battery exit $?"; echo "rows yes $(grep -c '| yes' $O/battery.md) no $(grep -c '| no' $O/battery.md)"; grep "| no" $O/battery.md | head -3
+  timeout 150 /tmp/lockstep-battery --boundaries-only --dtypes f32,bf16 > $O/boundaries.md 2>&1; echo "boundaries exit $?"; echo "rows yes $(grep -c '| yes' $O/boundaries.md) no $(grep -c '| no' $O/boundaries.md)"; grep "| no" $O/boundaries.md | head -3
   timeout 120 /tmp/lockstep train configs/quickstart.toml --set log.runs_dir=/tmp/runs --set log.run_name=qs --set log.tensorboard=false > $O/quickstart.log 2>&1; echo "quickstart exit $?"; tail -2 $O/quickstart.log
   cp /tmp/runs/qs/metrics.jsonl $O/quickstart.metrics.jsonl 2>/dev/null
   tar -xJOf docs/gpu-runs/2026-12-02-s18.tar.xz 2026-12-02-s18/v2/quickstart.metrics.jsonl > /tmp/qs18.jsonl
@@ -45,6 +45,5 @@ keep=lambda r: {k: v for k, v in r.items() if k not in ('timing', 'step_s', 'tok
 a=[keep(json.loads(l)) for l in open(sys.argv[1])]; b=[keep(json.loads(l)) for l in open(sys.argv[2])]
 print('quickstart vs session 18:', len(a), 'steps; every logged field but timings', 'EQUAL' if a == b else 'DIFFER', '; last fingerprint', a[-1].get('trainer_weights_fingerprint') if a else None)
 PY
-  O=$O bash experiments/seed_bench.sh qwen3-8b 1000 100 256 2>&1 | tail -8
-  UPDATE_SHAPES="qwen3-1.7b:4x4096" TOTAL_LIMIT=120 bash experiments/gpu_visit.sh profile-update 2>&1 | grep -v "^\s*$" | head -30
+  SEED_ARMS="${SEED_ARMS:-matched-cold matched-warm transformers}" O=$O bash experiments/seed_bench.sh qwen3-8b 1000 100 256 2>&1 | tail -8
 fi
