@@ -5,7 +5,7 @@
 #   bash experiments/bits_compare.sh OUT_DIR [LOCKSTEP_BINARY]
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-B="${2:-${CARGO_TARGET_DIR:-$HOME/.cache/lockstep-target}/debug/lockstep}"
+B="${2:-${CARGO_TARGET_DIR:-$repo/target}/debug/lockstep}"
 D="$1"; rm -rf "$D"; mkdir -p "$D"; cd "$D"
 cp "$repo/trainer/tests/fixtures/datasets/verl_math.parquet" .
 printf '{%% for m in messages %%}{{ m.role }}: {{ m.content }} {%% endfor %%}assistant:' > t.jinja
