@@ -118,17 +118,18 @@ pub fn load(dir: &Path, device: &Device) -> Result<Loaded, ModelError> {
     let mapped = MappedWeights::open_files(vec![opt_path.clone()])?;
     let bad = |tensor: &str, message: String| ModelError::Weights { file: opt_path.display().to_string(), tensor: tensor.to_string(), message };
     let mut names: BTreeMap<String, (Option<usize>, Option<usize>)> = BTreeMap::new(); // weight -> (m, v) lengths
-    for (name, dtype, shape) in mapped.tensors() {
-        if dtype != Dtype::F32 {
-            return Err(bad(&name, format!("is {dtype:?}; optimizer moments are f32")));
+    let stored = mapped.tensors();
+    for (name, dtype, shape) in &stored {
+        if *dtype != Dtype::F32 {
+            return Err(bad(name, format!("is {dtype:?}; optimizer moments are f32")));
         }
-        let (kind, weight) = name.split_once('.').unwrap_or(("?", &name));
+        let (kind, weight) = name.split_once('.').unwrap_or(("?", name));
         let entry = names.entry(weight.to_string()).or_default();
         let len = Some(shape.iter().product());
         match kind {
             "m" => entry.0 = len,
             "v" => entry.1 = len,
-            _ => return Err(bad(&name, "unexpected tensor".into())),
+            _ => return Err(bad(name, "unexpected tensor".into())),
         }
     }
     // after an update every parameter has both moments, each as long as the parameter: a
@@ -149,7 +150,7 @@ pub fn load(dir: &Path, device: &Device) -> Result<Loaded, ModelError> {
             return Err(bad(extra, "is a moment of no parameter of the model".into()));
         }
     }
-    let expected: Vec<(String, Vec<usize>)> = mapped.tensors().into_iter().map(|(n, _, shape)| (n, shape)).collect();
+    let expected: Vec<(String, Vec<usize>)> = stored.into_iter().map(|(n, _, shape)| (n, shape)).collect();
     mapped.check_all(&opt_path, &expected).map_err(|e| match e {
         ModelError::Weights { file, tensor, message } => ModelError::Weights { file, tensor, message: format!("{message}: resuming would write non-finite weights") },
         other => other,

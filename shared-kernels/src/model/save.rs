@@ -2,7 +2,7 @@
 //! tokenizer), so transformers can load a trained policy: every file written aside, fsynced and
 //! renamed into place, safetensors one tensor at a time so the host never holds a whole model.
 
-use super::weights::{element_bytes, weights_err};
+use super::weights::weights_err;
 use super::{Checkpoint, ModelConfig, ModelError};
 use burn::tensor::DType;
 use safetensors::Dtype;
@@ -37,10 +37,6 @@ fn write_atomic_with(file: &Path, fill: impl FnOnce(&mut dyn Write) -> Result<()
     std::fs::rename(&tmp, file).map_err(|e| ModelError::io(file, e))
 }
 
-fn element_width(dtype: Dtype) -> usize {
-    element_bytes(dtype).unwrap_or(4)
-}
-
 /// Writes a safetensors file one tensor at a time: the header first (names, dtypes, shapes and
 /// offsets are known up front), then each tensor's bytes as `bytes_of(i)` produces them, so the
 /// host holds one tensor at a time however large the file (a 4B model's f32 masters and AdamW
@@ -58,7 +54,7 @@ pub fn write_safetensors(
     let mut sizes = Vec::with_capacity(entries.len());
     let mut at = 0usize;
     for (name, dtype, shape) in entries {
-        let n = shape.iter().product::<usize>() * element_width(*dtype);
+        let n = shape.iter().product::<usize>() * dtype.bitsize() / 8;
         header.insert(name.clone(), serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [at, at + n]}));
         sizes.push(n);
         at += n;
