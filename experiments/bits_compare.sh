@@ -1,6 +1,7 @@
 #!/bin/bash
-# Refactor check on the CPU: four short GRPO runs (plain, micro-batched, PPO epochs, a parquet
-# dataset with chat prompts) and their metrics without timings, one JSON line per step. Run it
+# Refactor check on the CPU: six short GRPO runs (plain, micro-batched, PPO epochs, a parquet
+# dataset with chat prompts, micro-batches with per-layer recomputation, the ablation's split-K
+# sampler with TIS) and their metrics without timings, one JSON line per step. Run it
 # before and after a change that must not change a bit, then `cmp` the two metrics.txt files.
 #   bash experiments/bits_compare.sh OUT_DIR [LOCKSTEP_BINARY]
 set -euo pipefail
@@ -14,7 +15,9 @@ common=(--set train.steps=3 --set train.sft_steps=10 --set log.progress=false --
 "$B" train "${common[@]}" --set log.run_name=b --set train.micro_batch_tokens=20 >/dev/null 2>&1
 "$B" train "${common[@]}" --set log.run_name=c --set train.mini_batches=2 --set train.ppo_epochs=2 --set train.clip_high=0.28 >/dev/null 2>&1
 "$B" train "${common[@]}" --set log.run_name=d --set task.name=dataset --set task.path=verl_math.parquet --set task.prompt_format=chat --set task.chat_template=t.jinja --set task.answer_key=reward_model.ground_truth >/dev/null 2>&1
-for r in a b c d; do
+"$B" train "${common[@]}" --set log.run_name=e --set train.micro_batch_tokens=20 --set train.recompute_layers=true >/dev/null 2>&1
+"$B" train "${common[@]}" --set log.run_name=f --set ablation.sampler_kernels=split_k --set ablation.correction=tis --set train.on_mismatch=warn >/dev/null 2>&1
+for r in a b c d e f; do
     python3 -c "
 import json, sys
 for l in open('runs/$r/metrics.jsonl'):

@@ -152,7 +152,7 @@ pub fn sampler_matches_scorer(model: &Qwen3, trainer_model: &Qwen3, rng: &mut St
         let mut seq = req.prompt.clone();
         seq.extend(&c.tokens);
         let trainer = match trainer_model.sequence_logprobs(&[seq], req.params.temperature) {
-            Ok((t, _)) => t,
+            Ok(scores) => scores.per_sequence,
             Err(e) => return EngineCheck::new("sampler = trainer".into(), Some(format!("training path failed: {e}"))),
         };
         let trainer: Vec<u32> = trainer[0][req.prompt.len() - 1..].iter().map(|v| v.to_bits()).collect();

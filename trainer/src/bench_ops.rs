@@ -269,7 +269,7 @@ fn trainer_step(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Resu
     let matmul_params: usize = model
         .named_tensors()
         .iter()
-        .filter(|(name, _)| config.tie_word_embeddings || name != "model.embed_tokens.weight")
+        .filter(|(name, _)| config.tie_word_embeddings || name != shared_kernels::model::names::EMBED)
         .filter_map(|(_, w)| match w {
             Weight::Matrix(m) => Some(m.shape().num_elements()),
             Weight::Vector(_) => None,

@@ -1,7 +1,7 @@
 //! The loss arithmetic of a GRPO step, as the papers define it: group-relative advantages
 //! (GRPO, Dr. GRPO), the loss aggregation divisors (token mean, sequence mean, constant), the
 //! clipped surrogate's coefficients (PPO, DAPO's clip-higher, GSPO's sequence ratio) and DAPO's
-//! overlong penalty. Plain functions of numbers; `grpo.rs` applies them to a step's rollouts.
+//! overlong penalty. Plain functions of numbers; `grpo/` applies them to a step's rollouts.
 
 /// Group-relative advantages: `group_std` (GRPO) divides by the group's std (+ 1e-6),
 /// `group_mean` (Dr. GRPO) only subtracts the group mean.

@@ -148,7 +148,7 @@ pub fn gradients(tracked: &Qwen3, grads: &burn::tensor::Gradients) -> BTreeMap<S
 /// ablation kernels' weights) come back by name.
 pub fn weighted_backward(tracked: &Qwen3, logprobs: TrackedLogprobs, weights: &[f32], fold: &mut GradFold, what: &str, lr_key: &str) -> Result<(f64, BTreeMap<String, Tensor<1>>), crate::run::RunError> {
     use crate::run::RunError;
-    let TrackedLogprobs { flat, layers } = logprobs;
+    let TrackedLogprobs { flat, layers, .. } = logprobs;
     let device = flat.device();
     let w = Tensor::<1>::from_data(TensorData::new(weights.to_vec(), [weights.len()]), &device.clone().inner());
     let weighted = flat * Tensor::from_inner(w);

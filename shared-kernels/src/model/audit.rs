@@ -5,7 +5,7 @@
 //! side as a prefill of the prefix and one decode step.
 
 use burn::tensor::{DType, Tensor};
-use super::{KvCache, ModelError, Qwen3, Rows, Trace};
+use super::{Forward, KvCache, ModelError, Qwen3, Rows, Trace};
 
 fn row_bits(t: &Tensor<2>, row: usize) -> Vec<f32> {
     let [_, width] = t.dims();
@@ -25,7 +25,7 @@ pub fn first_divergence_in_batch(trainer: &Qwen3, sampler: &Qwen3, batch: &[Vec<
     let sequence = &batch[s];
     let row = batch[..s].iter().map(Vec::len).sum::<usize>() + position;
     let mut train_trace = Trace { only_row: Some(row), ..Trace::default() };
-    trainer.forward_traced(&Rows::whole(batch), None, Some(&mut train_trace))?;
+    trainer.run(Forward::rows(&Rows::whole(batch)).traced(&mut train_trace))?;
     let device = sampler.embed.device();
     let mut cache = KvCache::new(&sampler.config, 1, sequence.len(), sampler.dtype, &device);
     if position > 0 {
@@ -38,7 +38,7 @@ pub fn first_divergence_in_batch(trainer: &Qwen3, sampler: &Qwen3, batch: &[Vec<
     let mut step = Rows::default();
     step.push(sequence[position], 0, position as u32);
     let mut step_trace = Trace::default();
-    sampler.forward_traced(&step, Some(&mut cache), Some(&mut step_trace))?;
+    sampler.run(Forward::rows(&step).cache(&mut cache).traced(&mut step_trace))?;
     let rows = batch.iter().map(Vec::len).sum::<usize>();
     let launch = format!("trainer replayed in its batch of {} sequences, {rows} rows", batch.len());
     for ((name, a), (_, b)) in train_trace.entries.iter().zip(&step_trace.entries) {
@@ -53,7 +53,7 @@ pub fn first_divergence_in_batch(trainer: &Qwen3, sampler: &Qwen3, batch: &[Vec<
         return Ok(format!("no op output differs for this token ({launch}): the difference arises after the logits (sampling/logprob kernels)"));
     };
     // the trainer's logprob of this token, again inside the whole batch
-    let lp = trainer.sequence_logprobs(batch, temperature).ok().and_then(|(lp, _)| lp[s].get(position).copied());
+    let lp = trainer.sequence_logprobs(batch, temperature).ok().and_then(|scores| scores.per_sequence[s].get(position).copied());
     Ok(match lp {
         Some(t) if t.to_bits() == sampled.to_bits() => format!("could not reproduce: replayed at the step's launch sizes ({launch}), every op and the logprob equal the sampler's bits; the difference is in state the replay does not rebuild (the step's weights or launch order)"),
         Some(t) => format!("no op output up to the final norm differs ({launch}); the logprob does: trainer {t:e} vs sampler {sampled:e} (the LM head + logprob kernels at the batch's sizes)"),

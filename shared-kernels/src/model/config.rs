@@ -113,31 +113,8 @@ impl ModelConfig {
         })
     }
 
-    /// Every tensor the checkpoint must hold, with its shape, in HF names.
+    /// Every tensor the checkpoint must hold, with its shape, in HF names (checkpoint order).
     pub fn expected_tensors(&self) -> Vec<(String, Vec<usize>)> {
-        let (h, f, d) = (self.hidden_size, self.intermediate_size, self.head_dim);
-        let (q, kv) = (self.num_heads * d, self.num_kv_heads * d);
-        let mut out = vec![("model.embed_tokens.weight".to_string(), vec![self.vocab_size, h])];
-        for i in 0..self.num_layers {
-            let p = format!("model.layers.{i}");
-            out.push((format!("{p}.input_layernorm.weight"), vec![h]));
-            out.push((format!("{p}.self_attn.q_proj.weight"), vec![q, h]));
-            out.push((format!("{p}.self_attn.k_proj.weight"), vec![kv, h]));
-            out.push((format!("{p}.self_attn.v_proj.weight"), vec![kv, h]));
-            out.push((format!("{p}.self_attn.o_proj.weight"), vec![h, q]));
-            if self.qk_norm {
-                out.push((format!("{p}.self_attn.q_norm.weight"), vec![d]));
-                out.push((format!("{p}.self_attn.k_norm.weight"), vec![d]));
-            }
-            out.push((format!("{p}.post_attention_layernorm.weight"), vec![h]));
-            out.push((format!("{p}.mlp.gate_proj.weight"), vec![f, h]));
-            out.push((format!("{p}.mlp.up_proj.weight"), vec![f, h]));
-            out.push((format!("{p}.mlp.down_proj.weight"), vec![h, f]));
-        }
-        out.push(("model.norm.weight".to_string(), vec![h]));
-        if !self.tie_word_embeddings {
-            out.push(("lm_head.weight".to_string(), vec![self.vocab_size, h]));
-        }
-        out
+        super::names::expected_tensors(self)
     }
 }

@@ -1,18 +1,27 @@
 //! The one policy model: a Qwen3/Llama-style decoder on lockstep's kernels, with HF checkpoint
-//! and tokenizer loading. The trainer and the sampler both call [`Qwen3::forward`].
+//! and tokenizer loading. The trainer and the sampler both run [`Qwen3::run`] (`forward.rs`).
 
 pub mod audit;
 pub mod cache;
 pub mod config;
+pub mod forward;
+pub mod kernel_set;
+pub mod layer;
+pub mod names;
 pub mod qwen3;
 pub mod recompute;
 pub mod save;
+pub mod scoring;
 pub mod tokenizer;
 pub mod weights;
 
 pub use config::ModelConfig;
 pub use cache::{KvCache, Rows};
-pub use qwen3::{KernelSet, Qwen3, Trace, Weight};
+pub use forward::{Forward, Logits, Tokens, Trace};
+pub use kernel_set::KernelSet;
+pub use layer::{FusedProjections, Layer};
+pub use qwen3::{Qwen3, Weight};
+pub use scoring::Scores;
 pub use recompute::{LayerInputs, TrackedLogprobs};
 pub use tokenizer::load_tokenizer;
 pub use save::{save_checkpoint, save_model};

@@ -7,6 +7,7 @@
 //! bits do not depend on the setting (the trainer's `optim.rs` test
 //! `recomputed_layers_give_the_one_graph_gradients_as_bits`).
 
+use super::forward::Stream;
 use super::{ModelError, Qwen3, Rows};
 use crate::embedding;
 use burn::tensor::{Int, Tensor, TensorData};
@@ -30,6 +31,8 @@ pub struct LayerInputs {
 pub struct TrackedLogprobs {
     pub flat: Tensor<1>,
     pub layers: Option<LayerInputs>,
+    /// Mean token entropy over the scored tokens (a metric).
+    pub mean_entropy: f64,
 }
 
 impl LayerInputs {
@@ -54,8 +57,8 @@ impl Qwen3 {
     /// only the head's, plus each layer's input.
     pub fn training_logprobs(&self, sequences: &[Vec<u32>], temperature: f32, recompute: bool) -> Result<(Vec<Vec<f32>>, TrackedLogprobs), ModelError> {
         if !recompute {
-            let (lp, flat) = self.sequence_logprobs(sequences, temperature)?;
-            return Ok((lp, TrackedLogprobs { flat, layers: None }));
+            let s = self.sequence_logprobs(sequences, temperature)?;
+            return Ok((s.per_sequence, TrackedLogprobs { flat: s.flat, layers: None, mean_entropy: s.mean_entropy }));
         }
         let rows = self.training_rows(sequences)?;
         self.check_rows(&rows)?;
@@ -70,21 +73,24 @@ impl Qwen3 {
         let plain = self.map_weights(&mut |_, w| w.map(untracked, untracked));
         let mut h = embedding(plain.embed.clone(), tokens.clone())?;
         let mut inputs = Vec::with_capacity(self.layers.len());
+        let mut pass = plain.training_pass(&rows, slots.clone(), positions.clone());
         for i in 0..self.layers.len() {
             inputs.push(h.clone());
-            h = plain.layer(i, h, &rows, (&slots, &positions), None, None)?;
+            h = plain.layers_forward(Stream { h, normed: None }, i..i + 1, None, &mut pass)?.h;
         }
         let last = h.detach().require_grad();
-        let x = self.norm_rows(last.clone(), self.norm.clone(), self.config.rms_norm_eps as f32)?;
-        let (lp, flat) = self.score_rows(x, &rows, sequences, temperature)?;
-        Ok((lp, TrackedLogprobs { flat, layers: Some(LayerInputs { rows, tokens, slots, positions, inputs, last }) }))
+        let x = self.kernels.rmsnorm(last.clone(), self.norm.clone(), self.config.rms_norm_eps as f32)?;
+        let s = self.score_rows(x, &rows, sequences, temperature)?;
+        let layers = LayerInputs { rows, tokens, slots, positions, inputs, last };
+        Ok((s.per_sequence, TrackedLogprobs { flat: s.flat, layers: Some(layers), mean_entropy: s.mean_entropy }))
     }
 
     /// Layer `i` re-run with autodiff from its kept input: (the input as a tracked leaf, the
     /// layer's output). The caller seeds the output with its gradient and reads the leaf's.
     pub fn rerun_layer(&self, layers: &LayerInputs, i: usize) -> Result<(Tensor<2>, Tensor<2>), ModelError> {
         let x = layers.inputs[i].clone().detach().require_grad();
-        let y = self.layer(i, x.clone(), &layers.rows, (&layers.slots, &layers.positions), None, None)?;
+        let mut pass = self.training_pass(&layers.rows, layers.slots.clone(), layers.positions.clone());
+        let y = self.layers_forward(Stream { h: x.clone(), normed: None }, i..i + 1, None, &mut pass)?.h;
         Ok((x, y))
     }
 

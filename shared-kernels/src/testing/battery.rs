@@ -598,7 +598,7 @@ pub fn model_contract(dtype: DType, device: &Device, seed: u64, sequences: usize
             (0..len).map(|_| rng.random_range(0..vocab as u32)).collect()
         })
         .collect();
-    let (train, _) = model.sequence_logprobs(&seqs, 1.0)?;
+    let train = model.sequence_logprobs(&seqs, 1.0)?.per_sequence;
     let want: Vec<Vec<f32>> = train;
     let mut checks = Vec::new();
     // the stepping path on the unfused forward (the ablation's kernel sets) and on the fused
@@ -627,7 +627,8 @@ fn diagnose(model: &Qwen3, seqs: &[Vec<u32>], train: &[Vec<f32>], step: &[Vec<f3
     let Some((s, p)) = train.iter().zip(step).enumerate().find_map(|(s, (a, b))| a.iter().zip(b).position(|(x, y)| x.to_bits() != y.to_bits()).map(|p| (s, p))) else { return };
     eprintln!("  diagnose: sequence {s} (len {}) first differs at position {p}: train {} vs step {}", seqs[s].len(), train[s][p], step[s][p]);
     match model.sequence_logprobs(std::slice::from_ref(&seqs[s]), 1.0) {
-        Ok((alone, _)) => {
+        Ok(scores) => {
+            let alone = scores.per_sequence;
             let same = alone[0].iter().zip(&train[s]).all(|(x, y)| x.to_bits() == y.to_bits());
             let first = alone[0].iter().zip(&train[s]).position(|(x, y)| x.to_bits() != y.to_bits());
             eprintln!("  diagnose: training path alone vs in its batch: {}", if same { "identical".to_string() } else { format!("DIFFERS from position {first:?}") });

@@ -148,7 +148,7 @@ fn model_grads(model: &Qwen3, sequences: &[Vec<u32>], coef: &[f32], batches: &[s
     let mut at = 0;
     for range in batches {
         let tracked = model.map_weights(&mut |_, w| w.map(|v| Tensor::from_inner(v).require_grad(), |m| Tensor::from_inner(m).require_grad()));
-        let (_, flat) = tracked.sequence_logprobs(&sequences[range.clone()], 1.0).unwrap();
+        let flat = tracked.sequence_logprobs(&sequences[range.clone()], 1.0).unwrap().flat;
         let n = flat.dims()[0];
         let w = Tensor::<1>::from_data(TensorData::new(coef[at..at + n].to_vec(), [n]), &flat.device());
         at += n;

@@ -19,9 +19,9 @@ fn the_training_path_does_not_depend_on_its_batch_neighbours() {
     let device = crate::device();
     let model = Qwen3::from_checkpoint(&Checkpoint::random(tiny_config(61, true), 0.2, crate::seed()), DType::F32, &device).unwrap();
     let seqs: Vec<Vec<u32>> = vec![(0..40).map(|i| (i * 7 % 61) as u32).collect(), (0..9).map(|i| (i * 5 % 61) as u32).collect(), (0..70).map(|i| (i * 3 % 61) as u32).collect()];
-    let (all, _) = model.sequence_logprobs(&seqs, 0.7).unwrap();
+    let all = model.sequence_logprobs(&seqs, 0.7).unwrap().per_sequence;
     for (i, seq) in seqs.iter().enumerate() {
-        let (alone, _) = model.sequence_logprobs(std::slice::from_ref(seq), 0.7).unwrap();
+        let alone = model.sequence_logprobs(std::slice::from_ref(seq), 0.7).unwrap().per_sequence;
         assert_eq!(alone[0].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), all[i].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "sequence {i}");
     }
 }
@@ -29,7 +29,7 @@ fn the_training_path_does_not_depend_on_its_batch_neighbours() {
 #[test]
 fn logits_for_selected_rows_have_the_bits_of_the_full_forward() {
     use rand::{Rng, SeedableRng};
-    use shared_kernels::model::{tiny_config, Checkpoint, KvCache, Qwen3, Rows};
+    use shared_kernels::model::{tiny_config, Checkpoint, Forward, KvCache, Qwen3, Rows};
     let device = crate::device();
     let mut rng = rand::rngs::StdRng::seed_from_u64(crate::seed() ^ 0x5e1);
     let mut model = Qwen3::from_checkpoint(&Checkpoint::random(tiny_config(61, true), 0.2, rng.random()), DType::F32, &device).unwrap();
@@ -44,13 +44,13 @@ fn logits_for_selected_rows_have_the_bits_of_the_full_forward() {
     let cache = || KvCache::new(&model.config, 3, 32, DType::F32, &device);
     let full = bits(model.forward(&rows, Some(&mut cache())).unwrap());
     let at = vec![rows.len() - 1, 0, rng.random_range(0..rows.len())];
-    let picked = bits(model.forward_at(&rows, Some(&mut cache()), &at).unwrap().expect("rows were asked for"));
+    let picked = bits(model.run(Forward::rows(&rows).cache(&mut cache()).logits_at(&at)).unwrap().expect("rows were asked for"));
     let vocab = 61;
     for (i, &r) in at.iter().enumerate() {
         assert_eq!(picked[i * vocab..(i + 1) * vocab], full[r * vocab..(r + 1) * vocab], "row {r}");
     }
-    assert!(model.forward_at(&rows, Some(&mut cache()), &[]).unwrap().is_none());
-    let err = model.forward_at(&rows, Some(&mut cache()), &[rows.len()]).unwrap_err().to_string();
+    assert!(model.run(Forward::rows(&rows).cache(&mut cache()).logits_at(&[])).unwrap().is_none());
+    let err = model.run(Forward::rows(&rows).cache(&mut cache()).logits_at(&[rows.len()])).unwrap_err().to_string();
     assert!(err.contains(&format!("row {}", rows.len())), "{err}");
 }
 
@@ -62,7 +62,7 @@ fn the_auditor_replays_a_token_inside_its_batch_and_names_what_differs() {
     let model = Qwen3::from_checkpoint(&Checkpoint::random(tiny_config(61, true), 0.2, crate::seed() ^ 0xa0d1), DType::F32, &device).unwrap();
     let batch: Vec<Vec<u32>> = vec![(0..30).map(|i| (i * 7 % 61) as u32).collect(), (0..45).map(|i| (i * 11 % 61) as u32).collect(), (0..12).map(|i| (i * 5 % 61) as u32).collect()];
     let (s, position) = (1, 40);
-    let (lp, _) = model.sequence_logprobs(&batch, 0.8).unwrap();
+    let lp = model.sequence_logprobs(&batch, 0.8).unwrap().per_sequence;
     let sampled = lp[s][position];
     // the same kernels on both sides, the sampler's bits given: nothing to find, said plainly
     let report = first_divergence_in_batch(&model, &model, &batch, s, position, Some((sampled, 0.8))).unwrap();

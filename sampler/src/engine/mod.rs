@@ -6,11 +6,14 @@
 //! or are decode tokens. Which requests share a step changes all the time; lockstep's kernels
 //! make that irrelevant to every bit.
 
+mod launch;
+mod rows;
+
+use launch::InFlight;
+use rows::StepError;
 use crate::request::{Completion, FinishReason, Request, SampleError, Timings};
-use burn::tensor::{DType, Int, Tensor};
-use shared_kernels::model::{KernelSet, KvCache, Qwen3, Rows};
+use shared_kernels::model::{KernelSet, KvCache, Qwen3};
 use shared_kernels::ops::attention::BLOCK;
-use shared_kernels::{bridge::ReadBack, row_rng_key, sample, SamplingRow};
 use std::collections::VecDeque;
 use std::time::Instant;
 
@@ -73,17 +76,6 @@ struct Active {
     first_token: Option<Instant>,
 }
 
-/// A step's sampled tokens and logprobs on the device, not read yet.
-struct InFlight {
-    /// On the device: the next step's decode rows read their token from here.
-    tokens: Tensor<1, Int>,
-    /// Logprobs and tokens on their way to the host.
-    copy: ReadBack,
-    /// The request each sampled row belongs to, in row order.
-    owners: Vec<u64>,
-}
-
-/// What one step did, for progress bars and benchmarks.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StepStats {
     pub rows: usize,
@@ -202,9 +194,25 @@ impl Engine {
         stats
     }
 
+    /// One step as stages: admit, share prefixes, reserve blocks, build rows, launch, read,
+    /// retire. A stage that fails fails the step's requests (never silently).
     fn step_inner(&mut self, now: Instant) -> StepStats {
-        // admitted while a slot and the blocks for its prompt are free (a request admitted
-        // only to be preempted at once would be wasted work)
+        self.admit(now);
+        let mut stats = StepStats { running: self.active.len(), waiting: self.waiting.len(), ..Default::default() };
+        if self.active.is_empty() {
+            self.in_flight = None; // nobody is left to read it
+            return stats;
+        }
+        match self.launch_and_read(&mut stats) {
+            Ok(()) => self.retire(),
+            Err(e) => self.fail_all(e.to_string()),
+        }
+        stats
+    }
+
+    /// Admits waiting requests while a slot and the blocks for the prompt are free (a request
+    /// admitted only to be preempted at once would be wasted work).
+    fn admit(&mut self, now: Instant) {
         while let (Some(next), Some(slot)) = (self.waiting.front(), self.free_slots.last().copied()) {
             if self.cache.free_blocks().unwrap_or(usize::MAX) < KvCache::blocks_for(next.request.prompt.len()) && !self.active.is_empty() {
                 break;
@@ -213,107 +221,41 @@ impl Engine {
             let p = self.waiting.pop_front().expect("front exists");
             self.active.push(Active { request: p.request, slot, prefilled: 0, tokens: Vec::new(), logprobs: Vec::new(), in_flight: 0, added: p.added, admitted: now, first_token: None });
         }
-        let mut stats = StepStats { running: self.active.len(), waiting: self.waiting.len(), ..Default::default() };
-        if self.active.is_empty() {
-            self.in_flight = None; // nobody is left to read it
-            return stats;
-        }
+    }
+
+    /// The step's middle stages: prefixes shared, blocks reserved, rows built and launched, and
+    /// the step before read (overlap mode) or this one.
+    fn launch_and_read(&mut self, stats: &mut StepStats) -> Result<(), StepError> {
         // requests waiting for a same-prompt donor to finish its prefill skip this step
         let copying = Instant::now();
-        let shared = if self.config.share_prompt_prefix { self.share_prefixes(&mut stats) } else { Ok(Vec::new()) };
+        let shared = if self.config.share_prompt_prefix { self.share_prefixes(stats) } else { Ok(Vec::new()) };
         self.phase.prefix_copy_s += copying.elapsed().as_secs_f64();
-        let mut held = match shared {
-            Ok(held) => held,
-            Err(e) => {
-                // a failed copy fails the step's requests, as a failed forward does
-                self.fail_all(e.to_string());
-                return stats;
-            }
-        };
-        self.reserve_blocks(&mut held, &mut stats);
+        let mut held = shared?;
+        self.reserve_blocks(&mut held, stats);
         // The step before, enqueued but not read yet (overlap mode): a decoding request whose
         // newest token is in it feeds that token to this step straight from the device.
         let previous = self.in_flight.take();
-        let previous_row: std::collections::HashMap<u64, i32> = previous.iter().flat_map(|p| p.owners.iter().enumerate().map(|(i, &id)| (id, i as i32))).collect();
-        // fed rows first (their tokens are on the device), then rows whose tokens the host has;
-        // row order does not change a bit (batch invariance)
-        let (mut fed, mut fed_index, mut fed_sampled) = (Rows::default(), Vec::new(), Vec::new());
-        let (mut host, mut host_sampled) = (Rows::default(), Vec::new());
-        let mut lost = None;
-        let mut prefilled_to = Vec::new(); // (active index, prompt tokens in the cache after this step)
-        for (a, act) in self.active.iter().enumerate() {
-            if held.get(a).copied().unwrap_or(false) {
-                continue;
-            }
-            let prompt = &act.request.prompt;
-            if act.prefilled < prompt.len() {
-                let end = (act.prefilled + self.config.chunk_size).min(prompt.len());
-                for p in act.prefilled..end {
-                    host.push(prompt[p], act.slot, p as u32);
-                }
-                stats.prefill_rows += end - act.prefilled;
-                prefilled_to.push((a, end));
-                if end == prompt.len() {
-                    host_sampled.push((a, host.len() - 1));
-                }
-            } else {
-                let generated = act.tokens.len() + act.in_flight;
-                if generated >= act.request.params.max_new_tokens {
-                    continue; // its last token is in flight; it finishes when that is read
-                }
-                let position = (prompt.len() + generated - 1) as u32;
-                match (act.in_flight > 0, previous_row.get(&act.request.id), act.tokens.last()) {
-                    (true, Some(&i), _) => {
-                        fed.push(0, act.slot, position);
-                        fed_index.push(i);
-                        fed_sampled.push((a, fed.len() - 1));
-                    }
-                    (false, _, Some(&last)) => {
-                        host.push(last, act.slot, position);
-                        host_sampled.push((a, host.len() - 1));
-                    }
-                    _ => lost = Some(act.request.id),
-                }
-                stats.decode_rows += 1;
-            }
-        }
-        if let Some(id) = lost {
-            self.fail_all(format!("engine bookkeeping: request {id} decodes but its last token is neither read nor in the step in flight"));
-            return stats;
-        }
-        for (a, end) in prefilled_to {
-            self.active[a].prefilled = end;
-        }
-        let k = fed.len();
-        let mut rows = fed;
-        for r in 0..host.len() {
-            rows.push(host.tokens[r], host.slots[r], host.positions[r]);
-        }
-        let sample_at: Vec<(usize, usize)> = fed_sampled.into_iter().chain(host_sampled.into_iter().map(|(a, r)| (a, k + r))).collect();
-        stats.rows = rows.len();
-        stats.sampled = sample_at.len();
+        let built = self.build_rows(&held, previous.as_ref(), stats)?;
+        stats.rows = built.rows.len();
+        stats.sampled = built.sample_at.len();
         let mut launched = None;
-        if !rows.is_empty() {
+        if !built.rows.is_empty() {
             self.phase.steps += 1;
-            let fed = previous.as_ref().filter(|_| k > 0).map(|p| (&p.tokens, fed_index.as_slice()));
-            match self.launch(&rows, &sample_at, fed) {
-                Ok(step) => launched = step,
-                Err(e) => {
-                    // a failed launch fails the requests of this step, never silently
-                    self.fail_all(e);
-                    return stats;
-                }
-            }
+            let fed = previous.as_ref().filter(|_| built.fed_rows > 0).map(|p| (&p.tokens, built.fed_index.as_slice()));
+            launched = self.launch(&built.rows, &built.sample_at, fed).map_err(StepError::Launch)?;
         }
         // read the step before now that this one is queued behind it (overlap), or this one
         let to_read = if self.config.overlap { previous } else { launched.take() };
         if let Some(step) = to_read {
-            if let Err(e) = self.read(step) {
-                self.fail_all(e);
-                return stats;
-            }
+            self.read(step).map_err(StepError::Read)?;
         }
         self.in_flight = launched;
+        Ok(())
+    }
+
+    /// Finished requests (a stop token or the length limit) leave: their slot and blocks are
+    /// freed and their completion is done.
+    fn retire(&mut self) {
         let mut still = Vec::with_capacity(self.active.len());
         for act in self.active.drain(..) {
             let finish = act.tokens.last().and_then(|t| {
@@ -344,7 +286,6 @@ impl Engine {
             }
         }
         self.active = still;
-        stats
     }
 
     fn fail_all(&mut self, message: String) {
@@ -354,145 +295,6 @@ impl Engine {
             self.free_slots.push(act.slot);
             self.done.push((act.request.id, Err(SampleError::Engine { id: act.request.id, message: message.clone() })));
         }
-    }
-
-    /// Before a step's rows are built: every request that has not started its prefill and
-    /// shares its prompt (of 2+ tokens) with an earlier active request (the donor) either copies
-    /// the donor's KV for the first `len - 1` prompt positions, when the donor has written them
-    /// (in earlier steps), or is held until it has. Returns which active requests are held (a
-    /// mask: the step's row loop looks each one up, ~1000 requests in a GRPO step).
-    fn share_prefixes(&mut self, stats: &mut StepStats) -> Result<Vec<bool>, shared_kernels::KernelError> {
-        let mut held = vec![false; self.active.len()];
-        let mut donors: std::collections::HashMap<&[u32], usize> = std::collections::HashMap::new();
-        let mut copies: Vec<(usize, usize)> = Vec::new();
-        for (a, act) in self.active.iter().enumerate() {
-            let prompt = act.request.prompt.as_slice();
-            if prompt.len() < 2 {
-                continue;
-            }
-            match donors.get(prompt) {
-                Some(&d) if act.prefilled == 0 => {
-                    if self.active[d].prefilled >= prompt.len() - 1 {
-                        copies.push((d, a));
-                    } else {
-                        held[a] = true;
-                    }
-                }
-                Some(_) => {}
-                None => {
-                    donors.insert(prompt, a);
-                }
-            }
-        }
-        let slot_copies: Vec<(usize, usize, usize)> = copies.iter().map(|&(d, a)| (self.active[d].slot as usize, self.active[a].slot as usize, self.active[a].request.prompt.len() - 1)).collect();
-        // a copy with no free block for its prompt's partial block is not made: that request
-        // prefills its prompt itself
-        let made = self.cache.copy_prefixes(&slot_copies)?;
-        for (&(_, a), (&(_, _, n), made)) in copies.iter().zip(slot_copies.iter().zip(made)) {
-            if made {
-                self.active[a].prefilled = n;
-                stats.shared_prefix_tokens += n;
-            }
-        }
-        Ok(held)
-    }
-
-    /// Before a step's rows are built: every running request gets the cache blocks for the
-    /// positions it writes in this step (its next prompt chunk, or its decode position). When
-    /// the cache has none left, the newest request is preempted (blocks released, back to the
-    /// front of the queue) until the older ones fit; a request the step cannot serve is never
-    /// given a row. `held` (the requests waiting for a prefix donor) is kept in step.
-    fn reserve_blocks(&mut self, held: &mut Vec<bool>, stats: &mut StepStats) {
-        held.resize(self.active.len(), false);
-        let mut a = 0;
-        while a < self.active.len() {
-            let act = &self.active[a];
-            let prompt = act.request.prompt.len();
-            let generated = act.tokens.len() + act.in_flight;
-            let need = if held[a] {
-                0
-            } else if act.prefilled < prompt {
-                (act.prefilled + self.config.chunk_size).min(prompt)
-            } else if generated >= act.request.params.max_new_tokens {
-                0
-            } else {
-                prompt + generated
-            };
-            if self.cache.reserve(act.slot as usize, need) {
-                a += 1;
-                continue;
-            }
-            // the newest goes first; when that is this request, it waits itself
-            let victim = self.active.len() - 1;
-            let act = self.active.remove(victim);
-            held.remove(victim);
-            self.cache.release(act.slot as usize);
-            self.free_slots.push(act.slot);
-            self.waiting.push_front(Pending { request: act.request, added: act.added });
-            stats.preempted += 1;
-            self.phase.preempted += 1;
-        }
-    }
-
-    /// Enqueues a step's forward and sampling; `None` when no row is sampled (prompt chunks
-    /// that end no prompt). Nothing is read back here.
-    fn launch(&mut self, rows: &Rows, sample_at: &[(usize, usize)], fed: Option<(&Tensor<1, Int>, &[i32])>) -> Result<Option<InFlight>, String> {
-        let launching = Instant::now();
-        // logits only for the rows that are sampled (the last row of a prompt, decode rows)
-        let at: Vec<usize> = sample_at.iter().map(|&(_, r)| r).collect();
-        let logits = match fed {
-            Some(fed) => self.model.forward_at_fed(rows, Some(&mut self.cache), &at, fed),
-            None => self.model.forward_at(rows, Some(&mut self.cache), &at),
-        };
-        let Some(picked) = logits.map_err(|e| e.to_string())? else {
-            self.phase.launch_s += launching.elapsed().as_secs_f64();
-            return Ok(None);
-        };
-        let params: Vec<SamplingRow> = sample_at
-            .iter()
-            .map(|&(a, _)| {
-                let act = &self.active[a];
-                let p = &act.request.params;
-                let position = (act.request.prompt.len() + act.tokens.len() + act.in_flight) as u32;
-                SamplingRow { temperature: p.temperature, top_k: p.top_k, top_p: p.top_p, rng_key: row_rng_key(p.seed, act.request.id, position) }
-            })
-            .collect();
-        let (tokens, logprobs) = sample(picked, &params).map_err(|e| e.to_string())?;
-        // the copy to the host is queued right behind this step, so a later step enqueued
-        // before the wait does not delay it
-        let copy = ReadBack::start(vec![logprobs.cast(DType::F32)], vec![tokens.clone()]).map_err(|e| e.to_string())?;
-        let owners = sample_at.iter().map(|&(a, _)| self.active[a].request.id).collect();
-        for &(a, _) in sample_at {
-            self.active[a].in_flight += 1;
-        }
-        self.phase.launch_s += launching.elapsed().as_secs_f64();
-        Ok(Some(InFlight { tokens, copy, owners }))
-    }
-
-    /// Waits for a step's tokens and logprobs and hands them to the requests still active.
-    fn read(&mut self, step: InFlight) -> Result<(), String> {
-        let waiting = Instant::now();
-        // A failed launch anywhere in the forward surfaces here, at the first read: an error for
-        // this step's requests, not a panic of the engine.
-        let mut data = step.copy.wait().map_err(|e| format!("the device failed while computing this step: {e}"))?.into_iter();
-        let (Some(logprobs), Some(tokens)) = (data.next(), data.next()) else {
-            return Err("the step's read-back returned fewer tensors than asked".into());
-        };
-        let tokens = tokens.convert::<i64>().try_to_vec::<i64>().map_err(|e| format!("{e:?}"))?;
-        let logprobs = logprobs.try_to_vec::<f32>().map_err(|e| format!("{e:?}"))?;
-        self.phase.wait_s += waiting.elapsed().as_secs_f64();
-        let now = Instant::now();
-        let index: std::collections::HashMap<u64, usize> = self.active.iter().enumerate().map(|(a, act)| (act.request.id, a)).collect();
-        for (i, id) in step.owners.iter().enumerate() {
-            if let Some(&a) = index.get(id) {
-                let act = &mut self.active[a];
-                act.tokens.push(tokens[i] as u32);
-                act.logprobs.push(logprobs[i]);
-                act.in_flight -= 1;
-                act.first_token.get_or_insert(now);
-            }
-        }
-        Ok(())
     }
 
     /// The blocking batch API: run `requests` to completion (in slots as they free up) and

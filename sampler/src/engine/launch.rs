@@ -1,0 +1,80 @@
+//! Launching a step's forward and sampling on the device, and reading its tokens back.
+
+use super::Engine;
+use burn::tensor::{DType, Int, Tensor};
+use shared_kernels::model::{Forward, Rows, Tokens};
+use shared_kernels::{bridge::ReadBack, row_rng_key, sample, SamplingRow};
+use std::time::Instant;
+
+/// A step's sampled tokens and logprobs on the device, not read yet.
+pub(super) struct InFlight {
+    /// On the device: the next step's decode rows read their token from here.
+    pub(super) tokens: Tensor<1, Int>,
+    /// Logprobs and tokens on their way to the host.
+    pub(super) copy: ReadBack,
+    /// The request each sampled row belongs to, in row order.
+    pub(super) owners: Vec<u64>,
+}
+
+/// What one step did, for progress bars and benchmarks.
+impl Engine {
+    /// Enqueues a step's forward and sampling; `None` when no row is sampled (prompt chunks
+    /// that end no prompt). Nothing is read back here.
+    pub(super) fn launch(&mut self, rows: &Rows, sample_at: &[(usize, usize)], fed: Option<(&Tensor<1, Int>, &[i32])>) -> Result<Option<InFlight>, String> {
+        let launching = Instant::now();
+        // logits only for the rows that are sampled (the last row of a prompt, decode rows)
+        let at: Vec<usize> = sample_at.iter().map(|&(_, r)| r).collect();
+        let tokens = fed.map_or(Tokens::Host, |(sampled, index)| Tokens::Device { sampled, index });
+        let logits = self.model.run(Forward::rows(rows).cache(&mut self.cache).logits_at(&at).tokens(tokens));
+        let Some(picked) = logits.map_err(|e| e.to_string())? else {
+            self.phase.launch_s += launching.elapsed().as_secs_f64();
+            return Ok(None);
+        };
+        let params: Vec<SamplingRow> = sample_at
+            .iter()
+            .map(|&(a, _)| {
+                let act = &self.active[a];
+                let p = &act.request.params;
+                let position = (act.request.prompt.len() + act.tokens.len() + act.in_flight) as u32;
+                SamplingRow { temperature: p.temperature, top_k: p.top_k, top_p: p.top_p, rng_key: row_rng_key(p.seed, act.request.id, position) }
+            })
+            .collect();
+        let (tokens, logprobs) = sample(picked, &params).map_err(|e| e.to_string())?;
+        // the copy to the host is queued right behind this step, so a later step enqueued
+        // before the wait does not delay it
+        let copy = ReadBack::start(vec![logprobs.cast(DType::F32)], vec![tokens.clone()]).map_err(|e| e.to_string())?;
+        let owners = sample_at.iter().map(|&(a, _)| self.active[a].request.id).collect();
+        for &(a, _) in sample_at {
+            self.active[a].in_flight += 1;
+        }
+        self.phase.launch_s += launching.elapsed().as_secs_f64();
+        Ok(Some(InFlight { tokens, copy, owners }))
+    }
+
+    /// Waits for a step's tokens and logprobs and hands them to the requests still active.
+    pub(super) fn read(&mut self, step: InFlight) -> Result<(), String> {
+        let waiting = Instant::now();
+        // A failed launch anywhere in the forward surfaces here, at the first read: an error for
+        // this step's requests, not a panic of the engine.
+        let mut data = step.copy.wait().map_err(|e| format!("the device failed while computing this step: {e}"))?.into_iter();
+        let (Some(logprobs), Some(tokens)) = (data.next(), data.next()) else {
+            return Err("the step's read-back returned fewer tensors than asked".into());
+        };
+        let tokens = tokens.convert::<i64>().try_to_vec::<i64>().map_err(|e| format!("{e:?}"))?;
+        let logprobs = logprobs.try_to_vec::<f32>().map_err(|e| format!("{e:?}"))?;
+        self.phase.wait_s += waiting.elapsed().as_secs_f64();
+        let now = Instant::now();
+        let index: std::collections::HashMap<u64, usize> = self.active.iter().enumerate().map(|(a, act)| (act.request.id, a)).collect();
+        for (i, id) in step.owners.iter().enumerate() {
+            if let Some(&a) = index.get(id) {
+                let act = &mut self.active[a];
+                act.tokens.push(tokens[i] as u32);
+                act.logprobs.push(logprobs[i]);
+                act.in_flight -= 1;
+                act.first_token.get_or_insert(now);
+            }
+        }
+        Ok(())
+    }
+
+}

@@ -1,0 +1,56 @@
+//! Which kernels a forward's projections and norms run on: lockstep's batch-invariant ones (the
+//! product) or, for the ablation, kernels whose bits depend on the batch. Attention, RoPE and
+//! the logprob reduction are lockstep's in every set.
+
+use crate::{KernelError, WeightLayout};
+use burn::tensor::{DType, Tensor};
+
+/// The kernel set a forward runs on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KernelSet {
+    /// lockstep's batch-invariant kernels: the product.
+    #[default]
+    Matched,
+    /// The same kernels without the decode path's fused launches (see
+    /// [`super::FusedProjections`]): the same bits, for benchmarks of what fusion saves.
+    MatchedUnfused,
+    /// burn's default matmul and an rmsnorm built from burn ops (autotuned, split reductions,
+    /// not batch invariant): the ablation's "fast" sampler.
+    Fast,
+    /// lockstep's kernels except the matmul, which splits K by batch size
+    /// ([`crate::ops::ablation::matmul_split_k`]): the ablation's deterministic, non-invariant sampler.
+    SplitK,
+}
+
+impl KernelSet {
+    /// Whether this set is lockstep's batch-invariant arithmetic.
+    pub fn is_matched(self) -> bool {
+        matches!(self, KernelSet::Matched | KernelSet::MatchedUnfused)
+    }
+
+    /// `x @ w` (or `x @ w^T` for `[out, in]` weights) on this set's matmul.
+    pub fn matmul(self, x: Tensor<2>, w: Tensor<2>, layout: WeightLayout) -> Result<Tensor<2>, KernelError> {
+        match self {
+            KernelSet::Matched | KernelSet::MatchedUnfused => crate::matmul(x, w, layout),
+            KernelSet::SplitK => crate::ops::ablation::matmul_split_k::matmul_split_k(x, w, layout),
+            KernelSet::Fast => Ok(match layout {
+                WeightLayout::OutIn => x.matmul(w.transpose()),
+                WeightLayout::InOut => x.matmul(w),
+            }),
+        }
+    }
+
+    /// RMSNorm over the last dimension, scaled by `w`, on this set's kernel.
+    pub fn rmsnorm<const D: usize>(self, x: Tensor<D>, w: Tensor<1>, eps: f32) -> Result<Tensor<D>, KernelError> {
+        match self {
+            KernelSet::Matched | KernelSet::MatchedUnfused | KernelSet::SplitK => crate::rmsnorm(x, w, eps),
+            KernelSet::Fast => {
+                let dtype = x.dtype();
+                let x32 = x.cast(DType::F32);
+                let inv = (x32.clone() * x32.clone()).mean_dim(D - 1).add_scalar(eps as f64).sqrt().recip();
+                let shape: [usize; D] = std::array::from_fn(|i| if i + 1 == D { w.dims()[0] } else { 1 });
+                Ok((x32 * inv).cast(dtype) * w.reshape(shape))
+            }
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! One decoder layer: its weights and its forward.
+//!
+//!   rmsnorm -> q,k,v proj -> (Qwen3: per-head q/k rmsnorm) -> rope -> causal GQA attention
+//!   -> o proj -> + residual -> rmsnorm -> silu(gate) * up -> down -> + residual
+//!
+//! A layer runs unfused (training, prefill without fused weights, the ablation's kernels) or on
+//! the decode path's fused launches ([`FusedProjections`], `attention_inputs`, `add_rmsnorm`,
+//! `swiglu_halves`): 9 launches instead of 19, the same bits, which the model contract checks.
+
+use super::cache::take;
+use super::forward::{Pass, Stream};
+use super::names::LayerTensor;
+use super::{ModelConfig, ModelError};
+use crate::ops::attention::attention_for_rows;
+use crate::ops::attention::inputs::attention_inputs;
+use crate::ops::kv_cache::write_kv_cache_paged;
+use crate::{add, add_rmsnorm, causal_attention, rope, swiglu, swiglu_halves, QkNorm, WeightLayout::OutIn};
+use burn::tensor::Tensor;
+
+/// One decoder layer's weights, in HF layout (`[out, in]` projections).
+#[derive(Clone, Debug)]
+pub struct Layer {
+    pub input_norm: Tensor<1>,
+    pub q_proj: Tensor<2>,
+    pub k_proj: Tensor<2>,
+    pub v_proj: Tensor<2>,
+    pub o_proj: Tensor<2>,
+    pub q_norm: Option<Tensor<1>>,
+    pub k_norm: Option<Tensor<1>>,
+    pub post_norm: Tensor<1>,
+    pub gate_proj: Tensor<2>,
+    pub up_proj: Tensor<2>,
+    pub down_proj: Tensor<2>,
+}
+
+/// One layer's q/k/v and gate/up weights as one matrix each (`[q; k; v]` and `[gate; up]` by
+/// output row): a row's dot product with a weight row does not depend on which other weight
+/// rows share the launch, so the fused projections give the separate ones' bits in fewer
+/// launches. The layer's own `q_proj` ... `up_proj` become views into these (no second copy).
+#[derive(Clone, Debug)]
+pub struct FusedProjections {
+    pub qkv: Tensor<2>,
+    pub gate_up: Tensor<2>,
+}
+
+/// One weight of a layer, borrowed for the weight walk.
+pub(crate) enum Slot<'a> {
+    Vector(&'a mut Tensor<1>),
+    Matrix(&'a mut Tensor<2>),
+}
+
+impl Layer {
+    /// Layer `i` of a model of shape `c`, every weight from `source` by HF name (a matrix;
+    /// vectors as one row).
+    pub(crate) fn load(i: usize, c: &ModelConfig, source: &dyn Fn(&str) -> Result<Tensor<2>, ModelError>) -> Result<Self, ModelError> {
+        let matrix = |t: LayerTensor| source(&t.name(i));
+        let vector = |t: LayerTensor| -> Result<Tensor<1>, ModelError> {
+            let m = source(&t.name(i))?;
+            let n = m.dims()[1];
+            Ok(m.reshape([n]))
+        };
+        Ok(Layer {
+            input_norm: vector(LayerTensor::InputNorm)?,
+            q_proj: matrix(LayerTensor::QProj)?,
+            k_proj: matrix(LayerTensor::KProj)?,
+            v_proj: matrix(LayerTensor::VProj)?,
+            o_proj: matrix(LayerTensor::OProj)?,
+            q_norm: c.qk_norm.then(|| vector(LayerTensor::QNorm)).transpose()?,
+            k_norm: c.qk_norm.then(|| vector(LayerTensor::KNorm)).transpose()?,
+            post_norm: vector(LayerTensor::PostNorm)?,
+            gate_proj: matrix(LayerTensor::GateProj)?,
+            up_proj: matrix(LayerTensor::UpProj)?,
+            down_proj: matrix(LayerTensor::DownProj)?,
+        })
+    }
+
+    /// The weight `t`, if this layer has it.
+    pub(crate) fn slot(&mut self, t: LayerTensor) -> Option<Slot<'_>> {
+        Some(match t {
+            LayerTensor::InputNorm => Slot::Vector(&mut self.input_norm),
+            LayerTensor::QProj => Slot::Matrix(&mut self.q_proj),
+            LayerTensor::KProj => Slot::Matrix(&mut self.k_proj),
+            LayerTensor::VProj => Slot::Matrix(&mut self.v_proj),
+            LayerTensor::OProj => Slot::Matrix(&mut self.o_proj),
+            LayerTensor::QNorm => Slot::Vector(self.q_norm.as_mut()?),
+            LayerTensor::KNorm => Slot::Vector(self.k_norm.as_mut()?),
+            LayerTensor::PostNorm => Slot::Vector(&mut self.post_norm),
+            LayerTensor::GateProj => Slot::Matrix(&mut self.gate_proj),
+            LayerTensor::UpProj => Slot::Matrix(&mut self.up_proj),
+            LayerTensor::DownProj => Slot::Matrix(&mut self.down_proj),
+        })
+    }
+
+    /// Concatenates q/k/v and gate/up (see [`FusedProjections`]); the separate weights become
+    /// views of the fused ones.
+    pub(crate) fn fuse(&mut self) -> FusedProjections {
+        let qkv = Tensor::cat(vec![self.q_proj.clone(), self.k_proj.clone(), self.v_proj.clone()], 0);
+        let gate_up = Tensor::cat(vec![self.gate_proj.clone(), self.up_proj.clone()], 0);
+        let mut at = 0;
+        for w in [&mut self.q_proj, &mut self.k_proj, &mut self.v_proj] {
+            let [out, inp] = w.dims();
+            *w = qkv.clone().slice([at..at + out, 0..inp]);
+            at += out;
+        }
+        let [ffn, hidden] = self.gate_proj.dims();
+        self.gate_proj = gate_up.clone().slice([0..ffn, 0..hidden]);
+        self.up_proj = gate_up.clone().slice([ffn..2 * ffn, 0..hidden]);
+        FusedProjections { qkv, gate_up }
+    }
+
+    /// Layer `i` on the pass's rows: the residual stream after it. `fused` runs the decode
+    /// path's fused launches (the pass has a KV cache); then the stream leaves normed by
+    /// `next_norm` (the next layer's input norm, or the final norm), computed in the launch of
+    /// the residual add.
+    pub(crate) fn forward(&self, i: usize, stream: Stream, fused: Option<&FusedProjections>, next_norm: &Tensor<1>, pass: &mut Pass) -> Result<Stream, ModelError> {
+        let (k, eps, n) = (pass.kernels, pass.eps(), pass.rows.len());
+        let (hq, d) = (pass.config.num_heads, pass.config.head_dim);
+        let x = match stream.normed {
+            Some(x) => x,
+            None => k.rmsnorm(stream.h.clone(), self.input_norm.clone(), eps)?,
+        };
+        pass.record(|| format!("layer {i} input_norm"), &x);
+        let attn = match fused {
+            Some(f) => self.attention_fused(i, x, f, pass)?,
+            None => self.attention(i, x, pass)?,
+        };
+        pass.record(|| format!("layer {i} attention"), &attn.clone().reshape([n, hq * d]));
+        let o = k.matmul(attn.reshape([n, hq * d]), self.o_proj.clone(), OutIn)?;
+        pass.record(|| format!("layer {i} o_proj"), &o);
+        let (h, x) = match residual(stream.h, o, &self.post_norm, fused.is_some(), eps)? {
+            Stream { h, normed: Some(x) } => (h, x),
+            Stream { h, normed: None } => (h.clone(), k.rmsnorm(h, self.post_norm.clone(), eps)?),
+        };
+        pass.record(|| format!("layer {i} post_norm"), &x);
+        let act = match fused {
+            Some(f) => swiglu_halves(k.matmul(x, f.gate_up.clone(), OutIn)?)?,
+            None => swiglu(k.matmul(x.clone(), self.gate_proj.clone(), OutIn)?, k.matmul(x, self.up_proj.clone(), OutIn)?)?,
+        };
+        pass.record(|| format!("layer {i} gate/up+swiglu"), &act);
+        let down = k.matmul(act, self.down_proj.clone(), OutIn)?;
+        pass.record(|| format!("layer {i} down_proj"), &down);
+        residual(h, down, next_norm, fused.is_some(), eps)
+    }
+
+    /// Attention on separate launches: q/k/v projections, q/k norms, RoPE, then the rows' keys
+    /// and values written into the KV cache and attention over it, or without a cache causal
+    /// attention within each sequence of the rows (the training path).
+    fn attention(&self, i: usize, x: Tensor<2>, pass: &mut Pass) -> Result<Tensor<3>, ModelError> {
+        let (k, eps, n) = (pass.kernels, pass.eps(), pass.rows.len());
+        let (hq, hkv, d) = (pass.config.num_heads, pass.config.num_kv_heads, pass.config.head_dim);
+        let mut q = k.matmul(x.clone(), self.q_proj.clone(), OutIn)?.reshape([n, hq, d]);
+        let mut kk = k.matmul(x.clone(), self.k_proj.clone(), OutIn)?.reshape([n, hkv, d]);
+        let v = k.matmul(x, self.v_proj.clone(), OutIn)?.reshape([n, hkv, d]);
+        if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
+            q = k.rmsnorm(q, qn.clone(), eps)?;
+            kk = k.rmsnorm(kk, kn.clone(), eps)?;
+        }
+        let q = rope(q, pass.positions.clone(), pass.rope)?;
+        let kk = rope(kk, pass.positions.clone(), pass.rope)?;
+        pass.record(|| format!("layer {i} q (normed, rope)"), &q.clone().reshape([n, hq * d]));
+        pass.record(|| format!("layer {i} k (normed, rope)"), &kk.clone().reshape([n, hkv * d]));
+        pass.record(|| format!("layer {i} v"), &v.clone().reshape([n, hkv * d]));
+        let (slots, positions, scale) = (pass.slots.clone(), pass.positions.clone(), pass.scale());
+        Ok(match pass.cache.as_deref_mut() {
+            Some(cache) => {
+                let pages = cache.pages()?;
+                let (kc, vc) = &mut cache.layers[i];
+                // moved out so the write happens in place (a shared handle would be copied)
+                *kc = write_kv_cache_paged(take(kc), kk, slots.clone(), positions.clone(), Some(&pages))?;
+                *vc = write_kv_cache_paged(take(vc), v, slots.clone(), positions.clone(), Some(&pages))?;
+                attention_for_rows(q, kc.clone(), vc.clone(), slots, positions, &pass.rows.slots, scale, Some(&pages))?
+            }
+            None => causal_attention(q, kk, v, &pass.rows.slots, &pass.rows.positions, scale)?,
+        })
+    }
+
+    /// Attention on the decode path's fused launches: one q/k/v projection, then q/k norms,
+    /// RoPE and the cache write in one kernel ([`attention_inputs`]), then attention over the
+    /// cache.
+    fn attention_fused(&self, i: usize, x: Tensor<2>, f: &FusedProjections, pass: &mut Pass) -> Result<Tensor<3>, ModelError> {
+        let (eps, n, scale) = (pass.eps(), pass.rows.len(), pass.scale());
+        let (hq, d) = (pass.config.num_heads, pass.config.head_dim);
+        let qkv = pass.kernels.matmul(x, f.qkv.clone(), OutIn)?;
+        let qk_norm = match (&self.q_norm, &self.k_norm) {
+            (Some(q), Some(k)) => Some(QkNorm { q: q.clone(), k: k.clone(), eps }),
+            _ => None,
+        };
+        let (slots, positions) = (pass.slots.clone(), pass.positions.clone());
+        let cache = pass.cache.as_deref_mut().ok_or_else(|| ModelError::Input("the fused decode path needs a KV cache".into()))?;
+        let pages = cache.pages()?;
+        let (kc, vc) = &mut cache.layers[i];
+        let (q, k_new, v_new) = attention_inputs(qkv, hq, qk_norm.as_ref(), slots.clone(), positions.clone(), pass.rope, take(kc), take(vc), Some(&pages))?;
+        (*kc, *vc) = (k_new, v_new);
+        let (kc, vc) = (kc.clone(), vc.clone());
+        pass.record(|| format!("layer {i} q (normed, rope)"), &q.clone().reshape([n, hq * d]));
+        if pass.traced() {
+            let cache = pass.cache.as_deref().expect("checked above");
+            let (k_rows, v_rows) = (cache.rows_of(&kc, pass.rows), cache.rows_of(&vc, pass.rows));
+            pass.record(|| format!("layer {i} k (normed, rope)"), &k_rows);
+            pass.record(|| format!("layer {i} v"), &v_rows);
+        }
+        Ok(attention_for_rows(q, kc, vc, slots, positions, &pass.rows.slots, scale, Some(&pages))?)
+    }
+}
+
+/// `h + delta`; on the fused path with its RMSNorm by `norm` from the same launch.
+fn residual(h: Tensor<2>, delta: Tensor<2>, norm: &Tensor<1>, fused: bool, eps: f32) -> Result<Stream, ModelError> {
+    Ok(if fused {
+        let (h, normed) = add_rmsnorm(h, delta, norm.clone(), eps)?;
+        Stream { h, normed: Some(normed) }
+    } else {
+        Stream { h: add(h, delta)?, normed: None }
+    })
+}

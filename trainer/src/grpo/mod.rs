@@ -1,0 +1,199 @@
+//! GRPO, truly on-policy. Each step:
+//!  1. draw `prompts_per_step` problems from the task (generator keyed by (seed, step));
+//!  2. sample `group_size` completions of each with the sampler, on the current weights;
+//!  3. reward each completion; advantage A = (r - group mean) / (group std + 1e-6);
+//!  4. recompute the rollout tokens' logprobs with the trainer (the training path of the same
+//!     model, autodiff on) and compare them with the sampler's: KL k1/k3, |Δlogprob|, the
+//!     fraction of tokens whose bits are equal, importance ratios. In matched mode any token
+//!     that differs stops the run (or warns) and the auditor names the first op that diverged;
+//!  5. loss = -Σ_t c_t·A·logprob_t / N_tokens (+ optional k3 KL to the initial policy), with
+//!     c_t = 1 on-policy, or the TIS/MIS/PPO-clip weight of the ablation; backward, clip, AdamW;
+//!  6. hand the new weights to the sampler and check their fingerprint equals the trainer's.
+//! All randomness is keyed by (seed, step), so a resumed run repeats an uninterrupted one bit
+//! for bit.
+
+use crate::checkpoint::{self, RunState};
+use crate::config::Config;
+use crate::optim::{learning_rate, AdamW};
+use crate::run::{run_dir, Policy, RunError};
+use crate::tasks::Task;
+use crate::telemetry::{PhaseTimes, StepMetrics, Telemetry};
+use burn::tensor::DType;
+use sampler::{Engine, SamplingParams};
+use shared_kernels::bridge::ReadBack;
+use shared_kernels::model::{KernelSet, Qwen3};
+use shared_kernels::ops::fingerprint::{fingerprint_launch, fold_data};
+use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+use std::time::Instant;
+
+mod rollouts;
+mod score;
+mod update;
+
+pub use update::Correction;
+
+pub struct Trainer {
+    pub cfg: Config,
+    pub policy: Policy,
+    pub opt: AdamW,
+    pub engine: Engine,
+    pub task: Task,
+    pub reference: Option<Qwen3>,
+    pub telemetry: Telemetry,
+    pub run_dir: PathBuf,
+    /// GRPO steps completed.
+    pub step: usize,
+    /// The eval split's problems (`task.eval_path`; empty without one).
+    pub eval_problems: Vec<crate::tasks::Problem>,
+}
+
+/// The weights as `dtype` (the sampling dtype), fingerprinted: each tensor's device fingerprint
+/// (`ops::fingerprint`: 64 bits over every value and its position), all launched first and read
+/// back in one copy, then SHA-256 over (name, element count, fingerprint) per tensor, 16 hex
+/// digits. Hashing every value on the host (sessions 1-10) read all weights back twice a step:
+/// a third of a configs/h200.toml step, seconds at 0.6B parameters.
+pub fn weights_fingerprint(model: &Qwen3, dtype: DType) -> Result<String, RunError> {
+    let failed = |e: String| RunError::Other(format!("weight fingerprint: {e}"));
+    let mut launched = Vec::new();
+    for (name, w) in model.named_tensors() {
+        launched.push((name, fingerprint_launch(w.flat().cast(dtype)).map_err(|e| failed(e.to_string()))?));
+    }
+    let partials = launched.iter().map(|(_, f)| f.partials.clone()).collect();
+    let data = ReadBack::start::<1>(vec![], partials).map_err(|e| failed(e.to_string()))?.wait().map_err(failed)?;
+    let mut h = Sha256::new();
+    for ((name, f), d) in launched.iter().zip(data) {
+        let (a, b) = fold_data(d).map_err(failed)?;
+        h.update(name.as_bytes());
+        h.update((f.elements as u64).to_le_bytes());
+        h.update(a.to_le_bytes());
+        h.update(b.to_le_bytes());
+    }
+    Ok(h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect())
+}
+
+pub fn new_adamw(c: &Config) -> AdamW {
+    AdamW::new(c.train.beta1, c.train.beta2, c.train.adam_eps, c.train.weight_decay)
+}
+
+impl Trainer {
+    pub fn new(cfg: Config, policy: Policy, opt: AdamW, step: usize) -> Result<Self, RunError> {
+        let task = crate::run::load_task(&cfg)?;
+        let run_dir = run_dir(&cfg);
+        let telemetry = Telemetry::open(&run_dir, cfg.log.tensorboard, step).map_err(|e| RunError::Other(format!("{}: {e}", run_dir.display())))?;
+        let engine_cfg = crate::run::engine_config(&cfg, &policy.model)?;
+        let engine = Engine::new(sampler_model(&cfg, &policy.model), engine_cfg).map_err(RunError::Other)?;
+        let reference = (cfg.train.kl_coef > 0.0).then(|| policy.model.clone());
+        let eval_problems = if cfg.train.eval_every > 0 { crate::eval::load_eval_problems(&cfg)? } else { Vec::new() };
+        Ok(Self { cfg, policy, opt, engine, task, reference, telemetry, run_dir, step, eval_problems })
+    }
+
+    pub(super) fn params(&self, seed: u64) -> SamplingParams {
+        let s = &self.cfg.sampler;
+        SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: self.policy.stop_tokens.clone(), seed }
+    }
+
+    /// One GRPO step (see the module docs): its phases in order.
+    pub fn step(&mut self) -> Result<StepMetrics, RunError> {
+        let started = Instant::now();
+        let step = self.step;
+        let rollouts = self.rollouts(step)?;
+        let (scored, tracked) = self.score(step, &rollouts)?;
+        let lr = learning_rate(self.cfg.train.lr, step, self.cfg.train.warmup_steps, self.cfg.train.steps, self.cfg.train.min_lr_ratio);
+        let updating = Instant::now();
+        let (loss, grad_norm, corr, verified) = self.update(step, &rollouts, tracked, &scored, lr)?;
+        let (agreement, entropy) = verified.unwrap_or_else(|| (scored.agreement.clone(), scored.entropy));
+        let update_s = updating.elapsed().as_secs_f64();
+        let syncing = Instant::now();
+        let (sampler_hash, trainer_hash) = self.sync_weights(step)?;
+        // the evaluation sees the step's new weights (the engine holds them now)
+        let c = &self.cfg;
+        let eval = if c.train.eval_every > 0 && (step + 1) % c.train.eval_every == 0 {
+            Some(crate::eval::evaluate(c, &self.policy, &self.task, &mut self.engine, &self.eval_problems, step)?)
+        } else {
+            None
+        };
+        let phases = &rollouts.engine_phases;
+        let timing = PhaseTimes {
+            gen_s: rollouts.sample_s,
+            logprob_s: scored.logprob_s,
+            update_s,
+            sync_s: syncing.elapsed().as_secs_f64(),
+            gen_engine_steps: phases.steps,
+            gen_launch_s: phases.launch_s,
+            gen_wait_s: phases.wait_s,
+            gen_prefix_copy_s: phases.prefix_copy_s,
+            gen_schedule_s: phases.schedule_s,
+            gen_preempted: phases.preempted,
+        };
+        self.step += 1;
+        let (completions, rewards) = (&rollouts.completions, &rollouts.rewards);
+        let generated: usize = completions.iter().map(|c| c.tokens.len()).sum();
+        let mean = rewards.iter().sum::<f64>() / rewards.len() as f64;
+        let metrics = StepMetrics {
+            step,
+            reward_mean: mean,
+            reward_std: (rewards.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / rewards.len() as f64).sqrt(),
+            response_len_mean: generated as f64 / completions.len() as f64,
+            agreement,
+            loss,
+            grad_norm,
+            entropy,
+            lr,
+            is_ratio_min: corr.ratio_min,
+            is_ratio_mean: corr.ratio_mean,
+            is_ratio_max: corr.ratio_max,
+            is_weight_min: corr.weight_min,
+            is_weight_mean: corr.weight_mean,
+            is_weight_max: corr.weight_max,
+            truncated_frac: corr.truncated_frac,
+            masked_frac: corr.masked_frac,
+            kl_ref: scored.kl_ref,
+            tokens_per_s: generated as f64 / rollouts.sample_s.max(1e-9),
+            step_s: started.elapsed().as_secs_f64(),
+            timing,
+            sampler_weights_fingerprint: sampler_hash,
+            trainer_weights_fingerprint: trainer_hash,
+            eval,
+            dynamic_sampling: rollouts.groups.map(|(groups_kept, groups_sampled)| crate::telemetry::DynamicSampling { groups_kept, groups_sampled }),
+        };
+        self.telemetry.record(&metrics).map_err(|e| RunError::Other(format!("metrics: {e}")))?;
+        Ok(metrics)
+    }
+
+    /// Phase 6: the sampler gets the new weights; both fingerprints must agree.
+    pub(super) fn sync_weights(&mut self, step: usize) -> Result<(String, String), RunError> {
+        let sampling_dtype = self.policy.model.dtype;
+        self.engine.set_model(sampler_model(&self.cfg, &self.policy.model)).map_err(RunError::Other)?;
+        let trainer_hash = weights_fingerprint(&self.policy.model, sampling_dtype)?;
+        let sampler_hash = weights_fingerprint(self.engine.model(), sampling_dtype)?;
+        if trainer_hash != sampler_hash {
+            return Err(RunError::Other(format!("step {step}: sampler weights {sampler_hash} differ from trainer weights {trainer_hash}")));
+        }
+        Ok((sampler_hash, trainer_hash))
+    }
+
+    pub fn checkpoint(&self) -> Result<PathBuf, RunError> {
+        let state = RunState { step: self.step, adam_t: self.opt.t, git_revision: crate::run::git_revision() };
+        let saved_already = checkpoint::list(&self.run_dir).iter().any(|p| p.ends_with(format!("step-{:06}", self.step)));
+        let started = std::time::Instant::now();
+        let path = checkpoint::save(&self.run_dir, &self.policy.model, &self.opt, &state, &self.policy.tokenizer_json, self.cfg.train.keep_checkpoints)?;
+        if !saved_already {
+            let bytes: u64 = std::fs::read_dir(&path).map(|d| d.filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum()).unwrap_or(0);
+            eprintln!("checkpoint {}: {:.2} GB written in {:.1} s", path.display(), bytes as f64 / 1e9, started.elapsed().as_secs_f64());
+        }
+        Ok(path)
+    }
+}
+
+/// The sampler's copy of the policy: the same weights in the sampling dtype, on the kernel set
+/// the ablation names.
+pub fn sampler_model(c: &Config, model: &Qwen3) -> Qwen3 {
+    let mut m = model.clone();
+    m.kernels = match c.ablation.sampler_kernels.as_str() {
+        "fast" => KernelSet::Fast,
+        "split_k" => KernelSet::SplitK,
+        _ => KernelSet::Matched,
+    };
+    m
+}

@@ -1,0 +1,189 @@
+//! GRPO phase 4: the trainer's logprobs of the rollouts, their agreement with the sampler's as
+//! bits, and each scored token's loss weight.
+
+use super::rollouts::Rollouts;
+use super::update::Correction;
+use super::Trainer;
+use crate::losses::aggregation_divisor;
+use crate::optim::{micro_batches, tracked_copy};
+use crate::run::RunError;
+use crate::telemetry::Agreement;
+use sampler::Request;
+use shared_kernels::model::audit::first_divergence_in_batch;
+use shared_kernels::model::Qwen3;
+use std::time::Instant;
+
+impl Trainer {
+    /// Phase 4: trainer logprobs on the training path, compared with the sampler's as bits (a
+    /// difference stops or warns, with the auditor's report), and each scored token's loss
+    /// weight. One pass with autodiff on when the step is one micro-batch and one update (its
+    /// graph then serves the update), else a scoring pass per micro-batch without autodiff.
+    pub(super) fn score(&self, step: usize, r: &Rollouts) -> Result<(Scored, Option<Tracked>), RunError> {
+        let c = &self.cfg;
+        let (requests, completions, sequences) = (&r.requests, &r.completions, &r.sequences);
+        let lengths: Vec<usize> = sequences.iter().map(Vec::len).collect();
+        let batches = micro_batches(&lengths, c.train.micro_batch_tokens);
+        let scoring = Instant::now();
+        // In matched mode the sampler's logprobs are the old policy's, as bits (the contract):
+        // with micro-batches no separate scoring pass runs. The update's tracked forward of each
+        // micro-batch is compared with them as bits before the optimizer step, and a difference
+        // stops the run there (so `train.on_mismatch = "stop"` only: "warn" keeps the pass).
+        if self.verifies_in_update(batches.len()) {
+            // completion positions hold the sampler's values (the loss weights read only those);
+            // prompt positions NaN, so any use of them would poison the update and stop it
+            let trainer_lp: Vec<Vec<f32>> = sequences
+                .iter()
+                .enumerate()
+                .map(|(s, seq)| {
+                    let start = requests[s].prompt.len() - 1;
+                    let mut lp = vec![f32::NAN; seq.len() - 1];
+                    lp[start..].copy_from_slice(&completions[s].logprobs);
+                    lp
+                })
+                .collect();
+            return self.weigh(r, batches, trainer_lp, 0.0, Agreement::default(), scoring, true).map(|s| (s, None));
+        }
+        let single = (batches.len() == 1 && !self.ppo()).then(|| tracked_copy(&self.policy.model));
+        let (trainer_lp, single, entropy) = match single {
+            Some(tracked) => {
+                let (lp, flat) = tracked.training_logprobs(sequences, c.sampler.temperature, c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
+                let entropy = flat.mean_entropy;
+                (lp, Some((tracked, flat)), entropy)
+            }
+            None => {
+                let (lp, entropy) = logprobs_by_batch(&self.policy.model, sequences, &batches, c.sampler.temperature).map_err(|e| pass_error(step, e))?;
+                (lp, None, entropy)
+            }
+        };
+        let mut sampler_all = Vec::new();
+        let mut trainer_all = Vec::new();
+        for (s, comp) in completions.iter().enumerate() {
+            let start = requests[s].prompt.len() - 1;
+            sampler_all.extend_from_slice(&comp.logprobs);
+            trainer_all.extend_from_slice(&trainer_lp[s][start..]);
+        }
+        let agreement = Agreement::of(&sampler_all, &trainer_all);
+        if c.ablation.sampler_kernels == "matched" && agreement.bit_equal_frac < 1.0 {
+            let within = |s: usize| batches.iter().find(|b| b.contains(&s)).cloned().unwrap_or(0..sequences.len());
+            let message = self.mismatch_report(step, r, &trainer_lp, 0, &agreement, within)?;
+            if c.train.on_mismatch == "stop" {
+                return Err(RunError::Other(message));
+            }
+            tracing::warn!("{message}");
+        }
+        self.weigh(r, batches, trainer_lp, entropy, agreement, scoring, false).map(|s| (s, single))
+    }
+
+    /// Whether this step's trainer logprobs are checked inside the update instead of a
+    /// scoring pass of their own (see [`Self::score`]).
+    pub(super) fn verifies_in_update(&self, micro_batches: usize) -> bool {
+        let c = &self.cfg;
+        c.ablation.sampler_kernels == "matched" && c.train.on_mismatch == "stop" && !self.ppo() && micro_batches > 1
+    }
+
+    /// The error (or warning) for trainer logprobs `lp` of sequences `first..` that differ in
+    /// bits from the sampler's: how many, the first one, and the auditor's report replayed
+    /// inside the micro-batch `within(s)` it ran in (the same launch sizes).
+    pub(super) fn mismatch_report(&self, step: usize, r: &Rollouts, lp: &[Vec<f32>], first: usize, agreement: &Agreement, within: impl Fn(usize) -> std::ops::Range<usize>) -> Result<String, RunError> {
+        let n = lp.len();
+        let (requests, completions, sequences) = (&r.requests[first..first + n], &r.completions[first..first + n], &r.sequences);
+        let (k, t) = first_mismatch(completions, lp, requests);
+        let s = first + k;
+        let sampled = completions[k].logprobs[t];
+        let within = within(s);
+        let report = first_divergence_in_batch(&self.policy.model, self.engine.model(), &sequences[within.clone()], s - within.start, r.requests[s].prompt.len() - 1 + t, Some((sampled, self.cfg.sampler.temperature)))?;
+        Ok(format!("step {step}: sampler and trainer logprobs differ in bits for {} of {} tokens (request {}, token {t}); {report}", agreement.tokens - (agreement.bit_equal_frac * agreement.tokens as f64).round() as usize, agreement.tokens, r.requests[s].id))
+    }
+
+    /// Loss weights per scored row from the trainer logprobs (prompt tokens get 0), and the
+    /// reference model's KL term when `train.kl_coef` asks for one.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn weigh(&self, r: &Rollouts, batches: Vec<std::ops::Range<usize>>, trainer_lp: Vec<Vec<f32>>, entropy: f64, agreement: Agreement, scoring: Instant, verify_in_update: bool) -> Result<Scored, RunError> {
+        let c = &self.cfg;
+        let (requests, completions, sequences) = (&r.requests, &r.completions, &r.sequences);
+        let coef_sampler_tokens: usize = completions.iter().map(|comp| comp.logprobs.len()).sum();
+        let (coef, corr) = self.coefficients(requests, completions, &trainer_lp, &r.advantages)?;
+        let ref_lp = match &self.reference {
+            Some(m) => Some(logprobs_by_batch(m, sequences, &batches, c.sampler.temperature)?.0),
+            None => None,
+        };
+        let logprob_s = scoring.elapsed().as_secs_f64();
+        let n_tokens = coef_sampler_tokens.max(1) as f64;
+        let mut weights = Vec::with_capacity(coef.len());
+        let mut kl_ref = 0.0;
+        let mut at = 0;
+        for (s, seq) in sequences.iter().enumerate() {
+            let start = requests[s].prompt.len() - 1;
+            let divisor = aggregation_divisor(&c.train.loss_aggregation, completions[s].tokens.len(), completions.len(), n_tokens, c.sampler.max_new_tokens);
+            for t in 0..seq.len() - 1 {
+                let mut w = 0.0;
+                if t >= start {
+                    w = -coef[at] / divisor;
+                    if let Some(rl) = &ref_lp {
+                        let d = (rl[s][t] - trainer_lp[s][t]) as f64;
+                        kl_ref += (d.exp() - d - 1.0) / n_tokens;
+                        w += c.train.kl_coef * (1.0 - d.exp()) / n_tokens;
+                    }
+                    at += 1;
+                }
+                weights.push(w as f32);
+            }
+        }
+        Ok(Scored { batches, trainer_lp, entropy, agreement, corr, weights, kl_ref, logprob_s, verify_in_update })
+    }
+
+    pub(super) fn ppo(&self) -> bool {
+        self.cfg.train.ppo_epochs * self.cfg.train.mini_batches > 1
+    }
+}
+
+/// The tracked one-pass forward (model copy, flat logprobs) whose graph the update reuses.
+pub(super) type Tracked = (Qwen3, shared_kernels::model::TrackedLogprobs);
+
+/// A step's scoring: trainer logprobs, their agreement with the sampler's, the loss weights
+/// per scored row.
+pub(super) struct Scored {
+    pub(super) batches: Vec<std::ops::Range<usize>>,
+    pub(super) trainer_lp: Vec<Vec<f32>>,
+    pub(super) entropy: f64,
+    pub(super) agreement: Agreement,
+    pub(super) corr: Correction,
+    pub(super) weights: Vec<f32>,
+    pub(super) kl_ref: f64,
+    pub(super) logprob_s: f64,
+    /// No scoring pass ran: `trainer_lp` holds the sampler's values, which the update's
+    /// tracked forward checks as bits (and `agreement`, `entropy` come from there).
+    pub(super) verify_in_update: bool,
+}
+
+/// Logprobs of every sequence on `model`'s training path without autodiff, a micro-batch at a
+/// time, and the mean token entropy over all of them.
+pub(super) fn logprobs_by_batch(model: &Qwen3, sequences: &[Vec<u32>], batches: &[std::ops::Range<usize>], temperature: f32) -> Result<(Vec<Vec<f32>>, f64), shared_kernels::model::ModelError> {
+    let (mut all, mut entropy_sum, mut rows) = (Vec::with_capacity(sequences.len()), 0.0, 0usize);
+    for range in batches {
+        let scores = model.sequence_logprobs(&sequences[range.clone()], temperature)?;
+        let lp = scores.per_sequence;
+        let n: usize = lp.iter().map(Vec::len).sum();
+        entropy_sum += scores.mean_entropy * n as f64;
+        rows += n;
+        all.extend(lp);
+    }
+    Ok((all, entropy_sum / rows.max(1) as f64))
+}
+
+/// A trainer pass that failed, with the keys that bound its device memory.
+pub(super) fn pass_error(step: usize, e: shared_kernels::model::ModelError) -> RunError {
+    RunError::Other(format!("step {step}: {e} (if the device ran out of memory: lower train.micro_batch_tokens, or sampler.kv_budget_mib / sampler.max_batch, which size the sampler's KV cache held during training)"))
+}
+
+fn first_mismatch(completions: &[sampler::Completion], trainer_lp: &[Vec<f32>], requests: &[Request]) -> (usize, usize) {
+    for (s, comp) in completions.iter().enumerate() {
+        let start = requests[s].prompt.len() - 1;
+        for (t, &q) in comp.logprobs.iter().enumerate() {
+            if q.to_bits() != trainer_lp[s][start + t].to_bits() {
+                return (s, t);
+            }
+        }
+    }
+    (0, 0)
+}

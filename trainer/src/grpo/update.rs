@@ -1,0 +1,223 @@
+//! GRPO phase 5: the update: one policy-gradient step folded over micro-batches, or PPO epochs
+//! of mini-batches; the ablation's correction coefficients.
+
+use super::rollouts::Rollouts;
+use super::score::{pass_error, Scored, Tracked};
+use super::Trainer;
+use crate::losses::{aggregation_divisor, surrogate_coefficients};
+use crate::optim::{accumulate, clip, micro_batches, tracked_copy, weighted_backward, with_folded};
+use crate::run::RunError;
+use crate::telemetry::Agreement;
+use sampler::Request;
+use shared_kernels::grad_fold::GradFold;
+
+impl Trainer {
+    /// Phase 5: the update: PPO epochs, or one policy-gradient step whose weight gradients are
+    /// folded over the tokens in order across micro-batches (its bits do not depend on
+    /// `train.micro_batch_tokens`). Returns the loss, the gradient norm and the ratio statistics.
+    /// With `scored.verify_in_update`, also the agreement and entropy its forward measured.
+    pub(super) fn update(&mut self, step: usize, r: &Rollouts, single: Option<Tracked>, scored: &Scored, lr: f64) -> Result<(f64, f64, Correction, Option<(Agreement, f64)>), RunError> {
+        if self.ppo() {
+            return self.ppo_updates(step, &r.sequences, &r.requests, &r.completions, &r.advantages, lr).map(|(l, g, c)| (l, g, c, None));
+        }
+        let c = self.cfg.clone();
+        let (sequences, weights, trainer_lp) = (&r.sequences, &scored.weights, &scored.trainer_lp);
+        let mut fold = GradFold::new();
+        let mut verified = None;
+        let (loss_value, grads) = match single {
+            Some((tracked, flat)) => weighted_backward(&tracked, flat, weights, &mut fold, &format!("step {step}"), "train.lr")?,
+            None => {
+                // the update a micro-batch at a time: its tracked forward must give the scoring
+                // pass's bits (batch invariance); gradients not folded are summed in f32 in order
+                let (mut loss, mut total, mut row) = (0.0, std::collections::BTreeMap::new(), 0);
+                let (mut sampler_all, mut trainer_all, mut entropy_sum) = (Vec::new(), Vec::new(), 0.0);
+                for range in &scored.batches {
+                    let tracked = tracked_copy(&self.policy.model);
+                    let (lp, flat) = tracked.training_logprobs(&sequences[range.clone()], c.sampler.temperature, c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
+                    if scored.verify_in_update {
+                        // the contract, checked here instead of a scoring pass: every completion
+                        // token's logprob equals the sampler's as bits, before any weight moves
+                        let (mut q, mut p) = (Vec::new(), Vec::new());
+                        for (k, s) in range.clone().enumerate() {
+                            q.extend_from_slice(&r.completions[s].logprobs);
+                            p.extend_from_slice(&lp[k][r.requests[s].prompt.len() - 1..]);
+                        }
+                        let part = Agreement::of(&q, &p);
+                        if part.bit_equal_frac < 1.0 {
+                            let within = range.clone();
+                            let report = self.mismatch_report(step, r, &lp, range.start, &part, |_| within.clone())?;
+                            let at = scored.batches.iter().position(|b| b == range).unwrap_or(0);
+                            return Err(RunError::Other(format!("{report} (found by the update's check of micro-batch {} of {}, before the optimizer step)", at + 1, scored.batches.len())));
+                        }
+                        let rows: usize = lp.iter().map(Vec::len).sum();
+                        entropy_sum += flat.mean_entropy * rows as f64;
+                        sampler_all.extend(q);
+                        trainer_all.extend(p);
+                    } else if let Some((k, _)) = lp.iter().zip(&trainer_lp[range.clone()]).enumerate().find(|(_, (a, b))| a.iter().map(|x| x.to_bits()).ne(b.iter().map(|x| x.to_bits()))) {
+                        return Err(RunError::Other(format!("step {step}: sequence {}'s logprobs in its tracked micro-batch ({} sequences) differ in bits from the scoring pass", range.start + k, range.len())));
+                    }
+                    let rows: usize = lp.iter().map(Vec::len).sum();
+                    let (part, grads) = weighted_backward(&tracked, flat, &weights[row..row + rows], &mut fold, &format!("step {step}"), "train.lr")?;
+                    loss += part;
+                    accumulate(&mut total, grads);
+                    row += rows;
+                }
+                if scored.verify_in_update {
+                    verified = Some((Agreement::of(&sampler_all, &trainer_all), entropy_sum / row.max(1) as f64));
+                }
+                (loss, total)
+            }
+        };
+        let mut grads = with_folded(grads, fold);
+        let grad_norm = clip(&mut grads, c.train.grad_clip);
+        if !grad_norm.is_finite() {
+            return Err(RunError::Other(format!("step {step}: the gradient norm is {grad_norm}; stopping before the update (the last checkpoint is intact)")));
+        }
+        self.policy.model = self.opt.step(&self.policy.model, &grads, lr);
+        Ok((loss_value, grad_norm, scored.corr.clone(), verified))
+    }
+
+    /// PPO epochs over the step's rollouts: `train.ppo_epochs` passes, each `train.mini_batches`
+    /// optimizer steps on consecutive slices of the rollouts, with the clipped surrogate against
+    /// the sampler's logprobs (in matched mode the old policy's, as bits, so no recompute pass);
+    /// each mini-batch's weight gradients folded over its micro-batches as in the single update.
+    /// Returns the first update's loss, the last one's gradient norm, and the ratio statistics
+    /// over every update (`masked_frac`: the clipped fraction of tokens).
+    pub(super) fn ppo_updates(&mut self, step: usize, sequences: &[Vec<u32>], requests: &[Request], completions: &[sampler::Completion], adv: &[f64], lr: f64) -> Result<(f64, f64, Correction), RunError> {
+        let c = self.cfg.clone();
+        let (n, m) = (sequences.len(), c.train.mini_batches);
+        let ranges: Vec<std::ops::Range<usize>> = (0..m).map(|b| b * n / m..(b + 1) * n / m).filter(|r| !r.is_empty()).collect();
+        let sequence_level = c.train.ratio_level == "sequence";
+        let mut corr = Correction { ratio_min: f64::INFINITY, ratio_max: 0.0, ..Default::default() };
+        let (mut seen, mut first_loss, mut grad_norm) = (0usize, None, 0.0);
+        for _epoch in 0..c.train.ppo_epochs {
+            for range in &ranges {
+                let mini = &sequences[range.clone()];
+                let lengths: Vec<usize> = mini.iter().map(Vec::len).collect();
+                let mini_tokens = range.clone().map(|s| completions[s].tokens.len()).sum::<usize>().max(1) as f64;
+                let mut fold = GradFold::new();
+                let (mut loss, mut total) = (0.0, std::collections::BTreeMap::new());
+                for b in micro_batches(&lengths, c.train.micro_batch_tokens) {
+                    let tracked = tracked_copy(&self.policy.model);
+                    let (lp, flat) = tracked.training_logprobs(&mini[b.clone()], c.sampler.temperature, c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
+                    let mut weights = Vec::new();
+                    for (k, seq_lp) in lp.iter().enumerate() {
+                        let s = range.start + b.start + k;
+                        let start = requests[s].prompt.len() - 1;
+                        let old = &completions[s].logprobs;
+                        let (coefs, ratios, clipped) = surrogate_coefficients(&seq_lp[start..], old, adv[s], c.train.clip_low, c.train.clip_high, sequence_level);
+                        for &r in &ratios {
+                            corr.ratio_min = corr.ratio_min.min(r);
+                            corr.ratio_max = corr.ratio_max.max(r);
+                            corr.ratio_mean += r;
+                        }
+                        corr.masked_frac += clipped as f64;
+                        seen += ratios.len();
+                        // GSPO averages sequences (its coefficients carry 1 / length already)
+                        let divisor = if sequence_level { range.len() as f64 } else { aggregation_divisor(&c.train.loss_aggregation, old.len(), range.len(), mini_tokens, c.sampler.max_new_tokens) };
+                        weights.extend(std::iter::repeat_n(0.0f32, start));
+                        weights.extend(coefs.iter().map(|&x| (-x / divisor) as f32));
+                    }
+                    let (part, grads) = weighted_backward(&tracked, flat, &weights, &mut fold, &format!("step {step}"), "train.lr")?;
+                    loss += part;
+                    accumulate(&mut total, grads);
+                }
+                let mut grads = with_folded(total, fold);
+                grad_norm = clip(&mut grads, c.train.grad_clip);
+                if !grad_norm.is_finite() {
+                    return Err(RunError::Other(format!("step {step}: the gradient norm is {grad_norm} in a PPO mini-batch; stopping before the update (the last checkpoint is intact)")));
+                }
+                first_loss.get_or_insert(loss);
+                self.policy.model = self.opt.step(&self.policy.model, &grads, lr);
+            }
+        }
+        let seen = seen.max(1) as f64;
+        corr.ratio_mean /= seen;
+        corr.masked_frac /= seen;
+        if !corr.ratio_min.is_finite() {
+            corr.ratio_min = 1.0;
+        }
+        (corr.weight_min, corr.weight_mean, corr.weight_max) = (corr.ratio_min, corr.ratio_mean, corr.ratio_max);
+        Ok((first_loss.unwrap_or(0.0), grad_norm, corr))
+    }
+
+    /// Per completion token: the policy-gradient coefficient c_t·A (c_t from the correction).
+    pub(super) fn coefficients(&self, requests: &[Request], completions: &[sampler::Completion], trainer_lp: &[Vec<f32>], adv: &[f64]) -> Result<(Vec<f64>, Correction), RunError> {
+        let a = &self.cfg.ablation;
+        let mut out = Vec::new();
+        let mut corr = Correction { ratio_min: f64::INFINITY, ratio_max: 0.0, weight_min: f64::INFINITY, weight_max: 0.0, ..Default::default() };
+        let mut n = 0usize;
+        for (s, comp) in completions.iter().enumerate() {
+            let start = requests[s].prompt.len() - 1;
+            let log_ratios: Vec<f64> = comp.logprobs.iter().enumerate().map(|(t, &q)| trainer_lp[s][start + t] as f64 - q as f64).collect();
+            let seq_log_ratio: f64 = log_ratios.iter().sum();
+            let seq_mean_log_ratio = seq_log_ratio / log_ratios.len().max(1) as f64;
+            for &lr_t in &log_ratios {
+                let ratio = match (a.level.as_str(), a.correction.as_str()) {
+                    ("sequence", "ppo_clip") => seq_mean_log_ratio.exp(),
+                    ("sequence", _) => seq_log_ratio.exp(),
+                    _ => lr_t.exp(),
+                };
+                corr.ratio_min = corr.ratio_min.min(ratio);
+                corr.ratio_max = corr.ratio_max.max(ratio);
+                corr.ratio_mean += ratio;
+                n += 1;
+                let weight = match a.correction.as_str() {
+                    "tis" => {
+                        if ratio > a.tis_cap {
+                            corr.truncated_frac += 1.0;
+                        }
+                        ratio.min(a.tis_cap)
+                    }
+                    "mis" => {
+                        if ratio < 1.0 / a.mis_threshold || ratio > a.mis_threshold {
+                            corr.masked_frac += 1.0;
+                            0.0
+                        } else {
+                            ratio
+                        }
+                    }
+                    "ppo_clip" => {
+                        let clipped = (adv[s] > 0.0 && ratio > 1.0 + a.ppo_clip) || (adv[s] < 0.0 && ratio < 1.0 - a.ppo_clip);
+                        if clipped {
+                            corr.masked_frac += 1.0;
+                            0.0
+                        } else {
+                            ratio
+                        }
+                    }
+                    _ => 1.0,
+                };
+                corr.weight_min = corr.weight_min.min(weight);
+                corr.weight_max = corr.weight_max.max(weight);
+                corr.weight_mean += weight;
+                out.push(weight * adv[s]);
+            }
+        }
+        let n = n.max(1) as f64;
+        corr.ratio_mean /= n;
+        corr.weight_mean /= n;
+        if !corr.weight_min.is_finite() {
+            corr.weight_min = 1.0;
+        }
+        corr.truncated_frac /= n;
+        corr.masked_frac /= n;
+        if !corr.ratio_min.is_finite() {
+            corr.ratio_min = 1.0;
+        }
+        Ok((out, corr))
+    }
+}
+
+#[derive(Clone, Default)]
+pub struct Correction {
+    pub ratio_min: f64,
+    pub ratio_mean: f64,
+    pub ratio_max: f64,
+    /// The weights after truncation or masking.
+    pub weight_min: f64,
+    pub weight_mean: f64,
+    pub weight_max: f64,
+    pub truncated_frac: f64,
+    pub masked_frac: f64,
+}
