@@ -4,6 +4,77 @@
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+/// A config mode: a closed set of choices, spelled in the TOML as the strings below (an unknown
+/// one is a parse error naming the file, the line and the allowed spellings).
+macro_rules! config_mode {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+        pub enum $name {
+            $($(#[$vmeta])* #[serde(rename = $text)] $variant),+
+        }
+        impl $name {
+            /// The TOML spelling.
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$variant => $text),+ }
+            }
+        }
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+config_mode! {
+    /// What a sampler/trainer logprob that differs in bits does in matched mode.
+    OnMismatch { Stop = "stop", Warn = "warn" }
+}
+config_mode! {
+    /// The kernels the sampler runs on.
+    SamplerKernels {
+        /// lockstep's batch-invariant kernels, bit-equal to the trainer's.
+        Matched = "matched",
+        /// burn's default (autotuned, not batch-invariant) matmul and rmsnorm.
+        Fast = "fast",
+        /// lockstep's kernels but a matmul that splits K by batch size.
+        SplitK = "split_k",
+    }
+}
+config_mode! {
+    /// The ablation's importance-sampling correction.
+    Correction { None = "none", Tis = "tis", Mis = "mis", PpoClip = "ppo_clip" }
+}
+config_mode! {
+    /// Where an importance ratio is taken: per token, or per sequence (GSPO).
+    RatioLevel { Token = "token", Sequence = "sequence" }
+}
+config_mode! {
+    /// Group advantages: GRPO's (r - mean) / (std + 1e-6), or Dr. GRPO's r - mean.
+    Advantage { GroupStd = "group_std", GroupMean = "group_mean" }
+}
+config_mode! {
+    /// What a sequence's token terms are divided by (see `losses::aggregation_divisor`).
+    LossAggregation { TokenMean = "token_mean", SequenceMean = "sequence_mean", Constant = "constant" }
+}
+config_mode! {
+    /// The prompt as written, or rendered with a chat template.
+    PromptFormat { Raw = "raw", Chat = "chat" }
+}
+
+impl SamplerKernels {
+    /// The model's kernel set for this choice.
+    pub fn kernel_set(self) -> shared_kernels::model::KernelSet {
+        use shared_kernels::model::KernelSet;
+        match self {
+            SamplerKernels::Matched => KernelSet::Matched,
+            SamplerKernels::Fast => KernelSet::Fast,
+            SamplerKernels::SplitK => KernelSet::SplitK,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -92,7 +163,7 @@ pub struct TrainSection {
     pub kl_coef: f64,
     pub seed: u64,
     /// What a sampler/trainer logprob that differs in bits does in matched mode: "stop" or "warn".
-    pub on_mismatch: String,
+    pub on_mismatch: OnMismatch,
     /// Checkpoint every N steps (and at the end); 0 = only at the end.
     pub checkpoint_every: usize,
     pub keep_checkpoints: usize,
@@ -112,12 +183,12 @@ pub struct TrainSection {
     pub micro_batch_tokens: usize,
     /// "group_std" (GRPO: (r - group mean) / (group std + 1e-6)) or "group_mean" (Dr. GRPO:
     /// r - group mean, no std normalisation).
-    pub advantage: String,
+    pub advantage: Advantage,
     /// How token terms are averaged: "token_mean" (every rollout token of the step weighs the
     /// same: DAPO, TRL's default), "sequence_mean" (each sequence's tokens averaged, then the
     /// sequences: the original GRPO) or "constant" (Dr. GRPO: divided by rollouts x
     /// sampler.max_new_tokens, length-unbiased).
-    pub loss_aggregation: String,
+    pub loss_aggregation: LossAggregation,
     /// DAPO's soft overlong punishment: a completion longer than sampler.max_new_tokens -
     /// overlong_buffer loses up to overlong_penalty of reward, linearly over the buffer (0 = off).
     pub overlong_buffer: usize,
@@ -131,7 +202,7 @@ pub struct TrainSection {
     pub clip_high: f64,
     /// "token" (PPO/GRPO: a ratio per token) or "sequence" (GSPO: exp of the mean log-ratio of
     /// the completion, clipped per sequence, its tokens averaged).
-    pub ratio_level: String,
+    pub ratio_level: RatioLevel,
     /// Evaluate on `task.eval_path` after every N steps (0 = never): pass@1 greedy and pass@k
     /// over `eval_samples` sampled completions, on the first `eval_problems` problems.
     pub eval_every: usize,
@@ -147,9 +218,9 @@ impl Default for TrainSection {
     fn default() -> Self {
         Self {
             steps: 20, prompts_per_step: 8, group_size: 8, lr: 2e-3, warmup_steps: 2, min_lr_ratio: 0.1, weight_decay: 0.0,
-            beta1: 0.9, beta2: 0.99, adam_eps: 1e-8, grad_clip: 1.0, kl_coef: 0.0, seed: 0, on_mismatch: "stop".into(),
-            checkpoint_every: 10, keep_checkpoints: 2, final_checkpoint: true, recompute_layers: false, sft_steps: 150, sft_lr: 3e-3, sft_batch: 32, micro_batch_tokens: 0, advantage: "group_std".into(), loss_aggregation: "token_mean".into(), overlong_buffer: 0, overlong_penalty: 1.0,
-            ppo_epochs: 1, mini_batches: 1, clip_low: 0.2, clip_high: 0.2, ratio_level: "token".into(),
+            beta1: 0.9, beta2: 0.99, adam_eps: 1e-8, grad_clip: 1.0, kl_coef: 0.0, seed: 0, on_mismatch: OnMismatch::Stop,
+            checkpoint_every: 10, keep_checkpoints: 2, final_checkpoint: true, recompute_layers: false, sft_steps: 150, sft_lr: 3e-3, sft_batch: 32, micro_batch_tokens: 0, advantage: Advantage::GroupStd, loss_aggregation: LossAggregation::TokenMean, overlong_buffer: 0, overlong_penalty: 1.0,
+            ppo_epochs: 1, mini_batches: 1, clip_low: 0.2, clip_high: 0.2, ratio_level: RatioLevel::Token,
             eval_every: 0, eval_samples: 4, eval_problems: 64, dynamic_sampling_rounds: 0,
         }
     }
@@ -185,7 +256,7 @@ pub struct TaskSection {
     pub answer_key: String,
     /// "raw" (the prompt text as is) or "chat" (rendered with the checkpoint's chat template,
     /// a string prompt as one user message, ending with the assistant's opening).
-    pub prompt_format: String,
+    pub prompt_format: PromptFormat,
     /// chat: a system message put before every prompt that has none ("" for none).
     pub system_prompt: String,
     /// chat: a template file instead of the checkpoint's own.
@@ -201,7 +272,7 @@ pub struct TaskSection {
 
 impl Default for TaskSection {
     fn default() -> Self {
-        Self { name: "addition".into(), digits: 1, count: 3, path: String::new(), reward: "exact".into(), reward_command: String::new(), reward_timeout_s: 60.0, prompt_key: "prompt".into(), answer_key: "answer".into(), prompt_format: "raw".into(), system_prompt: String::new(), chat_template: String::new(), chat_args: toml::Table::new(), eval_path: String::new(), format_score: 0.0 }
+        Self { name: "addition".into(), digits: 1, count: 3, path: String::new(), reward: "exact".into(), reward_command: String::new(), reward_timeout_s: 60.0, prompt_key: "prompt".into(), answer_key: "answer".into(), prompt_format: PromptFormat::Raw, system_prompt: String::new(), chat_template: String::new(), chat_args: toml::Table::new(), eval_path: String::new(), format_score: 0.0 }
     }
 }
 
@@ -225,11 +296,11 @@ impl Default for LogSection {
 pub struct AblationSection {
     /// "matched": the sampler runs lockstep's kernels (bit-equal to the trainer); "fast": burn's
     /// default (autotuned, not batch-invariant) matmul and rmsnorm in the sampler.
-    pub sampler_kernels: String,
+    pub sampler_kernels: SamplerKernels,
     /// "none", "tis" (truncated IS), "mis" (masked IS) or "ppo_clip".
-    pub correction: String,
+    pub correction: Correction,
     /// "token" or "sequence": where the importance ratio is taken.
-    pub level: String,
+    pub level: RatioLevel,
     /// tis: weights are min(ratio, tis_cap).
     pub tis_cap: f64,
     /// mis: tokens (or sequences) with ratio outside [1/mis_threshold, mis_threshold] are masked.
@@ -240,7 +311,7 @@ pub struct AblationSection {
 
 impl Default for AblationSection {
     fn default() -> Self {
-        Self { sampler_kernels: "matched".into(), correction: "none".into(), level: "token".into(), tis_cap: 2.0, mis_threshold: 2.0, ppo_clip: 0.2 }
+        Self { sampler_kernels: SamplerKernels::Matched, correction: Correction::None, level: RatioLevel::Token, tis_cap: 2.0, mis_threshold: 2.0, ppo_clip: 0.2 }
     }
 }
 
@@ -271,7 +342,15 @@ impl Config {
         let merged = toml::to_string(&doc).expect("table serialises");
         // parse the original text when there are no overrides, so errors point at its lines
         let source = if overrides.is_empty() { text } else { merged };
-        let config: Config = toml::from_str(&source).map_err(|e| ConfigError::Parse { file: if overrides.is_empty() { file } else { format!("{file} (with --set overrides)") }, message: e.to_string() })?;
+        let config: Config = toml::from_str(&source).map_err(|e| {
+            // name the dotted key the error is at (a mode's unknown spelling, a wrong type)
+            let key = e.span().and_then(|span| key_at(&source, span.start));
+            let message = match key {
+                Some(key) => format!("config key `{key}`: {e}"),
+                None => e.to_string(),
+            };
+            ConfigError::Parse { file: if overrides.is_empty() { file } else { format!("{file} (with --set overrides)") }, message }
+        })?;
         config.validate()?;
         Ok(config)
     }
@@ -288,9 +367,6 @@ impl Config {
         if !(self.task.reward_timeout_s.is_finite() && self.task.reward_timeout_s > 0.0) {
             return bad("task.reward_timeout_s", format!("must be a finite number of seconds > 0, got {}", self.task.reward_timeout_s));
         }
-        one_of("train.advantage", &self.train.advantage, &["group_std", "group_mean"])?;
-        one_of("train.loss_aggregation", &self.train.loss_aggregation, &["token_mean", "sequence_mean", "constant"])?;
-        one_of("train.ratio_level", &self.train.ratio_level, &["token", "sequence"])?;
         let rollouts = self.train.prompts_per_step * self.train.group_size;
         if self.train.ppo_epochs == 0 || self.train.ppo_epochs > 64 {
             return bad("train.ppo_epochs", format!("must be in 1..=64, got {}", self.train.ppo_epochs));
@@ -324,7 +400,7 @@ impl Config {
         if self.train.ppo_epochs * self.train.mini_batches > 1 && self.train.kl_coef != 0.0 {
             return bad("train.kl_coef", "the KL-to-reference penalty is not applied in PPO epochs (train.ppo_epochs x train.mini_batches > 1) yet; set it to 0 or use one update a step".into());
         }
-        if self.train.ppo_epochs * self.train.mini_batches > 1 && self.ablation.correction != "none" {
+        if self.train.ppo_epochs * self.train.mini_batches > 1 && self.ablation.correction != Correction::None {
             return bad("ablation.correction", "PPO epochs (train.ppo_epochs x train.mini_batches > 1) clip against the sampler's logprobs themselves; leave ablation.correction = \"none\"".into());
         }
         if self.train.overlong_buffer >= self.sampler.max_new_tokens && self.train.overlong_buffer > 0 {
@@ -333,10 +409,6 @@ impl Config {
         if !(self.train.overlong_penalty.is_finite() && self.train.overlong_penalty >= 0.0) {
             return bad("train.overlong_penalty", format!("must be a finite number >= 0, got {}", self.train.overlong_penalty));
         }
-        one_of("train.on_mismatch", &self.train.on_mismatch, &["stop", "warn"])?;
-        one_of("ablation.sampler_kernels", &self.ablation.sampler_kernels, &["matched", "fast", "split_k"])?;
-        one_of("ablation.correction", &self.ablation.correction, &["none", "tis", "mis", "ppo_clip"])?;
-        one_of("ablation.level", &self.ablation.level, &["token", "sequence"])?;
         for (key, v) in [("sampler.max_batch", self.sampler.max_batch), ("sampler.context", self.sampler.context), ("sampler.chunk_size", self.sampler.chunk_size), ("sampler.max_new_tokens", self.sampler.max_new_tokens), ("train.prompts_per_step", self.train.prompts_per_step), ("train.sft_batch", self.train.sft_batch), ("train.keep_checkpoints", self.train.keep_checkpoints)] {
             if v == 0 {
                 return bad(key, "must be at least 1".into());
@@ -375,15 +447,12 @@ impl Config {
         if !(self.ablation.ppo_clip > 0.0 && self.ablation.ppo_clip < 1.0) {
             return bad("ablation.ppo_clip", format!("must be in (0, 1), got {}", self.ablation.ppo_clip));
         }
-        if !matches!(self.task.prompt_format.as_str(), "raw" | "chat") {
-            return bad("task.prompt_format", format!("must be \"raw\" or \"chat\", got {:?}", self.task.prompt_format));
-        }
         for (key, value) in [("task.prompt_key", &self.task.prompt_key), ("task.answer_key", &self.task.answer_key)] {
             if value.is_empty() || value.split('.').any(str::is_empty) {
                 return bad(key, format!("must be a key or a dotted path of keys, got {value:?}"));
             }
         }
-        if self.task.prompt_format == "chat" && self.model.path.is_empty() && self.task.chat_template.is_empty() {
+        if self.task.prompt_format == PromptFormat::Chat && self.model.path.is_empty() && self.task.chat_template.is_empty() {
             return bad("task.prompt_format", "\"chat\" needs a chat template: model.path (a checkpoint with one) or task.chat_template".into());
         }
         if matches!(self.task.name.as_str(), "dataset" | "jsonl") && self.task.path.is_empty() {
@@ -395,6 +464,18 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The `section.key` of the TOML line holding byte `offset` of `source` (a key line under a
+/// `[section]` header, as config files and the serialised overrides are written).
+fn key_at(source: &str, offset: usize) -> Option<String> {
+    let offset = offset.min(source.len());
+    let line_start = source[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let line = source[line_start..].lines().next()?;
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim().trim_matches('"');
+    let section = source[..line_start].lines().rev().find_map(|l| l.trim().strip_prefix('[')?.strip_suffix(']').map(str::trim))?;
+    Some(format!("{section}.{key}"))
 }
 
 fn apply_override(doc: &mut toml::Table, spec: &str) -> Result<(), ConfigError> {
@@ -420,6 +501,23 @@ fn apply_override(doc: &mut toml::Table, spec: &str) -> Result<(), ConfigError> 
 #[cfg(test)]
 mod tests {
     use super::Config;
+
+    #[test]
+    fn an_unknown_mode_names_its_dotted_key_and_the_allowed_spellings() {
+        for (set, key) in [("train.on_mismatch=maybe", "train.on_mismatch"), ("ablation.sampler_kernels=fastest", "ablation.sampler_kernels"), ("ablation.correction=is", "ablation.correction"), ("train.steps=many", "train.steps")] {
+            let e = Config::load(None, &[set.into()]).unwrap_err().to_string();
+            assert!(e.contains(&format!("config key `{key}`")), "{set}: {e}");
+        }
+        let e = Config::load(None, &["train.on_mismatch=maybe".into()]).unwrap_err().to_string();
+        assert!(e.contains("stop") && e.contains("warn"), "{e}");
+        let dir = std::env::temp_dir().join(format!("lockstep-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(&file, "[train]\nsteps = 2\n\n[ablation]\ncorrection = \"tiss\"\n").unwrap();
+        let e = Config::load(Some(&file), &[]).unwrap_err().to_string();
+        assert!(e.contains("c.toml") && e.contains("line 5") && e.contains("config key `ablation.correction`") && e.contains("ppo_clip"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
 
     #[test]
     fn a_string_key_takes_an_override_as_written_even_when_it_reads_as_a_number() {

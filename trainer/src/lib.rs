@@ -1,11 +1,7 @@
 //! lockstep's trainer: GRPO on the shared model forward, with the sampler in the same process.
 
-pub mod bench;
-pub mod bench_ops;
 pub mod chat;
-pub mod check;
 pub mod checkpoint;
-pub mod host_profile;
 pub mod jsonl;
 pub mod losses;
 pub mod math_verify;
@@ -15,7 +11,6 @@ pub mod config;
 pub mod eval;
 pub mod grpo;
 pub mod optim;
-pub mod report;
 pub mod reward_command;
 pub mod rng;
 pub mod run;

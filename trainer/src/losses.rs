@@ -3,15 +3,17 @@
 //! clipped surrogate's coefficients (PPO, DAPO's clip-higher, GSPO's sequence ratio) and DAPO's
 //! overlong penalty. Plain functions of numbers; `grpo/` applies them to a step's rollouts.
 
+use crate::config::{Advantage, LossAggregation};
+
 /// Group-relative advantages: `group_std` (GRPO) divides by the group's std (+ 1e-6),
 /// `group_mean` (Dr. GRPO) only subtracts the group mean.
-pub fn group_advantages(rewards: &[f64], group: usize, kind: &str) -> Vec<f64> {
+pub fn group_advantages(rewards: &[f64], group: usize, kind: Advantage) -> Vec<f64> {
     let mut out = vec![0.0f64; rewards.len()];
     for (k, chunk) in rewards.chunks(group).enumerate() {
         let mean = chunk.iter().sum::<f64>() / chunk.len() as f64;
         let std = (chunk.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / chunk.len() as f64).sqrt();
         for (j, r) in chunk.iter().enumerate() {
-            out[k * group + j] = if kind == "group_mean" { r - mean } else { (r - mean) / (std + 1e-6) };
+            out[k * group + j] = if kind == Advantage::GroupMean { r - mean } else { (r - mean) / (std + 1e-6) };
         }
     }
     out
@@ -20,11 +22,11 @@ pub fn group_advantages(rewards: &[f64], group: usize, kind: &str) -> Vec<f64> {
 /// What a sequence's token terms are divided by (`train.loss_aggregation`): every rollout token
 /// of the step (`token_mean`), the sequence's own length times the sequences (`sequence_mean`),
 /// or rollouts x max_new_tokens (`constant`, Dr. GRPO).
-pub fn aggregation_divisor(kind: &str, seq_tokens: usize, sequences: usize, step_tokens: f64, max_new_tokens: usize) -> f64 {
+pub fn aggregation_divisor(kind: LossAggregation, seq_tokens: usize, sequences: usize, step_tokens: f64, max_new_tokens: usize) -> f64 {
     match kind {
-        "sequence_mean" => (seq_tokens.max(1) * sequences.max(1)) as f64,
-        "constant" => (sequences.max(1) * max_new_tokens.max(1)) as f64,
-        _ => step_tokens.max(1.0),
+        LossAggregation::SequenceMean => (seq_tokens.max(1) * sequences.max(1)) as f64,
+        LossAggregation::Constant => (sequences.max(1) * max_new_tokens.max(1)) as f64,
+        LossAggregation::TokenMean => step_tokens.max(1.0),
     }
 }
 
@@ -81,15 +83,15 @@ mod tests {
 
     #[test]
     fn advantages_aggregation_and_the_overlong_penalty_follow_their_papers() {
-        let a = group_advantages(&[1.0, 0.0, 0.0, 2.0, 2.0, 2.0], 3, "group_std");
+        let a = group_advantages(&[1.0, 0.0, 0.0, 2.0, 2.0, 2.0], 3, Advantage::GroupStd);
         let std = (2.0f64 / 9.0).sqrt();
         assert!((a[0] - (2.0 / 3.0) / (std + 1e-6)).abs() < 1e-9 && a[4] == 0.0 && a[5] == 0.0, "{a:?}");
-        let b = group_advantages(&[1.0, 0.0, 0.0], 3, "group_mean");
+        let b = group_advantages(&[1.0, 0.0, 0.0], 3, Advantage::GroupMean);
         assert!((b[0] - 2.0 / 3.0).abs() < 1e-12 && (b[1] + 1.0 / 3.0).abs() < 1e-12);
         // 4 sequences, 40 rollout tokens, this one 5 long, max_new 16
-        assert_eq!(aggregation_divisor("token_mean", 5, 4, 40.0, 16), 40.0);
-        assert_eq!(aggregation_divisor("sequence_mean", 5, 4, 40.0, 16), 20.0);
-        assert_eq!(aggregation_divisor("constant", 5, 4, 40.0, 16), 64.0);
+        assert_eq!(aggregation_divisor(LossAggregation::TokenMean, 5, 4, 40.0, 16), 40.0);
+        assert_eq!(aggregation_divisor(LossAggregation::SequenceMean, 5, 4, 40.0, 16), 20.0);
+        assert_eq!(aggregation_divisor(LossAggregation::Constant, 5, 4, 40.0, 16), 64.0);
         assert_eq!(overlong_penalty(12, 16, 4, 1.0), 0.0);
         assert_eq!(overlong_penalty(14, 16, 4, 1.0), 0.5);
         assert_eq!(overlong_penalty(16, 16, 4, 0.5), 0.5);

@@ -1,5 +1,7 @@
 //! `lockstep`: train (SFT warm start, then GRPO), sft, sample.
 
+mod tools;
+
 use burn::tensor::DType;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -230,13 +232,13 @@ fn run(cli: Cli) -> Result<(), RunError> {
                 Ok(c) => c,
                 Err(_) => return Err(invalid("--concurrency", format!("{concurrency:?}: expected numbers like 1,8,64 or `none`"))),
             };
-            trainer::host_profile::profiled(|| trainer::bench::run(&trainer::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, trainer_recompute, matmul_m, json, save_model, load_bench })).map_err(RunError::Other)
+            tools::host_profile::profiled(|| tools::bench::run(&tools::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, trainer_recompute, matmul_m, json, save_model, load_bench })).map_err(RunError::Other)
         }
         Command::Check { preset, dtypes, seed, fast, split_k } => {
             let dtypes = dtypes.iter().map(|d| parse_dtype(d)).collect::<Result<Vec<_>, _>>()?;
-            trainer::check::run(&preset, &dtypes, seed, if fast { KernelSet::Fast } else if split_k { KernelSet::SplitK } else { KernelSet::Matched }).map_err(RunError::Other)
+            tools::check::run(&preset, &dtypes, seed, if fast { KernelSet::Fast } else if split_k { KernelSet::SplitK } else { KernelSet::Matched }).map_err(RunError::Other)
         }
-        Command::Report { runs, out, target_reward } => trainer::report::report(&runs, &out, target_reward).map(|md| println!("{md}")).map_err(RunError::Other),
+        Command::Report { runs, out, target_reward } => tools::report::report(&runs, &out, target_reward).map(|md| println!("{md}")).map_err(RunError::Other),
         Command::Sample { config, overrides } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(sample),
     }
 }

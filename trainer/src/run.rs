@@ -180,7 +180,7 @@ fn generation_stop_ids(dir: &Path) -> Result<Vec<u32>, RunError> {
 /// `task.prompt_format = "chat"` (`task.chat_template`, else the checkpoint's own).
 pub fn load_task(c: &Config) -> Result<crate::tasks::Task, RunError> {
     let task = crate::tasks::Task::from_config(&c.task)?;
-    if c.task.prompt_format != "chat" {
+    if c.task.prompt_format != crate::config::PromptFormat::Chat {
         return Ok(task);
     }
     let over = (!c.task.chat_template.is_empty()).then(|| Path::new(&c.task.chat_template));

@@ -283,7 +283,7 @@ fn load_dataset(path: &Path, c: &TaskSection) -> Result<Vec<Problem>, TaskError>
 /// `task.answer_key` (dotted paths).
 fn problem_of(v: &serde_json::Value, c: &TaskSection) -> Result<Problem, String> {
     use serde_json::Value as J;
-    let chat = c.prompt_format == "chat";
+    let chat = c.prompt_format == crate::config::PromptFormat::Chat;
     // strings, or numbers (datasets often store a numeric answer as one), as written
     let answer = match at_path(v, &c.answer_key) {
         Some(J::String(s)) => s.clone(),
@@ -335,13 +335,13 @@ mod tests {
     #[test]
     fn a_verl_parquet_file_gives_its_nested_prompt_and_ground_truth() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/datasets/verl_math.parquet");
-        let c = TaskSection { name: "dataset".into(), path: path.display().to_string(), prompt_format: "chat".into(), answer_key: "reward_model.ground_truth".into(), ..Default::default() };
+        let c = TaskSection { name: "dataset".into(), path: path.display().to_string(), prompt_format: crate::config::PromptFormat::Chat, answer_key: "reward_model.ground_truth".into(), ..Default::default() };
         let Task::Dataset { problems } = Task::from_config(&c).unwrap() else { panic!("a dataset task") };
         assert_eq!(problems.len(), 4);
         assert_eq!((problems[1].answer.as_str(), problems[1].line), ("5", 2));
         assert_eq!(problems[1].messages, Some(serde_json::json!([{"role": "user", "content": "2+3="}])));
         // the same file as raw prompts names the row and the key that renders it
-        let raw = TaskSection { prompt_format: "raw".into(), ..c.clone() };
+        let raw = TaskSection { prompt_format: crate::config::PromptFormat::Raw, ..c.clone() };
         let e = Task::from_config(&raw).err().expect("a message list as a raw prompt").to_string();
         assert!(e.contains("verl_math.parquet:1") && e.contains("task.prompt_format"), "{e}");
         let missing = TaskSection { answer_key: "reward_model.answer".into(), ..c };

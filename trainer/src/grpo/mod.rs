@@ -21,7 +21,7 @@ use crate::telemetry::{PhaseTimes, StepMetrics, Telemetry};
 use burn::tensor::DType;
 use sampler::{Engine, SamplingParams};
 use shared_kernels::bridge::ReadBack;
-use shared_kernels::model::{KernelSet, Qwen3};
+use shared_kernels::model::Qwen3;
 use shared_kernels::ops::fingerprint::{fingerprint_launch, fold_data};
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
@@ -190,10 +190,6 @@ impl Trainer {
 /// the ablation names.
 pub fn sampler_model(c: &Config, model: &Qwen3) -> Qwen3 {
     let mut m = model.clone();
-    m.kernels = match c.ablation.sampler_kernels.as_str() {
-        "fast" => KernelSet::Fast,
-        "split_k" => KernelSet::SplitK,
-        _ => KernelSet::Matched,
-    };
+    m.kernels = c.ablation.sampler_kernels.kernel_set();
     m
 }

@@ -98,7 +98,7 @@ impl Trainer {
             texts.iter().enumerate().map(|(i, t)| self.task.reward_for(&c.task, &problems[i / g], t) as f64).collect()
         };
         let rewards: Vec<f64> = raw.iter().zip(&completions).map(|(r, comp)| r - overlong_penalty(comp.tokens.len(), c.sampler.max_new_tokens, c.train.overlong_buffer, c.train.overlong_penalty)).collect();
-        let advantages = group_advantages(&rewards, g, &c.train.advantage);
+        let advantages = group_advantages(&rewards, g, c.train.advantage);
         let sequences: Vec<Vec<u32>> = requests.iter().zip(&completions).map(|(r, comp)| [r.prompt.clone(), comp.tokens.clone()].concat()).collect();
         if shared_kernels::knobs::var("LOCKSTEP_FAULT_SAMPLER_LOGPROB").and_then(|v| v.parse::<usize>().ok()) == Some(step) {
             if let Some(lp) = completions.first_mut().and_then(|c| c.logprobs.first_mut()) {

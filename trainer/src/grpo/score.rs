@@ -4,6 +4,7 @@
 use super::rollouts::Rollouts;
 use super::update::Correction;
 use super::Trainer;
+use crate::config::{OnMismatch, SamplerKernels};
 use crate::losses::aggregation_divisor;
 use crate::optim::{micro_batches, tracked_copy};
 use crate::run::RunError;
@@ -63,10 +64,10 @@ impl Trainer {
             trainer_all.extend_from_slice(&trainer_lp[s][start..]);
         }
         let agreement = Agreement::of(&sampler_all, &trainer_all);
-        if c.ablation.sampler_kernels == "matched" && agreement.bit_equal_frac < 1.0 {
+        if c.ablation.sampler_kernels == SamplerKernels::Matched && agreement.bit_equal_frac < 1.0 {
             let within = |s: usize| batches.iter().find(|b| b.contains(&s)).cloned().unwrap_or(0..sequences.len());
             let message = self.mismatch_report(step, r, &trainer_lp, 0, &agreement, within)?;
-            if c.train.on_mismatch == "stop" {
+            if c.train.on_mismatch == OnMismatch::Stop {
                 return Err(RunError::Other(message));
             }
             tracing::warn!("{message}");
@@ -78,7 +79,7 @@ impl Trainer {
     /// scoring pass of their own (see [`Self::score`]).
     pub(super) fn verifies_in_update(&self, micro_batches: usize) -> bool {
         let c = &self.cfg;
-        c.ablation.sampler_kernels == "matched" && c.train.on_mismatch == "stop" && !self.ppo() && micro_batches > 1
+        c.ablation.sampler_kernels == SamplerKernels::Matched && c.train.on_mismatch == OnMismatch::Stop && !self.ppo() && micro_batches > 1
     }
 
     /// The error (or warning) for trainer logprobs `lp` of sequences `first..` that differ in
@@ -114,7 +115,7 @@ impl Trainer {
         let mut at = 0;
         for (s, seq) in sequences.iter().enumerate() {
             let start = requests[s].prompt.len() - 1;
-            let divisor = aggregation_divisor(&c.train.loss_aggregation, completions[s].tokens.len(), completions.len(), n_tokens, c.sampler.max_new_tokens);
+            let divisor = aggregation_divisor(c.train.loss_aggregation, completions[s].tokens.len(), completions.len(), n_tokens, c.sampler.max_new_tokens);
             for t in 0..seq.len() - 1 {
                 let mut w = 0.0;
                 if t >= start {

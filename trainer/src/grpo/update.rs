@@ -4,6 +4,7 @@
 use super::rollouts::Rollouts;
 use super::score::{pass_error, Scored, Tracked};
 use super::Trainer;
+use crate::config::{Correction as CorrectionKind, RatioLevel};
 use crate::losses::{aggregation_divisor, surrogate_coefficients};
 use crate::optim::{accumulate, clip, micro_batches, tracked_copy, weighted_backward, with_folded};
 use crate::run::RunError;
@@ -87,7 +88,7 @@ impl Trainer {
         let c = self.cfg.clone();
         let (n, m) = (sequences.len(), c.train.mini_batches);
         let ranges: Vec<std::ops::Range<usize>> = (0..m).map(|b| b * n / m..(b + 1) * n / m).filter(|r| !r.is_empty()).collect();
-        let sequence_level = c.train.ratio_level == "sequence";
+        let sequence_level = c.train.ratio_level == RatioLevel::Sequence;
         let mut corr = Correction { ratio_min: f64::INFINITY, ratio_max: 0.0, ..Default::default() };
         let (mut seen, mut first_loss, mut grad_norm) = (0usize, None, 0.0);
         for _epoch in 0..c.train.ppo_epochs {
@@ -114,7 +115,7 @@ impl Trainer {
                         corr.masked_frac += clipped as f64;
                         seen += ratios.len();
                         // GSPO averages sequences (its coefficients carry 1 / length already)
-                        let divisor = if sequence_level { range.len() as f64 } else { aggregation_divisor(&c.train.loss_aggregation, old.len(), range.len(), mini_tokens, c.sampler.max_new_tokens) };
+                        let divisor = if sequence_level { range.len() as f64 } else { aggregation_divisor(c.train.loss_aggregation, old.len(), range.len(), mini_tokens, c.sampler.max_new_tokens) };
                         weights.extend(std::iter::repeat_n(0.0f32, start));
                         weights.extend(coefs.iter().map(|&x| (-x / divisor) as f32));
                     }
@@ -153,23 +154,23 @@ impl Trainer {
             let seq_log_ratio: f64 = log_ratios.iter().sum();
             let seq_mean_log_ratio = seq_log_ratio / log_ratios.len().max(1) as f64;
             for &lr_t in &log_ratios {
-                let ratio = match (a.level.as_str(), a.correction.as_str()) {
-                    ("sequence", "ppo_clip") => seq_mean_log_ratio.exp(),
-                    ("sequence", _) => seq_log_ratio.exp(),
-                    _ => lr_t.exp(),
+                let ratio = match (a.level, a.correction) {
+                    (RatioLevel::Sequence, CorrectionKind::PpoClip) => seq_mean_log_ratio.exp(),
+                    (RatioLevel::Sequence, _) => seq_log_ratio.exp(),
+                    (RatioLevel::Token, _) => lr_t.exp(),
                 };
                 corr.ratio_min = corr.ratio_min.min(ratio);
                 corr.ratio_max = corr.ratio_max.max(ratio);
                 corr.ratio_mean += ratio;
                 n += 1;
-                let weight = match a.correction.as_str() {
-                    "tis" => {
+                let weight = match a.correction {
+                    CorrectionKind::Tis => {
                         if ratio > a.tis_cap {
                             corr.truncated_frac += 1.0;
                         }
                         ratio.min(a.tis_cap)
                     }
-                    "mis" => {
+                    CorrectionKind::Mis => {
                         if ratio < 1.0 / a.mis_threshold || ratio > a.mis_threshold {
                             corr.masked_frac += 1.0;
                             0.0
@@ -177,7 +178,7 @@ impl Trainer {
                             ratio
                         }
                     }
-                    "ppo_clip" => {
+                    CorrectionKind::PpoClip => {
                         let clipped = (adv[s] > 0.0 && ratio > 1.0 + a.ppo_clip) || (adv[s] < 0.0 && ratio < 1.0 - a.ppo_clip);
                         if clipped {
                             corr.masked_frac += 1.0;
@@ -186,7 +187,7 @@ impl Trainer {
                             ratio
                         }
                     }
-                    _ => 1.0,
+                    CorrectionKind::None => 1.0,
                 };
                 corr.weight_min = corr.weight_min.min(weight);
                 corr.weight_max = corr.weight_max.max(weight);

@@ -72,7 +72,7 @@ fn load_bench(dir: &std::path::Path, dtype: DType, device: &Device) -> Result<()
         let m = f()?;
         sync(device);
         let s = t.elapsed().as_secs_f64();
-        Ok((s, crate::grpo::weights_fingerprint(&m, dtype).map_err(|e| e.to_string())?))
+        Ok((s, trainer::grpo::weights_fingerprint(&m, dtype).map_err(|e| e.to_string())?))
     };
     let (old_s, old_fp) = time(&|| Qwen3::from_checkpoint(&shared_kernels::model::load_checkpoint(dir).map_err(|e| e.to_string())?, dtype, device).map_err(|e| e.to_string()))?;
     let (new_s, new_fp) = time(&|| Qwen3::load(dir, dtype, device).map_err(|e| e.to_string()))?;
@@ -134,7 +134,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         })
         .collect::<Result<_, _>>()?;
     if o.concurrency.is_empty() {
-        return crate::bench_ops::run(o, &config, &device);
+        return super::bench_ops::run(o, &config, &device);
     }
     println!("## sampler throughput (generated tokens/s)\n");
     // one column per kernel set, then the first set's rate over each other set's
@@ -197,6 +197,6 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         return Ok(());
     }
 
-    crate::bench_ops::run(o, &config, &device)
+    super::bench_ops::run(o, &config, &device)
 }
 

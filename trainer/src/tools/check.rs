@@ -9,7 +9,7 @@ use shared_kernels::model::{Checkpoint, KernelSet, Qwen3};
 /// contrast, expected to fail wherever that set is not batch invariant.
 pub fn run(preset: &str, dtypes: &[DType], seed: u64, kernels: KernelSet) -> Result<(), String> {
     let device = shared_kernels::device::default_device();
-    let config = crate::bench::preset(preset)?;
+    let config = super::bench::preset(preset)?;
     println!("# lockstep check: sampler engine invariance, runtime {}, preset {preset}, kernels {}, seed {seed}", shared_kernels::device::runtime_name(), match kernels { KernelSet::Matched => "matched (lockstep)", KernelSet::MatchedUnfused => "matched (lockstep), unfused decode", KernelSet::Fast => "fast (burn defaults)", KernelSet::SplitK => "split_k (batch-size-dependent split-K matmul)" });
     println!("matmul kernels: {}", shared_kernels::ops::matmul::matmul_kernels_summary(&shared_kernels::device::default_device()));
     println!("attention kernels (head_dim 32-128): {}\n", shared_kernels::ops::attention::attention_kernels_summary(&shared_kernels::device::default_device(), 128));
@@ -30,7 +30,7 @@ pub fn run(preset: &str, dtypes: &[DType], seed: u64, kernels: KernelSet) -> Res
             println!("| {dtype:?} | {} | {result} |", check.name);
         }
         if dtype != DType::F32 {
-            let result = match crate::optim::master_weight_check(dtype, &device, seed) {
+            let result = match trainer::optim::master_weight_check(dtype, &device, seed) {
                 Ok(()) => "passed".to_string(),
                 Err(e) => {
                     failed += 1;

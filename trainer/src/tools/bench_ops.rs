@@ -4,7 +4,7 @@
 //! syncs (so launch latency is amortised as in a real forward). `--json` writes the rows for
 //! experiments/torch_bench.py, which adds torch's time for the same shapes in the same visit.
 
-use crate::bench::{median, sync, BenchOptions};
+use super::bench::{median, sync, BenchOptions};
 use burn::tensor::{activation, DType, Device, Distribution, Int, Tensor, TensorData};
 use serde_json::json;
 use shared_kernels::model::{KernelSet, ModelConfig, Qwen3, Weight};
@@ -291,14 +291,14 @@ fn trainer_step(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Resu
             // the GRPO update's own path: every scored token weighted, weight gradients folded
             let held = std::cell::Cell::new(None);
             let step = || {
-                let tracked = crate::optim::tracked_copy(&m);
+                let tracked = trainer::optim::tracked_copy(&m);
                 let (_, logprobs) = tracked.training_logprobs(&seqs, 1.0, recompute).expect("training path");
                 let _ = device.sync();
                 held.set(device.memory_pool_usage().map(|u| u.bytes_in_use));
                 let weights = vec![1.0f32; logprobs.flat.dims()[0]];
                 let mut fold = shared_kernels::grad_fold::GradFold::new();
-                let (_, grads) = crate::optim::weighted_backward(&tracked, logprobs, &weights, &mut fold, "bench", "train.lr").expect("bench update");
-                drop(crate::optim::with_folded(grads, fold));
+                let (_, grads) = trainer::optim::weighted_backward(&tracked, logprobs, &weights, &mut fold, "bench", "train.lr").expect("bench update");
+                drop(trainer::optim::with_folded(grads, fold));
             };
             let secs = time_op(device, o.repeats.min(5), 1, step);
             let tokens = batch * (len - 1);

@@ -135,7 +135,7 @@ pub fn read_metrics_jsonl(path: &Path) -> Result<Scalars, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut out: Scalars = BTreeMap::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let m: crate::telemetry::StepMetrics = serde_json::from_str(line).map_err(|e| format!("{} line {}: {e}", path.display(), i + 1))?;
+        let m: trainer::telemetry::StepMetrics = serde_json::from_str(line).map_err(|e| format!("{} line {}: {e}", path.display(), i + 1))?;
         for (tag, value) in m.scalars() {
             out.entry(tag.to_string()).or_default().push((m.step as i64, value as f32));
         }
@@ -180,7 +180,7 @@ mod tests {
 
     #[test]
     fn metrics_jsonl_gives_the_same_tags_as_tensorboard() {
-        let mut m = crate::telemetry::StepMetrics { step: 3, reward_mean: 0.625, ..Default::default() };
+        let mut m = trainer::telemetry::StepMetrics { step: 3, reward_mean: 0.625, ..Default::default() };
         m.agreement.bit_equal_frac = 1.0;
         let dir = std::env::temp_dir().join(format!("lockstep-report-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
