@@ -13,7 +13,7 @@ use shared_kernels::model::{tiny_config, Checkpoint, Qwen3};
 const VOCAB: usize = 97;
 
 fn seed() -> u64 {
-    shared_kernels::testing::battery::test_seed()
+    shared_kernels::testing::rows::test_seed()
 }
 
 fn model(seed: u64) -> Qwen3 {

@@ -26,7 +26,7 @@ fn carved_pools(device: &burn::tensor::Device) -> usize {
 
 #[test]
 fn an_engine_leaves_no_weights_on_left_behind_pages() {
-    let mut rng = StdRng::seed_from_u64(shared_kernels::testing::battery::test_seed());
+    let mut rng = StdRng::seed_from_u64(shared_kernels::testing::rows::test_seed());
     let device = shared_kernels::device::default_device();
     let model = Qwen3::from_checkpoint(&Checkpoint::random(config(), 0.3, rng.random()), DType::F32, &device).unwrap();
     let settled = carved_pools(&device);

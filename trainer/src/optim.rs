@@ -320,7 +320,7 @@ mod tests {
         use rand::{Rng, SeedableRng};
         use shared_kernels::model::{tiny_config, Checkpoint, KernelSet, Qwen3};
         let device = shared_kernels::device::default_device();
-        let seed = shared_kernels::testing::battery::test_seed();
+        let seed = shared_kernels::testing::rows::test_seed();
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         for (tied, kernels) in [(true, KernelSet::Matched), (false, KernelSet::Matched), (true, KernelSet::Fast)] {
             let mut model = Qwen3::from_checkpoint(&Checkpoint::random(tiny_config(97, tied), 0.08, rng.random()), burn::tensor::DType::F32, &device).unwrap();

@@ -230,7 +230,7 @@ fn sample_command_writes_completions_with_logprobs() {
 #[test]
 fn check_passes_on_lockstep_kernels_and_fails_with_a_nonzero_exit_on_split_k() {
     let dir = scratch("check");
-    let seed = shared_kernels::testing::battery::test_seed().to_string();
+    let seed = shared_kernels::testing::rows::test_seed().to_string();
     let out = lockstep(&["check", "--preset", "tiny", "--seed", &seed], &dir);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));

@@ -7,7 +7,8 @@
 //! Usage: lockstep-battery [--large | --boundaries-only] [--dtypes f32,bf16] [--seed N] [--burn-defaults] [--no-lockstep]
 
 use burn::tensor::DType;
-use shared_kernels::testing::battery::{run_all, table, Dims, Impl};
+use shared_kernels::testing::battery::{run_all, Impl};
+use shared_kernels::testing::rows::{table, Dims};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -53,7 +54,7 @@ fn main() -> ExitCode {
             other => return usage(&format!("unknown argument `{other}`")),
         }
     }
-    shared_kernels::testing::battery::PROGRESS.store(true, std::sync::atomic::Ordering::Relaxed);
+    shared_kernels::testing::rows::PROGRESS.store(true, std::sync::atomic::Ordering::Relaxed);
     let device = shared_kernels::device::default_device();
     println!("# lockstep kernel battery: runtime {}, dims {dims:?}, seed {seed}", shared_kernels::device::runtime_name());
     println!("matmul kernels: {}", shared_kernels::ops::matmul::matmul_kernels_summary(&shared_kernels::device::default_device()));
@@ -66,7 +67,7 @@ fn main() -> ExitCode {
             impls.push(Impl::BurnDefault);
         }
         // lockstep's own check groups: every row must be bit-identical, an error fails the run
-        let mut lockstep_rows = |what: &str, result: Result<Vec<shared_kernels::testing::battery::Check>, String>| match result {
+        let mut lockstep_rows = |what: &str, result: Result<Vec<shared_kernels::testing::rows::Check>, String>| match result {
             Ok(checks) => {
                 for c in checks {
                     failed |= !c.identical();
@@ -85,7 +86,7 @@ fn main() -> ExitCode {
             }
         }
         if lockstep {
-            lockstep_rows("model contract", shared_kernels::testing::battery::model_contract(dtype, &device, seed, 8).map_err(|e| e.to_string()));
+            lockstep_rows("model contract", shared_kernels::testing::contract::model_contract(dtype, &device, seed, 8).map_err(|e| e.to_string()));
         }
         for which in impls {
             let name = if which == Impl::Lockstep { "lockstep" } else { "burn default" };

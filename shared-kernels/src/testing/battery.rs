@@ -1,175 +1,19 @@
 //! The invariance battery: for every op, the bits of each row computed inside batches of many
 //! sizes, in random order with random neighbours, against the same row computed in the full
 //! batch. Used by the tests (which assert) and by `lockstep-battery` (which prints a table,
-//! with burn's default ops alongside for contrast).
+//! with burn's default ops alongside for contrast). `run_all` is long by design: one block per
+//! op, each the same shape (inputs, the op on the full batch, the op inside batches, compare).
 
 use crate::ops::matmul::WeightLayout;
 use crate::ops::rope::RopeTables;
 use crate::ops::logits::sampling::SamplingRow;
-use crate::model::{tiny_config, Checkpoint, KvCache, ModelError, Qwen3, Rows};
+
 use crate::KernelError;
-use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+use burn::tensor::{DType, Device, Tensor, TensorData};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-/// The random seed of a test run: `LOCKSTEP_TEST_SEED` if set (to replay a failure), else fresh
-/// from the clock. Printed, so a failing run can be replayed.
-pub fn test_seed() -> u64 {
-    let seed = crate::knobs::var("LOCKSTEP_TEST_SEED").and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7)
-    });
-    eprintln!("LOCKSTEP_TEST_SEED={seed}");
-    seed
-}
-
-/// Print a line per op as it completes (the battery binary turns this on).
-pub static PROGRESS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// The batch sizes every row-wise op is checked at.
-pub const BATCH_SIZES: [usize; 10] = [1, 2, 3, 7, 8, 16, 33, 64, 128, 257];
-
-/// One line of the battery table.
-#[derive(Clone, Debug)]
-pub struct Check {
-    pub op: String,
-    pub dtype: &'static str,
-    pub m: usize,
-    pub rows_differing: usize,
-    pub max_abs_diff: f64,
-}
-
-impl Check {
-    pub fn identical(&self) -> bool {
-        self.rows_differing == 0
-    }
-}
-
-/// Sizes of the battery's problems. `small` fits CI on lavapipe; `large` matches the shapes
-/// measured on the H200 (hidden 2048, vocab 32000).
-#[derive(Clone, Copy, Debug)]
-pub struct Dims {
-    pub hidden: usize,
-    pub ffn: usize,
-    pub vocab: usize,
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub head_dim: usize,
-    pub max_len: usize,
-}
-
-impl Dims {
-    pub fn small() -> Self {
-        Dims { hidden: 96, ffn: 80, vocab: 2500, heads: 4, kv_heads: 2, head_dim: 32, max_len: 150 }
-    }
-    pub fn large() -> Self {
-        Dims { hidden: 2048, ffn: 2048, vocab: 32000, heads: 16, kv_heads: 8, head_dim: 128, max_len: 600 }
-    }
-}
-
-pub fn dtype_name(dtype: DType) -> &'static str {
-    match dtype {
-        DType::F32 => "f32",
-        DType::BF16 => "bf16",
-        DType::F16 => "f16",
-        _ => "other",
-    }
-}
-
-/// Uniform values in [-scale, scale) (never all zeros). SplitMix64 seeded from `rng`: fast
-/// enough for the GPU battery's large buffers even in debug builds.
-pub fn random_vec(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
-    let mut state: u64 = rng.random();
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^= z >> 31;
-            ((z >> 40) as f32 * (1.0 / 16_777_216.0) * 2.0 - 1.0) * scale
-        })
-        .collect()
-}
-
-pub fn float_tensor<const D: usize>(values: Vec<f32>, shape: [usize; D], dtype: DType, device: &Device) -> Tensor<D> {
-    Tensor::<D>::from_data(TensorData::new(values, shape), device).cast(dtype)
-}
-
-pub fn int_tensor(values: Vec<i32>, device: &Device) -> Tensor<1, Int> {
-    let n = values.len();
-    Tensor::<1, Int>::from_data(TensorData::new(values, [n]), device)
-}
-
-/// Host copy as f32 (bf16 widens exactly).
-pub fn host<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.cast(DType::F32).into_data().convert::<f32>().try_to_vec::<f32>().expect("f32 data")
-}
-
-pub fn host_int(t: Tensor<1, Int>) -> Vec<i64> {
-    t.into_data().convert::<i64>().try_to_vec::<i64>().expect("int data")
-}
-
-/// Compare rows of batch results against the full-batch baseline, as bits.
-pub fn compare(op: &str, dtype: &'static str, m: usize, got: &[Vec<f32>], want: &[&Vec<f32>]) -> Check {
-    let mut rows_differing = 0;
-    let mut max_abs_diff = 0.0f64;
-    for (g, w) in got.iter().zip(want) {
-        let differs = g.len() != w.len() || g.iter().zip(w.iter()).any(|(a, b)| a.to_bits() != b.to_bits());
-        if differs {
-            rows_differing += 1;
-            for (a, b) in g.iter().zip(w.iter()) {
-                max_abs_diff = max_abs_diff.max((*a as f64 - *b as f64).abs());
-            }
-        }
-    }
-    Check { op: op.to_string(), dtype, m, rows_differing, max_abs_diff }
-}
-
-/// Runs `f` on the full pool, then on random subsets of each size in `sizes` (random order),
-/// comparing each row's output bits with its full-pool value.
-pub fn row_invariance(
-    op: &str,
-    dtype: DType,
-    pool: usize,
-    sizes: &[usize],
-    seed: u64,
-    mut f: impl FnMut(&[usize]) -> Result<Vec<Vec<f32>>, KernelError>,
-) -> Result<Vec<Check>, KernelError> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let all: Vec<usize> = (0..pool).collect();
-    let started = std::time::Instant::now();
-    let baseline = f(&all)?;
-    let mut checks = Vec::new();
-    for &m in sizes.iter().filter(|&&m| m <= pool) {
-        let mut idx = all.clone();
-        for i in (1..idx.len()).rev() {
-            idx.swap(i, rng.random_range(0..=i));
-        }
-        idx.truncate(m);
-        let got = f(&idx)?;
-        let want: Vec<&Vec<f32>> = idx.iter().map(|&i| &baseline[i]).collect();
-        checks.push(compare(op, dtype_name(dtype), m, &got, &want));
-    }
-    // run to run: the full pool again
-    let again = f(&all)?;
-    let want: Vec<&Vec<f32>> = baseline.iter().collect();
-    let mut rerun = compare(op, dtype_name(dtype), pool, &again, &want);
-    rerun.op = format!("{op} (rerun)");
-    checks.push(rerun);
-    if PROGRESS.load(std::sync::atomic::Ordering::Relaxed) {
-        let bad = checks.iter().filter(|c| !c.identical()).count();
-        eprintln!("  {op} {}: {} checks, {bad} differ, {:.1} s", dtype_name(dtype), checks.len(), started.elapsed().as_secs_f64());
-    }
-    Ok(checks)
-}
-
-fn rows_of(flat: Vec<f32>, width: usize) -> Vec<Vec<f32>> {
-    flat.chunks(width).map(|c| c.to_vec()).collect()
-}
-
-fn gather(pool: &[f32], width: usize, idx: &[usize]) -> Vec<f32> {
-    idx.iter().flat_map(|&i| pool[i * width..(i + 1) * width].iter().cloned()).collect()
-}
+use super::rows::*;
 
 /// Which implementation a battery row measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -538,117 +382,10 @@ pub fn matmul_accuracy(dtype: DType, device: &Device, seed: u64) -> Result<Vec<C
     Ok(checks)
 }
 
-/// Per-token next-token logprob bits when every sequence runs through a KV cache `chunk` tokens
-/// at a time (`usize::MAX`: whole prefill; 1: token by token). Each step launches the chunks of
-/// a random subset of the unfinished sequences together, in random cache slots, so a token's
-/// neighbours change from step to step.
-pub fn stepping_logprob_bits(model: &Qwen3, seqs: &[Vec<u32>], chunk: usize, rng: &mut StdRng) -> Result<Vec<Vec<u32>>, ModelError> {
-    let device = model.embed.device();
-    let mut slot_of: Vec<usize> = (0..seqs.len()).collect();
-    for i in (1..slot_of.len()).rev() {
-        slot_of.swap(i, rng.random_range(0..=i));
-    }
-    let max_len = seqs.iter().map(|s| s.len()).max().unwrap_or(1);
-    let mut cache = KvCache::new(&model.config, seqs.len(), max_len, model.dtype, &device);
-    let mut done = vec![0usize; seqs.len()];
-    let mut out: Vec<Vec<u32>> = seqs.iter().map(|s| vec![0; s.len().saturating_sub(1)]).collect();
-    while done.iter().zip(seqs).any(|(d, s)| *d < s.len()) {
-        let mut rows = Rows::default();
-        let mut owner = vec![];
-        for s in 0..seqs.len() {
-            if done[s] >= seqs[s].len() || (chunk > 1 && rng.random_bool(0.3)) {
-                continue;
-            }
-            let end = done[s].saturating_add(chunk).min(seqs[s].len());
-            for p in done[s]..end {
-                rows.push(seqs[s][p], slot_of[s] as u32, p as u32);
-                owner.push((s, p));
-            }
-            done[s] = end;
-        }
-        if rows.is_empty() {
-            continue;
-        }
-        let logits = model.forward(&rows, Some(&mut cache))?;
-        let keep: Vec<(usize, usize, usize)> = owner.iter().enumerate().filter(|(_, (s, p))| p + 1 < seqs[*s].len()).map(|(r, &(s, p))| (r, s, p)).collect();
-        if keep.is_empty() {
-            continue;
-        }
-        let idx = int_tensor(keep.iter().map(|k| k.0 as i32).collect(), &device);
-        let targets = int_tensor(keep.iter().map(|&(_, s, p)| seqs[s][p + 1] as i32).collect(), &device);
-        let temps = Tensor::<1>::from_data(TensorData::new(vec![1.0f32; keep.len()], [keep.len()]), &device);
-        let lp = host(crate::token_logprobs(logits.select(0, idx), targets, temps)?.logprobs);
-        for (i, &(_, s, p)) in keep.iter().enumerate() {
-            out[s][p] = lp[i].to_bits();
-        }
-    }
-    Ok(out)
+fn rows_of(flat: Vec<f32>, width: usize) -> Vec<Vec<f32>> {
+    flat.chunks(width).map(|c| c.to_vec()).collect()
 }
 
-/// The sampler/trainer contract on a random tiny Qwen3: training-path logprob bits against the
-/// stepping path at several chunk sizes. One check per chunk size (M = chunk, 0 = whole).
-pub fn model_contract(dtype: DType, device: &Device, seed: u64, sequences: usize) -> Result<Vec<Check>, ModelError> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let vocab = 97;
-    let config = tiny_config(vocab, rng.random_bool(0.5));
-    let model = Qwen3::from_checkpoint(&Checkpoint::random(config, 0.2, rng.random()), dtype, device)?;
-    let seqs: Vec<Vec<u32>> = (0..sequences)
-        .map(|_| {
-            let len = rng.random_range(2..80);
-            (0..len).map(|_| rng.random_range(0..vocab as u32)).collect()
-        })
-        .collect();
-    let train = model.sequence_logprobs(&seqs, 1.0)?.per_sequence;
-    let want: Vec<Vec<f32>> = train;
-    let mut checks = Vec::new();
-    // the stepping path on the unfused forward (the ablation's kernel sets) and on the fused
-    // decode launches the sampler runs
-    let mut fused = model.clone();
-    fused.fuse_projections();
-    for (stepper, chunk) in [usize::MAX, 1, 7, 32].into_iter().flat_map(|c| [(&model, c), (&fused, c)]) {
-        let got = stepping_logprob_bits(stepper, &seqs, chunk, &mut rng)?;
-        let got: Vec<Vec<f32>> = got.iter().map(|s| s.iter().map(|&b| f32::from_bits(b)).collect()).collect();
-        let want_refs: Vec<&Vec<f32>> = want.iter().collect();
-        let how = if stepper.fused.is_empty() { "" } else { ", fused decode launches" };
-        let name = if chunk == usize::MAX { format!("model: train vs prefill whole{how}") } else { format!("model: train vs chunks of {chunk}{how}") };
-        let check = compare(&name, dtype_name(dtype), seqs.len(), &got, &want_refs);
-        if !check.identical() && PROGRESS.load(std::sync::atomic::Ordering::Relaxed) {
-            diagnose(stepper, &seqs, &want, &got);
-        }
-        checks.push(check);
-    }
-    Ok(checks)
-}
-
-/// Where a failing contract first differs: the first differing (sequence, position), whether
-/// the training path gives that sequence the same bits alone as in its batch, and the auditor's
-/// first diverging op between the training path and token-by-token stepping.
-fn diagnose(model: &Qwen3, seqs: &[Vec<u32>], train: &[Vec<f32>], step: &[Vec<f32>]) {
-    let Some((s, p)) = train.iter().zip(step).enumerate().find_map(|(s, (a, b))| a.iter().zip(b).position(|(x, y)| x.to_bits() != y.to_bits()).map(|p| (s, p))) else { return };
-    eprintln!("  diagnose: sequence {s} (len {}) first differs at position {p}: train {} vs step {}", seqs[s].len(), train[s][p], step[s][p]);
-    match model.sequence_logprobs(std::slice::from_ref(&seqs[s]), 1.0) {
-        Ok(scores) => {
-            let alone = scores.per_sequence;
-            let same = alone[0].iter().zip(&train[s]).all(|(x, y)| x.to_bits() == y.to_bits());
-            let first = alone[0].iter().zip(&train[s]).position(|(x, y)| x.to_bits() != y.to_bits());
-            eprintln!("  diagnose: training path alone vs in its batch: {}", if same { "identical".to_string() } else { format!("DIFFERS from position {first:?}") });
-        }
-        Err(e) => eprintln!("  diagnose: {e}"),
-    }
-    match crate::model::audit::first_divergence(model, model, &seqs[s], p) {
-        Ok(report) => eprintln!("  diagnose: alone, train vs token-by-token: {report}"),
-        Err(e) => eprintln!("  diagnose: {e}"),
-    }
-}
-
-/// Markdown table of checks.
-pub fn table(rows: &[(&str, Check)]) -> String {
-    let mut out = String::from("| impl | op | dtype | M | bit-identical | rows differing | max abs diff |\n|---|---|---|---|---|---|---|\n");
-    for (which, c) in rows {
-        out += &format!(
-            "| {which} | {} | {} | {} | {} | {} | {:.3e} |\n",
-            c.op, c.dtype, c.m, match (c.identical(), c.op.contains("vs f64")) { (true, false) => "yes", (true, true) => "within tolerance", (false, false) => "NO", (false, true) => "OUT OF TOLERANCE" }, c.rows_differing, c.max_abs_diff
-        );
-    }
-    out
+fn gather(pool: &[f32], width: usize, idx: &[usize]) -> Vec<f32> {
+    idx.iter().flat_map(|&i| pool[i * width..(i + 1) * width].iter().cloned()).collect()
 }

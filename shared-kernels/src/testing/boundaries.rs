@@ -10,7 +10,7 @@
 //!   projection's) in micro-batch-sized pieces = one pass, and a sequence's attention gradients
 //!   (the dense per-sequence path and the linear-memory kernels) = the same sequence alone.
 
-use crate::testing::battery::{dtype_name, float_tensor, host, int_tensor, random_vec, Check};
+use crate::testing::rows::{dtype_name, float_tensor, host, int_tensor, random_vec, Check};
 use crate::KernelError;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use rand::rngs::StdRng;

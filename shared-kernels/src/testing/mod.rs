@@ -4,3 +4,5 @@
 
 pub mod battery;
 pub mod boundaries;
+pub mod contract;
+pub mod rows;

@@ -4,7 +4,7 @@
 use burn::tensor::{DType, Tensor, TensorData};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use shared_kernels::testing::battery::{float_tensor, host, host_int, int_tensor, random_vec};
+use shared_kernels::testing::rows::{float_tensor, host, host_int, int_tensor, random_vec};
 use shared_kernels::ops::logits::sampling::token_uniform;
 use shared_kernels::{reference, RopeTables, SamplingRow, WeightLayout};
 

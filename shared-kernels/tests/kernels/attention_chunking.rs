@@ -4,7 +4,7 @@
 use burn::tensor::{DType, Tensor};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use shared_kernels::testing::battery::{float_tensor, host, int_tensor, random_vec};
+use shared_kernels::testing::rows::{float_tensor, host, int_tensor, random_vec};
 use shared_kernels::ops::attention::{attention_rows, attention_with, AttentionKernel};
 
 const Q_HEADS: usize = 4;

@@ -1,7 +1,7 @@
 //! Bad shapes and dtypes get a KernelError naming the op and the shapes, not a panic.
 
 use burn::tensor::{DType, Int, Tensor, TensorData};
-use shared_kernels::testing::battery::{float_tensor, int_tensor};
+use shared_kernels::testing::rows::{float_tensor, int_tensor};
 use shared_kernels::{SamplingRow, WeightLayout};
 
 #[test]

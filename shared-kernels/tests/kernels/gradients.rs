@@ -4,7 +4,7 @@
 use burn::tensor::{activation, DType, Int, Tensor, TensorData};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use shared_kernels::testing::battery::random_vec;
+use shared_kernels::testing::rows::random_vec;
 use shared_kernels::{RopeTables, WeightLayout};
 
 fn leaf<const D: usize>(values: Vec<f32>, shape: [usize; D]) -> Tensor<D> {

@@ -6,7 +6,7 @@
 use burn::tensor::{Int, Tensor, TensorData};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use shared_kernels::testing::battery::random_vec;
+use shared_kernels::testing::rows::random_vec;
 use shared_kernels::WeightLayout;
 
 struct Outputs {

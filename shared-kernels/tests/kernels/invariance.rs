@@ -1,5 +1,6 @@
 use burn::tensor::DType;
-use shared_kernels::testing::battery::{run_all, table, Dims, Impl, BATCH_SIZES};
+use shared_kernels::testing::battery::{run_all, Impl};
+use shared_kernels::testing::rows::{table, Dims, BATCH_SIZES};
 
 #[test]
 fn every_kernel_row_is_bitwise_batch_invariant_and_run_to_run_stable() {
@@ -23,7 +24,7 @@ fn the_battery_detects_a_row_that_changed() {
     // guard against a comparison that can never fail
     let a = vec![vec![1.0f32, 2.0]];
     let b = vec![1.0f32, 2.0 + f32::EPSILON * 2.0];
-    let c = shared_kernels::testing::battery::compare("x", "f32", 1, &a, &[&b]);
+    let c = shared_kernels::testing::rows::compare("x", "f32", 1, &a, &[&b]);
     assert!(!c.identical());
     assert_eq!(c.rows_differing, 1);
 }

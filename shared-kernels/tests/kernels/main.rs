@@ -22,5 +22,5 @@ pub fn device() -> Device {
 }
 
 pub fn seed() -> u64 {
-    shared_kernels::testing::battery::test_seed()
+    shared_kernels::testing::rows::test_seed()
 }

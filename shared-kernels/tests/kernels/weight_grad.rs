@@ -8,7 +8,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use shared_kernels::autodiff::plain;
-use shared_kernels::testing::battery::random_vec;
+use shared_kernels::testing::rows::random_vec;
 use shared_kernels::grad_fold::{node_id, GradFold, FOLD_ROWS};
 use shared_kernels::model::{tiny_config, Checkpoint, Qwen3, Weight};
 use shared_kernels::ops::weight_grad::{fold_column_sums, fold_embedding, fold_matmul};

@@ -2,7 +2,8 @@
 //! (prefill whole, prefill in chunks of 1/7/32, decode token by token), with random neighbours.
 
 use burn::tensor::DType;
-use shared_kernels::testing::battery::{model_contract, table};
+use shared_kernels::testing::contract::model_contract;
+use shared_kernels::testing::rows::table;
 
 #[test]
 fn training_path_and_stepping_path_logprobs_are_bit_identical() {

@@ -1,0 +1,94 @@
+//! Reading a config: the TOML file, `--set section.key=value` overrides, errors naming the
+//! file, line and dotted key.
+
+use super::{Config, ConfigError};
+use std::path::Path;
+
+impl Config {
+    /// Reads `path` (if given), applies `overrides` ("section.key=value", value in TOML syntax,
+    /// bare words taken as strings), and validates.
+    pub fn load(path: Option<&Path>, overrides: &[String]) -> Result<Self, ConfigError> {
+        let (text, file) = match path {
+            Some(p) => (std::fs::read_to_string(p).map_err(|e| ConfigError::Read { file: p.display().to_string(), message: e.to_string() })?, p.display().to_string()),
+            None => (String::new(), "<defaults>".to_string()),
+        };
+        let mut doc: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Parse { file: file.clone(), message: e.to_string() })?;
+        for spec in overrides {
+            apply_override(&mut doc, spec)?;
+        }
+        let merged = toml::to_string(&doc).expect("table serialises");
+        // parse the original text when there are no overrides, so errors point at its lines
+        let source = if overrides.is_empty() { text } else { merged };
+        let config: Config = toml::from_str(&source).map_err(|e| {
+            // name the dotted key the error is at (a mode's unknown spelling, a wrong type)
+            let key = e.span().and_then(|span| key_at(&source, span.start));
+            let message = match key {
+                Some(key) => format!("config key `{key}`: {e}"),
+                None => e.to_string(),
+            };
+            ConfigError::Parse { file: if overrides.is_empty() { file } else { format!("{file} (with --set overrides)") }, message }
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// The `section.key` of the TOML line holding byte `offset` of `source` (a key line under a
+/// `[section]` header, as config files and the serialised overrides are written).
+fn key_at(source: &str, offset: usize) -> Option<String> {
+    let offset = offset.min(source.len());
+    let line_start = source[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let line = source[line_start..].lines().next()?;
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim().trim_matches('"');
+    let section = source[..line_start].lines().rev().find_map(|l| l.trim().strip_prefix('[')?.strip_suffix(']').map(str::trim))?;
+    Some(format!("{section}.{key}"))
+}
+
+fn apply_override(doc: &mut toml::Table, spec: &str) -> Result<(), ConfigError> {
+    let err = |message: String| ConfigError::Override { spec: spec.to_string(), message };
+    let (path, raw) = spec.split_once('=').ok_or_else(|| err("expected section.key=value".into()))?;
+    let (section, key) = path.trim().split_once('.').ok_or_else(|| err("expected section.key=value".into()))?;
+    let mut value: toml::Value = match format!("v = {}", raw.trim()).parse::<toml::Table>() {
+        Ok(mut t) => t.remove("v").expect("parsed key"),
+        Err(_) => toml::Value::String(raw.trim().to_string()),
+    };
+    // a string key takes the text as written: `log.run_name=nan` is the name "nan", not NaN
+    let defaults = toml::Value::try_from(Config::default()).ok();
+    let wants_string = defaults.as_ref().and_then(|d| d.get(section)?.get(key)).is_some_and(toml::Value::is_str);
+    if wants_string && !value.is_str() {
+        value = toml::Value::String(raw.trim().to_string());
+    }
+    let table = doc.entry(section.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    let table = table.as_table_mut().ok_or_else(|| err(format!("`{section}` is not a section")))?;
+    table.insert(key.to_string(), value);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Config;
+
+    #[test]
+    fn an_unknown_mode_names_its_dotted_key_and_the_allowed_spellings() {
+        for (set, key) in [("train.on_mismatch=maybe", "train.on_mismatch"), ("ablation.sampler_kernels=fastest", "ablation.sampler_kernels"), ("ablation.correction=is", "ablation.correction"), ("train.steps=many", "train.steps")] {
+            let e = Config::load(None, &[set.into()]).unwrap_err().to_string();
+            assert!(e.contains(&format!("config key `{key}`")), "{set}: {e}");
+        }
+        let e = Config::load(None, &["train.on_mismatch=maybe".into()]).unwrap_err().to_string();
+        assert!(e.contains("stop") && e.contains("warn"), "{e}");
+        let dir = std::env::temp_dir().join(format!("lockstep-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(&file, "[train]\nsteps = 2\n\n[ablation]\ncorrection = \"tiss\"\n").unwrap();
+        let e = Config::load(Some(&file), &[]).unwrap_err().to_string();
+        assert!(e.contains("c.toml") && e.contains("line 5") && e.contains("config key `ablation.correction`") && e.contains("ppo_clip"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_string_key_takes_an_override_as_written_even_when_it_reads_as_a_number() {
+        let c = Config::load(None, &["log.run_name=nan".into(), "log.runs_dir=1e3".into(), "train.steps=3".into()]).unwrap();
+        assert_eq!((c.log.run_name.as_str(), c.log.runs_dir.as_str(), c.train.steps), ("nan", "1e3", 3));
+    }
+}

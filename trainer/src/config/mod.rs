@@ -1,0 +1,262 @@
+//! The run configuration: TOML, one section per concern, every key with a default
+//! (documented in docs/config.md), unknown keys refused, `--set section.key=value` overrides.
+
+use serde::{Deserialize, Serialize};
+
+mod load;
+mod modes;
+mod validate;
+
+pub use modes::*;
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub model: ModelSection,
+    pub sampler: SamplerSection,
+    pub train: TrainSection,
+    pub task: TaskSection,
+    pub log: LogSection,
+    pub ablation: AblationSection,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelSection {
+    /// HF checkpoint folder; empty = the embedded tiny Qwen3 (random init, char vocabulary).
+    pub path: String,
+    /// Seed of the embedded model's random init.
+    pub init_seed: u64,
+    /// Training and sampling dtype: "f32" or "bf16".
+    pub dtype: String,
+    /// Embedded model only: hidden size, layers, heads, kv heads, head dim, ffn size.
+    pub hidden_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub intermediate_size: usize,
+    pub init_std: f32,
+}
+
+impl Default for ModelSection {
+    fn default() -> Self {
+        Self { path: String::new(), init_seed: 1, dtype: "f32".into(), hidden_size: 64, num_layers: 2, num_heads: 4, num_kv_heads: 2, head_dim: 16, intermediate_size: 128, init_std: 0.08 }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SamplerSection {
+    pub max_batch: usize,
+    pub context: usize,
+    pub chunk_size: usize,
+    /// Same-prompt requests (a GRPO group) prefill the prompt once and copy its KV.
+    pub share_prompt_prefix: bool,
+    /// Enqueue each engine step before reading the previous step's tokens (same bits).
+    pub overlap_steps: bool,
+    /// KV cache memory budget in MiB: as many 64-position blocks as fit (0 = enough for
+    /// max_batch requests of `context` tokens); when none is left the newest request is
+    /// preempted and rerun later (same bits).
+    pub kv_budget_mib: f64,
+    pub temperature: f32,
+    pub top_k: u32,
+    pub top_p: f32,
+    pub max_new_tokens: usize,
+    /// `lockstep sample`: input JSONL (`{"prompt": "..."}` or `{"prompt_ids": [...]}`) and output.
+    pub input: String,
+    pub output: String,
+    pub seed: u64,
+}
+
+impl Default for SamplerSection {
+    fn default() -> Self {
+        Self { max_batch: 64, context: 48, chunk_size: 16, share_prompt_prefix: true, overlap_steps: true, kv_budget_mib: 0.0, temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 8, input: String::new(), output: String::new(), seed: 0 }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainSection {
+    /// GRPO steps.
+    pub steps: usize,
+    /// Prompts per step; each gets `group_size` completions.
+    pub prompts_per_step: usize,
+    pub group_size: usize,
+    pub lr: f64,
+    pub warmup_steps: usize,
+    /// Cosine decay to lr * min_lr_ratio at the last step.
+    pub min_lr_ratio: f64,
+    pub weight_decay: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub adam_eps: f64,
+    /// Global gradient-norm clip; 0 disables.
+    pub grad_clip: f64,
+    /// KL-to-reference (k3) penalty coefficient; 0 disables.
+    pub kl_coef: f64,
+    pub seed: u64,
+    /// What a sampler/trainer logprob that differs in bits does in matched mode: "stop" or "warn".
+    pub on_mismatch: OnMismatch,
+    /// Checkpoint every N steps (and at the end); 0 = only at the end.
+    pub checkpoint_every: usize,
+    pub keep_checkpoints: usize,
+    /// Activation recomputation per decoder layer: the training forward keeps each layer's
+    /// input only and the backward re-runs the layer (same bits, less memory, one more forward).
+    pub recompute_layers: bool,
+    /// Write a checkpoint after the last step (false: benchmarks, whose weights nobody resumes;
+    /// a 4B model's weights and AdamW state are 56 GB).
+    pub final_checkpoint: bool,
+    /// Supervised warm start before RL (`lockstep train` runs it when > 0 and no checkpoint exists).
+    pub sft_steps: usize,
+    pub sft_lr: f64,
+    pub sft_batch: usize,
+    /// Trainer tokens per forward/backward pass (whole sequences, greedily in order; a longer
+    /// sequence runs alone); the update's bits do not depend on it (weight gradients folded
+    /// over the tokens in one order, `shared_kernels::grad_fold`). 0 = the whole step.
+    pub micro_batch_tokens: usize,
+    /// "group_std" (GRPO: (r - group mean) / (group std + 1e-6)) or "group_mean" (Dr. GRPO:
+    /// r - group mean, no std normalisation).
+    pub advantage: Advantage,
+    /// How token terms are averaged: "token_mean" (every rollout token of the step weighs the
+    /// same: DAPO, TRL's default), "sequence_mean" (each sequence's tokens averaged, then the
+    /// sequences: the original GRPO) or "constant" (Dr. GRPO: divided by rollouts x
+    /// sampler.max_new_tokens, length-unbiased).
+    pub loss_aggregation: LossAggregation,
+    /// DAPO's soft overlong punishment: a completion longer than sampler.max_new_tokens -
+    /// overlong_buffer loses up to overlong_penalty of reward, linearly over the buffer (0 = off).
+    pub overlong_buffer: usize,
+    pub overlong_penalty: f64,
+    /// PPO epochs: passes over a step's rollouts, each made of `mini_batches` optimizer steps
+    /// with the clipped surrogate against the sampler's logprobs (1 x 1: one update, no clip).
+    pub ppo_epochs: usize,
+    pub mini_batches: usize,
+    /// The surrogate's clip range [1 - clip_low, 1 + clip_high] (DAPO's clip-higher: 0.2, 0.28).
+    pub clip_low: f64,
+    pub clip_high: f64,
+    /// "token" (PPO/GRPO: a ratio per token) or "sequence" (GSPO: exp of the mean log-ratio of
+    /// the completion, clipped per sequence, its tokens averaged).
+    pub ratio_level: RatioLevel,
+    /// Evaluate on `task.eval_path` after every N steps (0 = never): pass@1 greedy and pass@k
+    /// over `eval_samples` sampled completions, on the first `eval_problems` problems.
+    pub eval_every: usize,
+    pub eval_samples: usize,
+    pub eval_problems: usize,
+    /// DAPO's dynamic sampling: groups whose rewards are all equal are dropped and up to this
+    /// many refill rounds of `prompts_per_step` prompts keep the step at `prompts_per_step`
+    /// groups with signal (0 = off).
+    pub dynamic_sampling_rounds: usize,
+}
+
+impl Default for TrainSection {
+    fn default() -> Self {
+        Self {
+            steps: 20, prompts_per_step: 8, group_size: 8, lr: 2e-3, warmup_steps: 2, min_lr_ratio: 0.1, weight_decay: 0.0,
+            beta1: 0.9, beta2: 0.99, adam_eps: 1e-8, grad_clip: 1.0, kl_coef: 0.0, seed: 0, on_mismatch: OnMismatch::Stop,
+            checkpoint_every: 10, keep_checkpoints: 2, final_checkpoint: true, recompute_layers: false, sft_steps: 150, sft_lr: 3e-3, sft_batch: 32, micro_batch_tokens: 0, advantage: Advantage::GroupStd, loss_aggregation: LossAggregation::TokenMean, overlong_buffer: 0, overlong_penalty: 1.0,
+            ppo_epochs: 1, mini_batches: 1, clip_low: 0.2, clip_high: 0.2, ratio_level: RatioLevel::Token,
+            eval_every: 0, eval_samples: 4, eval_problems: 64, dynamic_sampling_rounds: 0,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TaskSection {
+    /// "addition", "sort", "countdown", "word_problems", or "dataset" (alias "jsonl"): the
+    /// file at `path`, JSON lines or Parquet by its extension.
+    pub name: String,
+    /// addition: digits per operand.
+    pub digits: usize,
+    /// sort / countdown: how many numbers.
+    pub count: usize,
+    /// jsonl: a file of `{"prompt": "...", "answer": "..."}` lines.
+    pub path: String,
+    /// "exact" (1 for the right answer, else 0), "char_f1" (partial credit: the F1 of the
+    /// completion's and the answer's characters as multisets, in [0, 1]) or "math" (the final
+    /// answer, `\boxed{}` / `####` / the last number, compared numerically or as normalised
+    /// LaTeX with the task's answer: `math_verify`).
+    pub reward: String,
+    /// reward "command": a shell command given one JSON line per rollout on stdin
+    /// (`{"index", "prompt", "completion", "answer"}`), printing one reward per line
+    /// (`trainer/src/reward_command.rs`).
+    pub reward_command: String,
+    /// Seconds the reward command may take for one step's rollouts.
+    pub reward_timeout_s: f64,
+    /// jsonl: the key of the prompt (dots walk nested objects): a string, or with
+    /// prompt_format "chat" a list of `{"role", "content"}` messages.
+    pub prompt_key: String,
+    /// jsonl: the key of the answer, e.g. "reward_model.ground_truth" (verl's layout).
+    pub answer_key: String,
+    /// "raw" (the prompt text as is) or "chat" (rendered with the checkpoint's chat template,
+    /// a string prompt as one user message, ending with the assistant's opening).
+    pub prompt_format: PromptFormat,
+    /// chat: a system message put before every prompt that has none ("" for none).
+    pub system_prompt: String,
+    /// chat: a template file instead of the checkpoint's own.
+    pub chat_template: String,
+    /// chat: extra template variables, e.g. `{ enable_thinking = false }`.
+    pub chat_args: toml::Table,
+    /// The eval split: a dataset file read as `path` is ("" for none; `train.eval_every`).
+    pub eval_path: String,
+    /// reward "math": what a wrong completion whose final answer is marked (`\boxed{}`, `####`,
+    /// "answer is") earns (verl's format score; 0 = nothing).
+    pub format_score: f64,
+}
+
+impl Default for TaskSection {
+    fn default() -> Self {
+        Self { name: "addition".into(), digits: 1, count: 3, path: String::new(), reward: "exact".into(), reward_command: String::new(), reward_timeout_s: 60.0, prompt_key: "prompt".into(), answer_key: "answer".into(), prompt_format: PromptFormat::Raw, system_prompt: String::new(), chat_template: String::new(), chat_args: toml::Table::new(), eval_path: String::new(), format_score: 0.0 }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSection {
+    pub run_name: String,
+    pub runs_dir: String,
+    pub tensorboard: bool,
+    pub progress: bool,
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        Self { run_name: "quickstart".into(), runs_dir: "runs".into(), tensorboard: true, progress: true }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AblationSection {
+    /// "matched": the sampler runs lockstep's kernels (bit-equal to the trainer); "fast": burn's
+    /// default (autotuned, not batch-invariant) matmul and rmsnorm in the sampler.
+    pub sampler_kernels: SamplerKernels,
+    /// "none", "tis" (truncated IS), "mis" (masked IS) or "ppo_clip".
+    pub correction: Correction,
+    /// "token" or "sequence": where the importance ratio is taken.
+    pub level: RatioLevel,
+    /// tis: weights are min(ratio, tis_cap).
+    pub tis_cap: f64,
+    /// mis: tokens (or sequences) with ratio outside [1/mis_threshold, mis_threshold] are masked.
+    pub mis_threshold: f64,
+    /// ppo_clip: epsilon of the clipped surrogate.
+    pub ppo_clip: f64,
+}
+
+impl Default for AblationSection {
+    fn default() -> Self {
+        Self { sampler_kernels: SamplerKernels::Matched, correction: Correction::None, level: RatioLevel::Token, tis_cap: 2.0, mis_threshold: 2.0, ppo_clip: 0.2 }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: {message}")]
+    Parse { file: String, message: String },
+    #[error("{file}: cannot read: {message}")]
+    Read { file: String, message: String },
+    #[error("--set {spec}: {message}")]
+    Override { spec: String, message: String },
+    #[error("config key `{key}`: {message}")]
+    Invalid { key: String, message: String },
+}

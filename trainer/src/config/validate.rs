@@ -1,0 +1,116 @@
+//! What a parsed config must satisfy beyond its types: ranges, keys that need each other,
+//! combinations that cannot work; each error names the key.
+
+use super::{Config, ConfigError, Correction, PromptFormat};
+
+impl Config {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: String| Err(ConfigError::Invalid { key: key.into(), message });
+        let one_of = |key: &str, value: &str, allowed: &[&str]| if allowed.contains(&value) { Ok(()) } else { bad(key, format!("`{value}` is not one of {allowed:?}")) };
+        one_of("model.dtype", &self.model.dtype, &["f32", "bf16"])?;
+        one_of("task.name", &self.task.name, &["addition", "sort", "countdown", "word_problems", "dataset", "jsonl"])?;
+        one_of("task.reward", &self.task.reward, &["exact", "char_f1", "math", "command"])?;
+        if self.task.reward == "command" && self.task.reward_command.trim().is_empty() {
+            return bad("task.reward_command", "task.reward = \"command\" needs the command that prints the rewards".into());
+        }
+        if !(self.task.reward_timeout_s.is_finite() && self.task.reward_timeout_s > 0.0) {
+            return bad("task.reward_timeout_s", format!("must be a finite number of seconds > 0, got {}", self.task.reward_timeout_s));
+        }
+        let rollouts = self.train.prompts_per_step * self.train.group_size;
+        if self.train.ppo_epochs == 0 || self.train.ppo_epochs > 64 {
+            return bad("train.ppo_epochs", format!("must be in 1..=64, got {}", self.train.ppo_epochs));
+        }
+        if self.train.mini_batches == 0 || self.train.mini_batches > rollouts.max(1) {
+            return bad("train.mini_batches", format!("must be in 1..={rollouts} (train.prompts_per_step x train.group_size rollouts a step), got {}", self.train.mini_batches));
+        }
+        for (key, v) in [("train.clip_low", self.train.clip_low), ("train.clip_high", self.train.clip_high)] {
+            if !(v > 0.0 && v < 10.0) {
+                return bad(key, format!("must be in (0, 10), got {v}"));
+            }
+        }
+        if self.train.clip_low >= 1.0 {
+            return bad("train.clip_low", format!("must be below 1 (the ratio's lower bound is 1 - clip_low), got {}", self.train.clip_low));
+        }
+        if !(0.0..1.0).contains(&self.task.format_score) {
+            return bad("task.format_score", format!("must be in [0, 1) (a correct answer earns 1), got {}", self.task.format_score));
+        }
+        if self.task.format_score > 0.0 && self.task.reward != "math" {
+            return bad("task.format_score", format!("applies to task.reward = \"math\" only, not {:?}", self.task.reward));
+        }
+        if self.train.dynamic_sampling_rounds > 16 {
+            return bad("train.dynamic_sampling_rounds", format!("at most 16 refill rounds, got {}", self.train.dynamic_sampling_rounds));
+        }
+        if self.train.eval_every > 0 && self.task.eval_path.is_empty() {
+            return bad("task.eval_path", "train.eval_every is set but there is no eval split: name a dataset file".into());
+        }
+        if self.train.eval_every > 0 && (self.train.eval_problems == 0 || self.train.eval_samples > 1024) {
+            return bad("train.eval_problems / train.eval_samples", format!("need at least 1 problem and at most 1024 samples, got {} and {}", self.train.eval_problems, self.train.eval_samples));
+        }
+        if self.train.ppo_epochs * self.train.mini_batches > 1 && self.train.kl_coef != 0.0 {
+            return bad("train.kl_coef", "the KL-to-reference penalty is not applied in PPO epochs (train.ppo_epochs x train.mini_batches > 1) yet; set it to 0 or use one update a step".into());
+        }
+        if self.train.ppo_epochs * self.train.mini_batches > 1 && self.ablation.correction != Correction::None {
+            return bad("ablation.correction", "PPO epochs (train.ppo_epochs x train.mini_batches > 1) clip against the sampler's logprobs themselves; leave ablation.correction = \"none\"".into());
+        }
+        if self.train.overlong_buffer >= self.sampler.max_new_tokens && self.train.overlong_buffer > 0 {
+            return bad("train.overlong_buffer", format!("is {} but must be below sampler.max_new_tokens ({})", self.train.overlong_buffer, self.sampler.max_new_tokens));
+        }
+        if !(self.train.overlong_penalty.is_finite() && self.train.overlong_penalty >= 0.0) {
+            return bad("train.overlong_penalty", format!("must be a finite number >= 0, got {}", self.train.overlong_penalty));
+        }
+        for (key, v) in [("sampler.max_batch", self.sampler.max_batch), ("sampler.context", self.sampler.context), ("sampler.chunk_size", self.sampler.chunk_size), ("sampler.max_new_tokens", self.sampler.max_new_tokens), ("train.prompts_per_step", self.train.prompts_per_step), ("train.sft_batch", self.train.sft_batch), ("train.keep_checkpoints", self.train.keep_checkpoints)] {
+            if v == 0 {
+                return bad(key, "must be at least 1".into());
+            }
+        }
+        if !(self.sampler.kv_budget_mib >= 0.0 && self.sampler.kv_budget_mib.is_finite()) {
+            return bad("sampler.kv_budget_mib", format!("must be a finite number >= 0 (0 = no budget), got {}", self.sampler.kv_budget_mib));
+        }
+        if self.train.group_size < 2 {
+            return bad("train.group_size", format!("GRPO needs at least 2 completions per prompt, got {}", self.train.group_size));
+        }
+        if !(self.sampler.temperature.is_finite() && self.sampler.temperature >= 0.0) {
+            return bad("sampler.temperature", format!("must be >= 0, got {}", self.sampler.temperature));
+        }
+        if !(self.sampler.top_p > 0.0 && self.sampler.top_p <= 1.0) {
+            return bad("sampler.top_p", format!("must be in (0, 1], got {}", self.sampler.top_p));
+        }
+        for (key, v) in [("train.lr", self.train.lr), ("train.sft_lr", self.train.sft_lr), ("train.adam_eps", self.train.adam_eps)] {
+            if !(v.is_finite() && v > 0.0) {
+                return bad(key, format!("must be > 0, got {v}"));
+            }
+        }
+        for (key, v) in [("train.beta1", self.train.beta1), ("train.beta2", self.train.beta2), ("train.min_lr_ratio", self.train.min_lr_ratio)] {
+            if !(0.0..=1.0).contains(&v) {
+                return bad(key, format!("must be in [0, 1], got {v}"));
+            }
+        }
+        for (key, v) in [("train.weight_decay", self.train.weight_decay), ("train.grad_clip", self.train.grad_clip), ("train.kl_coef", self.train.kl_coef)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return bad(key, format!("must be >= 0, got {v}"));
+            }
+        }
+        if self.ablation.tis_cap < 1.0 || self.ablation.mis_threshold < 1.0 {
+            return bad("ablation.tis_cap / ablation.mis_threshold", "must be >= 1".into());
+        }
+        if !(self.ablation.ppo_clip > 0.0 && self.ablation.ppo_clip < 1.0) {
+            return bad("ablation.ppo_clip", format!("must be in (0, 1), got {}", self.ablation.ppo_clip));
+        }
+        for (key, value) in [("task.prompt_key", &self.task.prompt_key), ("task.answer_key", &self.task.answer_key)] {
+            if value.is_empty() || value.split('.').any(str::is_empty) {
+                return bad(key, format!("must be a key or a dotted path of keys, got {value:?}"));
+            }
+        }
+        if self.task.prompt_format == PromptFormat::Chat && self.model.path.is_empty() && self.task.chat_template.is_empty() {
+            return bad("task.prompt_format", "\"chat\" needs a chat template: model.path (a checkpoint with one) or task.chat_template".into());
+        }
+        if matches!(self.task.name.as_str(), "dataset" | "jsonl") && self.task.path.is_empty() {
+            return bad("task.path", "task `jsonl` needs a path to a JSONL file".into());
+        }
+        let name = &self.log.run_name;
+        if name.is_empty() || name.contains(['/', '\\']) || name == "." || name == ".." || name.starts_with('.') {
+            return bad("log.run_name", format!("must be a folder name under log.runs_dir (no '/', '\\', and not starting with '.'), got {name:?}"));
+        }
+        Ok(())
+    }
+}
