@@ -22,6 +22,9 @@
 //!    sequence's queries at or after the key, in splits of KV_SPLIT in order and, inside a split,
 //!    over the KV head's query heads in head order.
 //! `dS = P (dP - D)` with `dP = dO . V`. Scores are `(q . k) * scale` in the forward's order.
+//!
+//! One file past 400 lines: the per-sequence dispatch and the CUDA-core fallback kernels it
+//! picks between share the sequence layout checks (`contiguous_sequences`).
 
 use crate::ops::attention::splits::{keys_in_split, split_max, KV_SPLIT};
 use crate::ops::reduce::{cube_linear, NEG_BIG};

@@ -27,6 +27,9 @@
 //! [`TC_QUERIES`] queries sharing one KV head and one sequence: consecutive rows of a sequence
 //! (prefill) times the query heads of the group; decode rows are tiles of one row. The split's
 //! K, then V, is staged in shared memory once per tile.
+//!
+//! One file past 400 lines: the split kernel and its launcher share the split and fragment
+//! constants.
 
 use crate::ops::attention::splits::{keys_in_split, KV_SPLIT};
 use crate::ops::kv_cache::cache_row;

@@ -19,6 +19,9 @@
 //!    `dV += Pᵀ dO` and `dK += dSᵀ Q` (Pᵀ and dSᵀ rounded to the dtype), each split's
 //!    products added to f32 accumulators in shared memory.
 //! `dQ` and `dK` carry the softmax scale; scores are `(q . k) * scale` as in the forward.
+//!
+//! One file past 400 lines: the three kernels and their launcher share the warp-step helpers,
+//! the tile constants and the stage layout, and are read together to check the fixed order.
 
 use crate::ops::attention::splits::{keys_in_split, KV_SPLIT};
 use crate::ops::attention::mma::{

@@ -14,6 +14,9 @@
 //!
 //! The returned logprob is the one [`crate::ops::logits::logprob`] defines (full softmax at temperature T,
 //! before truncation) and is computed with the same functions, so it equals the trainer's bits.
+//!
+//! One file past 400 lines: the two passes and the truncation share the chunk layout and the
+//! bisection over the order-preserving image of the logits.
 
 use crate::ops::logits::rows::{chunk_span, chunk_stats, inv_temperature, load_chunk, row_max, row_normaliser, scaled_logit, VOCAB_CHUNK};
 use crate::ops::reduce::{cube_linear, tree_count, tree_sum, NEG_BIG};

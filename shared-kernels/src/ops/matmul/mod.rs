@@ -11,6 +11,10 @@
 //! depends only on the dtype, the device and that variable, never on M, so the sampler and the
 //! trainer on one device always share it. `LOCKSTEP_MATMUL=scalar` forces the scalar kernel
 //! (for benchmarks and bisecting).
+//!
+//! One file past 400 lines: the front door of the matmul family (the scalar kernel, the choice
+//! of variant per device and dtype, the shape guards, the backward's two products), kept in
+//! one place so what runs for a given shape is read in one sitting.
 
 pub mod layout;
 pub mod pipelined;
