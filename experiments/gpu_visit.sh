@@ -6,6 +6,7 @@
 # device tool returns at most 8 files).
 #
 #   bash experiments/gpu_visit.sh battery check sampler kernels torch sampler-fast
+#   bash experiments/gpu_visit.sh battery-full check quickstart   # a change that must keep every bit
 #   bash experiments/gpu_visit.sh train ablation
 #   bash experiments/gpu_visit.sh repro repro-autotune   # run-to-run and resume, as bits
 #   bash experiments/gpu_visit.sh train-kernels          # GRPO step time under tc / hybrid / pipelined
@@ -80,6 +81,18 @@ run_part() {
     case "$1" in
     battery)  # lockstep kernels, bf16 (tensor cores) at the large shapes, with matmul accuracy
         timeout "$(limit "${BATTERY_LIMIT:-150}")" /tmp/lockstep-battery --large --dtypes bf16 2>&1 | tee "$out/battery.md" ;;
+    battery-full)  # every battery row, f32 and bf16, large shapes (the count docs/gpu-battery.md quotes)
+        timeout "$(limit "${BATTERY_LIMIT:-400}")" /tmp/lockstep-battery --large --dtypes f32,bf16 2>&1 | tee "$out/battery-full.md"
+        echo "rows bit-identical: $(grep -c '| yes' "$out/battery-full.md"), differing: $(grep -c '| NO' "$out/battery-full.md")" ;;
+    quickstart)  # the GPU quickstart against session 18's metrics (every logged field but timings)
+        timeout "$(limit "${QUICKSTART_LIMIT:-120}")" /tmp/lockstep train configs/quickstart.toml --set log.runs_dir=/tmp/runs --set log.run_name=qs --set log.tensorboard=false > "$out/quickstart.log" 2>&1
+        cp /tmp/runs/qs/metrics.jsonl "$out/quickstart.metrics.jsonl" 2>/dev/null
+        tar -xJOf docs/gpu-runs/2026-12-02-s18.tar.xz 2026-12-02-s18/v2/quickstart.metrics.jsonl > /tmp/qs18.jsonl
+        python3 -c "
+import json,sys
+keep=lambda r: {k: v for k, v in r.items() if k not in ('timing', 'step_s', 'tokens_per_s')}
+a=[keep(json.loads(l)) for l in open(sys.argv[1])]; b=[keep(json.loads(l)) for l in open(sys.argv[2])]
+print('quickstart vs session 18:', len(a), 'steps;', 'EQUAL' if a == b else 'DIFFER', 'in every logged field but timings; last fingerprint', a[-1].get('trainer_weights_fingerprint') if a else None)" "$out/quickstart.metrics.jsonl" /tmp/qs18.jsonl 2>&1 | tee "$out/quickstart.md" ;;
     check)    # the sampler engine's invariance checks (the CI tests' code), bf16
         timeout "$(limit "${CHECK_LIMIT:-90}")" /tmp/lockstep check --preset small --dtypes bf16 2>&1 | tee "$out/check.md" ;;
     check-fast)  # the same checks with burn's default ops in the sampler (expected to fail)
