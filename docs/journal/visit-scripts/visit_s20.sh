@@ -1,7 +1,9 @@
 # session 20 visit: issue 21's target rung (0.6B 512 x 2048) for the 8 steps a rung the issue asks for, in
 # three back-to-back calls of one warm machine (10 minutes a call): steps 0-2 from scratch, then steps 3-5
 # and 6-7, each resumed from the previous call's checkpoint. Session 17 ran steps 0-2 in one process:
-# weights ef4829e7211e1545, 735502562a50689a, aa68a8bf6d82e804.
+# weights ef4829e7211e1545, 735502562a50689a, aa68a8bf6d82e804. Each call must follow the previous one
+# within the machine's 30-s idle release (the checkpoint lives on that machine only): the first
+# attempt's continuation was lost that way.
 #   PART=rung1 | rung2 | rung3
 set -u
 O=$OUT
