@@ -1,0 +1,30 @@
+# prepared in session 20 for the next visit: the redesign's before/after proof on the H200 (issue 23) and
+# the 4B rung for 8 steps (issue 21), in back-to-back calls of one warm machine (each call must follow the
+# previous within the 30-s idle release: the checkpoint lives on that machine).
+#   PART=verify  full battery (f32 + bf16), engine checks, the GPU quickstart vs session 18's metrics, then
+#                0.6B 512 x 2048 step 0 (weights must be ef4829e7211e1545, as in sessions 17, 19, 20)
+#   PART=4b1     4B 128 x 2048 full-parameter, 8,192-token micro-batches with recomputation: steps 0-3 + checkpoint
+#   PART=4b2     the same run resumed: steps 4-7
+set -u
+O=$OUT
+[ -x /tmp/lockstep ] || { gunzip -c .gpu/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }
+part=${PART:-verify}
+fps() { python3 -c "
+import json,sys
+for x in map(json.loads, open(sys.argv[1])):
+    t=x['timing']; a=x['agreement']
+    print('step', x['step'], 'fp', x['trainer_weights_fingerprint'], 'grad_norm', x['grad_norm'], 'bit_equal', a['bit_equal_frac'], 'kl_k1', a['kl_k1'], 'tokens', a['tokens'], 'gen', round(t['gen_s'],1), 'update', round(t['update_s'],1), 'step_s', round(x['step_s'],1))" "$1"; }
+case $part in
+verify)
+  TOTAL_LIMIT=330 OUT=$O bash experiments/gpu_visit.sh battery-full check quickstart 2>&1 | grep -v "^|" | tail -12
+  set_="--set task.reward=char_f1 --set sampler.kv_budget_mib=62000 --set sampler.max_batch=256 --set train.on_mismatch=stop"
+  SCALE_SET="$set_" SCALE_ARGS="--max-steps 1" O=$O SCALE_LIMIT=230 bash experiments/scale.sh qwen3-0.6b:512x2048:8:16384 2>&1 | tail -1
+  fps $O/qwen3-0.6b-512x2048-mb16384.metrics.jsonl; echo "sessions 17, 19, 20: step 0 ef4829e7211e1545" ;;
+4b1|4b2)
+  set_="--set task.reward=char_f1 --set sampler.kv_budget_mib=42000 --set sampler.max_batch=128 --set train.recompute_layers=true --set train.final_checkpoint=true --set train.on_mismatch=stop"
+  resume=""; [ $part = 4b2 ] && resume=1
+  SCALE_SET="$set_" SCALE_ARGS="--max-steps 4" SCALE_RESUME=$resume O=$O SCALE_LIMIT=570 bash experiments/scale.sh qwen3-4b:128x2048:8:8192 2>&1 | tail -1
+  grep "resuming\|checkpoint " $O/qwen3-4b-128x2048-mb8192.log | head -3
+  fps $O/qwen3-4b-128x2048-mb8192.metrics.jsonl
+  echo "peak memory MiB: $(sort -n $O/qwen3-4b-128x2048-mb8192.mem | tail -1)" ;;
+esac
