@@ -3,8 +3,9 @@
 # previous within the 30-s idle release: the checkpoint lives on that machine).
 #   PART=verify  full battery (f32 + bf16), engine checks, the GPU quickstart vs session 18's metrics, then
 #                0.6B 512 x 2048 step 0 (weights must be ef4829e7211e1545, as in sessions 17, 19, 20)
-#   PART=4b1     4B 128 x 2048 full-parameter, 8,192-token micro-batches with recomputation: steps 0-3 + checkpoint
-#   PART=4b2     the same run resumed: steps 4-7
+#   PART=4b1     4B 128 x 2048 full-parameter, 8,192-token micro-batches with recomputation: steps 0-2 + checkpoint
+#                (56 GB with AdamW: ~90 s to write)
+#   PART=4b2     the same run resumed: steps 3-7, no final checkpoint (~81 s a step, session 18)
 set -u
 O=$OUT
 [ -x /tmp/lockstep ] || { gunzip -c .gpu/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }
@@ -21,9 +22,9 @@ verify)
   SCALE_SET="$set_" SCALE_ARGS="--max-steps 1" O=$O SCALE_LIMIT=230 bash experiments/scale.sh qwen3-0.6b:512x2048:8:16384 2>&1 | tail -1
   fps $O/qwen3-0.6b-512x2048-mb16384.metrics.jsonl; echo "sessions 17, 19, 20: step 0 ef4829e7211e1545" ;;
 4b1|4b2)
-  set_="--set task.reward=char_f1 --set sampler.kv_budget_mib=42000 --set sampler.max_batch=128 --set train.recompute_layers=true --set train.final_checkpoint=true --set train.on_mismatch=stop"
-  resume=""; [ $part = 4b2 ] && resume=1
-  SCALE_SET="$set_" SCALE_ARGS="--max-steps 4" SCALE_RESUME=$resume O=$O SCALE_LIMIT=570 bash experiments/scale.sh qwen3-4b:128x2048:8:8192 2>&1 | tail -1
+  set_="--set task.reward=char_f1 --set sampler.kv_budget_mib=42000 --set sampler.max_batch=128 --set train.recompute_layers=true --set train.on_mismatch=stop"
+  if [ $part = 4b1 ]; then resume=""; steps=3; final=true; else resume=1; steps=5; final=false; fi
+  SCALE_SET="$set_ --set train.final_checkpoint=$final" SCALE_ARGS="--max-steps $steps" SCALE_RESUME=$resume O=$O SCALE_LIMIT=570 bash experiments/scale.sh qwen3-4b:128x2048:8:8192 2>&1 | tail -1
   grep "resuming\|checkpoint " $O/qwen3-4b-128x2048-mb8192.log | head -3
   fps $O/qwen3-4b-128x2048-mb8192.metrics.jsonl
   echo "peak memory MiB: $(sort -n $O/qwen3-4b-128x2048-mb8192.mem | tail -1)" ;;
