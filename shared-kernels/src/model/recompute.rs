@@ -7,10 +7,10 @@
 //! bits do not depend on the setting (the trainer's `optim.rs` test
 //! `recomputed_layers_give_the_one_graph_gradients_as_bits`).
 
-use super::forward::Stream;
+use super::forward::{int_tensor, Stream};
 use super::{ModelError, Qwen3, Rows};
 use crate::embedding;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Int, Tensor};
 
 /// What the backward of a recomputed forward needs: the rows and every layer's input, held
 /// without a graph, and the leaf the head's graph starts from.
@@ -63,7 +63,7 @@ impl Qwen3 {
         let rows = self.training_rows(sequences)?;
         self.check_rows(&rows)?;
         let device = self.embed.device();
-        let ints = |v: &[u32]| Tensor::<1, Int>::from_data(TensorData::new(v.iter().map(|&x| x as i32).collect::<Vec<_>>(), [v.len()]), &device);
+        let ints = |v: &[u32]| int_tensor(v, &device);
         let (tokens, slots, positions) = (ints(&rows.tokens), ints(&rows.slots), ints(&rows.positions));
         // the layers on untracked weights: no graph is recorded, only their inputs kept (not
         // `detach`, which keeps a leaf's require_grad, so the layers' graph would be kept too)
