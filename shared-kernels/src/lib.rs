@@ -14,6 +14,7 @@ pub mod device;
 pub mod error;
 pub mod grad_fold;
 pub mod kernel_cache;
+pub mod kernel_choice;
 pub mod model;
 pub mod knobs;
 pub mod ops;

@@ -224,6 +224,10 @@ fn main() -> ExitCode {
 static PANIC_AT: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 
 fn run(cli: Cli) -> Result<(), RunError> {
+    // parsed before any work, so a typo in a LOCKSTEP_* kernel variable stops the run at once
+    if !matches!(cli.command, Command::Report { .. }) {
+        shared_kernels::kernel_choice::KernelChoice::process().map_err(|e| RunError::Other(format!("the environment: {e}")))?;
+    }
     match cli.command {
         Command::Train { config, overrides, resume, max_steps, allow_config_change } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps, allow_config_change)),
         Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, trainer_recompute, matmul_m, json, save_model, load_bench } => {

@@ -323,11 +323,7 @@ impl Engine {
 /// `LOCKSTEP_DECODE_FUSION=off` (benchmarks compare the two); the ablation's kernel sets keep
 /// the unfused forward they were measured with.
 fn decode_ready(model: Qwen3) -> Result<Qwen3, String> {
-    let fuse = match shared_kernels::knobs::var("LOCKSTEP_DECODE_FUSION").as_deref().ok_or(()) {
-        Err(_) | Ok("on") => true,
-        Ok("off") => false,
-        Ok(other) => return Err(format!("LOCKSTEP_DECODE_FUSION={other:?} is not one of on, off")),
-    };
+    let fuse = shared_kernels::kernel_choice::KernelChoice::process().map_err(|e| e.to_string())?.decode_fusion;
     let fuse = fuse && model.kernels == KernelSet::Matched;
     model.into_resident(fuse).map_err(|e| format!("copying the weights for the engine: {e}"))
 }

@@ -130,20 +130,15 @@ pub fn zeroed_accumulator(like: &CubeTensor, shape: Vec<usize>) -> CubeTensor {
     zeros_client(like.client.clone(), like.device.clone(), shape.into(), DType::F32)
 }
 
-/// Whether the bf16/f16 fold may take the warpgroup kernel: `LOCKSTEP_FOLD_KERNEL` = "wgmma"
+/// Whether the bf16/f16 fold may take the warpgroup kernel: the process's `LOCKSTEP_FOLD_KERNEL`
+/// ([`crate::kernel_choice::KernelChoice`]) = "wgmma"
 /// (the default: the persistent kernel with its accumulators loaded from `acc`, where its tiles
 /// divide the output) or "cmma" (always the plain chain, for comparisons). Both give the same
 /// bits (H200 battery: pieces = one pass; a 0.6B GRPO step in one pass = in 4,096-token
 /// micro-batches = on the cmma chain); the warpgroup fold ran a 1.7B 8 x 2,048 update in 832 ms
 /// against 2,878 ms (docs/scale.md).
 fn fold_on_wgmma() -> Result<bool, KernelError> {
-    static SETTING: std::sync::OnceLock<Result<Option<bool>, String>> = std::sync::OnceLock::new();
-    let parse = |text: &str| match text.trim() {
-        "wgmma" => Ok(true),
-        "cmma" => Ok(false),
-        other => Err(format!("LOCKSTEP_FOLD_KERNEL={other:?} is not one of wgmma, cmma")),
-    };
-    Ok(crate::ops::env_setting(&SETTING, "fold_matmul", "LOCKSTEP_FOLD_KERNEL", parse)?.unwrap_or(true))
+    Ok(crate::kernel_choice::KernelChoice::process()?.fold_on_wgmma)
 }
 
 /// Whether `fold_matmul` runs cmma steps for these operands (the rest is the scalar kernel).

@@ -451,16 +451,11 @@ fn mma_backward_key_kernel<F: Float, N: Size, I: Int>(
     }
 }
 
-/// `LOCKSTEP_ATTENTION_BACKWARD`: "tensor_cores" (the default) or "per_sequence" (the
-/// per-sequence paths of [`crate::ops::attention::backward`], for comparisons).
+/// The process's `LOCKSTEP_ATTENTION_BACKWARD` ([`crate::kernel_choice::KernelChoice`]):
+/// "tensor_cores" (the default) or "per_sequence" (the per-sequence paths of
+/// [`crate::ops::attention::backward`], for comparisons).
 pub fn tensor_core_backward_setting() -> Result<bool, KernelError> {
-    static SETTING: std::sync::OnceLock<Result<Option<bool>, String>> = std::sync::OnceLock::new();
-    let parse = |text: &str| match text.trim() {
-        "tensor_cores" => Ok(true),
-        "per_sequence" => Ok(false),
-        other => Err(format!("LOCKSTEP_ATTENTION_BACKWARD={other:?} is not one of tensor_cores, per_sequence")),
-    };
-    Ok(crate::ops::env_setting(&SETTING, "attention_backward", "LOCKSTEP_ATTENTION_BACKWARD", parse)?.unwrap_or(true))
+    Ok(crate::kernel_choice::KernelChoice::process()?.attention_backward_on_tensor_cores)
 }
 
 /// Whether [`mma_attention_backward`] takes these inputs: CUDA with the register-fragment

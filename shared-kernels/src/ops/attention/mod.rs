@@ -152,22 +152,24 @@ pub enum AttentionKernel {
     SplitKvTensorCore,
 }
 
-/// `LOCKSTEP_ATTENTION` = sequential | split_kv | split_kv_tc | auto (read once per process);
-/// unset or `auto` gives `None`: split_kv_tc where [`crate::ops::attention::tensor_cores::tc_attention_available`]
-/// holds, split_kv elsewhere (a function of device, dtype and head size only). An unknown value
-/// is an error naming the variable.
-pub fn process_attention_kernel() -> Result<Option<AttentionKernel>, KernelError> {
-    static KERNEL: std::sync::OnceLock<Result<Option<AttentionKernel>, String>> = std::sync::OnceLock::new();
-    KERNEL
-        .get_or_init(|| match crate::knobs::var("LOCKSTEP_ATTENTION").as_deref().ok_or(()) {
-            Ok("sequential") => Ok(Some(AttentionKernel::Sequential)),
-            Ok("split_kv") => Ok(Some(AttentionKernel::SplitKv)),
-            Ok("split_kv_tc") => Ok(Some(AttentionKernel::SplitKvTensorCore)),
-            Err(_) | Ok("auto") => Ok(None),
-            Ok(other) => Err(format!("LOCKSTEP_ATTENTION={other:?} is not one of auto, split_kv_tc, split_kv, sequential")),
+impl AttentionKernel {
+    /// A `LOCKSTEP_ATTENTION` value: sequential | split_kv | split_kv_tc | auto (`Some(None)`:
+    /// split_kv_tc where [`crate::ops::attention::tensor_cores::tc_attention_available`] holds,
+    /// split_kv elsewhere, a function of device, dtype and head size only).
+    pub fn parse(text: &str) -> Option<Option<AttentionKernel>> {
+        Some(match text {
+            "sequential" => Some(AttentionKernel::Sequential),
+            "split_kv" => Some(AttentionKernel::SplitKv),
+            "split_kv_tc" => Some(AttentionKernel::SplitKvTensorCore),
+            "auto" => None,
+            _ => return None,
         })
-        .clone()
-        .map_err(|e| KernelError::new("attention", e))
+    }
+}
+
+/// The process's `LOCKSTEP_ATTENTION` ([`crate::kernel_choice::KernelChoice`]); `None`: auto.
+pub fn process_attention_kernel() -> Result<Option<AttentionKernel>, KernelError> {
+    Ok(crate::kernel_choice::KernelChoice::process()?.attention)
 }
 
 /// The kernel [`attention`] runs on `device` for `dtype` and `head_dim` under this process's

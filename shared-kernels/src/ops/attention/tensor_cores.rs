@@ -64,20 +64,13 @@ pub fn with_tc_kernels<R>(kernel: TcKernels, f: impl FnOnce() -> R) -> R {
     out
 }
 
-/// The kernel set: [`with_tc_kernels`]'s, else `LOCKSTEP_ATTENTION_TC` (read once per
-/// process), else `mma`; `cmma` off CUDA, where inline PTX does not exist.
+/// The kernel set: [`with_tc_kernels`]'s, else the process's `LOCKSTEP_ATTENTION_TC`
+/// ([`crate::kernel_choice::KernelChoice`]: `mma` unless set); `cmma` off CUDA, where inline
+/// PTX does not exist.
 pub fn tc_kernels() -> Result<TcKernels, crate::KernelError> {
-    static SETTING: std::sync::OnceLock<Result<Option<TcKernels>, String>> =
-        std::sync::OnceLock::new();
     let chosen = match TC_OVERRIDE.with(|c| c.get()) {
         Some(k) => k,
-        None => crate::ops::env_setting(
-            &SETTING,
-            "attention",
-            "LOCKSTEP_ATTENTION_TC",
-            TcKernels::parse,
-        )?
-        .unwrap_or(TcKernels::Mma),
+        None => crate::kernel_choice::KernelChoice::process()?.attention_tc,
     };
     Ok(if crate::device::runtime_name() == "cuda" {
         chosen

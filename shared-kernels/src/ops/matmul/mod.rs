@@ -304,35 +304,25 @@ pub const HYBRID_WIDE_N: usize = 16384;
 /// Outputs with at least this many elements run the pipelined kernel under [`MatmulKernel::Hybrid`].
 pub const HYBRID_LARGE_OUTPUT: usize = 3 << 20;
 
-/// `LOCKSTEP_MATMUL` = scalar | tc | tc-tiles | tc-async | wgmma | pipelined | hybrid (read once per process); unset
-/// (`None`): wgmma where the device has it, else tc.
-/// tc stays the default until the pipelined kernel is timed inside a full GRPO run on the H200:
-/// in the one such run, with pipelined for every launch, sampling was ~50x slower than with tc
-/// (docs/perf.md); the fixed-shape benchmarks do not show it.
-fn requested_kernel() -> Result<Option<MatmulKernel>, KernelError> {
-    static KERNEL: std::sync::OnceLock<Result<Option<MatmulKernel>, String>> = std::sync::OnceLock::new();
-    KERNEL
-        .get_or_init(|| {
-            // the tensor-core kernels' sweep overrides are checked with the kernel choice, once,
-            // wherever lockstep runs: a typo is an error naming the variable on the CPU too
-            crate::ops::matmul::skinny::launch_shape().map_err(|e| e.message)?;
-            crate::ops::matmul::tc::tile_shape(Pipeline::AsyncCopies).map_err(|e| e.message)?;
-            crate::ops::matmul::wgmma_tiles::wgmma_tiles().map_err(|e| e.message)?;
-            crate::ops::matmul::wgmma_tiles::wgmma_schedule().map_err(|e| e.message)?;
-            match crate::knobs::var("LOCKSTEP_MATMUL").as_deref().ok_or(()) {
-                Err(_) => Ok(None),
-                Ok("tc") => Ok(Some(MatmulKernel::TensorCore)),
-                Ok("scalar") => Ok(Some(MatmulKernel::Scalar)),
-                Ok("tc-tiles") => Ok(Some(MatmulKernel::TensorCoreTiles)),
-                Ok("tc-async") => Ok(Some(MatmulKernel::TensorCoreAsync)),
-                Ok("wgmma") => Ok(Some(MatmulKernel::Warpgroup)),
-                Ok("pipelined") => Ok(Some(MatmulKernel::Pipelined)),
-                Ok("hybrid") => Ok(Some(MatmulKernel::Hybrid)),
-                Ok(other) => Err(format!("LOCKSTEP_MATMUL={other:?} is not one of scalar, tc, tc-tiles, tc-async, wgmma, pipelined, hybrid")),
-            }
+impl MatmulKernel {
+    /// A `LOCKSTEP_MATMUL` value: scalar | tc | tc-tiles | tc-async | wgmma | pipelined | hybrid.
+    pub fn parse(text: &str) -> Option<MatmulKernel> {
+        Some(match text {
+            "scalar" => MatmulKernel::Scalar,
+            "tc" => MatmulKernel::TensorCore,
+            "tc-tiles" => MatmulKernel::TensorCoreTiles,
+            "tc-async" => MatmulKernel::TensorCoreAsync,
+            "wgmma" => MatmulKernel::Warpgroup,
+            "pipelined" => MatmulKernel::Pipelined,
+            "hybrid" => MatmulKernel::Hybrid,
+            _ => return None,
         })
-        .clone()
-        .map_err(|e| KernelError::new("matmul", e))
+    }
+}
+
+/// The process's `LOCKSTEP_MATMUL` ([`crate::kernel_choice::KernelChoice`]); `None`: the device's default.
+fn requested_kernel() -> Result<Option<MatmulKernel>, KernelError> {
+    Ok(crate::kernel_choice::KernelChoice::process()?.matmul)
 }
 
 /// The kernel `matmul` runs for `dtype` on this device: the requested tensor-core kernel for

@@ -1,0 +1,122 @@
+//! Which kernel of each family this process runs: one typed value, parsed once from the
+//! `LOCKSTEP_*` kernel variables that [`crate::knobs`] declares, and read by each family's front
+//! door (matmul, attention, its backward, the weight-gradient fold) and by the engine (decode
+//! fusion). Every choice here gives the same bits (the battery compares them row by row); they
+//! change time only, so they are process-wide rather than per call: a row's result must not
+//! depend on which caller launched it.
+//!
+//! [`KernelChoice::process`] also checks the benchmark-only tuning variables (tile and launch
+//! shapes), so a typo in any of them stops a run at its start with the variable named, on every
+//! device, rather than at the first launch that would read it.
+
+use crate::ops::attention::tensor_cores::TcKernels;
+use crate::ops::attention::AttentionKernel;
+use crate::ops::matmul::MatmulKernel;
+use crate::KernelError;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelChoice {
+    /// `LOCKSTEP_MATMUL`; `None`: the device's default (wgmma on compute capability 9.x, tc on
+    /// other tensor-core devices, else scalar).
+    pub matmul: Option<MatmulKernel>,
+    /// `LOCKSTEP_ATTENTION`; `None` (`auto`): split_kv_tc where the tensor-core attention runs,
+    /// else split_kv.
+    pub attention: Option<AttentionKernel>,
+    /// `LOCKSTEP_ATTENTION_TC`: the register-fragment (`mma`) or shared-memory (`cmma`) kernels of
+    /// the tensor-core attention.
+    pub attention_tc: TcKernels,
+    /// `LOCKSTEP_ATTENTION_BACKWARD`: the tensor-core backward where it applies (`tensor_cores`),
+    /// or the per-sequence paths everywhere (`per_sequence`).
+    pub attention_backward_on_tensor_cores: bool,
+    /// `LOCKSTEP_FOLD_KERNEL`: the weight-gradient fold on the warpgroup kernel (`wgmma`) or the
+    /// plain cmma chain (`cmma`).
+    pub fold_on_wgmma: bool,
+    /// `LOCKSTEP_DECODE_FUSION`: the engine's fused decode projections (`on`) or the unfused layer.
+    pub decode_fusion: bool,
+}
+
+impl Default for KernelChoice {
+    fn default() -> Self {
+        KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, fold_on_wgmma: true, decode_fusion: true }
+    }
+}
+
+/// `var`'s value parsed by `parse`, `None` when unset; a bad value's error names the variable
+/// and the value.
+fn read<T>(var: &str, choices: &str, parse: impl Fn(&str) -> Option<T>) -> Result<Option<T>, String> {
+    match crate::knobs::var(var) {
+        None => Ok(None),
+        Some(text) => parse(text.trim()).map(Some).ok_or_else(|| format!("{var}={text:?} is not one of {choices}")),
+    }
+}
+
+impl KernelChoice {
+    /// The choice the environment makes, parsed now (tests and tools; runs use [`Self::process`]).
+    pub fn from_env() -> Result<KernelChoice, String> {
+        let default = KernelChoice::default();
+        let choice = KernelChoice {
+            matmul: read("LOCKSTEP_MATMUL", "scalar, tc, tc-tiles, tc-async, wgmma, pipelined, hybrid", MatmulKernel::parse)?,
+            attention: read("LOCKSTEP_ATTENTION", "auto, split_kv_tc, split_kv, sequential", AttentionKernel::parse)?.flatten(),
+            attention_tc: read("LOCKSTEP_ATTENTION_TC", "mma, cmma", |t| TcKernels::parse(t).ok())?.unwrap_or(default.attention_tc),
+            attention_backward_on_tensor_cores: read("LOCKSTEP_ATTENTION_BACKWARD", "tensor_cores, per_sequence", |t| match t {
+                "tensor_cores" => Some(true),
+                "per_sequence" => Some(false),
+                _ => None,
+            })?
+            .unwrap_or(default.attention_backward_on_tensor_cores),
+            fold_on_wgmma: read("LOCKSTEP_FOLD_KERNEL", "wgmma, cmma", |t| match t {
+                "wgmma" => Some(true),
+                "cmma" => Some(false),
+                _ => None,
+            })?
+            .unwrap_or(default.fold_on_wgmma),
+            decode_fusion: read("LOCKSTEP_DECODE_FUSION", "on, off", |t| match t {
+                "on" => Some(true),
+                "off" => Some(false),
+                _ => None,
+            })?
+            .unwrap_or(default.decode_fusion),
+        };
+        // the benchmark-only tuning variables, checked with the choice (each family keeps its
+        // own parsed copy, read once per process)
+        crate::ops::matmul::skinny::launch_shape().map_err(|e| e.message)?;
+        crate::ops::matmul::tc::tile_shape(crate::ops::matmul::tc::Pipeline::AsyncCopies).map_err(|e| e.message)?;
+        crate::ops::matmul::wgmma_tiles::wgmma_tiles().map_err(|e| e.message)?;
+        crate::ops::matmul::wgmma_tiles::wgmma_schedule().map_err(|e| e.message)?;
+        crate::ops::attention::mma_flash::flash_warps().map_err(|e| e.message)?;
+        Ok(choice)
+    }
+
+    /// This process's choice, parsed on first use and kept; a bad variable is the same error on
+    /// every call. `lockstep` asks for it before any work, so a typo stops the run at once.
+    pub fn process() -> Result<&'static KernelChoice, KernelError> {
+        static CHOICE: std::sync::OnceLock<Result<KernelChoice, String>> = std::sync::OnceLock::new();
+        CHOICE.get_or_init(KernelChoice::from_env).as_ref().map_err(|e| KernelError::new("kernel choice", e.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unset_environment_is_the_default_choice() {
+        // CI sets none of the kernel variables; a developer's shell may, so compare only then
+        let kernel_vars = ["LOCKSTEP_MATMUL", "LOCKSTEP_ATTENTION", "LOCKSTEP_ATTENTION_TC", "LOCKSTEP_ATTENTION_BACKWARD", "LOCKSTEP_FOLD_KERNEL", "LOCKSTEP_DECODE_FUSION"];
+        if kernel_vars.iter().all(|v| !crate::knobs::is_set(v)) {
+            assert_eq!(KernelChoice::from_env().unwrap(), KernelChoice::default());
+            assert_eq!(*KernelChoice::process().unwrap(), KernelChoice::default());
+        }
+    }
+
+    #[test]
+    fn the_values_parse_to_their_kernels() {
+        // a bad value in the environment, end to end: trainer/tests/cli.rs
+        for (text, want) in [("tc", Some(MatmulKernel::TensorCore)), ("wgmma", Some(MatmulKernel::Warpgroup)), ("pipelinedd", None)] {
+            assert_eq!(MatmulKernel::parse(text), want, "{text}");
+        }
+        for (text, want) in [("auto", Some(None)), ("split_kv", Some(Some(AttentionKernel::SplitKv))), ("flash", None)] {
+            assert_eq!(AttentionKernel::parse(text), want, "{text}");
+        }
+    }
+}
