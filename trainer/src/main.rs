@@ -1,5 +1,6 @@
 //! `lockstep`: train (SFT warm start, then GRPO), sft, sample.
 
+mod device_failures;
 mod tools;
 
 use burn::tensor::DType;
@@ -142,39 +143,6 @@ enum Command {
     },
 }
 
-/// Ends the process at the first failure cubecl reports only as a warning from its device
-/// thread: a GPU kernel that fails to compile (cubecl carries on, and every later launch of that
-/// kernel tries again, seconds each, thousands a step, so a run would look hung for hours), and
-/// a task that panicked there (cubecl catches the panic and carries on without the launches it
-/// held, so the results would be silently wrong).
-struct StopOnDeviceThreadFailure;
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for StopOnDeviceThreadFailure {
-    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        if *event.metadata().level() != tracing::Level::WARN {
-            return;
-        }
-        let mut message = String::new();
-        event.record(&mut |field: &tracing::field::Field, value: &dyn std::fmt::Debug| {
-            if field.name() == "message" {
-                message = format!("{value:?}");
-            }
-        });
-        if message.contains("A compilation error happened during launch") {
-            let detail: Vec<&str> = message.lines().map(str::trim).filter(|l| !l.is_empty()).take(6).collect();
-            eprintln!("error: a GPU kernel failed to compile on this device ({}); stopping instead of retrying it at every launch: {}", shared_kernels::device::runtime_name(), detail.join(" | "));
-            std::process::exit(1);
-        }
-        if message.contains("task panicked on device runner thread") {
-            let at = PANIC_AT.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or_default();
-            let launch = shared_kernels::error::last_op_any_thread().map_or_else(|| "no kernel launch yet".to_string(), |op| format!("the last kernel launch entered: `{op}`"));
-            let detail = message.trim().trim_start_matches("CallError(").trim_end_matches(')');
-            eprintln!("error: internal failure on cubecl's device thread ({detail}, at {at}); {launch}. Stopping: the launches queued with it did not run, so results would be wrong. Rerun with RUST_BACKTRACE=1 and report it with the command and config");
-            std::process::exit(1);
-        }
-    }
-}
-
 fn main() -> ExitCode {
     if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
         // Mesa's lavapipe (the CPU runtime) prints an error per adapter probe without it.
@@ -186,7 +154,7 @@ fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,wgpu_hal=off,wgpu_core=off".into());
     {
         use tracing_subscriber::prelude::*;
-        tracing_subscriber::registry().with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter)).with(StopOnDeviceThreadFailure.with_filter(tracing_subscriber::filter::LevelFilter::WARN)).init();
+        tracing_subscriber::registry().with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter)).with(device_failures::StopOnDeviceThreadFailure.with_filter(tracing_subscriber::filter::LevelFilter::WARN)).init();
     }
     if shared_kernels::knobs::is_set("LOCKSTEP_FAULT_COMPILE") {
         // failpoint for the fault suite: the warning cubecl's device thread logs for a kernel
@@ -198,13 +166,13 @@ fn main() -> ExitCode {
     // user as an error naming the kernel launch entered last and its input sizes, not as a raw
     // panic (exit 101); RUST_BACKTRACE=1 prints the panic itself too
     std::panic::set_hook(Box::new(|info| {
-        *PANIC_AT.lock().unwrap_or_else(|e| e.into_inner()) = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
+        *device_failures::PANIC_AT.lock().unwrap_or_else(|e| e.into_inner()) = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
         if std::env::var_os("RUST_BACKTRACE").is_some() {
             eprintln!("{info}\n{}", std::backtrace::Backtrace::force_capture());
         }
     }));
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli))).unwrap_or_else(|payload| {
-        let at = PANIC_AT.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_default();
+        let at = device_failures::PANIC_AT.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_default();
         let launch = shared_kernels::error::last_launch().map_or_else(|| "no kernel launch yet".to_string(), |l| format!("the last kernel launch entered: {l}"));
         Err(RunError::Other(format!("internal failure (a panic at {at}: {}); {launch}. Rerun with RUST_BACKTRACE=1 and report it with the command and config", shared_kernels::error::panic_text(payload.as_ref()))))
     });
@@ -221,13 +189,10 @@ fn main() -> ExitCode {
     }
 }
 
-static PANIC_AT: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 
 fn run(cli: Cli) -> Result<(), RunError> {
     // parsed before any work, so a typo in a LOCKSTEP_* kernel variable stops the run at once
-    if !matches!(cli.command, Command::Report { .. }) {
-        shared_kernels::kernel_choice::KernelChoice::process().map_err(|e| RunError::Other(format!("the environment: {e}")))?;
-    }
+    shared_kernels::kernel_choice::KernelChoice::process().map_err(|e| RunError::Other(format!("the environment: {e}")))?;
     match cli.command {
         Command::Train { config, overrides, resume, max_steps, allow_config_change } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps, allow_config_change)),
         Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, trainer_recompute, matmul_m, json, save_model, load_bench } => {

@@ -1,7 +1,8 @@
 //! The kernel families' layout, checked: no import circle among the op modules. A module is a
 //! file under `ops/` (`folder/mod.rs` is the folder's front door); it uses another when its code
 //! (comments and its `mod tests` left out) names a path `crate::ops::...` into it. Front doors
-//! use their kernels, kernels use the helpers below them, never the way back.
+//! use their kernels, kernels use the helpers below them, never the way back. Also: every source
+//! file of the workspace past 400 lines says why at its top.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -111,4 +112,33 @@ fn the_circle_check_finds_a_circle() {
     let mut broken = modules.clone();
     broken.insert("ops::c".into(), "fn g() {}\n".into());
     assert_eq!(a_circle(&uses(&broken)), None);
+}
+
+/// A file is one concern, readable in one sitting: past 400 lines its header must say why
+/// ("One file past 400 lines: ..."). Vendored patches of upstream crates are not lockstep's.
+#[test]
+fn every_source_file_past_400_lines_says_why_at_its_top() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").to_path_buf();
+    let (mut seen, mut unexplained) = (0, Vec::new());
+    for root in ["shared-kernels/src", "shared-kernels/tests", "sampler/src", "sampler/tests", "trainer/src", "trainer/tests"] {
+        let mut stack = vec![workspace.join(root)];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for entry in entries {
+                let path = entry.expect("a folder entry").path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let text = std::fs::read_to_string(&path).expect("a source file");
+                    seen += 1;
+                    let header: String = text.lines().take_while(|l| l.starts_with("//!") || l.trim().is_empty()).map(|l| l.trim_start_matches("//!").trim()).collect::<Vec<_>>().join(" ");
+                    if text.lines().count() > 400 && !header.contains("past 400 lines") {
+                        unexplained.push(format!("{} ({} lines)", path.display(), text.lines().count()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(seen >= 100, "only {seen} source files found: the scan would prove nothing");
+    assert!(unexplained.is_empty(), "files past 400 lines whose header does not say why (\"One file past 400 lines: ...\"): {unexplained:?}");
 }
