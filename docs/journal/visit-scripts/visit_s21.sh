@@ -1,6 +1,8 @@
 # prepared in session 20 for the next visit: the redesign's before/after proof on the H200 (issue 23) and
 # the 4B rung for 8 steps (issue 21), in back-to-back calls of one warm machine (each call must follow the
-# previous within the 30-s idle release: the checkpoint lives on that machine).
+# previous within the 30-s idle release: the checkpoint lives on that machine). Session 21: 4b2, called at
+# once after 4b1, still reached a fresh machine (no checkpoint); a run that must continue is safer
+# inside one 10-minute call (the 4B rung holds 7 steps from a cold start).
 #   PART=verify  full battery (f32 + bf16), engine checks, the GPU quickstart vs session 18's metrics, then
 #                with VERIFY_06B=1, 0.6B 512 x 2048 step 0 (weights must be ef4829e7211e1545, as in sessions 17, 19, 20)
 #   PART=4b1     4B 128 x 2048 full-parameter, 8,192-token micro-batches with recomputation: steps 0-2 + checkpoint
