@@ -76,7 +76,7 @@ pub const KNOBS: &[Knob] = &[
         values: "`mma`, `cmma`",
         default: "`mma`",
         kind: KnobKind::KernelChoice,
-        effect: "which kernels run the tensor-core attention (`split_kv_tc`) on CUDA: `mma` = `mma.sync` fragments in registers (prefill tiles: 64 queries per cube, `ops/attention/mma_flash.rs`; decode rows: one warp per 16 queries, `ops/attention/mma_decode.rs`), `cmma` = session 5's kernels through shared memory (`attention_tc_flash.rs`, `attention_tc.rs`); same bits (battery: each set's prefill tiles and rows alone = the other's rows alone), so it changes time only; read once per process where the tensor-core attention runs (off CUDA it is not read); anything else is an error naming the variable",
+        effect: "which kernels run the tensor-core attention (`split_kv_tc`) on CUDA: `mma` = `mma.sync` fragments in registers (prefill tiles: 64 queries per cube, `ops/attention/mma_flash.rs`; decode rows: one warp per 16 queries, `ops/attention/mma_decode.rs`), `cmma` = the kernels through shared memory (`ops/attention/cmma_flash.rs`, `ops/attention/cmma.rs`); same bits (battery: each set's prefill tiles and rows alone = the other's rows alone), so it changes time only; off CUDA the `cmma` set runs whatever the value; anything else is an error naming the variable",
     },
     Knob {
         name: "LOCKSTEP_FLASH_WARPS",
