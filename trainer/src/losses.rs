@@ -97,4 +97,46 @@ mod tests {
         assert_eq!(overlong_penalty(16, 16, 4, 0.5), 0.5);
         assert_eq!(overlong_penalty(16, 16, 0, 1.0), 0.0);
     }
+
+    /// The policy-gradient step's direction, with prompts and completions of different lengths in
+    /// one batch: with loss weights -A/N on each completion's rows (those predicting its tokens),
+    /// the loss equals -sum(A * logprob) / N read from the per-sequence logprobs (the flat rows
+    /// the backward weighs are those rows, in order), and one backward plus one AdamW step raises
+    /// that sum (a flipped sign lowers it: checked by hand once).
+    #[test]
+    fn a_policy_gradient_step_raises_the_advantage_weighted_logprobs() {
+        use crate::optim::{tracked_copy, weighted_backward, with_folded, AdamW};
+        use shared_kernels::grad_fold::GradFold;
+        use rand::{Rng, SeedableRng};
+        use shared_kernels::model::{tiny_config, Checkpoint, Qwen3};
+        let device = shared_kernels::device::default_device();
+        let seed = shared_kernels::testing::rows::test_seed();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let model = Qwen3::from_checkpoint(&Checkpoint::random(tiny_config(97, true), 0.08, rng.random()), burn::tensor::DType::F32, &device).unwrap();
+        let (mut sequences, mut prompt_lens, mut advantages) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..6 {
+            let (p, c) = (rng.random_range(2..12), rng.random_range(1..14));
+            sequences.push((0..p + c).map(|_| rng.random_range(0..97u32)).collect::<Vec<_>>());
+            prompt_lens.push(p);
+            advantages.push(rng.random_range(-1.5..1.5f64));
+        }
+        let tokens: usize = sequences.iter().zip(&prompt_lens).map(|(s, p)| s.len() - p).sum();
+        let objective = |lp: &[Vec<f32>]| -> f64 {
+            lp.iter().zip(&prompt_lens).zip(&advantages).map(|((rows, &p), a)| rows[p - 1..].iter().map(|&x| a * x as f64).sum::<f64>()).sum::<f64>() / tokens as f64
+        };
+        let mut weights = Vec::new();
+        for ((s, &p), a) in sequences.iter().zip(&prompt_lens).zip(&advantages) {
+            weights.extend((0..s.len() - 1).map(|t| if t + 1 >= p { (-a / tokens as f64) as f32 } else { 0.0 }));
+        }
+        let tracked = tracked_copy(&model);
+        let (before, logprobs) = tracked.training_logprobs(&sequences, 1.0, false).unwrap();
+        let mut fold = GradFold::new();
+        let (loss, grads) = weighted_backward(&tracked, logprobs, &weights, &mut fold, "test", "train.lr").unwrap();
+        assert!((loss + objective(&before)).abs() < 1e-5, "the loss is -objective: {loss} vs {} (seed {seed})", objective(&before));
+        let stepped = AdamW::new(0.9, 0.99, 1e-8, 0.0).step(&model, &with_folded(grads, fold), 1e-4);
+        let (after, _) = tracked_copy(&stepped).training_logprobs(&sequences, 1.0, false).unwrap();
+        let (j0, j1) = (objective(&before), objective(&after));
+        let lengths: Vec<(usize, usize)> = sequences.iter().zip(&prompt_lens).map(|(s, &p)| (p, s.len() - p)).collect();
+        assert!(j1 > j0 + 1e-6, "sum(A * logprob) / N fell or held: {j0} -> {j1} (seed {seed}, prompt/completion lengths {lengths:?}, advantages {advantages:?})");
+    }
 }
