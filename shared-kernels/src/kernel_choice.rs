@@ -50,6 +50,11 @@ fn read<T>(var: &str, choices: &str, parse: impl Fn(&str) -> Option<T>) -> Resul
     }
 }
 
+/// A two-valued variable: `Some(true)` for `yes`, `Some(false)` for `no`, `None` when unset.
+fn either(var: &str, yes: &str, no: &str) -> Result<Option<bool>, String> {
+    read(var, &format!("{yes}, {no}"), |t| if t == yes { Some(true) } else if t == no { Some(false) } else { None })
+}
+
 impl KernelChoice {
     /// The choice the environment makes, parsed now (tests and tools; runs use [`Self::process`]).
     pub fn from_env() -> Result<KernelChoice, String> {
@@ -58,24 +63,9 @@ impl KernelChoice {
             matmul: read("LOCKSTEP_MATMUL", "scalar, tc, tc-tiles, tc-async, wgmma, pipelined, hybrid", MatmulKernel::parse)?,
             attention: read("LOCKSTEP_ATTENTION", "auto, split_kv_tc, split_kv, sequential", AttentionKernel::parse)?.flatten(),
             attention_tc: read("LOCKSTEP_ATTENTION_TC", "mma, cmma", |t| TcKernels::parse(t).ok())?.unwrap_or(default.attention_tc),
-            attention_backward_on_tensor_cores: read("LOCKSTEP_ATTENTION_BACKWARD", "tensor_cores, per_sequence", |t| match t {
-                "tensor_cores" => Some(true),
-                "per_sequence" => Some(false),
-                _ => None,
-            })?
-            .unwrap_or(default.attention_backward_on_tensor_cores),
-            fold_on_wgmma: read("LOCKSTEP_FOLD_KERNEL", "wgmma, cmma", |t| match t {
-                "wgmma" => Some(true),
-                "cmma" => Some(false),
-                _ => None,
-            })?
-            .unwrap_or(default.fold_on_wgmma),
-            decode_fusion: read("LOCKSTEP_DECODE_FUSION", "on, off", |t| match t {
-                "on" => Some(true),
-                "off" => Some(false),
-                _ => None,
-            })?
-            .unwrap_or(default.decode_fusion),
+            attention_backward_on_tensor_cores: either("LOCKSTEP_ATTENTION_BACKWARD", "tensor_cores", "per_sequence")?.unwrap_or(default.attention_backward_on_tensor_cores),
+            fold_on_wgmma: either("LOCKSTEP_FOLD_KERNEL", "wgmma", "cmma")?.unwrap_or(default.fold_on_wgmma),
+            decode_fusion: either("LOCKSTEP_DECODE_FUSION", "on", "off")?.unwrap_or(default.decode_fusion),
         };
         // the benchmark-only tuning variables, checked with the choice (each family keeps its
         // own parsed copy, read once per process)

@@ -236,26 +236,20 @@ mod tests {
         let mut offenders = Vec::new();
         let mut read = std::collections::BTreeSet::new();
         for krate in ["shared-kernels/src", "sampler/src", "trainer/src"] {
-            let mut stack = vec![workspace().join(krate)];
-            while let Some(dir) = stack.pop() {
-                for entry in std::fs::read_dir(&dir).expect("a source folder") {
-                    let path = entry.expect("a folder entry").path();
-                    if path.is_dir() {
-                        stack.push(path);
-                    } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("knobs.rs") {
-                        let text = std::fs::read_to_string(&path).expect("a source file");
-                        for pattern in ["env::var(\"LOCKSTEP_", "env::var_os(\"LOCKSTEP_"] {
-                            if text.contains(pattern) {
-                                offenders.push(path.display().to_string());
-                            }
-                        }
-                        // every quoted variable name: reads, errors that name it, tests
-                        for (i, _) in text.match_indices("\"LOCKSTEP_") {
-                            let name: String = text[i + 1..].chars().take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_').collect();
-                            if text[i + 1 + name.len()..].starts_with('"') {
-                                read.insert(name);
-                            }
-                        }
+            for (path, text) in crate::ops::layout_check::rust_sources(&workspace().join(krate)) {
+                if path.ends_with("knobs.rs") {
+                    continue;
+                }
+                for pattern in ["env::var(\"LOCKSTEP_", "env::var_os(\"LOCKSTEP_"] {
+                    if text.contains(pattern) {
+                        offenders.push(path.display().to_string());
+                    }
+                }
+                // every quoted variable name: reads, errors that name it, tests
+                for (i, _) in text.match_indices("\"LOCKSTEP_") {
+                    let name: String = text[i + 1..].chars().take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_').collect();
+                    if text[i + 1 + name.len()..].starts_with('"') {
+                        read.insert(name);
                     }
                 }
             }

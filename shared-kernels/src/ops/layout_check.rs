@@ -7,24 +7,35 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// Module path (`ops::matmul::tc`) -> its source text.
-fn op_modules(ops: &Path) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![ops.to_path_buf()];
+/// Every `.rs` file under `root` (none when `root` does not exist), with its text.
+pub(crate) fn rust_sources(root: &Path) -> Vec<(std::path::PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("a source folder") {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries {
             let path = entry.expect("a folder entry").path();
             if path.is_dir() {
                 stack.push(path);
             } else if path.extension().is_some_and(|e| e == "rs") {
-                let rel = path.strip_prefix(ops.parent().expect("ops has a parent")).expect("under src").with_extension("");
-                let mut name = rel.to_string_lossy().replace('/', "::");
-                if let Some(front) = name.strip_suffix("::mod") {
-                    name = front.to_string();
-                }
-                out.insert(name, std::fs::read_to_string(&path).expect("a source file"));
+                let text = std::fs::read_to_string(&path).expect("a source file");
+                out.push((path, text));
             }
         }
+    }
+    out
+}
+
+/// Module path (`ops::matmul::tc`) -> its source text.
+fn op_modules(ops: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (path, text) in rust_sources(ops) {
+        let rel = path.strip_prefix(ops.parent().expect("ops has a parent")).expect("under src").with_extension("");
+        let mut name = rel.to_string_lossy().replace('/', "::");
+        if let Some(front) = name.strip_suffix("::mod") {
+            name = front.to_string();
+        }
+        out.insert(name, text);
     }
     out
 }
@@ -121,21 +132,11 @@ fn every_source_file_past_400_lines_says_why_at_its_top() {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").to_path_buf();
     let (mut seen, mut unexplained) = (0, Vec::new());
     for root in ["shared-kernels/src", "shared-kernels/tests", "sampler/src", "sampler/tests", "trainer/src", "trainer/tests"] {
-        let mut stack = vec![workspace.join(root)];
-        while let Some(dir) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
-            for entry in entries {
-                let path = entry.expect("a folder entry").path();
-                if path.is_dir() {
-                    stack.push(path);
-                } else if path.extension().is_some_and(|e| e == "rs") {
-                    let text = std::fs::read_to_string(&path).expect("a source file");
-                    seen += 1;
-                    let header: String = text.lines().take_while(|l| l.starts_with("//!") || l.trim().is_empty()).map(|l| l.trim_start_matches("//!").trim()).collect::<Vec<_>>().join(" ");
-                    if text.lines().count() > 400 && !header.contains("past 400 lines") {
-                        unexplained.push(format!("{} ({} lines)", path.display(), text.lines().count()));
-                    }
-                }
+        for (path, text) in rust_sources(&workspace.join(root)) {
+            seen += 1;
+            let header: String = text.lines().take_while(|l| l.starts_with("//!") || l.trim().is_empty()).map(|l| l.trim_start_matches("//!").trim()).collect::<Vec<_>>().join(" ");
+            if text.lines().count() > 400 && !header.contains("past 400 lines") {
+                unexplained.push(format!("{} ({} lines)", path.display(), text.lines().count()));
             }
         }
     }

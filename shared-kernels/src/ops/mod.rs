@@ -21,7 +21,7 @@ pub mod rope;
 pub mod weight_grad;
 
 #[cfg(test)]
-mod layout_check;
+pub(crate) mod layout_check;
 
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::cubecl::server::LaunchError;
