@@ -8,7 +8,7 @@ use burn::tensor::{DType, Device, Tensor};
 use safetensors::Dtype;
 use serde::{Deserialize, Serialize};
 use shared_kernels::model::save::{encode_f32, write_atomic, write_safetensors};
-use shared_kernels::model::weights::MappedWeights;
+use shared_kernels::model::mapped::MappedWeights;
 use shared_kernels::model::{save_model, ModelError, Qwen3};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -119,7 +119,11 @@ pub fn load_policy(c: &Config, from: Option<&Qwen3>, device: &Device) -> Result<
         load_tokenizer(&tok_path)?;
         let model = match from {
             Some(saved) => saved.cast(dtype),
-            None => Qwen3::load(dir, dtype, device)?,
+            None => {
+                let (model, phases) = shared_kernels::model::load::load_timed(dir, dtype, device, 1, Default::default())?;
+                eprintln!("weights: {phases}");
+                model
+            }
         };
         (model, tokenizer_json)
     };

@@ -70,24 +70,9 @@ impl Qwen3 {
     /// The HF checkpoint in `dir`, its shards memory-mapped and each weight sent to the device
     /// in its stored dtype where that is `dtype` (no f32 host copy of the model); the same bits
     /// as [`Self::from_checkpoint`] of [`load_checkpoint`] (a 16-bit value widened to f32 and
-    /// cast back is itself).
+    /// cast back is itself). Timed by phase: [`super::load::load_timed`].
     pub fn load(dir: &Path, dtype: DType, device: &Device) -> Result<Self, ModelError> {
-        let config = super::ModelConfig::from_file(&dir.join("config.json"))?;
-        let mapped = super::weights::MappedWeights::open(dir)?;
-        let shapes: std::collections::HashMap<String, Vec<usize>> = config.expected_tensors().into_iter().collect();
-        // every tensor checked (presence, shape, finite values) before any goes to the device
-        mapped.check_all(dir, &config.expected_tensors())?;
-        let source = |name: &str| -> Result<Tensor<2>, ModelError> {
-            let shape = &shapes[name];
-            let rows = if shape.len() == 2 { shape[0] } else { 1 };
-            let data = mapped.data(name, vec![rows, shape.iter().product::<usize>() / rows], dtype)?;
-            Ok(Tensor::<2>::from_data(data, device).cast(dtype))
-        };
-        let model = Self::from_source(&config, dtype, device, &source)?;
-        // the runtime may still be reading the mapped bytes: it is done before the mapping can
-        // go (a file truncated in place while mapped would fault here, not later)
-        device.sync().map_err(|e| ModelError::Input(format!("{}: copying the weights to the device: {e:?}", dir.display())))?;
-        Ok(model)
+        super::load::load_timed(dir, dtype, device, 1, Default::default()).map(|(model, _)| model)
     }
 
     pub fn from_checkpoint(ck: &Checkpoint, dtype: DType, device: &Device) -> Result<Self, ModelError> {
@@ -100,7 +85,7 @@ impl Qwen3 {
     }
 
     /// The model from `source` (every weight by HF name, as a matrix: vectors as one row).
-    fn from_source(c: &super::ModelConfig, dtype: DType, device: &Device, source: &dyn Fn(&str) -> Result<Tensor<2>, ModelError>) -> Result<Self, ModelError> {
+    pub(super) fn from_source(c: &super::ModelConfig, dtype: DType, device: &Device, source: &dyn Fn(&str) -> Result<Tensor<2>, ModelError>) -> Result<Self, ModelError> {
         let t1 = |name: String| -> Result<Tensor<1>, ModelError> {
             let t = source(&name)?;
             let n = t.dims()[1];

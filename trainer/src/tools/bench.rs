@@ -45,7 +45,8 @@ pub struct BenchOptions {
     pub json: Option<std::path::PathBuf>,
     /// Also save the bench model in HF layout (for transformers' generate on the same weights).
     pub save_model: Option<std::path::PathBuf>,
-    /// With `save_model`: time loading that checkpoint both ways, then stop.
+    /// With `save_model`: time loading that checkpoint (or the one already in that folder) by
+    /// each path, then stop.
     pub load_bench: bool,
 }
 
@@ -61,29 +62,46 @@ pub fn preset(name: &str) -> Result<ModelConfig, String> {
 }
 
 /// Loading the checkpoint in `dir` as `dtype`: the f32 host copy (every weight widened to f32
-/// on the host, then cast on the device) against the memory-mapped path (`Qwen3::load`), each
-/// timed to the device's last copy, with both models' weight fingerprints (they must match).
+/// on the host, then cast on the device; below 4 GB) against the memory-mapped path, staged by
+/// cubecl or copied by the driver from the mapping, with 1 to 8 threads handing weights over, each timed to the device's last copy and split by
+/// phase, with every model's weight fingerprint (they must all match).
 fn load_bench(dir: &std::path::Path, dtype: DType, device: &Device) -> Result<(), String> {
     let bytes: u64 = std::fs::read_dir(dir).map_err(|e| e.to_string())?.filter_map(|e| e.ok()).filter(|e| e.path().extension().is_some_and(|x| x == "safetensors")).filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum();
-    // a first read puts the files in the page cache for both timed paths alike
-    drop(shared_kernels::model::load_checkpoint(dir).map_err(|e| e.to_string())?);
-    let time = |f: &dyn Fn() -> Result<Qwen3, String>| -> Result<(f64, String), String> {
-        let t = std::time::Instant::now();
-        let m = f()?;
-        sync(device);
-        let s = t.elapsed().as_secs_f64();
-        Ok((s, trainer::grpo::weights_fingerprint(&m, dtype).map_err(|e| e.to_string())?))
-    };
-    let (old_s, old_fp) = time(&|| Qwen3::from_checkpoint(&shared_kernels::model::load_checkpoint(dir).map_err(|e| e.to_string())?, dtype, device).map_err(|e| e.to_string()))?;
-    let (new_s, new_fp) = time(&|| Qwen3::load(dir, dtype, device).map_err(|e| e.to_string()))?;
+    // a first read puts the files in the page cache for every timed path alike
+    for e in std::fs::read_dir(dir).map_err(|e| e.to_string())?.flatten() {
+        if e.path().extension().is_some_and(|x| x == "safetensors") {
+            std::io::copy(&mut std::fs::File::open(e.path()).map_err(|e| e.to_string())?, &mut std::io::sink()).map_err(|e| e.to_string())?;
+        }
+    }
+    let fingerprint = |m: &Qwen3| trainer::grpo::weights_fingerprint(m, dtype).map_err(|e| e.to_string());
     println!("## checkpoint load: {:.2} GB of safetensors as {dtype:?}, runtime {}\n", bytes as f64 / 1e9, shared_kernels::device::runtime_name());
-    println!("| path | seconds | GB/s | weights fingerprint |");
-    println!("|---|---|---|---|");
-    println!("| f32 host copy, cast on the device | {old_s:.2} | {:.2} | {old_fp} |", bytes as f64 / 1e9 / old_s);
-    println!("| memory-mapped, stored dtype | {new_s:.2} | {:.2} | {new_fp} |", bytes as f64 / 1e9 / new_s);
-    println!("\nratio {:.2}x; fingerprints {}", old_s / new_s, if old_fp == new_fp { "equal" } else { "DIFFER" });
-    if old_fp != new_fp {
-        return Err("the two load paths gave different weights".into());
+    println!("| path | seconds | GB/s | map and check s | to the runtime s (wall) | (summed over threads) | waiting s | weights fingerprint |");
+    println!("|---|---|---|---|---|---|---|---|");
+    // the f32 host copy (the reference) up to 4 GB: a 16 GB checkpoint's takes over a minute
+    let mut reference = None;
+    if bytes < 4_000_000_000 {
+        let t = std::time::Instant::now();
+        let old = Qwen3::from_checkpoint(&shared_kernels::model::load_checkpoint(dir).map_err(|e| e.to_string())?, dtype, device).map_err(|e| e.to_string())?;
+        sync(device);
+        let old_s = t.elapsed().as_secs_f64();
+        let old_fp = fingerprint(&old)?;
+        println!("| f32 host copy, cast on the device | {old_s:.2} | {:.2} | - | - | - | - | {old_fp} |", bytes as f64 / 1e9 / old_s);
+        reference = Some(old_fp);
+    }
+    let mut differ = Vec::new();
+    use shared_kernels::model::mapped::HostCopy;
+    for (copy, threads) in [(HostCopy::Staged, 1), (HostCopy::Staged, 4), (HostCopy::Direct, 1), (HostCopy::Direct, 4), (HostCopy::Direct, 8)] {
+        let (m, p) = shared_kernels::model::load::load_timed(dir, dtype, device, threads, copy).map_err(|e| e.to_string())?;
+        let fp = fingerprint(&m)?;
+        drop(m);
+        println!("| memory-mapped, {copy:?}, {threads} thread(s) | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {fp} |", p.total_s, bytes as f64 / 1e9 / p.total_s, p.open_check_s, p.build_s, p.to_runtime_s, p.wait_s);
+        if *reference.get_or_insert_with(|| fp.clone()) != fp {
+            differ.push(format!("{copy:?} x {threads}"));
+        }
+    }
+    println!("\nfingerprints {}", if differ.is_empty() { "all equal".to_string() } else { format!("DIFFER: {differ:?}") });
+    if !differ.is_empty() {
+        return Err("the load paths gave different weights".into());
     }
     Ok(())
 }
@@ -110,8 +128,12 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     println!("# lockstep bench: runtime {}, preset {}, dtype {:?}, prompt {} tokens, {} new tokens\n", shared_kernels::device::runtime_name(), o.preset, o.dtype, o.prompt_len, o.new_tokens);
     let checkpoint = Checkpoint::random(config.clone(), 0.05, 7);
     if let Some(dir) = &o.save_model {
-        shared_kernels::model::save_checkpoint(dir, &checkpoint, o.dtype, None).map_err(|e| e.to_string())?;
-        eprintln!("bench: model saved to {}", dir.display());
+        // --load-bench on a folder that holds a checkpoint already (e.g. transformers' shards of
+        // a real shape) times that one as it is
+        if !(o.load_bench && dir.join("config.json").exists()) {
+            shared_kernels::model::save_checkpoint(dir, &checkpoint, o.dtype, None).map_err(|e| e.to_string())?;
+            eprintln!("bench: model saved to {}", dir.display());
+        }
         if o.load_bench {
             return load_bench(dir, o.dtype, &device);
         }
