@@ -7,7 +7,7 @@ use crate::optim::AdamW;
 use burn::tensor::{DType, Device, Tensor};
 use safetensors::Dtype;
 use serde::{Deserialize, Serialize};
-use shared_kernels::model::save::{encode_f32, write_atomic, write_safetensors};
+use shared_kernels::model::save::{f32_bytes, write_atomic, write_safetensors};
 use shared_kernels::model::mapped::MappedWeights;
 use shared_kernels::model::{save_model, ModelError, Qwen3};
 use std::collections::BTreeMap;
@@ -76,8 +76,8 @@ fn write_folder(tmp: &Path, model: &Qwen3, opt: &AdamW, state: &RunState, tokeni
 }
 
 /// An f32 moment's little-endian bytes, read from the device.
-fn moment_bytes(t: &burn::tensor::Tensor<1>) -> Vec<u8> {
-    encode_f32(&t.clone().into_data().convert::<f32>().try_to_vec::<f32>().expect("f32 moments"), Dtype::F32)
+fn moment_bytes(t: &burn::tensor::Tensor<1>) -> burn::tensor::Bytes {
+    f32_bytes(t.clone().into_data())
 }
 
 /// Deletes the oldest complete checkpoints beyond the newest `keep`.

@@ -21,7 +21,7 @@ fn temp_sibling(file: &Path) -> PathBuf {
 
 /// Writes `file` atomically from `fill`: into a sibling temp file through an 8 MiB buffer,
 /// fsync, rename; a failed fill or write removes the temp file and leaves `file` as it was.
-fn write_atomic_with(file: &Path, fill: impl FnOnce(&mut dyn Write) -> Result<(), ModelError>) -> Result<(), ModelError> {
+fn write_atomic_with(file: &Path, fill: impl FnOnce(&mut (dyn Write + Send)) -> Result<(), ModelError>) -> Result<(), ModelError> {
     let tmp = temp_sibling(file);
     let written = (|| {
         let f = std::fs::File::create(&tmp).map_err(|e| ModelError::io(&tmp, e))?;
@@ -39,13 +39,14 @@ fn write_atomic_with(file: &Path, fill: impl FnOnce(&mut dyn Write) -> Result<()
 
 /// Writes a safetensors file one tensor at a time: the header first (names, dtypes, shapes and
 /// offsets are known up front), then each tensor's bytes as `bytes_of(i)` produces them, so the
-/// host holds one tensor at a time however large the file (a 4B model's f32 masters and AdamW
-/// moments are 48 GB). Atomic like [`write_atomic`]. Tensors lie in `entries`' order.
-pub fn write_safetensors(
+/// host holds about two tensors at a time however large the file (a 4B model's f32 masters and
+/// AdamW moments are 48 GB): a writer thread writes tensor i while `bytes_of(i + 1)` reads the
+/// next from the device. Atomic like [`write_atomic`]. Tensors lie in `entries`' order.
+pub fn write_safetensors<B: std::ops::Deref<Target = [u8]> + Send>(
     file: &Path,
     entries: &[(String, Dtype, Vec<usize>)],
     metadata: Option<&HashMap<String, String>>,
-    mut bytes_of: impl FnMut(usize) -> Result<Vec<u8>, ModelError>,
+    mut bytes_of: impl FnMut(usize) -> Result<B, ModelError>,
 ) -> Result<(), ModelError> {
     let mut header = serde_json::Map::new();
     if let Some(m) = metadata {
@@ -65,15 +66,44 @@ pub fn write_safetensors(
         let io = |e| ModelError::io(file, e);
         w.write_all(&(text.len() as u64).to_le_bytes()).map_err(io)?;
         w.write_all(&text).map_err(io)?;
-        for (i, size) in sizes.iter().enumerate() {
-            let bytes = bytes_of(i)?;
-            if bytes.len() != *size {
-                return Err(weights_err(file, &entries[i].0, format!("{} bytes for a {:?} tensor of shape {:?} ({size} bytes)", bytes.len(), entries[i].1, entries[i].2)));
+        std::thread::scope(|s| {
+            let (to_writer, queue) = std::sync::mpsc::sync_channel::<B>(1);
+            let writer = s.spawn(move || -> std::io::Result<()> {
+                for bytes in queue {
+                    w.write_all(&bytes)?;
+                }
+                Ok(())
+            });
+            let mut produced = Ok(());
+            for (i, size) in sizes.iter().enumerate() {
+                let bytes = match bytes_of(i) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        produced = Err(e);
+                        break;
+                    }
+                };
+                let got = bytes.len();
+                if got != *size {
+                    produced = Err(weights_err(file, &entries[i].0, format!("{got} bytes for a {:?} tensor of shape {:?} ({size} bytes)", entries[i].1, entries[i].2)));
+                    break;
+                }
+                if to_writer.send(bytes).is_err() {
+                    break; // the writer failed: its error is the one reported
+                }
             }
-            w.write_all(&bytes).map_err(io)?;
-        }
-        Ok(())
+            drop(to_writer);
+            let written = writer.join().unwrap_or_else(|_| Err(std::io::Error::other("the writer thread panicked")));
+            produced?;
+            written.map_err(io)
+        })
     })
+}
+
+/// The little-endian bytes of an f32 tensor's data as read from the device (converted only if
+/// the runtime returned another dtype).
+pub fn f32_bytes(data: burn::tensor::TensorData) -> burn::tensor::Bytes {
+    if data.dtype() == DType::F32 { data.into_bytes() } else { data.convert::<f32>().into_bytes() }
 }
 
 /// f32 values as the little-endian bytes of `dtype` (f32 or bf16, rounded to nearest even).
@@ -129,6 +159,12 @@ pub fn save_model(dir: &Path, model: &super::Qwen3, dtype: DType, tokenizer: Opt
     let mut weights = model.named_tensors();
     weights.sort_by(|a, b| a.0.cmp(&b.0)); // the order save_checkpoint writes (by name)
     let entries: Vec<(String, Dtype, Vec<usize>)> = weights.iter().map(|(n, _)| (n.clone(), st, shapes[n].clone())).collect();
-    write_safetensors(&dir.join("model.safetensors"), &entries, Some(&pt_metadata()), |i| Ok(encode_f32(&weights[i].1.to_host(), st)))?;
+    write_safetensors(&dir.join("model.safetensors"), &entries, Some(&pt_metadata()), |i| {
+        Ok(match st {
+            // f32 as read from the device, no host conversion
+            Dtype::F32 => f32_bytes(weights[i].1.flat().cast(DType::F32).into_data()),
+            _ => burn::tensor::Bytes::from_bytes_vec(encode_f32(&weights[i].1.to_host(), st)),
+        })
+    })?;
     write_config_and_tokenizer(dir, &model.config, dtype, tokenizer)
 }
