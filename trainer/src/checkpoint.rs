@@ -155,7 +155,7 @@ pub fn load(dir: &Path, device: &Device) -> Result<Loaded, ModelError> {
         ModelError::Weights { file, tensor, message } => ModelError::Weights { file, tensor, message: format!("{message}: resuming would write non-finite weights") },
         other => other,
     })?;
-    let upload = |name: String, n: usize| -> Result<Tensor<1>, ModelError> { Ok(Tensor::<1>::from_data(mapped.data(&name, vec![n], DType::F32)?, device)) };
+    let upload = |name: String, n: usize| -> Result<Tensor<1>, ModelError> { mapped.upload(&name, [n], DType::F32, device, Default::default()) };
     let mut moments = BTreeMap::new();
     for (name, _) in names {
         let n = sizes[&name];

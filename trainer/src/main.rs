@@ -104,7 +104,7 @@ enum Command {
         /// Also save the bench model in HF layout (for transformers' generate on the same weights).
         #[arg(long)]
         save_model: Option<PathBuf>,
-        /// With --save-model: time loading the saved checkpoint, or the one already in that folder (f32 host copy vs memory-mapped with 1-16 threads), then stop.
+        /// With --save-model: time loading the saved checkpoint, or the one already in that folder (f32 host copy vs memory-mapped, staged or direct), then stop.
         #[arg(long)]
         load_bench: bool,
     },

@@ -120,7 +120,7 @@ pub fn load_policy(c: &Config, from: Option<&Qwen3>, device: &Device) -> Result<
         let model = match from {
             Some(saved) => saved.cast(dtype),
             None => {
-                let (model, phases) = shared_kernels::model::load::load_timed(dir, dtype, device, 1, Default::default())?;
+                let (model, phases) = shared_kernels::model::load::load_timed(dir, dtype, device, Default::default())?;
                 eprintln!("weights: {phases}");
                 model
             }

@@ -4,7 +4,7 @@
 
 use super::weights::{to_f32, weight_files, weights_err};
 use super::ModelError;
-use burn::tensor::{DType, TensorData};
+use burn::tensor::{DType, Device, Tensor, TensorData};
 use safetensors::{Dtype, SafeTensors};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -184,16 +184,20 @@ impl MappedWeights {
         }
     }
 
-    /// A [`Self::check_all`]ed tensor as host data of `dims` (its element count), for a tensor
-    /// of `dtype`: a view of the mapped bytes (nothing copied here) when stored in `dtype` or in
-    /// f32 (the caller's cast rounds it on the device, as it rounds an f32 host copy), else its
-    /// values widened to f32 on the host (exact for 16-bit values).
-    pub fn data(&self, name: &str, dims: Vec<usize>, dtype: DType) -> Result<TensorData, ModelError> {
-        self.data_by(name, dims, dtype, HostCopy::default())
+    /// A [`Self::check_all`]ed tensor on `device` as `dtype`, of `dims` (its element count),
+    /// its bytes reaching the device as `copy` says. It is created in the dtype its bytes are
+    /// stored in, then cast on the device: created without a dtype, burn would convert 16-bit
+    /// data to its default float dtype on the host, value by value (~1 GB/s, session 22).
+    pub fn upload<const D: usize>(&self, name: &str, dims: [usize; D], dtype: DType, device: &Device, copy: HostCopy) -> Result<Tensor<D>, ModelError> {
+        let data = self.data(name, dims.to_vec(), dtype, copy)?;
+        let stored = data.dtype();
+        Ok(Tensor::<D>::from_data(data, (device, stored)).cast(dtype))
     }
 
-    /// [`Self::data`], its bytes reaching the device as `copy` says.
-    pub fn data_by(&self, name: &str, dims: Vec<usize>, dtype: DType, copy: HostCopy) -> Result<TensorData, ModelError> {
+    /// The host data behind [`Self::upload`]: a view of the mapped bytes (nothing copied here)
+    /// when stored in `dtype` or in f32 (the cast rounds it on the device, as it rounds an f32
+    /// host copy), else its values widened to f32 on the host (exact for 16-bit values).
+    fn data(&self, name: &str, dims: Vec<usize>, dtype: DType, copy: HostCopy) -> Result<TensorData, ModelError> {
         let (f, st, got, range) = &self.index[name];
         let (file, map) = &self.files[*f];
         let stored = match st {
@@ -204,8 +208,6 @@ impl MappedWeights {
         // a stored f32 tensor loaded narrower goes up as f32 too: the caller's cast rounds it
         // on the device, as it rounds an f32 host copy ([`Checkpoint::tensor`])
         if stored == dtype || stored == DType::F32 {
-            // `File`: the CUDA runtime stages such bytes through pinned memory before the
-            // asynchronous copy reads them (a mapping may still fault)
             let view = bytes::Bytes::from_owner(MappedBytes { map: map.clone(), range: range.clone() });
             let property = match copy {
                 HostCopy::Staged => burn::tensor::AllocationProperty::File,

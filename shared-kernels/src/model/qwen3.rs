@@ -72,7 +72,7 @@ impl Qwen3 {
     /// as [`Self::from_checkpoint`] of [`load_checkpoint`] (a 16-bit value widened to f32 and
     /// cast back is itself). Timed by phase: [`super::load::load_timed`].
     pub fn load(dir: &Path, dtype: DType, device: &Device) -> Result<Self, ModelError> {
-        super::load::load_timed(dir, dtype, device, 1, Default::default()).map(|(model, _)| model)
+        super::load::load_timed(dir, dtype, device, Default::default()).map(|(model, _)| model)
     }
 
     pub fn from_checkpoint(ck: &Checkpoint, dtype: DType, device: &Device) -> Result<Self, ModelError> {

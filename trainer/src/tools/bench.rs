@@ -63,7 +63,7 @@ pub fn preset(name: &str) -> Result<ModelConfig, String> {
 
 /// Loading the checkpoint in `dir` as `dtype`: the f32 host copy (every weight widened to f32
 /// on the host, then cast on the device; below 4 GB) against the memory-mapped path, staged by
-/// cubecl or copied by the driver from the mapping, with 1 to 8 threads handing weights over, each timed to the device's last copy and split by
+/// cubecl or copied by the driver from the mapping, each timed to the device's last copy and split by
 /// phase, with every model's weight fingerprint (they must all match).
 fn load_bench(dir: &std::path::Path, dtype: DType, device: &Device) -> Result<(), String> {
     let bytes: u64 = std::fs::read_dir(dir).map_err(|e| e.to_string())?.filter_map(|e| e.ok()).filter(|e| e.path().extension().is_some_and(|x| x == "safetensors")).filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum();
@@ -75,8 +75,8 @@ fn load_bench(dir: &std::path::Path, dtype: DType, device: &Device) -> Result<()
     }
     let fingerprint = |m: &Qwen3| trainer::grpo::weights_fingerprint(m, dtype).map_err(|e| e.to_string());
     println!("## checkpoint load: {:.2} GB of safetensors as {dtype:?}, runtime {}\n", bytes as f64 / 1e9, shared_kernels::device::runtime_name());
-    println!("| path | seconds | GB/s | map and check s | to the runtime s (wall) | (summed over threads) | waiting s | weights fingerprint |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| path | seconds | GB/s | map and check s | to the runtime s | waiting s | weights fingerprint |");
+    println!("|---|---|---|---|---|---|---|");
     // the f32 host copy (the reference) up to 4 GB: a 16 GB checkpoint's takes over a minute
     let mut reference = None;
     if bytes < 4_000_000_000 {
@@ -85,18 +85,18 @@ fn load_bench(dir: &std::path::Path, dtype: DType, device: &Device) -> Result<()
         sync(device);
         let old_s = t.elapsed().as_secs_f64();
         let old_fp = fingerprint(&old)?;
-        println!("| f32 host copy, cast on the device | {old_s:.2} | {:.2} | - | - | - | - | {old_fp} |", bytes as f64 / 1e9 / old_s);
+        println!("| f32 host copy, cast on the device | {old_s:.2} | {:.2} | - | - | - | {old_fp} |", bytes as f64 / 1e9 / old_s);
         reference = Some(old_fp);
     }
     let mut differ = Vec::new();
     use shared_kernels::model::mapped::HostCopy;
-    for (copy, threads) in [(HostCopy::Staged, 1), (HostCopy::Staged, 4), (HostCopy::Direct, 1), (HostCopy::Direct, 4), (HostCopy::Direct, 8)] {
-        let (m, p) = shared_kernels::model::load::load_timed(dir, dtype, device, threads, copy).map_err(|e| e.to_string())?;
+    for copy in [HostCopy::Staged, HostCopy::Direct] {
+        let (m, p) = shared_kernels::model::load::load_timed(dir, dtype, device, copy).map_err(|e| e.to_string())?;
         let fp = fingerprint(&m)?;
         drop(m);
-        println!("| memory-mapped, {copy:?}, {threads} thread(s) | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {fp} |", p.total_s, bytes as f64 / 1e9 / p.total_s, p.open_check_s, p.build_s, p.to_runtime_s, p.wait_s);
+        println!("| memory-mapped, {copy:?} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {fp} |", p.total_s, bytes as f64 / 1e9 / p.total_s, p.open_check_s, p.build_s, p.wait_s);
         if *reference.get_or_insert_with(|| fp.clone()) != fp {
-            differ.push(format!("{copy:?} x {threads}"));
+            differ.push(format!("{copy:?}"));
         }
     }
     println!("\nfingerprints {}", if differ.is_empty() { "all equal".to_string() } else { format!("DIFFER: {differ:?}") });
