@@ -86,6 +86,13 @@ pub const KNOBS: &[Knob] = &[
         effect: "warps per prefill cube of the `mma` attention kernels (16 queries each: 64 or 128 queries share a staged split); a launch shape only, same bits (battery 295/295 with 8, session 12 v11); 8 measured 1.08-1.10x faster at 16 x 1024-token prefill and within noise at 1-4 sequences, not the default because the end-to-end GPU runs used 4; anything else is an error naming the variable",
     },
     Knob {
+        name: "LOCKSTEP_DECODE_LAUNCH",
+        values: "`auto`, `SxK` (S = 1-64 splits per cube, K = 1 or 2 stages, e.g. `8x1`)",
+        default: "`auto`",
+        kind: KnobKind::Tuning,
+        effect: "launch of the `mma` decode attention's partial kernel: consecutive 64-key splits per cube and whether K and V share one shared-memory stage (1) or have one each, refilled as soon as read (2); `auto` takes one stage and 1-8 splits a cube by the launch's size; a launch shape only, same bits (each split's partial is the same arithmetic wherever it runs); anything else is an error naming the variable",
+    },
+    Knob {
         name: "LOCKSTEP_ATTENTION_BACKWARD",
         values: "`tensor_cores`, `per_sequence`",
         default: "`tensor_cores`",

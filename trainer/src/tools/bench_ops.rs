@@ -191,9 +191,10 @@ fn memory_rows(o: &BenchOptions, config: &ModelConfig, device: &Device, emit: &m
 fn attention_rows(o: &BenchOptions, config: &ModelConfig, device: &Device, emit: &mut impl FnMut(&str, [usize; 3], f64, f64, f64, f64)) -> Result<(), String> {
     use shared_kernels::ops::attention::{attention_with, AttentionKernel};
     let (qh, kvh, hd) = (config.num_heads, config.num_kv_heads, config.head_dim);
-    let contexts: &[usize] = if shared_kernels::device::runtime_name() == "cuda" { &[1024, 4096] } else { &[256] };
+    let cuda = shared_kernels::device::runtime_name() == "cuda";
+    let contexts: &[usize] = if cuda { &[1024, 4096] } else { &[256] };
     for &ctx in contexts {
-        for &rows in &[1usize, 16, 64] {
+        for &rows in &[1usize, 16, 64, 128] {
             let cache = || Tensor::<4>::random([rows, ctx, kvh, hd], Distribution::Normal(0.0, 1.0), device).cast(o.dtype);
             let (kc, vc) = (cache(), cache());
             let q = Tensor::<3>::random([rows, qh, hd], Distribution::Normal(0.0, 1.0), device).cast(o.dtype);
@@ -212,9 +213,41 @@ fn attention_rows(o: &BenchOptions, config: &ModelConfig, device: &Device, emit:
                 let a = time_op(device, o.repeats, 5, || drop(call(kernel).unwrap()));
                 emit(&format!("attention decode [{name}]"), [rows, ctx, hd], a, f64::NAN, flops, bytes);
             }
+            if cuda {
+                decode_launch_rows(o, device, &call, [rows, ctx, hd], flops, bytes, emit)?;
+            }
         }
     }
     attention_prefill_rows(o, config, device, emit)
+}
+
+/// The tensor-core decode partials under each launch (`LOCKSTEP_DECODE_LAUNCH`'s values): the
+/// time of each, and its output's bits against the one-split, two-stage launch's (a launch
+/// must never change a bit; the row's name says `bits DIFFER` if one did).
+fn decode_launch_rows(
+    o: &BenchOptions,
+    device: &Device,
+    call: &dyn Fn(shared_kernels::ops::attention::AttentionKernel) -> Result<Tensor<3>, shared_kernels::KernelError>,
+    shape: [usize; 3],
+    flops: f64,
+    bytes: f64,
+    emit: &mut impl FnMut(&str, [usize; 3], f64, f64, f64, f64),
+) -> Result<(), String> {
+    use shared_kernels::ops::attention::mma_decode::{with_decode_launch, DecodeLaunch};
+    use shared_kernels::ops::attention::AttentionKernel::SplitKvTensorCore;
+    let bits = |t: Tensor<3>| t.into_data().as_bytes().to_vec();
+    let reference = DecodeLaunch { splits_per_cube: 1, one_stage: false };
+    let Ok(expected) = with_decode_launch(reference, || call(SplitKvTensorCore)) else { return Ok(()) };
+    let expected = bits(expected);
+    let launches = [(1, false), (1, true), (8, false), (8, true), (4, true), (16, true)];
+    for (splits_per_cube, one_stage) in launches {
+        let launch = DecodeLaunch { splits_per_cube, one_stage };
+        let out = with_decode_launch(launch, || call(SplitKvTensorCore)).map_err(|e| e.to_string())?;
+        let same = if bits(out) == expected { "bits equal" } else { "bits DIFFER" };
+        let a = time_op(device, o.repeats, 5, || with_decode_launch(launch, || drop(call(SplitKvTensorCore).unwrap())));
+        emit(&format!("attention decode [split_kv_tc {}, {same}]", launch.name()), shape, a, f64::NAN, flops, bytes);
+    }
+    Ok(())
 }
 
 /// Prefill attention (every position of `seqs` whole sequences of `ctx` tokens, causal): the

@@ -2,12 +2,16 @@
 //! partial kernel (one split's max, sum and P V per query, then the fixed-order combine) on
 //! `mma.sync` fragments, through [`crate::ops::attention::mma`]'s steps, so the same bits.
 //!
-//! Why: decode is a stream of K/V splits; the cmma partial kernel stages each split through
-//! registers, syncs its 4 warps seven times and leaves two of them idle (a decode tile holds
-//! the few query heads of one KV head). Here a cube is one warp per 16 of the tile's queries
-//! (one for Qwen3's 2 heads per KV head, so 5 cubes fit a multiprocessor's shared memory),
-//! the split's K and V are both in flight at once through `cp.async`, and the scores start
-//! as soon as K has landed.
+//! Why this layout: decode streams K/V splits, and at long contexts the kernel is most of a
+//! decode step. A cube is one warp per 16 of the tile's queries (one for Qwen3's 2-4 heads per
+//! KV head) and walks `splits_per_cube` consecutive splits, writing one partial per split, so
+//! which cube computes a split never changes its bits. ncu (session 23) found the one-split
+//! cubes issue-bound: ~3,400 instructions a split, 5 warps a multiprocessor (shared memory),
+//! one instruction every 4.9 cycles a warp. The two launch levers, both bit-neutral:
+//! - staging: `Two` keeps K and V stages and refills each as soon as it is read (the next
+//!   split's K copies run under this split's P V); `One` passes K then V through one stage,
+//!   half the shared memory, so about twice the warps a multiprocessor hide each other's latency;
+//! - splits per cube: the query staging and fragment loads are paid once per cube.
 
 use crate::ops::kv_cache::cache_row;
 use crate::ops::attention::splits::{KV_SPLIT, keys_in_split};
@@ -18,12 +22,141 @@ use crate::ops::attention::mma::{
 use crate::ops::attention::cmma::{query_keys, stage_queries, valid_in_split, PAD, TC_QUERIES};
 use crate::ops::ptx::shared_address;
 use crate::ops::reduce::cube_linear;
+use crate::KernelError;
 use burn_cubecl::cubecl::prelude::*;
 
 /// Warps per cube for `heads_per_cube` queries per tile row: 16 queries each (a decode tile is
 /// one row; at most [`TC_QUERIES`] queries).
 pub fn decode_warps(heads_per_cube: usize) -> usize {
     heads_per_cube.div_ceil(16).clamp(1, TC_QUERIES / 16)
+}
+
+/// How the partial kernel is launched: consecutive splits per cube and the staging. Never
+/// changes a bit (each split's partial is the same arithmetic wherever it runs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeLaunch {
+    pub splits_per_cube: usize,
+    pub one_stage: bool,
+}
+
+/// The automatic choice: enough cubes to fill the device several times over, then longer
+/// cubes; `None` in [`DecodeLaunch::parse`].
+const AUTO_CUBES: usize = 4096;
+const MAX_SPLITS_PER_CUBE: usize = 8;
+
+impl DecodeLaunch {
+    /// A `LOCKSTEP_DECODE_LAUNCH` value: `auto` (`Ok(None)`), or `SxK` with S splits per cube
+    /// (1-64) and K stages (1 or 2), e.g. `8x1`.
+    pub fn parse(text: &str) -> Result<Option<DecodeLaunch>, String> {
+        let text = text.trim();
+        if text == "auto" {
+            return Ok(None);
+        }
+        let bad = || format!("LOCKSTEP_DECODE_LAUNCH={text:?} is not `auto` or SxK (S splits per cube 1-64, K stages 1 or 2, e.g. 8x1)");
+        let (s, k) = text.split_once('x').ok_or_else(bad)?;
+        let splits: usize = s.parse().map_err(|_| bad())?;
+        let one_stage = match k {
+            "1" => true,
+            "2" => false,
+            _ => return Err(bad()),
+        };
+        if !(1..=64).contains(&splits) {
+            return Err(bad());
+        }
+        Ok(Some(DecodeLaunch { splits_per_cube: splits, one_stage }))
+    }
+
+    /// The automatic launch for `units` (tile, KV head, part, split) work items.
+    pub fn auto(units: usize) -> DecodeLaunch {
+        DecodeLaunch { splits_per_cube: (units / AUTO_CUBES).clamp(1, MAX_SPLITS_PER_CUBE), one_stage: true }
+    }
+
+    /// [`with_decode_launch`]'s, else the process's `LOCKSTEP_DECODE_LAUNCH`, else [`Self::auto`].
+    pub fn for_units(units: usize) -> Result<DecodeLaunch, KernelError> {
+        if let Some(l) = OVERRIDE.with(|c| c.get()) {
+            return Ok(l);
+        }
+        static SETTING: std::sync::OnceLock<Result<Option<Option<DecodeLaunch>>, String>> = std::sync::OnceLock::new();
+        let chosen = crate::ops::env_setting(&SETTING, "attention", "LOCKSTEP_DECODE_LAUNCH", DecodeLaunch::parse)?;
+        Ok(chosen.flatten().unwrap_or_else(|| DecodeLaunch::auto(units)))
+    }
+
+    pub fn name(self) -> String {
+        format!("{}x{}", self.splits_per_cube, if self.one_stage { 1 } else { 2 })
+    }
+}
+
+thread_local! {
+    static OVERRIDE: std::cell::Cell<Option<DecodeLaunch>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with this thread's decode partials launched as `launch` (benchmarks compare them).
+pub fn with_decode_launch<R>(launch: DecodeLaunch, f: impl FnOnce() -> R) -> R {
+    let before = OVERRIDE.with(|c| c.replace(Some(launch)));
+    let out = f();
+    OVERRIDE.with(|c| c.set(before));
+    out
+}
+
+/// Copies split `split`'s keys (`cache` = k) or values into `stage`, zero-filling past the
+/// tile's longest prefix.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn issue_split<F: Float, N: Size, I: Int>(
+    cache: &Tensor<Vector<F, N>>,
+    stage: &mut Shared<[Vector<F, N>]>,
+    block_rows: &Tensor<I>,
+    slot: usize,
+    width: usize,
+    split: usize,
+    most_keys: usize,
+    kv_heads: usize,
+    kv_head: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] vs: usize,
+    #[comptime] units: usize,
+) {
+    let first = split * comptime!(KV_SPLIT);
+    let staged = keys_in_split(most_keys, first);
+    let split_row = cache_row(block_rows, slot, width, first);
+    stage_split_async::<F, N>(cache, stage, 0, split_row, kv_heads, kv_head, staged, head_dim, vs, units);
+}
+
+/// O = P V (step 3 of a split's partial) from the V stage at byte address `v_stage`, written after the max and sum.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn split_values(
+    pa: &Array<u32>,
+    v_stage: u32,
+    partials: &mut Tensor<f32>,
+    base_lo: usize,
+    base_hi: usize,
+    write_lo: bool,
+    write_hi: bool,
+    #[comptime] head_dim: usize,
+    #[comptime] f16: bool,
+) {
+    let t = (UNIT_POS_X % 4) as usize;
+    let v_addr = value_lane_address(v_stage, head_dim);
+    let mut o = Array::<f32>::new(16usize);
+    #[unroll]
+    for dg in 0..comptime!(head_dim / 32) {
+        warp_values(pa, v_addr + comptime!((dg * 64) as u32), &mut o, head_dim, f16);
+        // fragment element c of dim block nt: row g (c < 2) or g + 8, dim 8 nt + 2 t + c % 2
+        #[unroll]
+        for i in 0..16usize {
+            let dim = comptime!((dg * 4 + i / 4) * 8 + i % 2) + 2 * t;
+            let mut write = write_lo;
+            let mut base = base_lo;
+            if comptime!(i % 4 >= 2) {
+                write = write_hi;
+                base = base_hi;
+            }
+            if write {
+                partials[base + 2 + dim] = o[i];
+            }
+        }
+    }
 }
 
 #[cube(launch)]
@@ -43,29 +176,33 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
     width_arg: u32,
     splits_arg: u32,
     heads_per_cube_arg: u32,
+    per_cube_arg: u32,
     scale: f32,
     #[comptime] head_dim: usize,
     #[comptime] vs: usize,
     #[comptime] f16: bool,
     #[comptime] warps: usize,
+    #[comptime] one_stage: bool,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
     let q_heads = q_heads_arg as usize;
     let kv_heads = kv_heads_arg as usize;
     let width = width_arg as usize;
     let splits = splits_arg as usize;
+    let per_cube = per_cube_arg as usize;
+    let chunks = (splits + per_cube - 1) / per_cube;
     let hpc = heads_per_cube_arg as usize;
     let group = q_heads / kv_heads;
     let parts = group / hpc;
-    let work = cube_linear(); // ((tile * kv_heads + kv_head) * parts + part) * splits + split
-    let split = work % splits;
-    let part = (work / splits) % parts;
-    let kv_head = (work / (splits * parts)) % kv_heads;
-    let tile = work / (splits * parts * kv_heads);
+    let work = cube_linear(); // ((tile * kv_heads + kv_head) * parts + part) * chunks + chunk
+    let chunk = work % chunks;
+    let part = (work / chunks) % parts;
+    let kv_head = (work / (chunks * parts)) % kv_heads;
+    let tile = work / (chunks * parts * kv_heads);
     let lane = UNIT_POS_X;
     let warp = UNIT_POS_Y as usize;
     let g = (lane / 4) as usize;
-    let t = (lane % 4) as usize;
+    let units = comptime!(warps * 32);
     // cube-uniform conditions only around the syncs below
     if tile < tiles_arg as usize {
         let first_row = u32::cast_from(tiles[2 * tile]) as usize;
@@ -73,17 +210,15 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
         let queries = count * hpc;
         let first_head = kv_head * group + part * hpc;
         let slot = u32::cast_from(slots[first_row]) as usize;
-        let first = split * comptime!(KV_SPLIT);
+        let stage_len = comptime!(KV_SPLIT * (head_dim + PAD) / vs);
         let mut q_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(
             comptime!(warps * 16 * (head_dim + PAD) / vs),
             comptime!(SMEM_ALIGN),
         );
-        let mut k_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(
-            comptime!(KV_SPLIT * (head_dim + PAD) / vs),
-            comptime!(SMEM_ALIGN),
-        );
+        let mut k_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(stage_len, comptime!(SMEM_ALIGN));
+        // one stage: V goes through the K stage, this one is a placeholder
         let mut v_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(
-            comptime!(KV_SPLIT * (head_dim + PAD) / vs),
+            comptime!(if one_stage { 1 } else { stage_len }),
             comptime!(SMEM_ALIGN),
         );
         let mut p_sh = Shared::<[u32]>::new_aligned_slice(
@@ -92,78 +227,131 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
         );
         let mut keys_sh = Shared::<[u32]>::new_slice(comptime!(TC_QUERIES));
         let most_keys = query_keys(positions, &mut keys_sh, first_row, queries, hpc, TC_QUERIES);
+        let used = most_keys.div_ceil(comptime!(KV_SPLIT));
+        let first_split = chunk * per_cube;
+        let mut end = first_split + per_cube;
+        if end > used {
+            end = used;
+        }
         // cube-uniform: every sync below is reached by all units or none
-        if first < most_keys {
-            let staged = keys_in_split(most_keys, first);
-            let split_row = cache_row(block_rows, slot, width, first);
-            // K and V in two copy groups: the scores start as soon as K has landed
-            stage_split_async::<F, N>(k_cache, &mut k_sh, 0, split_row, kv_heads, kv_head, staged, head_dim, vs, comptime!(warps * 32));
+        if first_split < end {
+            issue_split::<F, N, I>(k_cache, &mut k_sh, block_rows, slot, width, first_split, most_keys, kv_heads, kv_head, head_dim, vs, units);
             commit_copies();
-            stage_split_async::<F, N>(v_cache, &mut v_sh, 0, split_row, kv_heads, kv_head, staged, head_dim, vs, comptime!(warps * 32));
-            commit_copies();
+            if comptime!(!one_stage) {
+                issue_split::<F, N, I>(v_cache, &mut v_sh, block_rows, slot, width, first_split, most_keys, kv_heads, kv_head, head_dim, vs, units);
+                commit_copies();
+            }
             // queries as [16 warps][head_dim + PAD], zeros past `queries`, while the copies fly
-            stage_queries::<F, N>(q, &mut q_sh, first_row, queries, hpc, first_head, q_heads, 0, head_dim, vs, comptime!(warps * 16), comptime!(warps * 32));
-            wait_copies(1usize);
+            stage_queries::<F, N>(q, &mut q_sh, first_row, queries, hpc, first_head, q_heads, 0, head_dim, vs, comptime!(warps * 16), units);
             sync_cube();
             let busy = warp * 16 < queries; // warp-uniform
+            let mut qa = Array::<u32>::new(comptime!(head_dim / 4));
+            if busy {
+                query_fragments(shared_address::<Vector<F, N>>(&q_sh), &mut qa, head_dim);
+            }
+            let k_stage = shared_address::<Vector<F, N>>(&k_sh);
+            let mut v_stage = k_stage;
+            if comptime!(!one_stage) {
+                v_stage = shared_address::<Vector<F, N>>(&v_sh);
+            }
             let q_lo = warp * 16 + g;
             let q_hi = q_lo + 8;
-            let valid_lo = valid_in_split(keys_sh[q_lo] as usize, first);
-            let valid_hi = valid_in_split(keys_sh[q_hi] as usize, first);
             let p_row_lo = q_lo * comptime!(LDPW);
             let p_row_hi = q_hi * comptime!(LDPW);
+            let pair_lo = (first_row + q_lo / hpc) * q_heads + first_head + q_lo % hpc;
+            let pair_hi = (first_row + q_hi / hpc) * q_heads + first_head + q_hi % hpc;
+            let keys_lo = keys_sh[q_lo] as usize;
+            let keys_hi = keys_sh[q_hi] as usize;
             let mut pa = Array::<u32>::new(16usize);
-            // partial = (max, sum, O) per query with keys in the split
-            let write_lo = q_lo < queries && valid_lo > 0;
-            let write_hi = q_hi < queries && valid_hi > 0;
-            let base_lo = (((first_row + q_lo / hpc) * q_heads + first_head + q_lo % hpc) * splits + split) * comptime!(head_dim + 2);
-            let base_hi = (((first_row + q_hi / hpc) * q_heads + first_head + q_hi % hpc) * splits + split) * comptime!(head_dim + 2);
-            if busy {
-                let mut qa = Array::<u32>::new(comptime!(head_dim / 4));
-                query_fragments(shared_address::<Vector<F, N>>(&q_sh), &mut qa, head_dim);
-                let mut s = Array::<f32>::new(32usize);
-                warp_scores(&qa, shared_address::<Vector<F, N>>(&k_sh), &mut s, head_dim, f16);
-                let max_lo = row_max(&s, valid_lo, scale, 0usize);
-                let max_hi = row_max(&s, valid_hi, scale, 1usize);
-                warp_probs::<F>(&s, &mut pa, &mut p_sh, p_row_lo, p_row_hi, valid_lo, valid_hi, max_lo, max_hi, scale);
-                sync_plane();
-                let sum_lo = row_sum::<F>(&p_sh, p_row_lo);
-                let sum_hi = row_sum::<F>(&p_sh, p_row_hi);
-                if t == 0 {
-                    if write_lo {
-                        partials[base_lo] = max_lo;
-                        partials[base_lo + 1] = sum_lo;
-                    }
-                    if write_hi {
-                        partials[base_hi] = max_hi;
-                        partials[base_hi + 1] = sum_hi;
-                    }
+            for split in first_split..end {
+                let first = split * comptime!(KV_SPLIT);
+                let valid_lo = valid_in_split(keys_lo, first);
+                let valid_hi = valid_in_split(keys_hi, first);
+                // partial = (max, sum, O) per query with keys in the split
+                let write_lo = q_lo < queries && valid_lo > 0;
+                let write_hi = q_hi < queries && valid_hi > 0;
+                let base_lo = (pair_lo * splits + split) * comptime!(head_dim + 2);
+                let base_hi = (pair_hi * splits + split) * comptime!(head_dim + 2);
+                let next = split + 1 < end;
+                // this split's K (two stages: V may still be in flight)
+                if comptime!(one_stage) {
+                    wait_copies(0usize);
+                } else {
+                    wait_copies(1usize);
                 }
-            }
-            wait_copies(0usize);
-            sync_cube();
-            if busy {
-                let v_addr = value_lane_address(shared_address::<Vector<F, N>>(&v_sh), head_dim);
-                let mut o = Array::<f32>::new(16usize);
-                #[unroll]
-                for dg in 0..comptime!(head_dim / 32) {
-                    warp_values(&pa, v_addr + comptime!((dg * 64) as u32), &mut o, head_dim, f16);
-                    // fragment element c of dim block nt: row g (c < 2) or g + 8, dim 8 nt + 2 t + c % 2
-                    #[unroll]
-                    for i in 0..16usize {
-                        let dim = comptime!((dg * 4 + i / 4) * 8 + i % 2) + 2 * t;
-                        let mut write = write_lo;
-                        let mut base = base_lo;
-                        if comptime!(i % 4 >= 2) {
-                            write = write_hi;
-                            base = base_hi;
+                sync_cube();
+                if busy {
+                    // S = Q Kᵀ, each query's split max and sum (the partial's first two values),
+                    // P rounded to the dtype into `pa`
+                    let mut s = Array::<f32>::new(32usize);
+                    warp_scores(&qa, k_stage, &mut s, head_dim, f16);
+                    let max_lo = row_max(&s, valid_lo, scale, 0usize);
+                    let max_hi = row_max(&s, valid_hi, scale, 1usize);
+                    warp_probs::<F>(&s, &mut pa, &mut p_sh, p_row_lo, p_row_hi, valid_lo, valid_hi, max_lo, max_hi, scale);
+                    sync_plane();
+                    let sum_lo = row_sum::<F>(&p_sh, p_row_lo);
+                    let sum_hi = row_sum::<F>(&p_sh, p_row_hi);
+                    if lane % 4 == 0 {
+                        if write_lo {
+                            partials[base_lo] = max_lo;
+                            partials[base_lo + 1] = sum_lo;
                         }
-                        if write {
-                            partials[base + 2 + dim] = o[i];
+                        if write_hi {
+                            partials[base_hi] = max_hi;
+                            partials[base_hi + 1] = sum_hi;
                         }
                     }
                 }
+                sync_cube(); // the K stage is read
+                if comptime!(one_stage) {
+                    issue_split::<F, N, I>(v_cache, &mut k_sh, block_rows, slot, width, split, most_keys, kv_heads, kv_head, head_dim, vs, units);
+                    commit_copies();
+                    wait_copies(0usize);
+                } else {
+                    if next {
+                        issue_split::<F, N, I>(k_cache, &mut k_sh, block_rows, slot, width, split + 1, most_keys, kv_heads, kv_head, head_dim, vs, units);
+                    }
+                    commit_copies(); // possibly empty: the group count stays uniform
+                    wait_copies(1usize);
+                }
+                sync_cube(); // this split's V has landed
+                if busy {
+                    split_values(&pa, v_stage, partials, base_lo, base_hi, write_lo, write_hi, head_dim, f16);
+                }
+                sync_cube(); // the V stage is read
+                if next {
+                    if comptime!(one_stage) {
+                        issue_split::<F, N, I>(k_cache, &mut k_sh, block_rows, slot, width, split + 1, most_keys, kv_heads, kv_head, head_dim, vs, units);
+                    } else {
+                        issue_split::<F, N, I>(v_cache, &mut v_sh, block_rows, slot, width, split + 1, most_keys, kv_heads, kv_head, head_dim, vs, units);
+                    }
+                }
+                commit_copies();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_launch_setting_parses_and_names_the_variable_when_bad() {
+        assert_eq!(DecodeLaunch::parse(" auto "), Ok(None));
+        assert_eq!(DecodeLaunch::parse("8x1"), Ok(Some(DecodeLaunch { splits_per_cube: 8, one_stage: true })));
+        assert_eq!(DecodeLaunch::parse("1x2"), Ok(Some(DecodeLaunch { splits_per_cube: 1, one_stage: false })));
+        for bad in ["", "8", "0x1", "65x2", "8x3", "x1", "eightx1"] {
+            let e = DecodeLaunch::parse(bad).unwrap_err();
+            assert!(e.contains("LOCKSTEP_DECODE_LAUNCH"), "{bad}: {e}");
+        }
+        assert_eq!(DecodeLaunch::parse("4x2").unwrap().unwrap().name(), "4x2");
+    }
+
+    #[test]
+    fn the_automatic_launch_keeps_small_launches_one_split_a_cube() {
+        assert_eq!(DecodeLaunch::auto(100).splits_per_cube, 1);
+        assert_eq!(DecodeLaunch::auto(8_192).splits_per_cube, 2);
+        assert_eq!(DecodeLaunch::auto(10_000_000).splits_per_cube, MAX_SPLITS_PER_CUBE);
     }
 }

@@ -7,7 +7,7 @@
 use crate::ops::attention::cmma::*;
 use crate::ops::attention::cmma::PLANE_DIM;
 use crate::ops::attention::cmma_flash::tc_flash_kernel;
-use crate::ops::attention::mma_decode::{decode_warps, mma_partial_kernel};
+use crate::ops::attention::mma_decode::{decode_warps, mma_partial_kernel, DecodeLaunch};
 use crate::ops::attention::mma_flash::mma_flash_kernel;
 use crate::ops::attention::split_kv::combine_rows;
 use crate::ops::kv_cache::BlockRows;
@@ -183,13 +183,16 @@ pub(crate) fn tc_split_kv_attention(
         // per-split partials for these tiles' rows (indexed by row, so sized for every row)
         let pairs = rows * q_heads;
         let partials = partials_workspace(q, pairs * splits * (head_dim + 2));
-        let decode_cubes = cube_count_for(single.len() * kv_heads * parts * splits, 1);
+        let units = single.len() * kv_heads * parts * splits;
+        let decode_cubes = cube_count_for(units, 1);
         let single_table = upload(flat(&single))?;
         if kernels == TcKernels::Mma {
             let warps = decode_warps(hpc);
+            let launch = DecodeLaunch::for_units(units)?;
+            let chunks = splits.div_ceil(launch.splits_per_cube);
             mma_partial_kernel::launch(
                 &q.client,
-                decode_cubes,
+                cube_count_for(single.len() * kv_heads * parts * chunks, 1),
                 CubeDim::new_2d(32, warps as u32),
                 vs,
                 q.clone().into_tensor_arg(),
@@ -206,11 +209,13 @@ pub(crate) fn tc_split_kv_attention(
                 pages.width as u32,
                 splits as u32,
                 hpc as u32,
+                launch.splits_per_cube as u32,
                 scale,
                 head_dim,
                 vs,
                 q.dtype == DType::F16,
                 warps,
+                launch.one_stage,
                 dtypes,
             );
         } else {
