@@ -8,6 +8,7 @@ pub mod math_verify;
 pub mod memory_plan;
 pub mod parquet_rows;
 pub mod config;
+pub mod distributed;
 pub mod eval;
 pub mod grpo;
 pub mod optim;

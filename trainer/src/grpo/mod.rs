@@ -27,6 +27,7 @@ use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 use std::time::Instant;
 
+mod ranks;
 mod rollouts;
 mod score;
 mod update;
@@ -46,6 +47,8 @@ pub struct Trainer {
     pub step: usize,
     /// The eval split's problems (`task.eval_path`; empty without one).
     pub eval_problems: Vec<crate::tasks::Problem>,
+    /// Data parallel: this rank's end of the group (`None`: one rank).
+    pub comm: Option<std::sync::Arc<dyn crate::distributed::Communicator>>,
 }
 
 /// The weights as `dtype` (the sampling dtype), fingerprinted: each tensor's device fingerprint
@@ -78,14 +81,28 @@ pub fn new_adamw(c: &Config) -> AdamW {
 
 impl Trainer {
     pub fn new(cfg: Config, policy: Policy, opt: AdamW, step: usize) -> Result<Self, RunError> {
+        Self::new_rank(cfg, policy, opt, step, None)
+    }
+
+    /// [`Self::new`] as one rank of a data-parallel group: every rank's resolved config must be
+    /// rank 0's (compared by hash before anything runs); ranks past 0 keep their metrics in
+    /// `rank-N` under the run folder (rank 0 writes the run's own, and its checkpoints).
+    pub fn new_rank(cfg: Config, policy: Policy, opt: AdamW, step: usize, comm: Option<std::sync::Arc<dyn crate::distributed::Communicator>>) -> Result<Self, RunError> {
+        let mut run_dir = run_dir(&cfg);
+        if let Some(c) = &comm {
+            let hash: String = Sha256::digest(toml::to_string(&cfg).map_err(|e| RunError::Other(format!("config: {e}")))?.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect();
+            crate::distributed::check_equal(c.as_ref(), "the resolved config's hash", &hash).map_err(ranks::comm_error)?;
+            if c.rank() > 0 {
+                run_dir = run_dir.join(format!("rank-{}", c.rank()));
+            }
+        }
         let task = crate::run::load_task(&cfg)?;
-        let run_dir = run_dir(&cfg);
         let telemetry = Telemetry::open(&run_dir, cfg.log.tensorboard, step).map_err(|e| RunError::Other(format!("{}: {e}", run_dir.display())))?;
         let engine_cfg = crate::run::engine_config(&cfg, &policy.model)?;
         let engine = Engine::new(sampler_model(&cfg, &policy.model), engine_cfg).map_err(RunError::Other)?;
         let reference = (cfg.train.kl_coef > 0.0).then(|| policy.model.clone());
         let eval_problems = if cfg.train.eval_every > 0 { crate::eval::load_eval_problems(&cfg)? } else { Vec::new() };
-        Ok(Self { cfg, policy, opt, engine, task, reference, telemetry, run_dir, step, eval_problems })
+        Ok(Self { cfg, policy, opt, engine, task, reference, telemetry, run_dir, step, eval_problems, comm })
     }
 
     pub(super) fn params(&self, seed: u64) -> SamplingParams {
@@ -169,6 +186,10 @@ impl Trainer {
         let sampler_hash = weights_fingerprint(self.engine.model(), sampling_dtype)?;
         if trainer_hash != sampler_hash {
             return Err(RunError::Other(format!("step {step}: sampler weights {sampler_hash} differ from trainer weights {trainer_hash}")));
+        }
+        // every rank's weights are rank 0's, as bits
+        if let Some(c) = self.comm() {
+            crate::distributed::check_equal(c, &format!("the weights' fingerprint after step {step}"), &trainer_hash).map_err(ranks::comm_error)?;
         }
         Ok((sampler_hash, trainer_hash))
     }

@@ -72,8 +72,11 @@ impl Trainer {
                 requests.push(Request { id, prompt: prompt.clone(), params: self.params(c.train.seed) });
             }
         }
+        // data parallel: this rank samples and rewards its block of groups only (the same
+        // requests, ids and so bits a single rank gives them); the rest comes by gather
+        let own = self.own_sequences(requests.len(), g);
         let sampling = Instant::now();
-        let results = self.engine.generate(requests.clone());
+        let results = self.engine.generate(requests[own.clone()].to_vec());
         let sample_s = sampling.elapsed().as_secs_f64();
         let engine_phases = self.engine.take_phase_times();
         let mut completions = Vec::with_capacity(results.len());
@@ -81,7 +84,7 @@ impl Trainer {
             completions.push(r.map_err(|e| RunError::Other(format!("step {step}: sampler: {e}")))?);
         }
         // a non-finite logprob is a fault (weights or device), never a sample: named, not trained on
-        for (r, comp) in requests.iter().zip(&completions) {
+        for (r, comp) in requests[own.clone()].iter().zip(&completions) {
             if let Some(p) = comp.logprobs.iter().position(|l| !l.is_finite()) {
                 return Err(RunError::Other(format!("step {step}: request {}: the sampler's logprob at completion position {p} (token {}) is {}; stopping before the update (the last checkpoint is intact)", r.id, comp.tokens[p], comp.logprobs[p])));
             }
@@ -91,12 +94,15 @@ impl Trainer {
             let body: Vec<u32> = comp.tokens.iter().copied().filter(|t| !self.policy.stop_tokens.contains(t)).collect();
             texts.push(self.policy.tokenizer.decode(&body, true).map_err(|e| RunError::Other(format!("decode: {e}")))?);
         }
+        let problem_of = |i: usize| &problems[(own.start + i) / g];
         let raw: Vec<f64> = if c.task.reward == "command" {
-            let rollouts: Vec<crate::reward_command::Rollout<'_>> = texts.iter().enumerate().map(|(i, t)| crate::reward_command::Rollout { prompt: &problems[i / g].prompt, completion: t, answer: &problems[i / g].answer }).collect();
+            let rollouts: Vec<crate::reward_command::Rollout<'_>> = texts.iter().enumerate().map(|(i, t)| crate::reward_command::Rollout { prompt: &problem_of(i).prompt, completion: t, answer: &problem_of(i).answer }).collect();
             crate::reward_command::rewards(&c.task.reward_command, c.task.reward_timeout_s, &rollouts).map_err(|e| RunError::Other(format!("step {step}: {e} (stopping before the update; the last checkpoint is intact)")))?
         } else {
-            texts.iter().enumerate().map(|(i, t)| self.task.reward_for(&c.task, &problems[i / g], t) as f64).collect()
+            texts.iter().enumerate().map(|(i, t)| self.task.reward_for(&c.task, problem_of(i), t) as f64).collect()
         };
+        let (completions, raw) = self.gather_rollouts(step, completions, raw)?;
+        let mut completions = completions;
         let rewards: Vec<f64> = raw.iter().zip(&completions).map(|(r, comp)| r - overlong_penalty(comp.tokens.len(), c.sampler.max_new_tokens, c.train.overlong_buffer, c.train.overlong_penalty)).collect();
         let advantages = group_advantages(&rewards, g, c.train.advantage);
         let sequences: Vec<Vec<u32>> = requests.iter().zip(&completions).map(|(r, comp)| [r.prompt.clone(), comp.tokens.clone()].concat()).collect();

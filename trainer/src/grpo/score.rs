@@ -22,14 +22,16 @@ impl Trainer {
     pub(super) fn score(&self, step: usize, r: &Rollouts) -> Result<(Scored, Option<Tracked>), RunError> {
         let c = &self.cfg;
         let (requests, completions, sequences) = (&r.requests, &r.completions, &r.sequences);
+        let batches = self.own_micro_batches(sequences);
+        // the path is every rank's (and one rank's) choice: by the whole step's micro-batches
         let lengths: Vec<usize> = sequences.iter().map(Vec::len).collect();
-        let batches = micro_batches(&lengths, c.train.micro_batch_tokens);
+        let step_batches = micro_batches(&lengths, c.train.micro_batch_tokens).len();
         let scoring = Instant::now();
         // In matched mode the sampler's logprobs are the old policy's, as bits (the contract):
         // with micro-batches no separate scoring pass runs. The update's tracked forward of each
         // micro-batch is compared with them as bits before the optimizer step, and a difference
         // stops the run there (so `train.on_mismatch = "stop"` only: "warn" keeps the pass).
-        if self.verifies_in_update(batches.len()) {
+        if self.verifies_in_update(step_batches) {
             // completion positions hold the sampler's values (the loss weights read only those);
             // prompt positions NaN, so any use of them would poison the update and stop it
             let trainer_lp: Vec<Vec<f32>> = sequences
@@ -44,7 +46,7 @@ impl Trainer {
                 .collect();
             return self.weigh(r, batches, trainer_lp, 0.0, Agreement::default(), scoring, true).map(|s| (s, None));
         }
-        let single = (batches.len() == 1 && !self.ppo()).then(|| tracked_copy(&self.policy.model));
+        let single = (batches.len() == 1 && !self.ppo() && self.comm.is_none()).then(|| tracked_copy(&self.policy.model));
         let (trainer_lp, single, entropy) = match single {
             Some(tracked) => {
                 let (lp, flat) = tracked.training_logprobs(sequences, c.sampler.temperature, c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
@@ -52,7 +54,10 @@ impl Trainer {
                 (lp, Some((tracked, flat)), entropy)
             }
             None => {
-                let (lp, entropy) = logprobs_by_batch(&self.policy.model, sequences, &batches, c.sampler.temperature).map_err(|e| pass_error(step, e))?;
+                let (lp, entropy) = self.logprobs_all(&self.policy.model, sequences, &batches, &format!("trainer logprobs of step {step}")).map_err(|e| match e {
+                    Pass::Model(e) => pass_error(step, e),
+                    Pass::Run(e) => e,
+                })?;
                 (lp, None, entropy)
             }
         };
@@ -105,7 +110,10 @@ impl Trainer {
         let coef_sampler_tokens: usize = completions.iter().map(|comp| comp.logprobs.len()).sum();
         let (coef, corr) = self.coefficients(requests, completions, &trainer_lp, &r.advantages)?;
         let ref_lp = match &self.reference {
-            Some(m) => Some(logprobs_by_batch(m, sequences, &batches, c.sampler.temperature)?.0),
+            Some(m) => Some(self.logprobs_all(m, sequences, &batches, "reference logprobs").map_err(|e| match e {
+                Pass::Model(e) => RunError::Model(e),
+                Pass::Run(e) => e,
+            })?.0),
             None => None,
         };
         let logprob_s = scoring.elapsed().as_secs_f64();
@@ -136,6 +144,37 @@ impl Trainer {
     pub(super) fn ppo(&self) -> bool {
         self.cfg.train.ppo_epochs * self.cfg.train.mini_batches > 1
     }
+
+    /// The micro-batches (`train.micro_batch_tokens`) of this rank's sequences (all of them on
+    /// one rank), as ranges of `sequences`.
+    pub(super) fn own_micro_batches(&self, sequences: &[Vec<u32>]) -> Vec<std::ops::Range<usize>> {
+        let own = self.own_sequences(sequences.len(), self.cfg.train.group_size);
+        if own.is_empty() {
+            return Vec::new(); // a rank with no groups this step (more ranks than groups)
+        }
+        let lengths: Vec<usize> = sequences[own.clone()].iter().map(Vec::len).collect();
+        micro_batches(&lengths, self.cfg.train.micro_batch_tokens).into_iter().map(|b| b.start + own.start..b.end + own.start).collect()
+    }
+
+    /// [`logprobs_by_batch`] over this rank's `batches`, then every rank's rows gathered: every
+    /// sequence's logprobs on every rank, and the mean entropy over all of them.
+    pub(super) fn logprobs_all(&self, model: &Qwen3, sequences: &[Vec<u32>], batches: &[std::ops::Range<usize>], what: &str) -> Result<(Vec<Vec<f32>>, f64), Pass> {
+        let (lp, entropy) = logprobs_by_batch(model, sequences, batches, self.cfg.sampler.temperature).map_err(Pass::Model)?;
+        if self.comm.is_none() {
+            return Ok((lp, entropy));
+        }
+        let rows: usize = lp.iter().map(Vec::len).sum();
+        let parts = self.gather_f64s(&format!("{what}: entropy"), vec![entropy * rows as f64, rows as f64]).map_err(Pass::Run)?;
+        let (sum, n) = parts.iter().fold((0.0, 0.0), |(s, n), p| (s + p[0], n + p[1]));
+        Ok((self.gather_rows(what, lp).map_err(Pass::Run)?, sum / n.max(1.0)))
+    }
+}
+
+/// A trainer pass's failure: the model's (named with the memory keys by the caller) or the
+/// ranks' exchange.
+pub(super) enum Pass {
+    Model(shared_kernels::model::ModelError),
+    Run(RunError),
 }
 
 /// The tracked one-pass forward (model copy, flat logprobs) whose graph the update reuses.

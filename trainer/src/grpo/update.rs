@@ -30,7 +30,10 @@ impl Trainer {
             None => {
                 // the update a micro-batch at a time: its tracked forward must give the scoring
                 // pass's bits (batch invariance); gradients not folded are summed in f32 in order
-                let (mut loss, mut total, mut row) = (0.0, std::collections::BTreeMap::new(), 0);
+                // this rank's rows start after the earlier ranks' sequences' (one row a token but the first)
+                let first = scored.batches.first().map_or(0, |b| b.start);
+                let (mut loss, mut total, mut row) = (0.0, std::collections::BTreeMap::new(), sequences[..first].iter().map(|s| s.len() - 1).sum::<usize>());
+                let first_row = row;
                 let (mut sampler_all, mut trainer_all, mut entropy_sum) = (Vec::new(), Vec::new(), 0.0);
                 for range in &scored.batches {
                     let tracked = tracked_copy(&self.policy.model);
@@ -64,12 +67,20 @@ impl Trainer {
                     row += rows;
                 }
                 if scored.verify_in_update {
-                    verified = Some((Agreement::of(&sampler_all, &trainer_all), entropy_sum / row.max(1) as f64));
+                    // every rank's checked tokens (one rank: its own are all)
+                    let what = format!("step {step}: checked logprobs");
+                    let sampler_all: Vec<f32> = self.gather_rows(&what, vec![sampler_all])?.concat();
+                    let trainer_all: Vec<f32> = self.gather_rows(&what, vec![trainer_all])?.concat();
+                    let rows = self.sum_f64(&format!("{what}: rows"), (row - first_row) as f64)?;
+                    let entropy_sum = self.sum_f64(&format!("{what}: entropy"), entropy_sum)?;
+                    verified = Some((Agreement::of(&sampler_all, &trainer_all), entropy_sum / rows.max(1.0)));
                 }
                 (loss, total)
             }
         };
-        let mut grads = with_folded(grads, fold);
+        let loss_value = self.sum_f64(&format!("step {step}: loss"), loss_value)?;
+        let grads = self.sum_gradients(&format!("step {step}: gradients"), with_folded(grads, fold))?;
+        let mut grads = grads;
         let grad_norm = clip(&mut grads, c.train.grad_clip);
         if !grad_norm.is_finite() {
             return Err(RunError::Other(format!("step {step}: the gradient norm is {grad_norm}; stopping before the update (the last checkpoint is intact)")));
@@ -93,12 +104,16 @@ impl Trainer {
         let (mut seen, mut first_loss, mut grad_norm) = (0usize, None, 0.0);
         for _epoch in 0..c.train.ppo_epochs {
             for range in &ranges {
+                let mini_tokens = range.clone().map(|s| completions[s].tokens.len()).sum::<usize>().max(1) as f64;
+                let divide_by = range.len() as f64;
+                // data parallel: this rank's block of the mini-batch's sequences
+                let own = self.own_share(range.len());
+                let range = &(range.start + own.start..range.start + own.end);
                 let mini = &sequences[range.clone()];
                 let lengths: Vec<usize> = mini.iter().map(Vec::len).collect();
-                let mini_tokens = range.clone().map(|s| completions[s].tokens.len()).sum::<usize>().max(1) as f64;
                 let mut fold = GradFold::new();
                 let (mut loss, mut total) = (0.0, std::collections::BTreeMap::new());
-                for b in micro_batches(&lengths, c.train.micro_batch_tokens) {
+                for b in micro_batches(&lengths, c.train.micro_batch_tokens).into_iter().filter(|b| !b.is_empty()) {
                     let tracked = tracked_copy(&self.policy.model);
                     let (lp, flat) = tracked.training_logprobs(&mini[b.clone()], c.sampler.temperature, c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
                     let mut weights = Vec::new();
@@ -115,7 +130,7 @@ impl Trainer {
                         corr.masked_frac += clipped as f64;
                         seen += ratios.len();
                         // GSPO averages sequences (its coefficients carry 1 / length already)
-                        let divisor = if sequence_level { range.len() as f64 } else { aggregation_divisor(c.train.loss_aggregation, old.len(), range.len(), mini_tokens, c.sampler.max_new_tokens) };
+                        let divisor = if sequence_level { divide_by } else { aggregation_divisor(c.train.loss_aggregation, old.len(), divide_by as usize, mini_tokens, c.sampler.max_new_tokens) };
                         weights.extend(std::iter::repeat_n(0.0f32, start));
                         weights.extend(coefs.iter().map(|&x| (-x / divisor) as f32));
                     }
@@ -123,7 +138,8 @@ impl Trainer {
                     loss += part;
                     accumulate(&mut total, grads);
                 }
-                let mut grads = with_folded(total, fold);
+                let loss = self.sum_f64(&format!("step {step}: PPO loss"), loss)?;
+                let mut grads = self.sum_gradients(&format!("step {step}: PPO gradients"), with_folded(total, fold))?;
                 grad_norm = clip(&mut grads, c.train.grad_clip);
                 if !grad_norm.is_finite() {
                     return Err(RunError::Other(format!("step {step}: the gradient norm is {grad_norm} in a PPO mini-batch; stopping before the update (the last checkpoint is intact)")));
@@ -131,6 +147,15 @@ impl Trainer {
                 first_loss.get_or_insert(loss);
                 self.policy.model = self.opt.step(&self.policy.model, &grads, lr);
             }
+        }
+        // every rank's ratio statistics
+        let parts = self.gather_f64s(&format!("step {step}: PPO ratios"), vec![corr.ratio_min, corr.ratio_max, corr.ratio_mean, corr.masked_frac, seen as f64])?;
+        if parts.len() > 1 {
+            corr.ratio_min = parts.iter().map(|p| p[0]).fold(f64::INFINITY, f64::min);
+            corr.ratio_max = parts.iter().map(|p| p[1]).fold(0.0, f64::max);
+            corr.ratio_mean = parts.iter().map(|p| p[2]).sum();
+            corr.masked_frac = parts.iter().map(|p| p[3]).sum();
+            seen = parts.iter().map(|p| p[4]).sum::<f64>() as usize;
         }
         let seen = seen.max(1) as f64;
         corr.ratio_mean /= seen;

@@ -1,0 +1,51 @@
+//! A data-parallel GRPO run with its ranks as threads of this process (the in-process
+//! communicator, [`super::local`]): what the CPU tests run to check the ranks' contract, and a
+//! way to try data parallel on one device. Each rank builds its policy as `lockstep train`
+//! does (the same seeds, so the same weights, checked by the config hash and every step's
+//! fingerprint), runs its SFT warm start, and trains `train.steps` GRPO steps.
+
+use super::{local::local_group, Communicator};
+use crate::config::Config;
+use crate::grpo::{new_adamw, Trainer};
+use crate::run::{load_policy, load_task};
+use crate::telemetry::StepMetrics;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Every rank's step metrics, or its error (a rank that fails ends its thread; the others then
+/// fail at their next collective, naming it).
+pub fn train_in_threads(cfg: &Config, world: usize, timeout: Duration) -> Vec<Result<Vec<StepMetrics>, String>> {
+    train_ranks(&vec![cfg.clone(); world], timeout)
+}
+
+/// [`train_in_threads`] with each rank's own config (one per rank; tests give ranks different
+/// ones to see them refused).
+pub fn train_ranks(configs: &[Config], timeout: Duration) -> Vec<Result<Vec<StepMetrics>, String>> {
+    let handles: Vec<_> = local_group(configs.len(), timeout)
+        .into_iter()
+        .zip(configs.iter().cloned())
+        .map(|(comm, cfg)| {
+            std::thread::spawn(move || {
+                let rank = comm.rank();
+                let comm: Arc<dyn Communicator> = Arc::new(comm);
+                rank_run(&cfg, comm).map_err(|e| format!("rank {rank}: {e}"))
+            })
+        })
+        .collect();
+    handles.into_iter().enumerate().map(|(r, h)| h.join().unwrap_or_else(|_| Err(format!("rank {r}: panicked")))).collect()
+}
+
+fn rank_run(cfg: &Config, comm: Arc<dyn Communicator>) -> Result<Vec<StepMetrics>, crate::run::RunError> {
+    let device = shared_kernels::device::default_device();
+    let mut policy = load_policy(cfg, None, &device)?;
+    if cfg.train.sft_steps > 0 {
+        let task = load_task(cfg)?;
+        crate::sft::warm_start(cfg, &mut policy, &task, &std::sync::atomic::AtomicBool::new(false), |_, _| {})?;
+    }
+    let mut trainer = Trainer::new_rank(cfg.clone(), policy, new_adamw(cfg), 0, Some(comm))?;
+    let mut out = Vec::new();
+    while trainer.step < cfg.train.steps {
+        out.push(trainer.step()?);
+    }
+    Ok(out)
+}

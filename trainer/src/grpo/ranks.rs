@@ -1,0 +1,188 @@
+//! GRPO over data-parallel ranks ([`crate::distributed`]): the share of a step each rank works
+//! on, and the gathers and sums that give every rank the step's whole rollouts, logprobs and
+//! gradients. On one rank (no communicator) every function here is the identity.
+
+use super::Trainer;
+use crate::distributed::{f32_bytes, f32s, f64_bytes, f64s, share, CommError, Communicator};
+use crate::run::RunError;
+use burn::tensor::{Tensor, TensorData};
+use sampler::{Completion, FinishReason};
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+pub(super) fn comm_error(e: CommError) -> RunError {
+    RunError::Other(format!("data parallel: {e}"))
+}
+
+/// Length-prefixed fields, in the order they are read back.
+#[derive(Default)]
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn len(&mut self, n: usize) {
+        self.0.extend((n as u64).to_le_bytes());
+    }
+    fn f32s(&mut self, v: &[f32]) {
+        self.len(v.len());
+        self.0.extend(f32_bytes(v));
+    }
+    fn u32s(&mut self, v: &[u32]) {
+        self.len(v.len());
+        self.0.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+    }
+    fn f64s(&mut self, v: &[f64]) {
+        self.len(v.len());
+        self.0.extend(f64_bytes(v));
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> &[u8] {
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        head
+    }
+    fn len(&mut self) -> usize {
+        u64::from_le_bytes(self.take(8).try_into().unwrap()) as usize
+    }
+    fn f32s(&mut self) -> Vec<f32> {
+        let n = self.len();
+        f32s(self.take(4 * n))
+    }
+    fn u32s(&mut self) -> Vec<u32> {
+        let n = self.len();
+        self.take(4 * n).chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).collect()
+    }
+    fn f64s(&mut self) -> Vec<f64> {
+        let n = self.len();
+        f64s(self.take(8 * n))
+    }
+}
+
+impl Trainer {
+    pub(super) fn comm(&self) -> Option<&dyn Communicator> {
+        self.comm.as_deref()
+    }
+
+    /// This rank's block of `items` (all of them on one rank).
+    pub(super) fn own_share(&self, items: usize) -> Range<usize> {
+        match self.comm() {
+            Some(c) => share(items, c.world(), c.rank()),
+            None => 0..items,
+        }
+    }
+
+    /// This rank's sequences of `sequences` in groups of `g`: whole groups, never split.
+    pub(super) fn own_sequences(&self, sequences: usize, g: usize) -> Range<usize> {
+        let groups = self.own_share(sequences / g);
+        groups.start * g..groups.end * g
+    }
+
+    /// Every rank's completions and raw rewards, in rank order (each rank's own block of the
+    /// step's requests): the whole step's, the same on every rank.
+    pub(super) fn gather_rollouts(&self, step: usize, own: Vec<Completion>, rewards: Vec<f64>) -> Result<(Vec<Completion>, Vec<f64>), RunError> {
+        let Some(c) = self.comm() else { return Ok((own, rewards)) };
+        let mut w = Writer::default();
+        w.len(own.len());
+        for comp in &own {
+            w.len(comp.id as usize);
+            w.len(comp.prompt_len);
+            w.len(matches!(comp.finish, FinishReason::Length) as usize);
+            w.u32s(&comp.tokens);
+            w.f32s(&comp.logprobs);
+        }
+        w.f64s(&rewards);
+        let all = c.all_gather(&format!("rollouts of step {step}"), w.0).map_err(comm_error)?;
+        let (mut completions, mut raw) = (Vec::new(), Vec::new());
+        for part in &all {
+            let mut r = Reader(part);
+            for _ in 0..r.len() {
+                let (id, prompt_len) = (r.len() as u64, r.len());
+                let finish = if r.len() == 1 { FinishReason::Length } else { FinishReason::Stop };
+                let tokens = r.u32s();
+                let logprobs = r.f32s();
+                completions.push(Completion { id, prompt_len, tokens, logprobs, finish, timings: Default::default() });
+            }
+            raw.extend(r.f64s());
+        }
+        Ok((completions, raw))
+    }
+
+    /// Rows (a sequence's logprobs, say) every rank computed for its own sequences, gathered in
+    /// rank order, i.e. sequence order: the whole step's rows on every rank.
+    pub(super) fn gather_rows(&self, what: &str, own: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>, RunError> {
+        let Some(c) = self.comm() else { return Ok(own) };
+        let mut w = Writer::default();
+        w.len(own.len());
+        for row in &own {
+            w.f32s(row);
+        }
+        let all = c.all_gather(what, w.0).map_err(comm_error)?;
+        let mut rows = Vec::new();
+        for part in &all {
+            let mut r = Reader(part);
+            for _ in 0..r.len() {
+                rows.push(r.f32s());
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Each rank's `values`, in rank order (statistics a step combines).
+    pub(super) fn gather_f64s(&self, what: &str, values: Vec<f64>) -> Result<Vec<Vec<f64>>, RunError> {
+        let Some(c) = self.comm() else { return Ok(vec![values]) };
+        Ok(c.all_gather(what, f64_bytes(&values)).map_err(comm_error)?.iter().map(|b| f64s(b)).collect())
+    }
+
+    /// `x` summed over the ranks in rank order.
+    pub(super) fn sum_f64(&self, what: &str, x: f64) -> Result<f64, RunError> {
+        Ok(self.gather_f64s(what, vec![x])?.iter().map(|v| v[0]).fold(None, |acc: Option<f64>, v| Some(acc.map_or(v, |a| a + v))).unwrap_or(0.0))
+    }
+
+    /// The rank's weight gradients summed over the ranks in rank order, in f32, for every
+    /// parameter any rank has a gradient for (zeros where this rank has none: a rank may own no
+    /// sequences): the same bits on every rank.
+    pub(super) fn sum_gradients(&self, what: &str, grads: BTreeMap<String, Tensor<1>>) -> Result<BTreeMap<String, Tensor<1>>, RunError> {
+        let Some(c) = self.comm() else { return Ok(grads) };
+        // the union of the ranks' parameter names and sizes, in name order
+        let mut w = Writer::default();
+        w.len(grads.len());
+        for (name, g) in &grads {
+            w.u32s(&name.bytes().map(u32::from).collect::<Vec<_>>());
+            w.len(g.dims()[0]);
+        }
+        let mut shapes = BTreeMap::new();
+        for part in c.all_gather(&format!("{what}: names"), w.0).map_err(comm_error)? {
+            let mut r = Reader(&part);
+            for _ in 0..r.len() {
+                let name: String = r.u32s().into_iter().map(|b| b as u8 as char).collect();
+                shapes.insert(name, r.len());
+            }
+        }
+        let device = self.policy.model.named_tensors().first().map(|(_, w)| w.flat().device()).ok_or_else(|| RunError::Other(format!("{what}: the model has no weights")))?;
+        let mut flat = Vec::with_capacity(shapes.values().sum());
+        let mut dtypes = BTreeMap::new();
+        for (name, &n) in &shapes {
+            match grads.get(name) {
+                Some(g) => {
+                    dtypes.insert(name.clone(), g.dtype());
+                    let values = g.clone().cast(burn::tensor::DType::F32).into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| RunError::Other(format!("{what}: reading {name}: {e:?}")))?;
+                    flat.extend(values);
+                }
+                None => flat.extend(std::iter::repeat_n(0.0f32, n)),
+            }
+        }
+        c.all_reduce_sum(what, &mut flat).map_err(comm_error)?;
+        let mut out = BTreeMap::new();
+        let mut at = 0;
+        for (name, n) in shapes {
+            let t = Tensor::<1>::from_data(TensorData::new(flat[at..at + n].to_vec(), [n]), &device);
+            let dtype = dtypes.get(&name).copied().unwrap_or(burn::tensor::DType::F32);
+            out.insert(name, t.cast(dtype));
+            at += n;
+        }
+        Ok(out)
+    }
+}
