@@ -93,6 +93,13 @@ pub const KNOBS: &[Knob] = &[
         effect: "launch of the `mma` decode attention's partial kernel: consecutive 64-key splits per cube and whether K and V share one shared-memory stage (1) or have one each, refilled as soon as read (2); `auto` takes one stage and 1-8 splits a cube by the launch's size; a launch shape only, same bits (each split's partial is the same arithmetic wherever it runs); anything else is an error naming the variable",
     },
     Knob {
+        name: "LOCKSTEP_COLLECTIVE_TIMEOUT_S",
+        values: "seconds > 0",
+        default: "`600`",
+        kind: KnobKind::Diagnostic,
+        effect: "data parallel: how long a collective (and the rendezvous at start) waits for the other ranks before failing with an error naming it, so a rank that died or hung stops the run in bounded time (docs/distributed.md); never changes a bit; anything else is an error naming the variable",
+    },
+    Knob {
         name: "LOCKSTEP_ATTENTION_BACKWARD",
         values: "`tensor_cores`, `per_sequence`",
         default: "`tensor_cores`",

@@ -39,6 +39,11 @@ enum Command {
         /// the earlier config is kept beside it and the change is logged in the run).
         #[arg(long)]
         allow_config_change: bool,
+        /// Data parallel on this host: one process per GPU (NCCL; the CUDA build). Processes
+        /// started by torchrun or a cluster launcher (RANK, WORLD_SIZE, MASTER_ADDR,
+        /// MASTER_PORT set) join their group without it (docs/distributed.md).
+        #[arg(long)]
+        gpus: Option<usize>,
     },
     /// Benchmarks: sampler tokens/s matched vs fast kernels, and kernels vs burn's defaults.
     Bench {
@@ -194,7 +199,11 @@ fn run(cli: Cli) -> Result<(), RunError> {
     // parsed before any work, so a typo in a LOCKSTEP_* kernel variable stops the run at once
     shared_kernels::kernel_choice::KernelChoice::process().map_err(|e| RunError::Other(format!("the environment: {e}")))?;
     match cli.command {
-        Command::Train { config, overrides, resume, max_steps, allow_config_change } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps, allow_config_change)),
+        Command::Train { gpus: Some(n), .. } if n != 1 => {
+            let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+            trainer::distributed::launch::launch_local(n, &trainer::distributed::launch::without_gpus(&args))
+        }
+        Command::Train { config, overrides, resume, max_steps, allow_config_change, .. } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps, allow_config_change)),
         Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, trainer_recompute, matmul_m, json, save_model, load_bench } => {
             let dtype = parse_dtype(&dtype)?;
             let concurrency: Vec<usize> = match concurrency.iter().filter(|c| *c != "none").map(|c| c.parse::<usize>()).collect() {
@@ -234,6 +243,10 @@ fn sample(cfg: Config) -> Result<(), RunError> {
 }
 
 fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_change: bool) -> Result<(), RunError> {
+    // a data-parallel rank (RANK etc. set) joins its group first: rank 0 alone writes the
+    // run's files and checkpoints, every rank loads the same ones
+    let comm = trainer::distributed::launch::join_from_env()?;
+    let rank0 = comm.as_ref().is_none_or(|c| c.rank() == 0);
     let device = shared_kernels::device::default_device();
     let dir = run_dir(&cfg);
     let existing = trainer::checkpoint::list(&dir);
@@ -270,7 +283,9 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
         if !existing.is_empty() {
             return Err(RunError::Other(format!("{} already has checkpoints; pass --resume, or choose another log.run_name", dir.display())));
         }
-        let _ = std::fs::remove_file(dir.join("metrics.jsonl"));
+        if rank0 {
+            let _ = std::fs::remove_file(dir.join("metrics.jsonl"));
+        }
         let mut policy = load_policy(&cfg, None, &device)?;
         trainer::run::engine_config(&cfg, &policy.model)?; // a bad KV budget fails before SFT
         check_task_fits(&cfg, &policy)?;
@@ -289,8 +304,10 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
         }
         (policy, new_adamw(&cfg), 0)
     };
-    save_resolved(&cfg, &dir)?;
-    let mut trainer = Trainer::new(cfg.clone(), policy, opt, step)?;
+    if rank0 {
+        save_resolved(&cfg, &dir)?;
+    }
+    let mut trainer = Trainer::new_rank(cfg.clone(), policy, opt, step, comm)?;
     let end = max_steps.map_or(cfg.train.steps, |m| (step + m).min(cfg.train.steps));
     let bar = progress(&cfg, end - step, "grpo");
     let mut history = Vec::new();
@@ -302,20 +319,28 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
         if let Some(e) = &m.eval {
             line.push_str(&format!("  eval: pass@1 {:.3} pass@{} {:.3} ({} problems)", e.pass1_greedy, e.k, e.pass_at_k, e.problems));
         }
-        if bar.is_hidden() { eprintln!("{line}") } else { bar.println(line) }
+        if !rank0 {
+        } else if bar.is_hidden() {
+            eprintln!("{line}")
+        } else {
+            bar.println(line)
+        }
         history.push(m);
-        if cfg.train.checkpoint_every > 0 && trainer.step % cfg.train.checkpoint_every == 0 {
+        if rank0 && cfg.train.checkpoint_every > 0 && trainer.step % cfg.train.checkpoint_every == 0 {
             trainer.checkpoint()?;
         }
         if stop.load(std::sync::atomic::Ordering::SeqCst) && trainer.step < end {
             bar.finish();
+            if !rank0 {
+                return Err(RunError::Other(format!("stopped by a signal after step {}", trainer.step - 1)));
+            }
             let saved = trainer.checkpoint()?;
             return Err(RunError::Other(format!("stopped by a signal after step {}: checkpoint {}; continue with --resume", trainer.step - 1, saved.display())));
         }
     }
     bar.finish();
     // (save is idempotent per step: a step the loop just saved is not written again)
-    let last = if cfg.train.final_checkpoint { Some(trainer.checkpoint()?) } else { None };
+    let last = if cfg.train.final_checkpoint && rank0 { Some(trainer.checkpoint()?) } else { None };
     summary(&history, last.as_deref());
     Ok(())
 }

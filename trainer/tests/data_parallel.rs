@@ -105,3 +105,34 @@ fn more_ranks_than_groups_leave_some_ranks_idle_and_still_agree() {
         assert_eq!(three[1][step].agreement.bit_equal_frac, 1.0);
     }
 }
+
+fn lockstep_with_env(args: &[&str], env: &[(&str, &str)], name: &str) -> std::process::Output {
+    let dir = std::env::temp_dir().join(format!("lockstep-dp-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lockstep"));
+    cmd.args(args).current_dir(&dir);
+    for k in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"] {
+        cmd.env_remove(k);
+    }
+    cmd.envs(env.iter().copied());
+    cmd.output().unwrap()
+}
+
+#[test]
+fn gpus_without_nccl_fail_on_every_rank_in_bounded_time_and_bad_rank_variables_are_named() {
+    // this build has no NCCL (CPU runtime): each rank says so, the launcher reports every rank
+    let started = std::time::Instant::now();
+    let out = lockstep_with_env(&["train", "--gpus", "2", "--set", "train.steps=1", "--set", "log.progress=false"], &[], "gpus");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("needs the CUDA build") && err.contains("rank 0:") && err.contains("rank 1:"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(120));
+    // torchrun's variables, malformed: a config error (exit 2) naming them
+    for (env, named) in [(&[("RANK", "3"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29500")][..], "below WORLD_SIZE"), (&[("RANK", "0")][..], "WORLD_SIZE")] {
+        let out = lockstep_with_env(&["train", "--set", "train.steps=1"], env, "env");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(named), "{err}");
+    }
+}

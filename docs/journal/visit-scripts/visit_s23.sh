@@ -7,6 +7,9 @@
 #                        16 x 1024 GRPO step under the old launch (1x2) and the automatic one
 #   PART=rung17          the 1.7B 256 x 4096 target rung, one step (LAUNCH=1x2 for the old decode launch)
 #   PART=seed            issue 25's benchmark on this build (matched cold and warm, transformers)
+#   PART=nccl            data parallel's NCCL path on one GPU: a 0.6B 16 x 1024 step as rank 0 of a group of 1
+#                        (RANK etc. set) against sessions 16-23's weights, then `--gpus 2` on this
+#                        one-GPU machine (rank 1 has no device: every rank's failure in bounded time)
 #   PART=rungs           step 0 of the 0.6B 512 x 2048 and 4B 128 x 2048 target rungs (sessions 20-21's settings)
 set -u
 O=$OUT
@@ -49,6 +52,16 @@ rung17)
   LOCKSTEP_DECODE_LAUNCH=${LAUNCH:-auto} SCALE_SET="--set task.reward=char_f1 --set sampler.kv_budget_mib=61500 ${EXTRA_SET:-}" O=$O/rung17-${LAUNCH:-auto} \
     SCALE_LIMIT=${LIMIT:-530} bash experiments/scale.sh ${RUNGS:-qwen3-1.7b:256x4096:1:16384} 2>&1 | tail -6
   for f in $O/rung17-*/*.metrics.jsonl; do python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(sys.argv[1].split('/')[-1], [x.get('trainer_weights_fingerprint') for x in r], [x.get('grad_norm') for x in r])" $f; done ;;
+nccl)
+  # libnccl.so.2 from torch's nvidia-nccl wheel, linked under the name lockstep loads
+  mkdir -p /tmp/ncclib; ln -sf "$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))')" /tmp/ncclib/libnccl.so
+  ls -la /tmp/ncclib; export LD_LIBRARY_PATH=/tmp/ncclib:${LD_LIBRARY_PATH:-}
+  RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 SCALE_SET="--set task.reward=char_f1 --set train.on_mismatch=stop" SCALE_LIMIT=200 \
+    O=$O/nccl bash experiments/scale.sh qwen3-0.6b:16x1024:1:4096 | tail -1
+  python3 -c "import json,sys; [print({k: v for k, v in json.loads(l).items() if 'finger' in k or k in ('grad_norm',)}) for l in open(sys.argv[1])]" $O/nccl/*.metrics.jsonl
+  grep -i "nccl\|rank\|error" $O/nccl/*.log | head -5
+  t=$(date +%s); LOCKSTEP_COLLECTIVE_TIMEOUT_S=20 timeout 120 /tmp/lockstep train --gpus 2 --set train.steps=1 --set log.progress=false --set log.runs_dir=/tmp/runs-gpus > $O/gpus2.log 2>&1
+  echo "--gpus 2 on one GPU: exit $? after $(( $(date +%s) - t )) s"; grep -v "^\s*$" $O/gpus2.log | tail -6 ;;
 seed)
   SEED_ARMS="matched-cold matched-warm transformers" O=$O/seed bash experiments/seed_bench.sh 2>&1 | tail -8 ;;
 rungs)

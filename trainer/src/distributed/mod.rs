@@ -15,8 +15,14 @@
 //! ranks' sums then added, so an N-rank update is not a one-rank update's bits (the fold over
 //! all tokens in one chain cannot be cut); it is the same on every rank and run to run.
 
+pub mod launch;
 pub mod local;
+#[cfg(feature = "cuda")]
+pub mod nccl;
+pub mod rendezvous;
 pub mod threads;
+
+pub use rendezvous::Rendezvous;
 
 use std::ops::Range;
 
@@ -45,13 +51,12 @@ pub trait Communicator: Send + Sync {
                 return Err(self.error(format!("{what}: rank {r} gave {} values, this rank {}", bytes.len() / 4, values.len())));
             }
         }
-        for (i, v) in values.iter_mut().enumerate() {
-            let mut sum = 0.0f32;
-            for (r, bytes) in all.iter().enumerate() {
-                let x = f32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap());
-                sum = if r == 0 { x } else { sum + x };
+        // ((r0 + r1) + r2) ..., elementwise
+        values.copy_from_slice(&f32s(&all[0]));
+        for bytes in &all[1..] {
+            for (v, x) in values.iter_mut().zip(f32s(bytes)) {
+                *v += x;
             }
-            *v = sum;
         }
         Ok(())
     }

@@ -162,18 +162,19 @@ impl Trainer {
             }
         }
         let device = self.policy.model.named_tensors().first().map(|(_, w)| w.flat().device()).ok_or_else(|| RunError::Other(format!("{what}: the model has no weights")))?;
-        let mut flat = Vec::with_capacity(shapes.values().sum());
+        // every gradient in name order (zeros where this rank has none), read back in one copy
         let mut dtypes = BTreeMap::new();
+        let mut parts = Vec::with_capacity(shapes.len());
         for (name, &n) in &shapes {
             match grads.get(name) {
                 Some(g) => {
                     dtypes.insert(name.clone(), g.dtype());
-                    let values = g.clone().cast(burn::tensor::DType::F32).into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| RunError::Other(format!("{what}: reading {name}: {e:?}")))?;
-                    flat.extend(values);
+                    parts.push(g.clone().cast(burn::tensor::DType::F32));
                 }
-                None => flat.extend(std::iter::repeat_n(0.0f32, n)),
+                None => parts.push(Tensor::<1>::zeros([n], &device)),
             }
         }
+        let mut flat = Tensor::cat(parts, 0).into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| RunError::Other(format!("{what}: reading the gradients: {e:?}")))?;
         c.all_reduce_sum(what, &mut flat).map_err(comm_error)?;
         let mut out = BTreeMap::new();
         let mut at = 0;
