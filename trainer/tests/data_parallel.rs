@@ -136,3 +136,40 @@ fn gpus_without_nccl_fail_on_every_rank_in_bounded_time_and_bad_rank_variables_a
         assert!(err.contains(named), "{err}");
     }
 }
+
+#[test]
+fn gradient_blocks_make_the_update_bits_the_same_on_one_two_and_four_ranks() {
+    // 4 prompt groups in 4 gradient blocks; several micro-batches a block (the contract checked
+    // inside the update); and PPO mini-batches cut into 2 blocks each
+    for (name, worlds, extra) in [
+        ("blocks", &[1usize, 2, 4][..], &["train.gradient_blocks=4", "train.micro_batch_tokens=24", "train.steps=2"][..]),
+        ("blocks-ppo", &[1, 2][..], &["train.gradient_blocks=2", "train.mini_batches=2", "train.ppo_epochs=1", "train.steps=2"][..]),
+    ] {
+        let cfg = config(name, extra);
+        let runs: Vec<Vec<Vec<StepMetrics>>> = worlds.iter().map(|&w| run(&cfg, w)).collect();
+        for step in 0..cfg.train.steps {
+            let one = &runs[0][0][step];
+            assert_eq!(one.agreement.kl_k1, 0.0, "{name}");
+            for (w, ranks) in worlds.iter().zip(&runs) {
+                for m in ranks.iter().map(|r| &r[step]) {
+                    let what = format!("{name}: step {step}, {w} ranks");
+                    assert_eq!(m.trainer_weights_fingerprint, one.trainer_weights_fingerprint, "{what}: the weights differ from one rank's");
+                    assert_eq!((m.grad_norm.to_bits(), m.loss.to_bits(), m.reward_mean.to_bits()), (one.grad_norm.to_bits(), one.loss.to_bits(), one.reward_mean.to_bits()), "{what}");
+                    assert_eq!(m.agreement.bit_equal_frac, 1.0, "{what}");
+                }
+            }
+        }
+        assert_ne!(runs[0][0][0].trainer_weights_fingerprint, runs[0][0][1].trainer_weights_fingerprint, "{name}: the weights must move");
+    }
+    // a block count the ranks cannot share evenly, and one that is not a power of two
+    let out = train_in_threads(&config("blocks-bad", &["train.gradient_blocks=2"]), 4, Duration::from_secs(60));
+    for r in &out {
+        let e = r.as_ref().unwrap_err();
+        assert!(e.contains("train.gradient_blocks") && e.contains("4 ranks"), "{e}");
+    }
+    let dir = std::env::temp_dir().join(format!("lockstep-dp-blocks3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("run.toml"), BASE).unwrap();
+    let e = Config::load(Some(&dir.join("run.toml")), &["train.gradient_blocks=3".to_string()]).unwrap_err().to_string();
+    assert!(e.contains("train.gradient_blocks") && e.contains("power of two"), "{e}");
+}

@@ -90,6 +90,10 @@ impl Config {
                 return bad(key, format!("must be >= 0, got {v}"));
             }
         }
+        let blocks = self.train.gradient_blocks;
+        if blocks != 0 && (!blocks.is_power_of_two() || blocks > 1024) {
+            return bad("train.gradient_blocks", format!("must be 0 (one block per rank) or a power of two up to 1024, got {blocks}"));
+        }
         if self.ablation.tis_cap < 1.0 || self.ablation.mis_threshold < 1.0 {
             return bad("ablation.tis_cap / ablation.mis_threshold", "must be >= 1".into());
         }

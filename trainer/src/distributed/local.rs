@@ -137,18 +137,22 @@ mod tests {
     }
 
     #[test]
-    fn the_sum_is_in_rank_order_and_the_same_bits_on_every_rank() {
-        // 1e8 + 1 - 1e8 in f32 depends on the order: rank order gives ((1e8 + 1) + -1e8) = 0
-        let out = run(3, Duration::from_secs(10), |c| {
-            let mut v = vec![[1e8f32, 1.0, -1e8][c.rank()], c.rank() as f32 * 0.1];
+    fn the_sum_is_the_pairwise_tree_and_the_same_bits_on_every_rank() {
+        // 1e8, 1, -1e8, 1 in f32: the tree (r0 + r1) + (r2 + r3) gives 0, the left fold 1
+        let out = run(4, Duration::from_secs(10), |c| {
+            let v = vec![[1e8f32, 1.0, -1e8, 1.0][c.rank()], c.rank() as f32 * 0.1];
             for _ in 0..50 {
-                c.all_reduce_sum("grads", &mut v.clone()).unwrap();
+                c.all_reduce_sum("grads", Some(v.clone())).unwrap();
             }
-            c.all_reduce_sum("grads", &mut v).unwrap();
-            v.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+            c.all_reduce_sum("grads", Some(v)).unwrap().unwrap().iter().map(|x| x.to_bits()).collect::<Vec<_>>()
         });
-        let expected = [((1e8f32 + 1.0) + -1e8).to_bits(), ((0.0f32 + 0.1) + 0.2).to_bits()];
+        let expected = [((1e8f32 + 1.0) + (-1e8f32 + 1.0)).to_bits(), ((0.0f32 + 0.1) + (0.2f32 + 0.3)).to_bits()];
         assert!(out.iter().all(|v| v == &expected), "{out:?}");
+        // an idle rank is skipped; ranks that disagree on the length are an error
+        let out = run(3, Duration::from_secs(10), |c| c.all_reduce_sum("grads", (c.rank() != 1).then(|| vec![c.rank() as f32 + 0.5])).unwrap());
+        assert!(out.iter().all(|v| v.as_deref() == Some(&[0.5f32 + 2.5][..])), "{out:?}");
+        let out = run(2, Duration::from_secs(10), |c| c.all_reduce_sum("grads", Some(vec![1.0; c.rank() + 1])).map_err(|e| e.to_string()));
+        assert!(out.iter().all(|r| r.as_ref().is_err_and(|e| e.contains("grads") && e.contains("1") && e.contains("2"))), "{out:?}");
     }
 
     #[test]

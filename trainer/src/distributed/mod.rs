@@ -7,13 +7,15 @@
 //! are gathered so that every rank holds the step's whole rollouts: the sampler is batch
 //! invariant and its randomness keyed by request id, so these are a one-rank run's, and so are
 //! the advantages, loss weights and metrics computed from them. Each rank then trains on its own
-//! block of sequences, and the weight gradients are summed over the ranks in rank order
-//! ([`Communicator::all_reduce_sum`]), identical as bits on every rank; clipping and AdamW then run
-//! alike everywhere, so the ranks' weights stay equal (checked every step by fingerprint).
+//! gradient blocks of the step's sequences, and the weight gradients are summed over the ranks in
+//! a fixed pairwise tree ([`Communicator::all_reduce_sum`], [`tree`]), identical as bits on every
+//! rank; clipping and AdamW then run alike everywhere, so the ranks' weights stay equal (checked
+//! every step by fingerprint).
 //!
-//! What differs from one rank: each weight gradient is folded over a rank's tokens and the
-//! ranks' sums then added, so an N-rank update is not a one-rank update's bits (the fold over
-//! all tokens in one chain cannot be cut); it is the same on every rank and run to run.
+//! Against one rank: by default a rank's blocks are its share, so an N-rank update is not a
+//! one-rank update's bits (one rank folds every token in one chain); with
+//! `train.gradient_blocks` set, the blocks and their tree do not depend on the number of ranks,
+//! and the update is the same bits on any power-of-two number of ranks dividing it.
 
 pub mod launch;
 pub mod local;
@@ -21,6 +23,7 @@ pub mod local;
 pub mod nccl;
 pub mod rendezvous;
 pub mod threads;
+pub mod tree;
 
 pub use rendezvous::Rendezvous;
 
@@ -42,23 +45,32 @@ pub trait Communicator: Send + Sync {
     /// Every rank's `mine`, in rank order; every rank gets the same list.
     fn all_gather(&self, what: &str, mine: Vec<u8>) -> Result<Vec<Vec<u8>>, CommError>;
 
-    /// `values` summed elementwise over the ranks in rank order (((r0 + r1) + r2) ...), in f32:
-    /// the same bits on every rank and in every run.
-    fn all_reduce_sum(&self, what: &str, values: &mut [f32]) -> Result<(), CommError> {
-        let all = self.all_gather(what, f32_bytes(values))?;
+    /// Every rank's `mine` summed elementwise in f32 in the fixed pairwise tree over the ranks
+    /// ((r0 + r1) + (r2 + r3) ..., [`tree::pairwise_sum`]): the same bits on every rank and in
+    /// every run. A rank with nothing to add (an idle rank) passes `None` and is skipped; the
+    /// result is `None` only when every rank passed `None`.
+    fn all_reduce_sum(&self, what: &str, mine: Option<Vec<f32>>) -> Result<Option<Vec<f32>>, CommError> {
+        let len = mine.as_ref().map(Vec::len);
+        let all = self.all_gather(what, mine.map(|v| f32_bytes(&v)).unwrap_or_default())?;
+        let mut parts = Vec::with_capacity(all.len());
         for (r, bytes) in all.iter().enumerate() {
-            if bytes.len() != values.len() * 4 {
-                return Err(self.error(format!("{what}: rank {r} gave {} values, this rank {}", bytes.len() / 4, values.len())));
+            parts.push(if bytes.is_empty() { None } else { Some(f32s(bytes)) });
+            if let (Some(n), false) = (len, bytes.is_empty()) {
+                if bytes.len() != n * 4 {
+                    return Err(self.error(format!("{what}: rank {r} gave {} values, this rank {n}", bytes.len() / 4)));
+                }
             }
         }
-        // ((r0 + r1) + r2) ..., elementwise
-        values.copy_from_slice(&f32s(&all[0]));
-        for bytes in &all[1..] {
-            for (v, x) in values.iter_mut().zip(f32s(bytes)) {
-                *v += x;
-            }
+        let lengths: std::collections::BTreeSet<usize> = parts.iter().flatten().map(Vec::len).collect();
+        if lengths.len() > 1 {
+            return Err(self.error(format!("{what}: the ranks gave different numbers of values: {lengths:?}")));
         }
-        Ok(())
+        Ok(tree::pairwise_sum(parts, &mut |mut a: Vec<f32>, b: Vec<f32>| {
+            for (x, y) in a.iter_mut().zip(b) {
+                *x += y;
+            }
+            a
+        }))
     }
 
     /// A CommError from this rank.

@@ -92,6 +92,11 @@ impl Trainer {
         if let Some(c) = &comm {
             let hash: String = Sha256::digest(toml::to_string(&cfg).map_err(|e| RunError::Other(format!("config: {e}")))?.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect();
             crate::distributed::check_equal(c.as_ref(), "the resolved config's hash", &hash).map_err(ranks::comm_error)?;
+            let blocks = cfg.train.gradient_blocks;
+            if blocks > 0 && blocks % c.world() != 0 {
+                let message = format!("{blocks} gradient blocks cannot be split evenly over {} ranks: use a multiple of the number of ranks (a power of two), or 0 for one block per rank", c.world());
+                return Err(crate::config::ConfigError::Invalid { key: "train.gradient_blocks".into(), message }.into());
+            }
             if c.rank() > 0 {
                 run_dir = run_dir.join(format!("rank-{}", c.rank()));
             }

@@ -3,6 +3,7 @@
 //! gradients. On one rank (no communicator) every function here is the identity.
 
 use super::Trainer;
+use crate::distributed::tree::pairwise_sum;
 use crate::distributed::{f32_bytes, f32s, f64_bytes, f64s, share, CommError, Communicator};
 use crate::run::RunError;
 use burn::tensor::{Tensor, TensorData};
@@ -80,6 +81,30 @@ impl Trainer {
         groups.start * g..groups.end * g
     }
 
+    /// The step's gradient blocks (`train.gradient_blocks`; 0: one per rank).
+    pub(super) fn gradient_blocks(&self) -> usize {
+        match (self.cfg.train.gradient_blocks, self.comm()) {
+            (0, Some(c)) => c.world(),
+            (0, None) => 1,
+            (b, _) => b,
+        }
+    }
+
+    /// This rank's gradient blocks of `items` things cut in `unit`s (prompt groups of
+    /// sequences; 1 for single sequences): its consecutive blocks of the step's, each a range of
+    /// the items, empty where a block gets no unit. Independent of the number of ranks; with one
+    /// block per rank, the rank's own share.
+    pub(super) fn own_blocks(&self, items: usize, unit: usize) -> Vec<Range<usize>> {
+        let (world, rank) = self.comm().map_or((1, 0), |c| (c.world(), c.rank()));
+        let blocks = self.gradient_blocks();
+        share(blocks, world, rank)
+            .map(|k| {
+                let units = share(items / unit, blocks, k);
+                units.start * unit..units.end * unit
+            })
+            .collect()
+    }
+
     /// Every rank's completions and raw rewards, in rank order (each rank's own block of the
     /// step's requests): the whole step's, the same on every rank.
     pub(super) fn gather_rollouts(&self, step: usize, own: Vec<Completion>, rewards: Vec<f64>) -> Result<(Vec<Completion>, Vec<f64>), RunError> {
@@ -136,20 +161,25 @@ impl Trainer {
         Ok(c.all_gather(what, f64_bytes(&values)).map_err(comm_error)?.iter().map(|b| f64s(b)).collect())
     }
 
-    /// `x` summed over the ranks in rank order.
-    pub(super) fn sum_f64(&self, what: &str, x: f64) -> Result<f64, RunError> {
-        Ok(self.gather_f64s(what, vec![x])?.iter().map(|v| v[0]).fold(None, |acc: Option<f64>, v| Some(acc.map_or(v, |a| a + v))).unwrap_or(0.0))
+    /// `x` summed over the ranks in the pairwise tree ([`crate::distributed::tree`]); a rank
+    /// passing `None` (nothing to add) is skipped.
+    pub(super) fn sum_f64(&self, what: &str, x: Option<f64>) -> Result<Option<f64>, RunError> {
+        let parts = self.gather_f64s(what, x.into_iter().collect())?;
+        Ok(pairwise_sum(parts.into_iter().map(|v| v.first().copied()).collect(), &mut |a, b| a + b))
     }
 
-    /// The rank's weight gradients summed over the ranks in rank order, in f32, for every
-    /// parameter any rank has a gradient for (zeros where this rank has none: a rank may own no
-    /// sequences): the same bits on every rank.
-    pub(super) fn sum_gradients(&self, what: &str, grads: BTreeMap<String, Tensor<1>>) -> Result<BTreeMap<String, Tensor<1>>, RunError> {
-        let Some(c) = self.comm() else { return Ok(grads) };
+    /// The ranks' weight gradients summed in f32 in the pairwise tree over the ranks, for
+    /// every parameter any rank has a gradient for (zeros where a rank that has gradients lacks
+    /// one); a rank with none at all (no sequences) passes `None` and is skipped. The same bits
+    /// on every rank.
+    pub(super) fn sum_gradients(&self, what: &str, grads: Option<BTreeMap<String, Tensor<1>>>) -> Result<BTreeMap<String, Tensor<1>>, RunError> {
+        let Some(c) = self.comm() else { return Ok(grads.unwrap_or_default()) };
+        let grads = grads.filter(|g| !g.is_empty());
         // the union of the ranks' parameter names and sizes, in name order
         let mut w = Writer::default();
-        w.len(grads.len());
-        for (name, g) in &grads {
+        let own = grads.clone().unwrap_or_default();
+        w.len(own.len());
+        for (name, g) in &own {
             w.u32s(&name.bytes().map(u32::from).collect::<Vec<_>>());
             w.len(g.dims()[0]);
         }
@@ -162,20 +192,25 @@ impl Trainer {
             }
         }
         let device = self.policy.model.named_tensors().first().map(|(_, w)| w.flat().device()).ok_or_else(|| RunError::Other(format!("{what}: the model has no weights")))?;
-        // every gradient in name order (zeros where this rank has none), read back in one copy
+        // every gradient in name order (zeros where this rank lacks one), read back in one copy
         let mut dtypes = BTreeMap::new();
-        let mut parts = Vec::with_capacity(shapes.len());
-        for (name, &n) in &shapes {
-            match grads.get(name) {
-                Some(g) => {
-                    dtypes.insert(name.clone(), g.dtype());
-                    parts.push(g.clone().cast(burn::tensor::DType::F32));
+        let flat = match &grads {
+            Some(grads) => {
+                let mut parts = Vec::with_capacity(shapes.len());
+                for (name, &n) in &shapes {
+                    match grads.get(name) {
+                        Some(g) => {
+                            dtypes.insert(name.clone(), g.dtype());
+                            parts.push(g.clone().cast(burn::tensor::DType::F32));
+                        }
+                        None => parts.push(Tensor::<1>::zeros([n], &device)),
+                    }
                 }
-                None => parts.push(Tensor::<1>::zeros([n], &device)),
+                Some(Tensor::cat(parts, 0).into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| RunError::Other(format!("{what}: reading the gradients: {e:?}")))?)
             }
-        }
-        let mut flat = Tensor::cat(parts, 0).into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| RunError::Other(format!("{what}: reading the gradients: {e:?}")))?;
-        c.all_reduce_sum(what, &mut flat).map_err(comm_error)?;
+            None => None,
+        };
+        let Some(flat) = c.all_reduce_sum(what, flat).map_err(comm_error)? else { return Ok(BTreeMap::new()) };
         let mut out = BTreeMap::new();
         let mut at = 0;
         for (name, n) in shapes {
@@ -186,4 +221,16 @@ impl Trainer {
         }
         Ok(out)
     }
+}
+
+/// Two partial gradients (by name) added elementwise; a name on one side only is taken as is.
+pub(super) fn add_gradients(mut a: BTreeMap<String, Tensor<1>>, b: BTreeMap<String, Tensor<1>>) -> BTreeMap<String, Tensor<1>> {
+    for (name, g) in b {
+        let sum = match a.remove(&name) {
+            Some(x) => x + g,
+            None => g,
+        };
+        a.insert(name, sum);
+    }
+    a
 }

@@ -22,10 +22,9 @@ impl Trainer {
     pub(super) fn score(&self, step: usize, r: &Rollouts) -> Result<(Scored, Option<Tracked>), RunError> {
         let c = &self.cfg;
         let (requests, completions, sequences) = (&r.requests, &r.completions, &r.sequences);
-        let batches = self.own_micro_batches(sequences);
+        let (batches, blocks) = self.own_micro_batches(sequences);
         // the path is every rank's (and one rank's) choice: by the whole step's micro-batches
-        let lengths: Vec<usize> = sequences.iter().map(Vec::len).collect();
-        let step_batches = micro_batches(&lengths, c.train.micro_batch_tokens).len();
+        let step_batches = self.step_micro_batches(sequences);
         let scoring = Instant::now();
         // In matched mode the sampler's logprobs are the old policy's, as bits (the contract):
         // with micro-batches no separate scoring pass runs. The update's tracked forward of each
@@ -44,9 +43,9 @@ impl Trainer {
                     lp
                 })
                 .collect();
-            return self.weigh(r, batches, trainer_lp, 0.0, Agreement::default(), scoring, true).map(|s| (s, None));
+            return self.weigh(r, batches, blocks, trainer_lp, 0.0, Agreement::default(), scoring, true).map(|s| (s, None));
         }
-        let single = (batches.len() == 1 && !self.ppo() && self.comm.is_none()).then(|| tracked_copy(&self.policy.model));
+        let single = (batches.len() == 1 && self.gradient_blocks() == 1 && !self.ppo() && self.comm.is_none()).then(|| tracked_copy(&self.policy.model));
         let (trainer_lp, single, entropy) = match single {
             Some(tracked) => {
                 let (lp, flat) = tracked.training_logprobs(sequences, c.sampler.temperature, c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
@@ -77,7 +76,7 @@ impl Trainer {
             }
             tracing::warn!("{message}");
         }
-        self.weigh(r, batches, trainer_lp, entropy, agreement, scoring, false).map(|s| (s, single))
+        self.weigh(r, batches, blocks, trainer_lp, entropy, agreement, scoring, false).map(|s| (s, single))
     }
 
     /// Whether this step's trainer logprobs are checked inside the update instead of a
@@ -104,7 +103,7 @@ impl Trainer {
     /// Loss weights per scored row from the trainer logprobs (prompt tokens get 0), and the
     /// reference model's KL term when `train.kl_coef` asks for one.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn weigh(&self, r: &Rollouts, batches: Vec<std::ops::Range<usize>>, trainer_lp: Vec<Vec<f32>>, entropy: f64, agreement: Agreement, scoring: Instant, verify_in_update: bool) -> Result<Scored, RunError> {
+    pub(super) fn weigh(&self, r: &Rollouts, batches: Vec<std::ops::Range<usize>>, blocks: Vec<std::ops::Range<usize>>, trainer_lp: Vec<Vec<f32>>, entropy: f64, agreement: Agreement, scoring: Instant, verify_in_update: bool) -> Result<Scored, RunError> {
         let c = &self.cfg;
         let (requests, completions, sequences) = (&r.requests, &r.completions, &r.sequences);
         let coef_sampler_tokens: usize = completions.iter().map(|comp| comp.logprobs.len()).sum();
@@ -138,22 +137,38 @@ impl Trainer {
                 weights.push(w as f32);
             }
         }
-        Ok(Scored { batches, trainer_lp, entropy, agreement, corr, weights, kl_ref, logprob_s, verify_in_update })
+        Ok(Scored { batches, blocks, trainer_lp, entropy, agreement, corr, weights, kl_ref, logprob_s, verify_in_update })
     }
 
     pub(super) fn ppo(&self) -> bool {
         self.cfg.train.ppo_epochs * self.cfg.train.mini_batches > 1
     }
 
-    /// The micro-batches (`train.micro_batch_tokens`) of this rank's sequences (all of them on
-    /// one rank), as ranges of `sequences`.
-    pub(super) fn own_micro_batches(&self, sequences: &[Vec<u32>]) -> Vec<std::ops::Range<usize>> {
-        let own = self.own_sequences(sequences.len(), self.cfg.train.group_size);
-        if own.is_empty() {
-            return Vec::new(); // a rank with no groups this step (more ranks than groups)
+    /// This rank's gradient blocks of the step's sequences (whole prompt groups) and their
+    /// micro-batches (`train.micro_batch_tokens`, never across a block's end), as ranges of
+    /// `sequences`: on one rank with one block, the whole step's micro-batches.
+    pub(super) fn own_micro_batches(&self, sequences: &[Vec<u32>]) -> (Vec<std::ops::Range<usize>>, Vec<std::ops::Range<usize>>) {
+        let blocks = self.own_blocks(sequences.len(), self.cfg.train.group_size);
+        let mut batches = Vec::new();
+        for block in blocks.iter().filter(|b| !b.is_empty()) {
+            let lengths: Vec<usize> = sequences[block.clone()].iter().map(Vec::len).collect();
+            batches.extend(micro_batches(&lengths, self.cfg.train.micro_batch_tokens).into_iter().map(|b| b.start + block.start..b.end + block.start));
         }
-        let lengths: Vec<usize> = sequences[own.clone()].iter().map(Vec::len).collect();
-        micro_batches(&lengths, self.cfg.train.micro_batch_tokens).into_iter().map(|b| b.start + own.start..b.end + own.start).collect()
+        (batches, blocks)
+    }
+
+    /// How many micro-batches the whole step has over all ranks' gradient blocks (the same
+    /// number on every rank and for any number of ranks).
+    fn step_micro_batches(&self, sequences: &[Vec<u32>]) -> usize {
+        let (g, blocks) = (self.cfg.train.group_size, self.gradient_blocks());
+        (0..blocks)
+            .map(|k| crate::distributed::share(sequences.len() / g, blocks, k))
+            .filter(|units| !units.is_empty())
+            .map(|units| {
+                let lengths: Vec<usize> = sequences[units.start * g..units.end * g].iter().map(Vec::len).collect();
+                micro_batches(&lengths, self.cfg.train.micro_batch_tokens).len()
+            })
+            .sum()
     }
 
     /// [`logprobs_by_batch`] over this rank's `batches`, then every rank's rows gathered: every
@@ -184,6 +199,9 @@ pub(super) type Tracked = (Qwen3, shared_kernels::model::TrackedLogprobs);
 /// per scored row.
 pub(super) struct Scored {
     pub(super) batches: Vec<std::ops::Range<usize>>,
+    /// This rank's gradient blocks (ranges of the step's sequences, some perhaps empty): each
+    /// block's micro-batches fold from zero, and the blocks are added in the pairwise tree.
+    pub(super) blocks: Vec<std::ops::Range<usize>>,
     pub(super) trainer_lp: Vec<Vec<f32>>,
     pub(super) entropy: f64,
     pub(super) agreement: Agreement,

@@ -11,6 +11,8 @@ use crate::run::RunError;
 use crate::telemetry::Agreement;
 use sampler::Request;
 use shared_kernels::grad_fold::GradFold;
+use crate::distributed::tree::PairwiseSum;
+use super::ranks::add_gradients;
 
 impl Trainer {
     /// Phase 5: the update: PPO epochs, or one policy-gradient step whose weight gradients are
@@ -23,63 +25,74 @@ impl Trainer {
         }
         let c = self.cfg.clone();
         let (sequences, weights, trainer_lp) = (&r.sequences, &scored.weights, &scored.trainer_lp);
-        let mut fold = GradFold::new();
         let mut verified = None;
-        let (loss_value, grads) = match single {
-            Some((tracked, flat)) => weighted_backward(&tracked, flat, weights, &mut fold, &format!("step {step}"), "train.lr")?,
+        let partial = match single {
+            Some((tracked, flat)) => {
+                let mut fold = GradFold::new();
+                let (loss, grads) = weighted_backward(&tracked, flat, weights, &mut fold, &format!("step {step}"), "train.lr")?;
+                Some((loss, with_folded(grads, fold)))
+            }
             None => {
                 // the update a micro-batch at a time: its tracked forward must give the scoring
-                // pass's bits (batch invariance); gradients not folded are summed in f32 in order
+                // pass's bits (batch invariance). Each gradient block folds its micro-batches
+                // from zero (gradients not folded are summed in f32 in order), and the blocks
+                // are added in the pairwise tree.
                 // this rank's rows start after the earlier ranks' sequences' (one row a token but the first)
                 let first = scored.batches.first().map_or(0, |b| b.start);
-                let (mut loss, mut total, mut row) = (0.0, std::collections::BTreeMap::new(), sequences[..first].iter().map(|s| s.len() - 1).sum::<usize>());
+                let mut row = sequences[..first].iter().map(|s| s.len() - 1).sum::<usize>();
                 let first_row = row;
                 let (mut sampler_all, mut trainer_all, mut entropy_sum) = (Vec::new(), Vec::new(), 0.0);
-                for range in &scored.batches {
-                    let tracked = tracked_copy(&self.policy.model);
-                    let (lp, flat) = tracked.training_logprobs(&sequences[range.clone()], c.sampler.temperature, c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
-                    if scored.verify_in_update {
-                        // the contract, checked here instead of a scoring pass: every completion
-                        // token's logprob equals the sampler's as bits, before any weight moves
-                        let (mut q, mut p) = (Vec::new(), Vec::new());
-                        for (k, s) in range.clone().enumerate() {
-                            q.extend_from_slice(&r.completions[s].logprobs);
-                            p.extend_from_slice(&lp[k][r.requests[s].prompt.len() - 1..]);
-                        }
-                        let part = Agreement::of(&q, &p);
-                        if part.bit_equal_frac < 1.0 {
-                            let within = range.clone();
-                            let report = self.mismatch_report(step, r, &lp, range.start, &part, |_| within.clone())?;
-                            let at = scored.batches.iter().position(|b| b == range).unwrap_or(0);
-                            return Err(RunError::Other(format!("{report} (found by the update's check of micro-batch {} of {}, before the optimizer step)", at + 1, scored.batches.len())));
+                let mut blocks = PairwiseSum::default();
+                for block in &scored.blocks {
+                    let (mut fold, mut loss, mut total) = (GradFold::new(), 0.0, std::collections::BTreeMap::new());
+                    let in_block: Vec<&std::ops::Range<usize>> = scored.batches.iter().filter(|b| block.contains(&b.start)).collect();
+                    for range in &in_block {
+                        let range = (*range).clone();
+                        let tracked = tracked_copy(&self.policy.model);
+                        let (lp, flat) = tracked.training_logprobs(&sequences[range.clone()], c.sampler.temperature, c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
+                        if scored.verify_in_update {
+                            // the contract, checked here instead of a scoring pass: every completion
+                            // token's logprob equals the sampler's as bits, before any weight moves
+                            let (mut q, mut p) = (Vec::new(), Vec::new());
+                            for (k, s) in range.clone().enumerate() {
+                                q.extend_from_slice(&r.completions[s].logprobs);
+                                p.extend_from_slice(&lp[k][r.requests[s].prompt.len() - 1..]);
+                            }
+                            let part = Agreement::of(&q, &p);
+                            if part.bit_equal_frac < 1.0 {
+                                let within = range.clone();
+                                let report = self.mismatch_report(step, r, &lp, range.start, &part, |_| within.clone())?;
+                                let at = scored.batches.iter().position(|b| *b == range).unwrap_or(0);
+                                return Err(RunError::Other(format!("{report} (found by the update's check of micro-batch {} of {}, before the optimizer step)", at + 1, scored.batches.len())));
+                            }
+                            let rows: usize = lp.iter().map(Vec::len).sum();
+                            entropy_sum += flat.mean_entropy * rows as f64;
+                            sampler_all.extend(q);
+                            trainer_all.extend(p);
+                        } else if let Some((k, _)) = lp.iter().zip(&trainer_lp[range.clone()]).enumerate().find(|(_, (a, b))| a.iter().map(|x| x.to_bits()).ne(b.iter().map(|x| x.to_bits()))) {
+                            return Err(RunError::Other(format!("step {step}: sequence {}'s logprobs in its tracked micro-batch ({} sequences) differ in bits from the scoring pass", range.start + k, range.len())));
                         }
                         let rows: usize = lp.iter().map(Vec::len).sum();
-                        entropy_sum += flat.mean_entropy * rows as f64;
-                        sampler_all.extend(q);
-                        trainer_all.extend(p);
-                    } else if let Some((k, _)) = lp.iter().zip(&trainer_lp[range.clone()]).enumerate().find(|(_, (a, b))| a.iter().map(|x| x.to_bits()).ne(b.iter().map(|x| x.to_bits()))) {
-                        return Err(RunError::Other(format!("step {step}: sequence {}'s logprobs in its tracked micro-batch ({} sequences) differ in bits from the scoring pass", range.start + k, range.len())));
+                        let (part, grads) = weighted_backward(&tracked, flat, &weights[row..row + rows], &mut fold, &format!("step {step}"), "train.lr")?;
+                        loss += part;
+                        accumulate(&mut total, grads);
+                        row += rows;
                     }
-                    let rows: usize = lp.iter().map(Vec::len).sum();
-                    let (part, grads) = weighted_backward(&tracked, flat, &weights[row..row + rows], &mut fold, &format!("step {step}"), "train.lr")?;
-                    loss += part;
-                    accumulate(&mut total, grads);
-                    row += rows;
+                    blocks.push((!in_block.is_empty()).then(|| (loss, with_folded(total, fold))), &mut add_partials);
                 }
                 if scored.verify_in_update {
                     // every rank's checked tokens (one rank: its own are all)
                     let what = format!("step {step}: checked logprobs");
                     let sampler_all: Vec<f32> = self.gather_rows(&what, vec![sampler_all])?.concat();
                     let trainer_all: Vec<f32> = self.gather_rows(&what, vec![trainer_all])?.concat();
-                    let rows = self.sum_f64(&format!("{what}: rows"), (row - first_row) as f64)?;
-                    let entropy_sum = self.sum_f64(&format!("{what}: entropy"), entropy_sum)?;
+                    let rows = self.sum_f64(&format!("{what}: rows"), Some((row - first_row) as f64))?.unwrap_or(0.0);
+                    let entropy_sum = self.sum_f64(&format!("{what}: entropy"), Some(entropy_sum))?.unwrap_or(0.0);
                     verified = Some((Agreement::of(&sampler_all, &trainer_all), entropy_sum / rows.max(1.0)));
                 }
-                (loss, total)
+                blocks.finish(&mut add_partials)
             }
         };
-        let loss_value = self.sum_f64(&format!("step {step}: loss"), loss_value)?;
-        let grads = self.sum_gradients(&format!("step {step}: gradients"), with_folded(grads, fold))?;
+        let (loss_value, grads) = self.sum_partials(step, "", partial)?;
         let mut grads = grads;
         let grad_norm = clip(&mut grads, c.train.grad_clip);
         if !grad_norm.is_finite() {
@@ -106,40 +119,47 @@ impl Trainer {
             for range in &ranges {
                 let mini_tokens = range.clone().map(|s| completions[s].tokens.len()).sum::<usize>().max(1) as f64;
                 let divide_by = range.len() as f64;
-                // data parallel: this rank's block of the mini-batch's sequences
-                let own = self.own_share(range.len());
-                let range = &(range.start + own.start..range.start + own.end);
-                let mini = &sequences[range.clone()];
-                let lengths: Vec<usize> = mini.iter().map(Vec::len).collect();
-                let mut fold = GradFold::new();
-                let (mut loss, mut total) = (0.0, std::collections::BTreeMap::new());
-                for b in micro_batches(&lengths, c.train.micro_batch_tokens).into_iter().filter(|b| !b.is_empty()) {
-                    let tracked = tracked_copy(&self.policy.model);
-                    let (lp, flat) = tracked.training_logprobs(&mini[b.clone()], c.sampler.temperature, c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
-                    let mut weights = Vec::new();
-                    for (k, seq_lp) in lp.iter().enumerate() {
-                        let s = range.start + b.start + k;
-                        let start = requests[s].prompt.len() - 1;
-                        let old = &completions[s].logprobs;
-                        let (coefs, ratios, clipped) = surrogate_coefficients(&seq_lp[start..], old, adv[s], c.train.clip_low, c.train.clip_high, sequence_level);
-                        for &r in &ratios {
-                            corr.ratio_min = corr.ratio_min.min(r);
-                            corr.ratio_max = corr.ratio_max.max(r);
-                            corr.ratio_mean += r;
-                        }
-                        corr.masked_frac += clipped as f64;
-                        seen += ratios.len();
-                        // GSPO averages sequences (its coefficients carry 1 / length already)
-                        let divisor = if sequence_level { divide_by } else { aggregation_divisor(c.train.loss_aggregation, old.len(), divide_by as usize, mini_tokens, c.sampler.max_new_tokens) };
-                        weights.extend(std::iter::repeat_n(0.0f32, start));
-                        weights.extend(coefs.iter().map(|&x| (-x / divisor) as f32));
+                // this rank's gradient blocks of the mini-batch's sequences (data parallel: its
+                // share), each folded from zero, added in the pairwise tree
+                let mut blocks = PairwiseSum::default();
+                for block in self.own_blocks(range.len(), 1) {
+                    if block.is_empty() {
+                        blocks.push(None, &mut add_partials);
+                        continue;
                     }
-                    let (part, grads) = weighted_backward(&tracked, flat, &weights, &mut fold, &format!("step {step}"), "train.lr")?;
-                    loss += part;
-                    accumulate(&mut total, grads);
+                    let range = &(range.start + block.start..range.start + block.end);
+                    let mini = &sequences[range.clone()];
+                    let lengths: Vec<usize> = mini.iter().map(Vec::len).collect();
+                    let mut fold = GradFold::new();
+                    let (mut loss, mut total) = (0.0, std::collections::BTreeMap::new());
+                    for b in micro_batches(&lengths, c.train.micro_batch_tokens).into_iter().filter(|b| !b.is_empty()) {
+                        let tracked = tracked_copy(&self.policy.model);
+                        let (lp, flat) = tracked.training_logprobs(&mini[b.clone()], c.sampler.temperature, c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
+                        let mut weights = Vec::new();
+                        for (k, seq_lp) in lp.iter().enumerate() {
+                            let s = range.start + b.start + k;
+                            let start = requests[s].prompt.len() - 1;
+                            let old = &completions[s].logprobs;
+                            let (coefs, ratios, clipped) = surrogate_coefficients(&seq_lp[start..], old, adv[s], c.train.clip_low, c.train.clip_high, sequence_level);
+                            for &r in &ratios {
+                                corr.ratio_min = corr.ratio_min.min(r);
+                                corr.ratio_max = corr.ratio_max.max(r);
+                                corr.ratio_mean += r;
+                            }
+                            corr.masked_frac += clipped as f64;
+                            seen += ratios.len();
+                            // GSPO averages sequences (its coefficients carry 1 / length already)
+                            let divisor = if sequence_level { divide_by } else { aggregation_divisor(c.train.loss_aggregation, old.len(), divide_by as usize, mini_tokens, c.sampler.max_new_tokens) };
+                            weights.extend(std::iter::repeat_n(0.0f32, start));
+                            weights.extend(coefs.iter().map(|&x| (-x / divisor) as f32));
+                        }
+                        let (part, grads) = weighted_backward(&tracked, flat, &weights, &mut fold, &format!("step {step}"), "train.lr")?;
+                        loss += part;
+                        accumulate(&mut total, grads);
+                    }
+                    blocks.push(Some((loss, with_folded(total, fold))), &mut add_partials);
                 }
-                let loss = self.sum_f64(&format!("step {step}: PPO loss"), loss)?;
-                let mut grads = self.sum_gradients(&format!("step {step}: PPO gradients"), with_folded(total, fold))?;
+                let (loss, mut grads) = self.sum_partials(step, "PPO ", blocks.finish(&mut add_partials))?;
                 grad_norm = clip(&mut grads, c.train.grad_clip);
                 if !grad_norm.is_finite() {
                     return Err(RunError::Other(format!("step {step}: the gradient norm is {grad_norm} in a PPO mini-batch; stopping before the update (the last checkpoint is intact)")));
@@ -165,6 +185,14 @@ impl Trainer {
         }
         (corr.weight_min, corr.weight_mean, corr.weight_max) = (corr.ratio_min, corr.ratio_mean, corr.ratio_max);
         Ok((first_loss.unwrap_or(0.0), grad_norm, corr))
+    }
+
+    /// A rank's (loss, weight gradients) summed over the ranks in the pairwise tree (a rank
+    /// with none passes `None`).
+    fn sum_partials(&self, step: usize, kind: &str, partial: Option<Partial>) -> Result<Partial, RunError> {
+        let (loss, grads) = partial.map_or((None, None), |(l, g)| (Some(l), Some(g)));
+        let loss = self.sum_f64(&format!("step {step}: {kind}loss"), loss)?.unwrap_or(0.0);
+        Ok((loss, self.sum_gradients(&format!("step {step}: {kind}gradients"), grads)?))
     }
 
     /// Per completion token: the policy-gradient coefficient c_t·A (c_t from the correction).
@@ -233,6 +261,13 @@ impl Trainer {
         }
         Ok((out, corr))
     }
+}
+
+/// A loss and its weight gradients by name: a gradient block's, a rank's, or the step's.
+type Partial = (f64, std::collections::BTreeMap<String, burn::tensor::Tensor<1>>);
+
+fn add_partials(a: Partial, b: Partial) -> Partial {
+    (a.0 + b.0, add_gradients(a.1, b.1))
 }
 
 #[derive(Clone, Default)]
