@@ -71,6 +71,11 @@ impl MemoryPlan {
             fixed.push(Part { what: "AdamW moments", bytes: sat(params * 8.0) });
             let tied = if m.tie_word_embeddings { embedding * 4.0 } else { 0.0 };
             fixed.push(Part { what: "f32 gradients", bytes: sat(params * 4.0 + tied) });
+            if c.train.gradient_blocks > 1 {
+                // finished blocks' sums held by the pairwise tree: log2(blocks) on one rank (fewer on more)
+                let held = n(c.train.gradient_blocks.trailing_zeros() as usize);
+                fixed.push(Part { what: "gradient blocks' partial sums (train.gradient_blocks)", bytes: sat(held * (params * 4.0 + tied)) });
+            }
             if c.train.kl_coef > 0.0 {
                 fixed.push(Part { what: "KL reference model", bytes: sat(params * dtype) });
             }
