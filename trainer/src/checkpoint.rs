@@ -9,7 +9,8 @@ use safetensors::Dtype;
 use serde::{Deserialize, Serialize};
 use shared_kernels::model::save::{f32_bytes, write_atomic, write_safetensors};
 use shared_kernels::model::mapped::MappedWeights;
-use shared_kernels::model::{save_model, ModelError, Qwen3};
+use shared_kernels::model::save::save_model_f32_with;
+use shared_kernels::model::{ModelError, Qwen3, Weight};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -30,8 +31,42 @@ pub fn checkpoints_dir(run_dir: &Path) -> PathBuf {
     run_dir.join("checkpoints")
 }
 
+/// Where a checkpoint's f32 tensors come from: this process's optimizer ([`AdamW`]), or with a
+/// sharded optimizer the ranks that own them. Called in the order the files are written:
+/// `moment_names`, then every weight's `master` in name order, then `m` and `v` of each weight
+/// with moments, in name order.
+pub trait OptimizerState {
+    /// The weights with moments, in name order, and their lengths.
+    fn moment_names(&mut self) -> Result<Vec<(String, usize)>, ModelError>;
+    /// A weight's f32 value: its master where the model runs narrower.
+    fn master(&mut self, name: &str, weight: &Weight) -> Result<burn::tensor::Bytes, ModelError>;
+    /// A weight's first (`second` false) or second moment.
+    fn moment(&mut self, name: &str, second: bool) -> Result<burn::tensor::Bytes, ModelError>;
+}
+
+impl OptimizerState for &AdamW {
+    fn moment_names(&mut self) -> Result<Vec<(String, usize)>, ModelError> {
+        Ok(self.moments.iter().map(|(k, (m, _))| (k.clone(), m.dims()[0])).collect())
+    }
+    fn master(&mut self, name: &str, weight: &Weight) -> Result<burn::tensor::Bytes, ModelError> {
+        Ok(match self.masters.get(name) {
+            Some(master) => f32_bytes(master.clone().into_data()),
+            None => f32_bytes(weight.flat().cast(DType::F32).into_data()),
+        })
+    }
+    fn moment(&mut self, name: &str, second: bool) -> Result<burn::tensor::Bytes, ModelError> {
+        let (m, v) = &self.moments[name];
+        Ok(moment_bytes(if second { v } else { m }))
+    }
+}
+
 /// Saves and prunes. Returns the new checkpoint folder.
 pub fn save(run_dir: &Path, model: &Qwen3, opt: &AdamW, state: &RunState, tokenizer_json: &str, keep: usize) -> Result<PathBuf, ModelError> {
+    save_from(run_dir, model, &mut &*opt, state, tokenizer_json, keep)
+}
+
+/// [`save`] with the optimizer's state from `source`.
+pub fn save_from(run_dir: &Path, model: &Qwen3, source: &mut dyn OptimizerState, state: &RunState, tokenizer_json: &str, keep: usize) -> Result<PathBuf, ModelError> {
     let root = checkpoints_dir(run_dir);
     std::fs::create_dir_all(&root).map_err(|e| io(&root, e))?;
     let name = format!("step-{:06}", state.step);
@@ -45,7 +80,7 @@ pub fn save(run_dir: &Path, model: &Qwen3, opt: &AdamW, state: &RunState, tokeni
     }
     let tmp = root.join(format!(".{name}.tmp"));
     let _ = std::fs::remove_dir_all(&tmp);
-    if let Err(e) = write_folder(&tmp, model, opt, state, tokenizer_json) {
+    if let Err(e) = write_folder(&tmp, model, source, state, tokenizer_json) {
         // a failed write (a full disk, most often) leaves nothing behind and the older
         // checkpoints as they were
         let _ = std::fs::remove_dir_all(&tmp);
@@ -63,15 +98,15 @@ pub fn save(run_dir: &Path, model: &Qwen3, opt: &AdamW, state: &RunState, tokeni
 
 /// Every file of a checkpoint into the folder `tmp`, one tensor at a time from the device
 /// (the host never holds the whole model or optimizer state).
-fn write_folder(tmp: &Path, model: &Qwen3, opt: &AdamW, state: &RunState, tokenizer_json: &str) -> Result<(), ModelError> {
+fn write_folder(tmp: &Path, model: &Qwen3, source: &mut dyn OptimizerState, state: &RunState, tokenizer_json: &str) -> Result<(), ModelError> {
     std::fs::create_dir_all(tmp).map_err(|e| io(tmp, e))?;
+    let moments = source.moment_names()?;
     // f32 masters where the model runs narrower (bf16), so resume continues from them
-    save_model(tmp, &opt.with_masters(model), DType::F32, None)?;
+    save_model_f32_with(tmp, model, |name, weight| source.master(name, weight))?;
     write_atomic(&tmp.join("tokenizer.json"), tokenizer_json.as_bytes())?;
     // optimizer moments, `m.NAME` and `v.NAME` in name order
-    let moments: Vec<(String, &burn::tensor::Tensor<1>)> = opt.moments.iter().flat_map(|(k, (m, v))| [(format!("m.{k}"), m), (format!("v.{k}"), v)]).collect();
-    let entries: Vec<(String, Dtype, Vec<usize>)> = moments.iter().map(|(n, t)| (n.clone(), Dtype::F32, vec![t.dims()[0]])).collect();
-    write_safetensors(&tmp.join("optimizer.safetensors"), &entries, None, |i| Ok(moment_bytes(moments[i].1)))?;
+    let entries: Vec<(String, Dtype, Vec<usize>)> = moments.iter().flat_map(|(k, n)| [(format!("m.{k}"), Dtype::F32, vec![*n]), (format!("v.{k}"), Dtype::F32, vec![*n])]).collect();
+    write_safetensors(&tmp.join("optimizer.safetensors"), &entries, None, |i| source.moment(&moments[i / 2].0, i % 2 == 1))?;
     write_atomic(&tmp.join("state.json"), serde_json::to_string_pretty(state).expect("json").as_bytes())
 }
 

@@ -259,26 +259,16 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
         signal_hook::flag::register_conditional_shutdown(signal, 130, std::sync::Arc::clone(&stop)).and_then(|_| signal_hook::flag::register(signal, std::sync::Arc::clone(&stop))).map_err(|e| RunError::Other(format!("installing the signal handler: {e}")))?;
     }
     // the run's fixed memory must fit the device before anything loads (exit 2 otherwise)
-    trainer::memory_plan::check(&cfg, &device, trainer::memory_plan::Purpose::Train)?;
+    trainer::memory_plan::check_rank(&cfg, &device, trainer::memory_plan::Purpose::Train, comm.as_ref().map_or(1, |c| c.world()))?;
     let (policy, opt, step) = if resume {
         let Some(latest) = existing.last() else {
             return Err(RunError::Other(format!("--resume: no checkpoint in {}", trainer::checkpoint::checkpoints_dir(&dir).display())));
         };
-        let loading = std::time::Instant::now();
-        let loaded = trainer::checkpoint::load(latest, &device)?;
-        let load_s = loading.elapsed().as_secs_f64();
-        if loaded.state.step > cfg.train.steps {
-            return Err(invalid("train.steps", format!("is {} but the checkpoint {} is at step {}", cfg.train.steps, latest.display(), loaded.state.step)));
-        }
-        trainer::run::check_resume_config(&dir, &cfg, loaded.state.step, allow_config_change)?;
-        let policy = load_policy(&cfg, Some(&loaded.model), &device)?;
-        let mut opt = new_adamw(&cfg);
-        opt.moments = loaded.moments;
-        opt.t = loaded.state.adam_t;
-        opt.restore_masters(&policy.model, &loaded.model);
+        let (policy, opt, at, load_s) = trainer::run::resume_state(&cfg, latest, &device)?;
+        trainer::run::check_resume_config(&dir, &cfg, at, allow_config_change)?;
         check_task_fits(&cfg, &policy)?;
-        eprintln!("resuming {} at step {} (weights and optimizer state loaded in {load_s:.1} s)", latest.display(), loaded.state.step);
-        (policy, opt, loaded.state.step)
+        eprintln!("resuming {} at step {at} (weights and optimizer state loaded in {load_s:.1} s)", latest.display());
+        (policy, opt, at)
     } else {
         if !existing.is_empty() {
             return Err(RunError::Other(format!("{} already has checkpoints; pass --resume, or choose another log.run_name", dir.display())));
@@ -326,7 +316,7 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
             bar.println(line)
         }
         history.push(m);
-        if rank0 && cfg.train.checkpoint_every > 0 && trainer.step % cfg.train.checkpoint_every == 0 {
+        if cfg.train.checkpoint_every > 0 && trainer.step % cfg.train.checkpoint_every == 0 {
             trainer.checkpoint()?;
         }
         if stop.load(std::sync::atomic::Ordering::SeqCst) && trainer.step < end {
@@ -340,7 +330,8 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
     }
     bar.finish();
     // (save is idempotent per step: a step the loop just saved is not written again)
-    let last = if cfg.train.final_checkpoint && rank0 { Some(trainer.checkpoint()?) } else { None };
+    // every rank: rank 0 writes, the others give their share of a sharded optimizer
+    let last = if cfg.train.final_checkpoint { Some(trainer.checkpoint()?).filter(|_| rank0) } else { None };
     summary(&history, last.as_deref());
     Ok(())
 }

@@ -29,6 +29,12 @@ impl AdamW {
     /// One update of `model` (plain device) with `grads` (flat, by name), already clipped. The
     /// arithmetic is f32; a bf16 model gets its f32 masters updated and then cast.
     pub fn step(&mut self, model: &Qwen3, grads: &BTreeMap<String, Tensor<1>>, lr: f64) -> Qwen3 {
+        self.step_owned(model, grads, lr, &|_| true)
+    }
+
+    /// [`Self::step`] of the weights `owned` names only (ZeRO-1: this rank's shard); the others
+    /// are left as they are, and no moments or masters are kept for them.
+    pub fn step_owned(&mut self, model: &Qwen3, grads: &BTreeMap<String, Tensor<1>>, lr: f64, owned: &dyn Fn(&str) -> bool) -> Qwen3 {
         self.t += 1;
         let (b1, b2) = (self.beta1, self.beta2);
         let c1 = 1.0 - b1.powi(self.t as i32);
@@ -36,7 +42,7 @@ impl AdamW {
         let (moments, masters) = (&mut self.moments, &mut self.masters);
         let (eps, wd) = (self.eps, self.weight_decay);
         model.map_weights(&mut |name, w| {
-            let Some(g) = grads.get(name) else { return w };
+            let Some(g) = grads.get(name).filter(|_| owned(name)) else { return w };
             let g = g.clone().cast(DType::F32);
             let own = w.flat();
             let narrow = own.dtype() != DType::F32;
@@ -53,6 +59,12 @@ impl AdamW {
             }
             w.with_flat(next)
         })
+    }
+
+    /// Drops the moments and masters of weights not `owned` (ZeRO-1, after a resume loaded all).
+    pub fn retain(&mut self, owned: &dyn Fn(&str) -> bool) {
+        self.moments.retain(|name, _| owned(name));
+        self.masters.retain(|name, _| owned(name));
     }
 
     /// `model` with every weight replaced by its f32 master where one exists: what a checkpoint

@@ -308,3 +308,20 @@ pub fn engine_config(c: &Config, model: &Qwen3) -> Result<sampler::EngineConfig,
     e.overlap = s.overlap_steps;
     Ok(e)
 }
+
+/// A run resumed from the checkpoint folder `latest`: the policy (from the saved f32 weights),
+/// AdamW with its moments, step count and f32 masters, and the step to continue at.
+pub fn resume_state(cfg: &Config, latest: &Path, device: &Device) -> Result<(Policy, crate::optim::AdamW, usize, f64), RunError> {
+    let loading = std::time::Instant::now();
+    let loaded = crate::checkpoint::load(latest, device)?;
+    let load_s = loading.elapsed().as_secs_f64();
+    if loaded.state.step > cfg.train.steps {
+        return Err(invalid("train.steps", format!("is {} but the checkpoint {} is at step {}", cfg.train.steps, latest.display(), loaded.state.step)));
+    }
+    let policy = load_policy(cfg, Some(&loaded.model), device)?;
+    let mut opt = crate::grpo::new_adamw(cfg);
+    opt.moments = loaded.moments;
+    opt.t = loaded.state.adam_t;
+    opt.restore_masters(&policy.model, &loaded.model);
+    Ok((policy, opt, loaded.state.step, load_s))
+}

@@ -173,3 +173,36 @@ fn gradient_blocks_make_the_update_bits_the_same_on_one_two_and_four_ranks() {
     let e = Config::load(Some(&dir.join("run.toml")), &["train.gradient_blocks=3".to_string()]).unwrap_err().to_string();
     assert!(e.contains("train.gradient_blocks") && e.contains("power of two"), "{e}");
 }
+
+#[test]
+fn a_sharded_optimizer_gives_the_unsharded_bits_and_a_resumed_run_repeats_an_uninterrupted_one() {
+    let common = ["train.micro_batch_tokens=24", "train.final_checkpoint=true", "train.checkpoint_every=1"];
+    let with = |name: &str, extra: &[&str]| config(name, &[&common[..], extra].concat());
+    let plain = with("unsharded", &["train.shard_optimizer=false"]);
+    let sharded = with("sharded", &[]);
+    let a = run(&plain, 2);
+    let b = run(&sharded, 2);
+    for step in 0..plain.train.steps {
+        for rank in 0..2 {
+            assert_eq!(comparable(&a[rank][step]), comparable(&b[rank][step]), "step {step}, rank {rank}: sharded differs from unsharded");
+        }
+    }
+    // the checkpoint rank 0 gathered from the owners holds the unsharded run's bytes: the f32
+    // weights, and every moment
+    let last = |cfg: &Config| trainer::checkpoint::list(&trainer::run::run_dir(cfg)).pop().expect("a checkpoint");
+    for file in ["model.safetensors", "optimizer.safetensors", "state.json"] {
+        let (x, y) = (std::fs::read(last(&plain).join(file)).unwrap(), std::fs::read(last(&sharded).join(file)).unwrap());
+        assert!(x == y, "{file}: the sharded checkpoint differs from the unsharded one ({} / {} bytes)", x.len(), y.len());
+    }
+    // stopped after step 1 (checkpoint), resumed on 2 ranks: steps 1-2 as the uninterrupted run's
+    let stopped = with("resumed", &[]);
+    let first = trainer::distributed::threads::train_ranks_from(&[stopped.clone(), stopped.clone()], Duration::from_secs(300), false, Some(1));
+    assert!(first.iter().all(|r| r.as_ref().is_ok_and(|m| m.len() == 1)), "{first:?}");
+    let rest: Vec<Vec<StepMetrics>> = trainer::distributed::threads::train_ranks_from(&[stopped.clone(), stopped.clone()], Duration::from_secs(300), true, None).into_iter().map(|r| r.unwrap()).collect();
+    for rank in 0..2 {
+        assert_eq!(rest[rank].len(), 2);
+        for (k, m) in rest[rank].iter().enumerate() {
+            assert_eq!(comparable(m), comparable(&b[rank][1 + k]), "rank {rank}: resumed step {} differs from the uninterrupted run", 1 + k);
+        }
+    }
+}

@@ -150,6 +150,19 @@ pub fn save_checkpoint(dir: &Path, checkpoint: &Checkpoint, dtype: DType, tokeni
     write_config_and_tokenizer(dir, &checkpoint.config, dtype, tokenizer)
 }
 
+/// [`save_model`] in f32 with each weight's bytes (f32, little-endian) from
+/// `f32_bytes_of(name, weight)`, called in name order, one weight at a time: where a weight's
+/// f32 value lives elsewhere (a sharded optimizer's master copy on the rank that owns it).
+pub fn save_model_f32_with(dir: &Path, model: &super::Qwen3, mut f32_bytes_of: impl FnMut(&str, &super::Weight) -> Result<burn::tensor::Bytes, ModelError>) -> Result<(), ModelError> {
+    std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
+    let shapes: HashMap<String, Vec<usize>> = model.config.expected_tensors().into_iter().collect();
+    let mut weights = model.named_tensors();
+    weights.sort_by(|a, b| a.0.cmp(&b.0));
+    let entries: Vec<(String, Dtype, Vec<usize>)> = weights.iter().map(|(n, _)| (n.clone(), Dtype::F32, shapes[n].clone())).collect();
+    write_safetensors(&dir.join("model.safetensors"), &entries, Some(&pt_metadata()), |i| f32_bytes_of(&weights[i].0, &weights[i].1))?;
+    write_config_and_tokenizer(dir, &model.config, DType::F32, None)
+}
+
 /// Saves `model` as an HF folder like [`save_checkpoint`], reading one weight at a time from
 /// the device while the file is written (no host copy of the whole model).
 pub fn save_model(dir: &Path, model: &super::Qwen3, dtype: DType, tokenizer: Option<&Path>) -> Result<(), ModelError> {

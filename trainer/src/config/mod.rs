@@ -120,6 +120,10 @@ pub struct TrainSection {
     /// then the update's bits are the same on any power-of-two number of ranks dividing it.
     /// 0 = one block per rank (one fold over every token on one rank: no extra memory).
     pub gradient_blocks: usize,
+    /// With several ranks: AdamW's moments and f32 master weights split over the ranks by whole
+    /// parameters (ZeRO-1, `distributed::zero`); each rank updates its own and the new weights
+    /// are exchanged. The same bits as unsharded; about 1/N of the optimizer memory a rank.
+    pub shard_optimizer: bool,
     /// "group_std" (GRPO: (r - group mean) / (group std + 1e-6)) or "group_mean" (Dr. GRPO:
     /// r - group mean, no std normalisation).
     pub advantage: Advantage,
@@ -158,7 +162,7 @@ impl Default for TrainSection {
         Self {
             steps: 20, prompts_per_step: 8, group_size: 8, lr: 2e-3, warmup_steps: 2, min_lr_ratio: 0.1, weight_decay: 0.0,
             beta1: 0.9, beta2: 0.99, adam_eps: 1e-8, grad_clip: 1.0, kl_coef: 0.0, seed: 0, on_mismatch: OnMismatch::Stop,
-            checkpoint_every: 10, keep_checkpoints: 2, final_checkpoint: true, recompute_layers: false, sft_steps: 150, sft_lr: 3e-3, sft_batch: 32, micro_batch_tokens: 0, gradient_blocks: 0, advantage: Advantage::GroupStd, loss_aggregation: LossAggregation::TokenMean, overlong_buffer: 0, overlong_penalty: 1.0,
+            checkpoint_every: 10, keep_checkpoints: 2, final_checkpoint: true, recompute_layers: false, sft_steps: 150, sft_lr: 3e-3, sft_batch: 32, micro_batch_tokens: 0, gradient_blocks: 0, shard_optimizer: true, advantage: Advantage::GroupStd, loss_aggregation: LossAggregation::TokenMean, overlong_buffer: 0, overlong_penalty: 1.0,
             ppo_epochs: 1, mini_batches: 1, clip_low: 0.2, clip_high: 0.2, ratio_level: RatioLevel::Token,
             eval_every: 0, eval_samples: 4, eval_problems: 64, dynamic_sampling_rounds: 0,
         }

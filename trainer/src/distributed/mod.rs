@@ -24,6 +24,7 @@ pub mod nccl;
 pub mod rendezvous;
 pub mod threads;
 pub mod tree;
+pub mod zero;
 
 pub use rendezvous::Rendezvous;
 

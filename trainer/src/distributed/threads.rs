@@ -21,6 +21,13 @@ pub fn train_in_threads(cfg: &Config, world: usize, timeout: Duration) -> Vec<Re
 /// [`train_in_threads`] with each rank's own config (one per rank; tests give ranks different
 /// ones to see them refused).
 pub fn train_ranks(configs: &[Config], timeout: Duration) -> Vec<Result<Vec<StepMetrics>, String>> {
+    train_ranks_from(configs, timeout, false, None)
+}
+
+/// [`train_ranks`] as `lockstep train` runs a rank: checkpoints every `train.checkpoint_every`
+/// steps and at the end (rank 0 writes them), `resume` from the run's latest checkpoint, and at
+/// most `max_steps` steps in this call.
+pub fn train_ranks_from(configs: &[Config], timeout: Duration, resume: bool, max_steps: Option<usize>) -> Vec<Result<Vec<StepMetrics>, String>> {
     let handles: Vec<_> = local_group(configs.len(), timeout)
         .into_iter()
         .zip(configs.iter().cloned())
@@ -28,24 +35,39 @@ pub fn train_ranks(configs: &[Config], timeout: Duration) -> Vec<Result<Vec<Step
             std::thread::spawn(move || {
                 let rank = comm.rank();
                 let comm: Arc<dyn Communicator> = Arc::new(comm);
-                rank_run(&cfg, comm).map_err(|e| format!("rank {rank}: {e}"))
+                rank_run(&cfg, comm, resume, max_steps).map_err(|e| format!("rank {rank}: {e}"))
             })
         })
         .collect();
     handles.into_iter().enumerate().map(|(r, h)| h.join().unwrap_or_else(|_| Err(format!("rank {r}: panicked")))).collect()
 }
 
-fn rank_run(cfg: &Config, comm: Arc<dyn Communicator>) -> Result<Vec<StepMetrics>, crate::run::RunError> {
+fn rank_run(cfg: &Config, comm: Arc<dyn Communicator>, resume: bool, max_steps: Option<usize>) -> Result<Vec<StepMetrics>, crate::run::RunError> {
     let device = shared_kernels::device::default_device();
-    let mut policy = load_policy(cfg, None, &device)?;
-    if cfg.train.sft_steps > 0 {
-        let task = load_task(cfg)?;
-        crate::sft::warm_start(cfg, &mut policy, &task, &std::sync::atomic::AtomicBool::new(false), |_, _| {})?;
-    }
-    let mut trainer = Trainer::new_rank(cfg.clone(), policy, new_adamw(cfg), 0, Some(comm))?;
+    let (policy, opt, step) = if resume {
+        let dir = crate::run::run_dir(cfg);
+        let latest = crate::checkpoint::list(&dir).pop().ok_or_else(|| crate::run::RunError::Other(format!("no checkpoint in {}", dir.display())))?;
+        let (policy, opt, step, _) = crate::run::resume_state(cfg, &latest, &device)?;
+        (policy, opt, step)
+    } else {
+        let mut policy = load_policy(cfg, None, &device)?;
+        if cfg.train.sft_steps > 0 {
+            let task = load_task(cfg)?;
+            crate::sft::warm_start(cfg, &mut policy, &task, &std::sync::atomic::AtomicBool::new(false), |_, _| {})?;
+        }
+        (policy, new_adamw(cfg), 0)
+    };
+    let mut trainer = Trainer::new_rank(cfg.clone(), policy, opt, step, Some(comm))?;
+    let end = max_steps.map_or(cfg.train.steps, |m| (step + m).min(cfg.train.steps));
     let mut out = Vec::new();
-    while trainer.step < cfg.train.steps {
+    while trainer.step < end {
         out.push(trainer.step()?);
+        if cfg.train.checkpoint_every > 0 && trainer.step % cfg.train.checkpoint_every == 0 {
+            trainer.checkpoint()?;
+        }
+    }
+    if cfg.train.final_checkpoint {
+        trainer.checkpoint()?;
     }
     Ok(out)
 }

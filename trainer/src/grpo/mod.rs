@@ -28,6 +28,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 mod ranks;
+mod shard;
 mod rollouts;
 mod score;
 mod update;
@@ -107,7 +108,13 @@ impl Trainer {
         let engine = Engine::new(sampler_model(&cfg, &policy.model), engine_cfg).map_err(RunError::Other)?;
         let reference = (cfg.train.kl_coef > 0.0).then(|| policy.model.clone());
         let eval_problems = if cfg.train.eval_every > 0 { crate::eval::load_eval_problems(&cfg)? } else { Vec::new() };
-        Ok(Self { cfg, policy, opt, engine, task, reference, telemetry, run_dir, step, eval_problems, comm })
+        let mut trainer = Self { cfg, policy, opt, engine, task, reference, telemetry, run_dir, step, eval_problems, comm };
+        // ZeRO-1: a rank keeps the optimizer state of its own parameters only (a resumed rank
+        // loaded all of it)
+        if let Some(shards) = trainer.shards() {
+            trainer.opt.retain(&|n| shards.owns(n));
+        }
+        Ok(trainer)
     }
 
     pub(super) fn params(&self, seed: u64) -> SamplingParams {
@@ -199,8 +206,16 @@ impl Trainer {
         Ok((sampler_hash, trainer_hash))
     }
 
+    /// Writes a checkpoint of this step (rank 0 writes it; with a sharded optimizer every rank
+    /// must call this, as the state is gathered from its owners). Returns its folder.
     pub fn checkpoint(&self) -> Result<PathBuf, RunError> {
         let state = RunState { step: self.step, adam_t: self.opt.t, git_revision: crate::run::git_revision() };
+        if let Some(shards) = self.shards() {
+            return self.checkpoint_sharded(&shards, &state);
+        }
+        if self.comm().is_some_and(|c| c.rank() > 0) {
+            return Ok(checkpoint::checkpoints_dir(&run_dir(&self.cfg)).join(format!("step-{:06}", self.step)));
+        }
         let saved_already = checkpoint::list(&self.run_dir).iter().any(|p| p.ends_with(format!("step-{:06}", self.step)));
         let started = std::time::Instant::now();
         let path = checkpoint::save(&self.run_dir, &self.policy.model, &self.opt, &state, &self.policy.tokenizer_json, self.cfg.train.keep_checkpoints)?;

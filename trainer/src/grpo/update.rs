@@ -98,7 +98,7 @@ impl Trainer {
         if !grad_norm.is_finite() {
             return Err(RunError::Other(format!("step {step}: the gradient norm is {grad_norm}; stopping before the update (the last checkpoint is intact)")));
         }
-        self.policy.model = self.opt.step(&self.policy.model, &grads, lr);
+        self.optimizer_step(step, &grads, lr)?;
         Ok((loss_value, grad_norm, scored.corr.clone(), verified))
     }
 
@@ -165,7 +165,7 @@ impl Trainer {
                     return Err(RunError::Other(format!("step {step}: the gradient norm is {grad_norm} in a PPO mini-batch; stopping before the update (the last checkpoint is intact)")));
                 }
                 first_loss.get_or_insert(loss);
-                self.policy.model = self.opt.step(&self.policy.model, &grads, lr);
+                self.optimizer_step(step, &grads, lr)?;
             }
         }
         // every rank's ratio statistics
