@@ -319,12 +319,14 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
         if cfg.train.checkpoint_every > 0 && trainer.step % cfg.train.checkpoint_every == 0 {
             trainer.checkpoint()?;
         }
-        if stop.load(std::sync::atomic::Ordering::SeqCst) && trainer.step < end {
+        // a signal to any rank stops every rank after this step, checkpointed together
+        let stopping = trainer.any_rank(&format!("after step {}: stop?", trainer.step - 1), stop.load(std::sync::atomic::Ordering::SeqCst))?;
+        if stopping && trainer.step < end {
             bar.finish();
+            let saved = trainer.checkpoint()?;
             if !rank0 {
                 return Err(RunError::Other(format!("stopped by a signal after step {}", trainer.step - 1)));
             }
-            let saved = trainer.checkpoint()?;
             return Err(RunError::Other(format!("stopped by a signal after step {}: checkpoint {}; continue with --resume", trainer.step - 1, saved.display())));
         }
     }

@@ -5,6 +5,7 @@
 use super::{Communicator, Rendezvous};
 use crate::run::{invalid, RunError};
 use std::ffi::OsString;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -89,6 +90,9 @@ pub fn launch_local(gpus: usize, args: &[OsString]) -> Result<(), RunError> {
         cmd.env("MASTER_ADDR", "127.0.0.1").env("MASTER_PORT", port.to_string()).env("CUDA_VISIBLE_DEVICES", &visible[rank]);
         // NVLink multicast stays off (it can take a shared host's GPUs out of service)
         cmd.env("NCCL_NVLS_ENABLE", "0");
+        // its own process group: a terminal's Ctrl-C reaches the launcher alone, which passes
+        // one SIGTERM to every rank (each then finishes its step and the ranks checkpoint together)
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         match cmd.spawn() {
             Ok(c) => children.push((rank, c)),
             Err(e) => {
@@ -99,6 +103,11 @@ pub fn launch_local(gpus: usize, args: &[OsString]) -> Result<(), RunError> {
             }
         }
     }
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(|e| RunError::Other(format!("installing the signal handler: {e}")))?;
+    }
+    let mut forwarded = false;
     let grace = collective_timeout()? + Duration::from_secs(30);
     let mut status: Vec<Option<String>> = vec![None; gpus];
     let mut first_failure: Option<Instant> = None;
@@ -112,6 +121,16 @@ pub fn launch_local(gpus: usize, args: &[OsString]) -> Result<(), RunError> {
                     first_failure.get_or_insert_with(Instant::now);
                 }
                 status[*rank] = Some(s.to_string());
+            }
+        }
+        if stop.load(Ordering::SeqCst) && !forwarded {
+            forwarded = true;
+            eprintln!("stopping: every rank finishes its step and the run is checkpointed");
+            for (rank, c) in children.iter() {
+                if status[*rank].is_none() {
+                    // SAFETY: kill(2) on a child this process started and has not reaped
+                    unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+                }
             }
         }
         if first_failure.is_some_and(|t| t.elapsed() > grace) {

@@ -81,6 +81,13 @@ impl Trainer {
         groups.start * g..groups.end * g
     }
 
+    /// Whether `flag` holds on any rank (every rank gets the same answer): a stop asked of one
+    /// rank stops all of them at the same step. One rank: `flag`.
+    pub fn any_rank(&self, what: &str, flag: bool) -> Result<bool, RunError> {
+        let Some(c) = self.comm() else { return Ok(flag) };
+        Ok(c.all_gather(what, vec![u8::from(flag)]).map_err(comm_error)?.iter().any(|b| b == &[1]))
+    }
+
     /// The step's gradient blocks (`train.gradient_blocks`; 0: one per rank).
     pub(super) fn gradient_blocks(&self) -> usize {
         match (self.cfg.train.gradient_blocks, self.comm()) {
