@@ -264,8 +264,7 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
         let Some(latest) = existing.last() else {
             return Err(RunError::Other(format!("--resume: no checkpoint in {}", trainer::checkpoint::checkpoints_dir(&dir).display())));
         };
-        let (policy, opt, at, load_s) = trainer::run::resume_state(&cfg, latest, &device)?;
-        trainer::run::check_resume_config(&dir, &cfg, at, allow_config_change)?;
+        let (policy, opt, at, load_s) = trainer::run::resume_state(&cfg, latest, &device, |at| if rank0 { trainer::run::check_resume_config(&dir, &cfg, at, allow_config_change) } else { Ok(()) })?;
         check_task_fits(&cfg, &policy)?;
         eprintln!("resuming {} at step {at} (weights and optimizer state loaded in {load_s:.1} s)", latest.display());
         (policy, opt, at)

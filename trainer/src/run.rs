@@ -311,13 +311,16 @@ pub fn engine_config(c: &Config, model: &Qwen3) -> Result<sampler::EngineConfig,
 
 /// A run resumed from the checkpoint folder `latest`: the policy (from the saved f32 weights),
 /// AdamW with its moments, step count and f32 masters, and the step to continue at.
-pub fn resume_state(cfg: &Config, latest: &Path, device: &Device) -> Result<(Policy, crate::optim::AdamW, usize, f64), RunError> {
+/// `check(step)` runs after the checkpoint is read and before the policy is built (a changed
+/// config is refused naming its keys before the shapes are compared).
+pub fn resume_state(cfg: &Config, latest: &Path, device: &Device, check: impl FnOnce(usize) -> Result<(), RunError>) -> Result<(Policy, crate::optim::AdamW, usize, f64), RunError> {
     let loading = std::time::Instant::now();
     let loaded = crate::checkpoint::load(latest, device)?;
     let load_s = loading.elapsed().as_secs_f64();
     if loaded.state.step > cfg.train.steps {
         return Err(invalid("train.steps", format!("is {} but the checkpoint {} is at step {}", cfg.train.steps, latest.display(), loaded.state.step)));
     }
+    check(loaded.state.step)?;
     let policy = load_policy(cfg, Some(&loaded.model), device)?;
     let mut opt = crate::grpo::new_adamw(cfg);
     opt.moments = loaded.moments;

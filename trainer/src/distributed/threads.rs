@@ -47,7 +47,7 @@ fn rank_run(cfg: &Config, comm: Arc<dyn Communicator>, resume: bool, max_steps: 
     let (policy, opt, step) = if resume {
         let dir = crate::run::run_dir(cfg);
         let latest = crate::checkpoint::list(&dir).pop().ok_or_else(|| crate::run::RunError::Other(format!("no checkpoint in {}", dir.display())))?;
-        let (policy, opt, step, _) = crate::run::resume_state(cfg, &latest, &device)?;
+        let (policy, opt, step, _) = crate::run::resume_state(cfg, &latest, &device, |_| Ok(()))?;
         (policy, opt, step)
     } else {
         let mut policy = load_policy(cfg, None, &device)?;
