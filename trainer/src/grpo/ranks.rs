@@ -229,15 +229,3 @@ impl Trainer {
         Ok(out)
     }
 }
-
-/// Two partial gradients (by name) added elementwise; a name on one side only is taken as is.
-pub(super) fn add_gradients(mut a: BTreeMap<String, Tensor<1>>, b: BTreeMap<String, Tensor<1>>) -> BTreeMap<String, Tensor<1>> {
-    for (name, g) in b {
-        let sum = match a.remove(&name) {
-            Some(x) => x + g,
-            None => g,
-        };
-        a.insert(name, sum);
-    }
-    a
-}

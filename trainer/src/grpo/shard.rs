@@ -8,7 +8,7 @@ use crate::checkpoint::{self, OptimizerState, RunState};
 use crate::distributed::zero::Shards;
 use crate::distributed::Communicator;
 use crate::run::RunError;
-use burn::tensor::{DType, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 use shared_kernels::model::{ModelError, Qwen3, Weight};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -133,9 +133,9 @@ struct ShardedState<'a> {
 
 impl ShardedState<'_> {
     /// The owner's bytes of `what` (others send nothing).
-    fn from_owner(&self, what: String, name: &str, mine: impl FnOnce() -> Vec<u8>) -> Result<burn::tensor::Bytes, ModelError> {
+    fn from_owner(&self, what: String, name: &str, mine: impl FnOnce() -> Result<Vec<u8>, ModelError>) -> Result<burn::tensor::Bytes, ModelError> {
         let owner = self.shards.owner(name).unwrap_or(0);
-        let mine = if self.shards.owns(name) { mine() } else { Vec::new() };
+        let mine = if self.shards.owns(name) { mine()? } else { Vec::new() };
         let all = self.comm.all_gather(&format!("checkpoint of step {}: {what}", self.step), mine).map_err(|e| ModelError::Io { file: "checkpoint".into(), message: e.to_string() })?;
         Ok(burn::tensor::Bytes::from_bytes_vec(all[owner].clone()))
     }
@@ -175,22 +175,12 @@ impl OptimizerState for ShardedState<'_> {
         // from the owner even where every rank holds the same f32 weight: one path for f32
         // and bf16 models (a bf16 model's f32 master exists on its owner only)
         let opt = self.opt;
-        self.from_owner(format!("master {name}"), name, || match opt.masters.get(name) {
-            Some(m) => device_f32_bytes(m.clone()),
-            None => device_f32_bytes(weight.flat().cast(DType::F32)),
-        })
+        self.from_owner(format!("master {name}"), name, || (&mut &*opt).master(name, weight).map(|b| b.to_vec()))
     }
 
     fn moment(&mut self, name: &str, second: bool) -> Result<burn::tensor::Bytes, ModelError> {
         let opt = self.opt;
-        self.from_owner(format!("{} {name}", if second { "v" } else { "m" }), name, || {
-            let (m, v) = &opt.moments[name];
-            device_f32_bytes((if second { v } else { m }).clone())
-        })
+        self.from_owner(format!("{} {name}", if second { "v" } else { "m" }), name, || (&mut &*opt).moment(name, second).map(|b| b.to_vec()))
     }
 }
 
-/// An f32 tensor's little-endian bytes, read from the device.
-fn device_f32_bytes(t: Tensor<1>) -> Vec<u8> {
-    shared_kernels::model::save::f32_bytes(t.into_data()).to_vec()
-}

@@ -12,7 +12,6 @@ use crate::telemetry::Agreement;
 use sampler::Request;
 use shared_kernels::grad_fold::GradFold;
 use crate::distributed::tree::PairwiseSum;
-use super::ranks::add_gradients;
 
 impl Trainer {
     /// Phase 5: the update: PPO epochs, or one policy-gradient step whose weight gradients are
@@ -267,7 +266,9 @@ impl Trainer {
 type Partial = (f64, std::collections::BTreeMap<String, burn::tensor::Tensor<1>>);
 
 fn add_partials(a: Partial, b: Partial) -> Partial {
-    (a.0 + b.0, add_gradients(a.1, b.1))
+    let (loss, mut grads) = a;
+    accumulate(&mut grads, b.1);
+    (loss + b.0, grads)
 }
 
 #[derive(Clone, Default)]
