@@ -36,9 +36,10 @@ pub fn dtype(c: &Config) -> DType {
     if c.model.dtype == "bf16" { DType::BF16 } else { DType::F32 }
 }
 
-/// The embedded model's config for this run's `[model]` section and the char vocabulary.
+/// The embedded model's config for this run's `[model]` section and the char vocabulary (the
+/// base characters and those the task adds).
 pub fn embedded_config(c: &Config) -> Result<ModelConfig, RunError> {
-    let vocab = vocab::char_tokenizer().get_vocab_size(true);
+    let vocab = vocab::char_tokenizer(vocab::extra_chars(&c.task.name)).get_vocab_size(true);
     let mut mc = tiny_config(vocab, true);
     let m = &c.model;
     let mut raw = mc.raw.clone();
@@ -111,7 +112,7 @@ pub fn load_policy(c: &Config, from: Option<&Qwen3>, device: &Device) -> Result<
             }
             None => Qwen3::from_checkpoint(&Checkpoint::random(config, c.model.init_std, c.model.init_seed), dtype, device)?,
         };
-        (ck, vocab::char_tokenizer_json())
+        (ck, vocab::char_tokenizer_json(vocab::extra_chars(&c.task.name)))
     } else {
         let dir = Path::new(&c.model.path);
         let tok_path = dir.join("tokenizer.json");

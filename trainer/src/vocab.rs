@@ -7,12 +7,20 @@ use tokenizers::Tokenizer;
 pub const EOS: &str = "<eos>";
 const CHARS: &str = "0123456789+-*/=()<>:,.?! abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
 
-/// The tokenizer.json text: id 0 is `<eos>`, 1 is `<unk>`, then one id per character.
-pub fn char_tokenizer_json() -> String {
+/// Characters a task's text needs beyond the base set: LaTeX's `\boxed{}` for the word problems'
+/// solutions. They come after the base characters, so every other task keeps its ids, its
+/// vocabulary size and therefore its random model's bits.
+pub fn extra_chars(task_name: &str) -> &'static str {
+    if task_name == "word_problems" { "\\{}" } else { "" }
+}
+
+/// The tokenizer.json text: id 0 is `<eos>`, 1 is `<unk>`, then one id per character of the
+/// base set followed by `extra`.
+pub fn char_tokenizer_json(extra: &str) -> String {
     let mut vocab = serde_json::Map::new();
     vocab.insert(EOS.into(), 0.into());
     vocab.insert("<unk>".into(), 1.into());
-    for (i, c) in CHARS.chars().enumerate() {
+    for (i, c) in CHARS.chars().chain(extra.chars()).enumerate() {
         vocab.insert(c.to_string(), (i + 2).into());
     }
     serde_json::json!({
@@ -29,6 +37,6 @@ pub fn char_tokenizer_json() -> String {
     .to_string()
 }
 
-pub fn char_tokenizer() -> Tokenizer {
-    char_tokenizer_json().parse().expect("the embedded tokenizer is valid")
+pub fn char_tokenizer(extra: &str) -> Tokenizer {
+    char_tokenizer_json(extra).parse().expect("the embedded tokenizer is valid")
 }

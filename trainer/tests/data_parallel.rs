@@ -206,3 +206,34 @@ fn a_sharded_optimizer_gives_the_unsharded_bits_and_a_resumed_run_repeats_an_uni
         }
     }
 }
+
+#[test]
+fn ranks_in_threads_from_the_cli_print_one_ranks_bits_on_every_rank() {
+    // `lockstep train --ranks-in-threads N`: the one-device check of data parallel (the H200
+    // runs it at real shapes); two ranks with two gradient blocks print the weights, grad norm
+    // and loss of a one-rank run with the same blocks, on both ranks
+    let args = |n: &'static str| {
+        vec!["train", "--ranks-in-threads", n, "--set", "train.steps=2", "--set", "train.sft_steps=2", "--set", "train.prompts_per_step=2", "--set", "train.group_size=4",
+            "--set", "train.gradient_blocks=2", "--set", "sampler.max_new_tokens=4", "--set", "task.reward=char_f1", "--set", "log.progress=false", "--set", "log.tensorboard=false",
+            "--set", "train.checkpoint_every=0", "--set", "train.final_checkpoint=false"]
+    };
+    let lines = |n: &'static str| {
+        let out = lockstep_with_env(&args(n), &[], &format!("threads-{n}"));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout).unwrap();
+        // "rank R step ..." -> (R, the rest)
+        text.lines().filter_map(|l| l.strip_prefix("rank ")).map(|l| l.split_once(' ').map(|(r, rest)| (r.to_string(), rest.to_string())).unwrap()).collect::<Vec<_>>()
+    };
+    let one = lines("1");
+    let two = lines("2");
+    assert_eq!(one.len(), 2, "{one:?}");
+    assert!(one.iter().all(|(_, l)| l.contains("bit_equal 1.0000") && l.contains("weights ")), "{one:?}");
+    let on_rank = |r: &str| two.iter().filter(|(rank, _)| rank == r).map(|(_, l)| l.clone()).collect::<Vec<_>>();
+    let expected: Vec<String> = one.iter().map(|(_, l)| l.clone()).collect();
+    for r in ["0", "1"] {
+        assert_eq!(on_rank(r), expected, "rank {r}");
+    }
+    let out = lockstep_with_env(&["train", "--ranks-in-threads", "0"], &[], "threads-0");
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--ranks-in-threads"));
+}

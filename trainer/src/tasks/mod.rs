@@ -30,7 +30,7 @@ pub enum Task {
     Addition { digits: usize },
     Sort { count: usize },
     Countdown { count: usize },
-    /// Grade-school word problems with a worked solution ending "answer: N" (graded by the math
+    /// Grade-school word problems with a worked solution ending `\boxed{N}` (graded by the math
     /// verifier, `task.reward = "math"`).
     WordProblems { digits: usize },
     Dataset { problems: Vec<Problem> },
@@ -174,7 +174,8 @@ impl Task {
 }
 
 /// A word problem: who has how many of what, an addition, a subtraction or a product, and the
-/// worked solution ending "answer: N" (lower case: the embedded tokenizer's characters).
+/// worked solution ending `\boxed{N}` as MATH's solutions do (lower case: the embedded
+/// tokenizer's characters, with `\{}` added for this task).
 fn word_problem(rng: &mut SplitMix, digits: usize) -> Problem {
     const NAMES: [&str; 6] = ["tom", "ana", "li", "sam", "max", "eva"];
     const ITEMS: [&str; 5] = ["apples", "pens", "books", "cups", "stamps"];
@@ -190,7 +191,7 @@ fn word_problem(rng: &mut SplitMix, digits: usize) -> Problem {
         }
         _ => (format!("{name} buys {a} bags of {b} {items}. how many {items}?"), format!("{a}*{b}"), a * b),
     };
-    Problem { prompt: format!("{prompt} "), answer: format!("{work}={value}. answer: {value}"), numbers: vec![], target: 0, line: 0, messages: None }
+    Problem { prompt: format!("{prompt} "), answer: format!("{work}={value}. \\boxed{{{value}}}"), numbers: vec![], target: 0, line: 0, messages: None }
 }
 
 /// F1 of the characters of `got` and `want` as multisets: partial credit that moves with every
@@ -330,9 +331,11 @@ mod tests {
         for _ in 0..50 {
             let p = task.sample(&mut rng).unwrap();
             assert_eq!(task.reward_of("math", &p, &p.answer), 1.0, "{p:?}");
-            let wrong = format!("{}1", p.answer);
+            assert!(p.answer.ends_with('}') && p.answer.contains(". \\boxed{"), "{p:?}");
+            let wrong = p.answer.replace('}', "1}");
             assert_eq!(task.reward_of("math", &p, &wrong), 0.0, "{p:?}");
-            assert!(crate::vocab::char_tokenizer().encode(format!("{}{}", p.prompt, p.answer), false).unwrap().get_ids().iter().all(|&id| id > 1), "a character outside the embedded vocabulary: {p:?}");
+            assert!(crate::math_verify::has_marked_answer(&p.answer), "{p:?}");
+            assert!(crate::vocab::char_tokenizer(crate::vocab::extra_chars("word_problems")).encode(format!("{}{}", p.prompt, p.answer), false).unwrap().get_ids().iter().all(|&id| id > 1), "a character outside the embedded vocabulary: {p:?}");
         }
     }
 
