@@ -69,6 +69,17 @@ fn a_reward_command_scores_the_rollouts_and_one_that_hangs_or_crashes_stops_the_
     assert_refused(&out, 1, &["task.reward_command", "broken"]);
     let out = lockstep(&["train", "small.toml", "--set", "task.reward=command"], &dir);
     assert_refused(&out, 2, &["task.reward_command"]);
+    // a program that answers step 0 and crashes at step 1: the state after step 0 is saved as
+    // step 1's checkpoint, and a resume with the program fixed ends as the uninterrupted run did
+    std::fs::write(dir.join("flaky.py"), "import sys, os\nif os.path.exists('called'):\n    sys.exit('reward server down')\nopen('called', 'w').close()\nexec(open('length.py').read())\n").unwrap();
+    let out = lockstep(&["train", "small.toml", "--set", "log.run_name=flaky", "--set", "task.reward=command", "--set", "task.reward_command=python3 flaky.py", "--set", "train.checkpoint_every=0"], &dir);
+    assert_refused(&out, 1, &["step 1", "reward server down", "saved in", "--resume"]);
+    assert!(dir.join("runs/flaky/checkpoints/step-000001/model.safetensors").exists());
+    let out = lockstep(&["train", "small.toml", "--set", "log.run_name=flaky", "--set", "task.reward=command", "--set", "task.reward_command=python3 length.py", "--set", "train.checkpoint_every=0", "--resume", "--allow-config-change"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let resumed = common::metrics(&dir.join("runs/flaky"));
+    assert_eq!(resumed.last().unwrap()["step"], 1);
+    assert_eq!(resumed.last().unwrap()["trainer_weights_fingerprint"], m.last().unwrap()["trainer_weights_fingerprint"], "the resumed run's weights differ from the uninterrupted run's");
 }
 
 #[test]

@@ -206,6 +206,22 @@ impl Trainer {
         Ok((sampler_hash, trainer_hash))
     }
 
+    /// A reward program that crashed, hung or answered badly stops the step before its update,
+    /// so the weights and the optimizer are as the previous step left them (and sound, unlike
+    /// after a non-finite loss). On one process they are saved as the checkpoint of `step`, so
+    /// `--resume` retries the step once the program is fixed instead of redoing the steps since
+    /// the last checkpoint (or the SFT warm start). With several ranks the others wait in a
+    /// collective and the checkpoint is one too, so it is not attempted there.
+    pub(super) fn save_before_failed_step(&self, step: usize) {
+        if self.comm.is_some() {
+            return;
+        }
+        match self.checkpoint() {
+            Ok(dir) => eprintln!("step {step} failed before its update: the run's state before it is saved in {}; fix the cause, then continue with --resume", dir.display()),
+            Err(e) => eprintln!("step {step} failed before its update, and saving the run's state before it failed too: {e}"),
+        }
+    }
+
     /// Writes a checkpoint of this step (rank 0 writes it; with a sharded optimizer every rank
     /// must call this, as the state is gathered from its owners). Returns its folder.
     pub fn checkpoint(&self) -> Result<PathBuf, RunError> {

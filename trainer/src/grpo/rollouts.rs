@@ -97,7 +97,13 @@ impl Trainer {
         let problem_of = |i: usize| &problems[(own.start + i) / g];
         let raw: Vec<f64> = if c.task.reward == "command" {
             let rollouts: Vec<crate::reward_command::Rollout<'_>> = texts.iter().enumerate().map(|(i, t)| crate::reward_command::Rollout { prompt: &problem_of(i).prompt, completion: t, answer: &problem_of(i).answer }).collect();
-            crate::reward_command::rewards(&c.task.reward_command, c.task.reward_timeout_s, &rollouts).map_err(|e| RunError::Other(format!("step {step}: {e} (stopping before the update; the last checkpoint is intact)")))?
+            match crate::reward_command::rewards(&c.task.reward_command, c.task.reward_timeout_s, &rollouts) {
+                Ok(rewards) => rewards,
+                Err(e) => {
+                    self.save_before_failed_step(step);
+                    return Err(RunError::Other(format!("step {step}: {e} (stopping before the update)")));
+                }
+            }
         } else {
             texts.iter().enumerate().map(|(i, t)| self.task.reward_for(&c.task, problem_of(i), t) as f64).collect()
         };
