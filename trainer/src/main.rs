@@ -208,7 +208,7 @@ fn run(cli: Cli) -> Result<(), RunError> {
             let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
             trainer::distributed::launch::launch_local(n, &trainer::distributed::launch::without_gpus(&args))
         }
-        Command::Train { config, overrides, resume, max_steps, ranks_in_threads: Some(n), .. } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train_in_threads(c, n, resume, max_steps)),
+        Command::Train { config, overrides, resume, max_steps, ranks_in_threads: Some(n), .. } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| trainer::distributed::threads::train_from_cli(c, n, resume, max_steps)),
         Command::Train { config, overrides, resume, max_steps, allow_config_change, .. } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps, allow_config_change)),
         Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, trainer_recompute, matmul_m, json, save_model, load_bench } => {
             let dtype = parse_dtype(&dtype)?;
@@ -225,30 +225,6 @@ fn run(cli: Cli) -> Result<(), RunError> {
         Command::Report { runs, out, target_reward } => tools::report::report(&runs, &out, target_reward).map(|md| println!("{md}")).map_err(RunError::Other),
         Command::Sample { config, overrides } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(sample),
     }
-}
-
-/// `train --ranks-in-threads N`: every rank's steps, one line each, then an error if a rank failed.
-fn train_in_threads(cfg: Config, world: usize, resume: bool, max_steps: Option<usize>) -> Result<(), RunError> {
-    if world == 0 {
-        return Err(invalid("--ranks-in-threads", "must be at least 1".into()));
-    }
-    let timeout = trainer::distributed::launch::collective_timeout()?;
-    let results = trainer::distributed::threads::train_ranks_from(&vec![cfg; world], timeout, resume, max_steps);
-    let mut failed = Vec::new();
-    for (rank, result) in results.iter().enumerate() {
-        match result {
-            Ok(steps) => {
-                for m in steps {
-                    println!(
-                        "rank {rank} step {:>4}  reward {:.4}  bit_equal {:.4}  kl_k1 {:.2e}  loss {:.10}  grad_norm {:.10}  weights {}",
-                        m.step, m.reward_mean, m.agreement.bit_equal_frac, m.agreement.kl_k1, m.loss, m.grad_norm, m.trainer_weights_fingerprint
-                    );
-                }
-            }
-            Err(e) => failed.push(e.clone()),
-        }
-    }
-    if failed.is_empty() { Ok(()) } else { Err(RunError::Other(failed.join("; "))) }
 }
 
 fn parse_dtype(name: &str) -> Result<DType, RunError> {

@@ -42,6 +42,30 @@ pub fn train_ranks_from(configs: &[Config], timeout: Duration, resume: bool, max
     handles.into_iter().enumerate().map(|(r, h)| h.join().unwrap_or_else(|_| Err(format!("rank {r}: panicked")))).collect()
 }
 
+/// `train --ranks-in-threads N`: every rank's steps, one line each, then an error if a rank failed.
+pub fn train_from_cli(cfg: Config, world: usize, resume: bool, max_steps: Option<usize>) -> Result<(), crate::run::RunError> {
+    if world == 0 {
+        return Err(crate::run::invalid("--ranks-in-threads", "must be at least 1".into()));
+    }
+    let timeout = super::launch::collective_timeout()?;
+    let results = train_ranks_from(&vec![cfg; world], timeout, resume, max_steps);
+    let mut failed = Vec::new();
+    for (rank, result) in results.iter().enumerate() {
+        match result {
+            Ok(steps) => {
+                for m in steps {
+                    println!(
+                        "rank {rank} step {:>4}  reward {:.4}  bit_equal {:.4}  kl_k1 {:.2e}  loss {:.10}  grad_norm {:.10}  weights {}",
+                        m.step, m.reward_mean, m.agreement.bit_equal_frac, m.agreement.kl_k1, m.loss, m.grad_norm, m.trainer_weights_fingerprint
+                    );
+                }
+            }
+            Err(e) => failed.push(e.clone()),
+        }
+    }
+    if failed.is_empty() { Ok(()) } else { Err(crate::run::RunError::Other(failed.join("; "))) }
+}
+
 fn rank_run(cfg: &Config, comm: Arc<dyn Communicator>, resume: bool, max_steps: Option<usize>) -> Result<Vec<StepMetrics>, crate::run::RunError> {
     let device = shared_kernels::device::default_device();
     let (policy, opt, step) = if resume {
