@@ -1,4 +1,5 @@
-//! Evaluation every `train.eval_every` GRPO steps on the problems of `task.eval_path`: a greedy
+//! Evaluation every `train.eval_every` GRPO steps on the problems of `task.eval_path` (a generator
+//! task without one: problems from the generator's own evaluation stream): a greedy
 //! completion and `train.eval_samples` sampled ones per problem, graded by `task.reward`
 //! (a reward of 1 is correct). pass@1 (greedy), pass@k (any of the k sampled correct, the
 //! unbiased estimator with n = k) and the sampled completions' mean reward and accuracy go to
@@ -22,8 +23,17 @@ pub struct EvalMetrics {
 }
 
 /// The eval split: the first `train.eval_problems` problems of `task.eval_path` (file order),
-/// read and rendered as the training file is.
+/// read and rendered as the training file is. A generator task (addition, sort, countdown,
+/// word_problems) without one draws them from a stream keyed by (`train.seed`, "eval"), apart
+/// from the training prompts' (keyed by the step), so they are the same problems at every
+/// evaluation and in every run; the generators' spaces are small, so some may also occur in
+/// training.
 pub fn load_eval_problems(cfg: &Config) -> Result<Vec<Problem>, RunError> {
+    if cfg.task.eval_path.is_empty() {
+        let task = crate::run::load_task(cfg)?;
+        let mut rng = crate::rng::SplitMix::keyed(cfg.train.seed, 0, "eval");
+        return (0..cfg.train.eval_problems as u64).map(|i| task.problem_at(cfg.train.seed, i, &mut rng).map_err(RunError::from)).collect();
+    }
     let mut c = cfg.clone();
     c.task.name = "dataset".into();
     c.task.path = cfg.task.eval_path.clone();

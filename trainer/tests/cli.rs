@@ -561,7 +561,8 @@ fn evaluation_every_n_steps_logs_pass_at_1_and_pass_at_k_and_repeats() {
     assert_eq!(a, b, "two runs with evaluation differ");
     let tb = tensorboard_points(&dir.join("runs/a/tb"));
     assert_eq!(tb.get("eval/pass_at_k"), Some(&vec![1]), "{tb:?}");
-    let out = lockstep(&["train", "small.toml", "--set", "train.eval_every=2"], &dir);
+    // a dataset task needs its eval split named (a generator draws its own)
+    let out = lockstep(&["train", "small.toml", "--set", "task.name=jsonl", "--set", "task.path=eval.jsonl", "--set", "train.eval_every=2"], &dir);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("task.eval_path"));
 }

@@ -1,6 +1,6 @@
 //! The configs shipped in `configs/` load and validate as they are, and the word-problems
 //! example runs from its file (a shortened run: its SFT and GRPO stages, the math verifier on
-//! `\boxed{}` solutions, KL exactly 0).
+//! `\boxed{}` solutions, an evaluation on the generator's own problems, KL exactly 0).
 
 mod common;
 
@@ -40,7 +40,8 @@ fn the_word_problems_example_runs_from_its_config_with_boxed_answers() {
     let config = configs_dir().join("word_problems.toml");
     let out = lockstep(
         &["train", config.to_str().unwrap(), "--set", "train.sft_steps=5", "--set", "train.steps=2", "--set", "train.prompts_per_step=2", "--set", "train.group_size=4",
-            "--set", "log.runs_dir=runs", "--set", "log.progress=false", "--set", "log.tensorboard=false", "--set", "train.checkpoint_every=0"],
+            "--set", "log.runs_dir=runs", "--set", "log.progress=false", "--set", "log.tensorboard=false", "--set", "train.checkpoint_every=0",
+            "--set", "train.eval_every=1", "--set", "train.eval_problems=4", "--set", "train.eval_samples=2"],
         &dir,
     );
     let err = String::from_utf8_lossy(&out.stderr);
@@ -50,6 +51,9 @@ fn the_word_problems_example_runs_from_its_config_with_boxed_answers() {
     for step in &m {
         assert_eq!(step["agreement"]["bit_equal_frac"], 1.0, "{step}");
         assert_eq!(step["agreement"]["kl_k1"], 0.0, "{step}");
+        // the generator's own evaluation problems (no task.eval_path)
+        assert_eq!(step["eval"]["problems"], 4, "{step}");
+        assert_eq!(step["eval"]["k"], 2, "{step}");
     }
     // the run's tokenizer has the task's `\`, `{`, `}` (saved with the final checkpoint)
     let checkpoints = dir.join("runs/word_problems/checkpoints");

@@ -40,8 +40,8 @@ impl Config {
         if self.train.dynamic_sampling_rounds > 16 {
             return bad("train.dynamic_sampling_rounds", format!("at most 16 refill rounds, got {}", self.train.dynamic_sampling_rounds));
         }
-        if self.train.eval_every > 0 && self.task.eval_path.is_empty() {
-            return bad("task.eval_path", "train.eval_every is set but there is no eval split: name a dataset file".into());
+        if self.train.eval_every > 0 && self.task.eval_path.is_empty() && matches!(self.task.name.as_str(), "dataset" | "jsonl") {
+            return bad("task.eval_path", "train.eval_every is set but a dataset task has no eval split: name a dataset file".into());
         }
         if self.train.eval_every > 0 && (self.train.eval_problems == 0 || self.train.eval_samples > 1024) {
             return bad("train.eval_problems / train.eval_samples", format!("need at least 1 problem and at most 1024 samples, got {} and {}", self.train.eval_problems, self.train.eval_samples));
