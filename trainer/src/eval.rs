@@ -28,9 +28,9 @@ pub struct EvalMetrics {
 /// from the training prompts' (keyed by the step), so they are the same problems at every
 /// evaluation and in every run; the generators' spaces are small, so some may also occur in
 /// training.
-pub fn load_eval_problems(cfg: &Config) -> Result<Vec<Problem>, RunError> {
+/// `task` is the run's training task (a generator draws the problems).
+pub fn load_eval_problems(cfg: &Config, task: &Task) -> Result<Vec<Problem>, RunError> {
     if cfg.task.eval_path.is_empty() {
-        let task = crate::run::load_task(cfg)?;
         let mut rng = crate::rng::SplitMix::keyed(cfg.train.seed, 0, "eval");
         return (0..cfg.train.eval_problems as u64).map(|i| task.problem_at(cfg.train.seed, i, &mut rng).map_err(RunError::from)).collect();
     }

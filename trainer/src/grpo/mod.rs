@@ -107,7 +107,7 @@ impl Trainer {
         let engine_cfg = crate::run::engine_config(&cfg, &policy.model)?;
         let engine = Engine::new(sampler_model(&cfg, &policy.model), engine_cfg).map_err(RunError::Other)?;
         let reference = (cfg.train.kl_coef > 0.0).then(|| policy.model.clone());
-        let eval_problems = if cfg.train.eval_every > 0 { crate::eval::load_eval_problems(&cfg)? } else { Vec::new() };
+        let eval_problems = if cfg.train.eval_every > 0 { crate::eval::load_eval_problems(&cfg, &task)? } else { Vec::new() };
         let mut trainer = Self { cfg, policy, opt, engine, task, reference, telemetry, run_dir, step, eval_problems, comm };
         // ZeRO-1: a rank keeps the optimizer state of its own parameters only (a resumed rank
         // loaded all of it)
