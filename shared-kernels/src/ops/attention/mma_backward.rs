@@ -17,8 +17,14 @@
 //!    the tile, in order, and inside a split over the KV head's query heads in head order:
 //!    `Sᵀ = K Qᵀ`, `Pᵀ` from the queries' (m, l), `dPᵀ = V dOᵀ`, `dSᵀ = Pᵀ (dPᵀ - D)`,
 //!    `dV += Pᵀ dO` and `dK += dSᵀ Q` (Pᵀ and dSᵀ rounded to the dtype), each split's
-//!    products added to f32 accumulators in shared memory.
+//!    products added to f32 accumulators held in registers.
 //! `dQ` and `dK` carry the softmax scale; scores are `(q . k) * scale` as in the forward.
+//!
+//! Both kernels keep two copies of the stages that change from step to step (K and V on the
+//! query side, Q, dO and the statistics on the key side): the next step's copies are in flight
+//! while this step's products run. Where a value is copied does not change what is added in
+//! which order, so the stages and the accumulators' home leave every gradient's bits as they
+//! were; they set how many cubes fit on a multiprocessor (two of ~106 KiB of shared memory).
 //!
 //! One file past 400 lines: the three kernels and their launcher share the warp-step helpers,
 //! the tile constants and the stage layout, and are read together to check the fixed order.
@@ -129,12 +135,19 @@ fn mma_backward_query_kernel<F: Float, N: Size, I: Int>(
         let first_pos = first_row - start;
         let count = keys_in_split(len, first_pos);
         let stage_vecs = comptime!(KV_SPLIT * (head_dim + PAD) / VS);
+        let stage_bytes = comptime!((KV_SPLIT * (head_dim + PAD) * 2) as u32);
         let mut q_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(stage_vecs, comptime!(SMEM_ALIGN));
         let mut do_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(stage_vecs, comptime!(SMEM_ALIGN));
-        let mut k_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(stage_vecs, comptime!(SMEM_ALIGN));
-        let mut v_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(stage_vecs, comptime!(SMEM_ALIGN));
+        // two K and two V stages: the next split's copies fly while this split's products run
+        let mut k_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(comptime!(2 * stage_vecs), comptime!(SMEM_ALIGN));
+        let mut v_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(comptime!(2 * stage_vecs), comptime!(SMEM_ALIGN));
+        let most_keys = first_pos + count;
+        let splits = most_keys.div_ceil(comptime!(KV_SPLIT));
+        // steps 0 .. splits: pass 1 (K); steps splits .. 2 splits: pass 2 (K and V), split step - splits
+        let steps = 2 * splits;
         stage_split_async::<F, N>(q, &mut q_sh, 0, first_row, q_heads, head, count, head_dim, comptime!(VS), comptime!(UNITS));
         stage_split_async::<F, N>(d_out, &mut do_sh, 0, first_row, q_heads, head, count, head_dim, comptime!(VS), comptime!(UNITS));
+        stage_split_async::<F, N>(k, &mut k_sh, 0, start, kv_heads, kv_head, keys_in_split(most_keys, 0), head_dim, comptime!(VS), comptime!(UNITS));
         commit_copies();
         wait_copies(0usize);
         sync_cube();
@@ -166,51 +179,14 @@ fn mma_backward_query_kernel<F: Float, N: Size, I: Int>(
             }
             warp_most = first_pos + last_row + 1;
         }
-        let most_keys = first_pos + count;
-        let splits = most_keys.div_ceil(comptime!(KV_SPLIT));
         let mut s = Array::<f32>::new(32usize);
         let mut dp = Array::<f32>::new(32usize);
         let mut dsa = Array::<u32>::new(16usize);
         let mut o = Array::<f32>::new(16usize);
-        // pass 1: each row's max and sum over its keys, split by split
         let mut m_lo = f32::new(NEG_BIG);
         let mut m_hi = f32::new(NEG_BIG);
         let mut l_lo = 0.0f32;
         let mut l_hi = 0.0f32;
-        for split in 0..splits {
-            let first = split * comptime!(KV_SPLIT);
-            stage_split_async::<F, N>(k, &mut k_sh, 0, start + first, kv_heads, kv_head, keys_in_split(most_keys, first), head_dim, comptime!(VS), comptime!(UNITS));
-            commit_copies();
-            wait_copies(0usize);
-            sync_cube();
-            if first < warp_most {
-                let valid_lo = valid_in_split(keys_lo, first);
-                let valid_hi = valid_in_split(keys_hi, first);
-                warp_scores(&qa, k_addr, &mut s, head_dim, f16);
-                let split_lo = row_max(&s, valid_lo, scale, 0usize);
-                let split_hi = row_max(&s, valid_hi, scale, 1usize);
-                let mut new_lo = m_lo;
-                if split_lo > new_lo {
-                    new_lo = split_lo;
-                }
-                let mut new_hi = m_hi;
-                if split_hi > new_hi {
-                    new_hi = split_hi;
-                }
-                let sum_lo = row_exp_sum(&s, valid_lo, scale, new_lo, 0usize);
-                let sum_hi = row_exp_sum(&s, valid_hi, scale, new_hi, 1usize);
-                if valid_lo > 0 {
-                    l_lo = l_lo * (m_lo - new_lo).exp() + sum_lo;
-                    m_lo = new_lo;
-                }
-                if valid_hi > 0 {
-                    l_hi = l_hi * (m_hi - new_hi).exp() + sum_hi;
-                    m_hi = new_hi;
-                }
-            }
-            sync_cube(); // every warp is done with the stage before it is refilled
-        }
-        // pass 2: dS split by split, dQ += dS K
         let mut d_lo = 0.0f32;
         let mut d_hi = 0.0f32;
         if r_lo < count {
@@ -224,51 +200,95 @@ fn mma_backward_query_kernel<F: Float, N: Size, I: Int>(
         for i in 0..comptime!(head_dim / 2) {
             acc[i] = 0.0f32;
         }
-        for split in 0..splits {
+        for step in 0..steps {
+            let second = step >= splits;
+            let mut split = step;
+            if second {
+                split = step - splits;
+            }
             let first = split * comptime!(KV_SPLIT);
-            let staged = keys_in_split(most_keys, first);
-            stage_split_async::<F, N>(k, &mut k_sh, 0, start + first, kv_heads, kv_head, staged, head_dim, comptime!(VS), comptime!(UNITS));
-            stage_split_async::<F, N>(v, &mut v_sh, 0, start + first, kv_heads, kv_head, staged, head_dim, comptime!(VS), comptime!(UNITS));
+            let buf = (step % 2) as u32;
+            let next = step + 1;
+            // the next step's copies go out before this step's wait (one split in flight)
+            if next < steps {
+                let mut next_split = next;
+                if next >= splits {
+                    next_split = next - splits;
+                }
+                let next_first = next_split * comptime!(KV_SPLIT);
+                let staged = keys_in_split(most_keys, next_first);
+                let base = (1 - step % 2) * stage_vecs;
+                stage_split_async::<F, N>(k, &mut k_sh, base, start + next_first, kv_heads, kv_head, staged, head_dim, comptime!(VS), comptime!(UNITS));
+                if next >= splits {
+                    stage_split_async::<F, N>(v, &mut v_sh, base, start + next_first, kv_heads, kv_head, staged, head_dim, comptime!(VS), comptime!(UNITS));
+                }
+            }
             commit_copies();
-            wait_copies(0usize);
+            wait_copies(1usize);
             sync_cube();
+            let k_buf = k_addr + buf * stage_bytes;
             if first < warp_most {
                 let valid_lo = valid_in_split(keys_lo, first);
                 let valid_hi = valid_in_split(keys_hi, first);
-                warp_scores(&qa, k_addr, &mut s, head_dim, f16);
-                warp_scores(&da, v_addr, &mut dp, head_dim, f16);
-                #[unroll]
-                for i in 0..32usize {
-                    let j = comptime!(i / 4) * 8 + 2 * t + comptime!(i % 2);
-                    let mut valid = valid_lo;
-                    let mut m = m_lo;
-                    let mut l = l_lo;
-                    let mut dd = d_lo;
-                    if comptime!(i % 4 >= 2) {
-                        valid = valid_hi;
-                        m = m_hi;
-                        l = l_hi;
-                        dd = d_hi;
+                warp_scores(&qa, k_buf, &mut s, head_dim, f16);
+                if !second {
+                    // pass 1: each row's max and sum over its keys, split by split
+                    let split_lo = row_max(&s, valid_lo, scale, 0usize);
+                    let split_hi = row_max(&s, valid_hi, scale, 1usize);
+                    let mut new_lo = m_lo;
+                    if split_lo > new_lo {
+                        new_lo = split_lo;
                     }
-                    let mut ds = 0.0f32;
-                    if j < valid {
-                        let p = (s[i] * scale - m).exp() / l;
-                        ds = p * (dp[i] - dd);
+                    let mut new_hi = m_hi;
+                    if split_hi > new_hi {
+                        new_hi = split_hi;
                     }
-                    s[i] = ds;
-                }
-                pack_fragment::<F>(&s, &mut dsa);
-                let k_trans = value_lane_address(k_addr, head_dim);
-                #[unroll]
-                for dg in 0..comptime!(head_dim / 32) {
-                    warp_values(&dsa, k_trans + comptime!((dg * 64) as u32), &mut o, head_dim, f16);
+                    let sum_lo = row_exp_sum(&s, valid_lo, scale, new_lo, 0usize);
+                    let sum_hi = row_exp_sum(&s, valid_hi, scale, new_hi, 1usize);
+                    if valid_lo > 0 {
+                        l_lo = l_lo * (m_lo - new_lo).exp() + sum_lo;
+                        m_lo = new_lo;
+                    }
+                    if valid_hi > 0 {
+                        l_hi = l_hi * (m_hi - new_hi).exp() + sum_hi;
+                        m_hi = new_hi;
+                    }
+                } else {
+                    // pass 2: dS, then dQ += dS K
+                    warp_scores(&da, v_addr + buf * stage_bytes, &mut dp, head_dim, f16);
                     #[unroll]
-                    for i in 0..16usize {
-                        acc[comptime!(dg * 16 + i)] += o[i];
+                    for i in 0..32usize {
+                        let j = comptime!(i / 4) * 8 + 2 * t + comptime!(i % 2);
+                        let mut valid = valid_lo;
+                        let mut m = m_lo;
+                        let mut l = l_lo;
+                        let mut dd = d_lo;
+                        if comptime!(i % 4 >= 2) {
+                            valid = valid_hi;
+                            m = m_hi;
+                            l = l_hi;
+                            dd = d_hi;
+                        }
+                        let mut ds = 0.0f32;
+                        if j < valid {
+                            let p = (s[i] * scale - m).exp() / l;
+                            ds = p * (dp[i] - dd);
+                        }
+                        s[i] = ds;
+                    }
+                    pack_fragment::<F>(&s, &mut dsa);
+                    let k_trans = value_lane_address(k_buf, head_dim);
+                    #[unroll]
+                    for dg in 0..comptime!(head_dim / 32) {
+                        warp_values(&dsa, k_trans + comptime!((dg * 64) as u32), &mut o, head_dim, f16);
+                        #[unroll]
+                        for i in 0..16usize {
+                            acc[comptime!(dg * 16 + i)] += o[i];
+                        }
                     }
                 }
             }
-            sync_cube();
+            sync_cube(); // every warp is done with this stage before the next step refills it
         }
         // fragment element c of dim block nt: row g (c < 2) or g + 8, dims 8 nt + 2 t + c % 2
         #[unroll]
@@ -292,6 +312,26 @@ fn mma_backward_query_kernel<F: Float, N: Size, I: Int>(
             }
         }
     }
+}
+
+/// One step's Q and dO of `head`, queries `first .. first + queries` of the sequence at `start`,
+/// into the stages at vector `base` (asynchronously, not committed).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn stage_queries<F: Float, N: Size>(
+    q: &Tensor<Vector<F, N>>,
+    d_out: &Tensor<Vector<F, N>>,
+    q_sh: &mut Shared<[Vector<F, N>]>,
+    do_sh: &mut Shared<[Vector<F, N>]>,
+    base: usize,
+    row: usize,
+    q_heads: usize,
+    head: usize,
+    queries: usize,
+    #[comptime] head_dim: usize,
+) {
+    stage_split_async::<F, N>(q, q_sh, base, row, q_heads, head, queries, head_dim, comptime!(VS), comptime!(UNITS));
+    stage_split_async::<F, N>(d_out, do_sh, base, row, q_heads, head, queries, head_dim, comptime!(VS), comptime!(UNITS));
 }
 
 #[cube(launch)]
@@ -333,25 +373,36 @@ fn mma_backward_key_kernel<F: Float, N: Size, I: Int>(
         let first_pos = first_row - start;
         let count = keys_in_split(len, first_pos);
         let stage_vecs = comptime!(KV_SPLIT * (head_dim + PAD) / VS);
+        let stage_bytes = comptime!((KV_SPLIT * (head_dim + PAD) * 2) as u32);
         let mut k_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(stage_vecs, comptime!(SMEM_ALIGN));
         let mut v_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(stage_vecs, comptime!(SMEM_ALIGN));
-        let mut q_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(stage_vecs, comptime!(SMEM_ALIGN));
-        let mut do_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(stage_vecs, comptime!(SMEM_ALIGN));
-        // per query of the split: m, l, D
-        let mut stat_sh = Shared::<[f32]>::new_slice(comptime!(3 * KV_SPLIT));
-        // dK and dV accumulators, [warp][which][fragment element][lane]: a lane's own words
-        let acc_words = comptime!(head_dim / 2);
-        let mut acc_sh = Shared::<[f32]>::new_slice(comptime!(WARPS * 2 * (head_dim / 2) * 32));
-        let dk_base = (warp * 2) * acc_words * 32 + lane as usize;
-        let dv_base = (warp * 2 + 1) * acc_words * 32 + lane as usize;
-        #[unroll]
-        for i in 0..comptime!(head_dim / 2) {
-            acc_sh[dk_base + i * 32] = 0.0f32;
-            acc_sh[dv_base + i * 32] = 0.0f32;
-        }
+        // two Q and two dO stages: the next step's copies fly while this step's products run
+        let mut q_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(comptime!(2 * stage_vecs), comptime!(SMEM_ALIGN));
+        let mut do_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(comptime!(2 * stage_vecs), comptime!(SMEM_ALIGN));
+        // per query of a step: m, l, D (two sets, as the stages)
+        let mut stat_sh = Shared::<[f32]>::new_slice(comptime!(2 * 3 * KV_SPLIT));
+        // steps: the query splits at or after the tile in order, inside a split the KV head's
+        // query heads in head order
+        let splits = (len - first_pos).div_ceil(comptime!(KV_SPLIT));
+        let steps = splits * group;
         stage_split_async::<F, N>(k, &mut k_sh, 0, first_row, kv_heads, kv_head, count, head_dim, comptime!(VS), comptime!(UNITS));
         stage_split_async::<F, N>(v, &mut v_sh, 0, first_row, kv_heads, kv_head, count, head_dim, comptime!(VS), comptime!(UNITS));
+        stage_queries::<F, N>(q, d_out, &mut q_sh, &mut do_sh, 0, first_row, q_heads, kv_head * group, count, head_dim);
         commit_copies();
+        if unit < comptime!(KV_SPLIT) {
+            let mut m = 0.0f32;
+            let mut l = 1.0f32;
+            let mut dd = 0.0f32;
+            if unit < count {
+                let pair = (first_row + unit) * q_heads + kv_head * group;
+                m = stats[pair * 2];
+                l = stats[pair * 2 + 1];
+                dd = dots[pair];
+            }
+            stat_sh[unit] = m;
+            stat_sh[unit + comptime!(KV_SPLIT)] = l;
+            stat_sh[unit + comptime!(2 * KV_SPLIT)] = dd;
+        }
         let k_addr = shared_address::<Vector<F, N>>(&k_sh);
         let v_addr = shared_address::<Vector<F, N>>(&v_sh);
         let q_addr = shared_address::<Vector<F, N>>(&q_sh);
@@ -366,75 +417,91 @@ fn mma_backward_key_kernel<F: Float, N: Size, I: Int>(
         let mut pa = Array::<u32>::new(16usize);
         let mut dsa = Array::<u32>::new(16usize);
         let mut o = Array::<f32>::new(16usize);
-        let splits = (len - first_pos).div_ceil(comptime!(KV_SPLIT));
-        for split in 0..splits {
-            let first = first_pos + split * comptime!(KV_SPLIT); // the split's first query position
+        // dK and dV of the lane's fragment elements, f32, in registers for the whole kernel
+        let mut acc_dk = Array::<f32>::new(comptime!(head_dim / 2));
+        let mut acc_dv = Array::<f32>::new(comptime!(head_dim / 2));
+        #[unroll]
+        for i in 0..comptime!(head_dim / 2) {
+            acc_dk[i] = 0.0f32;
+            acc_dv[i] = 0.0f32;
+        }
+        for step in 0..steps {
+            let first = first_pos + (step / group) * comptime!(KV_SPLIT); // the split's first query position
             let queries = keys_in_split(len, first);
-            for h in 0..group {
-                let head = kv_head * group + h;
-                stage_split_async::<F, N>(q, &mut q_sh, 0, start + first, q_heads, head, queries, head_dim, comptime!(VS), comptime!(UNITS));
-                stage_split_async::<F, N>(d_out, &mut do_sh, 0, start + first, q_heads, head, queries, head_dim, comptime!(VS), comptime!(UNITS));
-                commit_copies();
-                if unit < comptime!(KV_SPLIT) {
-                    let mut m = 0.0f32;
-                    let mut l = 1.0f32;
-                    let mut dd = 0.0f32;
-                    if unit < queries {
-                        let pair = (start + first + unit) * q_heads + head;
-                        m = stats[pair * 2];
-                        l = stats[pair * 2 + 1];
-                        dd = dots[pair];
-                    }
-                    stat_sh[unit] = m;
-                    stat_sh[unit + comptime!(KV_SPLIT)] = l;
-                    stat_sh[unit + comptime!(2 * KV_SPLIT)] = dd;
+            let buf = step % 2;
+            let next = step + 1;
+            // the next step's copies go out before this step's wait, its statistics into registers
+            let mut next_m = 0.0f32;
+            let mut next_l = 1.0f32;
+            let mut next_d = 0.0f32;
+            if next < steps {
+                let next_first = first_pos + (next / group) * comptime!(KV_SPLIT);
+                let next_queries = keys_in_split(len, next_first);
+                let next_head = kv_head * group + next % group;
+                stage_queries::<F, N>(q, d_out, &mut q_sh, &mut do_sh, (1 - buf) * stage_vecs, start + next_first, q_heads, next_head, next_queries, head_dim);
+                if unit < next_queries {
+                    let pair = (start + next_first + unit) * q_heads + next_head;
+                    next_m = stats[pair * 2];
+                    next_l = stats[pair * 2 + 1];
+                    next_d = dots[pair];
                 }
-                wait_copies(0usize);
-                sync_cube();
-                // the warp's keys meet a query of this split (query position >= key position)
-                if warp * 16 < count && first + queries > first_pos + warp * 16 {
-                    query_fragments(k_addr, &mut frag, head_dim);
-                    warp_scores(&frag, q_addr, &mut s, head_dim, f16);
-                    query_fragments(v_addr, &mut frag, head_dim);
-                    warp_scores(&frag, do_addr, &mut dp, head_dim, f16);
-                    #[unroll]
-                    for i in 0..32usize {
-                        let j = comptime!(i / 4) * 8 + 2 * t + comptime!(i % 2);
-                        let mut r = r_lo;
-                        let mut key = key_lo;
-                        if comptime!(i % 4 >= 2) {
-                            r = r_hi;
-                            key = key_hi;
-                        }
-                        let mut p = 0.0f32;
-                        let mut ds = 0.0f32;
-                        if r < count && j < queries && first + j >= key {
-                            p = (s[i] * scale - stat_sh[j]).exp() / stat_sh[j + comptime!(KV_SPLIT)];
-                            ds = p * (dp[i] - stat_sh[j + comptime!(2 * KV_SPLIT)]);
-                        }
-                        s[i] = p;
-                        dp[i] = ds;
-                    }
-                    pack_fragment::<F>(&s, &mut pa);
-                    pack_fragment::<F>(&dp, &mut dsa);
-                    let do_trans = value_lane_address(do_addr, head_dim);
-                    let q_trans = value_lane_address(q_addr, head_dim);
-                    #[unroll]
-                    for dg in 0..comptime!(head_dim / 32) {
-                        warp_values(&pa, do_trans + comptime!((dg * 64) as u32), &mut o, head_dim, f16);
-                        #[unroll]
-                        for i in 0..16usize {
-                            acc_sh[dv_base + comptime!(dg * 16 + i) * 32] += o[i];
-                        }
-                        warp_values(&dsa, q_trans + comptime!((dg * 64) as u32), &mut o, head_dim, f16);
-                        #[unroll]
-                        for i in 0..16usize {
-                            acc_sh[dk_base + comptime!(dg * 16 + i) * 32] += o[i];
-                        }
-                    }
-                }
-                sync_cube(); // the stages are read before the next head or split refills them
             }
+            commit_copies();
+            wait_copies(1usize);
+            sync_cube();
+            let sb = buf * comptime!(3 * KV_SPLIT);
+            let q_buf = q_addr + (buf as u32) * stage_bytes;
+            let do_buf = do_addr + (buf as u32) * stage_bytes;
+            // the warp's keys meet a query of this split (query position >= key position)
+            if warp * 16 < count && first + queries > first_pos + warp * 16 {
+                query_fragments(k_addr, &mut frag, head_dim);
+                warp_scores(&frag, q_buf, &mut s, head_dim, f16);
+                query_fragments(v_addr, &mut frag, head_dim);
+                warp_scores(&frag, do_buf, &mut dp, head_dim, f16);
+                #[unroll]
+                for i in 0..32usize {
+                    let j = comptime!(i / 4) * 8 + 2 * t + comptime!(i % 2);
+                    let mut r = r_lo;
+                    let mut key = key_lo;
+                    if comptime!(i % 4 >= 2) {
+                        r = r_hi;
+                        key = key_hi;
+                    }
+                    let mut p = 0.0f32;
+                    let mut ds = 0.0f32;
+                    if r < count && j < queries && first + j >= key {
+                        p = (s[i] * scale - stat_sh[sb + j]).exp() / stat_sh[sb + j + comptime!(KV_SPLIT)];
+                        ds = p * (dp[i] - stat_sh[sb + j + comptime!(2 * KV_SPLIT)]);
+                    }
+                    s[i] = p;
+                    dp[i] = ds;
+                }
+                pack_fragment::<F>(&s, &mut pa);
+                pack_fragment::<F>(&dp, &mut dsa);
+                let do_trans = value_lane_address(do_buf, head_dim);
+                let q_trans = value_lane_address(q_buf, head_dim);
+                #[unroll]
+                for dg in 0..comptime!(head_dim / 32) {
+                    warp_values(&pa, do_trans + comptime!((dg * 64) as u32), &mut o, head_dim, f16);
+                    #[unroll]
+                    for i in 0..16usize {
+                        acc_dv[comptime!(dg * 16 + i)] += o[i];
+                    }
+                    warp_values(&dsa, q_trans + comptime!((dg * 64) as u32), &mut o, head_dim, f16);
+                    #[unroll]
+                    for i in 0..16usize {
+                        acc_dk[comptime!(dg * 16 + i)] += o[i];
+                    }
+                }
+            }
+            // the next step's statistics into the other set, which no warp reads in this step
+            if next < steps && unit < comptime!(KV_SPLIT) {
+                let nb = (1 - buf) * comptime!(3 * KV_SPLIT);
+                stat_sh[nb + unit] = next_m;
+                stat_sh[nb + unit + comptime!(KV_SPLIT)] = next_l;
+                stat_sh[nb + unit + comptime!(2 * KV_SPLIT)] = next_d;
+            }
+            sync_cube(); // every warp is done with this step's stages before the next step refills them
         }
         #[unroll]
         for i in 0..comptime!(head_dim / 2) {
@@ -444,8 +511,8 @@ fn mma_backward_key_kernel<F: Float, N: Size, I: Int>(
             }
             if r < count {
                 let at = ((first_row + r) * kv_heads + kv_head) * comptime!(head_dim) + comptime!(i / 4) * 8 + 2 * t + comptime!(i % 2);
-                d_k[at] = acc_sh[dk_base + i * 32] * scale;
-                d_v[at] = acc_sh[dv_base + i * 32];
+                d_k[at] = acc_dk[i] * scale;
+                d_v[at] = acc_dv[i];
             }
         }
     }
