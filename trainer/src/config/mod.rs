@@ -213,6 +213,14 @@ pub struct TaskSection {
     pub format_score: f64,
 }
 
+impl TaskSection {
+    /// Whether the task reads its problems from `task.path` ("dataset", alias "jsonl") rather
+    /// than generating them.
+    pub fn is_dataset(&self) -> bool {
+        matches!(self.name.as_str(), "dataset" | "jsonl")
+    }
+}
+
 impl Default for TaskSection {
     fn default() -> Self {
         Self { name: "addition".into(), digits: 1, count: 3, path: String::new(), reward: "exact".into(), reward_command: String::new(), reward_timeout_s: 60.0, prompt_key: "prompt".into(), answer_key: "answer".into(), prompt_format: PromptFormat::Raw, system_prompt: String::new(), chat_template: String::new(), chat_args: toml::Table::new(), eval_path: String::new(), format_score: 0.0 }

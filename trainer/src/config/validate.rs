@@ -40,7 +40,7 @@ impl Config {
         if self.train.dynamic_sampling_rounds > 16 {
             return bad("train.dynamic_sampling_rounds", format!("at most 16 refill rounds, got {}", self.train.dynamic_sampling_rounds));
         }
-        if self.train.eval_every > 0 && self.task.eval_path.is_empty() && matches!(self.task.name.as_str(), "dataset" | "jsonl") {
+        if self.train.eval_every > 0 && self.task.eval_path.is_empty() && self.task.is_dataset() {
             return bad("task.eval_path", "train.eval_every is set but a dataset task has no eval split: name a dataset file".into());
         }
         if self.train.eval_every > 0 && (self.train.eval_problems == 0 || self.train.eval_samples > 1024) {
@@ -108,7 +108,7 @@ impl Config {
         if self.task.prompt_format == PromptFormat::Chat && self.model.path.is_empty() && self.task.chat_template.is_empty() {
             return bad("task.prompt_format", "\"chat\" needs a chat template: model.path (a checkpoint with one) or task.chat_template".into());
         }
-        if matches!(self.task.name.as_str(), "dataset" | "jsonl") && self.task.path.is_empty() {
+        if self.task.is_dataset() && self.task.path.is_empty() {
             return bad("task.path", "task `jsonl` needs a path to a JSONL file".into());
         }
         let name = &self.log.run_name;

@@ -24,7 +24,7 @@
 //! query side, Q, dO and the statistics on the key side): the next step's copies are in flight
 //! while this step's products run. Where a value is copied does not change what is added in
 //! which order, so the stages and the accumulators' home leave every gradient's bits as they
-//! were; they set how many cubes fit on a multiprocessor (two of ~106 KiB of shared memory).
+//! were; they set how many cubes fit on a multiprocessor (two of 102-104 KiB of shared memory).
 //!
 //! One file past 400 lines: the three kernels and their launcher share the warp-step helpers,
 //! the tile constants and the stage layout, and are read together to check the fixed order.
