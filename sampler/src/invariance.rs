@@ -64,7 +64,7 @@ pub fn engine(model: &Qwen3, max_batch: usize, chunk_size: usize) -> Engine {
 }
 
 pub fn engine_sharing(model: &Qwen3, max_batch: usize, chunk_size: usize, share_prompt_prefix: bool) -> Engine {
-    Engine::new(model.clone(), EngineConfig { max_batch, kv_blocks: 0, context: CONTEXT, chunk_size, share_prompt_prefix, overlap: true }).expect("valid engine config")
+    Engine::new(model.clone(), EngineConfig { max_batch, kv_blocks: 0, context: CONTEXT, chunk_size, share_prompt_prefix, overlap: true, reserve: 1.0 }).expect("valid engine config")
 }
 
 /// Runs `target` among `others`, each added at a random step; every result, in completion order.
@@ -261,7 +261,7 @@ pub fn overlap_matches_synchronous(model: &Qwen3, rng: &mut StdRng, n: usize) ->
     let (max_batch, chunk) = ([3, 8, 16][rng.random_range(0..3)], [1, 5, 64][rng.random_range(0..3)]);
     let name = format!("overlapped steps = synchronous steps ({n} requests, max_batch {max_batch}, chunk {chunk})");
     let run = |overlap: bool| {
-        let mut e = Engine::new(model.clone(), EngineConfig { max_batch, kv_blocks: 0, context: CONTEXT, chunk_size: chunk, share_prompt_prefix: true, overlap }).expect("valid engine config");
+        let mut e = Engine::new(model.clone(), EngineConfig { max_batch, kv_blocks: 0, context: CONTEXT, chunk_size: chunk, share_prompt_prefix: true, overlap, reserve: 1.0 }).expect("valid engine config");
         let (mut results, mut step, mut fed) = (std::collections::HashMap::new(), 0, 0usize);
         while results.len() < n {
             for (_, r) in requests.iter().filter(|(at, _)| *at == step) {
@@ -289,10 +289,11 @@ pub fn overlap_matches_synchronous(model: &Qwen3, rng: &mut StdRng, n: usize) ->
     EngineCheck::new(name, None)
 }
 
-/// A paged KV cache too small for the running requests (so requests are preempted and run
-/// again, and GRPO groups share whole prompt blocks) = a cache with room for all: the same
+/// A paged KV cache too small for the running requests = a cache with room for all: the same
 /// tokens, logprob bits and finish reasons for 3 groups of 4 requests whose prompts span 2
-/// blocks and whose answers cross into a third.
+/// blocks and whose answers cross into a third. Run twice: admitting whenever a prompt fits
+/// (`reserve` 0: requests are preempted and run again, and GRPO groups share whole prompt
+/// blocks), and reserving every admitted request's whole answer (`reserve` 1: no preemption).
 pub fn small_paged_cache_matches_full(model: &Qwen3, rng: &mut StdRng) -> EngineCheck {
     const LONG_CONTEXT: usize = 3 * shared_kernels::ops::attention::BLOCK;
     let vocab = model.config.vocab_size;
@@ -312,36 +313,41 @@ pub fn small_paged_cache_matches_full(model: &Qwen3, rng: &mut StdRng) -> Engine
     // 5 blocks: two requests of two blocks, and a third that must wait or take a block
     let blocks = 5;
     let name = format!("a {blocks}-block paged cache = a full one (3 groups x 4 requests, max_batch {max_batch}, chunk {chunk})");
-    let config = |kv_blocks, share_prompt_prefix| EngineConfig { max_batch, kv_blocks, context: LONG_CONTEXT, chunk_size: chunk, share_prompt_prefix, overlap: true };
-    let full = match Engine::new(model.clone(), config(0, false)) {
+    let config = |kv_blocks, share_prompt_prefix, reserve| EngineConfig { max_batch, kv_blocks, context: LONG_CONTEXT, chunk_size: chunk, share_prompt_prefix, overlap: true, reserve };
+    let full = match Engine::new(model.clone(), config(0, false, 1.0)) {
         Ok(mut e) => e.generate(requests.clone()),
         Err(e) => return EngineCheck::new(name, Some(e)),
     };
-    let mut small = match Engine::new(model.clone(), config(blocks, true)) {
-        Ok(e) => e,
-        Err(e) => return EngineCheck::new(name, Some(e)),
-    };
-    for r in &requests {
-        small.add(r.clone());
-    }
-    let (mut results, mut preempted, mut shared) = (std::collections::HashMap::new(), 0, 0);
-    while !small.is_idle() {
-        let stats = small.step();
-        preempted += stats.preempted;
-        shared += stats.shared_prefix_tokens;
-        results.extend(small.take_done());
-    }
-    results.extend(small.take_done());
-    if preempted == 0 || shared < shared_kernels::ops::attention::BLOCK {
-        return EngineCheck::new(name, Some(format!("not exercised: {preempted} preemptions, {shared} prompt tokens shared (a whole block is {})", shared_kernels::ops::attention::BLOCK)));
-    }
-    for (r, want) in requests.iter().zip(&full) {
-        let same = matches!((results.get(&r.id), want), (Some(Ok(a)), Ok(b)) if bits(a) == bits(b));
-        if !same {
-            return EngineCheck::new(name, Some(format!("request {} differs: full cache {:?}, small {:?}", r.id, want.as_ref().map(bits), results.get(&r.id).map(|x| x.as_ref().map(bits)))));
+    let mut report = Vec::new();
+    for reserve in [0.0, 1.0] {
+        let mut small = match Engine::new(model.clone(), config(blocks, true, reserve)) {
+            Ok(e) => e,
+            Err(e) => return EngineCheck::new(name, Some(e)),
+        };
+        for r in &requests {
+            small.add(r.clone());
         }
+        let (mut results, mut preempted, mut shared) = (std::collections::HashMap::new(), 0, 0);
+        while !small.is_idle() {
+            let stats = small.step();
+            preempted += stats.preempted;
+            shared += stats.shared_prefix_tokens;
+            results.extend(small.take_done());
+        }
+        results.extend(small.take_done());
+        let exercised = if reserve == 0.0 { preempted > 0 } else { preempted == 0 };
+        if !exercised || shared < shared_kernels::ops::attention::BLOCK {
+            return EngineCheck::new(name, Some(format!("reserve {reserve}: {preempted} preemptions, {shared} prompt tokens shared (a whole block is {}; expected preemptions only at reserve 0)", shared_kernels::ops::attention::BLOCK)));
+        }
+        for (r, want) in requests.iter().zip(&full) {
+            let same = matches!((results.get(&r.id), want), (Some(Ok(a)), Ok(b)) if bits(a) == bits(b));
+            if !same {
+                return EngineCheck::new(name, Some(format!("reserve {reserve}: request {} differs: full cache {:?}, small {:?}", r.id, want.as_ref().map(bits), results.get(&r.id).map(|x| x.as_ref().map(bits)))));
+            }
+        }
+        report.push(format!("reserve {reserve}: {preempted} preemptions, {shared} prompt tokens shared"));
     }
-    EngineCheck::new(format!("{name}: {preempted} preemptions, {shared} prompt tokens shared"), None)
+    EngineCheck::new(format!("{name}: {}", report.join("; ")), None)
 }
 
 /// Everything above, from one seed.

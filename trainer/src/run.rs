@@ -230,7 +230,9 @@ pub fn save_resolved(c: &Config, dir: &Path) -> Result<(), RunError> {
 }
 
 /// Keys a resume may change without changing a bit of the run (display only).
-const RESUME_NEUTRAL_KEYS: [&str; 3] = ["log.progress", "log.tensorboard", "train.final_checkpoint"];
+/// `sampler.kv_reserve` only decides when requests are admitted, which batch invariance makes
+/// irrelevant to every bit.
+const RESUME_NEUTRAL_KEYS: [&str; 4] = ["log.progress", "log.tensorboard", "train.final_checkpoint", "sampler.kv_reserve"];
 
 /// `(key, before, now)` for every key whose value differs between the config a run was started
 /// with (its `config.resolved.toml`) and `now`, keys that cannot change a bit left out.
@@ -307,6 +309,7 @@ pub fn engine_config(c: &Config, model: &Qwen3) -> Result<sampler::EngineConfig,
         .map_err(|e| RunError::Config(crate::config::ConfigError::Invalid { key: "sampler.kv_budget_mib".into(), message: e }))?;
     e.share_prompt_prefix = s.share_prompt_prefix;
     e.overlap = s.overlap_steps;
+    e.reserve = s.kv_reserve;
     Ok(e)
 }
 

@@ -109,6 +109,7 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
         ("section.toml", "[trainer]\nsteps = 3\n", vec!["trainer"]),
         ("task.toml", "[task]\nname = \"chess\"\n", vec!["task.name", "chess"]),
         ("budget.toml", "[sampler]\nkv_budget_mib = 0.001\n", vec!["sampler.kv_budget_mib", "fewer than one request"]),
+        ("reserve.toml", "[sampler]\nkv_reserve = 1.5\n", vec!["sampler.kv_reserve", "[0, 1]"]),
         // sizes that would abort the process or poison the device are refused before any allocation
         ("context.toml", "[sampler]\ncontext = 100000000000\n", vec!["sampler.context"]),
         ("slots.toml", "[sampler]\nmax_batch = 100000000\ncontext = 4096\n", vec!["sampler.context", "sampler.max_batch", "index range"]),

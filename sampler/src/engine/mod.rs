@@ -40,6 +40,12 @@ pub struct EngineConfig {
     /// from step N's device output). Same tokens and bits either way; a request that samples a
     /// stop token costs one more row, whose token is dropped.
     pub overlap: bool,
+    /// Admission with a paged cache: the fraction of each running request's remaining
+    /// `max_new_tokens` whose blocks are kept free before another request is admitted. 1.0
+    /// never preempts (every admitted request can grow to its limit); 0.0 admits whenever the
+    /// prompt fits and preempts the newest when blocks run out, which reruns its tokens (the
+    /// same bits, more work). Lower values pay when most responses stop well before the limit.
+    pub reserve: f32,
 }
 
 impl EngineConfig {
@@ -53,7 +59,7 @@ impl EngineConfig {
         if kv_blocks < width {
             return Err(format!("KV budget of {kv_budget_bytes} bytes holds {kv_blocks} blocks of {BLOCK} positions ({per_block} bytes each), fewer than one request of {context} tokens needs ({width})"));
         }
-        Ok(Self { max_batch, kv_blocks, context, chunk_size, share_prompt_prefix: true, overlap: true })
+        Ok(Self { max_batch, kv_blocks, context, chunk_size, share_prompt_prefix: true, overlap: true, reserve: 1.0 })
     }
 }
 
@@ -127,6 +133,9 @@ impl Engine {
     pub fn new(model: Qwen3, config: EngineConfig) -> Result<Self, String> {
         if config.max_batch == 0 || config.context == 0 || config.chunk_size == 0 {
             return Err(format!("engine config needs max_batch, context and chunk_size >= 1, got {config:?}"));
+        }
+        if !(0.0..=1.0).contains(&config.reserve) {
+            return Err(format!("engine config: reserve must be in [0, 1], got {}", config.reserve));
         }
         if config.context > model.config.max_position_embeddings {
             return Err(format!("context {} exceeds the model's max_position_embeddings {}", config.context, model.config.max_position_embeddings));
@@ -210,17 +219,50 @@ impl Engine {
         stats
     }
 
-    /// Admits waiting requests while a slot and the blocks for the prompt are free (a request
-    /// admitted only to be preempted at once would be wasted work).
+    /// Admits waiting requests while a slot is free and the cache keeps, beyond what the
+    /// running requests are reserved (`EngineConfig::reserve`), the blocks for the next one's
+    /// prompt and its reserved share of new tokens (a request admitted only to be preempted
+    /// would be wasted work). The first request is always admitted.
     fn admit(&mut self, now: Instant) {
+        let free = self.cache.free_blocks().unwrap_or(usize::MAX);
+        let mut prompts: std::collections::HashSet<Vec<u32>> = std::collections::HashSet::new();
+        let mut committed = 0;
+        for act in &self.active {
+            committed += self.blocks_still_reserved(act);
+            if self.config.share_prompt_prefix && act.request.prompt.len() >= 2 {
+                prompts.insert(act.request.prompt.clone());
+            }
+        }
         while let (Some(next), Some(slot)) = (self.waiting.front(), self.free_slots.last().copied()) {
-            if self.cache.free_blocks().unwrap_or(usize::MAX) < KvCache::blocks_for(next.request.prompt.len()) && !self.active.is_empty() {
+            let r = &next.request;
+            let target = r.prompt.len() + reserved_new_tokens(r.params.max_new_tokens, self.config.reserve);
+            // a group member shares its donor's whole prompt blocks (`share_prefixes`)
+            let shared = if prompts.contains(&r.prompt) { (r.prompt.len() - 1) / BLOCK } else { 0 };
+            let need = KvCache::blocks_for(target).saturating_sub(shared);
+            if free < committed + need && !self.active.is_empty() {
                 break;
             }
+            committed += need;
+            if self.config.share_prompt_prefix && r.prompt.len() >= 2 {
+                prompts.insert(r.prompt.clone());
+            }
             self.free_slots.pop();
-            let p = self.waiting.pop_front().expect("front exists");
-            self.active.push(Active { request: p.request, slot, prefilled: 0, tokens: Vec::new(), logprobs: Vec::new(), in_flight: 0, added: p.added, admitted: now, first_token: None });
+            self.take_waiting(slot, now);
         }
+    }
+
+    fn take_waiting(&mut self, slot: u32, now: Instant) {
+        let p = self.waiting.pop_front().expect("front exists");
+        self.active.push(Active { request: p.request, slot, prefilled: 0, tokens: Vec::new(), logprobs: Vec::new(), in_flight: 0, added: p.added, admitted: now, first_token: None });
+    }
+
+    /// Blocks a running request does not hold yet but is reserved: up to its prompt plus the
+    /// tokens it has, plus `reserve` of the new tokens it may still sample.
+    fn blocks_still_reserved(&self, act: &Active) -> usize {
+        let generated = act.tokens.len() + act.in_flight;
+        let left = act.request.params.max_new_tokens.saturating_sub(generated);
+        let target = act.request.prompt.len() + generated + reserved_new_tokens(left, self.config.reserve);
+        KvCache::blocks_for(target).saturating_sub(self.cache.blocks_held(act.slot as usize))
     }
 
     /// The step's middle stages: prefixes shared, blocks reserved, rows built and launched, and
@@ -316,6 +358,11 @@ impl Engine {
         }
         order.iter().map(|id| results.remove(id).unwrap_or(Err(SampleError::Engine { id: *id, message: "duplicate request id in one batch".into() }))).collect()
     }
+}
+
+/// New tokens a request is reserved blocks for: `reserve` of `left`, rounded up.
+fn reserved_new_tokens(left: usize, reserve: f32) -> usize {
+    (left as f64 * reserve as f64).ceil() as usize
 }
 
 /// The engine's copy of the weights: in cubecl's persistent pool (see [`Qwen3::into_resident`]),

@@ -138,6 +138,11 @@ impl KvCache {
         self.blocks.as_ref().map(|b| b.free.len())
     }
 
+    /// Blocks `slot` holds (paged; 0 for a contiguous cache, whose slots hold their whole length).
+    pub fn blocks_held(&self, slot: usize) -> usize {
+        self.blocks.as_ref().map_or(0, |b| b.owned[slot].len())
+    }
+
     /// Blocks `len` positions take.
     pub fn blocks_for(len: usize) -> usize {
         len.div_ceil(BLOCK)

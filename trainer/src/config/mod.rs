@@ -59,6 +59,9 @@ pub struct SamplerSection {
     /// max_batch requests of `context` tokens); when none is left the newest request is
     /// preempted and rerun later (same bits).
     pub kv_budget_mib: f64,
+    /// With a KV budget: the fraction of each running request's remaining `max_new_tokens`
+    /// kept in free blocks before another request is admitted (1 = never preempt).
+    pub kv_reserve: f32,
     pub temperature: f32,
     pub top_k: u32,
     pub top_p: f32,
@@ -71,7 +74,7 @@ pub struct SamplerSection {
 
 impl Default for SamplerSection {
     fn default() -> Self {
-        Self { max_batch: 64, context: 48, chunk_size: 16, share_prompt_prefix: true, overlap_steps: true, kv_budget_mib: 0.0, temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 8, input: String::new(), output: String::new(), seed: 0 }
+        Self { max_batch: 64, context: 48, chunk_size: 16, share_prompt_prefix: true, overlap_steps: true, kv_budget_mib: 0.0, kv_reserve: 1.0, temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 8, input: String::new(), output: String::new(), seed: 0 }
     }
 }
 

@@ -66,6 +66,9 @@ impl Config {
         if !(self.sampler.kv_budget_mib >= 0.0 && self.sampler.kv_budget_mib.is_finite()) {
             return bad("sampler.kv_budget_mib", format!("must be a finite number >= 0 (0 = no budget), got {}", self.sampler.kv_budget_mib));
         }
+        if !(0.0..=1.0).contains(&self.sampler.kv_reserve) {
+            return bad("sampler.kv_reserve", format!("must be in [0, 1] (the fraction of each running request's remaining max_new_tokens kept in KV blocks), got {}", self.sampler.kv_reserve));
+        }
         if self.train.group_size < 2 {
             return bad("train.group_size", format!("GRPO needs at least 2 completions per prompt, got {}", self.train.group_size));
         }

@@ -179,7 +179,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         for &(kernels, overlap) in &sets {
             let mut m = model.clone();
             m.kernels = kernels;
-            let mut engine = Engine::new(m, EngineConfig { max_batch: c, kv_blocks: 0, context, chunk_size: o.prompt_len.max(1), share_prompt_prefix: true, overlap }).map_err(|e| e.to_string())?;
+            let mut engine = Engine::new(m, EngineConfig { max_batch: c, kv_blocks: 0, context, chunk_size: o.prompt_len.max(1), share_prompt_prefix: true, overlap, reserve: 1.0 }).map_err(|e| e.to_string())?;
             let warm = Instant::now();
             engine.generate(requests(0)); // warm-up: kernel compilation (and burn's autotuning)
             sync(&device);
