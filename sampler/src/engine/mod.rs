@@ -224,6 +224,9 @@ impl Engine {
     /// prompt and its reserved share of new tokens (a request admitted only to be preempted
     /// would be wasted work). The first request is always admitted.
     fn admit(&mut self, now: Instant) {
+        if self.waiting.is_empty() || self.free_slots.is_empty() {
+            return;
+        }
         let free = self.cache.free_blocks().unwrap_or(usize::MAX);
         let mut prompts: std::collections::HashSet<Vec<u32>> = std::collections::HashSet::new();
         let mut committed = 0;
