@@ -18,7 +18,13 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
     if same_file(Path::new(&s.input), Path::new(&s.output)) {
         return Err(RunError::Other(format!("sampler.output {:?} is the prompt file sampler.input: it would be overwritten", s.output)));
     }
-    let lines = crate::jsonl::lines(Path::new(&s.input)).map_err(|(line, m)| RunError::Other(format!("{}:{line}: {m}", s.input)))?;
+    let lines = crate::jsonl::lines(Path::new(&s.input)).map_err(|(line, m)| match line {
+        0 => crate::run::invalid("sampler.input", format!("{:?}: {m}", s.input)),
+        _ => RunError::Other(format!("{}:{line}: {m}", s.input)),
+    })?;
+    if lines.is_empty() {
+        return Err(crate::run::invalid("sampler.input", format!("{:?} holds no prompts (every line is blank)", s.input)));
+    }
     // the output's folder must take a file before any sampling is spent
     let output = Path::new(&s.output);
     let tmp = output.with_file_name(format!(".{}.tmp", output.file_name().and_then(|n| n.to_str()).unwrap_or("output")));

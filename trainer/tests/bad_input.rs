@@ -37,6 +37,17 @@ fn numeric_answers_are_read_as_their_text() {
 }
 
 #[test]
+fn a_missing_or_empty_prompt_file_names_sampler_input() {
+    let dir = scratch("empty-input");
+    std::fs::write(dir.join("blank.jsonl"), "\n  \n").unwrap();
+    for (input, needle) in [("blank.jsonl", "no prompts"), ("missing.jsonl", "cannot read")] {
+        let out = lockstep(&["sample", "--set", &format!("sampler.input={input}"), "--set", "sampler.output=out.jsonl"], &dir);
+        assert_refused(&out, 2, &["sampler.input", input, needle]);
+        assert!(!dir.join("out.jsonl").exists(), "{input}: an output was written");
+    }
+}
+
+#[test]
 fn an_output_that_cannot_be_written_is_refused_before_sampling() {
     let dir = scratch("bad-output");
     std::fs::write(dir.join("prompts.jsonl"), "{\"prompt\": \"1+1=\"}\n").unwrap();

@@ -35,11 +35,7 @@ impl ModelConfig {
 
     /// `origin` names the file in errors.
     pub fn from_json(text: &str, origin: &str) -> Result<Self, ModelError> {
-        let raw: Value = serde_json::from_str(text).map_err(|e| ModelError::Config {
-            file: origin.to_string(),
-            key: String::new(),
-            message: format!("not valid JSON: {e}"),
-        })?;
+        let raw: Value = serde_json::from_str(text).map_err(|e| ModelError::malformed(origin, format!("not valid JSON: {e}")))?;
         let err = |key: &str, message: String| ModelError::Config { file: origin.to_string(), key: key.to_string(), message };
         let arch = raw
             .get("architectures")

@@ -95,8 +95,8 @@ impl MappedWeights {
             // SAFETY: the map is read-only; as with any loader, the file must not be rewritten
             // while it loads (lockstep itself writes checkpoints aside and renames them).
             let map = unsafe { memmap2::Mmap::map(&handle) }.map_err(|e| ModelError::io(&file, e))?;
-            SafeTensors::deserialize(&map).map_err(|e| weights_err(&file, "", format!("corrupt safetensors: {e}")))?;
-            let (header, meta) = SafeTensors::read_metadata(&map).map_err(|e| weights_err(&file, "", format!("corrupt safetensors: {e}")))?;
+            SafeTensors::deserialize(&map).map_err(|e| ModelError::malformed(file.display(), format!("corrupt safetensors: {e}")))?;
+            let (header, meta) = SafeTensors::read_metadata(&map).map_err(|e| ModelError::malformed(file.display(), format!("corrupt safetensors: {e}")))?;
             for (name, info) in meta.tensors() {
                 let (a, b) = info.data_offsets;
                 index.insert(name, (files.len(), info.dtype, info.shape.clone(), 8 + header + a..8 + header + b));

@@ -36,6 +36,9 @@ use std::path::Path;
 pub enum ModelError {
     #[error("{file}: config key `{key}`: {message}")]
     Config { file: String, key: String, message: String },
+    /// A problem with the whole file (unparsable, missing), not with one key or tensor.
+    #[error("{file}: {message}")]
+    Malformed { file: String, message: String },
     #[error("{file}: tensor `{tensor}`: {message}")]
     Weights { file: String, tensor: String, message: String },
     #[error("{file}: tokenizer: {message}")]
@@ -53,5 +56,9 @@ pub enum ModelError {
 impl ModelError {
     pub fn io(path: &Path, e: std::io::Error) -> Self {
         ModelError::Io { file: path.display().to_string(), message: e.to_string() }
+    }
+
+    pub fn malformed(file: impl std::fmt::Display, message: impl Into<String>) -> Self {
+        ModelError::Malformed { file: file.to_string(), message: message.into() }
     }
 }

@@ -60,7 +60,7 @@ pub fn write_safetensors<B: std::ops::Deref<Target = [u8]> + Send>(
         sizes.push(n);
         at += n;
     }
-    let mut text = serde_json::to_vec(&header).map_err(|e| weights_err(file, "", format!("header: {e}")))?;
+    let mut text = serde_json::to_vec(&header).map_err(|e| ModelError::malformed(file.display(), format!("header: {e}")))?;
     text.resize(text.len().next_multiple_of(8), b' ');
     write_atomic_with(file, |w| {
         let io = |e| ModelError::io(file, e);

@@ -34,7 +34,7 @@ pub(super) fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
     let index = dir.join("model.safetensors.index.json");
     if index.exists() {
         let text = std::fs::read_to_string(&index).map_err(|e| ModelError::io(&index, e))?;
-        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| weights_err(&index, "", format!("not valid JSON: {e}")))?;
+        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| ModelError::malformed(index.display(), format!("not valid JSON: {e}")))?;
         let map = json.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| weights_err(&index, "weight_map", "missing or not an object"))?;
         let mut files: Vec<PathBuf> = map.values().filter_map(|v| v.as_str()).map(|f| dir.join(f)).collect();
         files.sort();
@@ -43,7 +43,7 @@ pub(super) fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
     }
     let single = dir.join("model.safetensors");
     if !single.exists() {
-        return Err(weights_err(&single, "", "not found (nor model.safetensors.index.json)"));
+        return Err(ModelError::malformed(single.display(), "not found (nor model.safetensors.index.json)"));
     }
     Ok(vec![single])
 }
@@ -55,7 +55,7 @@ pub fn load_checkpoint(dir: &Path) -> Result<Checkpoint, ModelError> {
     let mut found: HashMap<String, (PathBuf, Vec<usize>, Vec<f32>)> = HashMap::new();
     for file in weight_files(dir)? {
         let bytes = std::fs::read(&file).map_err(|e| ModelError::io(&file, e))?;
-        let st = SafeTensors::deserialize(&bytes).map_err(|e| weights_err(&file, "", format!("corrupt safetensors: {e}")))?;
+        let st = SafeTensors::deserialize(&bytes).map_err(|e| ModelError::malformed(file.display(), format!("corrupt safetensors: {e}")))?;
         for (name, view) in st.tensors() {
             let values = to_f32(&file, &name, &view)?;
             found.insert(name, (file.clone(), view.shape().to_vec(), values));

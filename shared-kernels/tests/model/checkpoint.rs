@@ -88,7 +88,13 @@ fn bad_checkpoints_give_errors_naming_the_problem() {
     std::fs::copy(dir.join("config.json"), corrupt.join("config.json")).unwrap();
     std::fs::write(corrupt.join("model.safetensors"), b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}").unwrap();
     let e = msg(Qwen3::load(&corrupt, DType::F32, &device));
-    assert!(e.contains("model.safetensors") && e.contains("corrupt"), "{e}");
+    assert!(e.contains("model.safetensors") && e.contains("corrupt") && !e.contains("``"), "{e}");
+
+    // a truncated config.json names the file, and no empty key
+    let truncated = scratch("truncated-config");
+    std::fs::write(truncated.join("config.json"), b"{\"hidden_size\": 64").unwrap();
+    let e = msg(Qwen3::load(&truncated, DType::F32, &device));
+    assert!(e.contains("config.json") && e.contains("not valid JSON") && !e.contains("``"), "{e}");
 
     // wrong shape: a checkpoint from another model shape
     let other = scratch("other-shape");
