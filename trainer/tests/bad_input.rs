@@ -48,6 +48,16 @@ fn a_missing_or_empty_prompt_file_names_sampler_input() {
 }
 
 #[test]
+fn a_missing_or_blank_dataset_names_the_file() {
+    let dir = scratch("empty-dataset");
+    std::fs::write(dir.join("blank.jsonl"), "\n\n").unwrap();
+    for (path, needle) in [("blank.jsonl", "no problems in the file"), ("missing.jsonl", "cannot read")] {
+        let out = lockstep(&["train", "--set", "task.name=dataset", "--set", &format!("task.path={path}"), "--set", "log.progress=false"], &dir);
+        assert_refused(&out, 1, &[&format!("{path}: {needle}")]);
+    }
+}
+
+#[test]
 fn an_output_that_cannot_be_written_is_refused_before_sampling() {
     let dir = scratch("bad-output");
     std::fs::write(dir.join("prompts.jsonl"), "{\"prompt\": \"1+1=\"}\n").unwrap();

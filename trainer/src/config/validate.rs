@@ -114,6 +114,13 @@ impl Config {
         if self.task.is_dataset() && self.task.path.is_empty() {
             return bad("task.path", "task `jsonl` needs a path to a JSONL file".into());
         }
+        // the generated tasks' sizes (Task::from_config holds the same ranges)
+        let t = &self.task;
+        for (task, key, value, range) in [("addition", "task.digits", t.digits, 1..=9), ("word_problems", "task.digits", t.digits, 1..=3), ("sort", "task.count", t.count, 2..=9), ("countdown", "task.count", t.count, 2..=5)] {
+            if t.name == task && !range.contains(&value) {
+                return bad(key, format!("must be in {}..={} for task `{task}`, got {value}", range.start(), range.end()));
+            }
+        }
         let name = &self.log.run_name;
         if name.is_empty() || name.contains(['/', '\\']) || name == "." || name == ".." || name.starts_with('.') {
             return bad("log.run_name", format!("must be a folder name under log.runs_dir (no '/', '\\', and not starting with '.'), got {name:?}"));

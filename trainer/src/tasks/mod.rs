@@ -38,13 +38,24 @@ pub enum Task {
     Chat { inner: Box<Task>, chat: crate::chat::ChatPrompts },
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("{file}:{line}: {message}")]
+/// A problem at a line of a task file, or (`line` 0) with the whole file.
+#[derive(Debug)]
 pub struct TaskError {
     pub file: String,
     pub line: usize,
     pub message: String,
 }
+
+impl std::fmt::Display for TaskError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            0 => write!(f, "{}: {}", self.file, self.message),
+            line => write!(f, "{}:{line}: {}", self.file, self.message),
+        }
+    }
+}
+
+impl std::error::Error for TaskError {}
 
 impl Task {
     pub fn from_config(c: &TaskSection) -> Result<Self, TaskError> {
