@@ -52,6 +52,17 @@ pub fn memory_capacity(device: &Device) -> Option<u64> {
     probe.client.properties().memory.max_memory().or_else(cuda_total_memory)
 }
 
+/// The largest tensor one kernel can bind on `device`, where the runtime has such a limit:
+/// wgpu's storage-buffer binding size (128 MiB on lavapipe; a larger tensor fails inside wgpu's
+/// validation on cubecl's device thread). `None` on CUDA, whose limit is the memory itself.
+pub fn max_tensor_bytes(device: &Device) -> Option<u64> {
+    if cfg!(feature = "cuda") {
+        return None;
+    }
+    let probe = burn::tensor::Tensor::<1>::zeros([1], device).try_into_primitive::<burn_cubecl::Cube>().ok()?;
+    Some(probe.client.properties().memory.max_page_size)
+}
+
 #[cfg(feature = "cuda")]
 fn cuda_total_memory() -> Option<u64> {
     // the primary context of device 0, the one cubecl's CudaDevice::new(0) runs on

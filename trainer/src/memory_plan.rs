@@ -37,6 +37,14 @@ pub struct MemoryPlan {
     pub activations: u64,
     /// Whether the KV cache is the largest fixed part (then the sampler keys are the ones to name).
     kv_share: f64,
+    /// One layer's K (or V) cache tensor, and the largest weight tensor as the run holds it (f32
+    /// when training: masters, moments, gradients), for runtimes that bind at most so many bytes.
+    kv_layer_bytes: u64,
+    largest_weight: (String, u64),
+    /// The keys that size those two: the KV budget or the context, the checkpoint or the
+    /// embedded model's shape.
+    kv_key: &'static str,
+    model_key: &'static str,
 }
 
 const GB: f64 = 1e9;
@@ -102,7 +110,9 @@ impl MemoryPlan {
         }
         fixed.push(Part { what: "KV cache", bytes: sat(kv) });
         let total: u64 = fixed.iter().map(|p| p.bytes).fold(0u64, u64::saturating_add);
-        Self { fixed, activations, kv_share: sat(kv) as f64 / total.max(1) as f64 }
+        let held = if purpose == Purpose::Train { dtype.max(4.0) } else { dtype };
+        let largest_weight = m.expected_tensors().into_iter().map(|(name, shape)| (name, sat(shape.iter().map(|&d| n(d)).product::<f64>() * held))).max_by_key(|(_, b)| *b).unwrap_or_default();
+        Self { fixed, activations, kv_share: sat(kv) as f64 / total.max(1) as f64, kv_layer_bytes: sat(kv / (2.0 * layers.max(1.0))), largest_weight, kv_key: if c.sampler.kv_budget_mib > 0.0 { "sampler.kv_budget_mib" } else { "sampler.context" }, model_key: if c.model.path.is_empty() { "model.hidden_size" } else { "model.path" } }
     }
 
     pub fn fixed_bytes(&self) -> u64 {
@@ -115,6 +125,21 @@ impl MemoryPlan {
         let device = capacity.map_or("the device's size unknown".to_string(), |c| format!("of the device's {}", size(c)));
         let activations = if self.activations > 0 { format!(" + ~{} of activations per trainer pass (estimate)", size(self.activations)) } else { String::new() };
         format!("memory plan: {} fixed ({}){activations}, {device}", size(self.fixed_bytes()), parts.join(", "))
+    }
+
+    /// Err when a tensor the run must hold is larger than the runtime can bind to a kernel
+    /// (`limit`, [`shared_kernels::device::max_tensor_bytes`]): a config error naming the keys.
+    pub fn check_tensor_limit(&self, limit: Option<u64>) -> Result<(), RunError> {
+        let Some(limit) = limit else { return Ok(()) };
+        let runtime = shared_kernels::device::runtime_name();
+        if self.kv_layer_bytes > limit {
+            return Err(invalid(self.kv_key, format!("gives each layer a {} KV cache tensor, but this runtime ({runtime}) binds at most {} to a kernel; lower sampler.context or sampler.max_batch, or cap sampler.kv_budget_mib", size(self.kv_layer_bytes), size(limit))));
+        }
+        let (name, bytes) = &self.largest_weight;
+        if *bytes > limit {
+            return Err(invalid(self.model_key, format!("the model's tensor `{name}` takes {}, but this runtime ({runtime}) binds at most {} to a kernel: run this model on CUDA, or a smaller one", size(*bytes), size(limit))));
+        }
+        Ok(())
     }
 
     /// Err when the fixed part alone passes `capacity` (a config error naming the keys to change);
@@ -146,10 +171,13 @@ pub fn check(c: &Config, device: &burn::tensor::Device, purpose: Purpose) -> Res
 /// [`check`] for one of `ranks` data-parallel ranks (each on its own device).
 pub fn check_rank(c: &Config, device: &burn::tensor::Device, purpose: Purpose, ranks: usize) -> Result<(), RunError> {
     let shape = crate::run::model_shape(c)?;
+    // the kernels' index range first: it holds on every runtime, the binding limit below on some
+    crate::run::check_sizes(c, &shape)?;
     let dtype_bytes = crate::run::dtype(c).size() as u64;
     let plan = MemoryPlan::of_rank(c, &shape, dtype_bytes, purpose, ranks);
     let capacity = shared_kernels::device::memory_capacity(device);
     eprintln!("{}", plan.summary(capacity));
+    plan.check_tensor_limit(shared_kernels::device::max_tensor_bytes(device))?;
     if let Some(warning) = plan.check(capacity)? {
         eprintln!("warning: {warning}");
     }
@@ -230,5 +258,29 @@ mod tests {
         c.sampler.kv_budget_mib = 0.0;
         let huge = MemoryPlan::of(&c, &small, 2, Purpose::Train);
         assert!(huge.check(Some(80_000_000_000)).is_err());
+    }
+
+    #[test]
+    fn a_tensor_past_the_runtimes_binding_limit_names_the_key_that_sizes_it() {
+        // Qwen3-8B in bf16: one layer's K cache of 64 x 2,048 positions is 268 MB, the
+        // embedding 1.24 GB (2.49 GB as f32 masters when training)
+        let mut c = Config::default();
+        c.model.path = "/some/checkpoint".into();
+        c.sampler.max_batch = 64;
+        c.sampler.context = 2048;
+        let plan = MemoryPlan::of(&c, &qwen3_8b(), 2, Purpose::Sample);
+        let err = plan.check_tensor_limit(Some(128 << 20)).unwrap_err().to_string();
+        assert!(err.contains("sampler.context") && err.contains("268.4 MB") && err.contains("KV cache"), "{err}");
+        c.sampler.kv_budget_mib = 100.0;
+        let err = MemoryPlan::of(&c, &qwen3_8b(), 2, Purpose::Sample).check_tensor_limit(Some(128 << 20)).unwrap_err().to_string();
+        assert!(err.contains("model.path") && err.contains(".weight`") && err.contains("1.2 GB"), "{err}");
+        let err = MemoryPlan::of(&c, &qwen3_8b(), 2, Purpose::Train).check_tensor_limit(Some(2 << 30)).unwrap_err().to_string();
+        assert!(err.contains("2.5 GB"), "{err}");
+        assert!(MemoryPlan::of(&c, &qwen3_8b(), 2, Purpose::Train).check_tensor_limit(Some(4 << 30)).is_ok());
+        assert!(plan.check_tensor_limit(None).is_ok());
+        // the embedded model's shape is named by its own keys
+        c.model.path.clear();
+        let err = MemoryPlan::of(&c, &qwen3_8b(), 2, Purpose::Sample).check_tensor_limit(Some(128 << 20)).unwrap_err().to_string();
+        assert!(err.contains("model.hidden_size"), "{err}");
     }
 }

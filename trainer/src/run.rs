@@ -67,7 +67,7 @@ pub fn invalid(key: &str, message: String) -> RunError {
 /// Every tensor the run allocates from its sizes within the 32-bit index range of the kernels,
 /// checked before anything is allocated (huge sizes through --set aborted the process or
 /// poisoned the device): the weights and one layer's KV cache.
-fn check_sizes(c: &Config, m: &ModelConfig) -> Result<(), RunError> {
+pub(crate) fn check_sizes(c: &Config, m: &ModelConfig) -> Result<(), RunError> {
     let limit = u32::MAX as u128;
     let embedded = c.model.path.is_empty();
     let key = |name: &str, hf: &str| if embedded { format!("model.{name}") } else { format!("{hf} in {}/config.json", c.model.path) };
