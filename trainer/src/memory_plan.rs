@@ -162,6 +162,22 @@ impl MemoryPlan {
     }
 }
 
+/// A trainer pass's widest activation (`[tokens, intermediate]`) within the kernels' 32-bit
+/// index range, checked before sampling: otherwise a huge step would be refused by the launch
+/// guards only after its rollouts were generated.
+fn check_pass_size(c: &Config, m: &ModelConfig) -> Result<(), RunError> {
+    let (context, micro) = (c.sampler.context as u128, c.train.micro_batch_tokens as u128);
+    let rollouts = c.train.prompts_per_step as u128 * c.train.group_size as u128;
+    let pass_tokens = if micro > 0 { micro.max(context).min(rollouts * context) } else { rollouts * context };
+    let width = m.intermediate_size.max(m.hidden_size).max(m.num_heads * m.head_dim) as u128;
+    let limit = u32::MAX as u128;
+    if pass_tokens * width > limit {
+        let key = if micro > 0 { "train.micro_batch_tokens" } else { "train.prompts_per_step" };
+        return Err(invalid(key, format!("a trainer pass of up to {pass_tokens} tokens x {width} activations is {} elements, beyond the kernels' 32-bit index range ({limit}); set train.micro_batch_tokens to at most {} (or fewer rollouts: train.prompts_per_step x train.group_size x sampler.context)", pass_tokens * width, (limit / width).max(1))));
+    }
+    Ok(())
+}
+
 /// Plans `c` for `purpose` on `device`: prints the plan's line, refuses a config whose fixed part
 /// cannot fit (exit 2), warns when the activation estimate may not.
 pub fn check(c: &Config, device: &burn::tensor::Device, purpose: Purpose) -> Result<(), RunError> {
@@ -173,6 +189,9 @@ pub fn check_rank(c: &Config, device: &burn::tensor::Device, purpose: Purpose, r
     let shape = crate::run::model_shape(c)?;
     // the kernels' index range first: it holds on every runtime, the binding limit below on some
     crate::run::check_sizes(c, &shape)?;
+    if purpose == Purpose::Train {
+        check_pass_size(c, &shape)?;
+    }
     let dtype_bytes = crate::run::dtype(c).size() as u64;
     let plan = MemoryPlan::of_rank(c, &shape, dtype_bytes, purpose, ranks);
     let capacity = shared_kernels::device::memory_capacity(device);
@@ -282,5 +301,21 @@ mod tests {
         c.model.path.clear();
         let err = MemoryPlan::of(&c, &qwen3_8b(), 2, Purpose::Sample).check_tensor_limit(Some(128 << 20)).unwrap_err().to_string();
         assert!(err.contains("model.hidden_size"), "{err}");
+    }
+
+    #[test]
+    fn a_trainer_pass_past_the_index_range_is_refused_before_sampling_naming_the_key() {
+        // 64 x 16 rollouts of 8,192 positions in one pass: 8.4 M tokens x 12,288 = 1.0e11 elements
+        let mut c = Config::default();
+        c.train.prompts_per_step = 64;
+        c.train.group_size = 16;
+        c.sampler.context = 8192;
+        let err = check_pass_size(&c, &qwen3_8b()).unwrap_err().to_string();
+        assert!(err.contains("train.prompts_per_step") && err.contains("349525"), "{err}");
+        c.train.micro_batch_tokens = 16384;
+        assert!(check_pass_size(&c, &qwen3_8b()).is_ok());
+        c.train.micro_batch_tokens = 1 << 20;
+        let err = check_pass_size(&c, &qwen3_8b()).unwrap_err().to_string();
+        assert!(err.contains("train.micro_batch_tokens"), "{err}");
     }
 }
