@@ -228,11 +228,14 @@ impl Engine {
             return;
         }
         let free = self.cache.free_blocks().unwrap_or(usize::MAX);
+        // prompts a later request can share blocks of (`share_prefixes` needs 2+ tokens)
+        let sharing = self.config.share_prompt_prefix;
+        let shareable = |prompt: &[u32]| sharing && prompt.len() >= 2;
         let mut prompts: std::collections::HashSet<Vec<u32>> = std::collections::HashSet::new();
         let mut committed = 0;
         for act in &self.active {
             committed += self.blocks_still_reserved(act);
-            if self.config.share_prompt_prefix && act.request.prompt.len() >= 2 {
+            if shareable(&act.request.prompt) {
                 prompts.insert(act.request.prompt.clone());
             }
         }
@@ -246,7 +249,7 @@ impl Engine {
                 break;
             }
             committed += need;
-            if self.config.share_prompt_prefix && r.prompt.len() >= 2 {
+            if shareable(&r.prompt) {
                 prompts.insert(r.prompt.clone());
             }
             self.free_slots.pop();

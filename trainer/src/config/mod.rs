@@ -222,6 +222,17 @@ impl TaskSection {
     pub fn is_dataset(&self) -> bool {
         matches!(self.name.as_str(), "dataset" | "jsonl")
     }
+
+    /// A generated task's size setting and the range it must lie in: `(key, value, range)`.
+    pub fn generated_size(&self) -> Option<(&'static str, usize, std::ops::RangeInclusive<usize>)> {
+        match self.name.as_str() {
+            "addition" => Some(("task.digits", self.digits, 1..=9)),
+            "word_problems" => Some(("task.digits", self.digits, 1..=3)),
+            "sort" => Some(("task.count", self.count, 2..=9)),
+            "countdown" => Some(("task.count", self.count, 2..=5)),
+            _ => None,
+        }
+    }
 }
 
 impl Default for TaskSection {

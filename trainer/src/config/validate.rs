@@ -114,12 +114,8 @@ impl Config {
         if self.task.is_dataset() && self.task.path.is_empty() {
             return bad("task.path", "task `jsonl` needs a path to a JSONL file".into());
         }
-        // the generated tasks' sizes (Task::from_config holds the same ranges)
-        let t = &self.task;
-        for (task, key, value, range) in [("addition", "task.digits", t.digits, 1..=9), ("word_problems", "task.digits", t.digits, 1..=3), ("sort", "task.count", t.count, 2..=9), ("countdown", "task.count", t.count, 2..=5)] {
-            if t.name == task && !range.contains(&value) {
-                return bad(key, format!("must be in {}..={} for task `{task}`, got {value}", range.start(), range.end()));
-            }
+        if let Some((key, value, range)) = self.task.generated_size().filter(|(_, v, r)| !r.contains(v)) {
+            return bad(key, format!("must be in {}..={} for task `{}`, got {value}", range.start(), range.end(), self.task.name));
         }
         let name = &self.log.run_name;
         if name.is_empty() || name.contains(['/', '\\']) || name == "." || name == ".." || name.starts_with('.') {

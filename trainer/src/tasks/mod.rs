@@ -59,16 +59,14 @@ impl std::error::Error for TaskError {}
 
 impl Task {
     pub fn from_config(c: &TaskSection) -> Result<Self, TaskError> {
-        let at = |message: String| TaskError { file: "config".into(), line: 0, message };
+        if let Some((key, value, range)) = c.generated_size().filter(|(_, v, r)| !r.contains(v)) {
+            return Err(TaskError { file: "config".into(), line: 0, message: format!("{key} must be in {}..={} for {}, got {value}", range.start(), range.end(), c.name) });
+        }
         Ok(match c.name.as_str() {
-            "addition" if (1..=9).contains(&c.digits) => Task::Addition { digits: c.digits },
-            "addition" => return Err(at(format!("task.digits must be in 1..=9, got {}", c.digits))),
-            "sort" if (2..=9).contains(&c.count) => Task::Sort { count: c.count },
-            "sort" => return Err(at(format!("task.count must be in 2..=9 for sort, got {}", c.count))),
-            "countdown" if (2..=5).contains(&c.count) => Task::Countdown { count: c.count },
-            "countdown" => return Err(at(format!("task.count must be in 2..=5 for countdown, got {}", c.count))),
-            "word_problems" if (1..=3).contains(&c.digits) => Task::WordProblems { digits: c.digits },
-            "word_problems" => return Err(at(format!("task.digits must be in 1..=3 for word_problems, got {}", c.digits))),
+            "addition" => Task::Addition { digits: c.digits },
+            "sort" => Task::Sort { count: c.count },
+            "countdown" => Task::Countdown { count: c.count },
+            "word_problems" => Task::WordProblems { digits: c.digits },
             _ => Task::Dataset { problems: load_dataset(Path::new(&c.path), c)? },
         })
     }
