@@ -104,6 +104,8 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
         if first_wave_end.is_none() && results.len() >= first_wave {
             let tokens = results.values().filter_map(|r| r.as_ref().ok()).map(|c| c.tokens.len()).sum();
             first_wave_end = Some((started.elapsed().as_secs_f64(), tokens));
+            // the steady state's host view starts here
+            engine.take_phase_times();
         }
         if engine.is_idle() && results.len() < total {
             break;
@@ -111,6 +113,7 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
     }
     bar.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
+    let steady_phases = engine.take_phase_times();
     let generated: usize = results.values().filter_map(|r| r.as_ref().ok()).map(|c| c.tokens.len()).sum();
     eprintln!("sampled {total} prompts on the {} kernels: {generated} tokens in {seconds:.2} s ({:.0} tokens/s, {:.2} prompts/s)", cfg.ablation.sampler_kernels, generated as f64 / seconds.max(1e-9), total as f64 / seconds.max(1e-9));
     let (first_wave_s, first_wave_tokens) = first_wave_end.unwrap_or((seconds, generated));
@@ -118,9 +121,13 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
     let steady_tokens = generated - first_wave_tokens;
     if steady_tokens > 0 {
         eprintln!("  the first {first_wave} completions (one wave of sampler.max_batch, with the kernels' compilation) took {first_wave_s:.2} s; the rest {steady_s:.2} s ({:.0} tokens/s); the checkpoint loaded in {load_s:.2} s", steady_tokens as f64 / steady_s.max(1e-9));
+        // what bounds the steady state: the host enqueueing a step's launches, or the device
+        let p = &steady_phases;
+        let per_step = |s: f64| 1e3 * s / p.steps.max(1) as f64;
+        eprintln!("  steady state, {} engine steps: per step {:.2} ms enqueueing launches, {:.2} ms waiting for the device, {:.2} ms scheduling", p.steps, per_step(p.launch_s), per_step(p.wait_s), per_step(p.schedule_s + p.prefix_copy_s));
     }
     // one machine-readable line for benchmark scripts (experiments/seed_bench.sh)
-    eprintln!("sample-timing {}", serde_json::json!({"load_s": load_s, "first_wave_s": first_wave_s, "steady_s": steady_s, "steady_tokens": steady_tokens, "tokens": generated, "sample_s": seconds, "kernels": cfg.ablation.sampler_kernels}));
+    eprintln!("sample-timing {}", serde_json::json!({"load_s": load_s, "first_wave_s": first_wave_s, "steady_s": steady_s, "steady_tokens": steady_tokens, "tokens": generated, "sample_s": seconds, "kernels": cfg.ablation.sampler_kernels, "steady_engine_steps": steady_phases.steps, "steady_launch_s": steady_phases.launch_s, "steady_wait_s": steady_phases.wait_s}));
     // a write that fails (a full disk) leaves no partial file beside the output
     let written = write_results(&tmp, order, &mut results, &policy).and_then(|failed| {
         std::fs::rename(&tmp, &s.output).map_err(|e| RunError::Other(format!("{}: {e}", s.output)))?;
