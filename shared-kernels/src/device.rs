@@ -44,6 +44,16 @@ pub fn supports_dtype(device: &Device, dtype: burn::tensor::DType) -> bool {
     probe.client.properties().features.supports_type(crate::ops::storage(dtype))
 }
 
+/// The device's streaming multiprocessors (compute units), where the runtime says; else 132
+/// (an H100/H200), the figure tile schedules are sized for.
+pub fn multiprocessors(device: &Device) -> usize {
+    burn::tensor::Tensor::<1>::zeros([1], device)
+        .try_into_primitive::<burn_cubecl::Cube>()
+        .ok()
+        .and_then(|p| p.client.properties().hardware.num_streaming_multiprocessors)
+        .unwrap_or(132) as usize
+}
+
 /// Bytes `device` can hold, where it is known: cubecl's figure for the runtime (Vulkan's
 /// largest device-local heap), else on CUDA the driver's total (`cuMemGetInfo`). `None` when
 /// neither says; the memory plan then checks nothing against the device.

@@ -26,6 +26,8 @@ pub struct BenchOptions {
     pub no_burn: bool,
     /// Kernel table: only the default matmul kernel's rows.
     pub matmul_only: bool,
+    /// Kernel table: every warpgroup matmul tile at the preset's projection shapes.
+    pub tile_sweep: bool,
     /// Skip the kernel table: only the trainer step.
     pub trainer_only: bool,
     pub attention_only: bool,
@@ -56,7 +58,9 @@ pub fn preset(name: &str) -> Result<ModelConfig, String> {
         "small" => serde_json::json!({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 8192, "hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64, "max_position_embeddings": 1024, "tie_word_embeddings": true}),
         "qwen3-0.6b" => serde_json::json!({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960, "tie_word_embeddings": true}),
         "qwen3-1.7b" => serde_json::json!({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960, "tie_word_embeddings": true}),
-        other => return Err(format!("unknown preset `{other}` (tiny, small, qwen3-0.6b, qwen3-1.7b)")),
+        "qwen3-4b" => serde_json::json!({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960, "tie_word_embeddings": true}),
+        "qwen3-8b" => serde_json::json!({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960, "tie_word_embeddings": false}),
+        other => return Err(format!("unknown preset `{other}` (tiny, small, qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b)")),
     };
     ModelConfig::from_json(&json.to_string(), "bench preset").map_err(|e| e.to_string())
 }
@@ -126,6 +130,10 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     let device = shared_kernels::device::default_device();
     let config = preset(&o.preset)?;
     println!("# lockstep bench: runtime {}, preset {}, dtype {:?}, prompt {} tokens, {} new tokens\n", shared_kernels::device::runtime_name(), o.preset, o.dtype, o.prompt_len, o.new_tokens);
+    if o.tile_sweep {
+        // before the model: the sweep needs only the shapes
+        return super::bench_tiles::run(o, &config, &device);
+    }
     let checkpoint = Checkpoint::random(config.clone(), 0.05, 7);
     if let Some(dir) = &o.save_model {
         // --load-bench on a folder that holds a checkpoint already (e.g. transformers' shards of

@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod bench_ops;
+pub mod bench_tiles;
 pub mod check;
 pub mod host_profile;
 pub mod report;

@@ -101,7 +101,7 @@ pub(crate) fn wgmma_schedule() -> Result<WgmmaSchedule, KernelError> {
 /// The largest of [`WgmmaTiles::DEFAULT`], [`WgmmaTiles::NARROW`], [`WgmmaTiles::MEDIUM`] whose
 /// cubes fill at least 7/8 of the multiprocessors (at 1024 x 1024, 128 128x64 cubes on 132
 /// SMs beat 256 64x64 ones), else [`WgmmaTiles::SMALL`].
-fn tiles_for_output(m: usize, n: usize, sms: usize) -> WgmmaTiles {
+pub fn tiles_for_output(m: usize, n: usize, sms: usize) -> WgmmaTiles {
     [WgmmaTiles::DEFAULT, WgmmaTiles::NARROW, WgmmaTiles::MEDIUM]
         .into_iter()
         .find(|t| 8 * m.div_ceil(t.bm()) * n.div_ceil(t.bn) >= 7 * sms)

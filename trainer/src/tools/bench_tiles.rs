@@ -1,0 +1,116 @@
+//! `lockstep bench --tile-sweep`: the warpgroup matmul's every cube tile at the preset's real
+//! projection shapes (the decode path's fused q/k/v and gate/up, o_proj, down_proj, lm_head) and
+//! the given M, in one run: time per call and TFLOP/s, the tile the process picks marked, and
+//! each tile's output checked against the pick's as bits (tiles are scheduling only).
+
+use super::bench::{median, sync, BenchOptions};
+use burn::tensor::{Device, Distribution, Tensor};
+use burn::tensor::DType;
+use shared_kernels::model::ModelConfig;
+use shared_kernels::ops::matmul::matmul_warpgroup;
+use shared_kernels::ops::matmul::wgmma::{WgmmaSchedule, WgmmaTiles};
+use shared_kernels::WeightLayout;
+use std::time::Instant;
+
+/// Every tile shape the kernel takes, at the most k-tile slots that fit one cube a
+/// multiprocessor and, where smaller, the most that fit two.
+pub fn candidate_tiles() -> Vec<WgmmaTiles> {
+    let mut out = Vec::new();
+    for wg_m in [1, 2, 4] {
+        for bn in [64, 128, 256] {
+            let fits = |stages: usize| WgmmaTiles::parse(&format!("{wg_m}/{bn}/{stages}")).ok();
+            let most = (2..=8).rev().find_map(fits);
+            // two cubes a multiprocessor: at most ~110 KiB each
+            let two = (2..=8).rev().filter_map(fits).find(|t| t.shared_bytes() <= 110 * 1024);
+            for t in [most, two].into_iter().flatten() {
+                if !out.contains(&t) {
+                    out.push(t);
+                }
+            }
+        }
+    }
+    out
+}
+
+pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<(), String> {
+    let (h, ffn, v) = (config.hidden_size, config.intermediate_size, config.vocab_size);
+    let qkv = (config.num_heads + 2 * config.num_kv_heads) * config.head_dim;
+    let attn = config.num_heads * config.head_dim;
+    let ms: &[usize] = if o.matmul_m.is_empty() { &[256, 4096] } else { &o.matmul_m };
+    let sms = device_multiprocessors(device);
+    println!("\n## warpgroup matmul tiles (persistent schedule; median µs per call; `*` = the process's pick; bits vs the pick)\n");
+    println!("| op | M x N x K | tiles wg_m/bn/stages | cubes | µs | TFLOP/s | vs pick | bits |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let shapes = [("qkv (fused)", qkv, h), ("o_proj", h, attn), ("gate/up (fused)", 2 * ffn, h), ("down_proj", h, ffn), ("lm_head", v, h)];
+    for &(name, n, k) in &shapes {
+        let w = rand2([n, k], o.dtype, device).mul_scalar(0.02);
+        for &m in ms {
+            let x = rand2([m, k], o.dtype, device);
+            let run = |t: Option<WgmmaTiles>| matmul_warpgroup(x.clone(), w.clone(), WeightLayout::OutIn, o.dtype, Some(WgmmaSchedule::Persistent), t);
+            let pick = run(None).map_err(|e| e.to_string())?;
+            let pick_bits = bits(pick);
+            let picked = shared_kernels::ops::matmul::wgmma_tiles::tiles_for_output(m, n, sms);
+            let inner = if m * n * k < 1 << 30 { 20 } else { 5 };
+            let flops = 2.0 * (m * n * k) as f64;
+            let mut results = Vec::new();
+            for t in candidate_tiles() {
+                let out = match run(Some(t)) {
+                    Ok(y) => y,
+                    Err(e) => {
+                        println!("| {name} | {m}x{n}x{k} | {} | - | refused: {e} | | | |", label(t));
+                        continue;
+                    }
+                };
+                let same = bits(out) == pick_bits;
+                let s = time(device, o.repeats, inner, || drop(run(Some(t)).expect("ran above")));
+                results.push((t, s, same));
+            }
+            let pick_s = results.iter().find(|r| r.0 == picked).map(|r| r.1).unwrap_or(f64::NAN);
+            for (t, s, same) in &results {
+                let cubes = m.div_ceil(t.bm()) * n.div_ceil(t.bn);
+                let mark = if *t == picked { "*" } else { "" };
+                println!("| {name} | {m}x{n}x{k} | {}{mark} | {cubes} | {:.1} | {:.0} | {:.2} | {} |", label(*t), s * 1e6, flops / s / 1e12, s / pick_s, if *same { "equal" } else { "DIFFERENT" });
+            }
+            if let Some((best, s, _)) = results.iter().min_by(|a, b| a.1.total_cmp(&b.1)) {
+                eprintln!("tile-sweep: {name} {m}x{n}x{k}: best {} {:.1} µs, pick {} {:.1} µs", label(*best), s * 1e6, label(picked), pick_s * 1e6);
+            }
+            if results.iter().any(|r| !r.2) {
+                return Err(format!("tile sweep: {name} {m}x{n}x{k}: a tile's output differs from the pick's as bits"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn label(t: WgmmaTiles) -> String {
+    format!("{}/{}/{}", t.wg_m, t.bn, t.stages)
+}
+
+/// The output's bytes as stored (its dtype's bits).
+fn bits(y: Tensor<2>) -> Vec<u8> {
+    y.into_data().as_bytes().to_vec()
+}
+
+fn rand2(shape: [usize; 2], dtype: DType, device: &Device) -> Tensor<2> {
+    Tensor::<2>::random(shape, Distribution::Normal(0.0, 1.0), device).cast(dtype)
+}
+
+fn device_multiprocessors(device: &Device) -> usize {
+    shared_kernels::device::multiprocessors(device)
+}
+
+fn time(device: &Device, repeats: usize, inner: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    sync(device);
+    let samples = (0..repeats.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..inner {
+                f();
+            }
+            sync(device);
+            t.elapsed().as_secs_f64() / inner as f64
+        })
+        .collect();
+    median(samples)
+}
