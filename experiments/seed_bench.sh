@@ -3,7 +3,8 @@
 # M greedy new tokens, one GPU, every arm in one run. From the repo root on the GPU machine, after
 # `bash experiments/gpu_check.sh build` here and carrying .gpu/:
 #   O=$OUT bash experiments/seed_bench.sh [SHAPE [N [M [MAX_BATCH]]]]     # default qwen3-8b 1000 100 256
-# SEED_ARMS="matched-cold matched-warm transformers" leaves the fast arm out (the matched arms always run).
+# SEED_ARMS="matched-cold matched-warm transformers" leaves the fast arm out (the matched arms always run);
+# "coverage-warm" adds the matched kernels under the earlier tile rule (LOCKSTEP_WGMMA_PICK=coverage).
 # Arms, each its own process on the same random-weight checkpoint (experiments/make_real_shape.py):
 #   matched (cold)   lockstep sample, batch-invariant kernels, empty kernel cache
 #   matched (warm)   the same command again: the kernel cache filled by the first
@@ -21,6 +22,7 @@ ck=/tmp/checkpoints/$shape
 if [ ! -f "$ck/config.json" ]; then
     python3 experiments/make_real_shape.py "$shape" "$ck" > "$O/make-$shape.log" 2>&1 || { echo "make $shape failed"; tail -3 "$O/make-$shape.log"; exit 1; }
 fi
+rm -f /tmp/seed-matched-*.jsonl /tmp/seed-coverage-*.jsonl /tmp/seed-fast-*.jsonl
 python3 - "$n" "$ck" > /tmp/seed-prompts.jsonl <<'PY'
 import json, random, sys
 n, ck = int(sys.argv[1]), sys.argv[2]
@@ -46,20 +48,26 @@ arm() {  # name, then --set pairs
 arms=" ${SEED_ARMS:-matched-cold matched-warm fast-warm transformers} "
 arm matched-cold
 arm matched-warm
+[[ "$arms" == *" coverage-warm "* ]] && LOCKSTEP_WGMMA_PICK=coverage arm coverage-warm
 [[ "$arms" == *" fast-warm "* ]] && arm fast-warm --set ablation.sampler_kernels=fast
 if [[ "$arms" == *" transformers "* ]]; then
     start=$(date +%s.%N)
     python3 experiments/seed_bench_hf.py "$ck" /tmp/seed-prompts.jsonl "$m" "$batch" > "$O/seed-transformers.log" 2>&1
     echo "whole_process_s $(python3 -c "print($(date +%s.%N) - $start)") rc $?" >> "$O/seed-transformers.log"
 fi
-# the matched arms must agree with each other token for token (same kernels, cold or warm cache)
-python3 - /tmp/seed-matched-cold.jsonl /tmp/seed-matched-warm.jsonl > "$O/seed-cache-bits.txt" <<'PY'
-import json, struct, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
+# every matched arm must agree with the cold one token for token (same kernels and bits, whatever
+# the kernel cache or the tile schedule)
+python3 - /tmp/seed-matched-cold.jsonl /tmp/seed-matched-warm.jsonl /tmp/seed-coverage-warm.jsonl > "$O/seed-cache-bits.txt" <<'PY'
+import json, os, struct, sys
+load = lambda p: [json.loads(l) for l in open(p)]
 bits = lambda xs: [struct.pack("<f", x) for x in xs]
-same = len(a) == len(b) and all(x["token_ids"] == y["token_ids"] and bits(x["logprobs"]) == bits(y["logprobs"]) for x, y in zip(a, b))
-print(f"matched cold vs warm kernel cache: {'identical' if same else 'DIFFERENT'} token ids and logprob bits over {len(a)} completions")
+a = load(sys.argv[1])
+for other in sys.argv[2:]:
+    if not os.path.exists(other):
+        continue
+    b = load(other)
+    same = len(a) == len(b) and all(x["token_ids"] == y["token_ids"] and bits(x["logprobs"]) == bits(y["logprobs"]) for x, y in zip(a, b))
+    print(f"matched cold vs {os.path.basename(other)}: {'identical' if same else 'DIFFERENT'} token ids and logprob bits over {len(a)} completions")
 PY
 python3 experiments/seed_bench_table.py "$O" "$ck/config.json" "$n" "$m" "$batch" | tee "$O/seed-bench.md"
 cat "$O/seed-cache-bits.txt"

@@ -28,6 +28,7 @@ limit = max(flop_s, hbm_s)
 
 rows = []
 for arm, label in [("matched-cold", "lockstep matched, cold kernel cache"), ("matched-warm", "lockstep matched, warm kernel cache"),
+                   ("coverage-warm", "lockstep matched, warm, LOCKSTEP_WGMMA_PICK=coverage (the tile rule before session 28)"),
                    ("fast-warm", "lockstep fast (not batch invariant), warm cache"), ("transformers", "transformers generate")]:
     try:
         text = open(f"{out}/seed-{arm}.log").read()

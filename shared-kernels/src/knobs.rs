@@ -60,9 +60,16 @@ pub const KNOBS: &[Knob] = &[
     Knob {
         name: "LOCKSTEP_WGMMA_TILES",
         values: "`wg_m/bn/stages`, e.g. `2/256/4`",
-        default: "`2/256/4` (128×256 tiles, two warpgroups of m64n256, 4 k-tile slots of 64: 192 KiB), else `2/128/3` (128×128, 96 KiB), else `2/64/8` (128×64, 192 KiB), else `1/64/4` (64×64, 64 KiB): the largest whose cubes fill at least 7/8 of the SMs",
+        default: "by the output's size under `LOCKSTEP_WGMMA_PICK`",
         kind: KnobKind::Tuning,
         effect: "the warpgroup tiles' shape for every launch (benchmark sweeps); wg_m 1, 2 or 4, bn 64, 128 or 256 (the copy engine's boxes are powers of two: a 192-row box hung the kernel on the H200), stages 2-8, at most 224 KiB of shared memory, else an error naming the variable; same bits for every shape",
+    },
+    Knob {
+        name: "LOCKSTEP_WGMMA_PICK",
+        values: "`waves`, `coverage`",
+        default: "`waves`",
+        kind: KnobKind::Tuning,
+        effect: "how the warpgroup tiles are picked by output size (same-run comparisons): `waves` weighs `2/256/4`, `1/256/5`, `2/128/7`, `1/128/8`, `2/64/8` and `1/64/6` by the tiles the busiest SM runs (ceil(tiles / SMs)) over each tile's measured throughput and takes the fastest (at a decode step's 256 rows it avoids a half-empty last round: Qwen3-8B's gate/up 116 -> 99 µs); `coverage` is the earlier rule, the largest of `2/256/4`, `2/128/3`, `2/64/8` whose cubes fill 7/8 of the SMs, else `1/64/4`; a weight-gradient fold takes only tiles that divide its output; same bits (battery: each tile shape `= tc-tiles`); anything else is an error naming the variable",
     },
     Knob {
         name: "LOCKSTEP_WGMMA_SCHEDULE",

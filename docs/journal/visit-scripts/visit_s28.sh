@@ -1,6 +1,9 @@
 # session 28: issue 25's steady state (Qwen3-8B shape, 1000 x 100 greedy, batches of 256).
 #   PART=seed-profile  the seed benchmark's matched arms (cold, warm; host view per engine step),
 #                      then one warm run with cubecl's profiler: kernels by GPU time
+#   PART=ab            the waves tile rule against the coverage rule (LOCKSTEP_WGMMA_PICK) in one visit:
+#                      the seed benchmark's matched arms (bits compared), 1.7B decode at 256 rows,
+#                      then the battery (every tile either rule picks = tc-tiles, as bits)
 #   PART=tiles         every warpgroup matmul tile at the 8B, 1.7B and 0.6B projection shapes
 #                      (decode M = 256, prefill / training M), bits checked against the pick
 set -u
@@ -18,6 +21,16 @@ seed-profile)
      --set sampler.temperature=0 --set sampler.max_batch=256 --set sampler.context=164 --set log.progress=false 2>&1 | tail -4)
   python3 experiments/profile_summary.py $d/profile.log --top 30 | tee $O/seed-profile.md
   ls -la $d | head ;;
+ab)
+  SEED_ARMS="matched-cold matched-warm coverage-warm" O=$O/seed bash experiments/seed_bench.sh qwen3-8b 1000 100 256 2>&1 | tail -9
+  grep "steady state" $O/seed/seed-*.log
+  for pick in waves coverage; do
+    echo "### 1.7B decode, 256 requests x (32 + 128), LOCKSTEP_WGMMA_PICK=$pick"
+    LOCKSTEP_WGMMA_PICK=$pick timeout ${DECODE_LIMIT:-120} /tmp/lockstep bench --preset qwen3-1.7b --dtype bf16 --concurrency 256 --prompt-len 32 --new-tokens 128 --kernels matched --skip-ops --repeats 3 2>&1 | grep "^|\|bench:\|rror"
+  done
+  gunzip -c .gpu/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery
+  timeout ${BATTERY_LIMIT:-240} /tmp/lockstep-battery --dtypes f32,bf16 > $O/battery.md 2>&1; echo "battery rc $?"
+  grep -c "| yes |" $O/battery.md; grep "wgmma" $O/battery.md | head -30; grep -i "| no |" $O/battery.md | head ;;
 tiles)
   for spec in ${TILE_SPECS:-qwen3-8b:256,8192 qwen3-1.7b:256,16384 qwen3-0.6b:256,16384}; do
     LOCKSTEP_KERNEL_CACHE=/tmp/tile-cache timeout ${TILE_LIMIT:-200} /tmp/lockstep bench --preset ${spec%%:*} --dtype bf16 --tile-sweep --matmul-m ${spec#*:} --repeats 5 > $O/tiles-${spec%%:*}.md 2> $O/tiles-${spec%%:*}.err

@@ -110,13 +110,9 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
                 let wshape = if layout == WeightLayout::OutIn { [n_big, k_big] } else { [k_big, n_big] };
                 let wb = float_tensor(random_vec(&mut rng, n_big * k_big, 0.05), wshape, dtype, device);
                 let want = rows_of(host(matmul_with(Some(MatmulKernel::TensorCoreTiles), xb.clone(), wb.clone(), layout)?), n_big);
-                for (schedule, tiles) in [
-                    (WgmmaSchedule::Persistent, WgmmaTiles::DEFAULT),
-                    (WgmmaSchedule::Persistent, WgmmaTiles::NARROW),
-                    (WgmmaSchedule::Persistent, WgmmaTiles::MEDIUM),
-                    (WgmmaSchedule::Persistent, WgmmaTiles::SMALL),
-                    (WgmmaSchedule::Synced, WgmmaTiles::DEFAULT),
-                ] {
+                // every tile either pick rule can choose
+                let persistent = crate::ops::matmul::wgmma_tiles::weighed_tiles().into_iter().chain([WgmmaTiles::NARROW, WgmmaTiles::SMALL]);
+                for (schedule, tiles) in persistent.map(|t| (WgmmaSchedule::Persistent, t)).chain([(WgmmaSchedule::Synced, WgmmaTiles::DEFAULT)]) {
                     let got = rows_of(host(crate::ops::matmul::matmul_warpgroup(xb.clone(), wb.clone(), layout, dtype, Some(schedule), Some(tiles))?), n_big);
                     let op = format!("{name} {m_big}x{k_big}x{n_big}: wgmma {schedule:?} {}/{}/{} = tc-tiles", tiles.wg_m, tiles.bn, tiles.stages);
                     checks.push(compare(&op, dtype_name(dtype), m_big, &got, &want.iter().collect::<Vec<_>>()));

@@ -198,7 +198,7 @@ pub(crate) fn fold_wgmma(acc: CubeTensor, x: CubeTensor, w: CubeTensor, layout: 
 /// for this output divide it (each unit loads its accumulators without bounds checks) and N is
 /// even (2-element stores), besides [`wgmma_fits`] for the operands.
 pub(crate) fn fold_wgmma_fits(client: &Client, layout: WeightLayout, x_transposed: bool, (m, k, n): (usize, usize, usize)) -> Result<bool, KernelError> {
-    let t = wgmma_tiles_for(client, m, n)?;
+    let t = wgmma_tiles_for(client, m, n, true)?;
     Ok(wgmma_available(client) && wgmma_fits(layout, x_transposed, (m, k, n)) && m % t.bm() == 0 && n % t.bn == 0 && n % 2 == 0)
 }
 
@@ -221,7 +221,7 @@ pub(crate) fn matmul_wgmma_scheduled(
     ensure!(wgmma_available(&x.client), OP, "the warpgroup kernel needs a CUDA device of compute capability 9.x");
     let t = match tiles {
         Some(t) => t,
-        None => wgmma_tiles_for(&x.client, m, n)?,
+        None => wgmma_tiles_for(&x.client, m, n, into.is_some())?,
     };
     ensure!(n.div_ceil(t.bn) <= 65535, OP, "W has {n} output columns; at most {} per launch", 65535 * t.bn);
     let (a_mn, b_mn) = (x_transposed, layout == WeightLayout::InOut);

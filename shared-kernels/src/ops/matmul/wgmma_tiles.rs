@@ -42,13 +42,16 @@ impl WgmmaTiles {
     }
     /// `wg_m/bn/stages`, e.g. `2/256/4`.
     pub fn parse(text: &str) -> Result<WgmmaTiles, String> {
-        let bad = || format!("LOCKSTEP_WGMMA_TILES={text:?} is not wg_m/bn/stages (wg_m 1, 2 or 4, bn 64, 128 or 256, stages 2-8, at most {} KiB of shared memory)", SHARED_LIMIT / 1024);
+        let bad = || format!("LOCKSTEP_WGMMA_TILES={text:?} is not wg_m/bn/stages (wg_m 1, 2 or 4, bn 64, 128 or 256, not 4 with 256, stages 2-8, at most {} KiB of shared memory)", SHARED_LIMIT / 1024);
         let parts: Vec<usize> = text.split('/').map(|p| p.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|_| bad())?;
         let [wg_m, bn, stages] = parts[..] else { return Err(bad()) };
         let t = WgmmaTiles { wg_m, bn, stages };
         // the copy engine's boxes are powers of two of at most 256 rows (a 192-row box was
         // measured to hang the kernel), and an MN-major B takes whole 64-wide boxes
-        let ok = [1, 2, 4].contains(&wg_m) && [64, 128, 256].contains(&bn) && (2..=8).contains(&stages) && t.shared_bytes() <= SHARED_LIMIT;
+        // four warpgroups (544 units) leave 96 registers a unit: ptxas cannot hold an m64n256
+        // accumulator in them (H200, session 28)
+        let registers = !(wg_m == 4 && bn == 256);
+        let ok = [1, 2, 4].contains(&wg_m) && [64, 128, 256].contains(&bn) && (2..=8).contains(&stages) && t.shared_bytes() <= SHARED_LIMIT && registers;
         ok.then_some(t).ok_or_else(bad)
     }
 }
@@ -60,12 +63,75 @@ pub(crate) fn wgmma_tiles() -> Result<Option<WgmmaTiles>, KernelError> {
 }
 
 /// The tiles of an `[M, N]` output: `LOCKSTEP_WGMMA_TILES` if set, else by the output's size
-/// ([`tiles_for_output`]). Scheduling only: every shape gives the same bits.
-pub(super) fn wgmma_tiles_for(client: &Client, m: usize, n: usize) -> Result<WgmmaTiles, KernelError> {
+/// under `LOCKSTEP_WGMMA_PICK` ([`tiles_by_waves`] or [`tiles_by_coverage`]); `whole`: only
+/// tiles that divide the output (a fold accumulates whole tiles). Scheduling only: every shape
+/// gives the same bits.
+pub(super) fn wgmma_tiles_for(client: &Client, m: usize, n: usize, whole: bool) -> Result<WgmmaTiles, KernelError> {
     if let Some(t) = wgmma_tiles()? {
         return Ok(t);
     }
-    Ok(tiles_for_output(m, n, multiprocessors(client)))
+    let sms = multiprocessors(client);
+    Ok(match wgmma_pick()? {
+        TilePick::Waves => tiles_by_waves(m, n, sms, whole).unwrap_or_else(|| tiles_by_coverage(m, n, sms)),
+        TilePick::Coverage => tiles_by_coverage(m, n, sms),
+    })
+}
+
+/// How tiles are picked by output size (scheduling only: the same bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TilePick {
+    /// [`tiles_by_waves`] (the default).
+    Waves,
+    /// [`tiles_by_coverage`] (the rule before session 28, for same-run comparisons).
+    Coverage,
+}
+
+/// `LOCKSTEP_WGMMA_PICK` (benchmark comparisons; read once per process); unset: waves.
+pub(crate) fn wgmma_pick() -> Result<TilePick, KernelError> {
+    static PICK: std::sync::OnceLock<Result<Option<TilePick>, String>> = std::sync::OnceLock::new();
+    let parse = |text: &str| match text.trim() {
+        "waves" => Ok(TilePick::Waves),
+        "coverage" => Ok(TilePick::Coverage),
+        other => Err(format!("LOCKSTEP_WGMMA_PICK={other:?} is not one of waves, coverage")),
+    };
+    Ok(crate::ops::env_setting(&PICK, "matmul", "LOCKSTEP_WGMMA_PICK", parse)?.unwrap_or(TilePick::Waves))
+}
+
+/// The tiles [`tiles_by_waves`] weighs, each with its throughput relative to the default's
+/// where every multiprocessor runs many tiles (H200, `lockstep bench --preset qwen3-8b
+/// --tile-sweep`, gate/up at 8192 rows, session 28: 692, 624, 599, 468, 377 and 311 TFLOP/s).
+/// Smaller tiles re-read more of the operands per product. All but the last fill one
+/// multiprocessor's shared memory (deep pipelines beat two shallow cubes at 256 rows).
+const WEIGHED: [(WgmmaTiles, f64); 6] = [
+    (WgmmaTiles::DEFAULT, 1.0),
+    (WgmmaTiles { wg_m: 1, bn: 256, stages: 5 }, 0.90),
+    (WgmmaTiles { wg_m: 2, bn: 128, stages: 7 }, 0.87),
+    (WgmmaTiles { wg_m: 1, bn: 128, stages: 8 }, 0.68),
+    (WgmmaTiles::MEDIUM, 0.55),
+    (WgmmaTiles { wg_m: 1, bn: 64, stages: 6 }, 0.45),
+];
+
+/// The tiles [`tiles_by_waves`] chooses from (the battery checks each).
+pub fn weighed_tiles() -> Vec<WgmmaTiles> {
+    WEIGHED.iter().map(|(t, _)| *t).collect()
+}
+
+/// The tile whose busiest multiprocessor finishes first: each multiprocessor runs
+/// ceil(tiles / SMs) tiles at the tile's throughput ([`WEIGHED`]); ties go to the larger tile.
+/// At 256 rows (a decode step) a 128 x 256 gate/up of Qwen3-8B is 192 tiles, two rounds on 132
+/// SMs of which the second is half empty; 128 x 128 tiles make three full rounds (116 -> 99 µs
+/// on the H200). `whole`: only tiles that divide the output; `None` if none does.
+pub fn tiles_by_waves(m: usize, n: usize, sms: usize, whole: bool) -> Option<WgmmaTiles> {
+    let cost = |(t, rate): &(WgmmaTiles, f64)| (m.div_ceil(t.bm()) * n.div_ceil(t.bn)).div_ceil(sms.max(1)) as f64 * (t.bm() * t.bn) as f64 / rate;
+    WEIGHED
+        .iter()
+        .filter(|(t, _)| !whole || (m % t.bm() == 0 && n % t.bn == 0))
+        // WEIGHED runs from the largest tile down: the first of equal cost wins
+        .fold(None, |best: Option<(WgmmaTiles, f64)>, c| match best {
+            Some((_, b)) if b <= cost(c) => best,
+            _ => Some((c.0, cost(c))),
+        })
+        .map(|(t, _)| t)
 }
 
 pub(super) fn multiprocessors(client: &Client) -> usize {
@@ -98,10 +164,10 @@ pub(crate) fn wgmma_schedule() -> Result<WgmmaSchedule, KernelError> {
     Ok(crate::ops::env_setting(&SCHEDULE, "matmul", "LOCKSTEP_WGMMA_SCHEDULE", WgmmaSchedule::parse)?.unwrap_or(WgmmaSchedule::Persistent))
 }
 
-/// The largest of [`WgmmaTiles::DEFAULT`], [`WgmmaTiles::NARROW`], [`WgmmaTiles::MEDIUM`] whose
-/// cubes fill at least 7/8 of the multiprocessors (at 1024 x 1024, 128 128x64 cubes on 132
-/// SMs beat 256 64x64 ones), else [`WgmmaTiles::SMALL`].
-pub fn tiles_for_output(m: usize, n: usize, sms: usize) -> WgmmaTiles {
+/// The rule before session 28: the largest of [`WgmmaTiles::DEFAULT`], [`WgmmaTiles::NARROW`],
+/// [`WgmmaTiles::MEDIUM`] whose cubes fill at least 7/8 of the multiprocessors (at 1024 x 1024,
+/// 128 128x64 cubes on 132 SMs beat 256 64x64 ones), else [`WgmmaTiles::SMALL`].
+pub fn tiles_by_coverage(m: usize, n: usize, sms: usize) -> WgmmaTiles {
     [WgmmaTiles::DEFAULT, WgmmaTiles::NARROW, WgmmaTiles::MEDIUM]
         .into_iter()
         .find(|t| 8 * m.div_ceil(t.bm()) * n.div_ceil(t.bn) >= 7 * sms)
@@ -124,7 +190,7 @@ mod tests {
         assert_eq!(WgmmaTiles::DEFAULT.shared_bytes(), 192 * 1024);
         assert!(WgmmaTiles::parse("1/64/8").is_ok());
         assert_eq!(WgmmaTiles::NARROW.shared_bytes(), 96 * 1024);
-        for bad in ["2/128", "0/128/4", "3/128/4", "2/120/4", "2/192/4", "2/512/4", "2/128/1", "2/256/5", "4/256/4", "x/128/4", "2/128/4/4"] {
+        for bad in ["2/128", "4/256/3", "0/128/4", "3/128/4", "2/120/4", "2/192/4", "2/512/4", "2/128/1", "2/256/5", "4/256/4", "x/128/4", "2/128/4/4"] {
             assert!(WgmmaTiles::parse(bad).unwrap_err().contains("LOCKSTEP_WGMMA_TILES"), "{bad}");
         }
     }
@@ -137,17 +203,39 @@ mod tests {
     }
 
     #[test]
-    fn outputs_pick_the_largest_tiles_that_cover_the_multiprocessors() {
-        assert_eq!(tiles_for_output(4096, 151936, 132), WgmmaTiles::DEFAULT);
+    fn coverage_picks_the_largest_tiles_that_cover_the_multiprocessors() {
+        assert_eq!(tiles_by_coverage(4096, 151936, 132), WgmmaTiles::DEFAULT);
         // 128 128x256 cubes fill 7/8 of 132 SMs
-        assert_eq!(tiles_for_output(4096, 1024, 132), WgmmaTiles::DEFAULT);
-        assert_eq!(tiles_for_output(1024, 3072, 132), WgmmaTiles::NARROW);
-        assert_eq!(tiles_for_output(1024, 1024, 132), WgmmaTiles::MEDIUM);
-        assert_eq!(tiles_for_output(256, 3072, 132), WgmmaTiles::SMALL);
+        assert_eq!(tiles_by_coverage(4096, 1024, 132), WgmmaTiles::DEFAULT);
+        assert_eq!(tiles_by_coverage(1024, 3072, 132), WgmmaTiles::NARROW);
+        assert_eq!(tiles_by_coverage(1024, 1024, 132), WgmmaTiles::MEDIUM);
+        assert_eq!(tiles_by_coverage(256, 3072, 132), WgmmaTiles::SMALL);
         for t in [WgmmaTiles::DEFAULT, WgmmaTiles::NARROW, WgmmaTiles::MEDIUM, WgmmaTiles::SMALL] {
             let text = format!("{}/{}/{}", t.wg_m, t.bn, t.stages);
             assert_eq!(WgmmaTiles::parse(&text), Ok(t), "{text}");
         }
+    }
+
+    #[test]
+    fn waves_pick_the_tiles_that_finish_first() {
+        let t = |text: &str| WgmmaTiles::parse(text).unwrap();
+        // every weighed tile is one the kernel takes
+        for (w, _) in WEIGHED {
+            assert_eq!(t(&format!("{}/{}/{}", w.wg_m, w.bn, w.stages)), w);
+        }
+        // many tiles a multiprocessor: the default, as before
+        assert_eq!(tiles_by_waves(8192, 24576, 132, false), Some(WgmmaTiles::DEFAULT));
+        assert_eq!(tiles_by_waves(16384, 151936, 132, false), Some(WgmmaTiles::DEFAULT));
+        // Qwen3-8B's decode step at 256 rows, each the fastest of the H200 sweep (session 28)
+        assert_eq!(tiles_by_waves(256, 24576, 132, false), Some(t("1/256/5"))); // 2/128/7 within 1%
+        assert_eq!(tiles_by_waves(256, 6144, 132, false), Some(t("1/256/5")));
+        assert_eq!(tiles_by_waves(256, 4096, 132, false), Some(t("1/128/8")));
+        assert_eq!(tiles_by_waves(256, 151936, 132, false), Some(WgmmaTiles::DEFAULT));
+        // a fold takes only tiles that divide its output
+        let whole = tiles_by_waves(1088, 4096, 132, true).unwrap();
+        assert!(1088 % whole.bm() == 0 && 4096 % whole.bn == 0, "{whole:?}");
+        assert_eq!(tiles_by_waves(1000, 1000, 132, true), None);
+        assert!(tiles_by_waves(1000, 1000, 132, false).is_some());
     }
 
     #[test]
