@@ -19,7 +19,7 @@ const H200_BF16_PEAK: f64 = 989.4e12;
 /// shape); the times printed are of that one cold call.
 static SINGLE_CALL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-fn time_op(device: &Device, repeats: usize, inner: usize, mut f: impl FnMut()) -> f64 {
+pub(crate) fn time_op(device: &Device, repeats: usize, inner: usize, mut f: impl FnMut()) -> f64 {
     if SINGLE_CALL.load(std::sync::atomic::Ordering::Relaxed) {
         let t = Instant::now();
         f();
@@ -41,7 +41,7 @@ fn time_op(device: &Device, repeats: usize, inner: usize, mut f: impl FnMut()) -
     median(samples)
 }
 
-fn rand2(shape: [usize; 2], dtype: DType, device: &Device) -> Tensor<2> {
+pub(crate) fn rand2(shape: [usize; 2], dtype: DType, device: &Device) -> Tensor<2> {
     Tensor::<2>::random(shape, Distribution::Normal(0.0, 1.0), device).cast(dtype)
 }
 

@@ -3,14 +3,13 @@
 //! the given M, in one run: time per call and TFLOP/s, the tile the process picks marked, and
 //! each tile's output checked against the pick's as bits (tiles are scheduling only).
 
-use super::bench::{median, sync, BenchOptions};
-use burn::tensor::{Device, Distribution, Tensor};
-use burn::tensor::DType;
+use super::bench::BenchOptions;
+use super::bench_ops::{rand2, time_op};
+use burn::tensor::{Device, Tensor};
 use shared_kernels::model::ModelConfig;
 use shared_kernels::ops::matmul::matmul_warpgroup;
 use shared_kernels::ops::matmul::wgmma::{WgmmaSchedule, WgmmaTiles};
 use shared_kernels::WeightLayout;
-use std::time::Instant;
 
 /// Every tile shape of one or two warpgroups, at the most k-tile slots that fit one cube a
 /// multiprocessor and, where smaller, the most that fit two. (Four warpgroups, 544 units,
@@ -40,7 +39,7 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
     let qkv = (config.num_heads + 2 * config.num_kv_heads) * config.head_dim;
     let attn = config.num_heads * config.head_dim;
     let ms: &[usize] = if o.matmul_m.is_empty() { &[256, 4096] } else { &o.matmul_m };
-    let sms = device_multiprocessors(device);
+    let sms = shared_kernels::device::multiprocessors(device);
     println!("\n## warpgroup matmul tiles (persistent schedule; median µs per call; `*` = the waves rule's pick, `°` = the coverage rule's; bits vs the process's pick)\n");
     println!("| op | M x N x K | tiles wg_m/bn/stages | cubes | µs | TFLOP/s | vs pick | bits |");
     println!("|---|---|---|---|---|---|---|---|");
@@ -67,7 +66,7 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
                     }
                 };
                 let same = bits(out) == pick_bits;
-                let s = time(device, o.repeats, inner, || drop(run(Some(t)).expect("ran above")));
+                let s = time_op(device, o.repeats, inner, || drop(run(Some(t)).expect("ran above")));
                 results.push((t, s, same));
             }
             let pick_s = results.iter().find(|r| r.0 == picked).map(|r| r.1).unwrap_or(f64::NAN);
@@ -100,28 +99,4 @@ fn label(t: WgmmaTiles) -> String {
 /// The output's bytes as stored (its dtype's bits).
 fn bits(y: Tensor<2>) -> Vec<u8> {
     y.into_data().as_bytes().to_vec()
-}
-
-fn rand2(shape: [usize; 2], dtype: DType, device: &Device) -> Tensor<2> {
-    Tensor::<2>::random(shape, Distribution::Normal(0.0, 1.0), device).cast(dtype)
-}
-
-fn device_multiprocessors(device: &Device) -> usize {
-    shared_kernels::device::multiprocessors(device)
-}
-
-fn time(device: &Device, repeats: usize, inner: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    sync(device);
-    let samples = (0..repeats.max(1))
-        .map(|_| {
-            let t = Instant::now();
-            for _ in 0..inner {
-                f();
-            }
-            sync(device);
-            t.elapsed().as_secs_f64() / inner as f64
-        })
-        .collect();
-    median(samples)
 }
