@@ -73,6 +73,7 @@ impl KernelChoice {
         crate::ops::matmul::tc::tile_shape(crate::ops::matmul::tc::Pipeline::AsyncCopies).map_err(|e| e.message)?;
         crate::ops::matmul::wgmma_tiles::wgmma_tiles().map_err(|e| e.message)?;
         crate::ops::matmul::wgmma_tiles::wgmma_schedule().map_err(|e| e.message)?;
+        crate::ops::matmul::wgmma_tiles::wgmma_pick().map_err(|e| e.message)?;
         crate::ops::attention::mma_flash::flash_warps().map_err(|e| e.message)?;
         Ok(choice)
     }

@@ -138,7 +138,7 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
     }
     // an unknown kernel choice in the environment names the variable (no silent default), and
     // so does a kernel this device cannot run (tensor-core attention on an f32 CPU run)
-    for (var, value) in [("LOCKSTEP_MATMUL", "pipelinedd"), ("LOCKSTEP_ATTENTION", "flash"), ("LOCKSTEP_DECODE_FUSION", "maybe"), ("LOCKSTEP_ATTENTION", "split_kv_tc"), ("LOCKSTEP_SKINNY", "8/4"), ("LOCKSTEP_TC_TILES", "4/4/4/4")] {
+    for (var, value) in [("LOCKSTEP_MATMUL", "pipelinedd"), ("LOCKSTEP_ATTENTION", "flash"), ("LOCKSTEP_DECODE_FUSION", "maybe"), ("LOCKSTEP_ATTENTION", "split_kv_tc"), ("LOCKSTEP_SKINNY", "8/4"), ("LOCKSTEP_TC_TILES", "4/4/4/4"), ("LOCKSTEP_WGMMA_PICK", "fastest")] {
         std::fs::write(dir.join("small.toml"), SMALL).unwrap();
         let out = Command::new(env!("CARGO_BIN_EXE_lockstep")).args(["train", "small.toml", "--set", "log.run_name=env"]).env(var, value).current_dir(&dir).output().expect("run lockstep");
         let err = String::from_utf8_lossy(&out.stderr);
@@ -151,6 +151,13 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("--matmul-m") && !err.contains("panicked"), "{err}");
+    // the warpgroup tile sweep on a device without `wgmma` is an error naming the kernel
+    let out = lockstep(&["bench", "--preset", "tiny", "--tile-sweep", "--matmul-m", "64", "--repeats", "1"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    if shared_kernels::device::runtime_name() != "cuda" {
+        assert_ne!(out.status.code(), Some(0), "{err}");
+        assert!(err.contains("warpgroup") && !err.contains("panicked"), "{err}");
+    }
     let out = lockstep(&["bench", "--preset", "tiny", "--concurrency", "none", "--trainer-only", "--trainer-batches", "0"], &dir);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{err}");
