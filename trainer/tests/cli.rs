@@ -158,6 +158,12 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
         assert_ne!(out.status.code(), Some(0), "{err}");
         assert!(err.contains("warpgroup") && !err.contains("panicked"), "{err}");
     }
+    // a preset whose random checkpoint cannot fit the host's free memory is refused by name,
+    // not killed by the OS (Qwen3-8B's shape: ~139 GB on the CPU runtime)
+    let out = lockstep(&["bench", "--preset", "qwen3-8b", "--concurrency", "none", "--trainer-only"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("--preset qwen3-8b") && err.contains("host memory") && !err.contains("panicked"), "{err}");
     let out = lockstep(&["bench", "--preset", "tiny", "--concurrency", "none", "--trainer-only", "--trainer-batches", "0"], &dir);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{err}");

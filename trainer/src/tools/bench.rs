@@ -114,6 +114,35 @@ pub(crate) fn sync(device: &Device) {
     let _ = device.sync();
 }
 
+/// The bench builds its model from a random f32 checkpoint on the host, and on a CPU runtime
+/// the device's copies live in host memory too: a preset past the host's free memory would be
+/// killed by the OS mid-run, so it is refused naming `--preset` and the sizes.
+fn check_host_memory(config: &ModelConfig, preset: &str) -> Result<(), String> {
+    let params: f64 = config.expected_tensors().iter().map(|(_, shape)| shape.iter().product::<usize>() as f64).sum();
+    // bytes a parameter at the peak: on the CPU runtime qwen3-0.6b's 0.6e9 parameters peaked at
+    // 9.9 GB (session 28); on CUDA the f32 checkpoint and its staging
+    let per_parameter = if shared_kernels::device::runtime_name() == "cuda" { 8.0 } else { 17.0 };
+    let need = params * per_parameter;
+    match host_available_bytes() {
+        Some(free) if need > free as f64 => Err(format!(
+            "--preset {preset}: its {:.2e} parameters need about {:.0} GB of host memory for the bench's random checkpoint on the {} runtime, and {:.0} GB is free; pick a smaller preset (or the --tile-sweep, which builds no model)",
+            params,
+            need / 1e9,
+            shared_kernels::device::runtime_name(),
+            free as f64 / 1e9
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `MemAvailable` of /proc/meminfo, in bytes (`None` where there is no such file).
+fn host_available_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 pub(crate) fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(|a, b| a.total_cmp(b));
     xs[xs.len() / 2]
@@ -134,6 +163,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         // before the model: the sweep needs only the shapes
         return super::bench_tiles::run(o, &config, &device);
     }
+    check_host_memory(&config, &o.preset)?;
     let checkpoint = Checkpoint::random(config.clone(), 0.05, 7);
     if let Some(dir) = &o.save_model {
         // --load-bench on a folder that holds a checkpoint already (e.g. transformers' shards of
