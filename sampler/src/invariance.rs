@@ -304,13 +304,16 @@ pub fn small_paged_cache_matches_full(model: &Qwen3, rng: &mut StdRng) -> Engine
         for g in 0..4u64 {
             let mut r = random_request(rng, group * 100 + g, vocab);
             r.prompt = prompt.clone();
-            r.params.max_new_tokens = rng.random_range(20..(LONG_CONTEXT - len).min(60));
+            // every request outgrows two blocks (prompt + new tokens past 128), so at reserve 0
+            // the four admitted group members, holding all 5 blocks, must preempt
+            r.params.max_new_tokens = rng.random_range((2 * shared_kernels::ops::attention::BLOCK + 1 - len).max(20)..=LONG_CONTEXT - len);
             r.params.stop_tokens = Vec::new();
             requests.push(r);
         }
     }
     let (max_batch, chunk) = (8, [7, 32, 64][rng.random_range(0..3)]);
-    // 5 blocks: two requests of two blocks, and a third that must wait or take a block
+    // 5 blocks: at reserve 0 a group's four members start in them (one shared prompt block, one
+    // own each) and must preempt to grow; at reserve 1 two start (3 + 2 blocks) and finish
     let blocks = 5;
     let name = format!("a {blocks}-block paged cache = a full one (3 groups x 4 requests, max_batch {max_batch}, chunk {chunk})");
     let config = |kv_blocks, share_prompt_prefix, reserve| EngineConfig { max_batch, kv_blocks, context: LONG_CONTEXT, chunk_size: chunk, share_prompt_prefix, overlap: true, reserve };
