@@ -38,16 +38,18 @@ for arm, label in [("matched-cold", "lockstep matched, cold kernel cache"), ("ma
     whole = re.search(r"whole_process_s ([0-9.]+) rc (\d+)", text)
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
     if not t:
-        rows.append(f"| {label} | failed (rc {whole.group(2) if whole else '?'}) | | | | | | |")
+        rows.append(f"| {label} | failed (rc {whole.group(2) if whole else '?'}) | | | | | | | |")
         continue
     t = json.loads(t.group(1))
     steady_tps = t["steady_tokens"] / t["steady_s"] if t["steady_s"] > 0 else float("nan")
+    steps = t.get("steady_engine_steps", 0)
+    host = f"{1e3 * t['steady_launch_s'] / steps:.2f} / {1e3 * t['steady_wait_s'] / steps:.2f}" if steps else "-"
     rows.append(f"| {label} | {t['steady_s']:.2f} | {steady_tps:,.0f} | {float(whole.group(1)):.1f} | {t['load_s']:.1f} | {t['first_wave_s']:.1f} | "
-                f"{t['steady_s'] * waves / max(waves - 1, 1) / limit:.2f}x | {int(rss.group(1)) / 1e6:.1f} |" if whole and rss else
+                f"{t['steady_s'] * waves / max(waves - 1, 1) / limit:.2f}x | {int(rss.group(1)) / 1e6:.1f} | {host} |" if whole and rss else
                 f"| {label} | {t['steady_s']:.2f} | {steady_tps:,.0f} | {float(whole.group(1)) if whole else float('nan'):.1f} | {t['load_s']:.1f} | {t['first_wave_s']:.1f} | "
-                f"{t['steady_s'] * waves / max(waves - 1, 1) / limit:.2f}x | - |")
+                f"{t['steady_s'] * waves / max(waves - 1, 1) / limit:.2f}x | - | {host} |")
 print(f"{n} prompts of {prompt} ids x {m} greedy new tokens, batches of {batch}, shape {config_path.split('/')[-2]}: "
       f"physical limit {limit:.2f} s ({flop_s:.2f} s of arithmetic at 790 TFLOP/s, {hbm_s:.2f} s of decode weight reads at 4.3 TB/s)\n")
-print("| arm | steady-state s (waves 2..) | steady tokens/s | whole process s | load s | first wave s (incl. warm-up) | steady pace / limit | peak host GB |")
-print("|---|---|---|---|---|---|---|---|")
+print("| arm | steady-state s (waves 2..) | steady tokens/s | whole process s | load s | first wave s (incl. warm-up) | steady pace / limit | peak host GB | per engine step: host enqueue / device wait ms |")
+print("|---|---|---|---|---|---|---|---|---|")
 print("\n".join(rows))
