@@ -119,8 +119,8 @@ pub fn weighed_tiles() -> Vec<WgmmaTiles> {
 /// The tile whose busiest multiprocessor finishes first: each multiprocessor runs
 /// ceil(tiles / SMs) tiles at the tile's throughput ([`WEIGHED`]); ties go to the larger tile.
 /// At 256 rows (a decode step) a 128 x 256 gate/up of Qwen3-8B is 192 tiles, two rounds on 132
-/// SMs of which the second is half empty; 128 x 128 tiles make three full rounds (116 -> 99 µs
-/// on the H200). `whole`: only tiles that divide the output; `None` if none does.
+/// SMs of which the second is half empty; 64 x 256 (or 128 x 128) tiles make three nearly full
+/// rounds (116 -> 99.6 µs on the H200). `whole`: only tiles that divide the output; `None` if none does.
 pub fn tiles_by_waves(m: usize, n: usize, sms: usize, whole: bool) -> Option<WgmmaTiles> {
     let cost = |(t, rate): &(WgmmaTiles, f64)| (m.div_ceil(t.bm()) * n.div_ceil(t.bn)).div_ceil(sms.max(1)) as f64 * (t.bm() * t.bn) as f64 / rate;
     WEIGHED
