@@ -4,6 +4,13 @@
 //! machine is Mesa's lavapipe; built with `cuda` it is CUDA device 0.
 
 use burn::tensor::Device;
+use burn_cubecl::cubecl::client::Client;
+
+/// `device`'s cubecl client, reached through a one-element probe tensor (burn exposes no
+/// other way); `None` on a non-cubecl backend.
+fn client(device: &Device) -> Option<Client> {
+    burn::tensor::Tensor::<1>::zeros([1], device).try_into_primitive::<burn_cubecl::Cube>().ok().map(|p| p.client)
+}
 
 /// The runtime this binary was built for, as a short name for tables and logs.
 pub fn runtime_name() -> &'static str {
@@ -40,26 +47,21 @@ pub fn memory_pools_line(device: &Device) -> String {
 /// Whether kernels on `device` can hold `dtype` (lavapipe's Vulkan has no bf16 or f16: a bf16
 /// model there failed inside cubecl's shader compiler).
 pub fn supports_dtype(device: &Device, dtype: burn::tensor::DType) -> bool {
-    let Ok(probe) = burn::tensor::Tensor::<1>::zeros([1], device).try_into_primitive::<burn_cubecl::Cube>() else { return false };
-    probe.client.properties().features.supports_type(crate::ops::storage(dtype))
+    client(device).is_some_and(|c| c.properties().features.supports_type(crate::ops::storage(dtype)))
 }
 
 /// The device's streaming multiprocessors (compute units), where the runtime says; else 132
 /// (an H100/H200), the figure tile schedules are sized for.
 pub fn multiprocessors(device: &Device) -> usize {
-    burn::tensor::Tensor::<1>::zeros([1], device)
-        .try_into_primitive::<burn_cubecl::Cube>()
-        .ok()
-        .and_then(|p| p.client.properties().hardware.num_streaming_multiprocessors)
-        .unwrap_or(132) as usize
+    client(device).map_or(132, |c| crate::ops::matmul::wgmma_tiles::multiprocessors(&c))
 }
 
 /// Bytes `device` can hold, where it is known: cubecl's figure for the runtime (Vulkan's
 /// largest device-local heap), else on CUDA the driver's total (`cuMemGetInfo`). `None` when
 /// neither says; the memory plan then checks nothing against the device.
 pub fn memory_capacity(device: &Device) -> Option<u64> {
-    let probe = burn::tensor::Tensor::<1>::zeros([1], device).try_into_primitive::<burn_cubecl::Cube>().ok()?;
-    probe.client.properties().memory.max_memory().or_else(cuda_total_memory)
+    let client = client(device)?;
+    client.properties().memory.max_memory().or_else(cuda_total_memory)
 }
 
 /// The largest tensor one kernel can bind on `device`, where the runtime has such a limit:
@@ -69,8 +71,8 @@ pub fn max_tensor_bytes(device: &Device) -> Option<u64> {
     if cfg!(feature = "cuda") {
         return None;
     }
-    let probe = burn::tensor::Tensor::<1>::zeros([1], device).try_into_primitive::<burn_cubecl::Cube>().ok()?;
-    Some(probe.client.properties().memory.max_page_size)
+    let client = client(device)?;
+    Some(client.properties().memory.max_page_size)
 }
 
 #[cfg(feature = "cuda")]

@@ -51,9 +51,9 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
             let run = |t: Option<WgmmaTiles>| matmul_warpgroup(x.clone(), w.clone(), WeightLayout::OutIn, o.dtype, Some(WgmmaSchedule::Persistent), t);
             let pick = run(None).map_err(|e| e.to_string())?; // the process's pick (LOCKSTEP_WGMMA_PICK)
             let pick_bits = bits(pick);
-            use shared_kernels::ops::matmul::wgmma_tiles::{tiles_by_coverage, tiles_by_waves};
-            let picked = tiles_by_waves(m, n, sms, false).unwrap_or_else(|| tiles_by_coverage(m, n, sms));
-            let coverage = tiles_by_coverage(m, n, sms);
+            use shared_kernels::ops::matmul::wgmma_tiles::{tiles_picked, TilePick};
+            let picked = tiles_picked(TilePick::Waves, m, n, sms, false);
+            let coverage = tiles_picked(TilePick::Coverage, m, n, sms, false);
             let inner = if m * n * k < 1 << 30 { 20 } else { 5 };
             let flops = 2.0 * (m * n * k) as f64;
             let mut results = Vec::new();

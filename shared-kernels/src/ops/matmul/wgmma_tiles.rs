@@ -70,11 +70,16 @@ pub(super) fn wgmma_tiles_for(client: &Client, m: usize, n: usize, whole: bool) 
     if let Some(t) = wgmma_tiles()? {
         return Ok(t);
     }
-    let sms = multiprocessors(client);
-    Ok(match wgmma_pick()? {
+    Ok(tiles_picked(wgmma_pick()?, m, n, multiprocessors(client), whole))
+}
+
+/// The tiles `pick` gives an `[M, N]` output on `sms` multiprocessors: where no weighed tile
+/// divides a fold's output, the coverage rule's (the fold then takes its other kernel).
+pub fn tiles_picked(pick: TilePick, m: usize, n: usize, sms: usize, whole: bool) -> WgmmaTiles {
+    match pick {
         TilePick::Waves => tiles_by_waves(m, n, sms, whole).unwrap_or_else(|| tiles_by_coverage(m, n, sms)),
         TilePick::Coverage => tiles_by_coverage(m, n, sms),
-    })
+    }
 }
 
 /// How tiles are picked by output size (scheduling only: the same bits).
@@ -126,15 +131,12 @@ pub fn tiles_by_waves(m: usize, n: usize, sms: usize, whole: bool) -> Option<Wgm
     WEIGHED
         .iter()
         .filter(|(t, _)| !whole || (m % t.bm() == 0 && n % t.bn == 0))
-        // WEIGHED runs from the largest tile down: the first of equal cost wins
-        .fold(None, |best: Option<(WgmmaTiles, f64)>, c| match best {
-            Some((_, b)) if b <= cost(c) => best,
-            _ => Some((c.0, cost(c))),
-        })
-        .map(|(t, _)| t)
+        // WEIGHED runs from the largest tile down, and min_by keeps the first of equal cost
+        .min_by(|a, b| cost(a).total_cmp(&cost(b)))
+        .map(|(t, _)| *t)
 }
 
-pub(super) fn multiprocessors(client: &Client) -> usize {
+pub(crate) fn multiprocessors(client: &Client) -> usize {
     client.properties().hardware.num_streaming_multiprocessors.unwrap_or(132) as usize
 }
 
