@@ -213,8 +213,8 @@ mod tests {
         let ck = Checkpoint::random(shared_kernels::model::tiny_config(17, true), 0.3, 5);
         let model = Qwen3::from_checkpoint(&ck, DType::F32, &device).unwrap();
         let opt = AdamW::new(0.9, 0.99, 1e-8, 0.0);
-        let run = std::env::temp_dir().join(format!("lockstep-ck-twice-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&run);
+        let scratch = shared_kernels::testing::Scratch::new("ck-twice");
+        let run = scratch.join("run");
         let state = RunState { step: 4, adam_t: 0, git_revision: "test".into() };
         let first = save(&run, &model, &opt, &state, "{}", 1).unwrap();
         // the old save deleted this folder before renaming its rewrite into place: a kill in
@@ -247,7 +247,8 @@ mod tests {
         let mut opt = AdamW::new(0.9, 0.99, 1e-8, 0.0);
         let grads = model.named_tensors().into_iter().map(|(n, w)| (n, w.flat().ones_like())).collect();
         let model = opt.step(&model, &grads, 1e-3);
-        let run = std::env::temp_dir().join(format!("lockstep-ck-moments-{}", std::process::id()));
+        let scratch = shared_kernels::testing::Scratch::new("ck-moments");
+        let run = scratch.join("run");
         let state = RunState { step: 1, adam_t: 1, git_revision: "test".into() };
         type Edit = Box<dyn Fn(&mut Vec<(String, Dtype, Vec<u8>)>)>;
         let cases: Vec<(&str, Edit, &str)> = vec![

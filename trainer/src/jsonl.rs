@@ -24,8 +24,7 @@ pub fn lines(path: &Path) -> Result<Vec<(usize, String)>, (usize, String)> {
 mod tests {
     #[test]
     fn lines_are_numbered_and_bad_utf8_names_its_line() {
-        let dir = std::env::temp_dir().join(format!("lockstep-jsonl-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = shared_kernels::testing::Scratch::new("jsonl");
         let f = dir.join("a.jsonl");
         std::fs::write(&f, b"\xef\xbb\xbf{\"a\": 1}\r\n\n{\"b\": 2}\n").unwrap();
         assert_eq!(super::lines(&f).unwrap(), vec![(1, "{\"a\": 1}".to_string()), (3, "{\"b\": 2}".to_string())]);

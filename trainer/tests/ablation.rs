@@ -5,7 +5,7 @@ use std::process::Command;
 #[test]
 fn tiny_ablation_matrix_fills_every_cell() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
-    let out = std::env::temp_dir().join(format!("lockstep-ablation-{}", std::process::id()));
+    let out = shared_kernels::testing::Scratch::new("ablation");
     let status = Command::new("bash")
         .arg(root.join("experiments/ablation.sh"))
         .args(["--tiny", "--seeds", "0", "--out", out.to_str().unwrap()])

@@ -24,8 +24,7 @@ fn renders_as_transformers_does() {
 
 #[test]
 fn a_checkpoint_folder_gives_its_template_from_tokenizer_config() {
-    let dir = std::env::temp_dir().join(format!("lockstep-chat-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = shared_kernels::testing::Scratch::new("chat");
     let config = serde_json::json!({"chat_template": "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}{{ eos_token }}", "eos_token": {"content": "<|im_end|>"}});
     std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
     let t = ChatTemplate::from_checkpoint(&dir, None).unwrap();

@@ -2,6 +2,7 @@
 //! every step with the same weights (fingerprints compared inside the run and here), KL 0 and
 //! bit_equal 1 on every rank, the rollouts of a one-rank run, and a rerun repeats bit for bit.
 
+use shared_kernels::testing::Scratch;
 use std::path::Path;
 use std::time::Duration;
 use trainer::config::Config;
@@ -30,15 +31,26 @@ progress = false
 tensorboard = false
 "#;
 
-fn config(name: &str, overrides: &[&str]) -> Config {
-    let dir = std::env::temp_dir().join(format!("lockstep-dp-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+/// A run's config and the scratch folder holding its runs (removed when the test passes).
+struct TestRun {
+    cfg: Config,
+    _dir: Scratch,
+}
+
+impl std::ops::Deref for TestRun {
+    type Target = Config;
+    fn deref(&self) -> &Config {
+        &self.cfg
+    }
+}
+
+fn config(name: &str, overrides: &[&str]) -> TestRun {
+    let dir = Scratch::new(&format!("dp-{name}"));
     let path = dir.join("run.toml");
     std::fs::write(&path, BASE).unwrap();
     let mut o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
     o.push(format!("log.runs_dir={}", dir.join("runs").display()));
-    Config::load(Some(Path::new(&path)), &o).unwrap()
+    TestRun { cfg: Config::load(Some(Path::new(&path)), &o).unwrap(), _dir: dir }
 }
 
 /// A step's metrics without wall-clock fields, as JSON.
@@ -89,7 +101,7 @@ fn ranks_with_different_configs_are_refused_on_every_rank_naming_the_rank() {
     let cfg = config("mismatch", &[]);
     let mut other = cfg.clone();
     other.train.lr *= 2.0;
-    let out = train_ranks(&[cfg.clone(), cfg, other], Duration::from_secs(120));
+    let out = train_ranks(&[cfg.clone(), cfg.clone(), other], Duration::from_secs(120));
     for (rank, r) in out.iter().enumerate() {
         let e = r.as_ref().unwrap_err();
         assert!(e.contains("config") && e.contains("rank 2 has"), "rank {rank}: {e}");
@@ -107,9 +119,7 @@ fn more_ranks_than_groups_leave_some_ranks_idle_and_still_agree() {
 }
 
 fn lockstep_with_env(args: &[&str], env: &[(&str, &str)], name: &str) -> std::process::Output {
-    let dir = std::env::temp_dir().join(format!("lockstep-dp-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new(&format!("dp-cli-{name}"));
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lockstep"));
     cmd.args(args).current_dir(&dir);
     for k in ["RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"] {
@@ -167,8 +177,7 @@ fn gradient_blocks_make_the_update_bits_the_same_on_one_two_and_four_ranks() {
         let e = r.as_ref().unwrap_err();
         assert!(e.contains("train.gradient_blocks") && e.contains("4 ranks"), "{e}");
     }
-    let dir = std::env::temp_dir().join(format!("lockstep-dp-blocks3-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::new("dp-blocks3");
     std::fs::write(dir.join("run.toml"), BASE).unwrap();
     let e = Config::load(Some(&dir.join("run.toml")), &["train.gradient_blocks=3".to_string()]).unwrap_err().to_string();
     assert!(e.contains("train.gradient_blocks") && e.contains("power of two"), "{e}");

@@ -63,7 +63,7 @@ fn logged_steps(run: &Path) -> usize {
 
 /// `lockstep train small.toml` (no SFT warm start) in a fresh scratch folder `name`, with the
 /// failpoint `var=value` set: (exit code, stderr, the folder).
-fn train_with_failpoint(name: &str, var: &str, value: &str) -> (Option<i32>, String, std::path::PathBuf) {
+fn train_with_failpoint(name: &str, var: &str, value: &str) -> (Option<i32>, String, common::Scratch) {
     let dir = scratch(name);
     std::fs::write(dir.join("small.toml"), SMALL).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))

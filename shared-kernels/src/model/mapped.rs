@@ -265,8 +265,7 @@ mod tests {
 
     #[test]
     fn check_all_reports_the_first_bad_tensor_and_index_across_chunks() {
-        let dir = std::env::temp_dir().join(format!("lockstep-weights-scan-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::testing::Scratch::new("weights-scan");
         // a tensor spanning several scan chunks: the bad value sits in its third chunk
         let per_chunk = SCAN_CHUNK_BYTES / 2;
         let big_len = 2 * per_chunk + 1000;

@@ -6,3 +6,6 @@ pub mod battery;
 pub mod boundaries;
 pub mod contract;
 pub mod rows;
+pub mod scratch;
+
+pub use scratch::Scratch;

@@ -2,13 +2,11 @@
 
 use burn::tensor::DType;
 use shared_kernels::model::{load_checkpoint, save_checkpoint, save_model, tiny_config, Checkpoint, ModelError, Qwen3, Rows};
-use std::path::{Path, PathBuf};
+use shared_kernels::testing::Scratch;
+use std::path::Path;
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("lockstep-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("test-{name}"))
 }
 
 fn write_random(dir: &Path, seed: u64) -> Checkpoint {

@@ -77,8 +77,7 @@ mod tests {
         }
         let e = Config::load(None, &["train.on_mismatch=maybe".into()]).unwrap_err().to_string();
         assert!(e.contains("stop") && e.contains("warn"), "{e}");
-        let dir = std::env::temp_dir().join(format!("lockstep-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = shared_kernels::testing::Scratch::new("config");
         let file = dir.join("c.toml");
         std::fs::write(&file, "[train]\nsteps = 2\n\n[ablation]\ncorrection = \"tiss\"\n").unwrap();
         let e = Config::load(Some(&file), &[]).unwrap_err().to_string();

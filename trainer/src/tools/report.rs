@@ -182,8 +182,7 @@ mod tests {
     fn metrics_jsonl_gives_the_same_tags_as_tensorboard() {
         let mut m = trainer::telemetry::StepMetrics { step: 3, reward_mean: 0.625, ..Default::default() };
         m.agreement.bit_equal_frac = 1.0;
-        let dir = std::env::temp_dir().join(format!("lockstep-report-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = shared_kernels::testing::Scratch::new("report");
         let path = dir.join("metrics.jsonl");
         std::fs::write(&path, format!("{}\n", serde_json::to_string(&m).unwrap())).unwrap();
         let scalars = super::read_metrics_jsonl(&path).unwrap();
@@ -197,9 +196,7 @@ mod tests {
 
     #[test]
     fn garbage_event_files_are_errors_not_panics() {
-        let dir = std::env::temp_dir().join(format!("lockstep-report-garbage-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = shared_kernels::testing::Scratch::new("report-garbage");
         for (i, bytes) in [vec![0xffu8; 64], b"not an event file at all".to_vec(), vec![0u8; 5]].into_iter().enumerate() {
             let file = dir.join(format!("events.out.tfevents.{i}"));
             std::fs::write(&file, bytes).unwrap();

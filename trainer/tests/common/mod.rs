@@ -1,18 +1,18 @@
 //! Helpers shared by the `lockstep` binary's end-to-end tests.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
+
+pub use shared_kernels::testing::Scratch;
 
 pub fn lockstep(args: &[&str], cwd: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lockstep")).args(args).current_dir(cwd).output().expect("run lockstep")
 }
 
-pub fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("lockstep-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// The test's own folder: removed when it passes, kept when it fails.
+pub fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("cli-{name}"))
 }
 
 pub const SMALL: &str = r#"
