@@ -284,6 +284,9 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
         }
         if rank0 {
             let _ = std::fs::remove_file(dir.join("metrics.jsonl"));
+            // the run folder is made before the warm start, so an unwritable log.runs_dir
+            // fails now and not after minutes of SFT
+            save_resolved(&cfg, &dir)?;
         }
         let mut policy = load_policy(&cfg, None, &device)?;
         trainer::run::engine_config(&cfg, &policy.model)?; // a bad KV budget fails before SFT
@@ -303,7 +306,7 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
         }
         (policy, new_adamw(&cfg), 0)
     };
-    if rank0 {
+    if rank0 && resume {
         save_resolved(&cfg, &dir)?;
     }
     let mut trainer = Trainer::new_rank(cfg.clone(), policy, opt, step, comm)?;

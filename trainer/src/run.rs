@@ -223,7 +223,7 @@ pub fn git_revision() -> String {
 
 /// Writes the resolved config (every key, defaults filled in) and the git revision.
 pub fn save_resolved(c: &Config, dir: &Path) -> Result<(), RunError> {
-    std::fs::create_dir_all(dir).map_err(|e| RunError::Other(format!("{}: {e}", dir.display())))?;
+    std::fs::create_dir_all(dir).map_err(|e| RunError::Other(format!("log.runs_dir: cannot make the run folder {}: {e}", dir.display())))?;
     let text = format!("# resolved config; git revision {}\n{}", git_revision(), toml::to_string(c).expect("config serialises"));
     shared_kernels::model::save::write_atomic(&dir.join("config.resolved.toml"), text.as_bytes())?;
     Ok(())

@@ -115,6 +115,11 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
         ("context.toml", "[sampler]\ncontext = 100000000000\n", vec!["sampler.context"]),
         ("slots.toml", "[sampler]\nmax_batch = 100000000\ncontext = 4096\n", vec!["sampler.context", "sampler.max_batch", "index range"]),
         ("ffn.toml", "[model]\nintermediate_size = 100000000000\n", vec!["model.intermediate_size", "index range"]),
+        // the embedded model's shape is named by its [model] keys, not the HF names they map to
+        ("heads.toml", "[model]\nnum_heads = 3\n", vec!["model.num_kv_heads", "model.num_heads (3)"]),
+        ("layers.toml", "[model]\nnum_layers = 0\n", vec!["model.num_layers"]),
+        ("head_dim.toml", "[model]\nhead_dim = 15\n", vec!["model.head_dim", "even"]),
+        ("std.toml", "[model]\ninit_std = -1.0\n", vec!["model.init_std"]),
     ];
     // bf16 where the device has none (lavapipe, the CI runtime) names the key
     let mut cases = cases;
@@ -168,6 +173,13 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("--trainer-batches") && !err.contains("panicked"), "{err}");
+    // a run folder that cannot be made fails before the warm start, naming the key
+    std::fs::write(dir.join("a-file"), b"").unwrap();
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    let out = lockstep(&["train", "small.toml", "--set", "log.runs_dir=a-file/runs"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("log.runs_dir") && err.contains("a-file/runs") && !err.contains("sft step") && !err.contains("panicked"), "{err}");
     let out = lockstep(&["train", "missing.toml"], &dir);
     assert_ne!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));

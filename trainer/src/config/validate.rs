@@ -8,6 +8,9 @@ impl Config {
         let bad = |key: &str, message: String| Err(ConfigError::Invalid { key: key.into(), message });
         let one_of = |key: &str, value: &str, allowed: &[&str]| if allowed.contains(&value) { Ok(()) } else { bad(key, format!("`{value}` is not one of {allowed:?}")) };
         one_of("model.dtype", &self.model.dtype, &["f32", "bf16"])?;
+        if self.model.path.is_empty() {
+            self.validate_embedded_shape()?;
+        }
         one_of("task.name", &self.task.name, &["addition", "sort", "countdown", "word_problems", "dataset", "jsonl"])?;
         one_of("task.reward", &self.task.reward, &["exact", "char_f1", "math", "command"])?;
         if self.task.reward == "command" && self.task.reward_command.trim().is_empty() {
@@ -120,6 +123,28 @@ impl Config {
         let name = &self.log.run_name;
         if name.is_empty() || name.contains(['/', '\\']) || name == "." || name == ".." || name.starts_with('.') {
             return bad("log.run_name", format!("must be a folder name under log.runs_dir (no '/', '\\', and not starting with '.'), got {name:?}"));
+        }
+        Ok(())
+    }
+
+    /// The embedded model's shape, checked under the `[model]` keys a user sets (the model
+    /// loader would name the Hugging Face keys they map to).
+    fn validate_embedded_shape(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: String| Err(ConfigError::Invalid { key: key.into(), message });
+        let m = &self.model;
+        for (key, v) in [("model.hidden_size", m.hidden_size), ("model.num_layers", m.num_layers), ("model.num_heads", m.num_heads), ("model.num_kv_heads", m.num_kv_heads), ("model.head_dim", m.head_dim), ("model.intermediate_size", m.intermediate_size)] {
+            if v == 0 {
+                return bad(key, "must be at least 1".into());
+            }
+        }
+        if m.num_heads % m.num_kv_heads != 0 {
+            return bad("model.num_kv_heads", format!("{} does not divide model.num_heads ({})", m.num_kv_heads, m.num_heads));
+        }
+        if m.head_dim % 2 != 0 {
+            return bad("model.head_dim", format!("must be even (RoPE rotates pairs), got {}", m.head_dim));
+        }
+        if !(m.init_std.is_finite() && m.init_std > 0.0) {
+            return bad("model.init_std", format!("must be a finite number > 0, got {}", m.init_std));
         }
         Ok(())
     }
