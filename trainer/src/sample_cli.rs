@@ -27,6 +27,9 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
     }
     // the output's folder must take a file before any sampling is spent
     let output = Path::new(&s.output);
+    if output.is_dir() {
+        return Err(crate::run::invalid("sampler.output", format!("{:?} is a folder; name the result file", s.output)));
+    }
     let tmp = output.with_file_name(format!(".{}.tmp", output.file_name().and_then(|n| n.to_str()).unwrap_or("output")));
     let cannot = |e: std::io::Error| crate::run::invalid("sampler.output", format!("{:?} cannot be written ({}: {e})", s.output, tmp.display()));
     std::fs::File::create(&tmp).map_err(cannot)?;
@@ -75,7 +78,10 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
         }
         user_ids.push(user_id);
         let id = i as u64;
-        requests.push(Request { id, prompt, params: SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: policy.stop_tokens.clone(), seed: s.seed } });
+        let request = Request { id, prompt, params: SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: policy.stop_tokens.clone(), seed: s.seed } };
+        // a prompt the engine would refuse fails here, naming its line, before any sampling
+        request.validate(policy.model.config.vocab_size, s.context).map_err(|e| at(refused_prompt(e)))?;
+        requests.push(request);
     }
     let total = requests.len();
     let engine_cfg = crate::run::engine_config(cfg, &policy.model)?;
@@ -176,6 +182,17 @@ fn write_results(tmp: &Path, order: Vec<(u64, serde_json::Value)>, results: &mut
 }
 
 /// Whether `a` and `b` name one file (`b` need not exist yet: its folder is resolved).
+/// Why the engine refuses a prompt, in the terms of the prompt file and the config keys.
+fn refused_prompt(e: sampler::SampleError) -> String {
+    use sampler::SampleError::*;
+    match e {
+        EmptyPrompt { .. } => "the prompt has no tokens".into(),
+        TokenOutOfRange { token, position, vocab, .. } => format!("token id {token} at prompt position {position} is past the model's vocabulary ({vocab} ids)"),
+        TooLong { prompt, max_new, context, .. } => format!("the prompt's {prompt} tokens + sampler.max_new_tokens ({max_new}) exceed sampler.context ({context})"),
+        other => other.to_string(),
+    }
+}
+
 fn same_file(a: &Path, b: &Path) -> bool {
     let resolve = |p: &Path| -> Option<std::path::PathBuf> {
         if let Ok(c) = p.canonicalize() {

@@ -246,19 +246,25 @@ fn bench_memory_rows_run_once_each_and_write_json() {
 #[test]
 fn sample_command_writes_completions_with_logprobs() {
     let dir = scratch("sample");
+    // the third prompt has an out-of-range token: the run stops naming its line before sampling
     std::fs::write(dir.join("prompts.jsonl"), "{\"prompt\": \"3+4=\"}\n{\"prompt_ids\": [5, 6, 7], \"id\": 9}\n{\"prompt_ids\": [99999]}\n").unwrap();
-    let out = lockstep(&["sample", "--set", "sampler.input=prompts.jsonl", "--set", "sampler.output=out.jsonl", "--set", "log.progress=false"], &dir);
-    // the third prompt has an out-of-range token: that request fails alone, the run exits 1
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let args = ["sample", "--set", "sampler.input=prompts.jsonl", "--set", "sampler.output=out.jsonl", "--set", "log.progress=false"];
+    let out = lockstep(&args, &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("prompts.jsonl:3") && err.contains("token id 99999"), "{err}");
+    assert!(!dir.join("out.jsonl").exists());
+    std::fs::write(dir.join("prompts.jsonl"), "{\"prompt\": \"3+4=\"}\n{\"prompt_ids\": [5, 6, 7], \"id\": 9}\n").unwrap();
+    let out = lockstep(&args, &dir);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let lines: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("out.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(lines.len(), 3);
+    assert_eq!(lines.len(), 2);
     assert_eq!(lines[1]["id"], 9);
-    for l in &lines[..2] {
+    for l in &lines {
         let ids = l["token_ids"].as_array().unwrap();
         assert!(!ids.is_empty());
         assert_eq!(ids.len(), l["logprobs"].as_array().unwrap().len());
     }
-    assert!(lines[2]["error"].as_str().unwrap().contains("token id 99999"));
 }
 
 #[test]
@@ -309,6 +315,24 @@ fn sample_and_run_inputs_that_would_lose_data_or_mislabel_results_are_refused() 
     assert_ne!(code, Some(0), "{err}");
     assert!(err.contains("sampler.output") && err.contains("sampler.input"), "{err}");
     assert_eq!(std::fs::read_to_string(dir.join("prompts.jsonl")).unwrap(), prompts);
+    // prompts the engine would refuse are named by line before any sampling, and no output
+    // is written
+    for (prompts, needles) in [
+        ("{\"prompt\": \"1+2=\"}\n{\"prompt_ids\": [1, 2, 99999999]}\n", &["prompts.jsonl:2", "token id 99999999", "vocabulary"][..]),
+        ("{\"prompt_ids\": []}\n", &["prompts.jsonl:1", "no tokens"][..]),
+        (&format!("{{\"prompt\": \"1+2=\"}}\n{{\"prompt\": \"{}\"}}\n", "1".repeat(60)), &["prompts.jsonl:2", "sampler.context (48)", "sampler.max_new_tokens (3)"][..]),
+    ] {
+        let _ = std::fs::remove_file(dir.join("out.jsonl"));
+        let (code, err) = sample(&base(""), prompts);
+        assert_ne!(code, Some(0), "{err}");
+        assert!(needles.iter().all(|n| err.contains(n)) && !err.contains("sampled") && !err.contains("panicked"), "{needles:?}: {err}");
+        assert!(!dir.join("out.jsonl").exists());
+    }
+    // an output that is a folder is refused before sampling
+    std::fs::create_dir_all(dir.join("folder")).unwrap();
+    let (code, err) = sample(&base("").replace("output = \"out.jsonl\"", "output = \"folder\""), "{\"prompt\": \"1+2=\"}\n");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("sampler.output") && err.contains("folder") && !err.contains("sampled"), "{err}");
     // characters the tokenizer has no token for are named, not turned into <unk>
     let (code, err) = sample(&base(""), "{\"prompt\": \"1+2=\u{e9}\"}\n");
     assert_ne!(code, Some(0), "{err}");
