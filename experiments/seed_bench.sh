@@ -4,7 +4,10 @@
 # `bash experiments/gpu_check.sh build` here and carrying .gpu/:
 #   O=$OUT bash experiments/seed_bench.sh [SHAPE [N [M [MAX_BATCH]]]]     # default qwen3-8b 1000 100 256
 # SEED_ARMS="matched-cold matched-warm transformers" leaves the fast arm out (the matched arms always run);
-# "coverage-warm" adds the matched kernels under the earlier tile rule (LOCKSTEP_WGMMA_PICK=coverage).
+# "coverage-warm" adds the matched kernels under the earlier tile rule (LOCKSTEP_WGMMA_PICK=coverage);
+# "wide-warm" the matched kernels with every request admitted at once (max_batch WIDE, default 1024:
+# vLLM's max_num_seqs on GPUs of 70 GB and more), timed over all N after a run that fills the
+# kernel cache for its tile shapes; its completions must equal the batch-MAX_BATCH arms' as bits.
 # Arms, each its own process on the same random-weight checkpoint (experiments/make_real_shape.py):
 #   matched (cold)   lockstep sample, batch-invariant kernels, empty kernel cache
 #   matched (warm)   the same command again: the kernel cache filled by the first
@@ -22,7 +25,7 @@ ck=/tmp/checkpoints/$shape
 if [ ! -f "$ck/config.json" ]; then
     python3 experiments/make_real_shape.py "$shape" "$ck" > "$O/make-$shape.log" 2>&1 || { echo "make $shape failed"; tail -3 "$O/make-$shape.log"; exit 1; }
 fi
-rm -f /tmp/seed-matched-*.jsonl /tmp/seed-coverage-*.jsonl /tmp/seed-fast-*.jsonl
+rm -f /tmp/seed-matched-*.jsonl /tmp/seed-coverage-*.jsonl /tmp/seed-wide-*.jsonl /tmp/seed-fast-*.jsonl
 python3 - "$n" "$ck" > /tmp/seed-prompts.jsonl <<'PY'
 import json, random, sys
 n, ck = int(sys.argv[1]), sys.argv[2]
@@ -50,6 +53,8 @@ arm matched-cold
 arm matched-warm
 # the earlier rule's tiles are other kernels: one run fills the cache with them, the next is timed
 [[ "$arms" == *" coverage-warm "* ]] && LOCKSTEP_WGMMA_PICK=coverage arm coverage-fill && LOCKSTEP_WGMMA_PICK=coverage arm coverage-warm
+wide=${WIDE:-1024}
+[[ "$arms" == *" wide-warm "* ]] && arm wide-fill --set "sampler.max_batch=$wide" && arm wide-warm --set "sampler.max_batch=$wide"
 [[ "$arms" == *" fast-warm "* ]] && arm fast-warm --set ablation.sampler_kernels=fast
 if [[ "$arms" == *" transformers "* ]]; then
     start=$(date +%s.%N)
@@ -58,7 +63,7 @@ if [[ "$arms" == *" transformers "* ]]; then
 fi
 # every matched arm must agree with the cold one token for token (same kernels and bits, whatever
 # the kernel cache or the tile schedule)
-python3 - /tmp/seed-matched-cold.jsonl /tmp/seed-matched-warm.jsonl /tmp/seed-coverage-warm.jsonl > "$O/seed-cache-bits.txt" <<'PY'
+python3 - /tmp/seed-matched-cold.jsonl /tmp/seed-matched-warm.jsonl /tmp/seed-coverage-warm.jsonl /tmp/seed-wide-warm.jsonl > "$O/seed-cache-bits.txt" <<'PY'
 import json, os, struct, sys
 load = lambda p: [json.loads(l) for l in open(p)]
 bits = lambda xs: [struct.pack("<f", x) for x in xs]
@@ -70,5 +75,5 @@ for other in sys.argv[2:]:
     same = len(a) == len(b) and all(x["token_ids"] == y["token_ids"] and bits(x["logprobs"]) == bits(y["logprobs"]) for x, y in zip(a, b))
     print(f"matched cold vs {os.path.basename(other)}: {'identical' if same else 'DIFFERENT'} token ids and logprob bits over {len(a)} completions")
 PY
-python3 experiments/seed_bench_table.py "$O" "$ck/config.json" "$n" "$m" "$batch" | tee "$O/seed-bench.md"
+python3 experiments/seed_bench_table.py "$O" "$ck/config.json" "$n" "$m" "$batch" "$wide" | tee "$O/seed-bench.md"
 cat "$O/seed-cache-bits.txt"

@@ -2,7 +2,11 @@
 """The table of experiments/seed_bench.sh from its logs: per arm, steady-state seconds, whole-process
 seconds, load seconds, tokens/s, and the ratio to the physical limit of the H200.
 
-    python3 experiments/seed_bench_table.py OUT_DIR CONFIG.json N M MAX_BATCH
+    python3 experiments/seed_bench_table.py OUT_DIR CONFIG.json N M MAX_BATCH [WIDE]
+
+"all N s" is the sampling time of all N requests (first engine step to last completion; with a
+cold cache it includes compiling the kernels). The wide arm (max_batch WIDE) has one wave: its
+all-N time over the one-wave limit is its pace.
 
 The limit is the larger of the arithmetic (2 x matmul parameters x every prompt and new token, plus
 attention's products, at 790 TFLOP/s, a dense bf16 rate the H200 sustains) and the HBM traffic of
@@ -12,6 +16,7 @@ import re
 import sys
 
 out, config_path, n, m, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+wide = int(sys.argv[6]) if len(sys.argv) > 6 else 1024
 c = json.load(open(config_path))
 h, L, inter, vocab = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"], c["vocab_size"]
 hd = c.get("head_dim") or h // c["num_attention_heads"]
@@ -25,10 +30,13 @@ flop_s = (2 * matmul_params * tokens_all + attn) / 790e12
 waves = -(-n // batch)
 hbm_s = waves * m * 2 * matmul_params / 4.3e12  # bf16 weights, read once a decode step
 limit = max(flop_s, hbm_s)
+wide_waves = -(-n // wide)
+wide_limit = max(flop_s, wide_waves * m * 2 * matmul_params / 4.3e12)
 
 rows = []
 for arm, label in [("matched-cold", "lockstep matched, cold kernel cache"), ("matched-warm", "lockstep matched, warm kernel cache"),
                    ("coverage-warm", "lockstep matched, warm, LOCKSTEP_WGMMA_PICK=coverage (the tile rule before session 28)"),
+                   ("wide-warm", f"lockstep matched, warm, max_batch {wide} (all at once)"),
                    ("fast-warm", "lockstep fast (not batch invariant), warm cache"), ("transformers", "transformers generate")]:
     try:
         text = open(f"{out}/seed-{arm}.log").read()
@@ -38,18 +46,22 @@ for arm, label in [("matched-cold", "lockstep matched, cold kernel cache"), ("ma
     whole = re.search(r"whole_process_s ([0-9.]+) rc (\d+)", text)
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
     if not t:
-        rows.append(f"| {label} | failed (rc {whole.group(2) if whole else '?'}) | | | | | | | |")
+        rows.append(f"| {label} | failed (rc {whole.group(2) if whole else '?'}) | | | | | | | | |")
         continue
     t = json.loads(t.group(1))
     steady_tps = t["steady_tokens"] / t["steady_s"] if t["steady_s"] > 0 else float("nan")
     steps = t.get("steady_engine_steps", 0)
     host = f"{1e3 * t['steady_launch_s'] / steps:.2f} / {1e3 * t['steady_wait_s'] / steps:.2f}" if steps else "-"
-    rows.append(f"| {label} | {t['steady_s']:.2f} | {steady_tps:,.0f} | {float(whole.group(1)):.1f} | {t['load_s']:.1f} | {t['first_wave_s']:.1f} | "
-                f"{t['steady_s'] * waves / max(waves - 1, 1) / limit:.2f}x | {int(rss.group(1)) / 1e6:.1f} | {host} |" if whole and rss else
-                f"| {label} | {t['steady_s']:.2f} | {steady_tps:,.0f} | {float(whole.group(1)) if whole else float('nan'):.1f} | {t['load_s']:.1f} | {t['first_wave_s']:.1f} | "
-                f"{t['steady_s'] * waves / max(waves - 1, 1) / limit:.2f}x | - | {host} |")
+    if arm == "wide-warm":
+        steady_tps = t["tokens"] / t["sample_s"] if t.get("sample_s") else float("nan")
+        steady, pace = "- (one wave)", f"{t.get('sample_s', float('nan')) / wide_limit:.2f}x (all N)"
+    else:
+        steady, pace = f"{t['steady_s']:.2f}", f"{t['steady_s'] * waves / max(waves - 1, 1) / limit:.2f}x"
+    whole_s = float(whole.group(1)) if whole else float("nan")
+    peak = f"{int(rss.group(1)) / 1e6:.1f}" if rss else "-"
+    rows.append(f"| {label} | {steady} | {steady_tps:,.0f} | {t.get('sample_s', float('nan')):.2f} | {whole_s:.1f} | {t['load_s']:.1f} | {t['first_wave_s']:.1f} | {pace} | {peak} | {host} |")
 print(f"{n} prompts of {prompt} ids x {m} greedy new tokens, batches of {batch}, shape {config_path.split('/')[-2]}: "
       f"physical limit {limit:.2f} s ({flop_s:.2f} s of arithmetic at 790 TFLOP/s, {hbm_s:.2f} s of decode weight reads at 4.3 TB/s)\n")
-print("| arm | steady-state s (waves 2..) | steady tokens/s | whole process s | load s | first wave s (incl. warm-up) | steady pace / limit | peak host GB | per engine step: host enqueue / device wait ms |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| arm | steady-state s (waves 2..) | steady tokens/s (wide: all N) | all N s | whole process s | load s | first wave s (incl. warm-up) | steady pace / limit | peak host GB | per engine step: host enqueue / device wait ms |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 print("\n".join(rows))
