@@ -13,7 +13,7 @@ use burn_cubecl::{kernel::into_contiguous, tensor::CubeTensor, Cube};
 
 pub(crate) fn float_in<const D: usize>(
     op: &'static str,
-    name: &str,
+    name: &'static str,
     tensor: Tensor<D>,
 ) -> Result<CubeTensor, KernelError> {
     if debug_sync() {
@@ -22,7 +22,7 @@ pub(crate) fn float_in<const D: usize>(
     let cube = tensor.try_into_primitive::<Cube>().map_err(|e| {
         KernelError::new(op, format!("`{name}` is not a tensor on a cubecl device ({e:?})"))
     })?;
-    crate::error::note_input(op, name, &cube.meta.shape().to_vec(), cube.dtype);
+    crate::error::note_input(op, name, cube.meta.shape(), cube.dtype);
     crate::error::device_thread_fault(op, &cube.device);
     within_index_range(op, name, &cube)?;
     match cube.dtype {
@@ -33,13 +33,13 @@ pub(crate) fn float_in<const D: usize>(
 
 pub(crate) fn int_in<const D: usize>(
     op: &'static str,
-    name: &str,
+    name: &'static str,
     tensor: Tensor<D, Int>,
 ) -> Result<CubeTensor, KernelError> {
     let cube = tensor.try_into_primitive::<Cube>().map_err(|e| {
         KernelError::new(op, format!("`{name}` is not a tensor on a cubecl device ({e:?})"))
     })?;
-    crate::error::note_input(op, name, &cube.meta.shape().to_vec(), cube.dtype);
+    crate::error::note_input(op, name, cube.meta.shape(), cube.dtype);
     within_index_range(op, name, &cube)?;
     match cube.dtype {
         DType::I32 | DType::U32 | DType::I64 | DType::U64 => Ok(into_contiguous(cube)),

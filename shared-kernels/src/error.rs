@@ -33,24 +33,47 @@ macro_rules! ensure {
     };
 }
 
+/// One input of a launch as recorded for error reports: kept as data and formatted only when
+/// a report is made, since every input of every launch is recorded (the decode path's host time
+/// per step is a sum over hundreds of launches).
+#[derive(Clone, Copy)]
+struct NotedInput {
+    name: &'static str,
+    rank: usize,
+    shape: [usize; MAX_NOTED_RANK],
+    dtype: burn::tensor::DType,
+}
+
+const MAX_NOTED_RANK: usize = 6;
+
+impl fmt::Display for NotedInput {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {:?} {:?}", self.name, &self.shape[..self.rank], self.dtype)
+    }
+}
+
 thread_local! {
     /// The op whose launcher ran last on this thread and the inputs it was given, so a panic
     /// inside burn or cubecl can be reported with the op and the sizes ([`last_launch`]).
-    static LAST_LAUNCH: RefCell<(&'static str, Vec<String>)> = const { RefCell::new(("", Vec::new())) };
+    static LAST_LAUNCH: RefCell<(&'static str, Vec<NotedInput>)> = const { RefCell::new(("", Vec::new())) };
 }
 
 /// Records input `name` of launcher `op` (called by the bridge for every input of every
 /// launch). `LOCKSTEP_FAULT_PANIC=<op>` makes the launcher `op` panic here: a failpoint for the
 /// fault suite, which checks that such a panic reaches the user as an error naming the op.
-pub(crate) fn note_input(op: &'static str, name: &str, shape: &[usize], dtype: burn::tensor::DType) {
+pub(crate) fn note_input(op: &'static str, name: &'static str, shape: &[usize], dtype: burn::tensor::DType) {
     LAST_LAUNCH.with(|last| {
         let mut last = last.borrow_mut();
-        let entry = format!("{name} {shape:?} {dtype:?}");
-        if last.0 != op || last.1.iter().any(|e| e.split(' ').next() == Some(name)) {
-            *last = (op, Vec::new());
+        // a new launch: another op, or an input name this launch already gave
+        if last.0 != op || last.1.iter().any(|e| e.name == name) {
+            last.0 = op;
+            last.1.clear();
             *LAST_OP_ANY_THREAD.lock().unwrap_or_else(|e| e.into_inner()) = op;
         }
-        last.1.push(entry);
+        let rank = shape.len().min(MAX_NOTED_RANK);
+        let mut noted = NotedInput { name, rank, shape: [0; MAX_NOTED_RANK], dtype };
+        noted.shape[..rank].copy_from_slice(&shape[..rank]);
+        last.1.push(noted);
     });
     static FAULT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     if FAULT.get_or_init(|| crate::knobs::var("LOCKSTEP_FAULT_PANIC")).as_deref() == Some(op) {
@@ -99,7 +122,7 @@ pub(crate) fn device_thread_fault(op: &'static str, device: &burn_cubecl::CubeDe
 pub fn last_launch() -> Option<String> {
     LAST_LAUNCH.with(|last| {
         let last = last.borrow();
-        (!last.0.is_empty()).then(|| format!("`{}` with {}", last.0, last.1.join(", ")))
+        (!last.0.is_empty()).then(|| format!("`{}` with {}", last.0, last.1.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ")))
     })
 }
 

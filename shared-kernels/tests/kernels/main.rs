@@ -8,6 +8,7 @@ mod cache_copy;
 mod errors;
 mod fingerprint;
 mod fused;
+mod graph_capture;
 mod gradients;
 mod head_logprobs;
 mod index_range;
