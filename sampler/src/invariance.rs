@@ -353,6 +353,50 @@ pub fn small_paged_cache_matches_full(model: &Qwen3, rng: &mut StdRng) -> Engine
     EngineCheck::new(format!("{name}: {}", report.join("; ")), None)
 }
 
+/// Steps replayed as captured graphs (`LOCKSTEP_DECODE_GRAPHS`) = launched steps: `n` random
+/// requests (truncating and greedy rows mixed, answers of different lengths so the row count
+/// falls through several graphs), overlapped and synchronous: the same tokens, logprob bits and
+/// finish reasons, and the graph engine replayed steps.
+pub fn graphs_replay_the_launched_steps(model: &Qwen3, rng: &mut StdRng, n: usize) -> EngineCheck {
+    let vocab = model.config.vocab_size;
+    // short prompts and long answers: runs of steps whose rows are all sampled
+    let requests: Vec<Request> = (0..n as u64)
+        .map(|i| {
+            let mut r = random_request(rng, 500 + i, vocab);
+            r.prompt.truncate(rng.random_range(1..6));
+            r.params.max_new_tokens = rng.random_range(8..24);
+            r
+        })
+        .collect();
+    let chunk = [1, 16][rng.random_range(0..2)];
+    let mut report = Vec::new();
+    for overlap in [true, false] {
+        let run = |graphs: bool| {
+            let mut e = Engine::new(model.clone(), EngineConfig { max_batch: n, kv_blocks: 0, context: CONTEXT, chunk_size: chunk, share_prompt_prefix: true, overlap, reserve: 1.0 }).expect("valid engine config");
+            e.set_decode_graphs(graphs);
+            let out = e.generate(requests.clone());
+            (out, e.take_phase_times().replayed_steps)
+        };
+        let (launched, _) = run(false);
+        let (replayed, steps) = run(true);
+        let name = format!("replayed graphs = launched steps ({n} requests, chunk {chunk}, overlap {overlap})");
+        if let Some(Err(e)) = replayed.iter().find(|r| r.is_err()) {
+            return EngineCheck::new(name, Some(format!("a request failed with graphs on: {e}")));
+        }
+        if steps == 0 {
+            return EngineCheck::new(name, Some("no step was replayed: the graphs were not exercised".into()));
+        }
+        for (r, (a, b)) in requests.iter().zip(launched.iter().zip(&replayed)) {
+            let same = matches!((a, b), (Ok(a), Ok(b)) if bits(a) == bits(b));
+            if !same {
+                return EngineCheck::new(name, Some(format!("request {} differs: launched {:?}, replayed {:?}", r.id, a.as_ref().map(bits), b.as_ref().map(bits))));
+            }
+        }
+        report.push(format!("overlap {overlap}: {steps} steps replayed"));
+    }
+    EngineCheck::new(format!("replayed graphs = launched steps ({n} requests, chunk {chunk}): {}", report.join(", ")), None)
+}
+
 /// Everything above, from one seed.
 pub fn run_all(model: &Qwen3, seed: u64) -> Vec<EngineCheck> {
     let mut rng = StdRng::seed_from_u64(seed);
@@ -362,5 +406,6 @@ pub fn run_all(model: &Qwen3, seed: u64) -> Vec<EngineCheck> {
     checks.push(shared_prompt_prefix_matches_unshared(model, &mut rng));
     checks.push(overlap_matches_synchronous(model, &mut rng, 24));
     checks.push(small_paged_cache_matches_full(model, &mut rng));
+    checks.push(graphs_replay_the_launched_steps(model, &mut rng, 12));
     checks
 }

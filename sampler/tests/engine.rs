@@ -138,3 +138,10 @@ fn overlapped_steps_give_the_synchronous_engines_bits() {
     let model = model(rng.random());
     assert_passed(&[invariance::overlap_matches_synchronous(&model, &mut rng, 24)]);
 }
+
+#[test]
+fn replayed_graph_steps_give_the_launched_steps_bits() {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let model = model(rng.random());
+    assert_passed(&[invariance::graphs_replay_the_launched_steps(&model, &mut rng, 12)]);
+}

@@ -33,11 +33,14 @@ pub struct KernelChoice {
     pub fold_on_wgmma: bool,
     /// `LOCKSTEP_DECODE_FUSION`: the engine's fused decode projections (`on`) or the unfused layer.
     pub decode_fusion: bool,
+    /// `LOCKSTEP_DECODE_GRAPHS`: the engine replays steps whose rows are all sampled as
+    /// captured graphs (`on`), or launches every step (`off`, the default until measured on CUDA).
+    pub decode_graphs: bool,
 }
 
 impl Default for KernelChoice {
     fn default() -> Self {
-        KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, fold_on_wgmma: true, decode_fusion: true }
+        KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, fold_on_wgmma: true, decode_fusion: true, decode_graphs: false }
     }
 }
 
@@ -66,6 +69,7 @@ impl KernelChoice {
             attention_backward_on_tensor_cores: either("LOCKSTEP_ATTENTION_BACKWARD", "tensor_cores", "per_sequence")?.unwrap_or(default.attention_backward_on_tensor_cores),
             fold_on_wgmma: either("LOCKSTEP_FOLD_KERNEL", "wgmma", "cmma")?.unwrap_or(default.fold_on_wgmma),
             decode_fusion: either("LOCKSTEP_DECODE_FUSION", "on", "off")?.unwrap_or(default.decode_fusion),
+            decode_graphs: either("LOCKSTEP_DECODE_GRAPHS", "on", "off")?.unwrap_or(default.decode_graphs),
         };
         // the benchmark-only tuning variables, checked with the choice (each family keeps its
         // own parsed copy, read once per process)

@@ -163,6 +163,13 @@ pub const KNOBS: &[Knob] = &[
         effect: "the sampler's forward on fused launches (q/k/v and gate/up projections as one matmul each, norm + RoPE + cache write as one kernel, residual add + rmsnorm as one): 9 launches per layer instead of 19, the same bits (model contract)",
     },
     Knob {
+        name: "LOCKSTEP_DECODE_GRAPHS",
+        values: "`on`, `off`",
+        default: "`off`",
+        kind: KnobKind::KernelChoice,
+        effect: "the sampler replays a step whose rows are all sampled (decode steps) as a captured graph of its launches, one per row count (up to 4 kept), instead of enqueueing every launch; the same bits (engine check `replayed graphs = launched steps`). Off by default until measured on CUDA",
+    },
+    Knob {
         name: "LOCKSTEP_KERNEL_CACHE",
         values: "a directory, or `off`",
         default: "`$XDG_CACHE_HOME/lockstep/kernels`, else `~/.cache/lockstep/kernels`",

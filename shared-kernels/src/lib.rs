@@ -13,6 +13,7 @@ pub mod bridge;
 pub mod device;
 pub mod error;
 pub mod grad_fold;
+pub mod graph;
 pub mod kernel_cache;
 pub mod kernel_choice;
 pub mod model;
@@ -29,7 +30,7 @@ pub use ops::{
     embedding::embedding,
     logits::head_logprobs::{head_logprobs, head_logprobs_chunked, head_chunk_rows},
     logits::logprob::{token_logprobs, TokenLogprobs},
-    logits::sampling::{sample, SamplingRow, row_rng_key},
+    logits::sampling::{sample, sample_with, SamplingInputs, SamplingRow, row_rng_key},
     matmul::{matmul, WeightLayout},
     pointwise::{add, swiglu, swiglu_halves},
     reduce::sum_all,

@@ -131,15 +131,15 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
         // what bounds the steady state: the host enqueueing a step's launches, or the device
         let p = &steady_phases;
         let per_step = |s: f64| 1e3 * s / p.steps.max(1) as f64;
-        eprintln!("  steady state, {} engine steps: per step {:.2} ms enqueueing launches, {:.2} ms waiting for the device, {:.2} ms scheduling", p.steps, per_step(p.launch_s), per_step(p.wait_s), per_step(p.schedule_s + p.prefix_copy_s));
+        eprintln!("  steady state, {} engine steps ({} replayed as graphs): per step {:.2} ms enqueueing launches, {:.2} ms waiting for the device, {:.2} ms scheduling", p.steps, p.replayed_steps, per_step(p.launch_s), per_step(p.wait_s), per_step(p.schedule_s + p.prefix_copy_s));
     } else {
         // one wave (max_batch >= the prompts): the host view of the whole sampling
         let p = &first_wave_phases;
         let per_step = |s: f64| 1e3 * s / p.steps.max(1) as f64;
-        eprintln!("  one wave, {} engine steps (with the kernels' compilation, if the cache was cold): per step {:.2} ms enqueueing launches, {:.2} ms waiting for the device, {:.2} ms scheduling", p.steps, per_step(p.launch_s), per_step(p.wait_s), per_step(p.schedule_s + p.prefix_copy_s));
+        eprintln!("  one wave, {} engine steps ({} replayed as graphs; with the kernels' compilation, if the cache was cold): per step {:.2} ms enqueueing launches, {:.2} ms waiting for the device, {:.2} ms scheduling", p.steps, p.replayed_steps, per_step(p.launch_s), per_step(p.wait_s), per_step(p.schedule_s + p.prefix_copy_s));
     }
     // one machine-readable line for benchmark scripts (experiments/seed_bench.sh)
-    eprintln!("sample-timing {}", serde_json::json!({"load_s": load_s, "first_wave_s": first_wave_s, "steady_s": steady_s, "steady_tokens": steady_tokens, "tokens": generated, "sample_s": seconds, "kernels": cfg.ablation.sampler_kernels, "steady_engine_steps": steady_phases.steps, "steady_launch_s": steady_phases.launch_s, "steady_wait_s": steady_phases.wait_s, "all_engine_steps": first_wave_phases.steps + steady_phases.steps, "all_launch_s": first_wave_phases.launch_s + steady_phases.launch_s, "all_wait_s": first_wave_phases.wait_s + steady_phases.wait_s}));
+    eprintln!("sample-timing {}", serde_json::json!({"load_s": load_s, "first_wave_s": first_wave_s, "steady_s": steady_s, "steady_tokens": steady_tokens, "tokens": generated, "sample_s": seconds, "kernels": cfg.ablation.sampler_kernels, "steady_engine_steps": steady_phases.steps, "steady_launch_s": steady_phases.launch_s, "steady_wait_s": steady_phases.wait_s, "all_engine_steps": first_wave_phases.steps + steady_phases.steps, "all_launch_s": first_wave_phases.launch_s + steady_phases.launch_s, "all_wait_s": first_wave_phases.wait_s + steady_phases.wait_s, "all_replayed_steps": first_wave_phases.replayed_steps + steady_phases.replayed_steps}));
     // a write that fails (a full disk) leaves no partial file beside the output
     let written = write_results(&tmp, order, &mut results, &policy).and_then(|failed| {
         std::fs::rename(&tmp, &s.output).map_err(|e| RunError::Other(format!("{}: {e}", s.output)))?;

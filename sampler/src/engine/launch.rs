@@ -22,14 +22,6 @@ impl Engine {
     /// that end no prompt). Nothing is read back here.
     pub(super) fn launch(&mut self, rows: &Rows, sample_at: &[(usize, usize)], fed: Option<(&Tensor<1, Int>, &[i32])>) -> Result<Option<InFlight>, String> {
         let launching = Instant::now();
-        // logits only for the rows that are sampled (the last row of a prompt, decode rows)
-        let at: Vec<usize> = sample_at.iter().map(|&(_, r)| r).collect();
-        let tokens = fed.map_or(Tokens::Host, |(sampled, index)| Tokens::Device { sampled, index });
-        let logits = self.model.run(Forward::rows(rows).cache(&mut self.cache).logits_at(&at).tokens(tokens));
-        let Some(picked) = logits.map_err(|e| e.to_string())? else {
-            self.phase.launch_s += launching.elapsed().as_secs_f64();
-            return Ok(None);
-        };
         let params: Vec<SamplingRow> = sample_at
             .iter()
             .map(|&(a, _)| {
@@ -39,10 +31,25 @@ impl Engine {
                 SamplingRow { temperature: p.temperature, top_k: p.top_k, top_p: p.top_p, rng_key: row_rng_key(p.seed, act.request.id, position) }
             })
             .collect();
-        let (tokens, logprobs) = sample(picked, &params).map_err(|e| e.to_string())?;
+        let graphed = if self.replayable(rows, sample_at) { self.launch_graphed(rows, &params, fed)? } else { None };
+        let (tokens, logprobs) = match graphed {
+            Some(sampled) => sampled,
+            None => {
+                // logits only for the rows that are sampled (the last row of a prompt, decode rows)
+                let at: Vec<usize> = sample_at.iter().map(|&(_, r)| r).collect();
+                let tokens = fed.map_or(Tokens::Host, |(sampled, index)| Tokens::Device { sampled, index });
+                let logits = self.model.run(Forward::rows(rows).cache(&mut self.cache).logits_at(&at).tokens(tokens));
+                let Some(picked) = logits.map_err(|e| e.to_string())? else {
+                    self.phase.launch_s += launching.elapsed().as_secs_f64();
+                    return Ok(None);
+                };
+                let (tokens, logprobs) = sample(picked, &params).map_err(|e| e.to_string())?;
+                (tokens, logprobs.cast(DType::F32))
+            }
+        };
         // the copy to the host is queued right behind this step, so a later step enqueued
         // before the wait does not delay it
-        let copy = ReadBack::start(vec![logprobs.cast(DType::F32)], vec![tokens.clone()]).map_err(|e| e.to_string())?;
+        let copy = ReadBack::start(vec![logprobs], vec![tokens.clone()]).map_err(|e| e.to_string())?;
         let owners = sample_at.iter().map(|&(a, _)| self.active[a].request.id).collect();
         for &(a, _) in sample_at {
             self.active[a].in_flight += 1;

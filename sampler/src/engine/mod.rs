@@ -6,6 +6,7 @@
 //! or are decode tokens. Which requests share a step changes all the time; lockstep's kernels
 //! make that irrelevant to every bit.
 
+mod graphs;
 mod launch;
 mod rows;
 
@@ -113,6 +114,8 @@ pub struct EnginePhaseTimes {
     pub schedule_s: f64,
     /// Requests preempted for want of cache blocks (each runs again from its prompt).
     pub preempted: usize,
+    /// Steps replayed as captured graphs (`LOCKSTEP_DECODE_GRAPHS=on`).
+    pub replayed_steps: usize,
 }
 
 pub struct Engine {
@@ -127,6 +130,8 @@ pub struct Engine {
     done: Vec<(u64, Result<Completion, SampleError>)>,
     /// The last step enqueued and not read yet (overlap mode only).
     in_flight: Option<InFlight>,
+    /// Captured steps, replayed for steps of the same row count (`graphs.rs`).
+    graphs: graphs::StepGraphs,
 }
 
 impl Engine {
@@ -141,11 +146,19 @@ impl Engine {
             return Err(format!("context {} exceeds the model's max_position_embeddings {}", config.context, model.config.max_position_embeddings));
         }
         let model = decode_ready(model)?;
+        let graphs = graphs::StepGraphs::new(shared_kernels::kernel_choice::KernelChoice::process().map_err(|e| e.to_string())?.decode_graphs);
         let device = model.embed.device();
         let blocks = if config.kv_blocks == 0 { config.max_batch * KvCache::blocks_for(config.context) } else { config.kv_blocks };
         let cache = KvCache::paged(&model.config, config.max_batch, config.context, blocks, model.dtype, &device).map_err(|e| e.to_string())?;
         let free_slots = (0..config.max_batch as u32).rev().collect();
-        Ok(Self { phase: EnginePhaseTimes::default(), model, config, cache, free_slots, waiting: VecDeque::new(), active: Vec::new(), done: Vec::new(), in_flight: None })
+        Ok(Self { phase: EnginePhaseTimes::default(), model, config, cache, free_slots, waiting: VecDeque::new(), active: Vec::new(), done: Vec::new(), in_flight: None, graphs })
+    }
+
+    /// Replays steps whose rows are all sampled as captured graphs, or launches every step
+    /// (the default is `LOCKSTEP_DECODE_GRAPHS`); the same bits either way.
+    pub fn set_decode_graphs(&mut self, on: bool) {
+        self.graphs.clear();
+        self.graphs.on = on;
     }
 
     pub fn model(&self) -> &Qwen3 {
@@ -158,6 +171,8 @@ impl Engine {
             return Err("set_model while requests are running".into());
         }
         self.model = decode_ready(model)?;
+        // a graph reads the weights it was captured with
+        self.graphs.clear();
         Ok(())
     }
 

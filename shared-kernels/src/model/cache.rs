@@ -84,6 +84,9 @@ pub struct KvCache {
     blocks: Option<Blocks>,
     /// The device copy of the block table, `None` after a change.
     table: Option<BlockRows>,
+    /// The paged table's device buffer: a change is written into it in place, so a graph
+    /// captured on it reads the current table when it replays.
+    table_buffer: Option<Tensor<1, Int>>,
     /// The device's int dtype (the tables' element type), learnt at the first upload.
     int_dtype: Option<DType>,
 }
@@ -102,7 +105,7 @@ impl KvCache {
     pub fn new(config: &ModelConfig, slots: usize, max_len: usize, dtype: DType, device: &Device) -> Self {
         let shape = KvCacheShape { slots, max_len, kv_heads: config.num_kv_heads, head_dim: config.head_dim };
         let layers = Self::tensors(config, [slots, max_len, shape.kv_heads, shape.head_dim], dtype, device);
-        Self { shape, layers, blocks: None, table: None, int_dtype: None }
+        Self { shape, layers, blocks: None, table: None, table_buffer: None, int_dtype: None }
     }
 
     /// A paged cache of `blocks` blocks of [`BLOCK`] positions for up to `slots` sequences of up
@@ -116,7 +119,7 @@ impl KvCache {
         let shape = KvCacheShape { slots, max_len: width * BLOCK, kv_heads: config.num_kv_heads, head_dim: config.head_dim };
         let layers = Self::tensors(config, [blocks, BLOCK, shape.kv_heads, shape.head_dim], dtype, device);
         let blocks = Blocks { free: (0..blocks as u32).rev().collect(), holders: vec![0; blocks], owned: vec![Vec::new(); slots] };
-        Ok(Self { shape, layers, blocks: Some(blocks), table: None, int_dtype: None })
+        Ok(Self { shape, layers, blocks: Some(blocks), table: None, table_buffer: None, int_dtype: None })
     }
 
     fn tensors(config: &ModelConfig, dims: [usize; 4], dtype: DType, device: &Device) -> Vec<(Tensor<4>, Tensor<4>)> {
@@ -201,7 +204,15 @@ impl KvCache {
                         rows[slot * width + i] = (block as usize * BLOCK) as i32;
                     }
                 }
-                let t = Tensor::<1, Int>::from_data(TensorData::new(rows, [self.shape.slots * width]), &device);
+                let len = self.shape.slots * width;
+                let t = match self.table_buffer.take().filter(|t| t.dims()[0] == len) {
+                    Some(t) => {
+                        crate::ops::in_place::write_ints("kv cache", "block table", &t, &rows.iter().map(|&r| r as i64).collect::<Vec<_>>())?;
+                        t
+                    }
+                    None => Tensor::<1, Int>::from_data(TensorData::new(rows, [len]), &device),
+                };
+                self.table_buffer = Some(t.clone());
                 BlockRows::new("kv cache", t, self.shape.slots, width)?
             }
         };

@@ -22,6 +22,9 @@ pub enum Tokens<'a> {
     /// other rows take `rows.tokens`. Lets the sampler enqueue a decode step before the previous
     /// one's tokens reach the host.
     Device { sampled: &'a Tensor<1, Int>, index: &'a [i32] },
+    /// Every row's token id in this device tensor (`[rows]`), `rows.tokens` ignored: a
+    /// replayed graph's input buffer, filled before each replay.
+    Ids(&'a Tensor<1, Int>),
 }
 
 /// Which rows' logits a forward computes.
@@ -46,6 +49,10 @@ pub struct Forward<'a> {
     /// training path, differentiable on an autodiff device).
     pub cache: Option<&'a mut KvCache>,
     pub trace: Option<&'a mut Trace>,
+    /// The rows' slots and positions already on the device (`[rows]` each, equal to
+    /// `rows.slots` / `rows.positions`, which host-side checks still read); else uploaded from
+    /// `rows`. A captured graph must upload nothing.
+    pub device_rows: Option<(&'a Tensor<1, Int>, &'a Tensor<1, Int>)>,
 }
 
 impl<'a> Forward<'a> {
@@ -62,6 +69,10 @@ impl<'a> Forward<'a> {
     }
     pub fn tokens(mut self, tokens: Tokens<'a>) -> Self {
         self.tokens = tokens;
+        self
+    }
+    pub fn device_rows(mut self, slots: &'a Tensor<1, Int>, positions: &'a Tensor<1, Int>) -> Self {
+        self.device_rows = Some((slots, positions));
         self
     }
     pub fn traced(mut self, trace: &'a mut Trace) -> Self {
@@ -142,7 +153,7 @@ impl Qwen3 {
 
     /// The forward as `args` asks: the logits of the rows it names (`None` when it names none).
     pub fn run(&self, args: Forward) -> Result<Option<Tensor<2>>, ModelError> {
-        let Forward { rows, tokens, logits, cache, mut trace } = args;
+        let Forward { rows, tokens, logits, cache, mut trace, device_rows } = args;
         let rows = rows.ok_or_else(|| ModelError::Input("a forward needs rows".into()))?;
         if let Logits::At(at) = logits {
             if let Some(&r) = at.iter().find(|&&r| r >= rows.len()) {
@@ -156,7 +167,7 @@ impl Qwen3 {
         }
         // a trace of one row needs that row's logits only (a batch's [rows, vocab] may not fit)
         let only_row = trace.as_deref().and_then(|t| t.only_row).filter(|_| matches!(logits, Logits::All));
-        let x = self.final_hidden(rows, tokens, cache, trace.as_deref_mut())?;
+        let x = self.final_hidden(rows, tokens, device_rows, cache, trace.as_deref_mut())?;
         let (at, one_row) = match (only_row, logits) {
             (Some(r), _) => (vec![r], true),
             (None, Logits::At(at)) => (at.to_vec(), false),
@@ -188,7 +199,7 @@ impl Qwen3 {
 
     /// Every decoder layer and the final norm: the rows' hidden states `[rows, hidden]` that the
     /// LM head reads.
-    pub(crate) fn final_hidden(&self, rows: &Rows, tokens: Tokens, cache: Option<&mut KvCache>, trace: Option<&mut Trace>) -> Result<Tensor<2>, ModelError> {
+    pub(crate) fn final_hidden(&self, rows: &Rows, tokens: Tokens, device_rows: Option<(&Tensor<1, Int>, &Tensor<1, Int>)>, cache: Option<&mut KvCache>, trace: Option<&mut Trace>) -> Result<Tensor<2>, ModelError> {
         self.check_rows(rows)?;
         let device = self.embed.device();
         let n = rows.len();
@@ -199,13 +210,24 @@ impl Qwen3 {
                 let picked = sampled.clone().select(0, Tensor::<1, Int>::from_data(TensorData::new(index.to_vec(), [k]), &device));
                 if k == n { picked } else { Tensor::cat(vec![picked, int_tensor(&rows.tokens[k..], &device)], 0) }
             }
+            Tokens::Ids(ids) => {
+                if ids.dims() != [n] {
+                    return Err(ModelError::Input(format!("{:?} token ids for {n} rows", ids.dims())));
+                }
+                ids.clone()
+            }
+        };
+        let (slots, positions) = match device_rows {
+            Some((s, p)) if s.dims() == [n] && p.dims() == [n] => (s.clone(), p.clone()),
+            Some((s, p)) => return Err(ModelError::Input(format!("device slots {:?} and positions {:?} for {n} rows", s.dims(), p.dims()))),
+            None => (int_tensor(&rows.slots, &device), int_tensor(&rows.positions, &device)),
         };
         if let Some(cache) = cache.as_deref() {
             self.check_cache(rows, cache)?;
         }
         // the decode path's fused launches: lockstep's kernels, a cache, fused weights
         let fused = (cache.is_some() && self.kernels == KernelSet::Matched && self.fused.len() == self.layers.len()).then_some(&self.fused[..]);
-        let mut pass = Pass { rows, slots: int_tensor(&rows.slots, &device), positions: int_tensor(&rows.positions, &device), cache, trace, kernels: self.kernels, config: &self.config, rope: &self.rope };
+        let mut pass = Pass { rows, slots, positions, cache, trace, kernels: self.kernels, config: &self.config, rope: &self.rope };
         let h = embedding(self.embed.clone(), ids)?;
         pass.record(|| "embedding".into(), &h);
         let stream = self.layers_forward(Stream { h, normed: None }, 0..self.layers.len(), fused, &mut pass)?;

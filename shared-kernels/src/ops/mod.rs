@@ -9,6 +9,7 @@ pub mod ablation;
 pub mod attention;
 pub mod embedding;
 pub mod fingerprint;
+pub mod in_place;
 pub mod kv_cache;
 pub mod logits;
 pub mod matmul;

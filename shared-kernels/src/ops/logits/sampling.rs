@@ -342,28 +342,90 @@ fn sample_combine_kernel<F: Float, I: Int>(
 
 /// Draw one token per row of `logits` [rows, vocab]. Returns (tokens [rows], logprobs [rows]).
 pub fn sample(logits: BTensor<2>, params: &[SamplingRow]) -> Result<(BTensor<1, BInt>, BTensor<1>), KernelError> {
+    let [_, vocab] = logits.dims();
+    let inputs = SamplingInputs::upload(params, vocab, &logits.device())?;
+    sample_with(logits, &inputs)
+}
+
+/// The per-row sampling parameters on the device, for [`sample_with`]. A replayed graph reads
+/// them from the buffers it was captured with: [`SamplingInputs::write`] refreshes those in place.
+#[derive(Clone)]
+pub struct SamplingInputs {
+    temperatures: BTensor<1>,
+    top_p: BTensor<1>,
+    top_k: BTensor<1, BInt>,
+    rng_keys: BTensor<1, BInt>,
+    /// Whether some row truncates (top-k below the vocabulary or top-p below 1 at T > 0): then
+    /// the truncation kernel runs, so a graph captured with it differs from one without.
+    pub truncated: bool,
+}
+
+impl SamplingInputs {
+    pub fn upload(params: &[SamplingRow], vocab: usize, device: &Device) -> Result<Self, KernelError> {
+        Self::check(params)?;
+        let rows = params.len();
+        let f32s = |v: Vec<f32>| BTensor::<1>::from_data(TensorData::new(v, [rows]), device);
+        let ints = |v: Vec<i64>| BTensor::<1, BInt>::from_data(TensorData::new(v, [rows]), device);
+        let (t, p, k, r) = Self::columns(params);
+        Ok(SamplingInputs { temperatures: f32s(t), top_p: f32s(p), top_k: ints(k), rng_keys: ints(r), truncated: Self::truncates(params, vocab) })
+    }
+
+    /// New parameters for the same rows, written into the same device buffers. Refused when
+    /// the row count or whether any row truncates changes (a graph's launches depend on both).
+    pub fn write(&self, params: &[SamplingRow], vocab: usize) -> Result<(), KernelError> {
+        Self::check(params)?;
+        let rows = self.temperatures.dims()[0];
+        ensure!(params.len() == rows, "sample", "{} parameter rows written into inputs of {rows}", params.len());
+        ensure!(Self::truncates(params, vocab) == self.truncated, "sample", "the parameters' truncation ({}) differs from the inputs' ({})", !self.truncated, self.truncated);
+        let (t, p, k, r) = Self::columns(params);
+        crate::ops::in_place::write_floats("sample", "temperatures", &self.temperatures, &t)?;
+        crate::ops::in_place::write_floats("sample", "top_p", &self.top_p, &p)?;
+        crate::ops::in_place::write_ints("sample", "top_k", &self.top_k, &k)?;
+        crate::ops::in_place::write_ints("sample", "rng_key", &self.rng_keys, &r)
+    }
+
+    fn check(params: &[SamplingRow]) -> Result<(), KernelError> {
+        const OP: &str = "sample";
+        ensure!(!params.is_empty(), OP, "no parameter rows");
+        for (r, p) in params.iter().enumerate() {
+            ensure!(p.temperature.is_finite() && p.temperature >= 0.0, OP, "row {r}: temperature must be >= 0, got {}", p.temperature);
+            ensure!(p.top_p > 0.0 && p.top_p <= 1.0, OP, "row {r}: top_p must be in (0, 1], got {}", p.top_p);
+        }
+        Ok(())
+    }
+
+    fn columns(params: &[SamplingRow]) -> (Vec<f32>, Vec<f32>, Vec<i64>, Vec<i64>) {
+        (
+            params.iter().map(|p| p.temperature).collect(),
+            params.iter().map(|p| p.top_p).collect(),
+            params.iter().map(|p| p.top_k as i64).collect(),
+            params.iter().map(|p| p.rng_key as i32 as i64).collect(),
+        )
+    }
+
+    pub fn truncates(params: &[SamplingRow], vocab: usize) -> bool {
+        params.iter().any(|p| p.temperature > 0.0 && ((p.top_k > 0 && (p.top_k as usize) < vocab) || p.top_p < 1.0))
+    }
+}
+
+/// [`sample`] with the parameters already on the device.
+pub fn sample_with(logits: BTensor<2>, inputs: &SamplingInputs) -> Result<(BTensor<1, BInt>, BTensor<1>), KernelError> {
     const OP: &str = "sample";
-    let device: Device = logits.device();
     let logits = float_in(OP, "logits", logits)?;
     let ld = dims(&logits);
     let (rows, vocab) = (ld[0], ld[1]);
     ensure!(rows > 0 && vocab > 0, OP, "empty logits {ld:?}");
     ensure!(rows * vocab < u32::MAX as usize, OP, "logits [{rows}, {vocab}] exceed the u32 index range");
-    ensure!(params.len() == rows, OP, "logits have {rows} rows but {} parameter rows were given", params.len());
-    for (r, p) in params.iter().enumerate() {
-        ensure!(p.temperature.is_finite() && p.temperature >= 0.0, OP, "row {r}: temperature must be >= 0, got {}", p.temperature);
-        ensure!(p.top_p > 0.0 && p.top_p <= 1.0, OP, "row {r}: top_p must be in (0, 1], got {}", p.top_p);
-    }
-    let f32s = |v: Vec<f32>| BTensor::<1>::from_data(TensorData::new(v, [rows]), &device);
-    let ints = |v: Vec<i64>| BTensor::<1, BInt>::from_data(TensorData::new(v, [rows]), &device);
-    let temps = float_in(OP, "temperatures", f32s(params.iter().map(|p| p.temperature).collect()))?;
-    let top_ps = float_in(OP, "top_p", f32s(params.iter().map(|p| p.top_p).collect()))?;
-    let top_ks = int_in(OP, "top_k", ints(params.iter().map(|p| p.top_k as i64).collect()))?;
-    let keys = int_in(OP, "rng_key", ints(params.iter().map(|p| p.rng_key as i32 as i64).collect()))?;
+    let given = inputs.temperatures.dims()[0];
+    ensure!(given == rows, OP, "logits have {rows} rows but {given} parameter rows were given");
+    let temps = float_in(OP, "temperatures", inputs.temperatures.clone())?;
+    let top_ps = float_in(OP, "top_p", inputs.top_p.clone())?;
+    let top_ks = int_in(OP, "top_k", inputs.top_k.clone())?;
+    let keys = int_in(OP, "rng_key", inputs.rng_keys.clone())?;
     ensure!(top_ks.dtype.size() >= 4, OP, "the device's int dtype {:?} cannot hold 32-bit keys", top_ks.dtype);
+    let truncated = inputs.truncated;
     let client = logits.client.clone();
     let alloc = |n: usize, dtype| empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [n].into(), dtype);
-    let truncated = params.iter().any(|p| p.temperature > 0.0 && ((p.top_k > 0 && (p.top_k as usize) < vocab) || p.top_p < 1.0));
     // rows that do not truncate never read it; a one-element stand-in keeps the binding valid
     let thresholds = alloc(if truncated { rows } else { 1 }, DType::U32);
     if truncated {

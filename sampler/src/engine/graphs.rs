@@ -1,0 +1,138 @@
+//! Steps replayed as captured graphs (`LOCKSTEP_DECODE_GRAPHS=on`): a step whose rows are all
+//! sampled (decode rows, and prompts' last single-token chunks) runs the same launches for every
+//! step of its row count, only on other inputs. The second such step in a row captures them
+//! (a warm-up run that is the step's real result, then the recorded run); later steps of that
+//! row count write their inputs into the captured buffers and replay. The replayed step equals
+//! the launched one as bits (`sampler::invariance`, `graphs_replay_the_launched_steps`).
+
+use super::Engine;
+use burn::tensor::{DType, Int, Tensor, TensorData};
+use shared_kernels::graph::{self, Captured};
+use shared_kernels::model::{Forward, Rows, Tokens};
+use shared_kernels::ops::in_place::{gather_tokens_into, write_ints};
+use shared_kernels::{sample_with, SamplingInputs, SamplingRow};
+
+/// Graphs kept at once: each holds one forward's activations at its row count.
+const KEPT: usize = 4;
+
+/// (rows, whether some row truncates): what the captured launches depend on.
+type Key = (usize, bool);
+
+#[derive(Default)]
+pub(super) struct StepGraphs {
+    pub(super) on: bool,
+    /// Most recently used last.
+    kept: Vec<(Key, StepGraph)>,
+    /// Row counts whose capture failed: launched from then on.
+    failed: Vec<Key>,
+    last_key: Option<Key>,
+}
+
+impl StepGraphs {
+    pub(super) fn new(on: bool) -> Self {
+        StepGraphs { on, ..Default::default() }
+    }
+
+    /// Drops every graph (their launches read the weights they were captured with).
+    pub(super) fn clear(&mut self) {
+        self.kept.clear();
+        self.failed.clear();
+        self.last_key = None;
+    }
+}
+
+/// One captured step: its input buffers, the graph, and the tensors its sampling writes.
+struct StepGraph {
+    captured: Captured,
+    ids: Tensor<1, Int>,
+    slots: Tensor<1, Int>,
+    positions: Tensor<1, Int>,
+    sampling: SamplingInputs,
+    tokens: Tensor<1, Int>,
+    logprobs: Tensor<1>,
+}
+
+/// The device tensors of a step's inputs.
+struct StepInputs<'a> {
+    ids: &'a Tensor<1, Int>,
+    slots: &'a Tensor<1, Int>,
+    positions: &'a Tensor<1, Int>,
+    sampling: &'a SamplingInputs,
+}
+
+impl Engine {
+    /// Whether this step's rows are all sampled, in row order: then its launches depend only
+    /// on the row count and the sampling mode, and a graph can stand in for them.
+    pub(super) fn replayable(&self, rows: &Rows, sample_at: &[(usize, usize)]) -> bool {
+        self.graphs.on && sample_at.len() == rows.len() && sample_at.iter().enumerate().all(|(i, &(_, r))| r == i)
+    }
+
+    /// The step's sampled tokens and f32 logprobs from a graph: replayed when one is kept for
+    /// this row count, else captured when the step before had the same row count (this step's
+    /// result is then the warm-up run's). `None`: launch this step as usual.
+    pub(super) fn launch_graphed(&mut self, rows: &Rows, params: &[SamplingRow], fed: Option<(&Tensor<1, Int>, &[i32])>) -> Result<Option<(Tensor<1, Int>, Tensor<1>)>, String> {
+        let vocab = self.model.config.vocab_size;
+        let key = (rows.len(), SamplingInputs::truncates(params, vocab));
+        let again = self.graphs.last_key.replace(key) == Some(key);
+        if self.graphs.failed.contains(&key) {
+            return Ok(None);
+        }
+        // fed rows first (as `build_rows` orders them), then ids the host has
+        let fed_rows = fed.map_or(0, |(_, index)| index.len());
+        let spec: Vec<i32> = fed.map_or(&[][..], |(_, index)| index).iter().copied().chain(rows.tokens[fed_rows..].iter().map(|&t| t as i32)).collect();
+        // the block table is refreshed by a write, which no capture may hold
+        self.cache.pages().map_err(|e| e.to_string())?;
+        let fill_ids = |ids: &Tensor<1, Int>| match fed {
+            Some((sampled, _)) => gather_tokens_into(ids, sampled, &spec, fed_rows),
+            None => write_ints("gather_tokens_into", "ids", ids, &spec.iter().map(|&t| t as i64).collect::<Vec<_>>()),
+        };
+        let ints = |v: &[u32]| v.iter().map(|&x| x as i64).collect::<Vec<_>>();
+        if let Some(at) = self.graphs.kept.iter().position(|(k, _)| *k == key) {
+            let entry = self.graphs.kept.remove(at);
+            let g = &entry.1;
+            let refreshed = fill_ids(&g.ids)
+                .and_then(|_| write_ints("graph inputs", "slots", &g.slots, &ints(&rows.slots)))
+                .and_then(|_| write_ints("graph inputs", "positions", &g.positions, &ints(&rows.positions)))
+                .and_then(|_| g.sampling.write(params, vocab));
+            refreshed.map_err(|e| e.to_string())?;
+            g.captured.replay()?;
+            let out = (g.tokens.clone(), g.logprobs.clone());
+            self.graphs.kept.push(entry);
+            self.phase.replayed_steps += 1;
+            return Ok(Some(out));
+        }
+        if !again {
+            return Ok(None);
+        }
+        let device = self.model.embed.device();
+        let n = rows.len();
+        let as_ints = |v: &[u32]| Tensor::<1, Int>::from_data(TensorData::new(v.iter().map(|&x| x as i32).collect::<Vec<_>>(), [n]), &device);
+        let (ids, slots, positions) = (as_ints(&rows.tokens), as_ints(&rows.slots), as_ints(&rows.positions));
+        fill_ids(&ids).map_err(|e| e.to_string())?;
+        let sampling = SamplingInputs::upload(params, vocab, &device).map_err(|e| e.to_string())?;
+        let inputs = StepInputs { ids: &ids, slots: &slots, positions: &positions, sampling: &sampling };
+        graph::prepare(&device)?;
+        let warm = self.run_step(rows, &inputs)?;
+        match graph::capture(&device, || self.run_step(rows, &inputs)) {
+            Ok(((tokens, logprobs), captured)) => {
+                self.graphs.kept.push((key, StepGraph { captured, ids: ids.clone(), slots: slots.clone(), positions: positions.clone(), sampling: sampling.clone(), tokens, logprobs }));
+                if self.graphs.kept.len() > KEPT {
+                    self.graphs.kept.remove(0);
+                }
+            }
+            Err(e) => {
+                eprintln!("warning: steps of {n} rows are launched, not replayed: {e}");
+                self.graphs.failed.push(key);
+            }
+        }
+        Ok(Some(warm))
+    }
+
+    /// One step's forward and sampling on device inputs (nothing uploaded: capturable).
+    fn run_step(&mut self, rows: &Rows, inputs: &StepInputs) -> Result<(Tensor<1, Int>, Tensor<1>), String> {
+        let forward = Forward::rows(rows).cache(&mut self.cache).tokens(Tokens::Ids(inputs.ids)).device_rows(inputs.slots, inputs.positions);
+        let logits = self.model.run(forward).map_err(|e| e.to_string())?.ok_or("a replayable step samples every row")?;
+        let (tokens, logprobs) = sample_with(logits, inputs.sampling).map_err(|e| e.to_string())?;
+        Ok((tokens, logprobs.cast(DType::F32)))
+    }
+}
