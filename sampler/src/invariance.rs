@@ -5,9 +5,14 @@
 //!         prompt in one chunk) as among 0..=63 random neighbours arriving at random steps,
 //!         under several max-batch and chunk sizes;
 //! (d)     every sampled logprob equals, as bits, the training path's logprob of that token;
-//! (e)     the tokio front gives the blocking API's bits under concurrent submissions.
+//! (e)     the tokio front gives the blocking API's bits under concurrent submissions;
+//! (f)–(i) the engine's modes give the plain engine's bits: shared prompt KV, overlapped steps,
+//!         a paged cache too small for the running requests, steps replayed as graphs.
 //!
 //! Every request draws its own prompt, length, temperature, top-k/top-p, stop token and seed.
+//!
+//! One file past 400 lines: every check [`run_all`] runs lives here, so `lockstep check` and the
+//! CI tests run one list.
 
 use crate::{Completion, Engine, EngineConfig, EngineHandle, FinishReason, Request, SampleError, SamplingParams};
 use rand::rngs::StdRng;

@@ -68,7 +68,8 @@ enum Command {
         #[arg(long, default_value = "f32")]
         dtype: String,
         /// Which sampler kernel sets to time: matched, sync (matched, each engine step read back
-        /// before the next is enqueued), unfused (matched without the fused decode launches),
+        /// before the next is enqueued), graphs (matched, steps whose rows are all sampled
+        /// replayed as captured graphs), unfused (matched without the fused decode launches),
         /// fast, split_k.
         #[arg(long, value_delimiter = ',', default_value = "matched,fast")]
         kernels: Vec<String>,

@@ -275,7 +275,7 @@ fn check_passes_on_lockstep_kernels_and_fails_with_a_nonzero_exit_on_split_k() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("all engine checks bit-identical") && !stdout.contains("FAILED"), "{stdout}");
-    assert_eq!(stdout.matches("| bit-identical |").count(), 11, "{stdout}");
+    assert_eq!(stdout.matches("| bit-identical |").count(), 12, "{stdout}");
     let out = lockstep(&["check", "--preset", "tiny", "--seed", &seed, "--split-k"], &dir);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");

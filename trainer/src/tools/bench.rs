@@ -179,18 +179,20 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     // resident, as the engines keep theirs, so no weights stay behind on cubecl's per-step pages
     let model = Qwen3::from_checkpoint(&checkpoint, o.dtype, &device).map_err(|e| e.to_string())?.into_resident(false).map_err(|e| e.to_string())?;
 
-    // (kernel set, overlapped engine steps); `sync` is the matched kernels with each step read
-    // back before the next is enqueued
-    let sets: Vec<(KernelSet, bool)> = o
+    // (kernel set, overlapped engine steps, steps replayed as graphs); `sync` is the matched
+    // kernels with each step read back before the next is enqueued, `graphs` the matched
+    // kernels with steps replayed (LOCKSTEP_DECODE_GRAPHS's mode; the other sets launch)
+    let sets: Vec<(KernelSet, bool, bool)> = o
         .kernels
         .iter()
         .map(|k| match k.as_str() {
-            "matched" => Ok((KernelSet::Matched, true)),
-            "sync" => Ok((KernelSet::Matched, false)),
-            "unfused" => Ok((KernelSet::MatchedUnfused, true)),
-            "fast" => Ok((KernelSet::Fast, true)),
-            "split_k" => Ok((KernelSet::SplitK, true)),
-            other => Err(format!("--kernels: unknown kernel set `{other}` (matched, sync, unfused, fast, split_k)")),
+            "matched" => Ok((KernelSet::Matched, true, false)),
+            "sync" => Ok((KernelSet::Matched, false, false)),
+            "graphs" => Ok((KernelSet::Matched, true, true)),
+            "unfused" => Ok((KernelSet::MatchedUnfused, true, false)),
+            "fast" => Ok((KernelSet::Fast, true, false)),
+            "split_k" => Ok((KernelSet::SplitK, true, false)),
+            other => Err(format!("--kernels: unknown kernel set `{other}` (matched, sync, graphs, unfused, fast, split_k)")),
         })
         .collect::<Result<_, _>>()?;
     if o.concurrency.is_empty() {
@@ -214,14 +216,19 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
                 .collect()
         };
         let mut engines = Vec::new();
-        for &(kernels, overlap) in &sets {
+        for &(kernels, overlap, graphs) in &sets {
             let mut m = model.clone();
             m.kernels = kernels;
             let mut engine = Engine::new(m, EngineConfig { max_batch: c, kv_blocks: 0, context, chunk_size: o.prompt_len.max(1), share_prompt_prefix: true, overlap, reserve: 1.0 }).map_err(|e| e.to_string())?;
+            engine.set_decode_graphs(graphs);
             let warm = Instant::now();
             engine.generate(requests(0)); // warm-up: kernel compilation (and burn's autotuning)
             sync(&device);
-            let kernels = if overlap { format!("{kernels:?}") } else { format!("{kernels:?} (sync)") };
+            let kernels = match (overlap, graphs) {
+                (_, true) => format!("{kernels:?} (graphs)"),
+                (true, false) => format!("{kernels:?}"),
+                (false, false) => format!("{kernels:?} (sync)"),
+            };
             eprintln!("bench: {kernels} concurrency {c}: warm-up {:.1}s", warm.elapsed().as_secs_f64());
             engine.take_phase_times();
             engines.push(engine);
@@ -243,7 +250,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         for (kernels, engine) in o.kernels.iter().zip(engines.iter_mut()) {
             let p = engine.take_phase_times();
             let per_step = |s: f64| 1e6 * s / p.steps.max(1) as f64;
-            eprintln!("bench: {kernels} concurrency {c}: {} engine steps, per step {:.0} us launching, {:.0} us waiting for tokens, {:.0} us scheduling", p.steps, per_step(p.launch_s), per_step(p.wait_s), per_step(p.schedule_s + p.prefix_copy_s));
+            eprintln!("bench: {kernels} concurrency {c}: {} engine steps ({} replayed as graphs), per step {:.0} us launching, {:.0} us waiting for tokens, {:.0} us scheduling", p.steps, p.replayed_steps, per_step(p.launch_s), per_step(p.wait_s), per_step(p.schedule_s + p.prefix_copy_s));
         }
         for (kernels, r) in o.kernels.iter().zip(&rates) {
             eprintln!("bench: {kernels} concurrency {c}: median {r:.1} tok/s over {} rounds", o.repeats.max(1));

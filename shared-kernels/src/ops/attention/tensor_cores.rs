@@ -101,6 +101,24 @@ pub(crate) fn tc_tiles(host_slots: Option<&[u32]>, rows: usize, rows_per_tile: u
     }
 }
 
+thread_local! {
+    /// [`single_row_tiles`]' tables by (device, rows).
+    static SINGLE_ROW_TILES: std::cell::RefCell<std::collections::HashMap<(String, usize), CubeTensor>> = std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// The tile table of a step whose rows are all single-row tiles in row order (a decode step):
+/// `[0, 1, 1, 1, 2, 1, ...]`, uploaded once per (device, rows) and kept. It is only read, and
+/// a step replayed as a graph may not upload (`shared_kernels::graph`).
+fn single_row_tiles(rows: usize, like: &CubeTensor, upload: &impl Fn(Vec<i32>) -> Result<CubeTensor, KernelError>) -> Result<CubeTensor, KernelError> {
+    let key = (format!("{:?} {:?}", like.device, like.dtype), rows);
+    if let Some(t) = SINGLE_ROW_TILES.with(|m| m.borrow().get(&key).cloned()) {
+        return Ok(t);
+    }
+    let t = upload((0..rows as i32).flat_map(|r| [r, 1]).collect())?;
+    SINGLE_ROW_TILES.with(|m| m.borrow_mut().insert(key, t.clone()));
+    Ok(t)
+}
+
 /// Rows of one sequence that make a flash tile: prefill tiles of at least this many rows run
 /// [`crate::ops::attention::cmma_flash`]'s kernel, smaller ones (decode rows) the per-split partials and
 /// the combine. Both give the same bits, so this only trades parallelism over splits (decode)
@@ -185,7 +203,7 @@ pub(crate) fn tc_split_kv_attention(
         let partials = partials_workspace(q, pairs * splits * (head_dim + 2));
         let units = single.len() * kv_heads * parts * splits;
         let decode_cubes = cube_count_for(units, 1);
-        let single_table = upload(flat(&single))?;
+        let single_table = if single.iter().enumerate().all(|(r, &(first, n))| first == r && n == 1) { single_row_tiles(rows, slots, &upload)? } else { upload(flat(&single))? };
         if kernels == TcKernels::Mma {
             let warps = decode_warps(hpc);
             let launch = DecodeLaunch::for_units(units)?;
