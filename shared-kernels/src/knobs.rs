@@ -184,6 +184,13 @@ pub const KNOBS: &[Knob] = &[
         effect: "synchronise the device after every cache write (rules out ordering between launches; slow)",
     },
     Knob {
+        name: "LOCKSTEP_FAULT_GRAPH_CAPTURE",
+        values: "`upload`",
+        default: "unset",
+        kind: KnobKind::Test,
+        effect: "fault injection for the sampler's engine tests: an upload inside every graph capture window, which fails the capture, to show the engine then launches those steps with the same bits",
+    },
+    Knob {
         name: "LOCKSTEP_FAULT_PANIC",
         values: "an op name, e.g. `rmsnorm`",
         default: "unset",

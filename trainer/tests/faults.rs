@@ -315,3 +315,29 @@ fn a_one_bit_sampler_trainer_difference_stops_the_run_with_and_without_micro_bat
         }
     }
 }
+
+#[test]
+fn replayed_steps_and_a_failed_capture_give_the_launched_steps_output_byte_for_byte() {
+    // `lockstep sample` on the embedded model three ways: every step launched; steps replayed as
+    // graphs; and every capture failing (an upload inside its window), where the engine must
+    // warn and launch those steps instead, with nothing of the failed recording left behind
+    let dir = scratch("faults-graph-capture");
+    let prompts: String = (0..24).map(|i| format!("{{\"prompt\": \"{}+{}=\"}}\n", i * 7 % 10, i % 10)).collect();
+    std::fs::write(dir.join("prompts.jsonl"), prompts).unwrap();
+    let run = |out: &str, env: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockstep"));
+        cmd.args(["sample", "--set", "sampler.input=prompts.jsonl", "--set", &format!("sampler.output={out}"), "--set", "sampler.max_new_tokens=12", "--set", "sampler.max_batch=8", "--set", "log.progress=false"]);
+        cmd.env_remove("LOCKSTEP_DECODE_GRAPHS").env_remove("LOCKSTEP_FAULT_GRAPH_CAPTURE").envs(env.iter().copied()).current_dir(&dir);
+        let o = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{env:?}: {err}");
+        (std::fs::read(dir.join(out)).unwrap(), err)
+    };
+    let (launched, _) = run("launched.jsonl", &[]);
+    let (replayed, err) = run("replayed.jsonl", &[("LOCKSTEP_DECODE_GRAPHS", "on")]);
+    assert!(!err.contains("(0 replayed as graphs)") && err.contains("replayed as graphs"), "no step was replayed: {err}");
+    assert!(replayed == launched, "replayed steps changed the output");
+    let (fallback, err) = run("fallback.jsonl", &[("LOCKSTEP_DECODE_GRAPHS", "on"), ("LOCKSTEP_FAULT_GRAPH_CAPTURE", "upload")]);
+    assert!(err.contains("launched, not replayed") && err.contains("(0 replayed as graphs)"), "the failed capture is not reported: {err}");
+    assert!(fallback == launched, "a failed capture changed the output");
+}

@@ -113,7 +113,15 @@ impl Engine {
         let inputs = StepInputs { ids: &ids, slots: &slots, positions: &positions, sampling: &sampling };
         graph::prepare(&device)?;
         let warm = self.run_step(rows, &inputs)?;
-        match graph::capture(&device, || self.run_step(rows, &inputs)) {
+        let fault = shared_kernels::knobs::var("LOCKSTEP_FAULT_GRAPH_CAPTURE").is_some_and(|v| v == "upload");
+        let record = || {
+            let out = self.run_step(rows, &inputs);
+            if fault {
+                let _ = Tensor::<1, Int>::from_data(TensorData::new(vec![0i32], [1]), &device);
+            }
+            out
+        };
+        match graph::capture(&device, record) {
             Ok(((tokens, logprobs), captured)) => {
                 self.graphs.kept.push((key, StepGraph { captured, ids: ids.clone(), slots: slots.clone(), positions: positions.clone(), sampling: sampling.clone(), tokens, logprobs }));
                 if self.graphs.kept.len() > KEPT {
