@@ -30,9 +30,9 @@ pub fn rewards(command: &str, timeout_s: f64, rollouts: &[Rollout<'_>]) -> Resul
     let mut stdin = child.stdin.take().expect("piped stdin");
     let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
     let drain = |mut pipe: Box<dyn Read + Send>| std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = pipe.read_to_string(&mut text);
-        text
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        bytes
     });
     let stdout = drain(Box::new(child.stdout.take().expect("piped stdout")));
     let stderr = drain(Box::new(child.stderr.take().expect("piped stderr")));
@@ -49,11 +49,12 @@ pub fn rewards(command: &str, timeout_s: f64, rollouts: &[Rollout<'_>]) -> Resul
         std::thread::sleep(Duration::from_millis(5));
     };
     let _ = writer.join();
-    let (out, err) = (stdout.join().unwrap_or_default(), stderr.join().unwrap_or_default());
+    let (out, err) = (stdout.join().unwrap_or_default(), String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned());
     let err_tail: String = err.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
     if !status.success() {
         return Err(format!("{key} {command:?} failed ({status}); its stderr: {err_tail}"));
     }
+    let out = String::from_utf8(out).map_err(|e| format!("{key} {command:?} printed bytes that are not UTF-8 (at byte {}), not one reward a line; its stderr: {err_tail}", e.utf8_error().valid_up_to()))?;
     let lines: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
     if lines.len() != rollouts.len() {
         return Err(format!("{key} {command:?} printed {} reward lines for {} rollouts (one line per rollout, in order); its stderr: {err_tail}", lines.len(), rollouts.len()));
@@ -107,6 +108,9 @@ for line in sys.stdin:
         assert!(err.contains("output line 2"), "{err}");
         let err = rewards("printf '1\\n{\"score\": 2}\\n'", 30.0, &batch()).unwrap_err();
         assert!(err.contains("output line 2") && err.contains("reward"), "{err}");
+        // bytes that are not text are named as such, not counted as zero lines
+        let err = rewards("printf '1\\n\\377\\376\\n'", 30.0, &batch()).unwrap_err();
+        assert!(err.contains("not UTF-8") && err.contains("at byte 2"), "{err}");
         // a program that never reads its input and exits at once is still answered in full
         assert_eq!(rewards("echo 0; echo 1", 30.0, &batch()).unwrap(), vec![0.0, 1.0]);
     }
