@@ -216,7 +216,7 @@ fn run(cli: Cli) -> Result<(), RunError> {
         Command::Train { config, overrides, resume, max_steps, ranks_in_threads: Some(n), .. } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| trainer::distributed::threads::train_from_cli(c, n, resume, max_steps)),
         Command::Train { config, overrides, resume, max_steps, allow_config_change, .. } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps, allow_config_change)),
         Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, tile_sweep, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, trainer_recompute, matmul_m, json, save_model, load_bench } => {
-            let dtype = parse_dtype(&dtype)?;
+            let dtype = parse_dtype("--dtype", &dtype)?;
             let concurrency: Vec<usize> = match concurrency.iter().filter(|c| *c != "none").map(|c| c.parse::<usize>()).collect() {
                 Ok(c) => c,
                 Err(_) => return Err(invalid("--concurrency", format!("{concurrency:?}: expected numbers like 1,8,64 or `none`"))),
@@ -224,7 +224,7 @@ fn run(cli: Cli) -> Result<(), RunError> {
             tools::host_profile::profiled(|| tools::bench::run(&tools::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, tile_sweep, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, trainer_recompute, matmul_m, json, save_model, load_bench })).map_err(RunError::Other)
         }
         Command::Check { preset, dtypes, seed, fast, split_k } => {
-            let dtypes = dtypes.iter().map(|d| parse_dtype(d)).collect::<Result<Vec<_>, _>>()?;
+            let dtypes = dtypes.iter().map(|d| parse_dtype("--dtypes", d)).collect::<Result<Vec<_>, _>>()?;
             tools::check::run(&preset, &dtypes, seed, if fast { KernelSet::Fast } else if split_k { KernelSet::SplitK } else { KernelSet::Matched }).map_err(RunError::Other)
         }
         Command::Report { runs, out, target_reward } => tools::report::report(&runs, &out, target_reward).map(|md| println!("{md}")).map_err(RunError::Other),
@@ -232,11 +232,11 @@ fn run(cli: Cli) -> Result<(), RunError> {
     }
 }
 
-fn parse_dtype(name: &str) -> Result<DType, RunError> {
+fn parse_dtype(flag: &str, name: &str) -> Result<DType, RunError> {
     match name {
         "f32" => Ok(DType::F32),
         "bf16" => Ok(DType::BF16),
-        other => Err(invalid("--dtype", format!("`{other}`: expected f32 or bf16"))),
+        other => Err(invalid(flag, format!("`{other}`: expected f32 or bf16"))),
     }
 }
 

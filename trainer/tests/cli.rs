@@ -156,6 +156,17 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("--matmul-m") && !err.contains("panicked"), "{err}");
+    // sampler rows that could not run (no requests, no prompt, no new tokens) are refused by name
+    for (args, flag) in [(&["--concurrency", "0"][..], "--concurrency"), (&["--concurrency", "2", "--new-tokens", "0"][..], "--new-tokens"), (&["--concurrency", "2", "--prompt-len", "0"][..], "--prompt-len")] {
+        let out = lockstep(&[&["bench", "--preset", "tiny", "--skip-ops"][..], args].concat(), &dir);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(err.contains(flag) && !err.contains("panicked"), "{args:?}: {err}");
+    }
+    let out = lockstep(&["check", "--preset", "tiny", "--dtypes", "f64"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--dtypes") && err.contains("f64"), "{err}");
     // the warpgroup tile sweep on a device without `wgmma` is an error naming the kernel
     let out = lockstep(&["bench", "--preset", "tiny", "--tile-sweep", "--matmul-m", "64", "--repeats", "1"], &dir);
     let err = String::from_utf8_lossy(&out.stderr);

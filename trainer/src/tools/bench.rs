@@ -153,6 +153,12 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     if o.matmul_m.contains(&0) {
         return Err(format!("--matmul-m: every size must be at least 1, got {:?}", o.matmul_m));
     }
+    if o.concurrency.contains(&0) {
+        return Err(format!("--concurrency: every level must be at least 1 request, got {:?}", o.concurrency));
+    }
+    if !o.concurrency.is_empty() && (o.prompt_len == 0 || o.new_tokens == 0) {
+        return Err(format!("--prompt-len and --new-tokens must be at least 1 for the sampler rows, got {} and {}", o.prompt_len, o.new_tokens));
+    }
     if o.trainer_batches.contains(&0) {
         return Err(format!("--trainer-batches: every batch must be at least 1 sequence, got {:?}", o.trainer_batches));
     }
