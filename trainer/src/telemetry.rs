@@ -117,6 +117,9 @@ pub struct PhaseTimes {
     /// Requests the engine preempted for want of KV cache blocks (rerun, same bits).
     #[serde(default)]
     pub gen_preempted: usize,
+    /// Engine steps replayed as captured graphs (`LOCKSTEP_DECODE_GRAPHS=on`).
+    #[serde(default)]
+    pub gen_replayed_steps: usize,
 }
 
 impl StepMetrics {
@@ -156,6 +159,7 @@ impl StepMetrics {
             ("timing_s/gen_schedule", self.timing.gen_schedule_s),
             ("perf/gen_engine_steps", self.timing.gen_engine_steps as f64),
             ("perf/gen_preempted", self.timing.gen_preempted as f64),
+            ("perf/gen_replayed_steps", self.timing.gen_replayed_steps as f64),
         ]
         .into_iter()
         .chain(self.dynamic_sampling.iter().flat_map(|d| [("rollout/groups_kept", d.groups_kept as f64), ("rollout/groups_sampled", d.groups_sampled as f64)]))

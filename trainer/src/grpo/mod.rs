@@ -154,6 +154,7 @@ impl Trainer {
             gen_prefix_copy_s: phases.prefix_copy_s,
             gen_schedule_s: phases.schedule_s,
             gen_preempted: phases.preempted,
+            gen_replayed_steps: phases.replayed_steps,
         };
         self.step += 1;
         let (completions, rewards) = (&rollouts.completions, &rollouts.rewards);

@@ -38,6 +38,7 @@ impl Trainer {
             engine_phases.prefix_copy_s += more.engine_phases.prefix_copy_s;
             engine_phases.schedule_s += more.engine_phases.schedule_s;
             engine_phases.preempted += more.engine_phases.preempted;
+            engine_phases.replayed_steps += more.engine_phases.replayed_steps;
             sampled += more.requests.len() / g;
             more.retain_groups(g, |rewards| rewards.iter().any(|&r| r != rewards[0]));
             kept.extend(more);
