@@ -8,7 +8,7 @@ use burn_cubecl::cubecl::client::Client;
 
 /// `device`'s cubecl client, reached through a one-element probe tensor (burn exposes no
 /// other way); `None` on a non-cubecl backend.
-fn client(device: &Device) -> Option<Client> {
+pub(crate) fn client(device: &Device) -> Option<Client> {
     burn::tensor::Tensor::<1>::zeros([1], device).try_into_primitive::<burn_cubecl::Cube>().ok().map(|p| p.client)
 }
 

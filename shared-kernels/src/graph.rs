@@ -6,9 +6,8 @@
 //! capture); a replay runs on the buffers the capture used, so each replay's inputs are written
 //! into those first (`ops::in_place`) and its outputs read from the captured output tensors.
 
-use burn::tensor::{Device, Tensor};
+use burn::tensor::Device;
 use burn_cubecl::cubecl::client::Client;
-use burn_cubecl::Cube;
 
 /// A captured launch sequence.
 pub struct Captured {
@@ -16,7 +15,7 @@ pub struct Captured {
 }
 
 fn client(device: &Device) -> Result<Client, String> {
-    Tensor::<1>::zeros([1], device).try_into_primitive::<Cube>().map(|p| p.client).map_err(|_| "graph capture needs a cubecl device".to_string())
+    crate::device::client(device).ok_or_else(|| "graph capture needs a cubecl device".to_string())
 }
 
 /// Readies the device's stream for a capture; run the sequence once (the warm-up) after this

@@ -129,17 +129,15 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
     if steady_tokens > 0 {
         eprintln!("  the first {first_wave} completions (one wave of sampler.max_batch, with the kernels' compilation) took {first_wave_s:.2} s; the rest {steady_s:.2} s ({:.0} tokens/s); the checkpoint loaded in {load_s:.2} s", steady_tokens as f64 / steady_s.max(1e-9));
         // what bounds the steady state: the host enqueueing a step's launches, or the device
-        let p = &steady_phases;
-        let per_step = |s: f64| 1e3 * s / p.steps.max(1) as f64;
-        eprintln!("  steady state, {} engine steps ({} replayed as graphs): per step {:.2} ms enqueueing launches, {:.2} ms waiting for the device, {:.2} ms scheduling", p.steps, p.replayed_steps, per_step(p.launch_s), per_step(p.wait_s), per_step(p.schedule_s + p.prefix_copy_s));
+        host_view("steady state", &steady_phases);
     } else {
         // one wave (max_batch >= the prompts): the host view of the whole sampling
-        let p = &first_wave_phases;
-        let per_step = |s: f64| 1e3 * s / p.steps.max(1) as f64;
-        eprintln!("  one wave, {} engine steps ({} replayed as graphs; with the kernels' compilation, if the cache was cold): per step {:.2} ms enqueueing launches, {:.2} ms waiting for the device, {:.2} ms scheduling", p.steps, p.replayed_steps, per_step(p.launch_s), per_step(p.wait_s), per_step(p.schedule_s + p.prefix_copy_s));
+        host_view("one wave (with the kernels' compilation, if the cache was cold)", &first_wave_phases);
     }
+    let mut all_phases = first_wave_phases;
+    all_phases.absorb(&steady_phases);
     // one machine-readable line for benchmark scripts (experiments/seed_bench.sh)
-    eprintln!("sample-timing {}", serde_json::json!({"load_s": load_s, "first_wave_s": first_wave_s, "steady_s": steady_s, "steady_tokens": steady_tokens, "tokens": generated, "sample_s": seconds, "kernels": cfg.ablation.sampler_kernels, "steady_engine_steps": steady_phases.steps, "steady_launch_s": steady_phases.launch_s, "steady_wait_s": steady_phases.wait_s, "all_engine_steps": first_wave_phases.steps + steady_phases.steps, "all_launch_s": first_wave_phases.launch_s + steady_phases.launch_s, "all_wait_s": first_wave_phases.wait_s + steady_phases.wait_s, "all_replayed_steps": first_wave_phases.replayed_steps + steady_phases.replayed_steps}));
+    eprintln!("sample-timing {}", serde_json::json!({"load_s": load_s, "first_wave_s": first_wave_s, "steady_s": steady_s, "steady_tokens": steady_tokens, "tokens": generated, "sample_s": seconds, "kernels": cfg.ablation.sampler_kernels, "steady_engine_steps": steady_phases.steps, "steady_launch_s": steady_phases.launch_s, "steady_wait_s": steady_phases.wait_s, "all_engine_steps": all_phases.steps, "all_launch_s": all_phases.launch_s, "all_wait_s": all_phases.wait_s, "all_replayed_steps": all_phases.replayed_steps}));
     // a write that fails (a full disk) leaves no partial file beside the output
     let written = write_results(&tmp, order, &mut results, &policy).and_then(|failed| {
         std::fs::rename(&tmp, &s.output).map_err(|e| RunError::Other(format!("{}: {e}", s.output)))?;
@@ -188,6 +186,12 @@ fn write_results(tmp: &Path, order: Vec<(u64, serde_json::Value)>, results: &mut
 }
 
 /// Whether `a` and `b` name one file (`b` need not exist yet: its folder is resolved).
+/// Where `p`'s engine steps spent the host's time, per step.
+fn host_view(what: &str, p: &sampler::EnginePhaseTimes) {
+    let per_step = |s: f64| 1e3 * s / p.steps.max(1) as f64;
+    eprintln!("  {what}, {} engine steps ({} replayed as graphs): per step {:.2} ms enqueueing launches, {:.2} ms waiting for the device, {:.2} ms scheduling", p.steps, p.replayed_steps, per_step(p.launch_s), per_step(p.wait_s), per_step(p.schedule_s + p.prefix_copy_s));
+}
+
 /// Why the engine refuses a prompt, in the terms of the prompt file and the config keys.
 fn refused_prompt(e: sampler::SampleError) -> String {
     use sampler::SampleError::*;

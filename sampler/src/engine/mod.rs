@@ -118,6 +118,19 @@ pub struct EnginePhaseTimes {
     pub replayed_steps: usize,
 }
 
+impl EnginePhaseTimes {
+    /// Adds `other`'s steps, times and counts to these.
+    pub fn absorb(&mut self, other: &EnginePhaseTimes) {
+        self.steps += other.steps;
+        self.launch_s += other.launch_s;
+        self.wait_s += other.wait_s;
+        self.prefix_copy_s += other.prefix_copy_s;
+        self.schedule_s += other.schedule_s;
+        self.preempted += other.preempted;
+        self.replayed_steps += other.replayed_steps;
+    }
+}
+
 pub struct Engine {
     phase: EnginePhaseTimes,
     model: Qwen3,

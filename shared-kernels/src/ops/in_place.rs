@@ -22,10 +22,15 @@ fn whole(op: &'static str, name: &str, t: CubeTensor, len: usize) -> Result<Cube
     Ok(t)
 }
 
+/// The whole buffer of `len` elements under a tensor's cubecl primitive (see [`whole`]);
+/// `None`: the tensor is on no cubecl device.
+fn buffer(op: &'static str, name: &str, cube: Option<CubeTensor>, len: usize) -> Result<CubeTensor, KernelError> {
+    whole(op, name, cube.ok_or_else(|| KernelError::new(op, format!("`{name}` is not on a cubecl device")))?, len)
+}
+
 /// Writes `values` into `t`'s buffer in place, in `t`'s integer dtype.
 pub fn write_ints(op: &'static str, name: &str, t: &BTensor<1, BInt>, values: &[i64]) -> Result<(), KernelError> {
-    let cube = t.clone().try_into_primitive::<Cube>().map_err(|_| KernelError::new(op, format!("`{name}` is not on a cubecl device")))?;
-    let cube = whole(op, name, cube, values.len())?;
+    let cube = buffer(op, name, t.clone().try_into_primitive::<Cube>().ok(), values.len())?;
     let bytes: Vec<u8> = match cube.dtype {
         DType::I32 => values.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect(),
         DType::U32 => values.iter().flat_map(|&v| (v as u32).to_le_bytes()).collect(),
@@ -39,8 +44,7 @@ pub fn write_ints(op: &'static str, name: &str, t: &BTensor<1, BInt>, values: &[
 
 /// Writes `values` into `t`'s buffer in place; `t` must be f32.
 pub fn write_floats(op: &'static str, name: &str, t: &BTensor<1>, values: &[f32]) -> Result<(), KernelError> {
-    let cube = t.clone().try_into_primitive::<Cube>().map_err(|_| KernelError::new(op, format!("`{name}` is not on a cubecl device")))?;
-    let cube = whole(op, name, cube, values.len())?;
+    let cube = buffer(op, name, t.clone().try_into_primitive::<Cube>().ok(), values.len())?;
     ensure!(cube.dtype == DType::F32, op, "`{name}` has dtype {:?}; expected f32", cube.dtype);
     cube.client.write(&cube.handle, burn::tensor::Bytes::from_bytes_vec(values.iter().flat_map(|v| v.to_le_bytes()).collect()));
     Ok(())
@@ -64,7 +68,7 @@ pub fn gather_tokens_into(dst: &BTensor<1, BInt>, src: &BTensor<1, BInt>, spec: 
     const OP: &str = "gather_tokens_into";
     let rows = spec.len();
     ensure!(rows > 0 && fed <= rows, OP, "{fed} fed rows of {rows}");
-    let d = whole(OP, "dst", dst.clone().try_into_primitive::<Cube>().map_err(|_| KernelError::new(OP, "`dst` is not on a cubecl device"))?, rows)?;
+    let d = buffer(OP, "dst", dst.clone().try_into_primitive::<Cube>().ok(), rows)?;
     let s = int_in(OP, "src", src.clone())?;
     let len = dims(&s)[0];
     if let Some(&bad) = spec[..fed].iter().find(|&&i| i < 0 || i as usize >= len) {

@@ -32,13 +32,7 @@ impl Trainer {
             }
             let mut more = self.sample_round(step, round)?;
             sample_s += more.sample_s;
-            engine_phases.steps += more.engine_phases.steps;
-            engine_phases.launch_s += more.engine_phases.launch_s;
-            engine_phases.wait_s += more.engine_phases.wait_s;
-            engine_phases.prefix_copy_s += more.engine_phases.prefix_copy_s;
-            engine_phases.schedule_s += more.engine_phases.schedule_s;
-            engine_phases.preempted += more.engine_phases.preempted;
-            engine_phases.replayed_steps += more.engine_phases.replayed_steps;
+            engine_phases.absorb(&more.engine_phases);
             sampled += more.requests.len() / g;
             more.retain_groups(g, |rewards| rewards.iter().any(|&r| r != rewards[0]));
             kept.extend(more);

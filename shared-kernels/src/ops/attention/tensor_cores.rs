@@ -103,14 +103,15 @@ pub(crate) fn tc_tiles(host_slots: Option<&[u32]>, rows: usize, rows_per_tile: u
 
 thread_local! {
     /// [`single_row_tiles`]' tables by (device, rows).
-    static SINGLE_ROW_TILES: std::cell::RefCell<std::collections::HashMap<(String, usize), CubeTensor>> = std::cell::RefCell::new(std::collections::HashMap::new());
+    static SINGLE_ROW_TILES: std::cell::RefCell<std::collections::HashMap<(burn_cubecl::CubeDevice, DType, usize), CubeTensor>> = std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
 /// The tile table of a step whose rows are all single-row tiles in row order (a decode step):
 /// `[0, 1, 1, 1, 2, 1, ...]`, uploaded once per (device, rows) and kept. It is only read, and
 /// a step replayed as a graph may not upload (`shared_kernels::graph`).
 fn single_row_tiles(rows: usize, like: &CubeTensor, upload: &impl Fn(Vec<i32>) -> Result<CubeTensor, KernelError>) -> Result<CubeTensor, KernelError> {
-    let key = (format!("{:?} {:?}", like.device, like.dtype), rows);
+    // looked up on every decode step's attention of every layer: a key of values, not text
+    let key = (like.device.clone(), like.dtype, rows);
     if let Some(t) = SINGLE_ROW_TILES.with(|m| m.borrow().get(&key).cloned()) {
         return Ok(t);
     }
