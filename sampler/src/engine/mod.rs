@@ -8,9 +8,11 @@
 
 mod graphs;
 mod launch;
+mod phases;
 mod rows;
 
 use launch::InFlight;
+pub use phases::EnginePhaseTimes;
 use rows::StepError;
 use crate::request::{Completion, FinishReason, Request, SampleError, Timings};
 use shared_kernels::model::{KernelSet, KvCache, Qwen3};
@@ -95,40 +97,6 @@ pub struct StepStats {
     pub shared_prefix_tokens: usize,
     /// Requests sent back to the queue because the cache ran out of blocks.
     pub preempted: usize,
-}
-
-/// Where the engine's wall-clock time went since the last [`Engine::take_phase_times`], as the
-/// host sees it: enqueueing a step's launches returns before the device has run them, and the
-/// read-back of the sampled tokens waits for all of it.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct EnginePhaseTimes {
-    /// Engine steps (batched forwards) run.
-    pub steps: usize,
-    /// Enqueueing each step's forward and sampling launches (host work, kernel launches, allocations).
-    pub launch_s: f64,
-    /// Waiting for each step's tokens and logprobs to come back (device time not hidden by the host).
-    pub wait_s: f64,
-    /// Copying shared prompt prefixes between cache slots.
-    pub prefix_copy_s: f64,
-    /// Everything else in `step`: admitting requests, building rows, retiring finished ones.
-    pub schedule_s: f64,
-    /// Requests preempted for want of cache blocks (each runs again from its prompt).
-    pub preempted: usize,
-    /// Steps replayed as captured graphs (`LOCKSTEP_DECODE_GRAPHS=on`).
-    pub replayed_steps: usize,
-}
-
-impl EnginePhaseTimes {
-    /// Adds `other`'s steps, times and counts to these.
-    pub fn absorb(&mut self, other: &EnginePhaseTimes) {
-        self.steps += other.steps;
-        self.launch_s += other.launch_s;
-        self.wait_s += other.wait_s;
-        self.prefix_copy_s += other.prefix_copy_s;
-        self.schedule_s += other.schedule_s;
-        self.preempted += other.preempted;
-        self.replayed_steps += other.replayed_steps;
-    }
 }
 
 pub struct Engine {
