@@ -1,6 +1,6 @@
 //! Where the engine's host time went, step by step.
 
-/// Where the engine's wall-clock time went since the last [`Engine::take_phase_times`], as the
+/// Where the engine's wall-clock time went since the last [`super::Engine::take_phase_times`], as the
 /// host sees it: enqueueing a step's launches returns before the device has run them, and the
 /// read-back of the sampled tokens waits for all of it.
 #[derive(Clone, Debug, Default, PartialEq)]
