@@ -8,6 +8,8 @@
 # "wide-warm" the matched kernels with every request admitted at once (max_batch WIDE, default 1024:
 # vLLM's max_num_seqs on GPUs of 70 GB and more), timed over all N after a run that fills the
 # kernel cache for its tile shapes; its completions must equal the batch-MAX_BATCH arms' as bits.
+# "graphs-warm" and "wide-graphs": the same two batch sizes with LOCKSTEP_DECODE_GRAPHS=on (decode
+# steps replayed as captured graphs); their completions too must equal the cold arm's as bits.
 # Arms, each its own process on the same random-weight checkpoint (experiments/make_real_shape.py):
 #   matched (cold)   lockstep sample, batch-invariant kernels, empty kernel cache
 #   matched (warm)   the same command again: the kernel cache filled by the first
@@ -25,7 +27,7 @@ ck=/tmp/checkpoints/$shape
 if [ ! -f "$ck/config.json" ]; then
     python3 experiments/make_real_shape.py "$shape" "$ck" > "$O/make-$shape.log" 2>&1 || { echo "make $shape failed"; tail -3 "$O/make-$shape.log"; exit 1; }
 fi
-rm -f /tmp/seed-matched-*.jsonl /tmp/seed-coverage-*.jsonl /tmp/seed-wide-*.jsonl /tmp/seed-fast-*.jsonl
+rm -f /tmp/seed-matched-*.jsonl /tmp/seed-coverage-*.jsonl /tmp/seed-wide-*.jsonl /tmp/seed-graphs-*.jsonl /tmp/seed-fast-*.jsonl
 python3 - "$n" "$ck" > /tmp/seed-prompts.jsonl <<'PY'
 import json, random, sys
 n, ck = int(sys.argv[1]), sys.argv[2]
@@ -55,6 +57,9 @@ arm matched-warm
 [[ "$arms" == *" coverage-warm "* ]] && LOCKSTEP_WGMMA_PICK=coverage arm coverage-fill && LOCKSTEP_WGMMA_PICK=coverage arm coverage-warm
 wide=${WIDE:-1024}
 [[ "$arms" == *" wide-warm "* ]] && arm wide-fill --set "sampler.max_batch=$wide" && arm wide-warm --set "sampler.max_batch=$wide"
+# decode steps replayed as captured graphs, at both batch sizes
+[[ "$arms" == *" graphs-warm "* ]] && LOCKSTEP_DECODE_GRAPHS=on arm graphs-warm
+[[ "$arms" == *" wide-graphs "* ]] && LOCKSTEP_DECODE_GRAPHS=on arm wide-graphs --set "sampler.max_batch=$wide"
 [[ "$arms" == *" fast-warm "* ]] && arm fast-warm --set ablation.sampler_kernels=fast
 if [[ "$arms" == *" transformers "* ]]; then
     start=$(date +%s.%N)
@@ -63,7 +68,7 @@ if [[ "$arms" == *" transformers "* ]]; then
 fi
 # every matched arm must agree with the cold one token for token (same kernels and bits, whatever
 # the kernel cache or the tile schedule)
-python3 - /tmp/seed-matched-cold.jsonl /tmp/seed-matched-warm.jsonl /tmp/seed-coverage-warm.jsonl /tmp/seed-wide-warm.jsonl > "$O/seed-cache-bits.txt" <<'PY'
+python3 - /tmp/seed-matched-cold.jsonl /tmp/seed-matched-warm.jsonl /tmp/seed-coverage-warm.jsonl /tmp/seed-wide-warm.jsonl /tmp/seed-graphs-warm.jsonl /tmp/seed-wide-graphs.jsonl > "$O/seed-cache-bits.txt" <<'PY'
 import json, os, struct, sys
 load = lambda p: [json.loads(l) for l in open(p)]
 bits = lambda xs: [struct.pack("<f", x) for x in xs]

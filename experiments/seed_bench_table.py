@@ -37,6 +37,8 @@ rows = []
 for arm, label in [("matched-cold", "lockstep matched, cold kernel cache"), ("matched-warm", "lockstep matched, warm kernel cache"),
                    ("coverage-warm", "lockstep matched, warm, LOCKSTEP_WGMMA_PICK=coverage (the tile rule before session 28)"),
                    ("wide-warm", f"lockstep matched, warm, max_batch {wide} (all at once)"),
+                   ("graphs-warm", "lockstep matched, warm, decode steps replayed as graphs"),
+                   ("wide-graphs", f"lockstep matched, warm, max_batch {wide}, decode steps replayed as graphs"),
                    ("fast-warm", "lockstep fast (not batch invariant), warm cache"), ("transformers", "transformers generate")]:
     try:
         text = open(f"{out}/seed-{arm}.log").read()
@@ -52,10 +54,10 @@ for arm, label in [("matched-cold", "lockstep matched, cold kernel cache"), ("ma
     steady_tps = t["steady_tokens"] / t["steady_s"] if t["steady_s"] > 0 else float("nan")
     steps = t.get("steady_engine_steps", 0)
     host = f"{1e3 * t['steady_launch_s'] / steps:.2f} / {1e3 * t['steady_wait_s'] / steps:.2f}" if steps else "-"
-    if arm == "wide-warm" and t.get("all_engine_steps"):
+    if arm in ("wide-warm", "wide-graphs") and t.get("all_engine_steps"):
         n_steps = t["all_engine_steps"]
         host = f"{1e3 * t['all_launch_s'] / n_steps:.2f} / {1e3 * t['all_wait_s'] / n_steps:.2f} (all steps)"
-    if arm == "wide-warm":
+    if arm in ("wide-warm", "wide-graphs"):
         steady_tps = t["tokens"] / t["sample_s"] if t.get("sample_s") else float("nan")
         steady, pace = "- (one wave)", f"{t.get('sample_s', float('nan')) / wide_limit:.2f}x (all N)"
     else:

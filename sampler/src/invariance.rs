@@ -360,8 +360,9 @@ pub fn small_paged_cache_matches_full(model: &Qwen3, rng: &mut StdRng) -> Engine
 
 /// Steps replayed as captured graphs (`LOCKSTEP_DECODE_GRAPHS`) = launched steps: `n` random
 /// requests (truncating and greedy rows mixed, answers of different lengths so the row count
-/// falls through several graphs), overlapped and synchronous: the same tokens, logprob bits and
-/// finish reasons, and the graph engine replayed steps.
+/// falls through several graphs), overlapped and synchronous, and with the engine stepped on
+/// another thread than the one that built it (as the tokio front does): the same tokens,
+/// logprob bits and finish reasons, steps replayed and no capture failed.
 pub fn graphs_replay_the_launched_steps(model: &Qwen3, rng: &mut StdRng, n: usize) -> EngineCheck {
     let vocab = model.config.vocab_size;
     // short prompts and long answers: runs of steps whose rows are all sampled
@@ -375,21 +376,30 @@ pub fn graphs_replay_the_launched_steps(model: &Qwen3, rng: &mut StdRng, n: usiz
         .collect();
     let chunk = [1, 16][rng.random_range(0..2)];
     let mut report = Vec::new();
-    for overlap in [true, false] {
+    for (overlap, elsewhere) in [(true, false), (false, false), (true, true)] {
         let run = |graphs: bool| {
             let mut e = Engine::new(model.clone(), EngineConfig { max_batch: n, kv_blocks: 0, context: CONTEXT, chunk_size: chunk, share_prompt_prefix: true, overlap, reserve: 1.0 }).expect("valid engine config");
             e.set_decode_graphs(graphs);
-            let out = e.generate(requests.clone());
-            (out, e.take_phase_times().replayed_steps)
+            let requests = requests.clone();
+            let go = move || {
+                let out = e.generate(requests);
+                (out, e.take_phase_times())
+            };
+            if elsewhere {
+                std::thread::spawn(go).join().expect("the engine thread panicked")
+            } else {
+                go()
+            }
         };
         let (launched, _) = run(false);
-        let (replayed, steps) = run(true);
-        let name = format!("replayed graphs = launched steps ({n} requests, chunk {chunk}, overlap {overlap})");
+        let (replayed, phases) = run(true);
+        let how = format!("overlap {overlap}{}", if elsewhere { ", stepped on another thread" } else { "" });
+        let name = format!("replayed graphs = launched steps ({n} requests, chunk {chunk}, {how})");
         if let Some(Err(e)) = replayed.iter().find(|r| r.is_err()) {
             return EngineCheck::new(name, Some(format!("a request failed with graphs on: {e}")));
         }
-        if steps == 0 {
-            return EngineCheck::new(name, Some("no step was replayed: the graphs were not exercised".into()));
+        if phases.replayed_steps == 0 || phases.failed_captures > 0 {
+            return EngineCheck::new(name, Some(format!("{} steps replayed, {} captures failed: the graphs were not exercised", phases.replayed_steps, phases.failed_captures)));
         }
         for (r, (a, b)) in requests.iter().zip(launched.iter().zip(&replayed)) {
             let same = matches!((a, b), (Ok(a), Ok(b)) if bits(a) == bits(b));
@@ -397,9 +407,9 @@ pub fn graphs_replay_the_launched_steps(model: &Qwen3, rng: &mut StdRng, n: usiz
                 return EngineCheck::new(name, Some(format!("request {} differs: launched {:?}, replayed {:?}", r.id, a.as_ref().map(bits), b.as_ref().map(bits))));
             }
         }
-        report.push(format!("overlap {overlap}: {steps} steps replayed"));
+        report.push(format!("{how}: {} steps replayed", phases.replayed_steps));
     }
-    EngineCheck::new(format!("replayed graphs = launched steps ({n} requests, chunk {chunk}): {}", report.join(", ")), None)
+    EngineCheck::new(format!("replayed graphs = launched steps ({n} requests, chunk {chunk}): {}", report.join("; ")), None)
 }
 
 /// Everything above, from one seed.

@@ -8,6 +8,26 @@
 
 use burn::tensor::Device;
 use burn_cubecl::cubecl::client::Client;
+use burn::tensor::StreamId;
+
+/// The device stream a thread's launches go to (cubecl gives each thread its own). A buffer
+/// made on one stream and bound by a launch on another is a cross-stream binding: cubecl then
+/// fences a side stream on the host, which a CUDA capture cannot hold (the capture is
+/// invalidated). So whoever captures runs on the stream its buffers were made on.
+#[derive(Clone, Copy, Debug)]
+pub struct LaunchStream(StreamId);
+
+impl LaunchStream {
+    /// The calling thread's stream now.
+    pub fn current() -> Self {
+        LaunchStream(StreamId::current())
+    }
+
+    /// Runs `f` with its launches on this stream, on whichever thread calls.
+    pub fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.0.executes(f)
+    }
+}
 
 /// A captured launch sequence.
 pub struct Captured {

@@ -185,10 +185,10 @@ pub const KNOBS: &[Knob] = &[
     },
     Knob {
         name: "LOCKSTEP_FAULT_GRAPH_CAPTURE",
-        values: "`upload`",
+        values: "`upload`, `cross-stream`",
         default: "unset",
         kind: KnobKind::Test,
-        effect: "fault injection for the sampler's engine tests: an upload inside every graph capture window, which fails the capture, to show the engine then launches those steps with the same bits",
+        effect: "fault injection for the sampler's engine tests: inside every graph capture window an upload, or (CUDA) a launch binding another thread's buffer; either fails the capture, to show the engine then launches those steps with the same bits",
     },
     Knob {
         name: "LOCKSTEP_FAULT_PANIC",

@@ -52,6 +52,39 @@ struct StepGraph {
     logprobs: Tensor<1>,
 }
 
+/// `LOCKSTEP_FAULT_GRAPH_CAPTURE`: what the engine tests do inside each capture window to fail
+/// it, showing the steps are then launched with the same bits.
+enum CaptureFault {
+    None,
+    /// An upload: no allocation may happen in a window (fails on every runtime).
+    Upload(burn::tensor::Device),
+    /// A launch binding a buffer made on another thread's stream (fails a CUDA capture, as the
+    /// tokio front's did before the engine kept its own stream).
+    CrossStream(Tensor<1>),
+}
+
+impl CaptureFault {
+    fn from_env(device: &burn::tensor::Device) -> Self {
+        match shared_kernels::knobs::var("LOCKSTEP_FAULT_GRAPH_CAPTURE").as_deref() {
+            Some("upload") => CaptureFault::Upload(device.clone()),
+            Some("cross-stream") => {
+                let device = device.clone();
+                let made = std::thread::spawn(move || Tensor::<1>::from_data(TensorData::new(vec![1.0f32; 8], [8]), &device)).join();
+                made.map_or(CaptureFault::None, CaptureFault::CrossStream)
+            }
+            _ => CaptureFault::None,
+        }
+    }
+
+    fn inject(&self) {
+        match self {
+            CaptureFault::None => {}
+            CaptureFault::Upload(device) => drop(Tensor::<1, Int>::from_data(TensorData::new(vec![0i32], [1]), device)),
+            CaptureFault::CrossStream(other) => drop(other.clone() + 1.0),
+        }
+    }
+}
+
 /// The device tensors of a step's inputs.
 struct StepInputs<'a> {
     ids: &'a Tensor<1, Int>,
@@ -113,12 +146,10 @@ impl Engine {
         let inputs = StepInputs { ids: &ids, slots: &slots, positions: &positions, sampling: &sampling };
         graph::prepare(&device)?;
         let warm = self.run_step(rows, &inputs)?;
-        let fault = shared_kernels::knobs::var("LOCKSTEP_FAULT_GRAPH_CAPTURE").is_some_and(|v| v == "upload");
+        let fault = CaptureFault::from_env(&device);
         let record = || {
             let out = self.run_step(rows, &inputs);
-            if fault {
-                let _ = Tensor::<1, Int>::from_data(TensorData::new(vec![0i32], [1]), &device);
-            }
+            fault.inject();
             out
         };
         match graph::capture(&device, record) {
@@ -127,13 +158,19 @@ impl Engine {
                 if self.graphs.kept.len() > KEPT {
                     self.graphs.kept.remove(0);
                 }
+                Ok(Some(warm))
             }
             Err(e) => {
                 eprintln!("warning: steps of {n} rows are launched, not replayed: {e}");
                 self.graphs.failed.push(key);
+                self.phase.failed_captures += 1;
+                // cubecl marks what a recording that did not seal would have written (this
+                // step's KV entries among it) as failed, and a launch reading a failed buffer
+                // is skipped: the step is launched again, rewriting them with the same values
+                drop(warm);
+                self.run_step(rows, &inputs).map(Some)
             }
         }
-        Ok(Some(warm))
     }
 
     /// One step's forward and sampling on device inputs (nothing uploaded: capturable).

@@ -113,6 +113,10 @@ pub struct Engine {
     in_flight: Option<InFlight>,
     /// Captured steps, replayed for steps of the same row count (`graphs.rs`).
     graphs: graphs::StepGraphs,
+    /// The stream of the thread that built the engine, where its weights and cache were made;
+    /// every step launches there, whichever thread runs it (a capture holds no cross-stream
+    /// binding).
+    stream: shared_kernels::graph::LaunchStream,
 }
 
 impl Engine {
@@ -132,7 +136,7 @@ impl Engine {
         let blocks = if config.kv_blocks == 0 { config.max_batch * KvCache::blocks_for(config.context) } else { config.kv_blocks };
         let cache = KvCache::paged(&model.config, config.max_batch, config.context, blocks, model.dtype, &device).map_err(|e| e.to_string())?;
         let free_slots = (0..config.max_batch as u32).rev().collect();
-        Ok(Self { phase: EnginePhaseTimes::default(), model, config, cache, free_slots, waiting: VecDeque::new(), active: Vec::new(), done: Vec::new(), in_flight: None, graphs })
+        Ok(Self { phase: EnginePhaseTimes::default(), model, config, cache, free_slots, waiting: VecDeque::new(), active: Vec::new(), done: Vec::new(), in_flight: None, graphs, stream: shared_kernels::graph::LaunchStream::current() })
     }
 
     /// Replays steps whose rows are all sampled as captured graphs, or launches every step
@@ -151,7 +155,9 @@ impl Engine {
         if !self.is_idle() {
             return Err("set_model while requests are running".into());
         }
-        self.model = decode_ready(model)?;
+        // copied on the engine's stream, so its launches bind no other thread's buffers
+        let stream = self.stream;
+        self.model = stream.enter(|| decode_ready(model))?;
         // a graph reads the weights it was captured with
         self.graphs.clear();
         Ok(())
@@ -192,7 +198,8 @@ impl Engine {
     pub fn step(&mut self) -> StepStats {
         let now = Instant::now();
         let (launch_before, wait_before, copy_before) = (self.phase.launch_s, self.phase.wait_s, self.phase.prefix_copy_s);
-        let stats = self.step_inner(now);
+        let stream = self.stream;
+        let stats = stream.enter(|| self.step_inner(now));
         // what the timed parts inside did not cover
         let inner = (self.phase.launch_s - launch_before) + (self.phase.wait_s - wait_before) + (self.phase.prefix_copy_s - copy_before);
         self.phase.schedule_s += (now.elapsed().as_secs_f64() - inner).max(0.0);

@@ -19,6 +19,8 @@ pub struct EnginePhaseTimes {
     pub preempted: usize,
     /// Steps replayed as captured graphs (`LOCKSTEP_DECODE_GRAPHS=on`).
     pub replayed_steps: usize,
+    /// Graph captures that failed (each warned about; those steps are launched instead).
+    pub failed_captures: usize,
 }
 
 impl EnginePhaseTimes {
@@ -31,5 +33,6 @@ impl EnginePhaseTimes {
         self.schedule_s += other.schedule_s;
         self.preempted += other.preempted;
         self.replayed_steps += other.replayed_steps;
+        self.failed_captures += other.failed_captures;
     }
 }
