@@ -34,13 +34,13 @@ pub struct KernelChoice {
     /// `LOCKSTEP_DECODE_FUSION`: the engine's fused decode projections (`on`) or the unfused layer.
     pub decode_fusion: bool,
     /// `LOCKSTEP_DECODE_GRAPHS`: the engine replays steps whose rows are all sampled as
-    /// captured graphs (`on`), or launches every step (`off`, the default until measured on CUDA).
+    /// captured graphs (`on`, the default), or launches every step (`off`).
     pub decode_graphs: bool,
 }
 
 impl Default for KernelChoice {
     fn default() -> Self {
-        KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, fold_on_wgmma: true, decode_fusion: true, decode_graphs: false }
+        KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, fold_on_wgmma: true, decode_fusion: true, decode_graphs: true }
     }
 }
 

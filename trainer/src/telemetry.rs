@@ -120,6 +120,9 @@ pub struct PhaseTimes {
     /// Engine steps replayed as captured graphs (`LOCKSTEP_DECODE_GRAPHS=on`).
     #[serde(default)]
     pub gen_replayed_steps: usize,
+    /// Graph captures that failed (warned about; those steps were launched, same bits).
+    #[serde(default)]
+    pub gen_failed_captures: usize,
 }
 
 impl StepMetrics {
@@ -160,6 +163,7 @@ impl StepMetrics {
             ("perf/gen_engine_steps", self.timing.gen_engine_steps as f64),
             ("perf/gen_preempted", self.timing.gen_preempted as f64),
             ("perf/gen_replayed_steps", self.timing.gen_replayed_steps as f64),
+            ("perf/gen_failed_captures", self.timing.gen_failed_captures as f64),
         ]
         .into_iter()
         .chain(self.dynamic_sampling.iter().flat_map(|d| [("rollout/groups_kept", d.groups_kept as f64), ("rollout/groups_sampled", d.groups_sampled as f64)]))

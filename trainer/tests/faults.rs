@@ -333,8 +333,8 @@ fn replayed_steps_and_a_failed_capture_give_the_launched_steps_output_byte_for_b
         assert!(o.status.success(), "{env:?}: {err}");
         (std::fs::read(dir.join(out)).unwrap(), err)
     };
-    let (launched, _) = run("launched.jsonl", &[]);
-    let (replayed, err) = run("replayed.jsonl", &[("LOCKSTEP_DECODE_GRAPHS", "on")]);
+    let (launched, _) = run("launched.jsonl", &[("LOCKSTEP_DECODE_GRAPHS", "off")]);
+    let (replayed, err) = run("replayed.jsonl", &[]); // the default
     assert!(!err.contains("(0 replayed as graphs)") && err.contains("replayed as graphs"), "no step was replayed: {err}");
     assert!(replayed == launched, "replayed steps changed the output");
     let (fallback, err) = run("fallback.jsonl", &[("LOCKSTEP_DECODE_GRAPHS", "on"), ("LOCKSTEP_FAULT_GRAPH_CAPTURE", "upload")]);

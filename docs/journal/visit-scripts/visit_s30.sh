@@ -30,3 +30,16 @@ wide)
   SEED_ARMS="${SEED_ARMS:-matched-cold matched-warm wide-warm graphs-warm wide-graphs fast-warm}" O=$O/seed bash experiments/seed_bench.sh qwen3-8b ${SEED_N:-1000} 100 256 2>&1 | tail -12
   grep -h "steady state\|engine steps\|warning" $O/seed/seed-*.log | head -20 ;;
 esac
+# PART=rung: the 0.6B target rung's step 0 (session 23's settings: weights ef4829e7211e1545), launched
+# (cold kernel cache), replayed as graphs, launched again (warm), each its own process
+case ${PART:-fix} in
+rung)
+  for arm in off-cold on off-warm; do
+    g=${arm%%-*}
+    LOCKSTEP_DECODE_GRAPHS=$g SCALE_SET="--set task.reward=char_f1 --set sampler.kv_budget_mib=62000 --set sampler.max_batch=256 --set train.on_mismatch=stop" O=$O/$arm \
+      SCALE_LIMIT=${RUNG_LIMIT:-190} bash experiments/scale.sh qwen3-0.6b:512x2048:1:16384 2>&1 | tail -1
+    for f in $O/$arm/*.metrics.jsonl; do python3 -c "
+import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]
+for x in r: t=x.get('timing',{}); print(sys.argv[2], x.get('trainer_weights_fingerprint'), x.get('agreement',{}).get('bit_equal_frac'), {k: t.get(k) for k in ('gen_s','gen_engine_steps','gen_replayed_steps','gen_failed_captures','gen_launch_s','gen_wait_s','update_s')})" $f $arm; done
+  done ;;
+esac

@@ -155,6 +155,7 @@ impl Trainer {
             gen_schedule_s: phases.schedule_s,
             gen_preempted: phases.preempted,
             gen_replayed_steps: phases.replayed_steps,
+            gen_failed_captures: phases.failed_captures,
         };
         self.step += 1;
         let (completions, rewards) = (&rollouts.completions, &rollouts.rewards);
