@@ -5,10 +5,13 @@ TFLOP/s per projection and M, and the sum over one layer's projections.
 
     python3 experiments/cublas_decode_matmuls.py qwen3-8b 256,1024
 """
-import statistics
+import os
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_bench import time_cuda  # noqa: E402
 
 SHAPES = {  # hidden, intermediate, q heads, kv heads, head_dim, vocab
     "qwen3-0.6b": (1024, 3072, 16, 8, 128, 151936),
@@ -18,19 +21,8 @@ SHAPES = {  # hidden, intermediate, q heads, kv heads, head_dim, vocab
 }
 
 
-def time_us(fn, repeats=7, inner=20):
-    fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(inner):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / inner)
-    return statistics.median(samples)
+def time_us(fn):
+    return time_cuda(fn, inner=20) * 1e3  # ms -> µs
 
 
 def main():
