@@ -65,3 +65,19 @@ impl Captured {
         unsafe { self.graph.replay() }.map_err(|e| format!("replaying a graph: {e:?}"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_entered_on_a_launch_stream_runs_there_from_any_thread() {
+        let builder = LaunchStream::current();
+        let here = builder.enter(StreamId::current);
+        let elsewhere = std::thread::spawn(move || (StreamId::current(), builder.enter(StreamId::current))).join().unwrap();
+        assert_eq!(here, builder.0);
+        // another thread has its own stream, unless it enters the builder's
+        assert_ne!(elsewhere.0, builder.0);
+        assert_eq!(elsewhere.1, builder.0);
+    }
+}
