@@ -360,8 +360,9 @@ pub fn small_paged_cache_matches_full(model: &Qwen3, rng: &mut StdRng) -> Engine
 
 /// Steps replayed as captured graphs (`LOCKSTEP_DECODE_GRAPHS`) = launched steps: `n` random
 /// requests (truncating and greedy rows mixed, answers of different lengths so the row count
-/// falls through several graphs), overlapped and synchronous, and with the engine stepped on
-/// another thread than the one that built it (as the tokio front does): the same tokens,
+/// falls through several graphs), overlapped and synchronous, with the engine stepped on
+/// another thread than the one that built it (as the tokio front does), and with row counts
+/// padded (stand-in rows repeating the last) or exact: the same tokens,
 /// logprob bits and finish reasons, steps replayed and no capture failed.
 pub fn graphs_replay_the_launched_steps(model: &Qwen3, rng: &mut StdRng, n: usize) -> EngineCheck {
     let vocab = model.config.vocab_size;
@@ -376,10 +377,11 @@ pub fn graphs_replay_the_launched_steps(model: &Qwen3, rng: &mut StdRng, n: usiz
         .collect();
     let chunk = [1, 16][rng.random_range(0..2)];
     let mut report = Vec::new();
-    for (overlap, elsewhere) in [(true, false), (false, false), (true, true)] {
+    for (overlap, elsewhere, padding) in [(true, false, false), (false, false, false), (true, true, false), (true, false, true), (false, true, true)] {
         let run = |graphs: bool| {
             let mut e = Engine::new(model.clone(), EngineConfig { max_batch: n, kv_blocks: 0, context: CONTEXT, chunk_size: chunk, share_prompt_prefix: true, overlap, reserve: 1.0 }).expect("valid engine config");
             e.set_decode_graphs(graphs);
+            e.set_decode_graph_padding(padding);
             let requests = requests.clone();
             let go = move || {
                 let out = e.generate(requests);
@@ -393,7 +395,7 @@ pub fn graphs_replay_the_launched_steps(model: &Qwen3, rng: &mut StdRng, n: usiz
         };
         let (launched, _) = run(false);
         let (replayed, phases) = run(true);
-        let how = format!("overlap {overlap}{}", if elsewhere { ", stepped on another thread" } else { "" });
+        let how = format!("overlap {overlap}{}{}", if elsewhere { ", stepped on another thread" } else { "" }, if padding { ", padded row counts" } else { "" });
         let name = format!("replayed graphs = launched steps ({n} requests, chunk {chunk}, {how})");
         if let Some(Err(e)) = replayed.iter().find(|r| r.is_err()) {
             return EngineCheck::new(name, Some(format!("a request failed with graphs on: {e}")));

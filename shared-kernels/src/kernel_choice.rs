@@ -36,11 +36,14 @@ pub struct KernelChoice {
     /// `LOCKSTEP_DECODE_GRAPHS`: the engine replays steps whose rows are all sampled as
     /// captured graphs (`on`, the default), or launches every step (`off`).
     pub decode_graphs: bool,
+    /// `LOCKSTEP_DECODE_GRAPH_PADDING`: replayed steps padded to 1, 2, 4, then multiples of 8
+    /// rows (`on`), or one graph per exact row count (`off`, the default until measured on CUDA).
+    pub decode_graph_padding: bool,
 }
 
 impl Default for KernelChoice {
     fn default() -> Self {
-        KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, fold_on_wgmma: true, decode_fusion: true, decode_graphs: true }
+        KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, fold_on_wgmma: true, decode_fusion: true, decode_graphs: true, decode_graph_padding: false }
     }
 }
 
@@ -70,6 +73,7 @@ impl KernelChoice {
             fold_on_wgmma: either("LOCKSTEP_FOLD_KERNEL", "wgmma", "cmma")?.unwrap_or(default.fold_on_wgmma),
             decode_fusion: either("LOCKSTEP_DECODE_FUSION", "on", "off")?.unwrap_or(default.decode_fusion),
             decode_graphs: either("LOCKSTEP_DECODE_GRAPHS", "on", "off")?.unwrap_or(default.decode_graphs),
+            decode_graph_padding: either("LOCKSTEP_DECODE_GRAPH_PADDING", "on", "off")?.unwrap_or(default.decode_graph_padding),
         };
         // the benchmark-only tuning variables, checked with the choice (each family keeps its
         // own parsed copy, read once per process)

@@ -170,6 +170,13 @@ pub const KNOBS: &[Knob] = &[
         effect: "the sampler replays a step whose rows are all sampled (decode steps) as a captured graph of its launches, one per row count (up to 4 kept), instead of enqueueing every launch; the same bits (engine check `replayed graphs = launched steps`). Matched kernels only (the ablation's sets launch). On the H200 the host's enqueue time of a decode step drops 7-19x: 0.6B decode at 64 requests 2.6x the tokens/s, at 256 1.5x; device-bound steps (8B, long contexts) gain 2-8%",
     },
     Knob {
+        name: "LOCKSTEP_DECODE_GRAPH_PADDING",
+        values: "`on`, `off`",
+        default: "`off`",
+        kind: KnobKind::Tuning,
+        effect: "replayed decode steps padded to 1, 2, 4, then multiples of 8 rows (never past `sampler.max_batch`) by repeating the last row, so a batch shrinking through a tail of answers ending one by one stays on one graph for up to 8 steps; the same bits (batch invariance; engine checks). Off until measured on CUDA: without it a 0.6B batch of 256 answers of 256-512 tokens replayed 514 of 1,024 steps and ran at launched speed",
+    },
+    Knob {
         name: "LOCKSTEP_KERNEL_CACHE",
         values: "a directory, or `off`",
         default: "`$XDG_CACHE_HOME/lockstep/kernels`, else `~/.cache/lockstep/kernels`",

@@ -62,6 +62,11 @@ enum Command {
         prompt_len: usize,
         #[arg(long, default_value_t = 16)]
         new_tokens: usize,
+        /// Sampler table: request i stops after its own length, spread over
+        /// [new_tokens / 2, new_tokens], so the running batch shrinks through a tail as RL
+        /// rollouts do (with all lengths equal it never changes size until the end).
+        #[arg(long)]
+        ragged_lengths: bool,
         #[arg(long, default_value_t = 5)]
         repeats: usize,
         /// f32 or bf16.
@@ -69,7 +74,7 @@ enum Command {
         dtype: String,
         /// Which sampler kernel sets to time: matched, sync (matched, each engine step read back
         /// before the next is enqueued), graphs (matched, steps whose rows are all sampled
-        /// replayed as captured graphs), unfused (matched without the fused decode launches),
+        /// replayed as captured graphs), graphs-padded (graphs, row counts padded to 1, 2, 4, then multiples of 8), unfused (matched without the fused decode launches),
         /// fast, split_k.
         #[arg(long, value_delimiter = ',', default_value = "matched,fast")]
         kernels: Vec<String>,
@@ -215,13 +220,13 @@ fn run(cli: Cli) -> Result<(), RunError> {
         }
         Command::Train { config, overrides, resume, max_steps, ranks_in_threads: Some(n), .. } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| trainer::distributed::threads::train_from_cli(c, n, resume, max_steps)),
         Command::Train { config, overrides, resume, max_steps, allow_config_change, .. } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| train(c, resume, max_steps, allow_config_change)),
-        Command::Bench { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, tile_sweep, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, trainer_recompute, matmul_m, json, save_model, load_bench } => {
+        Command::Bench { preset, concurrency, prompt_len, new_tokens, ragged_lengths, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, tile_sweep, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, trainer_recompute, matmul_m, json, save_model, load_bench } => {
             let dtype = parse_dtype("--dtype", &dtype)?;
             let concurrency: Vec<usize> = match concurrency.iter().filter(|c| *c != "none").map(|c| c.parse::<usize>()).collect() {
                 Ok(c) => c,
                 Err(_) => return Err(invalid("--concurrency", format!("{concurrency:?}: expected numbers like 1,8,64 or `none`"))),
             };
-            tools::host_profile::profiled(|| tools::bench::run(&tools::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, tile_sweep, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, trainer_recompute, matmul_m, json, save_model, load_bench })).map_err(RunError::Other)
+            tools::host_profile::profiled(|| tools::bench::run(&tools::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, ragged_lengths, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, tile_sweep, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, trainer_recompute, matmul_m, json, save_model, load_bench })).map_err(RunError::Other)
         }
         Command::Check { preset, dtypes, seed, fast, split_k } => {
             let dtypes = dtypes.iter().map(|d| parse_dtype("--dtypes", d)).collect::<Result<Vec<_>, _>>()?;

@@ -255,6 +255,21 @@ fn bench_memory_rows_run_once_each_and_write_json() {
 }
 
 #[test]
+fn bench_ragged_lengths_shrink_the_batch_with_graphs_and_launches_side_by_side() {
+    // answers of 8-16 tokens: the running batch falls through a tail; every set times it
+    let dir = scratch("bench-ragged");
+    let out = lockstep(&["bench", "--preset", "tiny", "--concurrency", "8", "--new-tokens", "16", "--ragged-lengths", "--kernels", "matched,graphs,graphs-padded", "--skip-ops", "--repeats", "1"], &dir);
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(stdout.contains("(ragged: 8 to 16)") && stdout.contains("| 8 | "), "{stdout}");
+    let replayed = |set: &str| err.lines().find(|l| l.starts_with(&format!("bench: {set} concurrency 8:")) && l.contains("engine steps")).and_then(|l| l.split('(').nth(1)?.split(' ').next()?.parse::<usize>().ok());
+    assert_eq!(replayed("matched"), Some(0), "{err}");
+    assert!(replayed("graphs").is_some_and(|n| n > 0), "{err}");
+    // padded row counts share graphs through the tail: at least as many steps replayed
+    assert!(replayed("graphs-padded") >= replayed("graphs"), "{err}");
+}
+
+#[test]
 fn sample_command_writes_completions_with_logprobs() {
     let dir = scratch("sample");
     // the third prompt has an out-of-range token: the run stops naming its line before sampling

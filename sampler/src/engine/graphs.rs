@@ -21,6 +21,8 @@ type Key = (usize, bool);
 #[derive(Default)]
 pub(super) struct StepGraphs {
     pub(super) on: bool,
+    /// Row counts padded to few graphs ([`padded_rows`], `LOCKSTEP_DECODE_GRAPH_PADDING`).
+    pub(super) padding: bool,
     /// Most recently used last.
     kept: Vec<(Key, StepGraph)>,
     /// Row counts whose capture failed: launched from then on.
@@ -29,8 +31,8 @@ pub(super) struct StepGraphs {
 }
 
 impl StepGraphs {
-    pub(super) fn new(on: bool) -> Self {
-        StepGraphs { on, ..Default::default() }
+    pub(super) fn new(on: bool, padding: bool) -> Self {
+        StepGraphs { on, padding, ..Default::default() }
     }
 
     /// Drops every graph (their launches read the weights they were captured with).
@@ -85,6 +87,29 @@ impl CaptureFault {
     }
 }
 
+/// The row count a step of `rows` rows is replayed at: 1, 2, 4, then multiples of 8 (as vLLM
+/// pads its CUDA graphs), never past the engine's batch. A shrinking batch (answers ending one
+/// by one) then stays on one graph for up to 8 steps instead of capturing at every count.
+fn padded_rows(rows: usize, max_batch: usize) -> usize {
+    let bucket = if rows <= 4 { rows.next_power_of_two() } else { rows.div_ceil(8) * 8 };
+    bucket.min(max_batch).max(rows)
+}
+
+fn pad_with_last(rows: &Rows, to: usize) -> Rows {
+    let mut out = rows.clone();
+    let last = rows.len() - 1;
+    for _ in rows.len()..to {
+        out.push(rows.tokens[last], rows.slots[last], rows.positions[last]);
+    }
+    out
+}
+
+fn pad_params(params: &[SamplingRow], to: usize) -> Vec<SamplingRow> {
+    let mut out = params.to_vec();
+    out.resize(to, params[params.len() - 1]);
+    out
+}
+
 /// The device tensors of a step's inputs.
 struct StepInputs<'a> {
     ids: &'a Tensor<1, Int>,
@@ -102,18 +127,32 @@ impl Engine {
     }
 
     /// The step's sampled tokens and f32 logprobs from a graph: replayed when one is kept for
-    /// this row count, else captured when the step before had the same row count (this step's
-    /// result is then the warm-up run's). `None`: launch this step as usual.
+    /// this padded row count ([`padded_rows`]), else captured when the step before had the same
+    /// one (this step's result is then the warm-up run's). `None`: launch this step as usual.
+    /// The tensors hold the padded count's rows; the first `rows.len()` are this step's.
     pub(super) fn launch_graphed(&mut self, rows: &Rows, params: &[SamplingRow], fed: Option<(&Tensor<1, Int>, &[i32])>) -> Result<Option<(Tensor<1, Int>, Tensor<1>)>, String> {
         let vocab = self.model.config.vocab_size;
-        let key = (rows.len(), SamplingInputs::truncates(params, vocab));
+        let real = rows.len();
+        if real == 0 {
+            return Ok(None);
+        }
+        let padded = if self.graphs.padding { padded_rows(real, self.config.max_batch) } else { real };
+        let key = (padded, SamplingInputs::truncates(params, vocab));
         let again = self.graphs.last_key.replace(key) == Some(key);
         if self.graphs.failed.contains(&key) {
             return Ok(None);
         }
         // fed rows first (as `build_rows` orders them), then ids the host has
-        let fed_rows = fed.map_or(0, |(_, index)| index.len());
-        let spec: Vec<i32> = fed.map_or(&[][..], |(_, index)| index).iter().copied().chain(rows.tokens[fed_rows..].iter().map(|&t| t as i32)).collect();
+        let mut fed_rows = fed.map_or(0, |(_, index)| index.len());
+        let mut spec: Vec<i32> = fed.map_or(&[][..], |(_, index)| index).iter().copied().chain(rows.tokens[fed_rows..].iter().map(|&t| t as i32)).collect();
+        // stand-in rows repeat the last row: the same token at the same slot and position, so
+        // their cache writes rewrite its entry with the same values, and batch invariance keeps
+        // every real row's bits; their samples are never read
+        let (rows, params) = (&pad_with_last(rows, padded), &pad_params(params, padded));
+        if fed_rows == real {
+            fed_rows = padded;
+        }
+        spec.resize(padded, spec[real - 1]);
         // the block table is refreshed by a write, which no capture may hold
         self.cache.pages().map_err(|e| e.to_string())?;
         let fill_ids = |ids: &Tensor<1, Int>| match fed {
@@ -162,7 +201,7 @@ impl Engine {
                 Ok(Some(warm))
             }
             Err(e) => {
-                eprintln!("warning: steps of {n} rows are launched, not replayed: {e}");
+                eprintln!("warning: steps of {real} rows (padded to {n}) are launched, not replayed: {e}");
                 self.graphs.failed.push(key);
                 self.phase.failed_captures += 1;
                 // cubecl marks what a recording that did not seal would have written (this
@@ -180,5 +219,20 @@ impl Engine {
         let logits = self.model.run(forward).map_err(|e| e.to_string())?.ok_or("a replayable step samples every row")?;
         let (tokens, logprobs) = sample_with(logits, inputs.sampling).map_err(|e| e.to_string())?;
         Ok((tokens, logprobs.cast(DType::F32)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::padded_rows;
+
+    #[test]
+    fn row_counts_pad_to_few_graphs_and_never_past_the_batch() {
+        let padded: Vec<usize> = (1..=20).map(|n| padded_rows(n, 256)).collect();
+        assert_eq!(padded, [1, 2, 4, 4, 8, 8, 8, 8, 16, 16, 16, 16, 16, 16, 16, 16, 24, 24, 24, 24]);
+        assert_eq!(padded_rows(250, 256), 256);
+        assert_eq!(padded_rows(250, 252), 252);
+        assert_eq!(padded_rows(5, 6), 6);
+        assert_eq!(padded_rows(7, 7), 7);
     }
 }

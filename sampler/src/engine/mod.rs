@@ -131,7 +131,8 @@ impl Engine {
             return Err(format!("context {} exceeds the model's max_position_embeddings {}", config.context, model.config.max_position_embeddings));
         }
         let model = decode_ready(model)?;
-        let graphs = graphs::StepGraphs::new(shared_kernels::kernel_choice::KernelChoice::process().map_err(|e| e.to_string())?.decode_graphs);
+        let choice = shared_kernels::kernel_choice::KernelChoice::process().map_err(|e| e.to_string())?;
+        let graphs = graphs::StepGraphs::new(choice.decode_graphs, choice.decode_graph_padding);
         let device = model.embed.device();
         let blocks = if config.kv_blocks == 0 { config.max_batch * KvCache::blocks_for(config.context) } else { config.kv_blocks };
         let cache = KvCache::paged(&model.config, config.max_batch, config.context, blocks, model.dtype, &device).map_err(|e| e.to_string())?;
@@ -144,6 +145,13 @@ impl Engine {
     pub fn set_decode_graphs(&mut self, on: bool) {
         self.graphs.clear();
         self.graphs.on = on;
+    }
+
+    /// Pads replayed steps' row counts to few graphs, or keeps one graph per exact count (the
+    /// default is `LOCKSTEP_DECODE_GRAPH_PADDING`); the same bits either way.
+    pub fn set_decode_graph_padding(&mut self, on: bool) {
+        self.graphs.clear();
+        self.graphs.padding = on;
     }
 
     pub fn model(&self) -> &Qwen3 {

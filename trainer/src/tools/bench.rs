@@ -16,9 +16,11 @@ pub struct BenchOptions {
     pub concurrency: Vec<usize>,
     pub prompt_len: usize,
     pub new_tokens: usize,
+    /// Request lengths spread over [new_tokens / 2, new_tokens] (a shrinking tail).
+    pub ragged_lengths: bool,
     pub repeats: usize,
     pub dtype: DType,
-    /// Sampler kernel sets to time: "matched", "unfused", "fast", "split_k".
+    /// Sampler kernel sets to time: "matched", "sync", "graphs", "graphs-padded", "unfused", "fast", "split_k".
     pub kernels: Vec<String>,
     /// Skip the per-kernel table.
     pub skip_ops: bool,
@@ -164,7 +166,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     }
     let device = shared_kernels::device::default_device();
     let config = preset(&o.preset)?;
-    println!("# lockstep bench: runtime {}, preset {}, dtype {:?}, prompt {} tokens, {} new tokens\n", shared_kernels::device::runtime_name(), o.preset, o.dtype, o.prompt_len, o.new_tokens);
+    println!("# lockstep bench: runtime {}, preset {}, dtype {:?}, prompt {} tokens, {} new tokens{}\n", shared_kernels::device::runtime_name(), o.preset, o.dtype, o.prompt_len, o.new_tokens, if o.ragged_lengths { format!(" (ragged: {} to {})", o.new_tokens - o.new_tokens / 2, o.new_tokens) } else { String::new() });
     if o.tile_sweep {
         // before the model: the sweep needs only the shapes
         return super::bench_tiles::run(o, &config, &device);
@@ -187,18 +189,20 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
 
     // (kernel set, overlapped engine steps, steps replayed as graphs); `sync` is the matched
     // kernels with each step read back before the next is enqueued, `graphs` the matched
-    // kernels with steps replayed (LOCKSTEP_DECODE_GRAPHS's mode; the other sets launch)
-    let sets: Vec<(KernelSet, bool, bool)> = o
+    // kernels with steps replayed (LOCKSTEP_DECODE_GRAPHS's mode; the other sets launch),
+    // `graphs-padded` the same with row counts padded (LOCKSTEP_DECODE_GRAPH_PADDING)
+    let sets: Vec<(KernelSet, bool, bool, bool)> = o
         .kernels
         .iter()
         .map(|k| match k.as_str() {
-            "matched" => Ok((KernelSet::Matched, true, false)),
-            "sync" => Ok((KernelSet::Matched, false, false)),
-            "graphs" => Ok((KernelSet::Matched, true, true)),
-            "unfused" => Ok((KernelSet::MatchedUnfused, true, false)),
-            "fast" => Ok((KernelSet::Fast, true, false)),
-            "split_k" => Ok((KernelSet::SplitK, true, false)),
-            other => Err(format!("--kernels: unknown kernel set `{other}` (matched, sync, graphs, unfused, fast, split_k)")),
+            "matched" => Ok((KernelSet::Matched, true, false, false)),
+            "sync" => Ok((KernelSet::Matched, false, false, false)),
+            "graphs" => Ok((KernelSet::Matched, true, true, false)),
+            "graphs-padded" => Ok((KernelSet::Matched, true, true, true)),
+            "unfused" => Ok((KernelSet::MatchedUnfused, true, false, false)),
+            "fast" => Ok((KernelSet::Fast, true, false, false)),
+            "split_k" => Ok((KernelSet::SplitK, true, false, false)),
+            other => Err(format!("--kernels: unknown kernel set `{other}` (matched, sync, graphs, graphs-padded, unfused, fast, split_k)")),
         })
         .collect::<Result<_, _>>()?;
     if o.concurrency.is_empty() {
@@ -212,25 +216,29 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     println!("|---|{}", "---|".repeat(sets.len() + ratio_heads.len()));
     for &c in &o.concurrency {
         let context = o.prompt_len + o.new_tokens;
+        // ragged: a fixed spread (no rng) so every kernel set and round gets the same lengths
+        let answer_len = |i: usize| if o.ragged_lengths { o.new_tokens - (i * 7919) % (o.new_tokens / 2 + 1) } else { o.new_tokens };
         let requests = |round: u64| -> Vec<Request> {
             (0..c as u64)
                 .map(|i| Request {
                     id: round * 1_000_000 + i,
                     prompt: (0..o.prompt_len).map(|p| ((i as usize * 31 + p * 7) % config.vocab_size) as u32).collect(),
-                    params: SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: o.new_tokens, stop_tokens: vec![], seed: 1 },
+                    params: SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: answer_len(i as usize), stop_tokens: vec![], seed: 1 },
                 })
                 .collect()
         };
         let mut engines = Vec::new();
-        for &(kernels, overlap, graphs) in &sets {
+        for &(kernels, overlap, graphs, padding) in &sets {
             let mut m = model.clone();
             m.kernels = kernels;
             let mut engine = Engine::new(m, EngineConfig { max_batch: c, kv_blocks: 0, context, chunk_size: o.prompt_len.max(1), share_prompt_prefix: true, overlap, reserve: 1.0 }).map_err(|e| e.to_string())?;
             engine.set_decode_graphs(graphs);
+            engine.set_decode_graph_padding(padding);
             let warm = Instant::now();
             engine.generate(requests(0)); // warm-up: kernel compilation (and burn's autotuning)
             sync(&device);
             let kernels = match (overlap, graphs) {
+                (_, true) if padding => format!("{kernels:?} (graphs, padded)"),
                 (_, true) => format!("{kernels:?} (graphs)"),
                 (true, false) => format!("{kernels:?}"),
                 (false, false) => format!("{kernels:?} (sync)"),
