@@ -62,9 +62,7 @@ enum Command {
         prompt_len: usize,
         #[arg(long, default_value_t = 16)]
         new_tokens: usize,
-        /// Sampler table: request i stops after its own length, spread over
-        /// [new_tokens / 2, new_tokens], so the running batch shrinks through a tail as RL
-        /// rollouts do (with all lengths equal it never changes size until the end).
+        /// Sampler table: answer lengths spread over [new_tokens / 2, new_tokens] (an RL tail).
         #[arg(long)]
         ragged_lengths: bool,
         #[arg(long, default_value_t = 5)]
@@ -72,10 +70,8 @@ enum Command {
         /// f32 or bf16.
         #[arg(long, default_value = "f32")]
         dtype: String,
-        /// Which sampler kernel sets to time: matched, sync (matched, each engine step read back
-        /// before the next is enqueued), graphs (matched, steps whose rows are all sampled
-        /// replayed as captured graphs), graphs-padded (graphs, row counts padded to 1, 2, 4, then multiples of 8), unfused (matched without the fused decode launches),
-        /// fast, split_k.
+        /// Sampler kernel sets: matched, sync (each step read back before the next), graphs
+        /// (decode steps replayed), graphs-padded (row counts padded), unfused, fast, split_k.
         #[arg(long, value_delimiter = ',', default_value = "matched,fast")]
         kernels: Vec<String>,
         /// Only the sampler table, not the per-kernel one.
