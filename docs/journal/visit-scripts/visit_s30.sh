@@ -43,3 +43,16 @@ import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]
 for x in r: t=x.get('timing',{}); print(sys.argv[2], x.get('trainer_weights_fingerprint'), x.get('agreement',{}).get('bit_equal_frac'), {k: t.get(k) for k in ('gen_s','gen_engine_steps','gen_replayed_steps','gen_failed_captures','gen_launch_s','gen_wait_s','update_s')})" $f $arm; done
   done ;;
 esac
+# PART=pad (prepared, not run: the device time ran out): padded row counts on CUDA. The engine
+# checks with LOCKSTEP_DECODE_GRAPH_PADDING=on, the ragged-tail bench with the three sets side by
+# side, then the 0.6B rung's step 0 padded (must end with weights ef4829e7211e1545)
+case ${PART:-fix} in
+pad)
+  LOCKSTEP_DECODE_GRAPH_PADDING=on timeout 120 /tmp/lockstep check --preset small --dtypes f32,bf16 > $O/check-pad.md 2>&1
+  echo "check rc $?, failed captures warned: $(grep -c 'launched, not replayed' $O/check-pad.md)"; grep "^|" $O/check-pad.md | grep -v "bit-identical\|passed"
+  timeout 200 /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency 64,256 --prompt-len 32 --new-tokens 512 --ragged-lengths \
+      --kernels matched,graphs,graphs-padded --skip-ops --repeats 2 2>&1 | grep "^|\|engine steps\|rror\|warning"
+  LOCKSTEP_DECODE_GRAPH_PADDING=on SCALE_SET="--set task.reward=char_f1 --set sampler.kv_budget_mib=62000 --set sampler.max_batch=256 --set train.on_mismatch=stop" O=$O/pad \
+    SCALE_LIMIT=190 bash experiments/scale.sh qwen3-0.6b:512x2048:1:16384 2>&1 | tail -1
+  grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"\|"gen_replayed_steps":[0-9]*\|"gen_s":[0-9.]*' $O/pad/*.metrics.jsonl ;;
+esac
