@@ -185,13 +185,13 @@ fn write_results(tmp: &Path, order: Vec<(u64, serde_json::Value)>, results: &mut
     Ok(failed)
 }
 
-/// Whether `a` and `b` name one file (`b` need not exist yet: its folder is resolved).
 /// Where `p`'s engine steps spent the host's time, per step.
 fn host_view(what: &str, p: &sampler::EnginePhaseTimes) {
     let per_step = |s: f64| 1e3 * s / p.steps.max(1) as f64;
     eprintln!("  {what}, {} engine steps ({} replayed as graphs): per step {:.2} ms enqueueing launches, {:.2} ms waiting for the device, {:.2} ms scheduling", p.steps, p.replayed_steps, per_step(p.launch_s), per_step(p.wait_s), per_step(p.schedule_s + p.prefix_copy_s));
 }
 
+/// Whether `a` and `b` name one file (`b` need not exist yet: its folder is resolved).
 /// Why the engine refuses a prompt, in the terms of the prompt file and the config keys.
 fn refused_prompt(e: sampler::SampleError) -> String {
     use sampler::SampleError::*;

@@ -6,8 +6,10 @@
 //! the launched one as bits (`sampler::invariance`, `graphs_replay_the_launched_steps`).
 
 use super::Engine;
+use std::borrow::Cow;
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use shared_kernels::graph::{self, Captured};
+use shared_kernels::model::forward::int_tensor;
 use shared_kernels::model::{Forward, Rows, Tokens};
 use shared_kernels::ops::in_place::{gather_tokens_into, write_ints};
 use shared_kernels::{sample_with, SamplingInputs, SamplingRow};
@@ -148,7 +150,11 @@ impl Engine {
         // stand-in rows repeat the last row: the same token at the same slot and position, so
         // their cache writes rewrite its entry with the same values, and batch invariance keeps
         // every real row's bits; their samples are never read
-        let (rows, params) = (&pad_with_last(rows, padded), &pad_params(params, padded));
+        let (rows, params): (Cow<Rows>, Cow<[SamplingRow]>) = match padded > real {
+            true => (Cow::Owned(pad_with_last(rows, padded)), Cow::Owned(pad_params(params, padded))),
+            false => (Cow::Borrowed(rows), Cow::Borrowed(params)),
+        };
+        let (rows, params) = (&*rows, &*params);
         if fed_rows == real {
             fed_rows = padded;
         }
@@ -179,8 +185,7 @@ impl Engine {
         }
         let device = self.model.embed.device();
         let n = rows.len();
-        let as_ints = |v: &[u32]| Tensor::<1, Int>::from_data(TensorData::new(v.iter().map(|&x| x as i32).collect::<Vec<_>>(), [n]), &device);
-        let (ids, slots, positions) = (as_ints(&rows.tokens), as_ints(&rows.slots), as_ints(&rows.positions));
+        let (ids, slots, positions) = (int_tensor(&rows.tokens, &device), int_tensor(&rows.slots, &device), int_tensor(&rows.positions, &device));
         fill_ids(&ids).map_err(|e| e.to_string())?;
         let sampling = SamplingInputs::upload(params, vocab, &device).map_err(|e| e.to_string())?;
         let inputs = StepInputs { ids: &ids, slots: &slots, positions: &positions, sampling: &sampling };

@@ -139,7 +139,7 @@ pub(crate) struct Stream {
 }
 
 /// The rows' sequence, position (or token) ids as a device tensor.
-pub(crate) fn int_tensor(v: &[u32], device: &burn::tensor::Device) -> Tensor<1, Int> {
+pub fn int_tensor(v: &[u32], device: &burn::tensor::Device) -> Tensor<1, Int> {
     Tensor::<1, Int>::from_data(TensorData::new(v.iter().map(|&x| x as i32).collect::<Vec<_>>(), [v.len()]), device)
 }
 
