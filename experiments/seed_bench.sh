@@ -8,8 +8,9 @@
 # "wide-warm" the matched kernels with every request admitted at once (max_batch WIDE, default 1024:
 # vLLM's max_num_seqs on GPUs of 70 GB and more), timed over all N after a run that fills the
 # kernel cache for its tile shapes; its completions must equal the batch-MAX_BATCH arms' as bits.
-# "graphs-warm" and "wide-graphs": the same two batch sizes with LOCKSTEP_DECODE_GRAPHS=on (decode
-# steps replayed as captured graphs); their completions too must equal the cold arm's as bits.
+# "graphs-warm" and "wide-graphs": the same two batch sizes with decode steps replayed as captured
+# graphs, row counts padded (`lockstep sample`'s defaults); the matched arms launch every step
+# (LOCKSTEP_DECODE_GRAPHS=off). All completions must equal the cold arm's as bits.
 # Arms, each its own process on the same random-weight checkpoint (experiments/make_real_shape.py):
 #   matched (cold)   lockstep sample, batch-invariant kernels, empty kernel cache
 #   matched (warm)   the same command again: the kernel cache filled by the first
@@ -51,6 +52,7 @@ arm() {  # name, then --set pairs
     echo "whole_process_s $(python3 -c "print($end - $start)") rc $rc" >> "$O/seed-$name.log"
 }
 arms=" ${SEED_ARMS:-matched-cold matched-warm fast-warm transformers} "
+export LOCKSTEP_DECODE_GRAPHS=off  # every arm launches its steps, but the graphs arms
 arm matched-cold
 arm matched-warm
 # the earlier rule's tiles are other kernels: one run fills the cache with them, the next is timed
@@ -58,8 +60,8 @@ arm matched-warm
 wide=${WIDE:-1024}
 [[ "$arms" == *" wide-warm "* ]] && arm wide-fill --set "sampler.max_batch=$wide" && arm wide-warm --set "sampler.max_batch=$wide"
 # decode steps replayed as captured graphs, at both batch sizes
-[[ "$arms" == *" graphs-warm "* ]] && LOCKSTEP_DECODE_GRAPHS=on arm graphs-warm
-[[ "$arms" == *" wide-graphs "* ]] && LOCKSTEP_DECODE_GRAPHS=on arm wide-graphs --set "sampler.max_batch=$wide"
+[[ "$arms" == *" graphs-warm "* ]] && LOCKSTEP_DECODE_GRAPHS=on LOCKSTEP_DECODE_GRAPH_PADDING=on arm graphs-warm
+[[ "$arms" == *" wide-graphs "* ]] && LOCKSTEP_DECODE_GRAPHS=on LOCKSTEP_DECODE_GRAPH_PADDING=on arm wide-graphs --set "sampler.max_batch=$wide"
 [[ "$arms" == *" fast-warm "* ]] && arm fast-warm --set ablation.sampler_kernels=fast
 if [[ "$arms" == *" transformers "* ]]; then
     start=$(date +%s.%N)

@@ -120,7 +120,7 @@ pub fn alone_vs_among(model: &Qwen3, rng: &mut StdRng) -> Vec<EngineCheck> {
                 let got = results.iter().find(|(id, _)| *id == target.id).and_then(|(_, r)| r.as_ref().ok()).map(bits);
                 match got {
                     Some(g) if g == want => None,
-                    Some(g) => Some(first_difference(&want, &g)),
+                    Some(g) => Some(first_difference(&want, &g, ["alone", "among others"])),
                     None => Some("the target got no result".into()),
                 }
             };
@@ -129,11 +129,13 @@ pub fn alone_vs_among(model: &Qwen3, rng: &mut StdRng) -> Vec<EngineCheck> {
         .collect()
 }
 
-fn first_difference(want: &(Vec<u32>, Vec<u32>, FinishReason), got: &(Vec<u32>, Vec<u32>, FinishReason)) -> String {
+/// Where two runs of one request part: `labels` name the `want` and `got` runs.
+fn first_difference(want: &(Vec<u32>, Vec<u32>, FinishReason), got: &(Vec<u32>, Vec<u32>, FinishReason), labels: [&str; 2]) -> String {
     let n = want.0.len().min(got.0.len());
+    let [a, b] = labels;
     match (0..n).find(|&i| want.0[i] != got.0[i] || want.1[i] != got.1[i]) {
-        Some(i) => format!("generated position {i}: alone token {} logprob bits {:#010x}, among others token {} bits {:#010x}", want.0[i], want.1[i], got.0[i], got.1[i]),
-        None => format!("lengths/finish differ: alone {} tokens {:?}, among others {} tokens {:?}", want.0.len(), want.2, got.0.len(), got.2),
+        Some(i) => format!("generated position {i}: {a} token {} logprob bits {:#010x}, {b} token {} bits {:#010x}", want.0[i], want.1[i], got.0[i], got.1[i]),
+        None => format!("lengths/finish differ: {a} {} tokens {:?}, {b} {} tokens {:?}", want.0.len(), want.2, got.0.len(), got.2),
     }
 }
 
@@ -209,10 +211,14 @@ pub fn tokio_front_matches_blocking(model: &Qwen3, rng: &mut StdRng, n: usize) -
         out
     });
     for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-        let same = matches!((a, b), (Ok(Ok(x)), Ok(y)) if bits(x) == bits(y));
-        if !same {
-            return EngineCheck::new(name, Some(format!("request {i} differs or failed")));
-        }
+        let failure = match (a, b) {
+            (Ok(Ok(x)), Ok(y)) if bits(x) == bits(y) => continue,
+            (Ok(Ok(x)), Ok(y)) => format!("request {i} differs: {}", first_difference(&bits(y), &bits(x), ["blocking", "front"])),
+            (Ok(Err(e)), _) => format!("request {i} failed through the front: {e}"),
+            (Err(e), _) => format!("request {i}'s task failed: {e}"),
+            (_, Err(e)) => format!("request {i} failed through the blocking API: {e}"),
+        };
+        return EngineCheck::new(name, Some(failure));
     }
     EngineCheck::new(name, None)
 }

@@ -37,13 +37,13 @@ pub struct KernelChoice {
     /// captured graphs (`on`, the default), or launches every step (`off`).
     pub decode_graphs: bool,
     /// `LOCKSTEP_DECODE_GRAPH_PADDING`: replayed steps padded to 1, 2, 4, then multiples of 8
-    /// rows (`on`), or one graph per exact row count (`off`, the default until measured on CUDA).
+    /// rows (`on`, the default), or one graph per exact row count (`off`).
     pub decode_graph_padding: bool,
 }
 
 impl Default for KernelChoice {
     fn default() -> Self {
-        KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, fold_on_wgmma: true, decode_fusion: true, decode_graphs: true, decode_graph_padding: false }
+        KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, fold_on_wgmma: true, decode_fusion: true, decode_graphs: true, decode_graph_padding: true }
     }
 }
 

@@ -70,8 +70,8 @@ enum Command {
         /// f32 or bf16.
         #[arg(long, default_value = "f32")]
         dtype: String,
-        /// Sampler kernel sets: matched, sync (each step read back before the next), graphs
-        /// (decode steps replayed), graphs-padded (row counts padded), unfused, fast, split_k.
+        /// Sampler kernel sets: matched (launched), sync (each step read back before the next),
+        /// graphs (replayed at exact row counts), graphs-padded (the default), unfused, fast, split_k.
         #[arg(long, value_delimiter = ',', default_value = "matched,fast")]
         kernels: Vec<String>,
         /// Only the sampler table, not the per-kernel one.

@@ -97,19 +97,20 @@ fn padded_rows(rows: usize, max_batch: usize) -> usize {
     bucket.min(max_batch).max(rows)
 }
 
-fn pad_with_last(rows: &Rows, to: usize) -> Rows {
-    let mut out = rows.clone();
-    let last = rows.len() - 1;
-    for _ in rows.len()..to {
-        out.push(rows.tokens[last], rows.slots[last], rows.positions[last]);
-    }
-    out
+/// The real row each stand-in row repeats: rows cycled in order (the host-token rows when only
+/// some rows are fed, since a stand-in's token must come from the same place as its source's).
+/// Cycling, not repeating the last row, keeps neighbours on distinct sequences: the attention
+/// kernels tile consecutive rows of one sequence from the host's slots, a table a graph keeps
+/// from its capture, so every replayed step must tile as one row per tile ([`single_row_tiles`]).
+fn stand_in_sources(real: usize, padded: usize, fed_rows: usize) -> Vec<usize> {
+    let first = if fed_rows == real { 0 } else { fed_rows };
+    (0..padded - real).map(|k| first + k % (real - first)).collect()
 }
 
-fn pad_params(params: &[SamplingRow], to: usize) -> Vec<SamplingRow> {
-    let mut out = params.to_vec();
-    out.resize(to, params[params.len() - 1]);
-    out
+/// Whether no two neighbouring rows are of one sequence: then every attention kernel tiles
+/// the step one row per tile, the same for every step of its row count.
+fn single_row_tiles(rows: &Rows) -> bool {
+    rows.slots.windows(2).all(|w| w[0] != w[1])
 }
 
 /// The device tensors of a step's inputs.
@@ -147,18 +148,30 @@ impl Engine {
         // fed rows first (as `build_rows` orders them), then ids the host has
         let mut fed_rows = fed.map_or(0, |(_, index)| index.len());
         let mut spec: Vec<i32> = fed.map_or(&[][..], |(_, index)| index).iter().copied().chain(rows.tokens[fed_rows..].iter().map(|&t| t as i32)).collect();
-        // stand-in rows repeat the last row: the same token at the same slot and position, so
-        // their cache writes rewrite its entry with the same values, and batch invariance keeps
+        // stand-in rows repeat real rows: the same token at the same slot and position, so
+        // their cache writes rewrite an entry with the same values, and batch invariance keeps
         // every real row's bits; their samples are never read
-        let (rows, params): (Cow<Rows>, Cow<[SamplingRow]>) = match padded > real {
-            true => (Cow::Owned(pad_with_last(rows, padded)), Cow::Owned(pad_params(params, padded))),
-            false => (Cow::Borrowed(rows), Cow::Borrowed(params)),
+        let sources = stand_in_sources(real, padded, fed_rows);
+        let (rows, params): (Cow<Rows>, Cow<[SamplingRow]>) = match sources.is_empty() {
+            true => (Cow::Borrowed(rows), Cow::Borrowed(params)),
+            false => {
+                let (mut with_stand_ins, mut stand_in_params) = (rows.clone(), params.to_vec());
+                for &r in &sources {
+                    with_stand_ins.push(rows.tokens[r], rows.slots[r], rows.positions[r]);
+                    stand_in_params.push(params[r]);
+                    spec.push(spec[r]);
+                }
+                (Cow::Owned(with_stand_ins), Cow::Owned(stand_in_params))
+            }
         };
         let (rows, params) = (&*rows, &*params);
+        // a graph keeps the tile tables of its capture: steps that would tile otherwise launch
+        if !single_row_tiles(rows) {
+            return Ok(None);
+        }
         if fed_rows == real {
             fed_rows = padded;
         }
-        spec.resize(padded, spec[real - 1]);
         // the block table is refreshed by a write, which no capture may hold
         self.cache.pages().map_err(|e| e.to_string())?;
         let fill_ids = |ids: &Tensor<1, Int>| match fed {
@@ -229,7 +242,8 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
-    use super::padded_rows;
+    use super::{padded_rows, single_row_tiles, stand_in_sources};
+    use shared_kernels::model::Rows;
 
     #[test]
     fn row_counts_pad_to_few_graphs_and_never_past_the_batch() {
@@ -239,5 +253,34 @@ mod tests {
         assert_eq!(padded_rows(250, 252), 252);
         assert_eq!(padded_rows(5, 6), 6);
         assert_eq!(padded_rows(7, 7), 7);
+    }
+
+    #[test]
+    fn stand_ins_cycle_the_rows_whose_tokens_they_can_repeat() {
+        assert_eq!(stand_in_sources(5, 8, 0), [0, 1, 2]);
+        assert_eq!(stand_in_sources(5, 8, 5), [0, 1, 2]);
+        // 3 fed rows: the stand-ins repeat the host-token rows 3 and 4
+        assert_eq!(stand_in_sources(5, 8, 3), [3, 4, 3]);
+        assert_eq!(stand_in_sources(9, 16, 9), [0, 1, 2, 3, 4, 5, 6]);
+        assert!(stand_in_sources(8, 8, 8).is_empty());
+    }
+
+    #[test]
+    fn padded_decode_rows_never_put_one_sequence_beside_itself() {
+        // every real count up to 64, all fed or all from the host: the padded rows tile one
+        // row per tile (repeating the last row made a two-row tile of its sequence)
+        for real in 1..=64usize {
+            for fed in [0, real] {
+                let mut rows = Rows::default();
+                for r in 0..real {
+                    rows.push(7, 100 + r as u32, 3 * r as u32);
+                }
+                for s in stand_in_sources(real, padded_rows(real, 256), fed) {
+                    let (t, slot, pos) = (rows.tokens[s], rows.slots[s], rows.positions[s]);
+                    rows.push(t, slot, pos);
+                }
+                assert!(single_row_tiles(&rows), "{real} rows ({fed} fed) padded to {}: {:?}", rows.len(), rows.slots);
+            }
+        }
     }
 }
