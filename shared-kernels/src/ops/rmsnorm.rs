@@ -61,6 +61,12 @@ pub(crate) fn row_inv_rms<F: Float>(x: &Tensor<F>, base: usize, hidden: usize, e
 pub(crate) fn inv_rms_of(partial: f32, hidden: usize, eps: f32, #[comptime] block: usize) -> f32 {
     let mut shared = Shared::new_slice(block);
     let total = tree_sum(&mut shared, partial, block);
+    inv_rms_of_total(total, hidden, eps)
+}
+
+/// `1 / sqrt(total / hidden + eps)`: one expression for every kernel that ends a row's tree.
+#[cube]
+pub(crate) fn inv_rms_of_total(total: f32, hidden: usize, eps: f32) -> f32 {
     1.0f32 / (total / f32::cast_from(hidden as u32) + eps).sqrt()
 }
 

@@ -57,12 +57,25 @@ pub fn stepping_logprob_bits(model: &Qwen3, seqs: &[Vec<u32>], chunk: usize, rng
     Ok(out)
 }
 
-/// The sampler/trainer contract on a random tiny Qwen3: training-path logprob bits against the
-/// stepping path at several chunk sizes. One check per chunk size (M = chunk, 0 = whole).
+/// The sampler/trainer contract on random tiny Qwen3s: training-path logprob bits against the
+/// stepping path at several chunk sizes. One check per chunk size (M = chunk, 0 = whole), for
+/// heads of 16 values and of 128 (real Qwen3 and Llama heads, where some fused decode kernels
+/// take another path on devices with fixed-size planes).
 pub fn model_contract(dtype: DType, device: &Device, seed: u64, sequences: usize) -> Result<Vec<Check>, ModelError> {
+    let mut checks = Vec::new();
+    for wide_heads in [false, true] {
+        checks.extend(contract_for(dtype, device, seed ^ wide_heads as u64, sequences, wide_heads)?);
+    }
+    Ok(checks)
+}
+
+fn contract_for(dtype: DType, device: &Device, seed: u64, sequences: usize, wide_heads: bool) -> Result<Vec<Check>, ModelError> {
     let mut rng = StdRng::seed_from_u64(seed);
     let vocab = 97;
-    let config = tiny_config(vocab, rng.random_bool(0.5));
+    let mut config = tiny_config(vocab, rng.random_bool(0.5));
+    if wide_heads {
+        (config.num_heads, config.num_kv_heads, config.head_dim) = (2, 1, 128);
+    }
     let model = Qwen3::from_checkpoint(&Checkpoint::random(config, 0.2, rng.random()), dtype, device)?;
     let seqs: Vec<Vec<u32>> = (0..sequences)
         .map(|_| {
@@ -82,6 +95,7 @@ pub fn model_contract(dtype: DType, device: &Device, seed: u64, sequences: usize
         let got: Vec<Vec<f32>> = got.iter().map(|s| s.iter().map(|&b| f32::from_bits(b)).collect()).collect();
         let want_refs: Vec<&Vec<f32>> = want.iter().collect();
         let how = if stepper.fused.is_empty() { "" } else { ", fused decode launches" };
+        let how = if wide_heads { format!("{how}, heads of 128") } else { how.to_string() };
         let name = if chunk == usize::MAX { format!("model: train vs prefill whole{how}") } else { format!("model: train vs chunks of {chunk}{how}") };
         let check = compare(&name, dtype_name(dtype), seqs.len(), &got, &want_refs);
         if !check.identical() && PROGRESS.load(std::sync::atomic::Ordering::Relaxed) {

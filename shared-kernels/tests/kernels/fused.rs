@@ -63,7 +63,7 @@ fn attention_inputs_equal_norm_rope_and_cache_writes_as_bits() {
     let device = crate::device();
     let mut rng = StdRng::seed_from_u64(crate::seed() ^ 0xa77);
     let (slots, max_len, max_positions) = (6usize, 40usize, 64usize);
-    for (q_heads, kv_heads, head_dim, qk_norm) in [(4usize, 2usize, 16usize, true), (3, 1, 32, false), (2, 2, 8, true)] {
+    for (q_heads, kv_heads, head_dim, qk_norm) in [(4usize, 2usize, 16usize, true), (3, 1, 32, false), (2, 2, 8, true), (2, 1, 128, true), (3, 1, 128, false)] {
         let tables = RopeTables::new(head_dim, max_positions, 10000.0, &device).unwrap();
         let width = (q_heads + 2 * kv_heads) * head_dim;
         let norms = QkNorm { q: random(&mut rng, [head_dim], 1.5, &device), k: random(&mut rng, [head_dim], 1.5, &device), eps: 1e-6 };
