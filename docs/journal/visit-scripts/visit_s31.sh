@@ -52,3 +52,10 @@ inputs)
   timeout ${CHECK_LIMIT:-150} /tmp/lockstep check --preset qwen3-0.6b --dtypes bf16 > $O/check-0.6b.md 2>&1; echo "check 0.6b rc $?"; grep "^|" $O/check-0.6b.md | grep -v "bit-identical\|passed\|---\|dtype"
   NCU_CONC=256 NCU_LIMIT=${NCU_LIMIT:-150} PART=ncu bash docs/journal/visit-scripts/visit_s31.sh | grep "attention_inputs\|all\|rc" ;;
 esac
+# PART=seed: the seed benchmark with this session's build (padded graphs by default, attention
+# inputs on one plane a head): launched cold and warm, replayed warm; completions compared as bits
+case ${PART:-pad} in
+seed)
+  SEED_ARMS="${SEED_ARMS:-matched-cold matched-warm graphs-warm}" O=$O/seed bash experiments/seed_bench.sh qwen3-8b ${SEED_N:-1000} 100 256 2>&1 | tail -10
+  grep -h "steady state\|engine steps" $O/seed/seed-*.log | head -8 ;;
+esac
