@@ -5,7 +5,7 @@
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use shared_kernels::{add, add_rmsnorm, attention_inputs, rmsnorm, rope, swiglu, swiglu_halves, write_kv_cache, QkNorm, RopeTables};
+use shared_kernels::{add, add_rmsnorm, attention_inputs, attention_inputs_on_planes, fixed_plane_size, rmsnorm, rope, swiglu, swiglu_halves, write_kv_cache, QkNorm, RopeTables};
 
 fn bits<const D: usize>(t: Tensor<D>) -> Vec<u32> {
     t.cast(DType::F32).into_data().convert::<f32>().try_to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect()
@@ -99,6 +99,40 @@ fn attention_inputs_equal_norm_rope_and_cache_writes_as_bits() {
             assert_eq!(bits(q), bits(wq), "queries, {what}");
             assert_eq!(bits(k_cache), bits(want_k), "key cache, {what}");
             assert_eq!(bits(v_cache), bits(want_v), "value cache, {what}");
+        }
+    }
+}
+
+/// The plane kernel (what CUDA runs for heads of 128) at this device's own plane size: its tree
+/// of shuffles and in-unit adds gives the cube kernel's bits, and so the unfused ops'.
+#[test]
+fn attention_inputs_on_planes_equal_norm_rope_and_cache_writes_as_bits() {
+    let device = crate::device();
+    let Some(plane) = fixed_plane_size(&device).filter(|&p| p.is_power_of_two() && (2..128).contains(&p)) else {
+        eprintln!("skipped: this device's planes have no fixed size below 128 ({:?})", fixed_plane_size(&device));
+        return;
+    };
+    let mut rng = StdRng::seed_from_u64(crate::seed() ^ 0x91a);
+    let (slots, max_len, head_dim) = (5usize, 24usize, 128usize);
+    let tables = RopeTables::new(head_dim, 64, 10000.0, &device).unwrap();
+    for (q_heads, kv_heads, qk_norm) in [(2usize, 1usize, true), (3, 1, false)] {
+        let norms = QkNorm { q: random(&mut rng, [head_dim], 1.5, &device), k: random(&mut rng, [head_dim], 1.5, &device), eps: 1e-6 };
+        for rows in [1usize, 4] {
+            let qkv = random(&mut rng, [rows, (q_heads + 2 * kv_heads) * head_dim], 3.0, &device);
+            let (s, p): (Vec<i32>, Vec<i32>) = (0..rows as i32).map(|r| (r, rng.random_range(0..max_len as i32))).unzip();
+            let k0 = random(&mut rng, [slots, max_len, kv_heads, head_dim], 1.0, &device);
+            let v0 = random(&mut rng, [slots, max_len, kv_heads, head_dim], 1.0, &device);
+            let (st, pt) = (ints(s, &device), ints(p, &device));
+            let run = |on_planes: bool| {
+                let args = (qkv.clone(), q_heads, qk_norm.then_some(&norms), st.clone(), pt.clone(), &tables, k0.clone(), v0.clone());
+                let (q, k, v) = if on_planes { attention_inputs_on_planes(plane, args.0, args.1, args.2, args.3, args.4, args.5, args.6, args.7) } else { attention_inputs(args.0, args.1, args.2, args.3, args.4, args.5, args.6, args.7, None) }.unwrap();
+                (bits(q), bits(k), bits(v))
+            };
+            let what = format!("planes of {plane}, {q_heads}/{kv_heads} heads x {head_dim}, qk_norm {qk_norm}, {rows} rows");
+            let (want, got) = (run(false), run(true));
+            assert_eq!(got.0, want.0, "queries, {what}");
+            assert_eq!(got.1, want.1, "key cache, {what}");
+            assert_eq!(got.2, want.2, "value cache, {what}");
         }
     }
 }

@@ -15,6 +15,7 @@
 pub mod backward;
 pub mod causal;
 pub mod inputs;
+mod inputs_planes;
 pub mod mma;
 pub mod mma_backward;
 pub mod mma_decode;
