@@ -223,59 +223,41 @@ fn attention_inputs_with(
         }
         None => plane_for_heads(&qkv.client, d),
     };
-    if let Some(plane) = plane {
-        attention_inputs_plane_kernel::launch(
-            &qkv.client,
-            cube_count_for((rows * (q_heads + 2 * kv)).div_ceil(ROW_BLOCK / plane), 1),
-            CubeDim::new_1d(ROW_BLOCK as u32),
-            qkv.clone().into_tensor_arg(),
-            q_norm.into_tensor_arg(),
-            k_norm.into_tensor_arg(),
-            slots.clone().into_tensor_arg(),
-            positions.clone().into_tensor_arg(),
-            pages.table.clone().into_tensor_arg(),
-            cos.into_tensor_arg(),
-            sin.into_tensor_arg(),
-            q_out.clone().into_tensor_arg(),
-            k_cache.clone().into_tensor_arg(),
-            v_cache.clone().into_tensor_arg(),
-            rows as u32,
-            q_heads as u32,
-            kv as u32,
-            pages.width as u32,
-            tables.max_positions as u32,
-            eps,
-            d,
-            plane,
-            qk_norm.is_some(),
-            [storage(qkv.dtype), storage(positions.dtype)],
-        );
-    } else {
-        attention_inputs_kernel::launch(
-            &qkv.client,
-            cube_count_for(rows * (q_heads + 2 * kv), 1),
-            CubeDim::new_1d(ROW_BLOCK as u32),
-            qkv.clone().into_tensor_arg(),
-            q_norm.into_tensor_arg(),
-            k_norm.into_tensor_arg(),
-            slots.clone().into_tensor_arg(),
-            positions.clone().into_tensor_arg(),
-            pages.table.clone().into_tensor_arg(),
-            cos.into_tensor_arg(),
-            sin.into_tensor_arg(),
-            q_out.clone().into_tensor_arg(),
-            k_cache.clone().into_tensor_arg(),
-            v_cache.clone().into_tensor_arg(),
-            rows as u32,
-            q_heads as u32,
-            kv as u32,
-            pages.width as u32,
-            tables.max_positions as u32,
-            eps,
-            d,
-            qk_norm.is_some(),
-            [storage(qkv.dtype), storage(positions.dtype)],
-        );
+    // one argument list for both kernels; the plane kernel also takes its plane size
+    macro_rules! launch_with {
+        ($kernel:ident, $cubes:expr $(, $plane:expr)?) => {
+            $kernel::launch(
+                &qkv.client,
+                cube_count_for($cubes, 1),
+                CubeDim::new_1d(ROW_BLOCK as u32),
+                qkv.clone().into_tensor_arg(),
+                q_norm.into_tensor_arg(),
+                k_norm.into_tensor_arg(),
+                slots.clone().into_tensor_arg(),
+                positions.clone().into_tensor_arg(),
+                pages.table.clone().into_tensor_arg(),
+                cos.into_tensor_arg(),
+                sin.into_tensor_arg(),
+                q_out.clone().into_tensor_arg(),
+                k_cache.clone().into_tensor_arg(),
+                v_cache.clone().into_tensor_arg(),
+                rows as u32,
+                q_heads as u32,
+                kv as u32,
+                pages.width as u32,
+                tables.max_positions as u32,
+                eps,
+                d,
+                $($plane,)?
+                qk_norm.is_some(),
+                [storage(qkv.dtype), storage(positions.dtype)],
+            )
+        };
+    }
+    let items = rows * (q_heads + 2 * kv);
+    match plane {
+        Some(plane) => launch_with!(attention_inputs_plane_kernel, items.div_ceil(ROW_BLOCK / plane), plane),
+        None => launch_with!(attention_inputs_kernel, items),
     }
     Ok((float_out(q_out), float_out(k_cache), float_out(v_cache)))
 }
