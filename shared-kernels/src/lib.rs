@@ -26,7 +26,7 @@ pub use bridge::contiguous;
 pub use error::KernelError;
 pub use ops::{
     attention::{attention, causal_attention, write_kv_cache, KvCacheShape},
-    attention::inputs::{attention_inputs, attention_inputs_on_planes, fixed_plane_size, QkNorm},
+    attention::inputs::{attention_inputs, attention_inputs_with_planes, fixed_plane_size, QkNorm},
     embedding::embedding,
     logits::head_logprobs::{head_logprobs, head_logprobs_chunked, head_chunk_rows},
     logits::logprob::{token_logprobs, TokenLogprobs},

@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use shared_kernels::graph::{self, Captured};
 use shared_kernels::model::forward::int_tensor;
+use shared_kernels::ops::attention::one_row_per_tile;
 use shared_kernels::model::{Forward, Rows, Tokens};
 use shared_kernels::ops::in_place::{gather_tokens_into, write_ints};
 use shared_kernels::{sample_with, SamplingInputs, SamplingRow};
@@ -101,16 +102,11 @@ fn padded_rows(rows: usize, max_batch: usize) -> usize {
 /// some rows are fed, since a stand-in's token must come from the same place as its source's).
 /// Cycling, not repeating the last row, keeps neighbours on distinct sequences: the attention
 /// kernels tile consecutive rows of one sequence from the host's slots, a table a graph keeps
-/// from its capture, so every replayed step must tile as one row per tile ([`single_row_tiles`]).
+/// from its capture, so every replayed step must tile as one row per tile
+/// ([`shared_kernels::ops::attention::one_row_per_tile`]).
 fn stand_in_sources(real: usize, padded: usize, fed_rows: usize) -> Vec<usize> {
     let first = if fed_rows == real { 0 } else { fed_rows };
     (0..padded - real).map(|k| first + k % (real - first)).collect()
-}
-
-/// Whether no two neighbouring rows are of one sequence: then every attention kernel tiles
-/// the step one row per tile, the same for every step of its row count.
-fn single_row_tiles(rows: &Rows) -> bool {
-    rows.slots.windows(2).all(|w| w[0] != w[1])
 }
 
 /// The device tensors of a step's inputs.
@@ -166,7 +162,7 @@ impl Engine {
         };
         let (rows, params) = (&*rows, &*params);
         // a graph keeps the tile tables of its capture: steps that would tile otherwise launch
-        if !single_row_tiles(rows) {
+        if !one_row_per_tile(&rows.slots) {
             return Ok(None);
         }
         if fed_rows == real {
@@ -242,8 +238,9 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
-    use super::{padded_rows, single_row_tiles, stand_in_sources};
+    use super::{padded_rows, stand_in_sources};
     use shared_kernels::model::Rows;
+    use shared_kernels::ops::attention::one_row_per_tile;
 
     #[test]
     fn row_counts_pad_to_few_graphs_and_never_past_the_batch() {
@@ -279,7 +276,7 @@ mod tests {
                     let (t, slot, pos) = (rows.tokens[s], rows.slots[s], rows.positions[s]);
                     rows.push(t, slot, pos);
                 }
-                assert!(single_row_tiles(&rows), "{real} rows ({fed} fed) padded to {}: {:?}", rows.len(), rows.slots);
+                assert!(one_row_per_tile(&rows.slots), "{real} rows ({fed} fed) padded to {}: {:?}", rows.len(), rows.slots);
             }
         }
     }

@@ -7,17 +7,17 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use shared_kernels::model::Qwen3;
 
-/// Steps replayed as captured graphs (`LOCKSTEP_DECODE_GRAPHS`) = launched steps: `n` random
-/// requests joining one every [`ARRIVAL`] steps (truncating and greedy rows mixed, answers of
-/// distinct lengths: the row count rises and falls through several graphs, and a padded graph
-/// captured at one real row count is replayed at others), overlapped and synchronous, with the engine stepped on another thread
-/// than the one that built it (as the tokio front does), and with row counts padded (stand-in
-/// rows repeating real rows) or exact: the same tokens, logprob bits and finish reasons, steps
-/// replayed and no capture failed.
 /// Steps between two requests joining: a prompt's step, then two decode steps at one row count
 /// (the second captures), then one replay before the next joins.
 const ARRIVAL: usize = 4;
 
+/// Steps replayed as captured graphs (`LOCKSTEP_DECODE_GRAPHS`) = launched steps: `n` random
+/// requests joining one every [`ARRIVAL`] steps (truncating and greedy rows mixed, answers of
+/// distinct lengths: the row count rises and falls through several graphs, and a padded graph
+/// captured at one real row count is replayed at others), overlapped and synchronous, with the
+/// engine stepped on another thread than the one that built it (as the tokio front does), and
+/// with row counts padded (stand-in rows repeating real rows) or exact: the same tokens, logprob
+/// bits and finish reasons, steps replayed and no capture failed.
 pub fn graphs_replay_the_launched_steps(model: &Qwen3, rng: &mut StdRng, n: usize) -> EngineCheck {
     let vocab = model.config.vocab_size;
     // short prompts and long answers: runs of steps whose rows are all sampled

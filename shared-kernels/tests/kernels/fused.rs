@@ -5,7 +5,7 @@
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use shared_kernels::{add, add_rmsnorm, attention_inputs, attention_inputs_on_planes, fixed_plane_size, rmsnorm, rope, swiglu, swiglu_halves, write_kv_cache, QkNorm, RopeTables};
+use shared_kernels::{add, add_rmsnorm, attention_inputs, attention_inputs_with_planes, fixed_plane_size, rmsnorm, rope, swiglu, swiglu_halves, write_kv_cache, QkNorm, RopeTables};
 
 fn bits<const D: usize>(t: Tensor<D>) -> Vec<u32> {
     t.cast(DType::F32).into_data().convert::<f32>().try_to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect()
@@ -123,13 +123,12 @@ fn attention_inputs_on_planes_equal_norm_rope_and_cache_writes_as_bits() {
             let k0 = random(&mut rng, [slots, max_len, kv_heads, head_dim], 1.0, &device);
             let v0 = random(&mut rng, [slots, max_len, kv_heads, head_dim], 1.0, &device);
             let (st, pt) = (ints(s, &device), ints(p, &device));
-            let run = |on_planes: bool| {
-                let args = (qkv.clone(), q_heads, qk_norm.then_some(&norms), st.clone(), pt.clone(), &tables, k0.clone(), v0.clone());
-                let (q, k, v) = if on_planes { attention_inputs_on_planes(plane, args.0, args.1, args.2, args.3, args.4, args.5, args.6, args.7) } else { attention_inputs(args.0, args.1, args.2, args.3, args.4, args.5, args.6, args.7, None) }.unwrap();
+            let run = |plane: Option<usize>| {
+                let (q, k, v) = attention_inputs_with_planes(plane, qkv.clone(), q_heads, qk_norm.then_some(&norms), st.clone(), pt.clone(), &tables, k0.clone(), v0.clone(), None).unwrap();
                 (bits(q), bits(k), bits(v))
             };
             let what = format!("planes of {plane}, {q_heads}/{kv_heads} heads x {head_dim}, qk_norm {qk_norm}, {rows} rows");
-            let (want, got) = (run(false), run(true));
+            let (want, got) = (run(None), run(Some(plane)));
             assert_eq!(got.0, want.0, "queries, {what}");
             assert_eq!(got.1, want.1, "key cache, {what}");
             assert_eq!(got.2, want.2, "value cache, {what}");

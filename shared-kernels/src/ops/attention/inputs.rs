@@ -17,7 +17,7 @@
 use crate::ops::kv_cache::{cache_row, cache_shape, writable, BlockRows};
 use crate::ops::reduce::cube_linear;
 use crate::ops::rmsnorm::{normed, row_inv_rms};
-use super::inputs_planes::{attention_inputs_plane_kernel, plane_for_heads};
+use super::inputs_planes::{attention_inputs_plane_kernel, plane_fits, plane_for_heads};
 pub use super::inputs_planes::fixed_plane_size;
 use crate::ops::rope::{rotated_high, rotated_low};
 use crate::ops::{cube_count_for, storage, ROW_BLOCK};
@@ -144,31 +144,16 @@ pub fn attention_inputs(
     v_cache: BTensor<4>,
     pages: Option<&BlockRows>,
 ) -> Result<(BTensor<3>, BTensor<4>, BTensor<4>), KernelError> {
-    attention_inputs_with(None, qkv, q_heads, qk_norm, slots, positions, tables, k_cache, v_cache, pages)
+    attention_inputs_with_planes(None, qkv, q_heads, qk_norm, slots, positions, tables, k_cache, v_cache, pages)
 }
 
-/// [`attention_inputs`] on the plane kernel with planes of `plane` units, whatever the device
-/// advertises: lets CI check the plane kernel's tree on runtimes where cubecl does not pick it
-/// (lavapipe). `plane` must be the device's real plane size ([`fixed_plane_size`]).
+/// [`attention_inputs`] with the plane size of its plane kernel given (`None`: the device's
+/// choice, as [`attention_inputs`]): lets CI run the plane kernel's tree on runtimes where cubecl
+/// does not pick it (lavapipe). A given plane must be the device's real one ([`fixed_plane_size`]).
 #[doc(hidden)]
 #[allow(clippy::too_many_arguments)]
-pub fn attention_inputs_on_planes(
-    plane: usize,
-    qkv: BTensor<2>,
-    q_heads: usize,
-    qk_norm: Option<&QkNorm>,
-    slots: BTensor<1, BInt>,
-    positions: BTensor<1, BInt>,
-    tables: &RopeTables,
-    k_cache: BTensor<4>,
-    v_cache: BTensor<4>,
-) -> Result<(BTensor<3>, BTensor<4>, BTensor<4>), KernelError> {
-    attention_inputs_with(Some(plane), qkv, q_heads, qk_norm, slots, positions, tables, k_cache, v_cache, None)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn attention_inputs_with(
-    forced_plane: Option<usize>,
+pub fn attention_inputs_with_planes(
+    plane: Option<usize>,
     qkv: BTensor<2>,
     q_heads: usize,
     qk_norm: Option<&QkNorm>,
@@ -216,9 +201,9 @@ fn attention_inputs_with(
     };
     ensure!(pages.table.dtype == slots.dtype, OP, "the block table is {:?} but slots are {:?}", pages.table.dtype, slots.dtype);
     let q_out = empty_device_contiguous_dtype(qkv.client.clone(), qkv.device.clone(), vec![rows, q_heads, d].into(), qkv.dtype);
-    let plane = match forced_plane {
+    let plane = match plane {
         Some(p) => {
-            ensure!(d == ROW_BLOCK && p.is_power_of_two() && (2..ROW_BLOCK).contains(&p), OP, "planes of {p} units for heads of {d}: the plane kernel needs heads of {ROW_BLOCK} and a power-of-two plane below {ROW_BLOCK}");
+            ensure!(plane_fits(p, d), OP, "planes of {p} units for heads of {d}: the plane kernel needs heads of {ROW_BLOCK} and a power-of-two plane below {ROW_BLOCK}");
             Some(p)
         }
         None => plane_for_heads(&qkv.client, d),

@@ -129,17 +129,25 @@ pub(super) fn attention_inputs_plane_kernel<F: Float, I: Int>(
     }
 }
 
-/// The plane size [`attention_inputs_plane_kernel`] runs with on this device: one fixed size
-/// that divides `ROW_BLOCK` in at least two units, for heads of exactly `ROW_BLOCK` values.
+/// Whether the plane kernel runs with planes of `plane` units for heads of `head_dim` values:
+/// heads of exactly `ROW_BLOCK`, planes a power of two that divides it in at least two units.
+pub(super) fn plane_fits(plane: usize, head_dim: usize) -> bool {
+    head_dim == ROW_BLOCK && plane.is_power_of_two() && (2..ROW_BLOCK).contains(&plane)
+}
+
+/// The plane size [`attention_inputs_plane_kernel`] runs with on this device, if it does: the
+/// device's one fixed plane size, with plane operations advertised.
 pub(super) fn plane_for_heads(client: &burn_cubecl::cubecl::client::Client, head_dim: usize) -> Option<usize> {
+    let ops = client.features().plane.contains(burn_cubecl::cubecl::ir::features::Plane::Ops);
+    fixed_plane(client).filter(|&p| ops && plane_fits(p, head_dim))
+}
+
+fn fixed_plane(client: &burn_cubecl::cubecl::client::Client) -> Option<usize> {
     let hw = &client.properties().hardware;
-    let p = hw.plane_size_max as usize;
-    (head_dim == ROW_BLOCK && client.features().plane.contains(burn_cubecl::cubecl::ir::features::Plane::Ops) && hw.plane_size_min as usize == p && p.is_power_of_two() && (2..ROW_BLOCK).contains(&p)).then_some(p)
+    (hw.plane_size_min == hw.plane_size_max).then_some(hw.plane_size_max as usize)
 }
 
 /// The plane size this device's planes always have, if one (CUDA: 32; lavapipe: its SIMD width).
 pub fn fixed_plane_size(device: &burn::tensor::Device) -> Option<usize> {
-    let client = crate::device::client(device)?;
-    let hw = &client.properties().hardware;
-    (hw.plane_size_min == hw.plane_size_max).then_some(hw.plane_size_max as usize)
+    fixed_plane(&crate::device::client(device)?)
 }

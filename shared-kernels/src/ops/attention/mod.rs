@@ -239,6 +239,13 @@ pub fn attention_rows(
     attention_impl(kernel, q, k_cache, v_cache, slots, positions, scale, Some(host_slots), None)
 }
 
+/// Whether [`attention_for_rows`] gives every row its own tile: no two neighbouring rows are of
+/// one sequence (`host_slots`). The kernels build their tile tables from the host's slots, and a
+/// captured graph keeps its capture's tables, so only steps tiled this way replay for any rows.
+pub fn one_row_per_tile(host_slots: &[u32]) -> bool {
+    split_kv::sequence_runs(host_slots, 2).len() == host_slots.len()
+}
+
 /// The forward's attention for rows known on the host: split-KV's prefill tiles where they
 /// were measured to pay (CUDA: 1.5-1.8x on 1024-token prompts, docs/perf.md), the per-row
 /// kernel elsewhere (lavapipe: tiles 1.3-1.4x slower, `lockstep bench` attention prefill rows).
