@@ -145,6 +145,9 @@ fn fused_launchers_reject_bad_shapes_by_name() {
     // 2 query heads + 2 x 1 kv heads of 8 = 32 columns; give 30
     let err = attention_inputs(random(&mut rng, [1, 30], 1.0, &device), 2, None, ints(vec![0], &device), ints(vec![0], &device), &tables, cache(), cache(), None).unwrap_err().to_string();
     assert!(err.contains("attention_inputs") && err.contains("qkv"), "{err}");
+    // a plane the plane kernel cannot run (heads of 8 values, planes of 3 units) is named
+    let err = attention_inputs_with_planes(Some(3), random(&mut rng, [1, 32], 1.0, &device), 2, None, ints(vec![0], &device), ints(vec![0], &device), &tables, cache(), cache(), None).unwrap_err().to_string();
+    assert!(err.contains("attention_inputs") && err.contains("planes of 3"), "{err}");
     let err = swiglu_halves(random(&mut rng, [2, 7], 1.0, &device)).unwrap_err().to_string();
     assert!(err.contains("swiglu_halves") && err.contains("even"), "{err}");
     let err = add_rmsnorm(random(&mut rng, [2, 8], 1.0, &device), random(&mut rng, [2, 8], 1.0, &device), random(&mut rng, [7], 1.0, &device), 1e-6).unwrap_err().to_string();
