@@ -81,3 +81,20 @@ rung)
   grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"\|"bit_equal_frac":[0-9.]*\|"gen_replayed_steps":[0-9]*\|"gen_engine_steps":[0-9]*\|"gen_failed_captures":[0-9]*\|"gen_s":[0-9.]*\|"update_s":[0-9.]*\|"kl_k1":[-0-9.e]*' $O/rung/*.metrics.jsonl
   tar -C $O -czf /tmp/rung.tgz . && mv /tmp/rung.tgz $O/rung.tgz ;;
 esac
+# PART=halves: the decode partials through two half-split stages (mma_decode_halves.rs): the attention
+# bench's launches at the 0.6B heads, each compared with the 1x2 launch as bits; the battery's boundary
+# rows and the 0.6B 512 x 2048 rung's step 0 with LOCKSTEP_DECODE_LAUNCH=8xh (weights must be
+# ef4829e7211e1545; generation against v3's 56.9 s)
+# (that build was not kept: later builds refuse `8xh`, docs/journal/decode-partials-tries.md)
+case ${PART:-launch} in
+halves)
+  gunzip -c .gpu/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery
+  timeout ${ATT_LIMIT:-150} /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --no-burn --repeats 5 --attention-only > $O/attention-0.6b.md 2>&1
+  echo "attention bench rc $?"; grep "split_kv_tc\|DIFFER\|rror" $O/attention-0.6b.md | grep -v prefill | head -80
+  LOCKSTEP_DECODE_LAUNCH=8xh timeout ${BATTERY_LIMIT:-150} /tmp/lockstep-battery --boundaries-only --dtypes bf16 > $O/boundaries-8xh.md 2>&1; echo "boundaries 8xh rc $?: $(grep -c '| yes |' $O/boundaries-8xh.md) rows identical, $(grep -ci '| no |' $O/boundaries-8xh.md) not"
+  grep -i "| no |\|^error\|panick" $O/boundaries-8xh.md | head
+  LOCKSTEP_DECODE_LAUNCH=8xh SCALE_SET="--set task.reward=char_f1 --set sampler.kv_budget_mib=62000 --set sampler.max_batch=256 --set train.on_mismatch=stop" O=$O/rung \
+    SCALE_LIMIT=${RUNG_LIMIT:-200} bash experiments/scale.sh qwen3-0.6b:512x2048:1:16384 2>&1 | tail -2
+  grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"\|"bit_equal_frac":[0-9.]*\|"gen_replayed_steps":[0-9]*\|"gen_s":[0-9.]*\|"update_s":[0-9.]*\|"kl_k1":[-0-9.e]*' $O/rung/*.metrics.jsonl
+  tar -C $O -czf /tmp/halves.tgz . && mv /tmp/halves.tgz $O/halves.tgz ;;
+esac
