@@ -98,3 +98,21 @@ halves)
   grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"\|"bit_equal_frac":[0-9.]*\|"gen_replayed_steps":[0-9]*\|"gen_s":[0-9.]*\|"update_s":[0-9.]*\|"kl_k1":[-0-9.e]*' $O/rung/*.metrics.jsonl
   tar -C $O -czf /tmp/halves.tgz . && mv /tmp/halves.tgz $O/halves.tgz ;;
 esac
+# PART=half: the decode partials through ONE half-split stage that also stages the queries (twice the
+# cubes a multiprocessor; mma_decode_halves.rs): the attention bench's launches at the 0.6B heads against
+# 1x2 as bits, the boundary rows with LOCKSTEP_DECODE_LAUNCH=8xh, then the 0.6B rung's step 0 with 8xh
+# (first, cold kernel cache) and with the default launch (second): weights must be ef4829e7211e1545
+# (that build was not kept either: later builds refuse `8xh`)
+case ${PART:-launch} in
+half)
+  gunzip -c .gpu/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery
+  timeout ${ATT_LIMIT:-150} /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --no-burn --repeats 5 --attention-only > $O/attention-0.6b.md 2>&1
+  echo "attention bench rc $?"; grep "split_kv_tc\|DIFFER\|rror" $O/attention-0.6b.md | grep -v prefill | grep "x4096x\|128x1024\|256x1024\|DIFFER\|rror" | awk -F'|' '{print $2 $3 $4 $7}'
+  LOCKSTEP_DECODE_LAUNCH=8xh timeout ${BATTERY_LIMIT:-150} /tmp/lockstep-battery --boundaries-only --dtypes bf16 > $O/boundaries-8xh.md 2>&1; echo "boundaries 8xh rc $?: $(grep -c '| yes |' $O/boundaries-8xh.md) rows identical, $(grep -ci '| no |' $O/boundaries-8xh.md) not"
+  for l in ${RUNG_LAUNCHES:-8xh auto}; do
+    LOCKSTEP_DECODE_LAUNCH=$l SCALE_SET="--set task.reward=char_f1 --set sampler.kv_budget_mib=62000 --set sampler.max_batch=256 --set train.on_mismatch=stop" O=$O/rung-$l \
+      SCALE_LIMIT=${RUNG_LIMIT:-150} bash experiments/scale.sh qwen3-0.6b:512x2048:1:16384 2>&1 | tail -1
+    grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"\|"bit_equal_frac":[0-9.]*\|"gen_s":[0-9.]*' $O/rung-$l/*.metrics.jsonl | tr '\n' ' '; echo
+  done
+  tar -C $O -czf /tmp/half.tgz . && mv /tmp/half.tgz $O/half.tgz ;;
+esac

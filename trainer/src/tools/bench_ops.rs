@@ -195,7 +195,7 @@ fn attention_rows(o: &BenchOptions, config: &ModelConfig, device: &Device, emit:
     // 128 keys: the seed benchmark's decode (32 + 100 positions), where 256 rows are a step
     let contexts: &[usize] = if cuda { &[128, 1024, 4096] } else { &[256] };
     for &ctx in contexts {
-        let row_counts: &[usize] = if ctx <= 128 { &[16, 64, 256] } else { &[1, 16, 64, 128] };
+        let row_counts: &[usize] = if ctx <= 128 { &[16, 64, 256] } else { &[1, 16, 64, 128, 256] };
         for &rows in row_counts {
             let cache = || Tensor::<4>::random([rows, ctx, kvh, hd], Distribution::Normal(0.0, 1.0), device).cast(o.dtype);
             let (kc, vc) = (cache(), cache());
