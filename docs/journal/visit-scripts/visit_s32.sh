@@ -1,4 +1,4 @@
-# session 32: the seed benchmark's decode attention at short contexts.
+# session 32: the seed benchmark's decode attention at short contexts, issue 25's table, decode partials tried (parts launch, final, rung, halves, half; bulk prepared, not run).
 #   PART=launch  the seed benchmark (8B, 1000 x 100, max_batch 256): cold and warm arms of this build,
 #                then decode steps replayed with each LOCKSTEP_DECODE_LAUNCH (bit-neutral) side by side,
 #                completions compared as bits; then ncu's GPU time of the decode partial and combine
@@ -115,4 +115,22 @@ half)
     grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"\|"bit_equal_frac":[0-9.]*\|"gen_s":[0-9.]*' $O/rung-$l/*.metrics.jsonl | tr '\n' ' '; echo
   done
   tar -C $O -czf /tmp/half.tgz . && mv /tmp/half.tgz $O/half.tgz ;;
+esac
+# PART=bulk (prepared for the next visit; session 32 had no device time left): the decode partials
+# staged by Hopper bulk copies (mma_decode_bulk.rs, LOCKSTEP_DECODE_LAUNCH=SxB, never run yet): the
+# attention bench's launches (the bulk rows must say `bits equal`), the boundary rows and the engine
+# checks with 8xb, then the 0.6B rung's step 0 with 8xb and with the default (ef4829e7211e1545 both)
+case ${PART:-launch} in
+bulk)
+  gunzip -c .gpu/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery
+  timeout ${ATT_LIMIT:-150} /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --no-burn --repeats 5 --attention-only > $O/attention-0.6b.md 2>&1
+  echo "attention bench rc $?"; grep "split_kv_tc\|DIFFER\|rror" $O/attention-0.6b.md | grep -v prefill | grep "x4096x\|x1024x\|DIFFER\|rror" | awk -F'|' '{print $2 $3 $4 $7}'
+  LOCKSTEP_DECODE_LAUNCH=8xb timeout ${BATTERY_LIMIT:-150} /tmp/lockstep-battery --boundaries-only --dtypes bf16 > $O/boundaries-8xb.md 2>&1; echo "boundaries 8xb rc $?: $(grep -c '| yes |' $O/boundaries-8xb.md) rows identical, $(grep -ci '| no |' $O/boundaries-8xb.md) not"
+  LOCKSTEP_DECODE_LAUNCH=8xb timeout ${CHECK_LIMIT:-150} /tmp/lockstep check --preset qwen3-0.6b --dtypes bf16 > $O/check-8xb.md 2>&1; echo "check 0.6b 8xb rc $?"; grep "^|" $O/check-8xb.md | grep -v "bit-identical\|passed\|---\|dtype"
+  for l in ${RUNG_LAUNCHES:-auto 8xb}; do
+    LOCKSTEP_DECODE_LAUNCH=$l SCALE_SET="--set task.reward=char_f1 --set sampler.kv_budget_mib=62000 --set sampler.max_batch=256 --set train.on_mismatch=stop" O=$O/rung-$l \
+      SCALE_LIMIT=${RUNG_LIMIT:-150} bash experiments/scale.sh qwen3-0.6b:512x2048:1:16384 2>&1 | tail -1
+    grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"\|"bit_equal_frac":[0-9.]*\|"gen_s":[0-9.]*' $O/rung-$l/*.metrics.jsonl | tr '\n' ' '; echo
+  done
+  tar -C $O -czf /tmp/bulk.tgz . && mv /tmp/bulk.tgz $O/bulk.tgz ;;
 esac
