@@ -135,7 +135,7 @@ fn issue_split<F: Float, N: Size, I: Int>(
 /// O = P V (step 3 of a split's partial) from the V stage at byte address `v_stage`, written after the max and sum.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn split_values(
+pub(crate) fn split_values(
     pa: &Array<u32>,
     v_stage: u32,
     partials: &mut Tensor<f32>,

@@ -16,7 +16,8 @@
 
 use crate::ops::kv_cache::cache_row;
 use crate::ops::attention::splits::{KV_SPLIT, keys_in_split};
-use crate::ops::attention::mma::{LDPW, SMEM_ALIGN, query_fragments, row_max, row_sum, value_lane_address, warp_probs, warp_scores, warp_values};
+use crate::ops::attention::mma::{LDPW, SMEM_ALIGN, query_fragments, row_max, row_sum, warp_probs, warp_scores};
+use crate::ops::attention::mma_decode::split_values;
 use crate::ops::attention::cmma::{query_keys, stage_queries, valid_in_split, PAD, TC_QUERIES};
 use crate::ops::matmul::wgmma_fragments::wait_parity_spin;
 use crate::ops::ptx::shared_address;
@@ -201,27 +202,7 @@ pub(crate) fn mma_partial_bulk_kernel<F: Float, N: Size, I: Int>(
                 phase ^= 1u32;
                 sync_cube(); // this split's values have landed (and every unit's zeros)
                 if busy {
-                    // O = P V, written after the max and sum (mma_decode's `split_values`)
-                    let t = (lane % 4) as usize;
-                    let v_addr = value_lane_address(k_stage, head_dim);
-                    let mut o = Array::<f32>::new(16usize);
-                    #[unroll]
-                    for dg in 0..comptime!(head_dim / 32) {
-                        warp_values(&pa, v_addr + comptime!((dg * 64) as u32), &mut o, head_dim, f16);
-                        #[unroll]
-                        for i in 0..16usize {
-                            let dim = comptime!((dg * 4 + i / 4) * 8 + i % 2) + 2 * t;
-                            let mut write = write_lo;
-                            let mut base = base_lo;
-                            if comptime!(i % 4 >= 2) {
-                                write = write_hi;
-                                base = base_hi;
-                            }
-                            if write {
-                                partials[base + 2 + dim] = o[i];
-                            }
-                        }
-                    }
+                    split_values(&pa, k_stage, partials, base_lo, base_hi, write_lo, write_hi, head_dim, f16);
                 }
                 sync_cube(); // the stage's values are read
                 if split + 1 < end {
