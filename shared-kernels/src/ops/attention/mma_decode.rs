@@ -90,10 +90,15 @@ impl DecodeLaunch {
     }
 }
 
-/// Whether `device` runs the bulk-copy staging (`SxB`): Hopper's bulk copies and
-/// transaction-counted barriers, the warpgroup matmul's requirement.
+/// Whether `device` runs the bulk-copy staging (`SxB`): see [`bulk_copies_on`].
 pub fn bulk_copies_available(device: &burn::tensor::Device) -> bool {
-    crate::device::client(device).is_some_and(|c| crate::ops::matmul::wgmma::wgmma_available(&c))
+    crate::device::client(device).is_some_and(|c| bulk_copies_on(&c))
+}
+
+/// Whether `client`'s device has Hopper's bulk copies and transaction-counted barriers: the
+/// warpgroup matmul's requirement (sm_90).
+pub(crate) fn bulk_copies_on(client: &burn_cubecl::cubecl::client::Client) -> bool {
+    crate::ops::matmul::wgmma::wgmma_available(client)
 }
 
 thread_local! {

@@ -10,6 +10,10 @@
 //! rows past the tile's longest prefix are zeroed by plain stores, as the 16-byte copies
 //! zero-filled them, so P V reads the same zeros.
 //!
+//! Its loop repeats `mma_decode`'s steps (it shares `split_values` only) rather than moving
+//! them into helpers both kernels call: the measured default kernel's source stays as it was
+//! until this one has been measured; fold them together if it is kept.
+//!
 //! Not yet measured on the H200 (session 32 wrote it with no device time left): it runs only
 //! when `LOCKSTEP_DECODE_LAUNCH` asks for it (`SxB`), and its first visit must compare its
 //! output with the other launches' as bits (`lockstep bench --attention-only`) and time it.

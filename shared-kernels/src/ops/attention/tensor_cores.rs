@@ -7,7 +7,7 @@
 use crate::ops::attention::cmma::*;
 use crate::ops::attention::cmma::PLANE_DIM;
 use crate::ops::attention::cmma_flash::tc_flash_kernel;
-use crate::ops::attention::mma_decode::{decode_warps, mma_partial_kernel, DecodeLaunch};
+use crate::ops::attention::mma_decode::{bulk_copies_on, decode_warps, mma_partial_kernel, DecodeLaunch};
 use crate::ops::attention::mma_decode_bulk::mma_partial_bulk_kernel;
 use crate::ops::attention::mma_flash::mma_flash_kernel;
 use crate::ops::attention::split_kv::combine_rows;
@@ -209,8 +209,7 @@ pub(crate) fn tc_split_kv_attention(
         if kernels == TcKernels::Mma {
             let warps = decode_warps(hpc);
             let launch = DecodeLaunch::for_units(units)?;
-            // bulk copies and their transaction-counted barriers are sm_90's
-            ensure!(!launch.bulk || crate::ops::matmul::wgmma::wgmma_available(&q.client), "attention", "LOCKSTEP_DECODE_LAUNCH={}: bulk-copy staging needs a Hopper GPU (sm_90)", launch.name());
+            ensure!(!launch.bulk || bulk_copies_on(&q.client), "attention", "LOCKSTEP_DECODE_LAUNCH={}: bulk-copy staging needs a Hopper GPU (sm_90)", launch.name());
             let chunks = splits.div_ceil(launch.splits_per_cube);
             let cubes = cube_count_for(single.len() * kv_heads * parts * chunks, 1);
             // the same arguments for both stagings (the bulk one has no `one_stage`)
