@@ -143,7 +143,7 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
     }
     // an unknown kernel choice in the environment names the variable (no silent default), and
     // so does a kernel this device cannot run (tensor-core attention on an f32 CPU run)
-    for (var, value) in [("LOCKSTEP_MATMUL", "pipelinedd"), ("LOCKSTEP_ATTENTION", "flash"), ("LOCKSTEP_DECODE_FUSION", "maybe"), ("LOCKSTEP_ATTENTION", "split_kv_tc"), ("LOCKSTEP_SKINNY", "8/4"), ("LOCKSTEP_TC_TILES", "4/4/4/4"), ("LOCKSTEP_WGMMA_PICK", "fastest"), ("LOCKSTEP_DECODE_GRAPHS", "maybe"), ("LOCKSTEP_DECODE_GRAPH_PADDING", "maybe"), ("LOCKSTEP_FAULT_GRAPH_CAPTURE", "bogus")] {
+    for (var, value) in [("LOCKSTEP_MATMUL", "pipelinedd"), ("LOCKSTEP_ATTENTION", "flash"), ("LOCKSTEP_DECODE_FUSION", "maybe"), ("LOCKSTEP_ATTENTION", "split_kv_tc"), ("LOCKSTEP_SKINNY", "8/4"), ("LOCKSTEP_TC_TILES", "4/4/4/4"), ("LOCKSTEP_WGMMA_PICK", "fastest"), ("LOCKSTEP_DECODE_LAUNCH", "8x3"), ("LOCKSTEP_DECODE_GRAPHS", "maybe"), ("LOCKSTEP_DECODE_GRAPH_PADDING", "maybe"), ("LOCKSTEP_FAULT_GRAPH_CAPTURE", "bogus")] {
         std::fs::write(dir.join("small.toml"), SMALL).unwrap();
         let out = Command::new(env!("CARGO_BIN_EXE_lockstep")).args(["train", "small.toml", "--set", "log.run_name=env"]).env(var, value).current_dir(&dir).output().expect("run lockstep");
         let err = String::from_utf8_lossy(&out.stderr);
