@@ -1,0 +1,25 @@
+# session 33: the first run of the decode partials staged by Hopper bulk copies (mma_decode_bulk.rs,
+# LOCKSTEP_DECODE_LAUNCH=SxB), prepared in session 32 as visit_s32.sh's PART=bulk, split in two calls.
+#   PART=bulk1  the attention bench's launches at the 0.6B heads (bulk rows must say `bits equal`
+#               against the 1x2 launch), the battery's boundary rows and the engine checks with 8xb
+#   PART=bulk2  the 0.6B rung's step 0 (512 x 2048) with the default launch and with 8xb
+#               (weights ef4829e7211e1545 both; gen_s side by side)
+set -u
+O=$OUT
+[ -x /tmp/lockstep ] || { gunzip -c .gpu/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }
+case ${PART:-bulk1} in
+bulk1)
+  gunzip -c .gpu/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery
+  timeout ${ATT_LIMIT:-150} /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --no-burn --repeats 5 --attention-only > $O/attention-0.6b.md 2>&1
+  echo "attention bench rc $?"; grep "split_kv_tc" $O/attention-0.6b.md | grep -v prefill | awk -F'|' '{print $2 $3 $4}'; grep -i "error\|panic" $O/attention-0.6b.md | head -5
+  LOCKSTEP_DECODE_LAUNCH=8xb timeout ${BATTERY_LIMIT:-120} /tmp/lockstep-battery --boundaries-only --dtypes bf16 > $O/boundaries-8xb.md 2>&1; echo "boundaries 8xb rc $?: $(grep -c '| yes |' $O/boundaries-8xb.md) rows identical, $(grep -ci '| no |' $O/boundaries-8xb.md) not"
+  LOCKSTEP_DECODE_LAUNCH=8xb timeout ${CHECK_LIMIT:-150} /tmp/lockstep check --preset qwen3-0.6b --dtypes bf16 > $O/check-8xb.md 2>&1; echo "check 0.6b 8xb rc $?"; grep "^|" $O/check-8xb.md | grep -v "bit-identical\|passed\|---\|dtype" | head -20; tail -3 $O/check-8xb.md
+  tar -C $O -czf /tmp/bulk1.tgz . && mv /tmp/bulk1.tgz $O/bulk1.tgz ;;
+bulk2)
+  for l in ${RUNG_LAUNCHES:-auto 8xb}; do
+    LOCKSTEP_DECODE_LAUNCH=$l SCALE_SET="--set task.reward=char_f1 --set sampler.kv_budget_mib=62000 --set sampler.max_batch=256 --set train.on_mismatch=stop" O=$O/rung-$l \
+      SCALE_LIMIT=${RUNG_LIMIT:-160} bash experiments/scale.sh qwen3-0.6b:512x2048:1:16384 2>&1 | tail -1
+    grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"\|"bit_equal_frac":[0-9.]*\|"gen_s":[0-9.]*' $O/rung-$l/*.metrics.jsonl | tr '\n' ' '; echo
+  done
+  tar -C $O -czf /tmp/bulk2.tgz . && mv /tmp/bulk2.tgz $O/bulk2.tgz ;;
+esac
