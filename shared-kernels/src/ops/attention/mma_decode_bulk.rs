@@ -24,7 +24,7 @@ use crate::ops::attention::mma::{LDPW, SMEM_ALIGN, query_fragments, row_max, row
 use crate::ops::attention::mma_decode::split_values;
 use crate::ops::attention::cmma::{query_keys, stage_queries, valid_in_split, PAD, TC_QUERIES};
 use crate::ops::matmul::wgmma_fragments::wait_parity_spin;
-use crate::ops::ptx::shared_address;
+use crate::ops::ptx::{bulk_copy_to_shared, shared_address};
 use crate::ops::reduce::cube_linear;
 use burn_cubecl::cubecl::prelude::barrier::Barrier;
 use burn_cubecl::cubecl::prelude::*;
@@ -37,7 +37,8 @@ use burn_cubecl::cubecl::prelude::*;
 fn fill_stage<F: Float, N: Size, I: Int>(
     cache: &Tensor<Vector<F, N>>,
     stage: &mut Shared<[Vector<F, N>]>,
-    bar: &Barrier,
+    stage_at: u32,
+    bar: &Shared<Barrier>,
     block_rows: &Tensor<I>,
     slot: usize,
     width: usize,
@@ -65,7 +66,7 @@ fn fill_stage<F: Float, N: Size, I: Int>(
     while r < staged {
         let from = ((split_row + r) * kv_heads + kv_head) * hd_vecs;
         let to = r * ld_vecs;
-        bar.memcpy_async_tx(&cache.slice(from, from + hd_vecs), &mut stage.slice_mut(to, to + hd_vecs));
+        bulk_copy_to_shared::<Vector<F, N>>(stage_at + (to * comptime!(vs * 2)) as u32, &cache.slice(from, from + hd_vecs), comptime!(head_dim * 2) as u32, bar);
         r += comptime!(units);
     }
     // rows past the prefix: zeros, as the 16-byte copies' zero-fill left them
@@ -143,9 +144,10 @@ pub(crate) fn mma_partial_bulk_kernel<F: Float, N: Size, I: Int>(
         if end > used {
             end = used;
         }
+        let stage_at = shared_address::<Vector<F, N>>(&stage);
         // cube-uniform: every sync below is reached by all units or none
         if first_split < end {
-            fill_stage::<F, N, I>(k_cache, &mut stage, &bar, block_rows, slot, width, first_split, most_keys, kv_heads, kv_head, head_dim, vs, units);
+            fill_stage::<F, N, I>(k_cache, &mut stage, stage_at, &bar, block_rows, slot, width, first_split, most_keys, kv_heads, kv_head, head_dim, vs, units);
             // queries as [16 warps][head_dim + PAD], zeros past `queries`, while the copies fly
             stage_queries::<F, N>(q, &mut q_sh, first_row, queries, hpc, first_head, q_heads, 0, head_dim, vs, comptime!(warps * 16), units);
             sync_cube();
@@ -154,7 +156,7 @@ pub(crate) fn mma_partial_bulk_kernel<F: Float, N: Size, I: Int>(
             if busy {
                 query_fragments(shared_address::<Vector<F, N>>(&q_sh), &mut qa, head_dim);
             }
-            let k_stage = shared_address::<Vector<F, N>>(&stage);
+            let k_stage = stage_at;
             let q_lo = warp * 16 + g;
             let q_hi = q_lo + 8;
             let p_row_lo = q_lo * comptime!(LDPW);
@@ -175,7 +177,7 @@ pub(crate) fn mma_partial_bulk_kernel<F: Float, N: Size, I: Int>(
                 let base_lo = (pair_lo * splits + split) * comptime!(head_dim + 2);
                 let base_hi = (pair_hi * splits + split) * comptime!(head_dim + 2);
                 // this split's keys: the bulk copies, then every unit's zeroed rows
-                wait_parity_spin(&bar, phase);
+                wait_parity_spin(&bar, phase & 1u32); // a value, not the mutable local (its asm operand would be its address)
                 phase ^= 1u32;
                 sync_cube();
                 if busy {
@@ -201,8 +203,8 @@ pub(crate) fn mma_partial_bulk_kernel<F: Float, N: Size, I: Int>(
                     }
                 }
                 sync_cube(); // the stage's keys are read
-                fill_stage::<F, N, I>(v_cache, &mut stage, &bar, block_rows, slot, width, split, most_keys, kv_heads, kv_head, head_dim, vs, units);
-                wait_parity_spin(&bar, phase);
+                fill_stage::<F, N, I>(v_cache, &mut stage, stage_at, &bar, block_rows, slot, width, split, most_keys, kv_heads, kv_head, head_dim, vs, units);
+                wait_parity_spin(&bar, phase & 1u32); // a value, not the mutable local (its asm operand would be its address)
                 phase ^= 1u32;
                 sync_cube(); // this split's values have landed (and every unit's zeros)
                 if busy {
@@ -210,7 +212,7 @@ pub(crate) fn mma_partial_bulk_kernel<F: Float, N: Size, I: Int>(
                 }
                 sync_cube(); // the stage's values are read
                 if split + 1 < end {
-                    fill_stage::<F, N, I>(k_cache, &mut stage, &bar, block_rows, slot, width, split + 1, most_keys, kv_heads, kv_head, head_dim, vs, units);
+                    fill_stage::<F, N, I>(k_cache, &mut stage, stage_at, &bar, block_rows, slot, width, split + 1, most_keys, kv_heads, kv_head, head_dim, vs, units);
                 }
             }
         }
