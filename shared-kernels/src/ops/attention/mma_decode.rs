@@ -37,9 +37,6 @@ pub fn decode_warps(heads_per_cube: usize) -> usize {
 pub struct DecodeLaunch {
     pub splits_per_cube: usize,
     pub one_stage: bool,
-    /// One stage filled by Hopper bulk copies ([`super::mma_decode_bulk`], sm_90; not yet
-    /// measured); `one_stage` is then unused.
-    pub bulk: bool,
 }
 
 /// The automatic choice: enough cubes to fill the device several times over, then longer
@@ -49,30 +46,29 @@ const MAX_SPLITS_PER_CUBE: usize = 8;
 
 impl DecodeLaunch {
     /// A `LOCKSTEP_DECODE_LAUNCH` value: `auto` (`Ok(None)`), or `SxK` with S splits per cube
-    /// (1-64) and K stages (1 or 2, or `b`: one stage filled by bulk copies, sm_90), e.g. `8x1`.
+    /// (1-64) and K stages (1 or 2), e.g. `8x1`.
     pub fn parse(text: &str) -> Result<Option<DecodeLaunch>, String> {
         let text = text.trim();
         if text == "auto" {
             return Ok(None);
         }
-        let bad = || format!("LOCKSTEP_DECODE_LAUNCH={text:?} is not `auto` or SxK (S splits per cube 1-64, K stages 1 or 2, or b for one stage filled by bulk copies, e.g. 8x1)");
+        let bad = || format!("LOCKSTEP_DECODE_LAUNCH={text:?} is not `auto` or SxK (S splits per cube 1-64, K stages 1 or 2, e.g. 8x1)");
         let (s, k) = text.split_once('x').ok_or_else(bad)?;
         let splits: usize = s.parse().map_err(|_| bad())?;
-        let (one_stage, bulk) = match k {
-            "1" => (true, false),
-            "2" => (false, false),
-            "b" => (true, true),
+        let one_stage = match k {
+            "1" => true,
+            "2" => false,
             _ => return Err(bad()),
         };
         if !(1..=64).contains(&splits) {
             return Err(bad());
         }
-        Ok(Some(DecodeLaunch { splits_per_cube: splits, one_stage, bulk }))
+        Ok(Some(DecodeLaunch { splits_per_cube: splits, one_stage }))
     }
 
     /// The automatic launch for `units` (tile, KV head, part, split) work items.
     pub fn auto(units: usize) -> DecodeLaunch {
-        DecodeLaunch { splits_per_cube: (units / AUTO_CUBES).clamp(1, MAX_SPLITS_PER_CUBE), one_stage: true, bulk: false }
+        DecodeLaunch { splits_per_cube: (units / AUTO_CUBES).clamp(1, MAX_SPLITS_PER_CUBE), one_stage: true }
     }
 
     /// [`with_decode_launch`]'s, else the process's `LOCKSTEP_DECODE_LAUNCH`, else [`Self::auto`].
@@ -86,19 +82,8 @@ impl DecodeLaunch {
     }
 
     pub fn name(self) -> String {
-        format!("{}x{}", self.splits_per_cube, if self.bulk { "b" } else if self.one_stage { "1" } else { "2" })
+        format!("{}x{}", self.splits_per_cube, if self.one_stage { 1 } else { 2 })
     }
-}
-
-/// Whether `device` runs the bulk-copy staging (`SxB`): see [`bulk_copies_on`].
-pub fn bulk_copies_available(device: &burn::tensor::Device) -> bool {
-    crate::device::client(device).is_some_and(|c| bulk_copies_on(&c))
-}
-
-/// Whether `client`'s device has Hopper's bulk copies and transaction-counted barriers: the
-/// warpgroup matmul's requirement (sm_90).
-pub(crate) fn bulk_copies_on(client: &burn_cubecl::cubecl::client::Client) -> bool {
-    crate::ops::matmul::wgmma::wgmma_available(client)
 }
 
 thread_local! {
@@ -140,7 +125,7 @@ fn issue_split<F: Float, N: Size, I: Int>(
 /// O = P V (step 3 of a split's partial) from the V stage at byte address `v_stage`, written after the max and sum.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn split_values(
+fn split_values(
     pa: &Array<u32>,
     v_stage: u32,
     partials: &mut Tensor<f32>,
@@ -354,15 +339,13 @@ mod tests {
     #[test]
     fn the_launch_setting_parses_and_names_the_variable_when_bad() {
         assert_eq!(DecodeLaunch::parse(" auto "), Ok(None));
-        assert_eq!(DecodeLaunch::parse("8x1"), Ok(Some(DecodeLaunch { splits_per_cube: 8, one_stage: true, bulk: false })));
-        assert_eq!(DecodeLaunch::parse("1x2"), Ok(Some(DecodeLaunch { splits_per_cube: 1, one_stage: false, bulk: false })));
-        assert_eq!(DecodeLaunch::parse("4xb"), Ok(Some(DecodeLaunch { splits_per_cube: 4, one_stage: true, bulk: true })));
-        for bad in ["", "8", "0x1", "65x2", "8x3", "x1", "eightx1", "8xB", "8xbb"] {
+        assert_eq!(DecodeLaunch::parse("8x1"), Ok(Some(DecodeLaunch { splits_per_cube: 8, one_stage: true })));
+        assert_eq!(DecodeLaunch::parse("1x2"), Ok(Some(DecodeLaunch { splits_per_cube: 1, one_stage: false })));
+        for bad in ["", "8", "0x1", "65x2", "8x3", "x1", "eightx1"] {
             let e = DecodeLaunch::parse(bad).unwrap_err();
             assert!(e.contains("LOCKSTEP_DECODE_LAUNCH"), "{bad}: {e}");
         }
         assert_eq!(DecodeLaunch::parse("4x2").unwrap().unwrap().name(), "4x2");
-        assert_eq!(DecodeLaunch::parse("16xb").unwrap().unwrap().name(), "16xb");
     }
 
     #[test]

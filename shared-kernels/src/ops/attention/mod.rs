@@ -19,7 +19,6 @@ mod inputs_planes;
 pub mod mma;
 pub mod mma_backward;
 pub mod mma_decode;
-mod mma_decode_bulk;
 pub mod mma_flash;
 pub mod cmma;
 pub mod cmma_flash;

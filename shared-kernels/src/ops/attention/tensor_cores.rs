@@ -7,8 +7,7 @@
 use crate::ops::attention::cmma::*;
 use crate::ops::attention::cmma::PLANE_DIM;
 use crate::ops::attention::cmma_flash::tc_flash_kernel;
-use crate::ops::attention::mma_decode::{bulk_copies_on, decode_warps, mma_partial_kernel, DecodeLaunch};
-use crate::ops::attention::mma_decode_bulk::mma_partial_bulk_kernel;
+use crate::ops::attention::mma_decode::{decode_warps, mma_partial_kernel, DecodeLaunch};
 use crate::ops::attention::mma_flash::mma_flash_kernel;
 use crate::ops::attention::split_kv::combine_rows;
 use crate::ops::kv_cache::BlockRows;
@@ -209,47 +208,35 @@ pub(crate) fn tc_split_kv_attention(
         if kernels == TcKernels::Mma {
             let warps = decode_warps(hpc);
             let launch = DecodeLaunch::for_units(units)?;
-            ensure!(!launch.bulk || bulk_copies_on(&q.client), "attention", "LOCKSTEP_DECODE_LAUNCH={}: bulk-copy staging needs a Hopper GPU (sm_90)", launch.name());
             let chunks = splits.div_ceil(launch.splits_per_cube);
-            let cubes = cube_count_for(single.len() * kv_heads * parts * chunks, 1);
-            // the same arguments for both stagings (the bulk one has no `one_stage`)
-            macro_rules! launch_partials {
-                ($kernel:ident $(, $staging:expr)?) => {
-                    $kernel::launch(
-                        &q.client,
-                        cubes,
-                        CubeDim::new_2d(32, warps as u32),
-                        vs,
-                        q.clone().into_tensor_arg(),
-                        k.clone().into_tensor_arg(),
-                        v.clone().into_tensor_arg(),
-                        slots.clone().into_tensor_arg(),
-                        positions.clone().into_tensor_arg(),
-                        single_table.clone().into_tensor_arg(),
-                        pages.table.clone().into_tensor_arg(),
-                        partials.clone().into_tensor_arg(),
-                        single.len() as u32,
-                        q_heads as u32,
-                        kv_heads as u32,
-                        pages.width as u32,
-                        splits as u32,
-                        hpc as u32,
-                        launch.splits_per_cube as u32,
-                        scale,
-                        head_dim,
-                        vs,
-                        q.dtype == DType::F16,
-                        warps,
-                        $($staging,)?
-                        dtypes,
-                    )
-                };
-            }
-            if launch.bulk {
-                launch_partials!(mma_partial_bulk_kernel);
-            } else {
-                launch_partials!(mma_partial_kernel, launch.one_stage);
-            }
+            mma_partial_kernel::launch(
+                &q.client,
+                cube_count_for(single.len() * kv_heads * parts * chunks, 1),
+                CubeDim::new_2d(32, warps as u32),
+                vs,
+                q.clone().into_tensor_arg(),
+                k.clone().into_tensor_arg(),
+                v.clone().into_tensor_arg(),
+                slots.clone().into_tensor_arg(),
+                positions.clone().into_tensor_arg(),
+                single_table.clone().into_tensor_arg(),
+                pages.table.clone().into_tensor_arg(),
+                partials.clone().into_tensor_arg(),
+                single.len() as u32,
+                q_heads as u32,
+                kv_heads as u32,
+                pages.width as u32,
+                splits as u32,
+                hpc as u32,
+                launch.splits_per_cube as u32,
+                scale,
+                head_dim,
+                vs,
+                q.dtype == DType::F16,
+                warps,
+                launch.one_stage,
+                dtypes,
+            );
         } else {
             tc_partial_kernel::launch(
                 &q.client,
