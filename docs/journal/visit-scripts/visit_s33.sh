@@ -3,7 +3,11 @@
 #   PART=bulk1  the attention bench's launches at the 0.6B heads (bulk rows must say `bits equal`
 #               against the 1x2 launch), the battery's boundary rows and the engine checks with 8xb
 #   PART=bulk2  the 0.6B rung's step 0 (512 x 2048) with the default launch and with 8xb
-#               (weights ef4829e7211e1545 both; gen_s side by side)
+#               (weights ef4829e7211e1545 both; gen_s side by side). Not run: bulk1 showed 0-2%.
+#   PART=narrow1 the decode partials with the queries on the mma's narrow side
+#               (mma_decode_narrow.rs, LOCKSTEP_DECODE_LAUNCH=Sxn): the attention bench's launches
+#               at the 0.6B heads (2 a KV head) and the 8B heads (4), bits against 1x2; boundary
+#               rows and engine checks with 4xn
 set -u
 O=$OUT
 [ -x /tmp/lockstep ] || { gunzip -c .gpu/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }
@@ -22,4 +26,13 @@ bulk2)
     grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"\|"bit_equal_frac":[0-9.]*\|"gen_s":[0-9.]*' $O/rung-$l/*.metrics.jsonl | tr '\n' ' '; echo
   done
   tar -C $O -czf /tmp/bulk2.tgz . && mv /tmp/bulk2.tgz $O/bulk2.tgz ;;
+narrow1)
+  gunzip -c .gpu/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery
+  for p in qwen3-0.6b qwen3-8b; do
+    timeout ${ATT_LIMIT:-150} /tmp/lockstep bench --preset $p --dtype bf16 --concurrency none --no-burn --repeats 5 --attention-only > $O/attention-$p.md 2>&1
+    echo "attention bench $p rc $?"; grep "split_kv_tc" $O/attention-$p.md | grep -v prefill | grep "x1\]\|xn\|DIFFER\|x4096\|\[split_kv_tc\]" | awk -F'|' '{print $2 $3 $4}'; grep -i "error\|panic" $O/attention-$p.md | head -5
+  done
+  LOCKSTEP_DECODE_LAUNCH=4xn timeout ${BATTERY_LIMIT:-120} /tmp/lockstep-battery --boundaries-only --dtypes bf16 > $O/boundaries-4xn.md 2>&1; echo "boundaries 4xn rc $?: $(grep -c '| yes |' $O/boundaries-4xn.md) rows identical, $(grep -ci '| no |' $O/boundaries-4xn.md) not"
+  LOCKSTEP_DECODE_LAUNCH=4xn timeout ${CHECK_LIMIT:-150} /tmp/lockstep check --preset qwen3-0.6b --dtypes bf16 > $O/check-4xn.md 2>&1; echo "check 0.6b 4xn rc $?"; grep "^|" $O/check-4xn.md | grep -v "bit-identical\|passed\|---\|dtype" | head -20; tail -2 $O/check-4xn.md
+  tar -C $O -czf /tmp/narrow1.tgz . && mv /tmp/narrow1.tgz $O/narrow1.tgz ;;
 esac

@@ -37,6 +37,9 @@ pub fn decode_warps(heads_per_cube: usize) -> usize {
 pub struct DecodeLaunch {
     pub splits_per_cube: usize,
     pub one_stage: bool,
+    /// The queries on the `mma`'s narrow side ([`super::mma_decode_narrow`], one stage, at most
+    /// 8 heads a cube); `one_stage` is then unused.
+    pub narrow: bool,
 }
 
 /// The automatic choice: enough cubes to fill the device several times over, then longer
@@ -46,29 +49,31 @@ const MAX_SPLITS_PER_CUBE: usize = 8;
 
 impl DecodeLaunch {
     /// A `LOCKSTEP_DECODE_LAUNCH` value: `auto` (`Ok(None)`), or `SxK` with S splits per cube
-    /// (1-64) and K stages (1 or 2), e.g. `8x1`.
+    /// (1-64) and K stages (1 or 2, or `n`: one stage, the queries on the `mma`'s narrow side),
+    /// e.g. `8x1`.
     pub fn parse(text: &str) -> Result<Option<DecodeLaunch>, String> {
         let text = text.trim();
         if text == "auto" {
             return Ok(None);
         }
-        let bad = || format!("LOCKSTEP_DECODE_LAUNCH={text:?} is not `auto` or SxK (S splits per cube 1-64, K stages 1 or 2, e.g. 8x1)");
+        let bad = || format!("LOCKSTEP_DECODE_LAUNCH={text:?} is not `auto` or SxK (S splits per cube 1-64, K stages 1 or 2, or n for the narrow kernel, e.g. 8x1)");
         let (s, k) = text.split_once('x').ok_or_else(bad)?;
         let splits: usize = s.parse().map_err(|_| bad())?;
-        let one_stage = match k {
-            "1" => true,
-            "2" => false,
+        let (one_stage, narrow) = match k {
+            "1" => (true, false),
+            "2" => (false, false),
+            "n" => (true, true),
             _ => return Err(bad()),
         };
         if !(1..=64).contains(&splits) {
             return Err(bad());
         }
-        Ok(Some(DecodeLaunch { splits_per_cube: splits, one_stage }))
+        Ok(Some(DecodeLaunch { splits_per_cube: splits, one_stage, narrow }))
     }
 
     /// The automatic launch for `units` (tile, KV head, part, split) work items.
     pub fn auto(units: usize) -> DecodeLaunch {
-        DecodeLaunch { splits_per_cube: (units / AUTO_CUBES).clamp(1, MAX_SPLITS_PER_CUBE), one_stage: true }
+        DecodeLaunch { splits_per_cube: (units / AUTO_CUBES).clamp(1, MAX_SPLITS_PER_CUBE), one_stage: true, narrow: false }
     }
 
     /// [`with_decode_launch`]'s, else the process's `LOCKSTEP_DECODE_LAUNCH`, else [`Self::auto`].
@@ -82,7 +87,7 @@ impl DecodeLaunch {
     }
 
     pub fn name(self) -> String {
-        format!("{}x{}", self.splits_per_cube, if self.one_stage { 1 } else { 2 })
+        format!("{}x{}", self.splits_per_cube, if self.narrow { "n" } else if self.one_stage { "1" } else { "2" })
     }
 }
 
@@ -339,13 +344,15 @@ mod tests {
     #[test]
     fn the_launch_setting_parses_and_names_the_variable_when_bad() {
         assert_eq!(DecodeLaunch::parse(" auto "), Ok(None));
-        assert_eq!(DecodeLaunch::parse("8x1"), Ok(Some(DecodeLaunch { splits_per_cube: 8, one_stage: true })));
-        assert_eq!(DecodeLaunch::parse("1x2"), Ok(Some(DecodeLaunch { splits_per_cube: 1, one_stage: false })));
-        for bad in ["", "8", "0x1", "65x2", "8x3", "x1", "eightx1"] {
+        assert_eq!(DecodeLaunch::parse("8x1"), Ok(Some(DecodeLaunch { splits_per_cube: 8, one_stage: true, narrow: false })));
+        assert_eq!(DecodeLaunch::parse("1x2"), Ok(Some(DecodeLaunch { splits_per_cube: 1, one_stage: false, narrow: false })));
+        assert_eq!(DecodeLaunch::parse("4xn"), Ok(Some(DecodeLaunch { splits_per_cube: 4, one_stage: true, narrow: true })));
+        for bad in ["", "8", "0x1", "65x2", "8x3", "x1", "eightx1", "8xN", "8xnn"] {
             let e = DecodeLaunch::parse(bad).unwrap_err();
             assert!(e.contains("LOCKSTEP_DECODE_LAUNCH"), "{bad}: {e}");
         }
         assert_eq!(DecodeLaunch::parse("4x2").unwrap().unwrap().name(), "4x2");
+        assert_eq!(DecodeLaunch::parse("16xn").unwrap().unwrap().name(), "16xn");
     }
 
     #[test]

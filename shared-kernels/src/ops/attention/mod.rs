@@ -19,6 +19,7 @@ mod inputs_planes;
 pub mod mma;
 pub mod mma_backward;
 pub mod mma_decode;
+pub mod mma_decode_narrow;
 pub mod mma_flash;
 pub mod cmma;
 pub mod cmma_flash;

@@ -8,6 +8,7 @@ use crate::ops::attention::cmma::*;
 use crate::ops::attention::cmma::PLANE_DIM;
 use crate::ops::attention::cmma_flash::tc_flash_kernel;
 use crate::ops::attention::mma_decode::{decode_warps, mma_partial_kernel, DecodeLaunch};
+use crate::ops::attention::mma_decode_narrow::{mma_partial_narrow_kernel, NARROW_QUERIES};
 use crate::ops::attention::mma_flash::mma_flash_kernel;
 use crate::ops::attention::split_kv::combine_rows;
 use crate::ops::kv_cache::BlockRows;
@@ -209,34 +210,45 @@ pub(crate) fn tc_split_kv_attention(
             let warps = decode_warps(hpc);
             let launch = DecodeLaunch::for_units(units)?;
             let chunks = splits.div_ceil(launch.splits_per_cube);
-            mma_partial_kernel::launch(
-                &q.client,
-                cube_count_for(single.len() * kv_heads * parts * chunks, 1),
-                CubeDim::new_2d(32, warps as u32),
-                vs,
-                q.clone().into_tensor_arg(),
-                k.clone().into_tensor_arg(),
-                v.clone().into_tensor_arg(),
-                slots.clone().into_tensor_arg(),
-                positions.clone().into_tensor_arg(),
-                single_table.clone().into_tensor_arg(),
-                pages.table.clone().into_tensor_arg(),
-                partials.clone().into_tensor_arg(),
-                single.len() as u32,
-                q_heads as u32,
-                kv_heads as u32,
-                pages.width as u32,
-                splits as u32,
-                hpc as u32,
-                launch.splits_per_cube as u32,
-                scale,
-                head_dim,
-                vs,
-                q.dtype == DType::F16,
-                warps,
-                launch.one_stage,
-                dtypes,
-            );
+            let cubes = cube_count_for(single.len() * kv_heads * parts * chunks, 1);
+            ensure!(!launch.narrow || hpc <= NARROW_QUERIES, "attention", "LOCKSTEP_DECODE_LAUNCH={}: the narrow kernel holds at most {NARROW_QUERIES} query heads a cube, this model's KV heads have {hpc}", launch.name());
+            // the same arguments for both kernels (the narrow one is one warp, one stage)
+            macro_rules! launch_partials {
+                ($kernel:ident, $warps:expr $(, $staging:expr)*) => {
+                    $kernel::launch(
+                        &q.client,
+                        cubes,
+                        CubeDim::new_2d(32, $warps as u32),
+                        vs,
+                        q.clone().into_tensor_arg(),
+                        k.clone().into_tensor_arg(),
+                        v.clone().into_tensor_arg(),
+                        slots.clone().into_tensor_arg(),
+                        positions.clone().into_tensor_arg(),
+                        single_table.clone().into_tensor_arg(),
+                        pages.table.clone().into_tensor_arg(),
+                        partials.clone().into_tensor_arg(),
+                        single.len() as u32,
+                        q_heads as u32,
+                        kv_heads as u32,
+                        pages.width as u32,
+                        splits as u32,
+                        hpc as u32,
+                        launch.splits_per_cube as u32,
+                        scale,
+                        head_dim,
+                        vs,
+                        q.dtype == DType::F16,
+                        $($staging,)*
+                        dtypes,
+                    )
+                };
+            }
+            if launch.narrow {
+                launch_partials!(mma_partial_narrow_kernel, 1);
+            } else {
+                launch_partials!(mma_partial_kernel, warps, warps, launch.one_stage);
+            }
         } else {
             tc_partial_kernel::launch(
                 &q.client,
