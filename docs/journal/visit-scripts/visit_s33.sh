@@ -8,6 +8,8 @@
 #               (mma_decode_narrow.rs, LOCKSTEP_DECODE_LAUNCH=Sxn): the attention bench's launches
 #               at the 0.6B heads (2 a KV head) and the 8B heads (4), bits against 1x2; boundary
 #               rows and engine checks with 4xn
+#   PART=narrow2 the bench's launches again with the narrow kernel's cubes also ordered with a
+#               row's KV heads side by side (Sxh), both head layouts
 set -u
 O=$OUT
 [ -x /tmp/lockstep ] || { gunzip -c .gpu/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }
@@ -35,4 +37,10 @@ narrow1)
   LOCKSTEP_DECODE_LAUNCH=4xn timeout ${BATTERY_LIMIT:-120} /tmp/lockstep-battery --boundaries-only --dtypes bf16 > $O/boundaries-4xn.md 2>&1; echo "boundaries 4xn rc $?: $(grep -c '| yes |' $O/boundaries-4xn.md) rows identical, $(grep -ci '| no |' $O/boundaries-4xn.md) not"
   LOCKSTEP_DECODE_LAUNCH=4xn timeout ${CHECK_LIMIT:-150} /tmp/lockstep check --preset qwen3-0.6b --dtypes bf16 > $O/check-4xn.md 2>&1; echo "check 0.6b 4xn rc $?"; grep "^|" $O/check-4xn.md | grep -v "bit-identical\|passed\|---\|dtype" | head -20; tail -2 $O/check-4xn.md
   tar -C $O -czf /tmp/narrow1.tgz . && mv /tmp/narrow1.tgz $O/narrow1.tgz ;;
+narrow2)
+  for p in qwen3-0.6b qwen3-8b; do
+    timeout ${ATT_LIMIT:-150} /tmp/lockstep bench --preset $p --dtype bf16 --concurrency none --no-burn --repeats 5 --attention-only > $O/attention-$p.md 2>&1
+    echo "attention bench $p rc $?"; grep "split_kv_tc" $O/attention-$p.md | grep -v prefill | grep -v "128x128" | awk -F'|' '{print $2 $3 $4}'; grep -i "error\|panic" $O/attention-$p.md | head -5
+  done
+  tar -C $O -czf /tmp/narrow2.tgz . && mv /tmp/narrow2.tgz $O/narrow2.tgz ;;
 esac

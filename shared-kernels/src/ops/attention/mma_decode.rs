@@ -40,6 +40,8 @@ pub struct DecodeLaunch {
     /// The queries on the `mma`'s narrow side ([`super::mma_decode_narrow`], one stage, at most
     /// 8 heads a cube); `one_stage` is then unused.
     pub narrow: bool,
+    /// Narrow only: cubes ordered with a row's KV heads side by side (`h`).
+    pub heads_inner: bool,
 }
 
 /// The automatic choice: enough cubes to fill the device several times over, then longer
@@ -62,18 +64,19 @@ impl DecodeLaunch {
         let (one_stage, narrow) = match k {
             "1" => (true, false),
             "2" => (false, false),
-            "n" => (true, true),
+            "n" | "h" => (true, true),
             _ => return Err(bad()),
         };
+        let heads_inner = k == "h";
         if !(1..=64).contains(&splits) {
             return Err(bad());
         }
-        Ok(Some(DecodeLaunch { splits_per_cube: splits, one_stage, narrow }))
+        Ok(Some(DecodeLaunch { splits_per_cube: splits, one_stage, narrow, heads_inner }))
     }
 
     /// The automatic launch for `units` (tile, KV head, part, split) work items.
     pub fn auto(units: usize) -> DecodeLaunch {
-        DecodeLaunch { splits_per_cube: (units / AUTO_CUBES).clamp(1, MAX_SPLITS_PER_CUBE), one_stage: true, narrow: false }
+        DecodeLaunch { splits_per_cube: (units / AUTO_CUBES).clamp(1, MAX_SPLITS_PER_CUBE), one_stage: true, narrow: false, heads_inner: false }
     }
 
     /// [`with_decode_launch`]'s, else the process's `LOCKSTEP_DECODE_LAUNCH`, else [`Self::auto`].
@@ -87,7 +90,7 @@ impl DecodeLaunch {
     }
 
     pub fn name(self) -> String {
-        format!("{}x{}", self.splits_per_cube, if self.narrow { "n" } else if self.one_stage { "1" } else { "2" })
+        format!("{}x{}", self.splits_per_cube, if self.heads_inner { "h" } else if self.narrow { "n" } else if self.one_stage { "1" } else { "2" })
     }
 }
 
@@ -344,9 +347,10 @@ mod tests {
     #[test]
     fn the_launch_setting_parses_and_names_the_variable_when_bad() {
         assert_eq!(DecodeLaunch::parse(" auto "), Ok(None));
-        assert_eq!(DecodeLaunch::parse("8x1"), Ok(Some(DecodeLaunch { splits_per_cube: 8, one_stage: true, narrow: false })));
-        assert_eq!(DecodeLaunch::parse("1x2"), Ok(Some(DecodeLaunch { splits_per_cube: 1, one_stage: false, narrow: false })));
-        assert_eq!(DecodeLaunch::parse("4xn"), Ok(Some(DecodeLaunch { splits_per_cube: 4, one_stage: true, narrow: true })));
+        assert_eq!(DecodeLaunch::parse("8x1"), Ok(Some(DecodeLaunch { splits_per_cube: 8, one_stage: true, narrow: false, heads_inner: false })));
+        assert_eq!(DecodeLaunch::parse("1x2"), Ok(Some(DecodeLaunch { splits_per_cube: 1, one_stage: false, narrow: false, heads_inner: false })));
+        assert_eq!(DecodeLaunch::parse("4xn"), Ok(Some(DecodeLaunch { splits_per_cube: 4, one_stage: true, narrow: true, heads_inner: false })));
+        assert_eq!(DecodeLaunch::parse("4xh"), Ok(Some(DecodeLaunch { splits_per_cube: 4, one_stage: true, narrow: true, heads_inner: true })));
         for bad in ["", "8", "0x1", "65x2", "8x3", "x1", "eightx1", "8xN", "8xnn"] {
             let e = DecodeLaunch::parse(bad).unwrap_err();
             assert!(e.contains("LOCKSTEP_DECODE_LAUNCH"), "{bad}: {e}");

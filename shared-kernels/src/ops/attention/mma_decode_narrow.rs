@@ -183,27 +183,29 @@ fn narrow_values(
     let addr = v_stage + ((lane / 16) * 8 + lane % 8) * ld_bytes + ((lane / 8) % 2) * 16;
     #[unroll]
     for db in 0..comptime!(head_dim / 16) {
-        let mut o0 = 0.0f32;
-        let mut o1 = 0.0f32;
-        let mut o2 = 0.0f32;
-        let mut o3 = 0.0f32;
+        // an array, not four mutable locals: a mutable local given to `gpu_asm!` is passed as its address
+        let mut o = Array::<f32>::new(4usize);
+        #[unroll]
+        for c in 0..4usize {
+            o[c] = 0.0f32;
+        }
         #[unroll]
         for kc in 0..4usize {
             let a = ldmatrix_x4(addr + comptime!((kc * 16) as u32) * ld_bytes + comptime!((db * 32) as u32), true);
-            let d = mma16816(a.extract(0usize), a.extract(1usize), a.extract(2usize), a.extract(3usize), pb[comptime!(kc * 2)], pb[comptime!(kc * 2 + 1)], o0, o1, o2, o3, f16);
-            o0 = d.extract(0usize);
-            o1 = d.extract(1usize);
-            o2 = d.extract(2usize);
-            o3 = d.extract(3usize);
+            let d = mma16816(a.extract(0usize), a.extract(1usize), a.extract(2usize), a.extract(3usize), pb[comptime!(kc * 2)], pb[comptime!(kc * 2 + 1)], o[0usize], o[1usize], o[2usize], o[3usize], f16);
+            #[unroll]
+            for c in 0..4usize {
+                o[c] = d.extract(c);
+            }
         }
         let dim = comptime!(db * 16) + g;
         if write0 {
-            partials[base0 + 2 + dim] = o0;
-            partials[base0 + 10 + dim] = o2;
+            partials[base0 + 2 + dim] = o[0usize];
+            partials[base0 + 10 + dim] = o[2usize];
         }
         if write1 {
-            partials[base1 + 2 + dim] = o1;
-            partials[base1 + 10 + dim] = o3;
+            partials[base1 + 2 + dim] = o[1usize];
+            partials[base1 + 10 + dim] = o[3usize];
         }
     }
 }
@@ -256,6 +258,7 @@ pub(crate) fn mma_partial_narrow_kernel<F: Float, N: Size, I: Int>(
     #[comptime] head_dim: usize,
     #[comptime] vs: usize,
     #[comptime] f16: bool,
+    #[comptime] heads_inner: bool,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
     let q_heads = q_heads_arg as usize;
@@ -267,11 +270,20 @@ pub(crate) fn mma_partial_narrow_kernel<F: Float, N: Size, I: Int>(
     let hpc = heads_per_cube_arg as usize;
     let group = q_heads / kv_heads;
     let parts = group / hpc;
-    let work = cube_linear(); // ((tile * kv_heads + kv_head) * parts + part) * chunks + chunk
-    let chunk = work % chunks;
-    let part = (work / chunks) % parts;
-    let kv_head = (work / (chunks * parts)) % kv_heads;
-    let tile = work / (chunks * parts * kv_heads);
+    let work = cube_linear();
+    // ((tile * kv_heads + kv_head) * parts + part) * chunks + chunk, or with `heads_inner`
+    // ((tile * chunks + chunk) * kv_heads + kv_head) * parts + part: a row's KV heads side by
+    // side, so the cubes reading one position's interleaved heads run together
+    let mut chunk = work % chunks;
+    let mut part = (work / chunks) % parts;
+    let mut kv_head = (work / (chunks * parts)) % kv_heads;
+    let mut tile = work / (chunks * parts * kv_heads);
+    if comptime!(heads_inner) {
+        part = work % parts;
+        kv_head = (work / parts) % kv_heads;
+        chunk = (work / (parts * kv_heads)) % chunks;
+        tile = work / (parts * kv_heads * chunks);
+    }
     let lane = UNIT_POS_X;
     let g = (lane / 4) as usize;
     let t = (lane % 4) as usize;

@@ -245,7 +245,7 @@ pub(crate) fn tc_split_kv_attention(
                 };
             }
             if launch.narrow {
-                launch_partials!(mma_partial_narrow_kernel, 1);
+                launch_partials!(mma_partial_narrow_kernel, 1, launch.heads_inner);
             } else {
                 launch_partials!(mma_partial_kernel, warps, warps, launch.one_stage);
             }
