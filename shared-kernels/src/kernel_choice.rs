@@ -83,7 +83,7 @@ impl KernelChoice {
         crate::ops::matmul::wgmma_tiles::wgmma_schedule().map_err(|e| e.message)?;
         crate::ops::matmul::wgmma_tiles::wgmma_pick().map_err(|e| e.message)?;
         crate::ops::attention::mma_flash::flash_warps().map_err(|e| e.message)?;
-        crate::ops::attention::mma_decode::DecodeLaunch::for_units(1).map_err(|e| e.message)?;
+        crate::ops::attention::mma_decode::DecodeLaunch::for_units(1, 1).map_err(|e| e.message)?;
         // a fault the engine tests inject: a misspelt one would silently inject nothing
         if let Some(v) = crate::knobs::var("LOCKSTEP_FAULT_GRAPH_CAPTURE").filter(|v| !["upload", "cross-stream"].contains(&v.as_str())) {
             return Err(format!("LOCKSTEP_FAULT_GRAPH_CAPTURE={v:?} is not one of upload, cross-stream"));

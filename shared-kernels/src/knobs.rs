@@ -94,10 +94,10 @@ pub const KNOBS: &[Knob] = &[
     },
     Knob {
         name: "LOCKSTEP_DECODE_LAUNCH",
-        values: "`auto`, `SxK` (S = 1-64 splits per cube, K = 1 or 2 stages, e.g. `8x1`)",
+        values: "`auto`, `SxK` (S = 1-64 splits per cube, K = 1 or 2 stages or `n`, e.g. `8x1`)",
         default: "`auto`",
         kind: KnobKind::Tuning,
-        effect: "launch of the `mma` decode attention's partial kernel: consecutive 64-key splits per cube and whether K and V share one shared-memory stage (1) or have one each, refilled as soon as read (2); `auto` takes one stage and 1-8 splits a cube by the launch's size; a launch shape only, same bits (each split's partial is the same arithmetic wherever it runs); anything else is an error naming the variable",
+        effect: "launch of the `mma` decode attention's partial kernel: consecutive 64-key splits per cube and whether K and V share one shared-memory stage (1) or have one each, refilled as soon as read (2), or the one-stage kernel with the queries on the `mma`'s narrow side (`n`, at most 8 query heads a KV head, an error past that); `auto` takes `n` where the heads fit (else one stage) and 1-8 splits a cube by the launch's size; a launch shape only, same bits (each split's partial is the same arithmetic wherever it runs); anything else is an error naming the variable",
     },
     Knob {
         name: "LOCKSTEP_COLLECTIVE_TIMEOUT_S",

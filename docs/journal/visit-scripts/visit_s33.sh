@@ -9,7 +9,10 @@
 #               at the 0.6B heads (2 a KV head) and the 8B heads (4), bits against 1x2; boundary
 #               rows and engine checks with 4xn
 #   PART=narrow2 the bench's launches again with the narrow kernel's cubes also ordered with a
-#               row's KV heads side by side (Sxh), both head layouts
+#               row's KV heads side by side (Sxh), both head layouts (no gain: Sxh not kept)
+#   PART=final  the narrow kernel as the automatic launch: the whole battery (f32, bf16), then the
+#               0.6B rung's step 0 (512 x 2048; weights ef4829e7211e1545 expected, gen_s)
+#   PART=seed   the seed benchmark (8B, 1000 x 100): cold, then replayed warm
 set -u
 O=$OUT
 [ -x /tmp/lockstep ] || { gunzip -c .gpu/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }
@@ -43,4 +46,14 @@ narrow2)
     echo "attention bench $p rc $?"; grep "split_kv_tc" $O/attention-$p.md | grep -v prefill | grep -v "128x128" | awk -F'|' '{print $2 $3 $4}'; grep -i "error\|panic" $O/attention-$p.md | head -5
   done
   tar -C $O -czf /tmp/narrow2.tgz . && mv /tmp/narrow2.tgz $O/narrow2.tgz ;;
+final)
+  gunzip -c .gpu/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery
+  timeout ${BATTERY_LIMIT:-240} /tmp/lockstep-battery --dtypes f32,bf16 > $O/battery.md 2>&1; echo "battery rc $?: $(grep -c '| yes |' $O/battery.md) rows identical, $(grep -ci '| no |' $O/battery.md) not"
+  SCALE_SET="--set task.reward=char_f1 --set sampler.kv_budget_mib=62000 --set sampler.max_batch=256 --set train.on_mismatch=stop" O=$O/rung \
+    SCALE_LIMIT=${RUNG_LIMIT:-170} bash experiments/scale.sh qwen3-0.6b:512x2048:1:16384 2>&1 | tail -1
+  grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"\|"bit_equal_frac":[0-9.]*\|"gen_s":[0-9.]*\|"update_s":[0-9.]*' $O/rung/*.metrics.jsonl | tr '\n' ' '; echo
+  tar -C $O -czf /tmp/final.tgz . && mv /tmp/final.tgz $O/final.tgz ;;
+seed)
+  SEED_ARMS="${SEED_ARMS:-matched-cold graphs-warm}" O=$O/seed bash experiments/seed_bench.sh qwen3-8b 1000 100 256 2>&1 | tail -9
+  tar -C $O -czf /tmp/seed.tgz . && mv /tmp/seed.tgz $O/seed.tgz ;;
 esac

@@ -238,13 +238,13 @@ fn decode_launch_rows(
     use shared_kernels::ops::attention::mma_decode::{with_decode_launch, DecodeLaunch};
     use shared_kernels::ops::attention::AttentionKernel::SplitKvTensorCore;
     let bits = |t: Tensor<3>| t.into_data().as_bytes().to_vec();
-    let reference = DecodeLaunch { splits_per_cube: 1, one_stage: false, narrow: false, heads_inner: false };
+    let reference = DecodeLaunch { splits_per_cube: 1, one_stage: false, narrow: false };
     let Ok(expected) = with_decode_launch(reference, || call(SplitKvTensorCore)) else { return Ok(()) };
     let expected = bits(expected);
-    // (splits a cube, one stage, the queries on the mma's narrow side, a row's KV heads side by side)
-    let launches = [(1, false, false, false), (1, true, false, false), (8, true, false, false), (4, true, false, false), (1, true, true, false), (4, true, true, false), (8, true, true, false), (1, true, true, true), (4, true, true, true), (8, true, true, true)];
-    for (splits_per_cube, one_stage, narrow, heads_inner) in launches {
-        let launch = DecodeLaunch { splits_per_cube, one_stage, narrow, heads_inner };
+    // (splits a cube, one stage, the queries on the mma's narrow side)
+    let launches = [(1, false, false), (1, true, false), (4, true, false), (8, true, false), (1, true, true), (4, true, true), (8, true, true)];
+    for (splits_per_cube, one_stage, narrow) in launches {
+        let launch = DecodeLaunch { splits_per_cube, one_stage, narrow };
         let out = with_decode_launch(launch, || call(SplitKvTensorCore)).map_err(|e| e.to_string())?;
         let same = if bits(out) == expected { "bits equal" } else { "bits DIFFER" };
         let a = time_op(device, o.repeats, 5, || with_decode_launch(launch, || drop(call(SplitKvTensorCore).unwrap())));

@@ -258,7 +258,6 @@ pub(crate) fn mma_partial_narrow_kernel<F: Float, N: Size, I: Int>(
     #[comptime] head_dim: usize,
     #[comptime] vs: usize,
     #[comptime] f16: bool,
-    #[comptime] heads_inner: bool,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
     let q_heads = q_heads_arg as usize;
@@ -270,20 +269,11 @@ pub(crate) fn mma_partial_narrow_kernel<F: Float, N: Size, I: Int>(
     let hpc = heads_per_cube_arg as usize;
     let group = q_heads / kv_heads;
     let parts = group / hpc;
-    let work = cube_linear();
-    // ((tile * kv_heads + kv_head) * parts + part) * chunks + chunk, or with `heads_inner`
-    // ((tile * chunks + chunk) * kv_heads + kv_head) * parts + part: a row's KV heads side by
-    // side, so the cubes reading one position's interleaved heads run together
-    let mut chunk = work % chunks;
-    let mut part = (work / chunks) % parts;
-    let mut kv_head = (work / (chunks * parts)) % kv_heads;
-    let mut tile = work / (chunks * parts * kv_heads);
-    if comptime!(heads_inner) {
-        part = work % parts;
-        kv_head = (work / parts) % kv_heads;
-        chunk = (work / (parts * kv_heads)) % chunks;
-        tile = work / (parts * kv_heads * chunks);
-    }
+    let work = cube_linear(); // ((tile * kv_heads + kv_head) * parts + part) * chunks + chunk
+    let chunk = work % chunks;
+    let part = (work / chunks) % parts;
+    let kv_head = (work / (chunks * parts)) % kv_heads;
+    let tile = work / (chunks * parts * kv_heads);
     let lane = UNIT_POS_X;
     let g = (lane / 4) as usize;
     let t = (lane % 4) as usize;

@@ -208,7 +208,7 @@ pub(crate) fn tc_split_kv_attention(
         let single_table = if single.iter().enumerate().all(|(r, &(first, n))| first == r && n == 1) { single_row_tiles(rows, slots, &upload)? } else { upload(flat(&single))? };
         if kernels == TcKernels::Mma {
             let warps = decode_warps(hpc);
-            let launch = DecodeLaunch::for_units(units)?;
+            let launch = DecodeLaunch::for_units(units, hpc)?;
             let chunks = splits.div_ceil(launch.splits_per_cube);
             let cubes = cube_count_for(single.len() * kv_heads * parts * chunks, 1);
             ensure!(!launch.narrow || hpc <= NARROW_QUERIES, "attention", "LOCKSTEP_DECODE_LAUNCH={}: the narrow kernel holds at most {NARROW_QUERIES} query heads a cube, this model's KV heads have {hpc}", launch.name());
@@ -245,7 +245,7 @@ pub(crate) fn tc_split_kv_attention(
                 };
             }
             if launch.narrow {
-                launch_partials!(mma_partial_narrow_kernel, 1, launch.heads_inner);
+                launch_partials!(mma_partial_narrow_kernel, 1);
             } else {
                 launch_partials!(mma_partial_kernel, warps, warps, launch.one_stage);
             }
