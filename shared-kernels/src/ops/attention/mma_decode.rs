@@ -116,7 +116,7 @@ pub fn with_decode_launch<R>(launch: DecodeLaunch, f: impl FnOnce() -> R) -> R {
 /// tile's longest prefix.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn issue_split<F: Float, N: Size, I: Int>(
+pub(crate) fn issue_split<F: Float, N: Size, I: Int>(
     cache: &Tensor<Vector<F, N>>,
     stage: &mut Shared<[Vector<F, N>]>,
     block_rows: &Tensor<I>,

@@ -15,10 +15,10 @@
 //! split sum reads the same `[query][LDPW]` P stage with [`row_sum`] (quarters in key order).
 //! The battery's decode rows against prefill tiles check it as bits, per launch.
 
-use crate::ops::kv_cache::cache_row;
-use crate::ops::attention::splits::{KV_SPLIT, keys_in_split};
+use crate::ops::attention::splits::KV_SPLIT;
+use crate::ops::attention::mma_decode::issue_split;
 use crate::ops::attention::mma::{
-    ldmatrix_x4, mma16816, pack_pair, row_sum, stage_split_async, wait_copies, commit_copies, LDPW, SMEM_ALIGN,
+    ldmatrix_x4, mma16816, pack_pair, row_sum, wait_copies, commit_copies, LDPW, SMEM_ALIGN,
 };
 use crate::ops::attention::cmma::{query_keys, stage_queries, valid_in_split, PAD, TC_QUERIES};
 use crate::ops::ptx::shared_address;
@@ -210,29 +210,6 @@ fn narrow_values(
     }
 }
 
-/// One split's keys (`cache` = k) or values into the stage, zero-filled past the longest prefix.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn issue_split<F: Float, N: Size, I: Int>(
-    cache: &Tensor<Vector<F, N>>,
-    stage: &mut Shared<[Vector<F, N>]>,
-    block_rows: &Tensor<I>,
-    slot: usize,
-    width: usize,
-    split: usize,
-    most_keys: usize,
-    kv_heads: usize,
-    kv_head: usize,
-    #[comptime] head_dim: usize,
-    #[comptime] vs: usize,
-) {
-    let first = split * comptime!(KV_SPLIT);
-    let staged = keys_in_split(most_keys, first);
-    let split_row = cache_row(block_rows, slot, width, first);
-    stage_split_async::<F, N>(cache, stage, 0, split_row, kv_heads, kv_head, staged, head_dim, vs, 32usize);
-    commit_copies();
-}
-
 /// The decode partials of one-row tiles with at most [`NARROW_QUERIES`] heads a cube: one warp a
 /// cube, `per_cube_arg` consecutive splits, K then V through one stage (as `mma_decode`'s
 /// one-stage launch), the same partials layout.
@@ -295,7 +272,8 @@ pub(crate) fn mma_partial_narrow_kernel<F: Float, N: Size, I: Int>(
             end = used;
         }
         if first_split < end {
-            issue_split::<F, N, I>(k_cache, &mut stage, block_rows, slot, width, first_split, most_keys, kv_heads, kv_head, head_dim, vs);
+            issue_split::<F, N, I>(k_cache, &mut stage, block_rows, slot, width, first_split, most_keys, kv_heads, kv_head, head_dim, vs, 32usize);
+            commit_copies();
             stage_queries::<F, N>(q, &mut q_sh, first_row, queries, hpc, first_head, q_heads, 0, head_dim, vs, comptime!(NARROW_QUERIES), 32usize);
             sync_cube();
             let mut qb = Array::<u32>::new(comptime!(head_dim / 8));
@@ -347,13 +325,15 @@ pub(crate) fn mma_partial_narrow_kernel<F: Float, N: Size, I: Int>(
                     pb[comptime!(kc * 2 + 1)] = p_sh[g * comptime!(LDPW) + comptime!(kc * 8 + 4) + t];
                 }
                 sync_cube(); // the keys and the P stage are read
-                issue_split::<F, N, I>(v_cache, &mut stage, block_rows, slot, width, split, most_keys, kv_heads, kv_head, head_dim, vs);
+                issue_split::<F, N, I>(v_cache, &mut stage, block_rows, slot, width, split, most_keys, kv_heads, kv_head, head_dim, vs, 32usize);
+                commit_copies();
                 wait_copies(0usize);
                 sync_cube(); // this split's values have landed
                 narrow_values(&pb, stage_at, partials, base0, base1, write0, write1, head_dim, f16);
                 sync_cube(); // the values are read
                 if split + 1 < end {
-                    issue_split::<F, N, I>(k_cache, &mut stage, block_rows, slot, width, split + 1, most_keys, kv_heads, kv_head, head_dim, vs);
+                    issue_split::<F, N, I>(k_cache, &mut stage, block_rows, slot, width, split + 1, most_keys, kv_heads, kv_head, head_dim, vs, 32usize);
+                    commit_copies();
                 }
             }
         }
