@@ -118,7 +118,7 @@ pub const KNOBS: &[Knob] = &[
         values: "`wgmma`, `cmma`",
         default: "`wgmma`",
         kind: KnobKind::KernelChoice,
-        effect: "the folded weight gradients' tensor-core kernel on CUDA in bf16/f16: `wgmma` = the persistent warpgroup matmul with its accumulators loaded from the f32 accumulator, where its tiles divide the gradient (else `cmma`); `cmma` = one plane per 16 x 16 accumulator block chaining 16-token steps (3.5x slower on the H200, docs/scale.md); same bits either way; anything else is an error naming the variable",
+        effect: "the folded weight gradients' tensor-core kernel on CUDA in bf16/f16: `wgmma` = the persistent warpgroup matmul with its accumulators loaded from the f32 accumulator, where its tiles divide the gradient (else `cmma`); `cmma` = one plane per 16 x 16 accumulator block chaining 16-token steps (3.5x slower on the H200, docs/journal/scale-history.md); same bits either way; anything else is an error naming the variable",
     },
     Knob {
         name: "LOCKSTEP_HOST_PROFILE",

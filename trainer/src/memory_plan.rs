@@ -10,7 +10,7 @@
 //! 4 x intermediate values in the model's dtype, one LM-head chunk's logits and their gradient,
 //! and a few `[heads, t, t]` f32 score tensors of the dense attention backward (with
 //! `train.recompute_layers`, each layer's input plus one layer's values). Calibrated on the
-//! H200 (docs/scale.md, session 14): within about 25% of the measured peaks of 0.6B and 1.7B
+//! H200 (docs/journal/scale-history.md, session 14): within about 25% of the measured peaks of 0.6B and 1.7B
 //! rungs. A run whose fixed part plus that estimate passes the device gets a warning naming
 //! `train.micro_batch_tokens`, not a refusal.
 
