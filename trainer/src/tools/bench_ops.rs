@@ -217,10 +217,33 @@ fn attention_rows(o: &BenchOptions, config: &ModelConfig, device: &Device, emit:
             }
             if cuda {
                 decode_launch_rows(o, device, &call, [rows, ctx, hd], flops, bytes, emit)?;
+                if ctx >= 1024 && kvh > 1 {
+                    head_major_row(o, device, [rows, ctx, hd], (qh, kvh), flops, bytes, emit)?;
+                }
             }
         }
     }
     attention_prefill_rows(o, config, device, emit)
+}
+
+/// The same decode attention (bytes and arithmetic) with each KV head's keys contiguous: the
+/// cache as `rows x kv_heads` sequences of one KV head each, so a cube's 64-key split is one
+/// 16 KB block instead of 64 rows of 256 bytes 2 KB apart (the sampler's cache interleaves a
+/// position's heads). It measures what the cache layout costs the decode read.
+fn head_major_row(o: &BenchOptions, device: &Device, [rows, ctx, hd]: [usize; 3], (qh, kvh): (usize, usize), flops: f64, bytes: f64, emit: &mut impl FnMut(&str, [usize; 3], f64, f64, f64, f64)) -> Result<(), String> {
+    use shared_kernels::ops::attention::{attention_with, AttentionKernel::SplitKvTensorCore};
+    let seqs = rows * kvh;
+    let cache = || Tensor::<4>::random([seqs, ctx, 1, hd], Distribution::Normal(0.0, 1.0), device).cast(o.dtype);
+    let (kc, vc) = (cache(), cache());
+    let q = Tensor::<3>::random([seqs, qh / kvh, hd], Distribution::Normal(0.0, 1.0), device).cast(o.dtype);
+    let slots = Tensor::<1, Int>::from_data(TensorData::new((0..seqs as i32).collect::<Vec<_>>(), [seqs]), device);
+    let positions = Tensor::<1, Int>::from_data(TensorData::new(vec![ctx as i32 - 1; seqs], [seqs]), device);
+    let scale = 1.0 / (hd as f32).sqrt();
+    let call = || attention_with(Some(SplitKvTensorCore), q.clone(), kc.clone(), vc.clone(), slots.clone(), positions.clone(), scale);
+    drop(call().map_err(|e| e.to_string())?);
+    let a = time_op(device, o.repeats, 5, || drop(call().unwrap()));
+    emit("attention decode [split_kv_tc, each KV head's keys contiguous]", [rows, ctx, hd], a, f64::NAN, flops, bytes);
+    Ok(())
 }
 
 /// The tensor-core decode partials under each launch (`LOCKSTEP_DECODE_LAUNCH`'s values): the
