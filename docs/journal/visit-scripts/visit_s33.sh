@@ -13,6 +13,8 @@
 #   PART=final  the narrow kernel as the automatic launch: the whole battery (f32, bf16), then the
 #               0.6B rung's step 0 (512 x 2048; weights ef4829e7211e1545 expected, gen_s)
 #   PART=seed   the seed benchmark (8B, 1000 x 100): cold, then replayed warm
+#   PART=layout the attention bench (0.6B heads) of the final build: the launches' bits, and decode
+#               with each KV head's keys contiguous beside the interleaved cache
 set -u
 O=$OUT
 [ -x /tmp/lockstep ] || { gunzip -c .gpu/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }
@@ -56,4 +58,8 @@ final)
 seed)
   SEED_ARMS="${SEED_ARMS:-matched-cold graphs-warm}" O=$O/seed bash experiments/seed_bench.sh qwen3-8b 1000 100 256 2>&1 | tail -9
   tar -C $O -czf /tmp/seed.tgz . && mv /tmp/seed.tgz $O/seed.tgz ;;
+layout)
+  timeout ${ATT_LIMIT:-150} /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --no-burn --repeats 5 --attention-only > $O/attention-layout.md 2>&1
+  echo "attention bench rc $?"; grep "split_kv_tc" $O/attention-layout.md | grep -v prefill | grep "contiguous\|DIFFER\|4x1\|xn\|\[split_kv_tc\]" | grep -v "128x128" | awk -F'|' '{print $2 $3 $4}'; grep -ci "bits equal" $O/attention-layout.md
+  tar -C $O -czf /tmp/layout.tgz . && mv /tmp/layout.tgz $O/layout.tgz ;;
 esac
