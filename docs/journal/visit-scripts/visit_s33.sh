@@ -13,6 +13,8 @@
 #   PART=final  the narrow kernel as the automatic launch: the whole battery (f32, bf16), then the
 #               0.6B rung's step 0 (512 x 2048; weights ef4829e7211e1545 expected, gen_s)
 #   PART=seed   the seed benchmark (8B, 1000 x 100): cold, then replayed warm
+#   PART=spread the 0.6B 128 x 1024 rung three times in a row on a fresh machine (the kernel
+#               cache cold, then warm): does the update's time spread come from compilation?
 #   PART=layout the attention bench (0.6B heads) of the final build: the launches' bits, and decode
 #               with each KV head's keys contiguous beside the interleaved cache
 set -u
@@ -62,4 +64,11 @@ layout)
   timeout ${ATT_LIMIT:-150} /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --no-burn --repeats 5 --attention-only > $O/attention-layout.md 2>&1
   echo "attention bench rc $?"; grep "split_kv_tc" $O/attention-layout.md | grep -v prefill | grep "contiguous\|DIFFER\|4x1\|xn\|\[split_kv_tc\]" | grep -v "128x128" | awk -F'|' '{print $2 $3 $4}'; grep -ci "bits equal" $O/attention-layout.md
   tar -C $O -czf /tmp/layout.tgz . && mv /tmp/layout.tgz $O/layout.tgz ;;
+spread)
+  for i in 1 2 3; do
+    SCALE_SET="--set task.reward=char_f1 --set train.on_mismatch=stop" O=$O/spread-$i SCALE_LIMIT=${RUNG_LIMIT:-90} bash experiments/scale.sh qwen3-0.6b:128x1024:1:16384 2>&1 | tail -1
+    grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"\|"gen_s":[0-9.]*\|"update_s":[0-9.]*' $O/spread-$i/*.metrics.jsonl | tr '\n' ' '; echo
+    ls ~/.cache/lockstep/kernels 2>/dev/null | wc -l
+  done
+  tar -C $O -czf /tmp/spread.tgz . && mv /tmp/spread.tgz $O/spread.tgz ;;
 esac
