@@ -15,6 +15,8 @@
 #   PART=seed   the seed benchmark (8B, 1000 x 100): cold, then replayed warm
 #   PART=spread the 0.6B 128 x 1024 rung three times in a row on a fresh machine (the kernel
 #               cache cold, then warm): does the update's time spread come from compilation?
+#   PART=e2e    end-to-end decode at the 1.7B shape, 256 requests x 64 + 1,024 tokens, with the
+#               narrow kernel (auto) and the 16-row one (4x1), one process each, auto twice
 #   PART=layout the attention bench (0.6B heads) of the final build: the launches' bits, and decode
 #               with each KV head's keys contiguous beside the interleaved cache
 set -u
@@ -71,4 +73,10 @@ spread)
     ls ~/.cache/lockstep/kernels 2>/dev/null | wc -l
   done
   tar -C $O -czf /tmp/spread.tgz . && mv /tmp/spread.tgz $O/spread.tgz ;;
+e2e)
+  for l in auto 4x1 auto; do
+    LOCKSTEP_DECODE_LAUNCH=$l timeout ${E2E_LIMIT:-75} /tmp/lockstep bench --preset qwen3-1.7b --dtype bf16 --concurrency 256 --prompt-len 64 --new-tokens 1024 \
+      --kernels matched --skip-ops --repeats 1 > $O/e2e-$l-$RANDOM.log 2>&1; echo "$l rc $?: $(grep -h 'median' $(ls -t $O/e2e-$l-*.log | head -1))"
+  done
+  tar -C $O -czf /tmp/e2e.tgz . && mv /tmp/e2e.tgz $O/e2e.tgz ;;
 esac
