@@ -80,17 +80,17 @@ fn main() -> ExitCode {
             }
         };
         if boundaries && lockstep {
-            lockstep_rows("size boundaries", shared_kernels::testing::boundaries::boundary_checks(dtype, &device, seed).map_err(|e| e.to_string()));
+            lockstep_rows("size boundaries", guarded(|| shared_kernels::testing::boundaries::boundary_checks(dtype, &device, seed).map_err(|e| e.to_string())));
             if boundaries_only {
                 continue;
             }
         }
         if lockstep {
-            lockstep_rows("model contract", shared_kernels::testing::contract::model_contract(dtype, &device, seed, 8).map_err(|e| e.to_string()));
+            lockstep_rows("model contract", guarded(|| shared_kernels::testing::contract::model_contract(dtype, &device, seed, 8).map_err(|e| e.to_string())));
         }
         for which in impls {
             let name = if which == Impl::Lockstep { "lockstep" } else { "burn default" };
-            match run_all(which, dtype, dims, &device, seed) {
+            match guarded(|| run_all(which, dtype, dims, &device, seed).map_err(|e| e.to_string())) {
                 Ok(checks) => {
                     for c in checks {
                         if which == Impl::Lockstep && !c.identical() {
@@ -113,10 +113,35 @@ fn main() -> ExitCode {
     if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
 
+/// Runs a check group, a panic inside it (a device failure surfacing where a result is read
+/// back, e.g. a kernel that failed to compile) becoming that group's error: the other groups
+/// still run, the table of what ran is printed and the exit is a failure, not a bare panic.
+fn guarded<T>(group: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(group)).unwrap_or_else(|panic| {
+        let message = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
+        Err(format!("panicked: {}", message.unwrap_or_else(|| "(no message)".into())))
+    })
+}
+
 fn usage(problem: &str) -> ExitCode {
     if !problem.is_empty() {
         eprintln!("error: {problem}");
     }
     eprintln!("usage: lockstep-battery [--large | --boundaries-only] [--dtypes f32,bf16] [--seed N] [--burn-defaults] [--no-lockstep]");
     if problem.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::guarded;
+
+    #[test]
+    fn a_panicking_group_becomes_its_error_and_a_passing_one_its_result() {
+        assert_eq!(guarded(|| Ok::<_, String>(3)), Ok(3));
+        assert_eq!(guarded(|| Err::<u8, _>("named".to_string())), Err("named".to_string()));
+        let e = guarded::<u8>(|| panic!("Error while reading data: a kernel failed to compile")).unwrap_err();
+        assert!(e.contains("panicked") && e.contains("failed to compile"), "{e}");
+        let e = guarded::<u8>(|| std::panic::panic_any(7u32)).unwrap_err();
+        assert!(e.contains("no message"), "{e}");
+    }
 }
