@@ -197,11 +197,7 @@ fn attention_rows(o: &BenchOptions, config: &ModelConfig, device: &Device, emit:
     for &ctx in contexts {
         let row_counts: &[usize] = if ctx <= 128 { &[16, 64, 256] } else { &[1, 16, 64, 128, 256] };
         for &rows in row_counts {
-            let cache = || Tensor::<4>::random([rows, ctx, kvh, hd], Distribution::Normal(0.0, 1.0), device).cast(o.dtype);
-            let (kc, vc) = (cache(), cache());
-            let q = Tensor::<3>::random([rows, qh, hd], Distribution::Normal(0.0, 1.0), device).cast(o.dtype);
-            let slots = Tensor::<1, Int>::from_data(TensorData::new((0..rows as i32).collect::<Vec<_>>(), [rows]), device);
-            let positions = Tensor::<1, Int>::from_data(TensorData::new(vec![ctx as i32 - 1; rows], [rows]), device);
+            let (q, kc, vc, slots, positions) = decode_inputs(o, device, rows, ctx, (qh, kvh, hd));
             let scale = 1.0 / (hd as f32).sqrt();
             let call = |kernel| attention_with(Some(kernel), q.clone(), kc.clone(), vc.clone(), slots.clone(), positions.clone(), scale);
             let bytes = (2 * rows * ctx * kvh * hd + 2 * rows * qh * hd) as f64 * o.dtype.size() as f64;
@@ -226,18 +222,24 @@ fn attention_rows(o: &BenchOptions, config: &ModelConfig, device: &Device, emit:
     attention_prefill_rows(o, config, device, emit)
 }
 
+/// Random decode inputs: `rows` queries of `q_heads` heads, each the last position of its own
+/// `ctx`-position cache of `kv_heads` heads (q, k cache, v cache, slots, positions).
+fn decode_inputs(o: &BenchOptions, device: &Device, rows: usize, ctx: usize, (q_heads, kv_heads, hd): (usize, usize, usize)) -> (Tensor<3>, Tensor<4>, Tensor<4>, Tensor<1, Int>, Tensor<1, Int>) {
+    let cache = || Tensor::<4>::random([rows, ctx, kv_heads, hd], Distribution::Normal(0.0, 1.0), device).cast(o.dtype);
+    let (kc, vc) = (cache(), cache());
+    let q = Tensor::<3>::random([rows, q_heads, hd], Distribution::Normal(0.0, 1.0), device).cast(o.dtype);
+    let slots = Tensor::<1, Int>::from_data(TensorData::new((0..rows as i32).collect::<Vec<_>>(), [rows]), device);
+    let positions = Tensor::<1, Int>::from_data(TensorData::new(vec![ctx as i32 - 1; rows], [rows]), device);
+    (q, kc, vc, slots, positions)
+}
+
 /// The same decode attention (bytes and arithmetic) with each KV head's keys contiguous: the
 /// cache as `rows x kv_heads` sequences of one KV head each, so a cube's 64-key split is one
 /// 16 KB block instead of 64 rows of 256 bytes 2 KB apart (the sampler's cache interleaves a
 /// position's heads). It measures what the cache layout costs the decode read.
 fn head_major_row(o: &BenchOptions, device: &Device, [rows, ctx, hd]: [usize; 3], (qh, kvh): (usize, usize), flops: f64, bytes: f64, emit: &mut impl FnMut(&str, [usize; 3], f64, f64, f64, f64)) -> Result<(), String> {
     use shared_kernels::ops::attention::{attention_with, AttentionKernel::SplitKvTensorCore};
-    let seqs = rows * kvh;
-    let cache = || Tensor::<4>::random([seqs, ctx, 1, hd], Distribution::Normal(0.0, 1.0), device).cast(o.dtype);
-    let (kc, vc) = (cache(), cache());
-    let q = Tensor::<3>::random([seqs, qh / kvh, hd], Distribution::Normal(0.0, 1.0), device).cast(o.dtype);
-    let slots = Tensor::<1, Int>::from_data(TensorData::new((0..seqs as i32).collect::<Vec<_>>(), [seqs]), device);
-    let positions = Tensor::<1, Int>::from_data(TensorData::new(vec![ctx as i32 - 1; seqs], [seqs]), device);
+    let (q, kc, vc, slots, positions) = decode_inputs(o, device, rows * kvh, ctx, (qh / kvh, 1, hd));
     let scale = 1.0 / (hd as f32).sqrt();
     let call = || attention_with(Some(SplitKvTensorCore), q.clone(), kc.clone(), vc.clone(), slots.clone(), positions.clone(), scale);
     drop(call().map_err(|e| e.to_string())?);
@@ -258,16 +260,16 @@ fn decode_launch_rows(
     bytes: f64,
     emit: &mut impl FnMut(&str, [usize; 3], f64, f64, f64, f64),
 ) -> Result<(), String> {
-    use shared_kernels::ops::attention::mma_decode::{with_decode_launch, DecodeLaunch};
+    use shared_kernels::ops::attention::mma_decode::{with_decode_launch, DecodeLaunch, Staging};
     use shared_kernels::ops::attention::AttentionKernel::SplitKvTensorCore;
     let bits = |t: Tensor<3>| t.into_data().as_bytes().to_vec();
-    let reference = DecodeLaunch { splits_per_cube: 1, one_stage: false, narrow: false };
+    let reference = DecodeLaunch { splits_per_cube: 1, staging: Staging::Two };
     let Ok(expected) = with_decode_launch(reference, || call(SplitKvTensorCore)) else { return Ok(()) };
     let expected = bits(expected);
-    // (splits a cube, one stage, the queries on the mma's narrow side)
-    let launches = [(1, false, false), (1, true, false), (4, true, false), (8, true, false), (1, true, true), (4, true, true), (8, true, true)];
-    for (splits_per_cube, one_stage, narrow) in launches {
-        let launch = DecodeLaunch { splits_per_cube, one_stage, narrow };
+    use Staging::{Narrow, One, Two};
+    let launches = [(1, Two), (1, One), (4, One), (8, One), (1, Narrow), (4, Narrow), (8, Narrow)];
+    for (splits_per_cube, staging) in launches {
+        let launch = DecodeLaunch { splits_per_cube, staging };
         let out = with_decode_launch(launch, || call(SplitKvTensorCore)).map_err(|e| e.to_string())?;
         let same = if bits(out) == expected { "bits equal" } else { "bits DIFFER" };
         let a = time_op(device, o.repeats, 5, || with_decode_launch(launch, || drop(call(SplitKvTensorCore).unwrap())));

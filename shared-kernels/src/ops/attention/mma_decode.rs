@@ -39,10 +39,19 @@ pub fn decode_warps(heads_per_cube: usize) -> usize {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeLaunch {
     pub splits_per_cube: usize,
-    pub one_stage: bool,
-    /// The queries on the `mma`'s narrow side ([`super::mma_decode_narrow`], one stage, at most
-    /// 8 heads a cube); `one_stage` is then unused.
-    pub narrow: bool,
+    pub staging: Staging,
+}
+
+/// Which partial kernel and how it stages K and V (`LOCKSTEP_DECODE_LAUNCH`'s K: 2, 1, n).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Staging {
+    /// This kernel, a K and a V stage, each refilled as soon as it is read.
+    Two,
+    /// This kernel, K then V through one stage.
+    One,
+    /// [`super::mma_decode_narrow`]: one stage, the queries on the `mma`'s narrow side (at most
+    /// 8 heads a cube).
+    Narrow,
 }
 
 /// The automatic choice: enough cubes to fill the device several times over, then longer
@@ -62,26 +71,26 @@ impl DecodeLaunch {
         let bad = || format!("LOCKSTEP_DECODE_LAUNCH={text:?} is not `auto` or SxK (S splits per cube 1-64, K stages 1 or 2, or n for the narrow kernel, e.g. 8x1)");
         let (s, k) = text.split_once('x').ok_or_else(bad)?;
         let splits: usize = s.parse().map_err(|_| bad())?;
-        let (one_stage, narrow) = match k {
-            "1" => (true, false),
-            "2" => (false, false),
-            "n" => (true, true),
+        let staging = match k {
+            "1" => Staging::One,
+            "2" => Staging::Two,
+            "n" => Staging::Narrow,
             _ => return Err(bad()),
         };
         if !(1..=64).contains(&splits) {
             return Err(bad());
         }
-        Ok(Some(DecodeLaunch { splits_per_cube: splits, one_stage, narrow }))
+        Ok(Some(DecodeLaunch { splits_per_cube: splits, staging }))
     }
 
     /// The automatic launch for `units` (tile, KV head, part, split) work items of
-    /// `heads_per_cube` query heads: the narrow kernel wherever they fit its 8 columns
-    /// (2-6% faster at 16-256 rows x 4,096 keys, up to 9% at 1,024, session 33).
+    /// `heads_per_cube` query heads: the narrow kernel wherever they fit its 8 columns (3-8%
+    /// faster than one stage here at 16-256 rows x 1,024-4,096 keys, session 33), else one stage.
     pub fn auto(units: usize, heads_per_cube: usize) -> DecodeLaunch {
+        let narrow = heads_per_cube <= super::mma_decode_narrow::NARROW_QUERIES;
         DecodeLaunch {
             splits_per_cube: (units / AUTO_CUBES).clamp(1, MAX_SPLITS_PER_CUBE),
-            one_stage: true,
-            narrow: heads_per_cube <= super::mma_decode_narrow::NARROW_QUERIES,
+            staging: if narrow { Staging::Narrow } else { Staging::One },
         }
     }
 
@@ -96,7 +105,12 @@ impl DecodeLaunch {
     }
 
     pub fn name(self) -> String {
-        format!("{}x{}", self.splits_per_cube, if self.narrow { "n" } else if self.one_stage { "1" } else { "2" })
+        let k = match self.staging {
+            Staging::Two => "2",
+            Staging::One => "1",
+            Staging::Narrow => "n",
+        };
+        format!("{}x{k}", self.splits_per_cube)
     }
 }
 
@@ -353,9 +367,9 @@ mod tests {
     #[test]
     fn the_launch_setting_parses_and_names_the_variable_when_bad() {
         assert_eq!(DecodeLaunch::parse(" auto "), Ok(None));
-        assert_eq!(DecodeLaunch::parse("8x1"), Ok(Some(DecodeLaunch { splits_per_cube: 8, one_stage: true, narrow: false })));
-        assert_eq!(DecodeLaunch::parse("1x2"), Ok(Some(DecodeLaunch { splits_per_cube: 1, one_stage: false, narrow: false })));
-        assert_eq!(DecodeLaunch::parse("4xn"), Ok(Some(DecodeLaunch { splits_per_cube: 4, one_stage: true, narrow: true })));
+        assert_eq!(DecodeLaunch::parse("8x1"), Ok(Some(DecodeLaunch { splits_per_cube: 8, staging: Staging::One })));
+        assert_eq!(DecodeLaunch::parse("1x2"), Ok(Some(DecodeLaunch { splits_per_cube: 1, staging: Staging::Two })));
+        assert_eq!(DecodeLaunch::parse("4xn"), Ok(Some(DecodeLaunch { splits_per_cube: 4, staging: Staging::Narrow })));
         for bad in ["", "8", "0x1", "65x2", "8x3", "x1", "eightx1", "8xN", "8xnn"] {
             let e = DecodeLaunch::parse(bad).unwrap_err();
             assert!(e.contains("LOCKSTEP_DECODE_LAUNCH"), "{bad}: {e}");
@@ -375,10 +389,10 @@ mod tests {
     fn the_automatic_launch_takes_the_narrow_kernel_where_the_heads_fit_it() {
         // Qwen3's 2 (0.6B-1.7B) and 4 (4B-8B) heads a KV head, Llama 70B's 8: narrow; 12+: the 16-row kernel
         for hpc in [1, 2, 4, 8] {
-            assert!(DecodeLaunch::auto(8_192, hpc).narrow, "{hpc}");
+            assert_eq!(DecodeLaunch::auto(8_192, hpc).staging, Staging::Narrow, "{hpc}");
         }
         for hpc in [12, 16, 32] {
-            assert!(!DecodeLaunch::auto(8_192, hpc).narrow, "{hpc}");
+            assert_eq!(DecodeLaunch::auto(8_192, hpc).staging, Staging::One, "{hpc}");
         }
     }
 }

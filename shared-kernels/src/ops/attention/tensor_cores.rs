@@ -7,7 +7,7 @@
 use crate::ops::attention::cmma::*;
 use crate::ops::attention::cmma::PLANE_DIM;
 use crate::ops::attention::cmma_flash::tc_flash_kernel;
-use crate::ops::attention::mma_decode::{decode_warps, mma_partial_kernel, DecodeLaunch};
+use crate::ops::attention::mma_decode::{decode_warps, mma_partial_kernel, DecodeLaunch, Staging};
 use crate::ops::attention::mma_decode_narrow::{mma_partial_narrow_kernel, NARROW_QUERIES};
 use crate::ops::attention::mma_flash::mma_flash_kernel;
 use crate::ops::attention::split_kv::combine_rows;
@@ -211,7 +211,7 @@ pub(crate) fn tc_split_kv_attention(
             let launch = DecodeLaunch::for_units(units, hpc)?;
             let chunks = splits.div_ceil(launch.splits_per_cube);
             let cubes = cube_count_for(single.len() * kv_heads * parts * chunks, 1);
-            ensure!(!launch.narrow || hpc <= NARROW_QUERIES, "attention", "LOCKSTEP_DECODE_LAUNCH={}: the narrow kernel holds at most {NARROW_QUERIES} query heads a cube, this model's KV heads have {hpc}", launch.name());
+            ensure!(launch.staging != Staging::Narrow || hpc <= NARROW_QUERIES, "attention", "LOCKSTEP_DECODE_LAUNCH={}: the narrow kernel holds at most {NARROW_QUERIES} query heads a cube, this model's KV heads have {hpc}", launch.name());
             // the same arguments for both kernels (the narrow one is one warp, one stage)
             macro_rules! launch_partials {
                 ($kernel:ident, $warps:expr $(, $staging:expr)*) => {
@@ -244,10 +244,9 @@ pub(crate) fn tc_split_kv_attention(
                     )
                 };
             }
-            if launch.narrow {
-                launch_partials!(mma_partial_narrow_kernel, 1);
-            } else {
-                launch_partials!(mma_partial_kernel, warps, warps, launch.one_stage);
+            match launch.staging {
+                Staging::Narrow => launch_partials!(mma_partial_narrow_kernel, 1),
+                staging => launch_partials!(mma_partial_kernel, warps, warps, staging == Staging::One),
             }
         } else {
             tc_partial_kernel::launch(
