@@ -18,7 +18,10 @@ pub mod probes;
 pub mod ptx;
 pub mod reduce;
 pub mod rmsnorm;
+pub mod rmsnorm_backward;
 pub mod rope;
+pub mod swiglu_backward;
+pub mod unfused;
 pub mod weight_grad;
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use crate::ops::{cube_count_for, storage, vector_width};
 use crate::bridge::{dims, float_in, float_out, same_device};
 use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
 use crate::{ensure, KernelError};
-use burn::tensor::{DType, Tensor as BTensor};
+use burn::tensor::Tensor as BTensor;
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 
@@ -102,14 +102,8 @@ pub fn swiglu<const D: usize>(gate: BTensor<D>, up: BTensor<D>) -> Result<BTenso
     let (gp, up_) = (plain::<D>(inner(&ga)), plain::<D>(inner(&ua)));
     let y = swiglu_plain(gp.clone(), up_.clone())?;
     Ok(from_tracked(tracked([&ga, &ua], cube(y), move |dy| {
-        let dtype = gp.dtype();
-        let (g, u, dy) = (gp.cast(DType::F32), up_.cast(DType::F32), plain::<D>(dy).cast(DType::F32));
-        let s = burn::tensor::activation::sigmoid(g.clone());
-        let silu = g.clone() * s.clone();
-        let dsilu = s.clone() * (g * (s.neg().add_scalar(1.0))).add_scalar(1.0);
-        let dg = dy.clone() * u * dsilu;
-        let du = dy * silu;
-        [Some(cube(dg.cast(dtype))), Some(cube(du.cast(dtype)))]
+        let (dg, du) = crate::ops::swiglu_backward::swiglu_backward(gp, up_, plain::<D>(dy)).expect("swiglu backward: shapes and dtypes checked in forward");
+        [Some(cube(dg)), Some(cube(du))]
     })))
 }
 

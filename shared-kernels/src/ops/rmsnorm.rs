@@ -4,7 +4,7 @@
 //! Batch invariance: one row per cube, `ROW_BLOCK` units, each folding its strided elements in
 //! order, then one fixed reduction tree.
 
-use crate::ops::reduce::{cube_linear, row_sums, tree_sum};
+use crate::ops::reduce::{cube_linear, tree_sum};
 use crate::ops::pointwise::add_lanes;
 use crate::ops::{cube_count_for, storage, vector_width, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, same_device};
@@ -235,30 +235,20 @@ pub fn rmsnorm<const D: usize>(x: BTensor<D>, weight: BTensor<1>, eps: f32) -> R
     let y = rmsnorm_plain(xp.clone(), wp.clone(), eps)?;
     let w_id = wa.id().value;
     Ok(from_tracked(tracked([&xa, &wa], cube(y), move |dy| {
-        // y = w * x * r with r = (mean(x^2) + eps)^-1/2, per row of the last dim
         let shape = xp.shape();
-        let hidden = shape[D - 1];
-        let rows = shape.num_elements() / hidden;
-        let x2 = xp.reshape([rows, hidden]).cast(DType::F32);
-        let dy2 = plain::<D>(dy).reshape([rows, hidden]).cast(DType::F32);
-        let w = wp.clone().cast(DType::F32).unsqueeze::<2>();
-        // row means through row_sums: burn's reduce gives each row to one unit
-        let row_mean = |t: BTensor<2>| row_sums(t).expect("rmsnorm backward: rows of the op's input").div_scalar(hidden as f64).reshape([rows, 1]);
-        let r = row_mean(x2.clone() * x2.clone()).add_scalar(eps as f64).sqrt().recip();
-        let gw = dy2.clone() * w;
-        let dot = row_mean(gw.clone() * x2.clone());
-        let dx = gw * r.clone() - x2.clone() * r.clone().powi_scalar(3) * dot;
+        let rows = shape.num_elements() / shape[D - 1];
         let dtype = wp.dtype();
-        let dx = Some(cube::<D>(dx.cast(dtype).reshape(shape.clone())));
+        let (dx, weighted) = crate::ops::rmsnorm_backward::rmsnorm_backward(xp, wp, plain::<D>(dy), eps).expect("rmsnorm backward: shapes and dtypes checked in forward");
+        let dx = Some(cube::<D>(dx));
         if crate::grad_fold::folds(w_id) {
             // granules of FOLD_ROWS tokens: rows / shape[0] rows per token ([n, heads, d] inputs)
             let chunk_rows = crate::ops::weight_grad::FOLD_ROWS * (rows / shape[0]);
             crate::grad_fold::fold_into(w_id, crate::grad_fold::FoldUse::Norm, |acc| {
-                crate::ops::weight_grad::fold_column_sums(acc, dy2 * x2 * r, chunk_rows).expect("rmsnorm backward: rows of the op's input")
+                crate::ops::weight_grad::fold_column_sums(acc, weighted, chunk_rows).expect("rmsnorm backward: rows of the op's input")
             });
             return [dx, None];
         }
-        let dw = column_sums(dy2 * x2 * r);
+        let dw = column_sums(weighted);
         [dx, Some(cube::<1>(dw.cast(dtype)))]
     })))
 }

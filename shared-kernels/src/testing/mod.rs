@@ -5,6 +5,7 @@
 pub mod battery;
 pub mod boundaries;
 pub mod contract;
+pub mod fused_backward;
 pub mod rows;
 pub mod scratch;
 

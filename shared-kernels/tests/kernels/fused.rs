@@ -1,5 +1,6 @@
 //! The decode path's fused launches give the unfused ops' bits: add + rmsnorm, swiglu on the
 //! fused gate/up output, and q/k-norm + RoPE + KV-cache writes from the fused q/k/v projection.
+//! The training path's fused backward kernels give the bits of the op chains that define them.
 //! Also bad shapes are errors that name the problem.
 
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
@@ -152,4 +153,21 @@ fn fused_launchers_reject_bad_shapes_by_name() {
     assert!(err.contains("swiglu_halves") && err.contains("even"), "{err}");
     let err = add_rmsnorm(random(&mut rng, [2, 8], 1.0, &device), random(&mut rng, [2, 8], 1.0, &device), random(&mut rng, [7], 1.0, &device), 1e-6).unwrap_err().to_string();
     assert!(err.contains("add_rmsnorm") && err.contains("weight"), "{err}");
+}
+
+/// swiglu's and rmsnorm's one-launch backwards = burn's f32 op chains, as bits, with edge values
+/// planted (the check group the battery runs at real shapes on the H200): even and odd widths
+/// (vectors of 4 lanes and of 1 on wgpu), rows longer and shorter than the 128-unit cube, and
+/// rmsnorm per head of 128 and 64.
+#[test]
+fn fused_backward_kernels_equal_their_op_chains_as_bits() {
+    let device = crate::device();
+    let dtypes: &[DType] = if shared_kernels::device::runtime_name() == "cuda" { &[DType::F32, DType::BF16] } else { &[DType::F32] };
+    for &dtype in dtypes {
+        for (rows, ffn, hidden) in [(16usize, 96usize, 256usize), (7, 37, 200), (3, 8, 64)] {
+            for c in shared_kernels::testing::fused_backward::fused_backward_checks(dtype, &device, crate::seed(), rows, ffn, hidden).unwrap() {
+                assert!(c.identical(), "{} {:?}: {} rows differ, max |diff| {}", c.op, dtype, c.rows_differing, c.max_abs_diff);
+            }
+        }
+    }
 }

@@ -1,0 +1,33 @@
+//! Keeping the roundings of separate launches inside one kernel. A kernel that fuses ops which
+//! ran as separate launches must give each intermediate the f32 value the launch stored; the
+//! compilers may otherwise merge steps across the boundary the launches made:
+//! - NVRTC contracts a product (or the product that ends an inlined `expf`) and a following
+//!   addition into one FMA (its default `-fmad=true`), one rounding instead of two. PTX's
+//!   `add.rn` is never contracted, so on CUDA the addition goes through it.
+//! - Mesa's shader compiler (the CI's lavapipe) also applies inexact algebra to chains it sees
+//!   whole, e.g. `exp(-ln(a))` into a power of `a`. Passing a value through a plane shuffle of
+//!   its own lane, which no compiler looks through, ends the chain there.
+
+use burn_cubecl::cubecl::prelude::*;
+
+/// `a + b` rounded once, never fused with the operation that produced `a` (`cuda`: the
+/// runtime is CUDA, else a plane shuffle stands between them). Neither operand may be a mutable
+/// local: cubecl hands those to inline PTX by address (pass an expression such as `acc * 1.0`).
+#[cube]
+pub(crate) fn add_unfused(a: f32, b: f32, #[comptime] cuda: bool) -> f32 {
+    if comptime!(cuda) { add_rn(a, b) } else { plane_shuffle(a, UNIT_POS_PLANE) + b }
+}
+
+/// `x`, as a value the compiler cannot trace back to the operations that made it (outside
+/// CUDA, whose compiler only contracts, which [`add_unfused`] covers).
+#[cube]
+pub(crate) fn opaque(x: f32, #[comptime] cuda: bool) -> f32 {
+    if comptime!(cuda) { x } else { plane_shuffle(x, UNIT_POS_PLANE) }
+}
+
+#[cube]
+fn add_rn(a: f32, b: f32) -> f32 {
+    let out: f32;
+    gpu_asm!("add.rn.f32 {out}, {a}, {b};", a = in(_) a, b = in(_) b, out = out(_) out, options(nomem));
+    out
+}

@@ -1,0 +1,80 @@
+//! The training path's fused backward kernels give the bits of the op chains that define them
+//! (burn's f32 tensor ops): the check group `lockstep-battery` runs at a real MLP shape on the
+//! H200 and CI runs at small shapes.
+
+use crate::ops::rmsnorm_backward::{rmsnorm_backward, rmsnorm_backward_ops};
+use crate::ops::swiglu_backward::{swiglu_backward, swiglu_backward_ops};
+use crate::testing::rows::{dtype_name, float_tensor, host, random_vec, Check};
+use crate::KernelError;
+use burn::tensor::{DType, Device, Tensor};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+/// Values where the chain's steps overflow, underflow or round to their limits (exp(-g)
+/// overflowing to inf, sigmoid saturating at 0 and 1, signed zeros), planted among random ones.
+const EDGES: [f32; 12] = [0.0, -0.0, 1.0, -1.0, 88.0, -88.0, 104.0, -104.0, 1e-30, -1e-30, 3.0e38, -3.0e38];
+
+/// One row per fused kernel and input layout: swiglu on `[rows, ffn]` (gate values up to ±12,
+/// the edge values planted at the front), rmsnorm on `[rows, hidden]` and per head on
+/// `[rows, hidden / 128, 128]` (q/k norm; one row of zeros, one of large values), each through the
+/// fused kernel and through its op chain, every output element compared as bits.
+pub fn fused_backward_checks(dtype: DType, device: &Device, seed: u64, rows: usize, ffn: usize, hidden: usize) -> Result<Vec<Check>, KernelError> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5b1d);
+    let mut out = Vec::new();
+    let n = rows * ffn;
+    let mut gate = random_vec(&mut rng, n, 12.0);
+    for (i, &e) in EDGES.iter().enumerate().take(n) {
+        gate[i] = e;
+    }
+    let t = |v: Vec<f32>| float_tensor(v, [rows, ffn], dtype, device);
+    let (g, u, dy) = (t(gate), t(random_vec(&mut rng, n, 4.0)), t(random_vec(&mut rng, n, 1.0)));
+    let (dg, du) = swiglu_backward(g.clone(), u.clone(), dy.clone())?;
+    let (want_dg, want_du) = swiglu_backward_ops(g, u, dy);
+    let (differing, max) = differing_rows(&host(dg), &host(want_dg), &host(du), &host(want_du), ffn);
+    out.push(Check { op: format!("swiglu backward {rows}x{ffn}: one launch = burn's f32 op chain"), dtype: dtype_name(dtype), m: rows, rows_differing: differing, max_abs_diff: max });
+
+    let n = rows * hidden;
+    let mut x = random_vec(&mut rng, n, 3.0);
+    x[..hidden].iter_mut().for_each(|v| *v = 0.0);
+    if rows > 1 {
+        x[hidden..2 * hidden].iter_mut().for_each(|v| *v *= 1e17);
+    }
+    let (dy, w) = (random_vec(&mut rng, n, 1.0), random_vec(&mut rng, hidden, 1.5));
+    let head = hidden.min(128);
+    let w_head = float_tensor(w[..head].to_vec(), [head], dtype, device);
+    let w = float_tensor(w, [hidden], dtype, device);
+    let eps = 1e-6;
+    let flat = |v: &[f32]| float_tensor(v.to_vec(), [rows, hidden], dtype, device);
+    let (dx, weighted) = rmsnorm_backward(flat(&x), w.clone(), flat(&dy), eps)?;
+    let (want_dx, want_weighted) = rmsnorm_backward_ops(flat(&x), w, flat(&dy), eps)?;
+    let (differing, max) = differing_rows(&host(dx), &host(want_dx), &host(weighted), &host(want_weighted), hidden);
+    out.push(Check { op: format!("rmsnorm backward {rows}x{hidden}: one launch = burn's f32 op chain"), dtype: dtype_name(dtype), m: rows, rows_differing: differing, max_abs_diff: max });
+    if hidden % head == 0 {
+        let heads = hidden / head;
+        let per_head = |v: &[f32]| -> Tensor<3> { float_tensor(v.to_vec(), [rows, heads, head], dtype, device) };
+        let (dx, weighted) = rmsnorm_backward(per_head(&x), w_head.clone(), per_head(&dy), eps)?;
+        let (want_dx, want_weighted) = rmsnorm_backward_ops(per_head(&x), w_head, per_head(&dy), eps)?;
+        let (differing, max) = differing_rows(&host(dx), &host(want_dx), &host(weighted), &host(want_weighted), hidden);
+        out.push(Check { op: format!("rmsnorm backward per head {rows}x{heads}x{head}: one launch = burn's f32 op chain"), dtype: dtype_name(dtype), m: rows, rows_differing: differing, max_abs_diff: max });
+    }
+    Ok(out)
+}
+
+/// Rows where either output pair differs in any bit, and the largest difference.
+fn differing_rows(a: &[f32], b: &[f32], c: &[f32], d: &[f32], width: usize) -> (usize, f64) {
+    let mut rows = 0;
+    let mut max = 0.0f64;
+    for r in 0..a.len() / width {
+        let span = r * width..(r + 1) * width;
+        let pairs = a[span.clone()].iter().zip(&b[span.clone()]).chain(c[span.clone()].iter().zip(&d[span]));
+        let mut differs = false;
+        for (x, y) in pairs {
+            if x.to_bits() != y.to_bits() {
+                differs = true;
+                max = max.max((*x as f64 - *y as f64).abs());
+            }
+        }
+        rows += differs as usize;
+    }
+    (rows, max)
+}
