@@ -6,6 +6,8 @@
 #   PART=battery  the whole battery (f32, bf16), with the fused backward group at a real MLP shape
 #   PART=swiglu1  the 1.7B update, the previous build (.gpu/lockstep-base.gz) and this one alternating
 #   PART=rung     the 0.6B rung's step 0 (512 x 2048): weights ef4829e7211e1545 if the update's bits held
+#   PART=rung17   the 1.7B rung's step 0 (256 x 4,096): weights 4ff415b8dedb1350 if the update's bits held
+#   PART=ncu2     ncu's GPU time of every kernel of the bench's two updates (warm-up and timed)
 set -u
 O=$OUT
 [ -x /tmp/lockstep ] || { gunzip -c .gpu/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }
@@ -48,7 +50,7 @@ battery)
 swiglu1)
   # the 1.7B update with the previous build (.gpu/lockstep-base.gz) and this one, alternating
   gunzip -c .gpu/lockstep-base.gz > /tmp/lockstep-base && chmod +x /tmp/lockstep-base
-  for b in base lockstep base lockstep; do
+  for b in ${AB_ORDER:-base lockstep base lockstep}; do
     echo "### $b"; timeout 120 /tmp/${b/base/lockstep-base} bench --preset qwen3-1.7b --dtype bf16 --concurrency none --trainer-only --trainer-batches 4 --trainer-len 4096 --repeats 2 2>&1 | grep "^| 4\|rror"
   done | tee $O/update-ab.md
   tar -C $O -czf /tmp/swiglu1.tgz . && mv /tmp/swiglu1.tgz $O/swiglu1.tgz ;;
@@ -58,4 +60,21 @@ rung)
     SCALE_LIMIT=${RUNG_LIMIT:-300} bash experiments/scale.sh qwen3-0.6b:512x2048:1:16384 2>&1 | tail -1
   grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"\|"bit_equal_frac":[0-9.]*\|"gen_s":[0-9.]*\|"update_s":[0-9.]*\|"grad_norm":[0-9.]*' $O/rung/*.metrics.jsonl | tr '\n' ' '; echo
   tar -C $O -czf /tmp/rung.tgz . && mv /tmp/rung.tgz $O/rung.tgz ;;
+rung17)
+  # the 1.7B rung's step 0 (256 x 4,096), session 27's settings: weights 4ff415b8dedb1350 if the
+  # update's bits held
+  SCALE_SET="--set task.reward=char_f1 --set sampler.kv_budget_mib=61500 --set train.on_mismatch=stop" SCALE_ARGS="--max-steps 1" \
+    O=$O/rung17 SCALE_LIMIT=${RUNG_LIMIT:-400} bash experiments/scale.sh qwen3-1.7b:256x4096:8:16384 2>&1 | tail -1
+  grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"\|"bit_equal_frac":[0-9.]*\|"gen_s":[0-9.]*\|"update_s":[0-9.]*\|"grad_norm":[0-9.]*' $O/rung17/*.metrics.jsonl | tr '\n' ' '; echo
+  echo "peak memory MiB: $(sort -n $O/rung17/*.mem | tail -1)"
+  tar -C $O -czf /tmp/rung17.tgz . && mv /tmp/rung17.tgz $O/rung17.tgz ;;
+ncu2)
+  # ncu's GPU time of every kernel of the bench's two updates (warm-up and timed)
+  timeout ${NCU_LIMIT:-300} ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    /tmp/lockstep bench --preset qwen3-1.7b --dtype bf16 --concurrency none --trainer-only --trainer-batches 4 --trainer-len 4096 --repeats 1 > $O/ncu-update.csv 2> $O/ncu-update.err
+  echo "ncu rc $?"; tail -2 $O/ncu-update.err
+  python3 experiments/ncu_summary.py $O/ncu-update.csv --top 40 | tee $O/ncu-update.md
+  python3 experiments/ncu_summary.py $O/ncu-update.csv --grids --top 80 > $O/ncu-update-grids.md
+  xz -9 $O/ncu-update.csv
+  tar -C $O -czf /tmp/ncu2.tgz . && mv /tmp/ncu2.tgz $O/ncu2.tgz ;;
 esac

@@ -5,6 +5,7 @@
 //! the sampler and trainer read the very same table values.
 
 use crate::ops::reduce::cube_linear;
+use crate::ops::unfused::{add_unfused, opaque};
 use crate::ops::{cube_count_for, storage, vector_width};
 use crate::bridge::{dims, float_in, float_out, int_in, same_device};
 use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in, untracked};
@@ -67,8 +68,11 @@ pub(crate) fn rotated_high(a: f32, b: f32, c: f32, s: f32) -> f32 {
 
 /// One unit per vector of `vs` pairs: lanes l of `x[i..i + vs]` and `x[i + h..i + h + vs]` are
 /// rotated one by one with [`rotated_low`] / [`rotated_high`] (scalar table reads), so the
-/// vector width changes the loads only, never the bits.
+/// vector width changes the loads only, never the bits. `backward`: the rotation by the
+/// opposite angle, `(a c + b s, b c - a s)`, each product and the sum rounded apart as the burn
+/// op chain that defined it rounded them ([`rope_backward_ops`]; `ops/unfused.rs`).
 #[cube(launch)]
+#[allow(clippy::too_many_arguments)]
 fn rope_kernel<F: Float, N: Size, I: Int>(
     x: &Tensor<Vector<F, N>>,
     positions: &Tensor<I>,
@@ -80,6 +84,8 @@ fn rope_kernel<F: Float, N: Size, I: Int>(
     half_arg: u32,
     max_positions_arg: u32,
     #[comptime] vs: usize,
+    #[comptime] backward: bool,
+    #[comptime] cuda: bool,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
     let rows = rows_arg as usize;
@@ -106,8 +112,13 @@ fn rope_kernel<F: Float, N: Size, I: Int>(
             let b = f32::cast_from(bv.extract(l));
             let c = cos[pos * half + pv * vs + l];
             let s = sin[pos * half + pv * vs + l];
-            low.insert(l, F::cast_from(rotated_low(a, b, c, s)));
-            high.insert(l, F::cast_from(rotated_high(a, b, c, s)));
+            if comptime!(backward) {
+                low.insert(l, F::cast_from(add_unfused(opaque(a * c, cuda), opaque(b * s, cuda), cuda)));
+                high.insert(l, F::cast_from(add_unfused(opaque(b * c, cuda), -opaque(a * s, cuda), cuda)));
+            } else {
+                low.insert(l, F::cast_from(rotated_low(a, b, c, s)));
+                high.insert(l, F::cast_from(rotated_high(a, b, c, s)));
+            }
         }
         y[base + pv] = low;
         y[base + pv + half_vecs] = high;
@@ -117,31 +128,42 @@ fn rope_kernel<F: Float, N: Size, I: Int>(
 /// Apply RoPE to `x` [rows, heads, head_dim] with `positions` [rows].
 pub fn rope(x: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables) -> Result<BTensor<3>, KernelError> {
     if !x.is_autodiff() {
-        return rope_plain(x, positions, tables);
+        return rope_plain(x, positions, tables, false);
     }
     let xa = tracked_in("rope", "x", x)?;
     let xp = plain::<3>(inner(&xa));
 
     let positions = untracked(positions);
-    let y = rope_plain(xp.clone(), positions.clone(), tables)?;
-    let (cos, sin) = (untracked(tables.cos.clone()), untracked(tables.sin.clone()));
+    let y = rope_plain(xp, positions.clone(), tables, false)?;
+    let tables = tables.clone();
     Ok(from_tracked(tracked([&xa], cube(y), move |dy| {
         // the transpose of a rotation is the rotation by the opposite angle
-        let dtype = xp.dtype();
-        let dy = plain::<3>(dy).cast(DType::F32);
-        let [rows, heads, dim] = dy.dims();
-        let half = dim / 2;
-        let c = cos.select(0, positions.clone()).reshape([rows, 1, half]);
-        let s = sin.select(0, positions).reshape([rows, 1, half]);
-        let a = dy.clone().slice([0..rows, 0..heads, 0..half]);
-        let b = dy.slice([0..rows, 0..heads, half..dim]);
-        let da = a.clone() * c.clone() + b.clone() * s.clone();
-        let db = b * c - a * s;
-        [Some(cube(BTensor::cat(vec![da, db], 2).cast(dtype)))]
+        [Some(cube(rope_plain(plain::<3>(dy), positions, &tables, true).expect("rope backward: shapes checked in forward")))]
     })))
 }
 
-fn rope_plain(x: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables) -> Result<BTensor<3>, KernelError> {
+/// The op chain the rope backward computes, in burn's f32 tensor ops: the definition its bits
+/// are checked against (tests, `lockstep-battery`).
+pub fn rope_backward_ops(dy: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables) -> BTensor<3> {
+    let dtype = dy.dtype();
+    let dy = dy.cast(DType::F32);
+    let [rows, heads, dim] = dy.dims();
+    let half = dim / 2;
+    let c = tables.cos.clone().select(0, positions.clone()).reshape([rows, 1, half]);
+    let s = tables.sin.clone().select(0, positions).reshape([rows, 1, half]);
+    let a = dy.clone().slice([0..rows, 0..heads, 0..half]);
+    let b = dy.slice([0..rows, 0..heads, half..dim]);
+    let da = a.clone() * c.clone() + b.clone() * s.clone();
+    let db = b * c - a * s;
+    BTensor::cat(vec![da, db], 2).cast(dtype)
+}
+
+/// [`rope_backward_ops`] in one launch (the tracked rope's backward).
+pub fn rope_backward(dy: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables) -> Result<BTensor<3>, KernelError> {
+    rope_plain(dy, positions, tables, true)
+}
+
+fn rope_plain(x: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables, backward: bool) -> Result<BTensor<3>, KernelError> {
     const OP: &str = "rope";
     let x = float_in(OP, "x", x)?;
     let positions = int_in(OP, "positions", positions)?;
@@ -172,6 +194,8 @@ fn rope_plain(x: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables) -
         half as u32,
         tables.max_positions as u32,
         vs,
+        backward,
+        crate::device::runtime_name() == "cuda",
         [storage(x.dtype), storage(positions.dtype)],
     );
     Ok(float_out(y))

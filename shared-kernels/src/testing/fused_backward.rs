@@ -3,12 +3,13 @@
 //! H200 and CI runs at small shapes.
 
 use crate::ops::rmsnorm_backward::{rmsnorm_backward, rmsnorm_backward_ops};
+use crate::ops::rope::{rope_backward, rope_backward_ops, RopeTables};
 use crate::ops::swiglu_backward::{swiglu_backward, swiglu_backward_ops};
-use crate::testing::rows::{dtype_name, float_tensor, host, random_vec, Check};
+use crate::testing::rows::{dtype_name, float_tensor, host, int_tensor, random_vec, Check};
 use crate::KernelError;
 use burn::tensor::{DType, Device, Tensor};
 use rand::rngs::StdRng;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 
 /// Values where the chain's steps overflow, underflow or round to their limits (exp(-g)
 /// overflowing to inf, sigmoid saturating at 0 and 1, signed zeros), planted among random ones.
@@ -16,7 +17,8 @@ const EDGES: [f32; 12] = [0.0, -0.0, 1.0, -1.0, 88.0, -88.0, 104.0, -104.0, 1e-3
 
 /// One row per fused kernel and input layout: swiglu on `[rows, ffn]` (gate values up to ±12,
 /// the edge values planted at the front), rmsnorm on `[rows, hidden]` and per head on
-/// `[rows, hidden / 128, 128]` (q/k norm; one row of zeros, one of large values), each through the
+/// `[rows, hidden / 128, 128]` (q/k norm; one row of zeros, one of large values), RoPE's on the
+/// latter at random positions, each through the
 /// fused kernel and through its op chain, every output element compared as bits.
 pub fn fused_backward_checks(dtype: DType, device: &Device, seed: u64, rows: usize, ffn: usize, hidden: usize) -> Result<Vec<Check>, KernelError> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5b1d);
@@ -56,6 +58,15 @@ pub fn fused_backward_checks(dtype: DType, device: &Device, seed: u64, rows: usi
         let (want_dx, want_weighted) = rmsnorm_backward_ops(per_head(&x), w_head, per_head(&dy), eps)?;
         let (differing, max) = differing_rows(&host(dx), &host(want_dx), &host(weighted), &host(want_weighted), hidden);
         out.push(Check { op: format!("rmsnorm backward per head {rows}x{heads}x{head}: one launch = burn's f32 op chain"), dtype: dtype_name(dtype), m: rows, rows_differing: differing, max_abs_diff: max });
+        // RoPE's backward at positions up to 40,960 (Qwen3's context), theta 1e6
+        let max_positions = 40_960;
+        let tables = RopeTables::new(head, max_positions, 1e6, device)?;
+        let positions: Vec<i32> = (0..rows).map(|_| rng.random_range(0..max_positions as i32)).collect();
+        let positions = int_tensor(positions, device);
+        let (got, want) = (rope_backward(per_head(&dy), positions.clone(), &tables)?, rope_backward_ops(per_head(&dy), positions, &tables));
+        let (got, want) = (host(got), host(want));
+        let (differing, max) = differing_rows(&got, &want, &got, &want, hidden);
+        out.push(Check { op: format!("rope backward {rows}x{heads}x{head}: one launch = burn's f32 op chain"), dtype: dtype_name(dtype), m: rows, rows_differing: differing, max_abs_diff: max });
     }
     Ok(out)
 }

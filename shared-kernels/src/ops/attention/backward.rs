@@ -308,8 +308,7 @@ pub fn sequence_backward(
     let ([_, q_heads, head_dim], [_, kv_heads, _]) = (q.dims(), k.dims());
     if crate::ops::attention::mma_backward::tensor_core_backward_setting()? && crate::ops::attention::mma_backward::mma_backward_available(dtype, head_dim) {
         // every sequence at once on tensor cores: each tile reads its own sequence's rows only
-        let (dq, dk, dv) = crate::ops::attention::mma_backward::mma_attention_backward(q, k, v, out, d_out, sequences, scale)?;
-        return Ok((dq.cast(dtype), dk.cast(dtype), dv.cast(dtype)));
+        return crate::ops::attention::mma_backward::mma_attention_backward(q, k, v, out, d_out, sequences, scale);
     }
     let (mut dqs, mut dks, mut dvs) = (Vec::new(), Vec::new(), Vec::new());
     for &(start, len) in sequences {
