@@ -25,6 +25,29 @@ fn mat(v: &[f32], rows: usize, cols: usize) -> Tensor<2> {
     Tensor::<2>::from_data(TensorData::new(v.to_vec(), [rows, cols]), &crate::device())
 }
 
+/// The norms' weight fold adds in a fixed order: each chunk's rows in order from zero, then the
+/// chunks in order onto the accumulator. Checked as bits against that order on the host, with
+/// enough chunks (21: two batches of eight loads in flight and five more) for every loop of the
+/// kernel, an accumulator that starts non-zero, and a partial last chunk.
+#[test]
+fn fold_column_sums_adds_in_its_fixed_order() {
+    let mut rng = StdRng::seed_from_u64(crate::seed() ^ 0xf01d);
+    let (chunk, cols) = (FOLD_ROWS, 37);
+    let t = 20 * chunk + 5;
+    let x = random_vec(&mut rng, t * cols, 3.0);
+    let start = random_vec(&mut rng, cols, 50.0);
+    let acc = fold_column_sums(None, mat(&start, 1, cols), 1).unwrap();
+    let got = host(plain::<2>(fold_column_sums(Some(acc), mat(&x, t, cols), chunk).unwrap()).reshape([1, cols]));
+    for c in 0..cols {
+        let mut want = 0.0f32 + start[c];
+        for first in (0..t).step_by(chunk) {
+            let partial = (first..(first + chunk).min(t)).fold(0.0f32, |a, r| a + x[r * cols + c]);
+            want += partial;
+        }
+        assert_eq!(got[c].to_bits(), want.to_bits(), "column {c}: {} vs {want}", got[c]);
+    }
+}
+
 #[test]
 fn folded_weight_gradients_split_on_granules_equal_one_pass_as_bits() {
     let mut rng = StdRng::seed_from_u64(crate::seed());
