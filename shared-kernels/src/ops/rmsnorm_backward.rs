@@ -88,6 +88,9 @@ pub fn rmsnorm_backward<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: B
     const OP: &str = "rmsnorm_backward";
     let shape = x.shape();
     let (xc, w, d) = (float_in(OP, "x", x)?, float_in(OP, "weight", weight)?, float_in(OP, "dy", dy)?);
+    if !crate::ops::unfused::supported(&xc.client) {
+        return rmsnorm_backward_ops(float_out::<D>(xc), float_out(w), float_out::<D>(d), eps);
+    }
     same_device(OP, &xc, &w, "weight")?;
     same_device(OP, &xc, &d, "dy")?;
     let xd = dims(&xc);

@@ -138,7 +138,7 @@ pub fn rope(x: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables) -> 
     let tables = tables.clone();
     Ok(from_tracked(tracked([&xa], cube(y), move |dy| {
         // the transpose of a rotation is the rotation by the opposite angle
-        [Some(cube(rope_plain(plain::<3>(dy), positions, &tables, true).expect("rope backward: shapes checked in forward")))]
+        [Some(cube(rope_backward(plain::<3>(dy), positions, &tables).expect("rope backward: shapes checked in forward")))]
     })))
 }
 
@@ -158,7 +158,8 @@ pub fn rope_backward_ops(dy: BTensor<3>, positions: BTensor<1, BInt>, tables: &R
     BTensor::cat(vec![da, db], 2).cast(dtype)
 }
 
-/// [`rope_backward_ops`] in one launch (the tracked rope's backward).
+/// [`rope_backward_ops`] in one launch (the tracked rope's backward; the op chain itself on a
+/// runtime without the helpers `ops/unfused.rs` needs).
 pub fn rope_backward(dy: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables) -> Result<BTensor<3>, KernelError> {
     rope_plain(dy, positions, tables, true)
 }
@@ -166,6 +167,9 @@ pub fn rope_backward(dy: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeT
 fn rope_plain(x: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables, backward: bool) -> Result<BTensor<3>, KernelError> {
     const OP: &str = "rope";
     let x = float_in(OP, "x", x)?;
+    if backward && !crate::ops::unfused::supported(&x.client) {
+        return Ok(rope_backward_ops(float_out(x), positions, tables));
+    }
     let positions = int_in(OP, "positions", positions)?;
     let cos = float_in(OP, "cos", tables.cos.clone())?;
     let sin = float_in(OP, "sin", tables.sin.clone())?;

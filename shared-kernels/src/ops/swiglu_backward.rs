@@ -69,6 +69,9 @@ fn swiglu_backward_kernel<F: Float, N: Size>(
 pub fn swiglu_backward<const D: usize>(gate: BTensor<D>, up: BTensor<D>, dy: BTensor<D>) -> Result<(BTensor<D>, BTensor<D>), KernelError> {
     const OP: &str = "swiglu_backward";
     let (g, u, d) = (float_in(OP, "gate", gate)?, float_in(OP, "up", up)?, float_in(OP, "dy", dy)?);
+    if !crate::ops::unfused::supported(&g.client) {
+        return Ok(swiglu_backward_ops(float_out(g), float_out(u), float_out(d)));
+    }
     same_device(OP, &g, &u, "up")?;
     same_device(OP, &g, &d, "dy")?;
     ensure!(dims(&g) == dims(&u) && dims(&g) == dims(&d), OP, "shapes differ: gate {:?}, up {:?}, dy {:?}", dims(&g), dims(&u), dims(&d));

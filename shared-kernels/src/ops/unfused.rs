@@ -10,6 +10,13 @@
 
 use burn_cubecl::cubecl::prelude::*;
 
+/// Whether the kernels built on these helpers run on `client`'s runtime: CUDA (`add.rn`), or one
+/// with plane operations (the shuffles). Elsewhere their callers run the op chains that define
+/// them instead, the same bits by definition.
+pub(crate) fn supported(client: &burn_cubecl::cubecl::client::Client) -> bool {
+    crate::device::runtime_name() == "cuda" || client.features().plane.contains(burn_cubecl::cubecl::ir::features::Plane::Ops)
+}
+
 /// `a + b` rounded once, never fused with the operation that produced `a` (`cuda`: the
 /// runtime is CUDA, else a plane shuffle stands between them). Neither operand may be a mutable
 /// local: cubecl hands those to inline PTX by address (pass an expression such as `acc * 1.0`).
