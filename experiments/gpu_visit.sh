@@ -13,6 +13,7 @@
 #   bash experiments/gpu_visit.sh compile-log            # kernel compilations in a short GRPO run, tc vs pipelined
 #   bash experiments/gpu_visit.sh profile                # per-kernel GPU time: trainer step and sampler decode
 #   UPDATE_SHAPES="qwen3-1.7b:8x2048" bash experiments/gpu_visit.sh profile-update   # the GRPO update's kernels by GPU time, per shape:sequences x tokens
+#                                                      (cubecl's profiler lists lockstep's kernels only, not burn's: ncu for the whole, as gpu-time or visit_s34.sh PART=ncuall)
 #   bash experiments/gpu_visit.sh memory               # memory-bound kernels only (norms, pointwise, rope, logprob) with torch beside them
 #   bash experiments/gpu_visit.sh bounds               # ncu: what bounds each kernel (BOUNDS_PARTS="matmul pipelined memory attention torch")
 #   bash experiments/gpu_visit.sh gpu-time             # ncu: GPU time per kernel of a trainer step and a sampler run vs wall time
