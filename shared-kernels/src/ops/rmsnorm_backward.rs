@@ -83,14 +83,21 @@ fn rmsnorm_backward_kernel<F: Float>(
 
 /// `(dx, (dy x) r)` of `rmsnorm(x, weight, eps)` for the incoming gradient `dy`: `dx` shaped and
 /// typed as `x`, the weight-gradient terms f32 `[rows, hidden]` (plain tensors: the backward of
-/// [`crate::rmsnorm`]).
+/// [`crate::rmsnorm`]); the op chain on a runtime the kernel does not run on by default
+/// (`ops/unfused.rs`).
 pub fn rmsnorm_backward<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: BTensor<D>, eps: f32) -> Result<(BTensor<D>, BTensor<2>), KernelError> {
+    rmsnorm_backward_with(x, weight, dy, eps, false)
+}
+
+/// [`rmsnorm_backward`] in one launch on any runtime with plane shuffles (the checks on lavapipe).
+pub fn rmsnorm_backward_one_launch<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: BTensor<D>, eps: f32) -> Result<(BTensor<D>, BTensor<2>), KernelError> {
+    rmsnorm_backward_with(x, weight, dy, eps, true)
+}
+
+fn rmsnorm_backward_with<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: BTensor<D>, eps: f32, forced: bool) -> Result<(BTensor<D>, BTensor<2>), KernelError> {
     const OP: &str = "rmsnorm_backward";
     let shape = x.shape();
     let (xc, w, d) = (float_in(OP, "x", x)?, float_in(OP, "weight", weight)?, float_in(OP, "dy", dy)?);
-    if !crate::ops::unfused::supported(&xc.client) {
-        return rmsnorm_backward_ops(float_out::<D>(xc), float_out(w), float_out::<D>(d), eps);
-    }
     same_device(OP, &xc, &w, "weight")?;
     same_device(OP, &xc, &d, "dy")?;
     let xd = dims(&xc);
@@ -101,6 +108,9 @@ pub fn rmsnorm_backward<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: B
     let len: usize = xd.iter().product();
     ensure!(hidden > 0 && len > 0, OP, "empty input {xd:?}");
     ensure!(len <= u32::MAX as usize, OP, "{len} elements exceed the u32 index range");
+    if !crate::ops::unfused::one_launch(&xc.client, forced) {
+        return rmsnorm_backward_ops(float_out::<D>(xc), float_out(w), float_out::<D>(d), eps);
+    }
     let rows = len / hidden;
     let dx = empty_device_contiguous_dtype(xc.client.clone(), xc.device.clone(), xd.clone().into(), xc.dtype);
     let weighted = empty_device_contiguous_dtype(xc.client.clone(), xc.device.clone(), [rows, hidden].into(), DType::F32);

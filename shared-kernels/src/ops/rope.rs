@@ -7,7 +7,7 @@
 use crate::ops::reduce::cube_linear;
 use crate::ops::unfused::{add_unfused, opaque};
 use crate::ops::{cube_count_for, storage, vector_width};
-use crate::bridge::{dims, float_in, float_out, int_in, same_device};
+use crate::bridge::{dims, float_in, float_out, int_in, int_out, same_device};
 use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in, untracked};
 use crate::{ensure, KernelError};
 use burn::tensor::{DType, Device, Int as BInt, Tensor as BTensor, TensorData};
@@ -128,13 +128,13 @@ fn rope_kernel<F: Float, N: Size, I: Int>(
 /// Apply RoPE to `x` [rows, heads, head_dim] with `positions` [rows].
 pub fn rope(x: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables) -> Result<BTensor<3>, KernelError> {
     if !x.is_autodiff() {
-        return rope_plain(x, positions, tables, false);
+        return rope_plain(x, positions, tables, Direction::Forward);
     }
     let xa = tracked_in("rope", "x", x)?;
     let xp = plain::<3>(inner(&xa));
 
     let positions = untracked(positions);
-    let y = rope_plain(xp, positions.clone(), tables, false)?;
+    let y = rope_plain(xp, positions.clone(), tables, Direction::Forward)?;
     let tables = tables.clone();
     Ok(from_tracked(tracked([&xa], cube(y), move |dy| {
         // the transpose of a rotation is the rotation by the opposite angle
@@ -159,17 +159,27 @@ pub fn rope_backward_ops(dy: BTensor<3>, positions: BTensor<1, BInt>, tables: &R
 }
 
 /// [`rope_backward_ops`] in one launch (the tracked rope's backward; the op chain itself on a
-/// runtime without the helpers `ops/unfused.rs` needs).
+/// runtime the kernel's backward does not run on by default, `ops/unfused.rs`).
 pub fn rope_backward(dy: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables) -> Result<BTensor<3>, KernelError> {
-    rope_plain(dy, positions, tables, true)
+    rope_plain(dy, positions, tables, Direction::Backward { forced: false })
 }
 
-fn rope_plain(x: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables, backward: bool) -> Result<BTensor<3>, KernelError> {
+/// [`rope_backward`] in one launch on any runtime with plane shuffles (the checks on lavapipe).
+pub fn rope_backward_one_launch(dy: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables) -> Result<BTensor<3>, KernelError> {
+    rope_plain(dy, positions, tables, Direction::Backward { forced: true })
+}
+
+/// Which rotation [`rope_plain`] applies; the backward's `forced` runs the kernel where it would
+/// otherwise run the op chain (`ops/unfused.rs`).
+#[derive(Clone, Copy, PartialEq)]
+enum Direction {
+    Forward,
+    Backward { forced: bool },
+}
+
+fn rope_plain(x: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables, direction: Direction) -> Result<BTensor<3>, KernelError> {
     const OP: &str = "rope";
     let x = float_in(OP, "x", x)?;
-    if backward && !crate::ops::unfused::supported(&x.client) {
-        return Ok(rope_backward_ops(float_out(x), positions, tables));
-    }
     let positions = int_in(OP, "positions", positions)?;
     let cos = float_in(OP, "cos", tables.cos.clone())?;
     let sin = float_in(OP, "sin", tables.sin.clone())?;
@@ -180,6 +190,11 @@ fn rope_plain(x: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables, b
     ensure!(head_dim == tables.head_dim, OP, "x is {xd:?} but the tables are for head_dim {}", tables.head_dim);
     ensure!(pd == [rows], OP, "x has {rows} rows but positions is {pd:?}");
     ensure!(rows > 0 && heads > 0, OP, "empty input {xd:?}");
+    if let Direction::Backward { forced } = direction {
+        if !crate::ops::unfused::one_launch(&x.client, forced) {
+            return Ok(rope_backward_ops(float_out(x), int_out(positions), tables));
+        }
+    }
     let half = head_dim / 2;
     let y = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), xd.clone().into(), x.dtype);
     let vs = vector_width(x.dtype, half);
@@ -198,7 +213,7 @@ fn rope_plain(x: BTensor<3>, positions: BTensor<1, BInt>, tables: &RopeTables, b
         half as u32,
         tables.max_positions as u32,
         vs,
-        backward,
+        direction != Direction::Forward,
         crate::device::runtime_name() == "cuda",
         [storage(x.dtype), storage(positions.dtype)],
     );

@@ -65,19 +65,29 @@ fn swiglu_backward_kernel<F: Float, N: Size>(
 }
 
 /// `(d gate, d up)` of `silu(gate) * up` for the incoming gradient `dy`, in the inputs' dtype
-/// (plain tensors: the backward of [`crate::swiglu`]).
+/// (plain tensors: the backward of [`crate::swiglu`]); the op chain on a runtime the kernel does
+/// not run on by default (`ops/unfused.rs`).
 pub fn swiglu_backward<const D: usize>(gate: BTensor<D>, up: BTensor<D>, dy: BTensor<D>) -> Result<(BTensor<D>, BTensor<D>), KernelError> {
+    swiglu_backward_with(gate, up, dy, false)
+}
+
+/// [`swiglu_backward`] in one launch on any runtime with plane shuffles (the checks on lavapipe).
+pub fn swiglu_backward_one_launch<const D: usize>(gate: BTensor<D>, up: BTensor<D>, dy: BTensor<D>) -> Result<(BTensor<D>, BTensor<D>), KernelError> {
+    swiglu_backward_with(gate, up, dy, true)
+}
+
+fn swiglu_backward_with<const D: usize>(gate: BTensor<D>, up: BTensor<D>, dy: BTensor<D>, forced: bool) -> Result<(BTensor<D>, BTensor<D>), KernelError> {
     const OP: &str = "swiglu_backward";
     let (g, u, d) = (float_in(OP, "gate", gate)?, float_in(OP, "up", up)?, float_in(OP, "dy", dy)?);
-    if !crate::ops::unfused::supported(&g.client) {
-        return Ok(swiglu_backward_ops(float_out(g), float_out(u), float_out(d)));
-    }
     same_device(OP, &g, &u, "up")?;
     same_device(OP, &g, &d, "dy")?;
     ensure!(dims(&g) == dims(&u) && dims(&g) == dims(&d), OP, "shapes differ: gate {:?}, up {:?}, dy {:?}", dims(&g), dims(&u), dims(&d));
     ensure!(g.dtype == u.dtype && g.dtype == d.dtype, OP, "dtypes differ: gate {:?}, up {:?}, dy {:?}", g.dtype, u.dtype, d.dtype);
     let len: usize = dims(&g).iter().product();
     ensure!(len <= u32::MAX as usize, OP, "{len} elements exceed the u32 index range");
+    if !crate::ops::unfused::one_launch(&g.client, forced) {
+        return Ok(swiglu_backward_ops(float_out(g), float_out(u), float_out(d)));
+    }
     let out = || empty_device_contiguous_dtype(g.client.clone(), g.device.clone(), dims(&g).into(), g.dtype);
     let (dg, du) = (out(), out());
     if len > 0 {

@@ -10,11 +10,13 @@
 
 use burn_cubecl::cubecl::prelude::*;
 
-/// Whether the kernels built on these helpers run on `client`'s runtime: CUDA (`add.rn`), or one
-/// with plane operations (the shuffles). Elsewhere their callers run the op chains that define
-/// them instead, the same bits by definition.
-pub(crate) fn supported(client: &burn_cubecl::cubecl::client::Client) -> bool {
-    crate::device::runtime_name() == "cuda" || client.features().plane.contains(burn_cubecl::cubecl::ir::features::Plane::Ops)
+/// Whether the kernels built on these helpers run on `client`'s runtime by default: CUDA
+/// (`add.rn`), or one that advertises plane operations (the shuffles). Elsewhere their callers
+/// run the op chains that define them, the same bits by definition. `forced` runs the kernel
+/// anyway: the CI's lavapipe shuffles planes, but cubecl advertises no plane operations on a
+/// CPU adapter, and the tests must run the kernels there.
+pub(crate) fn one_launch(client: &burn_cubecl::cubecl::client::Client, forced: bool) -> bool {
+    forced || crate::device::runtime_name() == "cuda" || client.features().plane.contains(burn_cubecl::cubecl::ir::features::Plane::Ops)
 }
 
 /// `a + b` rounded once, never fused with the operation that produced `a` (`cuda`: the

@@ -2,9 +2,9 @@
 //! (burn's f32 tensor ops): the check group `lockstep-battery` runs at a real MLP shape on the
 //! H200 and CI runs at small shapes.
 
-use crate::ops::rmsnorm_backward::{rmsnorm_backward, rmsnorm_backward_ops};
-use crate::ops::rope::{rope_backward, rope_backward_ops, RopeTables};
-use crate::ops::swiglu_backward::{swiglu_backward, swiglu_backward_ops};
+use crate::ops::rmsnorm_backward::{rmsnorm_backward_one_launch as rmsnorm_backward, rmsnorm_backward_ops};
+use crate::ops::rope::{rope_backward_one_launch as rope_backward, rope_backward_ops, RopeTables};
+use crate::ops::swiglu_backward::{swiglu_backward_one_launch as swiglu_backward, swiglu_backward_ops};
 use crate::testing::rows::{dtype_name, float_tensor, host, int_tensor, random_vec, Check};
 use crate::KernelError;
 use burn::tensor::{DType, Device, Tensor};

@@ -153,6 +153,14 @@ fn fused_launchers_reject_bad_shapes_by_name() {
     assert!(err.contains("swiglu_halves") && err.contains("even"), "{err}");
     let err = add_rmsnorm(random(&mut rng, [2, 8], 1.0, &device), random(&mut rng, [2, 8], 1.0, &device), random(&mut rng, [7], 1.0, &device), 1e-6).unwrap_err().to_string();
     assert!(err.contains("add_rmsnorm") && err.contains("weight"), "{err}");
+    // the training path's one-launch backwards
+    use shared_kernels::ops::{rmsnorm_backward::rmsnorm_backward, rope::rope_backward, swiglu_backward::swiglu_backward};
+    let err = swiglu_backward(random(&mut rng, [2, 8], 1.0, &device), random(&mut rng, [2, 8], 1.0, &device), random(&mut rng, [2, 7], 1.0, &device)).unwrap_err().to_string();
+    assert!(err.contains("swiglu_backward") && err.contains("dy [2, 7]"), "{err}");
+    let err = rmsnorm_backward(random(&mut rng, [2, 8], 1.0, &device), random(&mut rng, [7], 1.0, &device), random(&mut rng, [2, 8], 1.0, &device), 1e-6).unwrap_err().to_string();
+    assert!(err.contains("rmsnorm_backward") && err.contains("weight"), "{err}");
+    let err = rope_backward(random(&mut rng, [2, 1, 8], 1.0, &device), ints(vec![0], &device), &tables).unwrap_err().to_string();
+    assert!(err.contains("rope") && err.contains("positions"), "{err}");
 }
 
 /// swiglu's and rmsnorm's one-launch backwards = burn's f32 op chains, as bits, with edge values
