@@ -8,6 +8,7 @@
 #   PART=rung     the 0.6B rung's step 0 (512 x 2048): weights ef4829e7211e1545 if the update's bits held
 #   PART=rung17   the 1.7B rung's step 0 (256 x 4,096): weights 4ff415b8dedb1350 if the update's bits held
 #   PART=ncu2     ncu's GPU time of every kernel of the bench's two updates (warm-up and timed)
+#   PART=rung4    (not run: no device time left) the 4B rung's step 0: weights 29f943f40ec64c89 if the bits held
 set -u
 O=$OUT
 [ -x /tmp/lockstep ] || { gunzip -c .gpu/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }
@@ -77,4 +78,11 @@ ncu2)
   python3 experiments/ncu_summary.py $O/ncu-update.csv --grids --top 80 > $O/ncu-update-grids.md
   xz -9 $O/ncu-update.csv
   tar -C $O -czf /tmp/ncu2.tgz . && mv /tmp/ncu2.tgz $O/ncu2.tgz ;;
+rung4)
+  # not run in session 34 (no device time left): the 4B full-parameter rung's step 0 with
+  # session 26's settings (recompute reruns the fused backwards): weights 29f943f40ec64c89
+  SCALE_SET="--set task.reward=char_f1 --set sampler.kv_budget_mib=42000 --set sampler.max_batch=128 --set train.recompute_layers=true --set train.on_mismatch=stop" \
+    SCALE_ARGS="--max-steps 1" O=$O/rung4 SCALE_LIMIT=${RUNG_LIMIT:-400} bash experiments/scale.sh qwen3-4b:128x2048:8:8192 2>&1 | tail -1
+  grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"\|"bit_equal_frac":[0-9.]*\|"gen_s":[0-9.]*\|"update_s":[0-9.]*\|"grad_norm":[0-9.]*' $O/rung4/*.metrics.jsonl | tr '\n' ' '; echo
+  tar -C $O -czf /tmp/rung4.tgz . && mv /tmp/rung4.tgz $O/rung4.tgz ;;
 esac
