@@ -7,7 +7,6 @@
 #   PART=swiglu1  the 1.7B update, the previous build (.gpu/lockstep-base.gz) and this one alternating
 #   PART=rung     the 0.6B rung's step 0 (512 x 2048): weights ef4829e7211e1545 if the update's bits held
 #   PART=rung17   the 1.7B rung's step 0 (256 x 4,096): weights 4ff415b8dedb1350 if the update's bits held
-#   PART=ncu2     ncu's GPU time of every kernel of the bench's two updates (warm-up and timed)
 #   PART=rung4    (not run: no device time left) the 4B rung's step 0: weights 29f943f40ec64c89 if the bits held
 set -u
 O=$OUT
@@ -69,15 +68,6 @@ rung17)
   grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"\|"bit_equal_frac":[0-9.]*\|"gen_s":[0-9.]*\|"update_s":[0-9.]*\|"grad_norm":[0-9.]*' $O/rung17/*.metrics.jsonl | tr '\n' ' '; echo
   echo "peak memory MiB: $(sort -n $O/rung17/*.mem | tail -1)"
   tar -C $O -czf /tmp/rung17.tgz . && mv /tmp/rung17.tgz $O/rung17.tgz ;;
-ncu2)
-  # ncu's GPU time of every kernel of the bench's two updates (warm-up and timed)
-  timeout ${NCU_LIMIT:-300} ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-    /tmp/lockstep bench --preset qwen3-1.7b --dtype bf16 --concurrency none --trainer-only --trainer-batches 4 --trainer-len 4096 --repeats 1 > $O/ncu-update.csv 2> $O/ncu-update.err
-  echo "ncu rc $?"; tail -2 $O/ncu-update.err
-  python3 experiments/ncu_summary.py $O/ncu-update.csv --top 40 | tee $O/ncu-update.md
-  python3 experiments/ncu_summary.py $O/ncu-update.csv --grids --top 80 > $O/ncu-update-grids.md
-  xz -9 $O/ncu-update.csv
-  tar -C $O -czf /tmp/ncu2.tgz . && mv /tmp/ncu2.tgz $O/ncu2.tgz ;;
 rung4)
   # not run in session 34 (no device time left): the 4B full-parameter rung's step 0 with
   # session 26's settings (recompute reruns the fused backwards): weights 29f943f40ec64c89

@@ -96,7 +96,6 @@ pub fn rmsnorm_backward_one_launch<const D: usize>(x: BTensor<D>, weight: BTenso
 
 fn rmsnorm_backward_with<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: BTensor<D>, eps: f32, forced: bool) -> Result<(BTensor<D>, BTensor<2>), KernelError> {
     const OP: &str = "rmsnorm_backward";
-    let shape = x.shape();
     let (xc, w, d) = (float_in(OP, "x", x)?, float_in(OP, "weight", weight)?, float_in(OP, "dy", dy)?);
     same_device(OP, &xc, &w, "weight")?;
     same_device(OP, &xc, &d, "dy")?;
@@ -132,7 +131,7 @@ fn rmsnorm_backward_with<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: 
         crate::device::runtime_name() == "cuda",
         storage(xc.dtype),
     );
-    Ok((float_out::<D>(dx).reshape(shape), float_out(weighted)))
+    Ok((float_out::<D>(dx), float_out(weighted)))
 }
 
 /// The op chain [`rmsnorm_backward`] computes, in burn's f32 tensor ops and `row_sums`: the

@@ -10,7 +10,7 @@
 //!   projection's) in micro-batch-sized pieces = one pass, and a sequence's attention gradients
 //!   (the dense per-sequence path and the linear-memory kernels) = the same sequence alone.
 
-use crate::testing::rows::{dtype_name, float_tensor, host, int_tensor, random_vec, Check};
+use crate::testing::rows::{differing_rows, dtype_name, float_tensor, host, int_tensor, random_vec, Check};
 use crate::KernelError;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use rand::rngs::StdRng;
@@ -21,18 +21,6 @@ const QWEN_VOCAB: usize = 151_936;
 
 fn check(op: impl Into<String>, dtype: DType, m: usize, rows_differing: usize, max_abs_diff: f64) -> Check {
     Check { op: op.into(), dtype: dtype_name(dtype), m, rows_differing, max_abs_diff }
-}
-
-fn differing_rows(a: &[f32], b: &[f32], width: usize) -> (usize, f64) {
-    let mut rows = 0;
-    let mut max = 0.0f64;
-    for (x, y) in a.chunks(width).zip(b.chunks(width)) {
-        if x.iter().zip(y).any(|(p, q)| p.to_bits() != q.to_bits()) {
-            rows += 1;
-        }
-        max = x.iter().zip(y).map(|(p, q)| (p - q).abs() as f64).fold(max, f64::max);
-    }
-    (rows + a.len().abs_diff(b.len()), max)
 }
 
 /// Every boundary check at `dtype` (the select and divmod rows are dtype-free and run once, at
@@ -72,7 +60,7 @@ pub fn boundary_checks(dtype: DType, device: &Device, seed: u64) -> Result<Vec<C
     let got = host(crate::embedding(t.clone(), int_tensor(ids.clone(), device))?);
     let rounded = host(t);
     let want: Vec<f32> = ids.iter().flat_map(|&i| rounded[i as usize * hidden..(i as usize + 1) * hidden].to_vec()).collect();
-    let (bad, max) = differing_rows(&got, &want, hidden);
+    let (bad, max) = differing_rows(&[(&got, &want)], hidden);
     out.push(check(format!("embedding {rows} x {hidden} (68000 cubes) = table rows"), dtype, rows, bad, max));
     // the fused head: 17k rows of Qwen3's vocabulary in one call = a few rows alone
     let (rows, hidden) = (17_200usize, 1024usize);
@@ -114,7 +102,7 @@ fn training_backward(dtype: DType, device: &Device, rng: &mut StdRng) -> Result<
             acc = Some(fold_matmul(acc, dy.clone().slice([w[0]..w[1], 0..n]), x.clone().slice([w[0]..w[1], 0..k]))?);
         }
         let pieces = host(plain::<2>(acc.expect("pieces")));
-        let (bad, max) = differing_rows(&pieces, &whole, k);
+        let (bad, max) = differing_rows(&[(&pieces, &whole)], k);
         out.push(check(format!("folded weight gradient [{n}, {k}] over {t} tokens in {} pieces = one pass", cuts.len() - 1), dtype, n, bad, max));
     }
     // attention gradients of one sequence alone = between two neighbours (dense path at 1500
@@ -141,7 +129,7 @@ fn training_backward(dtype: DType, device: &Device, rng: &mut StdRng) -> Result<
         let (mut bad, mut max) = (0, 0.0f64);
         for (i, h) in [heads, kv_heads, kv_heads].into_iter().enumerate() {
             let mid = &all[i][37 * h * d..(37 + len) * h * d];
-            let (b, m) = differing_rows(mid, &alone[i], h * d);
+            let (b, m) = differing_rows(&[(mid, &alone[i])], h * d);
             bad += b;
             max = max.max(m);
         }
@@ -208,7 +196,7 @@ fn long_prefix_attention(dtype: DType, device: &Device, rng: &mut StdRng) -> Res
         let qr = q.clone().slice([p as usize..p as usize + 1, 0..heads, 0..d]);
         let alone = host(crate::ops::attention::attention_for_rows(qr, kc.clone(), vc.clone(), ints(&[0]), ints(&[p]), &[0], scale, None)?.reshape([1, heads * d]));
         let row = &all[p as usize * heads * d..(p as usize + 1) * heads * d];
-        let (b, m) = differing_rows(&alone, row, heads * d);
+        let (b, m) = differing_rows(&[(&alone, row)], heads * d);
         bad += b;
         max = max.max(m);
     }

@@ -5,7 +5,7 @@
 use crate::ops::rmsnorm_backward::{rmsnorm_backward_one_launch as rmsnorm_backward, rmsnorm_backward_ops};
 use crate::ops::rope::{rope_backward_one_launch as rope_backward, rope_backward_ops, RopeTables};
 use crate::ops::swiglu_backward::{swiglu_backward_one_launch as swiglu_backward, swiglu_backward_ops};
-use crate::testing::rows::{dtype_name, float_tensor, host, int_tensor, random_vec, Check};
+use crate::testing::rows::{differing_rows, dtype_name, float_tensor, host, int_tensor, random_vec, row_invariance, Check, BATCH_SIZES};
 use crate::KernelError;
 use burn::tensor::{DType, Device, Tensor};
 use rand::rngs::StdRng;
@@ -18,8 +18,9 @@ const EDGES: [f32; 12] = [0.0, -0.0, 1.0, -1.0, 88.0, -88.0, 104.0, -104.0, 1e-3
 /// One row per fused kernel and input layout: swiglu on `[rows, ffn]` (gate values up to ±12,
 /// the edge values planted at the front), rmsnorm on `[rows, hidden]` and per head on
 /// `[rows, hidden / 128, 128]` (q/k norm; one row of zeros, one of large values), RoPE's on the
-/// latter at random positions, each through the
-/// fused kernel and through its op chain, every output element compared as bits.
+/// latter at random positions, each through the fused kernel and through its op chain, every
+/// output element compared as bits; and the rmsnorm kernel's rows in launches of every batch
+/// size against the same rows of the whole launch.
 pub fn fused_backward_checks(dtype: DType, device: &Device, seed: u64, rows: usize, ffn: usize, hidden: usize) -> Result<Vec<Check>, KernelError> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5b1d);
     let mut out = Vec::new();
@@ -32,7 +33,7 @@ pub fn fused_backward_checks(dtype: DType, device: &Device, seed: u64, rows: usi
     let (g, u, dy) = (t(gate), t(random_vec(&mut rng, n, 4.0)), t(random_vec(&mut rng, n, 1.0)));
     let (dg, du) = swiglu_backward(g.clone(), u.clone(), dy.clone())?;
     let (want_dg, want_du) = swiglu_backward_ops(g, u, dy);
-    let (differing, max) = differing_rows(&host(dg), &host(want_dg), &host(du), &host(want_du), ffn);
+    let (differing, max) = differing_rows(&[(&host(dg), &host(want_dg)), (&host(du), &host(want_du))], ffn);
     out.push(Check { op: format!("swiglu backward {rows}x{ffn}: one launch = burn's f32 op chain"), dtype: dtype_name(dtype), m: rows, rows_differing: differing, max_abs_diff: max });
 
     let n = rows * hidden;
@@ -48,15 +49,24 @@ pub fn fused_backward_checks(dtype: DType, device: &Device, seed: u64, rows: usi
     let eps = 1e-6;
     let flat = |v: &[f32]| float_tensor(v.to_vec(), [rows, hidden], dtype, device);
     let (dx, weighted) = rmsnorm_backward(flat(&x), w.clone(), flat(&dy), eps)?;
-    let (want_dx, want_weighted) = rmsnorm_backward_ops(flat(&x), w, flat(&dy), eps)?;
-    let (differing, max) = differing_rows(&host(dx), &host(want_dx), &host(weighted), &host(want_weighted), hidden);
+    let (want_dx, want_weighted) = rmsnorm_backward_ops(flat(&x), w.clone(), flat(&dy), eps)?;
+    let (differing, max) = differing_rows(&[(&host(dx), &host(want_dx)), (&host(weighted), &host(want_weighted))], hidden);
     out.push(Check { op: format!("rmsnorm backward {rows}x{hidden}: one launch = burn's f32 op chain"), dtype: dtype_name(dtype), m: rows, rows_differing: differing, max_abs_diff: max });
+    // its one reduction is per row: each row's dx and weight terms are its own whatever rows
+    // share the launch
+    out.extend(row_invariance(&format!("rmsnorm backward {rows}x{hidden}, one launch"), dtype, rows, &BATCH_SIZES, seed, |idx| {
+        let pick = |v: &[f32]| idx.iter().flat_map(|&r| v[r * hidden..(r + 1) * hidden].to_vec()).collect::<Vec<f32>>();
+        let rows_of = |v: &[f32]| float_tensor(v.to_vec(), [idx.len(), hidden], dtype, device);
+        let (dx, weighted) = rmsnorm_backward(rows_of(&pick(&x)), w.clone(), rows_of(&pick(&dy)), eps)?;
+        let (dx, weighted) = (host(dx), host(weighted));
+        Ok((0..idx.len()).map(|i| [&dx[i * hidden..(i + 1) * hidden], &weighted[i * hidden..(i + 1) * hidden]].concat()).collect())
+    })?);
     if hidden % head == 0 {
         let heads = hidden / head;
         let per_head = |v: &[f32]| -> Tensor<3> { float_tensor(v.to_vec(), [rows, heads, head], dtype, device) };
         let (dx, weighted) = rmsnorm_backward(per_head(&x), w_head.clone(), per_head(&dy), eps)?;
         let (want_dx, want_weighted) = rmsnorm_backward_ops(per_head(&x), w_head, per_head(&dy), eps)?;
-        let (differing, max) = differing_rows(&host(dx), &host(want_dx), &host(weighted), &host(want_weighted), hidden);
+        let (differing, max) = differing_rows(&[(&host(dx), &host(want_dx)), (&host(weighted), &host(want_weighted))], hidden);
         out.push(Check { op: format!("rmsnorm backward per head {rows}x{heads}x{head}: one launch = burn's f32 op chain"), dtype: dtype_name(dtype), m: rows, rows_differing: differing, max_abs_diff: max });
         // RoPE's backward at positions up to 40,960 (Qwen3's context), theta 1e6
         let max_positions = 40_960;
@@ -65,27 +75,8 @@ pub fn fused_backward_checks(dtype: DType, device: &Device, seed: u64, rows: usi
         let positions = int_tensor(positions, device);
         let (got, want) = (rope_backward(per_head(&dy), positions.clone(), &tables)?, rope_backward_ops(per_head(&dy), positions, &tables));
         let (got, want) = (host(got), host(want));
-        let (differing, max) = differing_rows(&got, &want, &got, &want, hidden);
+        let (differing, max) = differing_rows(&[(&got, &want)], hidden);
         out.push(Check { op: format!("rope backward {rows}x{heads}x{head}: one launch = burn's f32 op chain"), dtype: dtype_name(dtype), m: rows, rows_differing: differing, max_abs_diff: max });
     }
     Ok(out)
-}
-
-/// Rows where either output pair differs in any bit, and the largest difference.
-fn differing_rows(a: &[f32], b: &[f32], c: &[f32], d: &[f32], width: usize) -> (usize, f64) {
-    let mut rows = 0;
-    let mut max = 0.0f64;
-    for r in 0..a.len() / width {
-        let span = r * width..(r + 1) * width;
-        let pairs = a[span.clone()].iter().zip(&b[span.clone()]).chain(c[span.clone()].iter().zip(&d[span]));
-        let mut differs = false;
-        for (x, y) in pairs {
-            if x.to_bits() != y.to_bits() {
-                differs = true;
-                max = max.max((*x as f64 - *y as f64).abs());
-            }
-        }
-        rows += differs as usize;
-    }
-    (rows, max)
 }

@@ -104,6 +104,27 @@ pub fn host_int(t: Tensor<1, Int>) -> Vec<i64> {
     t.into_data().convert::<i64>().try_to_vec::<i64>().expect("int data")
 }
 
+/// Rows of `width` values where any (got, want) pair differs in a bit (a length difference
+/// counts its extra values as rows), and the largest difference seen.
+pub fn differing_rows(pairs: &[(&[f32], &[f32])], width: usize) -> (usize, f64) {
+    let mut differs: Vec<bool> = Vec::new();
+    let mut max = 0.0f64;
+    for (a, b) in pairs {
+        for (i, (p, q)) in a.iter().zip(b.iter()).enumerate() {
+            if p.to_bits() != q.to_bits() {
+                let row = i / width;
+                if differs.len() <= row {
+                    differs.resize(row + 1, false);
+                }
+                differs[row] = true;
+                max = max.max((*p as f64 - *q as f64).abs());
+            }
+        }
+    }
+    let extra: usize = pairs.iter().map(|(a, b)| a.len().abs_diff(b.len())).sum();
+    (differs.iter().filter(|&&d| d).count() + extra, max)
+}
+
 /// Compare rows of batch results against the full-batch baseline, as bits.
 pub fn compare(op: &str, dtype: &'static str, m: usize, got: &[Vec<f32>], want: &[&Vec<f32>]) -> Check {
     let mut rows_differing = 0;
