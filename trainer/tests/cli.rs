@@ -110,6 +110,7 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
         ("task.toml", "[task]\nname = \"chess\"\n", vec!["task.name", "chess"]),
         ("budget.toml", "[sampler]\nkv_budget_mib = 0.001\n", vec!["sampler.kv_budget_mib", "fewer than one request"]),
         ("reserve.toml", "[sampler]\nkv_reserve = 1.5\n", vec!["sampler.kv_reserve", "[0, 1]"]),
+        ("no_room.toml", "[sampler]\ncontext = 8\nmax_new_tokens = 8\n", vec!["sampler.context", "sampler.max_new_tokens = 8"]),
         ("digits.toml", "[task]\nname = \"addition\"\ndigits = 12\n", vec!["task.digits", "addition", "1..=9"]),
         // sizes that would abort the process or poison the device are refused before any allocation
         ("context.toml", "[sampler]\ncontext = 100000000000\n", vec!["sampler.context"]),

@@ -66,6 +66,9 @@ impl Config {
                 return bad(key, "must be at least 1".into());
             }
         }
+        if self.sampler.max_new_tokens >= self.sampler.context {
+            return bad("sampler.context", format!("is {} tokens, which leaves no room for a prompt beside sampler.max_new_tokens = {} (a request needs prompt + max_new_tokens positions)", self.sampler.context, self.sampler.max_new_tokens));
+        }
         if !(self.sampler.kv_budget_mib >= 0.0 && self.sampler.kv_budget_mib.is_finite()) {
             return bad("sampler.kv_budget_mib", format!("must be a finite number >= 0 (0 = no budget), got {}", self.sampler.kv_budget_mib));
         }

@@ -76,7 +76,10 @@ impl Trainer {
         let engine_phases = self.engine.take_phase_times();
         let mut completions = Vec::with_capacity(results.len());
         for r in results {
-            completions.push(r.map_err(|e| RunError::Other(format!("step {step}: sampler: {e}")))?);
+            completions.push(r.map_err(|e| {
+                let hint = if matches!(e, sampler::SampleError::TooLong { .. }) { " (raise sampler.context or lower sampler.max_new_tokens)" } else { "" };
+                RunError::Other(format!("step {step}: sampler: {e}{hint}"))
+            })?);
         }
         // a non-finite logprob is a fault (weights or device), never a sample: named, not trained on
         for (r, comp) in requests[own.clone()].iter().zip(&completions) {
