@@ -8,7 +8,9 @@
 //! - attention over an 8k-position prefix: prefill tiles = the rows decoded alone;
 //! - the training backward at real shapes: folded weight gradients (the LM head's and an MLP
 //!   projection's) in micro-batch-sized pieces = one pass, and a sequence's attention gradients
-//!   (the dense per-sequence path and the linear-memory kernels) = the same sequence alone.
+//!   (the dense per-sequence path and the linear-memory kernels) = the same sequence alone;
+//! - the one-launch swiglu, rmsnorm and rope backwards past 2^31 elements: rows across element
+//!   2^31 = the same rows alone.
 
 use crate::testing::rows::{differing_rows, dtype_name, float_tensor, host, int_tensor, random_vec, Check};
 use crate::KernelError;
@@ -84,6 +86,80 @@ pub fn boundary_checks(dtype: DType, device: &Device, seed: u64) -> Result<Vec<C
     out.push(check(format!("head_logprobs {rows} rows x {QWEN_VOCAB} = rows alone"), dtype, probe.len(), bad, max));
     out.push(long_prefix_attention(dtype, device, &mut rng)?);
     out.extend(training_backward(dtype, device, &mut rng)?);
+    out.extend(fused_backwards_across(1 << 31, dtype, device, false)?);
+    Ok(out)
+}
+
+/// The one-launch backwards (`ops/swiglu_backward.rs`, `ops/rmsnorm_backward.rs`, the rope
+/// kernel's backward mode) over tensors just past `boundary` elements (the battery: 2^31, within
+/// the 2^32 their launchers accept; CI: what lavapipe holds) at the real shapes' row widths: the
+/// rows on both sides of element `boundary`, the first and the last, each as the same rows
+/// launched alone. `one_launch` forces the kernels where the launchers would run the op chains
+/// (`ops/unfused.rs`). Inputs are drawn on the device (2^31 host values would take minutes to
+/// make and copy); a row's bits depend on its own values alone either way.
+pub fn fused_backwards_across(boundary: usize, dtype: DType, device: &Device, one_launch: bool) -> Result<Vec<Check>, KernelError> {
+    use crate::ops::{rmsnorm_backward as norm, rope, swiglu_backward as swiglu};
+    let past = boundary + boundary / 64;
+    let swiglu_bw = if one_launch { swiglu::swiglu_backward_one_launch::<2> } else { swiglu::swiglu_backward::<2> };
+    let norm_bw = if one_launch { norm::rmsnorm_backward_one_launch::<3> } else { norm::rmsnorm_backward::<3> };
+    let rope_bw = if one_launch { rope::rope_backward_one_launch } else { rope::rope_backward };
+    let random = |shape: [usize; 2]| Tensor::<2>::random(shape, burn::tensor::Distribution::Uniform(-2.0, 2.0), device).cast(dtype);
+    let probes = |width: usize, rows: usize| -> Vec<usize> {
+        let split = boundary / width;
+        let mut rows_probed = vec![0, split - 1, split, split + 1, rows - 1];
+        rows_probed.dedup();
+        rows_probed
+    };
+    let mut out = Vec::new();
+    // swiglu's backward at the 1.7B shape's intermediate size
+    let width = 6144usize;
+    let rows = past.div_ceil(width);
+    let (g, u, dy) = (random([rows, width]), random([rows, width]), random([rows, width]));
+    let (dg, du) = swiglu_bw(g.clone(), u.clone(), dy.clone())?;
+    let (mut bad, mut max) = (0, 0.0f64);
+    for &r in &probes(width, rows) {
+        let row = |t: &Tensor<2>| t.clone().slice([r..r + 1, 0..width]);
+        let (ag, au) = swiglu_bw(row(&g), row(&u), row(&dy))?;
+        let (b, m) = differing_rows(&[(&host(row(&dg)), &host(ag)), (&host(row(&du)), &host(au))], width);
+        bad += b;
+        max = max.max(m);
+    }
+    out.push(check(format!("swiglu backward [{rows}, {width}] ({} elements): rows across element {boundary} = rows alone", rows * width), dtype, 5, bad, max));
+    drop((g, u, dy, dg, du));
+    // rmsnorm's backward: hidden rows of 2048 and per-head rows of 16 x 128
+    for (heads, width) in [(1usize, 2048usize), (16, 128)] {
+        let tokens = past.div_ceil(heads * width);
+        let (x, dy) = (random([tokens * heads, width]).reshape([tokens, heads, width]), random([tokens * heads, width]).reshape([tokens, heads, width]));
+        let w = Tensor::<1>::random([width], burn::tensor::Distribution::Uniform(-2.0, 2.0), device).cast(dtype);
+        let (dx, weighted) = norm_bw(x.clone(), w.clone(), dy.clone(), 1e-6)?;
+        let (mut bad, mut max) = (0, 0.0f64);
+        let row_width = heads * width;
+        for &t in &probes(row_width, tokens) {
+            let tok = |x: &Tensor<3>| x.clone().slice([t..t + 1, 0..heads, 0..width]);
+            let (ax, aw) = norm_bw(tok(&x), w.clone(), tok(&dy), 1e-6)?;
+            let whole_w = weighted.clone().slice([t * heads..(t + 1) * heads, 0..width]);
+            let (b, m) = differing_rows(&[(&host(tok(&dx)), &host(ax)), (&host(whole_w), &host(aw))], row_width);
+            bad += b;
+            max = max.max(m);
+        }
+        out.push(check(format!("rmsnorm backward [{tokens}, {heads}, {width}] ({} elements): tokens across element {boundary} = tokens alone", tokens * row_width), dtype, 5, bad, max));
+    }
+    // rope's backward over the per-head rows, positions cycling through 8k
+    let (heads, head_dim) = (16usize, 128usize);
+    let tokens = past.div_ceil(heads * head_dim);
+    let tables = crate::RopeTables::new(head_dim, 8192, 1_000_000.0, device)?;
+    let positions: Vec<i32> = (0..tokens).map(|t| (t % 8192) as i32).collect();
+    let pos = int_tensor(positions.clone(), device);
+    let dy = random([tokens * heads, head_dim]).reshape([tokens, heads, head_dim]);
+    let dx = rope_bw(dy.clone(), pos, &tables)?;
+    let (mut bad, mut max) = (0, 0.0f64);
+    for &t in &probes(heads * head_dim, tokens) {
+        let alone = rope_bw(dy.clone().slice([t..t + 1, 0..heads, 0..head_dim]), int_tensor(vec![positions[t]], device), &tables)?;
+        let (b, m) = differing_rows(&[(&host(dx.clone().slice([t..t + 1, 0..heads, 0..head_dim])), &host(alone))], heads * head_dim);
+        bad += b;
+        max = max.max(m);
+    }
+    out.push(check(format!("rope backward [{tokens}, {heads}, {head_dim}] ({} elements): tokens across element {boundary} = tokens alone", tokens * heads * head_dim), dtype, 5, bad, max));
     Ok(out)
 }
 

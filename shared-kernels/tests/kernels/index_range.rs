@@ -42,3 +42,16 @@ fn launches_past_the_u32_index_range_are_errors_naming_the_op_and_sizes() {
     let err = shared_kernels::matmul(x.clone(), x, WeightLayout::OutIn).unwrap_err().to_string();
     assert!(err.contains("matmul") && err.contains("[65537, 65537]") && err.contains("4295098369"), "{err}");
 }
+
+#[test]
+fn fused_backwards_give_rows_across_a_size_boundary_their_own_bits() {
+    // the battery's check past 2^31 elements (H200) at what lavapipe holds: just past 2^23
+    // elements, where the per-head rmsnorm's row cubes (65,600 of 128 values) need a 2-D grid,
+    // the kernels forced where the launchers would run the op chains
+    let device = crate::device();
+    let checks = shared_kernels::testing::boundaries::fused_backwards_across(1 << 23, burn::tensor::DType::F32, &device, true).unwrap();
+    assert_eq!(checks.len(), 4);
+    for c in checks {
+        assert!(c.identical(), "{}: {} rows differ, max |diff| {}", c.op, c.rows_differing, c.max_abs_diff);
+    }
+}
