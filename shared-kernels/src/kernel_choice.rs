@@ -39,11 +39,14 @@ pub struct KernelChoice {
     /// `LOCKSTEP_DECODE_GRAPH_PADDING`: replayed steps padded to 1, 2, 4, then multiples of 8
     /// rows (`on`, the default), or one graph per exact row count (`off`).
     pub decode_graph_padding: bool,
+    /// `LOCKSTEP_NORM_PLANES`: rmsnorm and its backward over rows of 128 values (the per-head
+    /// q/k norms) one plane a row (`on`) or one cube a row (`off`, the default until measured).
+    pub norm_planes: bool,
 }
 
 impl Default for KernelChoice {
     fn default() -> Self {
-        KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, fold_on_wgmma: true, decode_fusion: true, decode_graphs: true, decode_graph_padding: true }
+        KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, fold_on_wgmma: true, decode_fusion: true, decode_graphs: true, decode_graph_padding: true, norm_planes: false }
     }
 }
 
@@ -74,6 +77,7 @@ impl KernelChoice {
             decode_fusion: either("LOCKSTEP_DECODE_FUSION", "on", "off")?.unwrap_or(default.decode_fusion),
             decode_graphs: either("LOCKSTEP_DECODE_GRAPHS", "on", "off")?.unwrap_or(default.decode_graphs),
             decode_graph_padding: either("LOCKSTEP_DECODE_GRAPH_PADDING", "on", "off")?.unwrap_or(default.decode_graph_padding),
+            norm_planes: either("LOCKSTEP_NORM_PLANES", "on", "off")?.unwrap_or(default.norm_planes),
         };
         // the benchmark-only tuning variables, checked with the choice (each family keeps its
         // own parsed copy, read once per process)
@@ -106,7 +110,7 @@ mod tests {
     #[test]
     fn the_unset_environment_is_the_default_choice() {
         // CI sets none of the kernel variables; a developer's shell may, so compare only then
-        let kernel_vars = ["LOCKSTEP_MATMUL", "LOCKSTEP_ATTENTION", "LOCKSTEP_ATTENTION_TC", "LOCKSTEP_ATTENTION_BACKWARD", "LOCKSTEP_FOLD_KERNEL", "LOCKSTEP_DECODE_FUSION"];
+        let kernel_vars = ["LOCKSTEP_MATMUL", "LOCKSTEP_ATTENTION", "LOCKSTEP_ATTENTION_TC", "LOCKSTEP_ATTENTION_BACKWARD", "LOCKSTEP_FOLD_KERNEL", "LOCKSTEP_DECODE_FUSION", "LOCKSTEP_NORM_PLANES"];
         if kernel_vars.iter().all(|v| !crate::knobs::is_set(v)) {
             assert_eq!(KernelChoice::from_env().unwrap(), KernelChoice::default());
             assert_eq!(*KernelChoice::process().unwrap(), KernelChoice::default());

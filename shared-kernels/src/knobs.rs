@@ -177,6 +177,13 @@ pub const KNOBS: &[Knob] = &[
         effect: "replayed decode steps padded to 1, 2, 4, then multiples of 8 rows (never past `sampler.max_batch`) by stand-in rows repeating real rows in turn, so a batch shrinking through a tail of answers ending one by one stays on one graph for up to 8 steps; the same bits (batch invariance; engine checks). On the H200, 0.6B answers of 256-512 tokens: at 256 requests 41,255 tok/s padded against 26,581 exact and 35,409 launched (exact graphs capture at almost every step of the tail), at 64 requests 18,016 against 13,558 and 8,723",
     },
     Knob {
+        name: "LOCKSTEP_NORM_PLANES",
+        values: "`on`, `off`",
+        default: "`off`",
+        kind: KnobKind::KernelChoice,
+        effect: "rmsnorm and its backward over rows of 128 values (Qwen3's per-head q/k norms, sampler and trainer alike) with one plane a row (`ops/rmsnorm_planes.rs`: the cube kernels' tree on the plane's lanes) instead of one 128-unit cube a row; the same bits (CI on lavapipe's planes: `rmsnorm on planes = one cube a row`, the backward = its op chain; battery group `fused backward`). Off by default until an H200 run measures it and checks its bits there (added in session 35 without a GPU); CUDA and runtimes advertising plane operations only",
+    },
+    Knob {
         name: "LOCKSTEP_KERNEL_CACHE",
         values: "a directory, or `off`",
         default: "`$XDG_CACHE_HOME/lockstep/kernels`, else `~/.cache/lockstep/kernels`",

@@ -6,6 +6,7 @@
 
 use crate::ops::reduce::{cube_linear, tree_sum};
 use crate::ops::pointwise::add_lanes;
+use crate::ops::rmsnorm_planes::{chosen_plane, plane_fits, rmsnorm_plane_kernel};
 use crate::ops::{cube_count_for, storage, vector_width, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, same_device};
 use crate::autodiff::{column_sums, cube, from_tracked, inner, plain, tracked, tracked_in};
@@ -254,6 +255,28 @@ pub fn rmsnorm<const D: usize>(x: BTensor<D>, weight: BTensor<1>, eps: f32) -> R
 }
 
 fn rmsnorm_plain<const D: usize>(x: BTensor<D>, weight: BTensor<1>, eps: f32) -> Result<BTensor<D>, KernelError> {
+    rmsnorm_on(Kernel::Chosen, x, weight, eps)
+}
+
+/// [`rmsnorm`] (without autodiff) on the plane kernel for rows of [`ROW_BLOCK`] values with
+/// planes of this size (`ops/rmsnorm_planes.rs`; it must be the device's own), or `None`: on the
+/// cube kernel. Lets CI and the battery compare the two whatever the process chose.
+#[doc(hidden)]
+pub fn rmsnorm_with_planes<const D: usize>(plane: Option<usize>, x: BTensor<D>, weight: BTensor<1>, eps: f32) -> Result<BTensor<D>, KernelError> {
+    ensure!(!x.is_autodiff(), "rmsnorm", "rmsnorm_with_planes takes plain tensors (rmsnorm records the backward)");
+    rmsnorm_on(plane.map_or(Kernel::Cube, Kernel::Planes), x, weight, eps)
+}
+
+/// Which rmsnorm kernel a call runs.
+#[derive(Clone, Copy)]
+enum Kernel {
+    /// The process's choice (`LOCKSTEP_NORM_PLANES`).
+    Chosen,
+    Cube,
+    Planes(usize),
+}
+
+fn rmsnorm_on<const D: usize>(kernel: Kernel, x: BTensor<D>, weight: BTensor<1>, eps: f32) -> Result<BTensor<D>, KernelError> {
     const OP: &str = "rmsnorm";
     let x = float_in(OP, "x", x)?;
     let weight = float_in(OP, "weight", weight)?;
@@ -266,6 +289,32 @@ fn rmsnorm_plain<const D: usize>(x: BTensor<D>, weight: BTensor<1>, eps: f32) ->
     let rows: usize = xd[..xd.len() - 1].iter().product();
     ensure!(rows > 0 && hidden > 0, OP, "empty input {xd:?}");
     let y = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), xd.clone().into(), x.dtype);
+    let plane = match kernel {
+        Kernel::Planes(p) => {
+            ensure!(plane_fits(p, hidden), OP, "planes of {p} lanes for rows of {hidden}: the plane kernel needs rows of {ROW_BLOCK} and a power-of-two plane below {ROW_BLOCK}");
+            Some(p)
+        }
+        Kernel::Cube => None,
+        Kernel::Chosen => chosen_plane(&x.client, hidden)?,
+    };
+    if let Some(plane) = plane {
+        let vs = vector_width(x.dtype, ROW_BLOCK / plane);
+        rmsnorm_plane_kernel::launch(
+            &x.client,
+            cube_count_for(rows, ROW_BLOCK / plane),
+            CubeDim::new_1d(ROW_BLOCK as u32),
+            vs,
+            x.clone().into_tensor_arg(),
+            weight.into_tensor_arg(),
+            y.clone().into_tensor_arg(),
+            rows as u32,
+            eps,
+            plane,
+            vs,
+            storage(x.dtype),
+        );
+        return Ok(float_out(y));
+    }
     ensure_staged_row_fits(OP, hidden, x.dtype)?;
     let vs = vector_width(x.dtype, hidden);
     rmsnorm_kernel::launch(

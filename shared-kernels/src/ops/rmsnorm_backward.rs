@@ -13,7 +13,8 @@
 
 use crate::ops::reduce::{cube_linear, row_sums, tree_sum};
 use crate::ops::unfused::{add_unfused, opaque};
-use crate::ops::{cube_count_for, storage, ROW_BLOCK};
+use crate::ops::rmsnorm_planes::{chosen_plane, plane_fits, rmsnorm_backward_plane_kernel};
+use crate::ops::{cube_count_for, storage, vector_width, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, same_device};
 use crate::{ensure, KernelError};
 use burn::tensor::{DType, Tensor as BTensor};
@@ -59,26 +60,38 @@ fn rmsnorm_backward_kernel<F: Float>(
         let mut shared = Shared::new_slice(block);
         let squares = tree_sum(&mut shared, sums[0usize], block);
         let products = tree_sum(&mut shared, sums[1usize], block);
-        let n = f32::cast_from(hidden as u32);
-        let mean = opaque(squares / n, cuda);
-        let root = opaque(opaque(mean + eps, cuda).sqrt(), cuda);
-        let r = opaque(root.recip(), cuda);
-        let r3 = opaque(r.powf(three), cuda);
-        let dot = opaque(products / n, cuda);
+        let (r, r3, dot) = row_factors(squares, products, f32::cast_from(hidden as u32), eps, three, cuda);
         #[unroll]
         for k in 0..per_unit {
             let i = unit + k * block;
             if i < hidden {
-                let xv = f32::cast_from(x[base + i]);
-                let dyv = f32::cast_from(dy[base + i]);
-                let gw = opaque(dyv * f32::cast_from(weight[i]), cuda);
-                let along = opaque(gw * r, cuda);
-                let across = opaque(opaque(xv * r3, cuda) * dot, cuda);
-                dx[base + i] = F::cast_from(add_unfused(along, -across, cuda));
-                weighted[base + i] = opaque(dyv * xv, cuda) * r;
+                let (dxe, we) = element_grads(f32::cast_from(x[base + i]), f32::cast_from(dy[base + i]), f32::cast_from(weight[i]), r, r3, dot, cuda);
+                dx[base + i] = F::cast_from(dxe);
+                weighted[base + i] = we;
             }
         }
     }
+}
+
+/// A row's `(r, r³, sum(dy w x) / n)` from its two sums over `n` values, each step rounded
+/// (shared by the cube and plane kernels, `ops/rmsnorm_planes.rs`).
+#[cube]
+pub(crate) fn row_factors(squares: f32, products: f32, n: f32, eps: f32, three: f32, #[comptime] cuda: bool) -> (f32, f32, f32) {
+    let mean = opaque(squares / n, cuda);
+    let root = opaque(opaque(mean + eps, cuda).sqrt(), cuda);
+    let r = opaque(root.recip(), cuda);
+    let r3 = opaque(r.powf(three), cuda);
+    let dot = opaque(products / n, cuda);
+    (r, r3, dot)
+}
+
+/// One element's `dx` (f32, before the cast to the dtype) and weight term `(dy x) r`.
+#[cube]
+pub(crate) fn element_grads(xv: f32, dyv: f32, wv: f32, r: f32, r3: f32, dot: f32, #[comptime] cuda: bool) -> (f32, f32) {
+    let gw = opaque(dyv * wv, cuda);
+    let along = opaque(gw * r, cuda);
+    let across = opaque(opaque(xv * r3, cuda) * dot, cuda);
+    (add_unfused(along, -across, cuda), opaque(dyv * xv, cuda) * r)
 }
 
 /// `(dx, (dy x) r)` of `rmsnorm(x, weight, eps)` for the incoming gradient `dy`: `dx` shaped and
@@ -86,15 +99,35 @@ fn rmsnorm_backward_kernel<F: Float>(
 /// [`crate::rmsnorm`]); the op chain on a runtime the kernel does not run on by default
 /// (`ops/unfused.rs`).
 pub fn rmsnorm_backward<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: BTensor<D>, eps: f32) -> Result<(BTensor<D>, BTensor<2>), KernelError> {
-    rmsnorm_backward_with(x, weight, dy, eps, false)
+    rmsnorm_backward_with(x, weight, dy, eps, Launch::Default)
 }
 
 /// [`rmsnorm_backward`] in one launch on any runtime with plane shuffles (the checks on lavapipe).
 pub fn rmsnorm_backward_one_launch<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: BTensor<D>, eps: f32) -> Result<(BTensor<D>, BTensor<2>), KernelError> {
-    rmsnorm_backward_with(x, weight, dy, eps, true)
+    rmsnorm_backward_with(x, weight, dy, eps, Launch::OneLaunch)
 }
 
-fn rmsnorm_backward_with<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: BTensor<D>, eps: f32, forced: bool) -> Result<(BTensor<D>, BTensor<2>), KernelError> {
+/// [`rmsnorm_backward`] for rows of [`ROW_BLOCK`] values on the plane kernel with planes of
+/// `plane` lanes (`ops/rmsnorm_planes.rs`), which must be the device's own plane size: lets CI
+/// and the battery run it where the process's choice would not.
+#[doc(hidden)]
+pub fn rmsnorm_backward_on_planes<const D: usize>(plane: usize, x: BTensor<D>, weight: BTensor<1>, dy: BTensor<D>, eps: f32) -> Result<(BTensor<D>, BTensor<2>), KernelError> {
+    rmsnorm_backward_with(x, weight, dy, eps, Launch::Planes(plane))
+}
+
+/// Which of the backward's forms a call runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Launch {
+    /// The kernel where it runs by default (`ops/unfused.rs`), on planes where the process
+    /// chose them for rows of [`ROW_BLOCK`]; else the op chain.
+    Default,
+    /// The cube kernel on any runtime with plane shuffles.
+    OneLaunch,
+    /// The plane kernel with planes of this size.
+    Planes(usize),
+}
+
+fn rmsnorm_backward_with<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: BTensor<D>, eps: f32, launch: Launch) -> Result<(BTensor<D>, BTensor<2>), KernelError> {
     const OP: &str = "rmsnorm_backward";
     let (xc, w, d) = (float_in(OP, "x", x)?, float_in(OP, "weight", weight)?, float_in(OP, "dy", dy)?);
     same_device(OP, &xc, &w, "weight")?;
@@ -107,12 +140,45 @@ fn rmsnorm_backward_with<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: 
     let len: usize = xd.iter().product();
     ensure!(hidden > 0 && len > 0, OP, "empty input {xd:?}");
     ensure!(len <= u32::MAX as usize, OP, "{len} elements exceed the u32 index range");
-    if !crate::ops::unfused::one_launch(&xc.client, forced) {
-        return rmsnorm_backward_ops(float_out::<D>(xc), float_out(w), float_out::<D>(d), eps);
-    }
+    let plane = match launch {
+        Launch::Planes(p) => {
+            ensure!(plane_fits(p, hidden), OP, "planes of {p} lanes for rows of {hidden}: the plane kernel needs rows of {ROW_BLOCK} and a power-of-two plane below {ROW_BLOCK}");
+            Some(p)
+        }
+        Launch::OneLaunch => None,
+        Launch::Default => {
+            if !crate::ops::unfused::one_launch(&xc.client, false) {
+                return rmsnorm_backward_ops(float_out::<D>(xc), float_out(w), float_out::<D>(d), eps);
+            }
+            chosen_plane(&xc.client, hidden)?
+        }
+    };
     let rows = len / hidden;
     let dx = empty_device_contiguous_dtype(xc.client.clone(), xc.device.clone(), xd.clone().into(), xc.dtype);
     let weighted = empty_device_contiguous_dtype(xc.client.clone(), xc.device.clone(), [rows, hidden].into(), DType::F32);
+    let cuda = crate::device::runtime_name() == "cuda";
+    if let Some(plane) = plane {
+        let vs = vector_width(xc.dtype, ROW_BLOCK / plane).min(vector_width(DType::F32, ROW_BLOCK / plane));
+        rmsnorm_backward_plane_kernel::launch(
+            &xc.client,
+            cube_count_for(rows, ROW_BLOCK / plane),
+            CubeDim::new_1d(ROW_BLOCK as u32),
+            vs,
+            xc.clone().into_tensor_arg(),
+            w.into_tensor_arg(),
+            d.into_tensor_arg(),
+            dx.clone().into_tensor_arg(),
+            weighted.clone().into_tensor_arg(),
+            rows as u32,
+            eps,
+            3.0f32,
+            plane,
+            vs,
+            cuda,
+            storage(xc.dtype),
+        );
+        return Ok((float_out::<D>(dx), float_out(weighted)));
+    }
     rmsnorm_backward_kernel::launch(
         &xc.client,
         cube_count_for(rows, 1),
@@ -128,7 +194,7 @@ fn rmsnorm_backward_with<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: 
         3.0f32,
         ROW_BLOCK,
         hidden.div_ceil(ROW_BLOCK),
-        crate::device::runtime_name() == "cuda",
+        cuda,
         storage(xc.dtype),
     );
     Ok((float_out::<D>(dx), float_out(weighted)))

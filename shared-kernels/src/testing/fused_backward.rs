@@ -2,7 +2,9 @@
 //! (burn's f32 tensor ops): the check group `lockstep-battery` runs at a real MLP shape on the
 //! H200 and CI runs at small shapes.
 
-use crate::ops::rmsnorm_backward::{rmsnorm_backward_one_launch as rmsnorm_backward, rmsnorm_backward_ops};
+use crate::ops::rmsnorm::rmsnorm_with_planes;
+use crate::ops::rmsnorm_backward::{rmsnorm_backward_on_planes, rmsnorm_backward_one_launch as rmsnorm_backward, rmsnorm_backward_ops};
+use crate::ops::rmsnorm_planes::plane_fits;
 use crate::ops::rope::{rope_backward_one_launch as rope_backward, rope_backward_ops, RopeTables};
 use crate::ops::swiglu_backward::{swiglu_backward_one_launch as swiglu_backward, swiglu_backward_ops};
 use crate::testing::rows::{differing_rows, dtype_name, float_tensor, host, int_tensor, random_vec, row_invariance, Check, BATCH_SIZES};
@@ -19,8 +21,9 @@ const EDGES: [f32; 12] = [0.0, -0.0, 1.0, -1.0, 88.0, -88.0, 104.0, -104.0, 1e-3
 /// the edge values planted at the front), rmsnorm on `[rows, hidden]` and per head on
 /// `[rows, hidden / 128, 128]` (q/k norm; one row of zeros, one of large values), RoPE's on the
 /// latter at random positions, each through the fused kernel and through its op chain, every
-/// output element compared as bits; and the rmsnorm kernel's rows in launches of every batch
-/// size against the same rows of the whole launch.
+/// output element compared as bits; the per-head rows on the plane kernels where the device's
+/// planes fit them (forward against the cube kernel); and the rmsnorm kernel's rows in launches
+/// of every batch size against the same rows of the whole launch.
 pub fn fused_backward_checks(dtype: DType, device: &Device, seed: u64, rows: usize, ffn: usize, hidden: usize) -> Result<Vec<Check>, KernelError> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5b1d);
     let mut out = Vec::new();
@@ -65,9 +68,21 @@ pub fn fused_backward_checks(dtype: DType, device: &Device, seed: u64, rows: usi
         let heads = hidden / head;
         let per_head = |v: &[f32]| -> Tensor<3> { float_tensor(v.to_vec(), [rows, heads, head], dtype, device) };
         let (dx, weighted) = rmsnorm_backward(per_head(&x), w_head.clone(), per_head(&dy), eps)?;
-        let (want_dx, want_weighted) = rmsnorm_backward_ops(per_head(&x), w_head, per_head(&dy), eps)?;
+        let (want_dx, want_weighted) = rmsnorm_backward_ops(per_head(&x), w_head.clone(), per_head(&dy), eps)?;
         let (differing, max) = differing_rows(&[(&host(dx), &host(want_dx)), (&host(weighted), &host(want_weighted))], hidden);
         out.push(Check { op: format!("rmsnorm backward per head {rows}x{heads}x{head}: one launch = burn's f32 op chain"), dtype: dtype_name(dtype), m: rows, rows_differing: differing, max_abs_diff: max });
+        // the plane kernels (`ops/rmsnorm_planes.rs`) at the device's own plane size: the
+        // backward = the op chain, the forward = the cube kernel, rows of 128 only
+        if let Some(plane) = crate::fixed_plane_size(device).filter(|&p| plane_fits(p, head)) {
+            let (dx, weighted) = rmsnorm_backward_on_planes(plane, per_head(&x), w_head.clone(), per_head(&dy), eps)?;
+            let (want_dx, want_weighted) = rmsnorm_backward_ops(per_head(&x), w_head.clone(), per_head(&dy), eps)?;
+            let (differing, max) = differing_rows(&[(&host(dx), &host(want_dx)), (&host(weighted), &host(want_weighted))], hidden);
+            out.push(Check { op: format!("rmsnorm backward per head {rows}x{heads}x{head} on planes of {plane} = burn's f32 op chain"), dtype: dtype_name(dtype), m: rows, rows_differing: differing, max_abs_diff: max });
+            let on_planes = host(rmsnorm_with_planes(Some(plane), per_head(&x), w_head.clone(), eps)?);
+            let one_cube_a_row = host(rmsnorm_with_planes(None, per_head(&x), w_head.clone(), eps)?);
+            let (differing, max) = differing_rows(&[(&on_planes, &one_cube_a_row)], hidden);
+            out.push(Check { op: format!("rmsnorm per head {rows}x{heads}x{head} on planes of {plane} = one cube a row"), dtype: dtype_name(dtype), m: rows, rows_differing: differing, max_abs_diff: max });
+        }
         // RoPE's backward at positions up to 40,960 (Qwen3's context), theta 1e6
         let max_positions = 40_960;
         let tables = RopeTables::new(head, max_positions, 1e6, device)?;

@@ -166,16 +166,21 @@ fn fused_launchers_reject_bad_shapes_by_name() {
 /// swiglu's and rmsnorm's one-launch backwards = burn's f32 op chains, as bits, with edge values
 /// planted (the check group the battery runs at real shapes on the H200): even and odd widths
 /// (vectors of 4 lanes and of 1 on wgpu), rows longer and shorter than the 128-unit cube, and
-/// rmsnorm per head of 128 and 64.
+/// rmsnorm per head of 128 (also on the plane kernels, 32 and 15 rows) and 64.
 #[test]
 fn fused_backward_kernels_equal_their_op_chains_as_bits() {
     let device = crate::device();
     let dtypes: &[DType] = if shared_kernels::device::runtime_name() == "cuda" { &[DType::F32, DType::BF16] } else { &[DType::F32] };
     for &dtype in dtypes {
-        for (rows, ffn, hidden) in [(16usize, 96usize, 256usize), (7, 37, 200), (3, 8, 64)] {
-            for c in shared_kernels::testing::fused_backward::fused_backward_checks(dtype, &device, crate::seed(), rows, ffn, hidden).unwrap() {
+        for (rows, ffn, hidden) in [(16usize, 96usize, 256usize), (7, 37, 200), (3, 8, 64), (5, 16, 384)] {
+            let checks = shared_kernels::testing::fused_backward::fused_backward_checks(dtype, &device, crate::seed(), rows, ffn, hidden).unwrap();
+            for c in &checks {
                 assert!(c.identical(), "{} {:?}: {} rows differ, max |diff| {}", c.op, dtype, c.rows_differing, c.max_abs_diff);
             }
+            // heads of 128 run the plane kernels too wherever this device's planes fit them
+            let planes_fit = fixed_plane_size(&device).is_some_and(|p| p.is_power_of_two() && (2..128).contains(&p));
+            let on_planes = checks.iter().filter(|c| c.op.contains("on planes")).count();
+            assert_eq!(on_planes, if planes_fit && hidden % 128 == 0 { 2 } else { 0 }, "plane checks at hidden {hidden} (planes {:?})", fixed_plane_size(&device));
         }
     }
 }

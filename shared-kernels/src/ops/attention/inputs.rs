@@ -17,7 +17,8 @@
 use crate::ops::kv_cache::{cache_row, cache_shape, writable, BlockRows};
 use crate::ops::reduce::cube_linear;
 use crate::ops::rmsnorm::{normed, row_inv_rms};
-use super::inputs_planes::{attention_inputs_plane_kernel, plane_fits, plane_for_heads};
+use super::inputs_planes::attention_inputs_plane_kernel;
+use crate::ops::rmsnorm_planes::{plane_fits, plane_for_rows};
 pub use super::inputs_planes::fixed_plane_size;
 use crate::ops::rope::{rotated_high, rotated_low};
 use crate::ops::{cube_count_for, storage, ROW_BLOCK};
@@ -206,7 +207,7 @@ pub fn attention_inputs_with_planes(
             ensure!(plane_fits(p, d), OP, "planes of {p} units for heads of {d}: the plane kernel needs heads of {ROW_BLOCK} and a power-of-two plane below {ROW_BLOCK}");
             Some(p)
         }
-        None => plane_for_heads(&qkv.client, d),
+        None => plane_for_rows(&qkv.client, d),
     };
     // one argument list for both kernels; the plane kernel also takes its plane size
     macro_rules! launch_with {

@@ -4,15 +4,15 @@
 use crate::ops::kv_cache::cache_row;
 use crate::ops::reduce::cube_linear;
 use crate::ops::rmsnorm::{inv_rms_of_total, normed};
+use crate::ops::rmsnorm_planes::{fixed_plane, plane_tree_sum};
 use crate::ops::rope::{rotated_high, rotated_low};
 use crate::ops::ROW_BLOCK;
 use burn_cubecl::cubecl::prelude::*;
 
 /// [`attention_inputs_kernel`]'s arithmetic with one plane of `plane` units per (row, head),
 /// for `head_dim == ROW_BLOCK`. Unit l of a plane holds elements `per * l .. per * l + per`
-/// (`per = head_dim / plane`). The cube kernel's tree adds partial u + s into u for s = 64, 32,
-/// ..., 1: here the levels s >= per add the same element of unit l + s / per (a shuffle), the
-/// levels below add within unit 0. Each square goes through a shuffle before its first add, so
+/// (`per = head_dim / plane`), and the norm's sum is the cube kernel's tree on the plane
+/// ([`plane_tree_sum`], `ops/rmsnorm_planes.rs`: why the bits are the same). Each square goes through a shuffle before its first add, so
 /// the compiler cannot fuse the product into that add (the cube kernel's squares pass through
 /// shared memory): the same roundings, the same bits. RoPE's pairs (i, i + head_dim / 2) sit on
 /// units l and l + plane / 2, exchanged by an xor shuffle.
@@ -71,27 +71,7 @@ pub(super) fn attention_inputs_plane_kernel<F: Float, I: Int>(
                     let v = f32::cast_from(qkv[base + first + e]);
                     part[e] = plane_shuffle(v * v, lane as u32);
                 }
-                #[unroll]
-                for level in 0..comptime!(plane.trailing_zeros() as usize) {
-                    // levels s = head_dim / 2 >> level >= per: element e of unit l + s / per
-                    let delta = comptime!((plane / 2) >> level) as u32;
-                    #[unroll]
-                    for e in 0..per {
-                        let own = part[e];
-                        part[e] = own + plane_shuffle_down(own, delta);
-                    }
-                }
-                #[unroll]
-                for level in 0..comptime!(per.trailing_zeros() as usize) {
-                    // levels s < per, within the unit (only unit 0's count)
-                    let s = comptime!(per >> (level + 1));
-                    #[unroll]
-                    for e in 0..s {
-                        let (own, other) = (part[e], part[e + s]);
-                        part[e] = own + other;
-                    }
-                }
-                let inv_rms = inv_rms_of_total(plane_broadcast(part[0], 0u32), head_dim, eps);
+                let inv_rms = inv_rms_of_total(plane_tree_sum(&mut part, plane, per), head_dim, eps);
                 #[unroll]
                 for e in 0..per {
                     let j = first + e;
@@ -127,24 +107,6 @@ pub(super) fn attention_inputs_plane_kernel<F: Float, I: Int>(
             }
         }
     }
-}
-
-/// Whether the plane kernel runs with planes of `plane` units for heads of `head_dim` values:
-/// heads of exactly `ROW_BLOCK`, planes a power of two that divides it in at least two units.
-pub(super) fn plane_fits(plane: usize, head_dim: usize) -> bool {
-    head_dim == ROW_BLOCK && plane.is_power_of_two() && (2..ROW_BLOCK).contains(&plane)
-}
-
-/// The plane size [`attention_inputs_plane_kernel`] runs with on this device, if it does: the
-/// device's one fixed plane size, with plane operations advertised.
-pub(super) fn plane_for_heads(client: &burn_cubecl::cubecl::client::Client, head_dim: usize) -> Option<usize> {
-    let ops = client.features().plane.contains(burn_cubecl::cubecl::ir::features::Plane::Ops);
-    fixed_plane(client).filter(|&p| ops && plane_fits(p, head_dim))
-}
-
-fn fixed_plane(client: &burn_cubecl::cubecl::client::Client) -> Option<usize> {
-    let hw = &client.properties().hardware;
-    (hw.plane_size_min == hw.plane_size_max).then_some(hw.plane_size_max as usize)
 }
 
 /// The plane size this device's planes always have, if one (CUDA: 32; lavapipe: its SIMD width).
