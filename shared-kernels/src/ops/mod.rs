@@ -19,6 +19,7 @@ pub mod ptx;
 pub mod reduce;
 pub mod rmsnorm;
 pub mod rmsnorm_backward;
+pub mod rmsnorm_math;
 pub mod rmsnorm_planes;
 pub mod rope;
 pub mod swiglu_backward;

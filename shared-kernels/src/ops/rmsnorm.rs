@@ -6,6 +6,7 @@
 
 use crate::ops::reduce::{cube_linear, tree_sum};
 use crate::ops::pointwise::add_lanes;
+use crate::ops::rmsnorm_math::{inv_rms_of_total, normed};
 use crate::ops::rmsnorm_planes::{chosen_plane, plane_fits, rmsnorm_plane_kernel};
 use crate::ops::{cube_count_for, storage, vector_width, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, same_device};
@@ -63,18 +64,6 @@ pub(crate) fn inv_rms_of(partial: f32, hidden: usize, eps: f32, #[comptime] bloc
     let mut shared = Shared::new_slice(block);
     let total = tree_sum(&mut shared, partial, block);
     inv_rms_of_total(total, hidden, eps)
-}
-
-/// `1 / sqrt(total / hidden + eps)`: one expression for every kernel that ends a row's tree.
-#[cube]
-pub(crate) fn inv_rms_of_total(total: f32, hidden: usize, eps: f32) -> f32 {
-    1.0f32 / (total / f32::cast_from(hidden as u32) + eps).sqrt()
-}
-
-/// One normalised element: normalise in f32, cast to the storage type, then scale (HF order).
-#[cube]
-pub(crate) fn normed<F: Float>(x: F, weight: F, inv_rms: f32) -> F {
-    weight * F::cast_from(f32::cast_from(x) * inv_rms)
 }
 
 /// Unit u's strided elements u, u + block, ... of a row staged in shared memory, as

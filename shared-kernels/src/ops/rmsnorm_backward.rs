@@ -12,6 +12,7 @@
 //! (`ops/unfused.rs`: why).
 
 use crate::ops::reduce::{cube_linear, row_sums, tree_sum};
+use crate::ops::rmsnorm_math::{element_grads, row_factors};
 use crate::ops::unfused::{add_unfused, opaque};
 use crate::ops::rmsnorm_planes::{chosen_plane, plane_fits, rmsnorm_backward_plane_kernel};
 use crate::ops::{cube_count_for, storage, vector_width, ROW_BLOCK};
@@ -71,27 +72,6 @@ fn rmsnorm_backward_kernel<F: Float>(
             }
         }
     }
-}
-
-/// A row's `(r, r³, sum(dy w x) / n)` from its two sums over `n` values, each step rounded
-/// (shared by the cube and plane kernels, `ops/rmsnorm_planes.rs`).
-#[cube]
-pub(crate) fn row_factors(squares: f32, products: f32, n: f32, eps: f32, three: f32, #[comptime] cuda: bool) -> (f32, f32, f32) {
-    let mean = opaque(squares / n, cuda);
-    let root = opaque(opaque(mean + eps, cuda).sqrt(), cuda);
-    let r = opaque(root.recip(), cuda);
-    let r3 = opaque(r.powf(three), cuda);
-    let dot = opaque(products / n, cuda);
-    (r, r3, dot)
-}
-
-/// One element's `dx` (f32, before the cast to the dtype) and weight term `(dy x) r`.
-#[cube]
-pub(crate) fn element_grads(xv: f32, dyv: f32, wv: f32, r: f32, r3: f32, dot: f32, #[comptime] cuda: bool) -> (f32, f32) {
-    let gw = opaque(dyv * wv, cuda);
-    let along = opaque(gw * r, cuda);
-    let across = opaque(opaque(xv * r3, cuda) * dot, cuda);
-    (add_unfused(along, -across, cuda), opaque(dyv * xv, cuda) * r)
 }
 
 /// `(dx, (dy x) r)` of `rmsnorm(x, weight, eps)` for the incoming gradient `dy`: `dx` shaped and

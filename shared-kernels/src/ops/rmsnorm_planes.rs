@@ -8,12 +8,10 @@
 //! (`per = ROW_BLOCK / plane`), so the levels s >= per add the same slot of lane l + s / per (a
 //! shuffle down) and the levels below add slots within lane 0 ([`plane_tree_sum`]). Every
 //! partial is the cube kernel's own value for that element, made by the same operations, and
-//! each element's output comes from the same shared expressions ([`crate::ops::rmsnorm::normed`],
-//! [`crate::ops::rmsnorm_backward`]'s per-element helpers).
+//! each element's output comes from the same shared expressions (`ops/rmsnorm_math.rs`).
 
 use crate::ops::reduce::cube_linear;
-use crate::ops::rmsnorm::{inv_rms_of_total, normed};
-use crate::ops::rmsnorm_backward::{element_grads, row_factors};
+use crate::ops::rmsnorm_math::{element_grads, inv_rms_of_total, normed, row_factors};
 use crate::ops::unfused::{add_unfused, opaque};
 use crate::ops::ROW_BLOCK;
 use burn_cubecl::cubecl::prelude::*;
@@ -100,7 +98,7 @@ pub(crate) fn rmsnorm_plane_kernel<F: Float, N: Size>(
 /// [`crate::ops::rmsnorm_backward`]'s kernel for rows of [`ROW_BLOCK`] values, one plane a row:
 /// each element's two partials (`0 + x²`, `0 + (dy w) x`, added as the cube kernel adds a unit's
 /// first element), the two row sums by [`plane_tree_sum`], then the row's factors and every
-/// element's `dx` and weight term by the cube kernel's own helpers.
+/// element's `dx` and weight term by the helpers the cube kernel uses.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn rmsnorm_backward_plane_kernel<F: Float, N: Size>(

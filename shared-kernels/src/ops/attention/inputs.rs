@@ -16,7 +16,8 @@
 
 use crate::ops::kv_cache::{cache_row, cache_shape, writable, BlockRows};
 use crate::ops::reduce::cube_linear;
-use crate::ops::rmsnorm::{normed, row_inv_rms};
+use crate::ops::rmsnorm::row_inv_rms;
+use crate::ops::rmsnorm_math::normed;
 use super::inputs_planes::attention_inputs_plane_kernel;
 use crate::ops::rmsnorm_planes::{plane_fits, plane_for_rows};
 pub use super::inputs_planes::fixed_plane_size;

@@ -3,7 +3,7 @@
 
 use crate::ops::kv_cache::cache_row;
 use crate::ops::reduce::cube_linear;
-use crate::ops::rmsnorm::{inv_rms_of_total, normed};
+use crate::ops::rmsnorm_math::{inv_rms_of_total, normed};
 use crate::ops::rmsnorm_planes::{fixed_plane, plane_tree_sum};
 use crate::ops::rope::{rotated_high, rotated_low};
 use crate::ops::ROW_BLOCK;
