@@ -40,13 +40,36 @@ pub struct KernelChoice {
     /// rows (`on`, the default), or one graph per exact row count (`off`).
     pub decode_graph_padding: bool,
     /// `LOCKSTEP_NORM_PLANES`: rmsnorm and its backward over rows of 128 values (the per-head
-    /// q/k norms) one plane a row (`on`) or one cube a row (`off`, the default until measured).
-    pub norm_planes: bool,
+    /// q/k norms) one plane a row or one cube a row (`off`, the default until measured).
+    pub norm_planes: NormPlanes,
+}
+
+/// Where the rmsnorm plane kernels run (`ops/rmsnorm_planes.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormPlanes {
+    /// One cube a row everywhere.
+    Off,
+    /// On devices whose planes have one size and that advertise plane operations (CUDA).
+    On,
+    /// Also where planes of one size shuffle but no plane operations are advertised (CI's
+    /// lavapipe): the end-to-end tests' way to train on the plane kernels.
+    Force,
+}
+
+impl NormPlanes {
+    fn parse(text: &str) -> Option<NormPlanes> {
+        match text {
+            "off" => Some(NormPlanes::Off),
+            "on" => Some(NormPlanes::On),
+            "force" => Some(NormPlanes::Force),
+            _ => None,
+        }
+    }
 }
 
 impl Default for KernelChoice {
     fn default() -> Self {
-        KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, fold_on_wgmma: true, decode_fusion: true, decode_graphs: true, decode_graph_padding: true, norm_planes: false }
+        KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, fold_on_wgmma: true, decode_fusion: true, decode_graphs: true, decode_graph_padding: true, norm_planes: NormPlanes::Off }
     }
 }
 
@@ -77,7 +100,7 @@ impl KernelChoice {
             decode_fusion: either("LOCKSTEP_DECODE_FUSION", "on", "off")?.unwrap_or(default.decode_fusion),
             decode_graphs: either("LOCKSTEP_DECODE_GRAPHS", "on", "off")?.unwrap_or(default.decode_graphs),
             decode_graph_padding: either("LOCKSTEP_DECODE_GRAPH_PADDING", "on", "off")?.unwrap_or(default.decode_graph_padding),
-            norm_planes: either("LOCKSTEP_NORM_PLANES", "on", "off")?.unwrap_or(default.norm_planes),
+            norm_planes: read("LOCKSTEP_NORM_PLANES", "on, off, force", NormPlanes::parse)?.unwrap_or(default.norm_planes),
         };
         // the benchmark-only tuning variables, checked with the choice (each family keeps its
         // own parsed copy, read once per process)

@@ -178,10 +178,10 @@ pub const KNOBS: &[Knob] = &[
     },
     Knob {
         name: "LOCKSTEP_NORM_PLANES",
-        values: "`on`, `off`",
+        values: "`on`, `off`, `force`",
         default: "`off`",
         kind: KnobKind::KernelChoice,
-        effect: "rmsnorm and its backward over rows of 128 values (Qwen3's per-head q/k norms, sampler and trainer alike) with one plane a row (`ops/rmsnorm_planes.rs`: the cube kernels' tree on the plane's lanes) instead of one 128-unit cube a row; the same bits (CI on lavapipe's planes: `rmsnorm on planes = one cube a row`, the backward = its op chain; battery group `fused backward`). Off by default until an H200 run measures it and checks its bits there (added in session 35 without a GPU); CUDA and runtimes advertising plane operations only",
+        effect: "rmsnorm and its backward over rows of 128 values (Qwen3's per-head q/k norms, sampler and trainer alike) with one plane a row (`ops/rmsnorm_planes.rs`: the cube kernels' tree on the plane's lanes) instead of one 128-unit cube a row; the same bits (CI on lavapipe's planes: `rmsnorm on planes = one cube a row`, the backward = its op chain; battery group `fused backward`). Off by default until an H200 run measures it and checks its bits there (added in session 35 without a GPU); `on` where plane operations are advertised (CUDA), `force` also where planes of one size shuffle without that (CI's lavapipe: the end-to-end test that training on them changes no bit)",
     },
     Knob {
         name: "LOCKSTEP_KERNEL_CACHE",

@@ -144,7 +144,7 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
     }
     // an unknown kernel choice in the environment names the variable (no silent default), and
     // so does a kernel this device cannot run (tensor-core attention on an f32 CPU run)
-    for (var, value) in [("LOCKSTEP_MATMUL", "pipelinedd"), ("LOCKSTEP_ATTENTION", "flash"), ("LOCKSTEP_DECODE_FUSION", "maybe"), ("LOCKSTEP_ATTENTION", "split_kv_tc"), ("LOCKSTEP_SKINNY", "8/4"), ("LOCKSTEP_TC_TILES", "4/4/4/4"), ("LOCKSTEP_WGMMA_PICK", "fastest"), ("LOCKSTEP_DECODE_LAUNCH", "8x3"), ("LOCKSTEP_DECODE_GRAPHS", "maybe"), ("LOCKSTEP_DECODE_GRAPH_PADDING", "maybe"), ("LOCKSTEP_FAULT_GRAPH_CAPTURE", "bogus")] {
+    for (var, value) in [("LOCKSTEP_MATMUL", "pipelinedd"), ("LOCKSTEP_ATTENTION", "flash"), ("LOCKSTEP_DECODE_FUSION", "maybe"), ("LOCKSTEP_ATTENTION", "split_kv_tc"), ("LOCKSTEP_SKINNY", "8/4"), ("LOCKSTEP_TC_TILES", "4/4/4/4"), ("LOCKSTEP_WGMMA_PICK", "fastest"), ("LOCKSTEP_DECODE_LAUNCH", "8x3"), ("LOCKSTEP_DECODE_GRAPHS", "maybe"), ("LOCKSTEP_DECODE_GRAPH_PADDING", "maybe"), ("LOCKSTEP_NORM_PLANES", "maybe"), ("LOCKSTEP_FAULT_GRAPH_CAPTURE", "bogus")] {
         std::fs::write(dir.join("small.toml"), SMALL).unwrap();
         let out = Command::new(env!("CARGO_BIN_EXE_lockstep")).args(["train", "small.toml", "--set", "log.run_name=env"]).env(var, value).current_dir(&dir).output().expect("run lockstep");
         let err = String::from_utf8_lossy(&out.stderr);
@@ -473,6 +473,29 @@ fn micro_batches_and_recomputation_keep_the_logprob_and_update_bits_and_repeat_r
             }
         }
     }
+}
+
+#[test]
+fn training_on_the_norm_plane_kernels_changes_no_bit() {
+    // heads of 128, the rows the plane kernels take (the per-head q/k norms, forward and
+    // backward), forced onto lavapipe's planes: every logged bit equals the cube kernels' run
+    let dir = scratch("norm-planes");
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    let run = |name: &str, planes: &str| {
+        let args = ["train", "small.toml", "--set", &format!("log.run_name={name}"), "--set", "train.steps=2", "--set", "model.head_dim=128", "--set", "task.reward=char_f1"];
+        let out = Command::new(env!("CARGO_BIN_EXE_lockstep")).args(args).env("LOCKSTEP_NORM_PLANES", planes).current_dir(&dir).output().expect("run lockstep");
+        assert!(out.status.success(), "LOCKSTEP_NORM_PLANES={planes}: {}", String::from_utf8_lossy(&out.stderr));
+        metrics(&dir.join("runs").join(name))
+    };
+    let (cubes, planes) = (run("cubes", "off"), run("planes", "force"));
+    assert_eq!(cubes.len(), 2);
+    for (c, p) in cubes.iter().zip(&planes) {
+        assert_eq!(p["agreement"]["bit_equal_frac"], 1.0, "{p}");
+        for key in ["trainer_weights_fingerprint", "sampler_weights_fingerprint", "grad_norm", "agreement", "reward_mean", "loss"] {
+            assert_eq!(c[key], p[key], "step {}: {key} differs between the cube and the plane kernels", c["step"]);
+        }
+    }
+    assert!(cubes.iter().any(|m| m["grad_norm"].as_f64().unwrap() > 0.0), "no real update to compare: {cubes:?}");
 }
 
 /// A copy of the tiny HF fixture in `dir/name`, damaged by `damage`.

@@ -98,8 +98,8 @@ pub fn rmsnorm_backward_on_planes<const D: usize>(plane: usize, x: BTensor<D>, w
 /// Which of the backward's forms a call runs.
 #[derive(Clone, Copy, PartialEq)]
 enum Launch {
-    /// The kernel where it runs by default (`ops/unfused.rs`), on planes where the process
-    /// chose them for rows of [`ROW_BLOCK`]; else the op chain.
+    /// On planes where the process chose them for rows of [`ROW_BLOCK`], else the cube kernel
+    /// where it runs by default (`ops/unfused.rs`), else the op chain.
     Default,
     /// The cube kernel on any runtime with plane shuffles.
     OneLaunch,
@@ -126,12 +126,11 @@ fn rmsnorm_backward_with<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: 
             Some(p)
         }
         Launch::OneLaunch => None,
-        Launch::Default => {
-            if !crate::ops::unfused::one_launch(&xc.client, false) {
-                return rmsnorm_backward_ops(float_out::<D>(xc), float_out(w), float_out::<D>(d), eps);
-            }
-            chosen_plane(&xc.client, hidden)?
-        }
+        Launch::Default => match chosen_plane(&xc.client, hidden)? {
+            Some(p) => Some(p),
+            None if crate::ops::unfused::one_launch(&xc.client, false) => None,
+            None => return rmsnorm_backward_ops(float_out::<D>(xc), float_out(w), float_out::<D>(d), eps),
+        },
     };
     let rows = len / hidden;
     let dx = empty_device_contiguous_dtype(xc.client.clone(), xc.device.clone(), xd.clone().into(), xc.dtype);

@@ -183,9 +183,13 @@ pub(crate) fn fixed_plane(client: &burn_cubecl::cubecl::client::Client) -> Optio
     (hw.plane_size_min == hw.plane_size_max).then_some(hw.plane_size_max as usize)
 }
 
-/// The plane size rows of `width` run on by default: planes where the process chose them
-/// (`LOCKSTEP_NORM_PLANES=on`) and [`plane_for_rows`] has one, else `None` (the cube kernels).
+/// The plane size rows of `width` run on by default, `None` for the cube kernels: planes where
+/// the process chose them (`LOCKSTEP_NORM_PLANES`) and the device has planes that fit.
 pub(crate) fn chosen_plane(client: &burn_cubecl::cubecl::client::Client, width: usize) -> Result<Option<usize>, crate::KernelError> {
-    let on = crate::kernel_choice::KernelChoice::process()?.norm_planes;
-    Ok(if on { plane_for_rows(client, width) } else { None })
+    use crate::kernel_choice::{KernelChoice, NormPlanes};
+    Ok(match KernelChoice::process()?.norm_planes {
+        NormPlanes::Off => None,
+        NormPlanes::On => plane_for_rows(client, width),
+        NormPlanes::Force => fixed_plane(client).filter(|&p| plane_fits(p, width)),
+    })
 }
