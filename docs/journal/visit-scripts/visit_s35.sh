@@ -1,8 +1,9 @@
 # session 35 (no device lent): what the next visit runs first, on the build of session 35's HEAD.
 #   PART=battery  the whole battery (f32, bf16): the fused backward group now also runs the per-head
 #                 rmsnorm on the plane kernels (forward = cube kernel, backward = op chain) at
-#                 4,096 x 16 x 128; then --boundaries-only (bf16, f32): the one-launch backwards
-#                 across element 2^31 (never run on the H200 yet)
+#                 4,096 x 16 x 128
+#   PART=boundaries  --boundaries-only (bf16, f32): the one-launch backwards and the norm plane
+#                 kernels across element 2^31 (never run on the H200 yet)
 #   PART=planes   the 1.7B update (4 x 4,096) with LOCKSTEP_NORM_PLANES off and on, alternating in
 #                 one process chain (same binary): the plane kernels' time against ~17 ms of row cubes
 #   PART=rung17   the 1.7B rung's step 0 (256 x 4,096) with LOCKSTEP_NORM_PLANES=on: weights
@@ -17,9 +18,12 @@ battery)
   gunzip -c .gpu/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery
   timeout ${BATTERY_LIMIT:-300} /tmp/lockstep-battery --dtypes f32,bf16 > $O/battery.md 2>&1; echo "battery rc $?: $(grep -c '| yes |' $O/battery.md) rows identical, $(grep -ci '| no |' $O/battery.md) not"
   grep -i "on planes\|checks bit-identical\|error" $O/battery.md | head
-  timeout ${BOUNDARY_LIMIT:-250} /tmp/lockstep-battery --boundaries-only --dtypes bf16,f32 > $O/boundaries.md 2>&1; echo "boundaries rc $?"
-  grep -i "across element\|checks bit-identical\|error" $O/boundaries.md | head -12
   tar -C $O -czf /tmp/battery.tgz . && mv /tmp/battery.tgz $O/battery.tgz ;;
+boundaries)
+  gunzip -c .gpu/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery
+  timeout ${BOUNDARY_LIMIT:-500} /tmp/lockstep-battery --boundaries-only --dtypes bf16,f32 > $O/boundaries.md 2>&1; echo "boundaries rc $?"
+  grep -i "across element\|checks bit-identical\|error" $O/boundaries.md | head -14
+  tar -C $O -czf /tmp/boundaries.tgz . && mv /tmp/boundaries.tgz $O/boundaries.tgz ;;
 planes)
   for v in ${AB_ORDER:-off on off on}; do
     echo "### LOCKSTEP_NORM_PLANES=$v"; LOCKSTEP_NORM_PLANES=$v timeout 120 /tmp/lockstep bench --preset qwen3-1.7b --dtype bf16 --concurrency none --trainer-only --trainer-batches 4 --trainer-len 4096 --repeats 2 2>&1 | grep "^| 4\|rror"

@@ -9,8 +9,8 @@
 //! - the training backward at real shapes: folded weight gradients (the LM head's and an MLP
 //!   projection's) in micro-batch-sized pieces = one pass, and a sequence's attention gradients
 //!   (the dense per-sequence path and the linear-memory kernels) = the same sequence alone;
-//! - the one-launch swiglu, rmsnorm and rope backwards past 2^31 elements: rows across element
-//!   2^31 = the same rows alone.
+//! - the one-launch swiglu, rmsnorm and rope backwards past 2^31 elements (and rmsnorm's plane
+//!   kernels, forward and backward): rows across element 2^31 = the same rows alone.
 
 use crate::testing::rows::{differing_rows, dtype_name, float_tensor, host, int_tensor, random_vec, Check};
 use crate::KernelError;
@@ -94,8 +94,9 @@ pub fn boundary_checks(dtype: DType, device: &Device, seed: u64) -> Result<Vec<C
 /// kernel's backward mode) over tensors just past `boundary` elements (the battery: 2^31, within
 /// the 2^32 their launchers accept; CI: what lavapipe holds) at the real shapes' row widths: the
 /// rows on both sides of element `boundary`, the first and the last, each as the same rows
-/// launched alone. `one_launch` forces the kernels where the launchers would run the op chains
-/// (`ops/unfused.rs`). Inputs are drawn on the device (2^31 host values would take minutes to
+/// launched alone; per-head rmsnorm rows also on the plane kernels, forward and backward, where
+/// the device's planes fit them. `one_launch` forces the kernels where the launchers would run
+/// the op chains (`ops/unfused.rs`). Inputs are drawn on the device (2^31 host values would take minutes to
 /// make and copy); a row's bits depend on its own values alone either way.
 pub fn fused_backwards_across(boundary: usize, dtype: DType, device: &Device, one_launch: bool) -> Result<Vec<Check>, KernelError> {
     use crate::ops::{rmsnorm_backward as norm, rope, swiglu_backward as swiglu};
@@ -126,23 +127,33 @@ pub fn fused_backwards_across(boundary: usize, dtype: DType, device: &Device, on
     }
     out.push(check(format!("swiglu backward [{rows}, {width}] ({} elements): rows across element {boundary} = rows alone", rows * width), dtype, 5, bad, max));
     drop((g, u, dy, dg, du));
-    // rmsnorm's backward: hidden rows of 2048 and per-head rows of 16 x 128
-    for (heads, width) in [(1usize, 2048usize), (16, 128)] {
+    // rmsnorm's backward: hidden rows of 2048 and per-head rows of 16 x 128, the latter also on
+    // the plane kernels (forward too) where the device's planes fit them
+    let plane = crate::fixed_plane_size(device).filter(|&p| crate::ops::rmsnorm_planes::plane_fits(p, 128));
+    let layouts = [(1usize, 2048usize, None), (16, 128, None)].into_iter().chain(plane.map(|p| (16, 128, Some(p))));
+    for (heads, width, planes) in layouts {
         let tokens = past.div_ceil(heads * width);
         let (x, dy) = (random([tokens * heads, width]).reshape([tokens, heads, width]), random([tokens * heads, width]).reshape([tokens, heads, width]));
         let w = Tensor::<1>::random([width], burn::tensor::Distribution::Uniform(-2.0, 2.0), device).cast(dtype);
-        let (dx, weighted) = norm_bw(x.clone(), w.clone(), dy.clone(), 1e-6)?;
+        let backward = |x: Tensor<3>, dy: Tensor<3>| match planes {
+            Some(p) => norm::rmsnorm_backward_on_planes(p, x, w.clone(), dy, 1e-6),
+            None => norm_bw(x, w.clone(), dy, 1e-6),
+        };
+        let forward = |x: Tensor<3>| crate::ops::rmsnorm::rmsnorm_with_planes(planes, x, w.clone(), 1e-6);
+        let (dx, weighted) = backward(x.clone(), dy.clone())?;
+        let y = forward(x.clone())?;
         let (mut bad, mut max) = (0, 0.0f64);
         let row_width = heads * width;
         for &t in &probes(row_width, tokens) {
             let tok = |x: &Tensor<3>| x.clone().slice([t..t + 1, 0..heads, 0..width]);
-            let (ax, aw) = norm_bw(tok(&x), w.clone(), tok(&dy), 1e-6)?;
+            let (ax, aw) = backward(tok(&x), tok(&dy))?;
             let whole_w = weighted.clone().slice([t * heads..(t + 1) * heads, 0..width]);
-            let (b, m) = differing_rows(&[(&host(tok(&dx)), &host(ax)), (&host(whole_w), &host(aw))], row_width);
+            let (b, m) = differing_rows(&[(&host(tok(&dx)), &host(ax)), (&host(whole_w), &host(aw)), (&host(tok(&y)), &host(forward(tok(&x))?))], row_width);
             bad += b;
             max = max.max(m);
         }
-        out.push(check(format!("rmsnorm backward [{tokens}, {heads}, {width}] ({} elements): tokens across element {boundary} = tokens alone", tokens * row_width), dtype, 5, bad, max));
+        let on = planes.map_or(String::new(), |p| format!(" on planes of {p}"));
+        out.push(check(format!("rmsnorm and its backward{on} [{tokens}, {heads}, {width}] ({} elements): tokens across element {boundary} = tokens alone", tokens * row_width), dtype, 5, bad, max));
     }
     // rope's backward over the per-head rows, positions cycling through 8k
     let (heads, head_dim) = (16usize, 128usize);
