@@ -7,7 +7,7 @@
 use crate::ops::reduce::{cube_linear, tree_sum};
 use crate::ops::pointwise::add_lanes;
 use crate::ops::rmsnorm_math::{inv_rms_of_total, normed};
-use crate::ops::rmsnorm_planes::{chosen_plane, plane_fits, rmsnorm_plane_kernel};
+use crate::ops::rmsnorm_planes::{check_given_plane, chosen_plane, rmsnorm_plane_kernel};
 use crate::ops::{cube_count_for, storage, vector_width, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, same_device};
 use crate::autodiff::{column_sums, cube, from_tracked, inner, plain, tracked, tracked_in};
@@ -280,7 +280,7 @@ fn rmsnorm_on<const D: usize>(kernel: Kernel, x: BTensor<D>, weight: BTensor<1>,
     let y = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), xd.clone().into(), x.dtype);
     let plane = match kernel {
         Kernel::Planes(p) => {
-            ensure!(plane_fits(p, hidden), OP, "planes of {p} lanes for rows of {hidden}: the plane kernel needs rows of {ROW_BLOCK} and a power-of-two plane below {ROW_BLOCK}");
+            check_given_plane(OP, &x.client, p, hidden)?;
             Some(p)
         }
         Kernel::Cube => None,

@@ -14,7 +14,7 @@
 use crate::ops::reduce::{cube_linear, row_sums, tree_sum};
 use crate::ops::rmsnorm_math::{element_grads, row_factors};
 use crate::ops::unfused::{add_unfused, opaque};
-use crate::ops::rmsnorm_planes::{chosen_plane, plane_fits, rmsnorm_backward_plane_kernel};
+use crate::ops::rmsnorm_planes::{check_given_plane, chosen_plane, rmsnorm_backward_plane_kernel};
 use crate::ops::{cube_count_for, storage, vector_width, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, same_device};
 use crate::{ensure, KernelError};
@@ -122,7 +122,7 @@ fn rmsnorm_backward_with<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: 
     ensure!(len <= u32::MAX as usize, OP, "{len} elements exceed the u32 index range");
     let plane = match launch {
         Launch::Planes(p) => {
-            ensure!(plane_fits(p, hidden), OP, "planes of {p} lanes for rows of {hidden}: the plane kernel needs rows of {ROW_BLOCK} and a power-of-two plane below {ROW_BLOCK}");
+            check_given_plane(OP, &xc.client, p, hidden)?;
             Some(p)
         }
         Launch::OneLaunch => None,

@@ -171,6 +171,15 @@ pub(crate) fn plane_fits(plane: usize, width: usize) -> bool {
     width == ROW_BLOCK && plane.is_power_of_two() && (2..ROW_BLOCK).contains(&plane)
 }
 
+/// A plane size given to a plane kernel (tests, the battery): it must fit rows of `width` and be
+/// this device's own plane size, or the shuffles would cross planes and give wrong values.
+pub(crate) fn check_given_plane(op: &'static str, client: &burn_cubecl::cubecl::client::Client, plane: usize, width: usize) -> Result<(), crate::KernelError> {
+    crate::ensure!(plane_fits(plane, width), op, "planes of {plane} lanes for rows of {width}: the plane kernels need rows of {ROW_BLOCK} and a power-of-two plane below {ROW_BLOCK}");
+    let own = fixed_plane(client);
+    crate::ensure!(own == Some(plane), op, "planes of {plane} lanes asked for, but this device's planes are {own:?}");
+    Ok(())
+}
+
 /// The plane size the plane kernels run with on this device for rows of `width`, if they do:
 /// the device's one fixed plane size, with plane operations advertised.
 pub(crate) fn plane_for_rows(client: &burn_cubecl::cubecl::client::Client, width: usize) -> Option<usize> {

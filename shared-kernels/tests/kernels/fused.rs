@@ -161,6 +161,15 @@ fn fused_launchers_reject_bad_shapes_by_name() {
     assert!(err.contains("rmsnorm_backward") && err.contains("weight"), "{err}");
     let err = rope_backward(random(&mut rng, [2, 1, 8], 1.0, &device), ints(vec![0], &device), &tables).unwrap_err().to_string();
     assert!(err.contains("rope") && err.contains("positions"), "{err}");
+    // the plane kernels: rows of 128 only, and only this device's own plane size (another would
+    // shuffle across planes)
+    use shared_kernels::ops::{rmsnorm::rmsnorm_with_planes, rmsnorm_backward::rmsnorm_backward_on_planes};
+    let rows = |width: usize, rng: &mut StdRng| random(rng, [3, width], 1.0, &device);
+    let err = rmsnorm_backward_on_planes(8, rows(64, &mut rng), random(&mut rng, [64], 1.0, &device), rows(64, &mut rng), 1e-6).unwrap_err().to_string();
+    assert!(err.contains("rmsnorm_backward") && err.contains("rows of 64"), "{err}");
+    let other = if fixed_plane_size(&device) == Some(16) { 32 } else { 16 };
+    let err = rmsnorm_with_planes(Some(other), rows(128, &mut rng), random(&mut rng, [128], 1.0, &device), 1e-6).unwrap_err().to_string();
+    assert!(err.contains("rmsnorm") && err.contains(&format!("planes of {other} lanes")) && err.contains("this device's planes"), "{err}");
 }
 
 /// swiglu's and rmsnorm's one-launch backwards = burn's f32 op chains, as bits, with edge values

@@ -19,7 +19,7 @@ use crate::ops::reduce::cube_linear;
 use crate::ops::rmsnorm::row_inv_rms;
 use crate::ops::rmsnorm_math::normed;
 use super::inputs_planes::attention_inputs_plane_kernel;
-use crate::ops::rmsnorm_planes::{plane_fits, plane_for_rows};
+use crate::ops::rmsnorm_planes::{check_given_plane, plane_for_rows};
 pub use super::inputs_planes::fixed_plane_size;
 use crate::ops::rope::{rotated_high, rotated_low};
 use crate::ops::{cube_count_for, storage, ROW_BLOCK};
@@ -205,7 +205,7 @@ pub fn attention_inputs_with_planes(
     let q_out = empty_device_contiguous_dtype(qkv.client.clone(), qkv.device.clone(), vec![rows, q_heads, d].into(), qkv.dtype);
     let plane = match plane {
         Some(p) => {
-            ensure!(plane_fits(p, d), OP, "planes of {p} units for heads of {d}: the plane kernel needs heads of {ROW_BLOCK} and a power-of-two plane below {ROW_BLOCK}");
+            check_given_plane(OP, &qkv.client, p, d)?;
             Some(p)
         }
         None => plane_for_rows(&qkv.client, d),
