@@ -2,6 +2,8 @@
 #   PART=battery  the whole battery (f32, bf16): the fused backward group now also runs the per-head
 #                 rmsnorm on the plane kernels (forward = cube kernel, backward = op chain) at
 #                 4,096 x 16 x 128
+#   PART=battery-planes  the battery (bf16) with LOCKSTEP_NORM_PLANES=on: every row, the model contract
+#                 (sampler vs trainer logprobs) included, with the per-head norms on planes
 #   PART=boundaries  --boundaries-only (bf16, f32): the one-launch backwards and the norm plane
 #                 kernels across element 2^31 (never run on the H200 yet)
 #   PART=planes   the 1.7B update (4 x 4,096) with LOCKSTEP_NORM_PLANES off and on, alternating in
@@ -19,6 +21,11 @@ battery)
   timeout ${BATTERY_LIMIT:-300} /tmp/lockstep-battery --dtypes f32,bf16 > $O/battery.md 2>&1; echo "battery rc $?: $(grep -c '| yes |' $O/battery.md) rows identical, $(grep -ci '| no |' $O/battery.md) not"
   grep -i "on planes\|checks bit-identical\|error" $O/battery.md | head
   tar -C $O -czf /tmp/battery.tgz . && mv /tmp/battery.tgz $O/battery.tgz ;;
+battery-planes)
+  gunzip -c .gpu/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery
+  LOCKSTEP_NORM_PLANES=on timeout ${BATTERY_LIMIT:-300} /tmp/lockstep-battery --dtypes bf16 > $O/battery-planes.md 2>&1; echo "battery (planes) rc $?: $(grep -c '| yes |' $O/battery-planes.md) rows identical, $(grep -ci '| no |' $O/battery-planes.md) not"
+  grep -i "contract\|checks bit-identical\|error" $O/battery-planes.md | head
+  tar -C $O -czf /tmp/battery-planes.tgz . && mv /tmp/battery-planes.tgz $O/battery-planes.tgz ;;
 boundaries)
   gunzip -c .gpu/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery
   timeout ${BOUNDARY_LIMIT:-500} /tmp/lockstep-battery --boundaries-only --dtypes bf16,f32 > $O/boundaries.md 2>&1; echo "boundaries rc $?"
