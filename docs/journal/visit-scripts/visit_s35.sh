@@ -8,6 +8,9 @@
 #                 kernels across element 2^31 (never run on the H200 yet)
 #   PART=planes   the 1.7B update (4 x 4,096) with LOCKSTEP_NORM_PLANES off and on, alternating in
 #                 one process chain (same binary): the plane kernels' time against ~17 ms of row cubes
+#   PART=profile  cubecl's per-kernel profile of the same update with LOCKSTEP_NORM_PLANES=on: the plane
+#                 kernels' µs a launch against session 34's v10 (RmsnormKernel 173.1, RmsnormBackwardKernel
+#                 301.3 for the per-head rows), and the vectorised KV writes (WriteKvKernel 104.5 µs there)
 #   PART=rung17   the 1.7B rung's step 0 (256 x 4,096) with LOCKSTEP_NORM_PLANES=on: weights
 #                 4ff415b8dedb1350 if the plane kernels keep the bits end to end
 #   PART=rung4    the 4B full-parameter rung's step 0 (recompute reruns the fused backwards):
@@ -36,6 +39,10 @@ planes)
     echo "### LOCKSTEP_NORM_PLANES=$v"; LOCKSTEP_NORM_PLANES=$v timeout 120 /tmp/lockstep bench --preset qwen3-1.7b --dtype bf16 --concurrency none --trainer-only --trainer-batches 4 --trainer-len 4096 --repeats 2 2>&1 | grep "^| 4\|rror"
   done | tee $O/planes-ab.md
   tar -C $O -czf /tmp/planes.tgz . && mv /tmp/planes.tgz $O/planes.tgz ;;
+profile)
+  LOCKSTEP_NORM_PLANES=on UPDATE_SHAPES="qwen3-1.7b:4x4096" UPDATE_LIMIT=120 OUT=$O/profile bash experiments/gpu_visit.sh profile-update > /dev/null 2>&1
+  sed -n 1,45p $O/profile/profile-update.md
+  tar -C $O -czf /tmp/profile.tgz . && mv /tmp/profile.tgz $O/profile.tgz ;;
 rung17)
   LOCKSTEP_NORM_PLANES=on SCALE_SET="--set task.reward=char_f1 --set sampler.kv_budget_mib=61500 --set train.on_mismatch=stop" SCALE_ARGS="--max-steps 1" \
     O=$O/rung17 SCALE_LIMIT=${RUNG_LIMIT:-400} bash experiments/scale.sh qwen3-1.7b:256x4096:8:16384 2>&1 | tail -1
