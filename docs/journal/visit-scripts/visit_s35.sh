@@ -7,7 +7,7 @@
 #   PART=boundaries  --boundaries-only (bf16, f32): the one-launch backwards and the norm plane
 #                 kernels across element 2^31 (never run on the H200 yet)
 #   PART=planes   the 1.7B update (4 x 4,096) with LOCKSTEP_NORM_PLANES off and on, alternating in
-#                 one process chain (same binary): the plane kernels' time against ~17 ms of row cubes
+#                 one process chain (same binary): the plane kernels against 26.6 ms of row cubes
 #   PART=profile  cubecl's per-kernel profile of the same update with LOCKSTEP_NORM_PLANES=on: the plane
 #                 kernels' µs a launch against session 34's v10 (RmsnormKernel 173.1, RmsnormBackwardKernel
 #                 301.3 for the per-head rows), and the vectorised KV writes (WriteKvKernel 104.5 µs there)
