@@ -207,7 +207,9 @@ fn causal_attention_plain(
     let device = q.device();
     let [_, kv_heads, head_dim] = k.dims();
     let dtype = k.dtype();
-    let empty = || BTensor::<4>::zeros([n_slots, max_len, kv_heads, head_dim], &device).cast(dtype);
+    // zeroed in the cache's own dtype (it was an f32 fill and a cast per cache and layer): rows
+    // past a sequence's end stay finite for any kernel that stages them
+    let empty = || BTensor::<4>::zeros([n_slots, max_len, kv_heads, head_dim], (&device, dtype));
     let ints = |v: &[u32]| BTensor::<1, BInt>::from_data(TensorData::new(v.iter().map(|&x| x as i32).collect::<Vec<_>>(), [v.len()]), &device);
     let (slot_t, pos_t) = (ints(slots), ints(positions));
     // one block table for the two writes and the attention (each layer calls this)
