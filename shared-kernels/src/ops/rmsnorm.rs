@@ -7,7 +7,7 @@
 use crate::ops::reduce::{cube_linear, tree_sum};
 use crate::ops::pointwise::add_lanes;
 use crate::ops::rmsnorm_math::{inv_rms_of_total, normed};
-use crate::ops::rmsnorm_planes::{check_given_plane, chosen_plane, rmsnorm_plane_kernel};
+use crate::ops::rmsnorm_planes::{rmsnorm_plane_kernel, NormKernel};
 use crate::ops::{cube_count_for, storage, vector_width, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, same_device};
 use crate::autodiff::{column_sums, cube, from_tracked, inner, plain, tracked, tracked_in};
@@ -244,7 +244,7 @@ pub fn rmsnorm<const D: usize>(x: BTensor<D>, weight: BTensor<1>, eps: f32) -> R
 }
 
 fn rmsnorm_plain<const D: usize>(x: BTensor<D>, weight: BTensor<1>, eps: f32) -> Result<BTensor<D>, KernelError> {
-    rmsnorm_on(Kernel::Chosen, x, weight, eps)
+    rmsnorm_on(NormKernel::Chosen, x, weight, eps)
 }
 
 /// [`rmsnorm`] (without autodiff) on the plane kernel for rows of [`ROW_BLOCK`] values with
@@ -253,19 +253,10 @@ fn rmsnorm_plain<const D: usize>(x: BTensor<D>, weight: BTensor<1>, eps: f32) ->
 #[doc(hidden)]
 pub fn rmsnorm_with_planes<const D: usize>(plane: Option<usize>, x: BTensor<D>, weight: BTensor<1>, eps: f32) -> Result<BTensor<D>, KernelError> {
     ensure!(!x.is_autodiff(), "rmsnorm", "rmsnorm_with_planes takes plain tensors (rmsnorm records the backward)");
-    rmsnorm_on(plane.map_or(Kernel::Cube, Kernel::Planes), x, weight, eps)
+    rmsnorm_on(plane.map_or(NormKernel::Cube, NormKernel::Planes), x, weight, eps)
 }
 
-/// Which rmsnorm kernel a call runs.
-#[derive(Clone, Copy)]
-enum Kernel {
-    /// The process's choice (`LOCKSTEP_NORM_PLANES`).
-    Chosen,
-    Cube,
-    Planes(usize),
-}
-
-fn rmsnorm_on<const D: usize>(kernel: Kernel, x: BTensor<D>, weight: BTensor<1>, eps: f32) -> Result<BTensor<D>, KernelError> {
+fn rmsnorm_on<const D: usize>(kernel: NormKernel, x: BTensor<D>, weight: BTensor<1>, eps: f32) -> Result<BTensor<D>, KernelError> {
     const OP: &str = "rmsnorm";
     let x = float_in(OP, "x", x)?;
     let weight = float_in(OP, "weight", weight)?;
@@ -278,15 +269,7 @@ fn rmsnorm_on<const D: usize>(kernel: Kernel, x: BTensor<D>, weight: BTensor<1>,
     let rows: usize = xd[..xd.len() - 1].iter().product();
     ensure!(rows > 0 && hidden > 0, OP, "empty input {xd:?}");
     let y = empty_device_contiguous_dtype(x.client.clone(), x.device.clone(), xd.clone().into(), x.dtype);
-    let plane = match kernel {
-        Kernel::Planes(p) => {
-            check_given_plane(OP, &x.client, p, hidden)?;
-            Some(p)
-        }
-        Kernel::Cube => None,
-        Kernel::Chosen => chosen_plane(&x.client, hidden)?,
-    };
-    if let Some(plane) = plane {
+    if let Some(plane) = kernel.plane(OP, &x.client, hidden)? {
         let vs = vector_width(x.dtype, ROW_BLOCK / plane);
         rmsnorm_plane_kernel::launch(
             &x.client,

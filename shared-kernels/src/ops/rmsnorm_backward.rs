@@ -14,7 +14,7 @@
 use crate::ops::reduce::{cube_linear, row_sums, tree_sum};
 use crate::ops::rmsnorm_math::{element_grads, row_factors};
 use crate::ops::unfused::{add_unfused, opaque};
-use crate::ops::rmsnorm_planes::{check_given_plane, chosen_plane, rmsnorm_backward_plane_kernel};
+use crate::ops::rmsnorm_planes::{rmsnorm_backward_plane_kernel, NormKernel};
 use crate::ops::{cube_count_for, storage, vector_width, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, same_device};
 use crate::{ensure, KernelError};
@@ -79,12 +79,12 @@ fn rmsnorm_backward_kernel<F: Float>(
 /// [`crate::rmsnorm`]); the op chain on a runtime the kernel does not run on by default
 /// (`ops/unfused.rs`).
 pub fn rmsnorm_backward<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: BTensor<D>, eps: f32) -> Result<(BTensor<D>, BTensor<2>), KernelError> {
-    rmsnorm_backward_with(x, weight, dy, eps, Launch::Default)
+    rmsnorm_backward_with(x, weight, dy, eps, NormKernel::Chosen)
 }
 
 /// [`rmsnorm_backward`] in one launch on any runtime with plane shuffles (the checks on lavapipe).
 pub fn rmsnorm_backward_one_launch<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: BTensor<D>, eps: f32) -> Result<(BTensor<D>, BTensor<2>), KernelError> {
-    rmsnorm_backward_with(x, weight, dy, eps, Launch::OneLaunch)
+    rmsnorm_backward_with(x, weight, dy, eps, NormKernel::Cube)
 }
 
 /// [`rmsnorm_backward`] for rows of [`ROW_BLOCK`] values on the plane kernel with planes of
@@ -92,22 +92,10 @@ pub fn rmsnorm_backward_one_launch<const D: usize>(x: BTensor<D>, weight: BTenso
 /// and the battery run it where the process's choice would not.
 #[doc(hidden)]
 pub fn rmsnorm_backward_on_planes<const D: usize>(plane: usize, x: BTensor<D>, weight: BTensor<1>, dy: BTensor<D>, eps: f32) -> Result<(BTensor<D>, BTensor<2>), KernelError> {
-    rmsnorm_backward_with(x, weight, dy, eps, Launch::Planes(plane))
+    rmsnorm_backward_with(x, weight, dy, eps, NormKernel::Planes(plane))
 }
 
-/// Which of the backward's forms a call runs.
-#[derive(Clone, Copy, PartialEq)]
-enum Launch {
-    /// On planes where the process chose them for rows of [`ROW_BLOCK`], else the cube kernel
-    /// where it runs by default (`ops/unfused.rs`), else the op chain.
-    Default,
-    /// The cube kernel on any runtime with plane shuffles.
-    OneLaunch,
-    /// The plane kernel with planes of this size.
-    Planes(usize),
-}
-
-fn rmsnorm_backward_with<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: BTensor<D>, eps: f32, launch: Launch) -> Result<(BTensor<D>, BTensor<2>), KernelError> {
+fn rmsnorm_backward_with<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: BTensor<D>, eps: f32, kernel: NormKernel) -> Result<(BTensor<D>, BTensor<2>), KernelError> {
     const OP: &str = "rmsnorm_backward";
     let (xc, w, d) = (float_in(OP, "x", x)?, float_in(OP, "weight", weight)?, float_in(OP, "dy", dy)?);
     same_device(OP, &xc, &w, "weight")?;
@@ -120,18 +108,11 @@ fn rmsnorm_backward_with<const D: usize>(x: BTensor<D>, weight: BTensor<1>, dy: 
     let len: usize = xd.iter().product();
     ensure!(hidden > 0 && len > 0, OP, "empty input {xd:?}");
     ensure!(len <= u32::MAX as usize, OP, "{len} elements exceed the u32 index range");
-    let plane = match launch {
-        Launch::Planes(p) => {
-            check_given_plane(OP, &xc.client, p, hidden)?;
-            Some(p)
-        }
-        Launch::OneLaunch => None,
-        Launch::Default => match chosen_plane(&xc.client, hidden)? {
-            Some(p) => Some(p),
-            None if crate::ops::unfused::one_launch(&xc.client, false) => None,
-            None => return rmsnorm_backward_ops(float_out::<D>(xc), float_out(w), float_out::<D>(d), eps),
-        },
-    };
+    let plane = kernel.plane(OP, &xc.client, hidden)?;
+    // by default, off the plane kernel, the op chain where the cube kernel does not run
+    if kernel == NormKernel::Chosen && plane.is_none() && !crate::ops::unfused::one_launch(&xc.client, false) {
+        return rmsnorm_backward_ops(float_out::<D>(xc), float_out(w), float_out::<D>(d), eps);
+    }
     let rows = len / hidden;
     let dx = empty_device_contiguous_dtype(xc.client.clone(), xc.device.clone(), xd.clone().into(), xc.dtype);
     let weighted = empty_device_contiguous_dtype(xc.client.clone(), xc.device.clone(), [rows, hidden].into(), DType::F32);

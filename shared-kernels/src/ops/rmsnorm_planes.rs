@@ -195,11 +195,34 @@ pub(crate) fn fixed_plane(client: &burn_cubecl::cubecl::client::Client) -> Optio
 
 /// The plane size rows of `width` run on by default, `None` for the cube kernels: planes where
 /// the process chose them (`LOCKSTEP_NORM_PLANES`) and the device has planes that fit.
-pub(crate) fn chosen_plane(client: &burn_cubecl::cubecl::client::Client, width: usize) -> Result<Option<usize>, crate::KernelError> {
+fn chosen_plane(client: &burn_cubecl::cubecl::client::Client, width: usize) -> Result<Option<usize>, crate::KernelError> {
     use crate::kernel_choice::{KernelChoice, NormPlanes};
     Ok(match KernelChoice::process()?.norm_planes {
         NormPlanes::Off => None,
         NormPlanes::On => plane_for_rows(client, width),
         NormPlanes::Force => fixed_plane(client).filter(|&p| plane_fits(p, width)),
     })
+}
+
+/// Which rmsnorm kernel a call runs, forward or backward.
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum NormKernel {
+    /// The process's choice (`LOCKSTEP_NORM_PLANES`): planes where chosen and where the device's
+    /// planes fit the rows, else one cube a row.
+    Chosen,
+    /// One cube a row.
+    Cube,
+    /// The plane kernel with planes of this size, which must be the device's own.
+    Planes(usize),
+}
+
+impl NormKernel {
+    /// The plane size a call on rows of `width` runs with, `None` for one cube a row.
+    pub(crate) fn plane(self, op: &'static str, client: &burn_cubecl::cubecl::client::Client, width: usize) -> Result<Option<usize>, crate::KernelError> {
+        match self {
+            NormKernel::Planes(p) => check_given_plane(op, client, p, width).map(|()| Some(p)),
+            NormKernel::Cube => Ok(None),
+            NormKernel::Chosen => chosen_plane(client, width),
+        }
+    }
 }
