@@ -82,6 +82,17 @@ pub fn fused_backward_checks(dtype: DType, device: &Device, seed: u64, rows: usi
             let one_cube_a_row = host(rmsnorm_with_planes(None, per_head(&x), w_head.clone(), eps)?);
             let (differing, max) = differing_rows(&[(&on_planes, &one_cube_a_row)], hidden);
             out.push(Check { op: format!("rmsnorm per head {rows}x{heads}x{head} on planes of {plane} = one cube a row"), dtype: dtype_name(dtype), m: rows, rows_differing: differing, max_abs_diff: max });
+            // a row's forward and backward on planes are its own whatever rows share the launch
+            // (every battery batch size, random rows and order, against the whole launch)
+            out.extend(row_invariance(&format!("rmsnorm per head {rows}x{heads}x{head} on planes of {plane}, forward and backward"), dtype, rows, &BATCH_SIZES, seed ^ 0x91a7, |idx| {
+                let pick = |v: &[f32]| idx.iter().flat_map(|&r| v[r * hidden..(r + 1) * hidden].to_vec()).collect::<Vec<f32>>();
+                let rows_of = |v: &[f32]| -> Tensor<3> { float_tensor(v.to_vec(), [idx.len(), heads, head], dtype, device) };
+                let y = host(rmsnorm_with_planes(Some(plane), rows_of(&pick(&x)), w_head.clone(), eps)?);
+                let (dx, weighted) = rmsnorm_backward_on_planes(plane, rows_of(&pick(&x)), w_head.clone(), rows_of(&pick(&dy)), eps)?;
+                let (dx, weighted) = (host(dx), host(weighted));
+                let row = |v: &[f32], i: usize| v[i * hidden..(i + 1) * hidden].to_vec();
+                Ok((0..idx.len()).map(|i| [row(&y, i), row(&dx, i), row(&weighted, i)].concat()).collect())
+            })?);
         }
         // RoPE's backward at positions up to 40,960 (Qwen3's context), theta 1e6
         let max_positions = 40_960;

@@ -175,7 +175,8 @@ fn fused_launchers_reject_bad_shapes_by_name() {
 /// swiglu's and rmsnorm's one-launch backwards = burn's f32 op chains, as bits, with edge values
 /// planted (the check group the battery runs at real shapes on the H200): even and odd widths
 /// (vectors of 4 lanes and of 1 on wgpu), rows longer and shorter than the 128-unit cube, and
-/// rmsnorm per head of 128 (also on the plane kernels, 32 and 15 rows) and 64.
+/// rmsnorm per head of 128 (also on the plane kernels, 32 and 15 rows, and their rows inside
+/// launches of every battery batch size) and 64.
 #[test]
 fn fused_backward_kernels_equal_their_op_chains_as_bits() {
     let device = crate::device();
@@ -188,8 +189,12 @@ fn fused_backward_kernels_equal_their_op_chains_as_bits() {
             }
             // heads of 128 run the plane kernels too wherever this device's planes fit them
             let planes_fit = fixed_plane_size(&device).is_some_and(|p| p.is_power_of_two() && (2..128).contains(&p));
-            let on_planes = checks.iter().filter(|c| c.op.contains("on planes")).count();
-            assert_eq!(on_planes, if planes_fit && hidden % 128 == 0 { 2 } else { 0 }, "plane checks at hidden {hidden} (planes {:?})", fixed_plane_size(&device));
+            let plane_rows = planes_fit && hidden % 128 == 0;
+            let on_planes = checks.iter().filter(|c| c.op.contains("on planes") && !c.op.contains("forward and backward")).count();
+            assert_eq!(on_planes, if plane_rows { 2 } else { 0 }, "plane checks at hidden {hidden} (planes {:?})", fixed_plane_size(&device));
+            // and their rows inside launches of every batch size up to `rows`, plus a rerun
+            let invariance = checks.iter().filter(|c| c.op.contains("on planes") && c.op.contains("forward and backward")).count();
+            assert!(if plane_rows { invariance >= 2 } else { invariance == 0 }, "{invariance} plane invariance checks at {rows} rows, hidden {hidden}");
         }
     }
 }
