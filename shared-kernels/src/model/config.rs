@@ -1,5 +1,6 @@
 //! The model's shape, read from a Hugging Face `config.json` (Qwen3 and Llama keys).
 
+use super::rope_scaling::Rope;
 use super::ModelError;
 use serde_json::Value;
 use std::path::Path;
@@ -18,7 +19,8 @@ pub struct ModelConfig {
     pub num_kv_heads: usize,
     pub head_dim: usize,
     pub rms_norm_eps: f64,
-    pub rope_theta: f64,
+    /// RoPE's base and scaling (`rope_scaling` / `rope_parameters`).
+    pub rope: Rope,
     pub max_position_embeddings: usize,
     pub tie_word_embeddings: bool,
     /// Qwen3 normalises q and k per head before RoPE; Llama does not.
@@ -63,18 +65,6 @@ impl ModelConfig {
                 return Err(err(key, "biases in attention/MLP projections are not supported".into()));
             }
         }
-        // transformers 5 nests RoPE settings under `rope_parameters`; 4.x has top-level keys
-        let rope_params = raw.get("rope_parameters").filter(|v| v.is_object());
-        if let Some(kind) = rope_params.and_then(|p| p.get("rope_type")).and_then(Value::as_str).filter(|k| *k != "default") {
-            return Err(err("rope_parameters.rope_type", format!("`{kind}` RoPE is not supported yet (only \"default\")")));
-        }
-        let rope_theta = match rope_params.and_then(|p| p.get("rope_theta")) {
-            Some(v) => v.as_f64().filter(|f| f.is_finite() && *f > 0.0).ok_or_else(|| err("rope_parameters.rope_theta", format!("must be a positive number, got {v}")))?,
-            None => float_key("rope_theta", 10_000.0)?,
-        };
-        if let Some(scaling) = raw.get("rope_scaling").filter(|v| !v.is_null()) {
-            return Err(err("rope_scaling", format!("rope scaling is not supported yet, got {scaling}")));
-        }
         let hidden_size = usize_key("hidden_size")?;
         let num_heads = usize_key("num_attention_heads")?;
         let num_kv_heads = match raw.get("num_key_value_heads") {
@@ -91,6 +81,8 @@ impl ModelConfig {
         if head_dim % 2 != 0 {
             return Err(err("head_dim", format!("must be even for RoPE, got {head_dim}")));
         }
+        let max_position_embeddings = usize_key("max_position_embeddings")?;
+        let rope = Rope::from_config(&raw, max_position_embeddings).map_err(|e| err(&e.key, e.message))?;
         Ok(Self {
             qk_norm: arch == "Qwen3ForCausalLM",
             architecture: arch,
@@ -102,8 +94,8 @@ impl ModelConfig {
             num_kv_heads,
             head_dim,
             rms_norm_eps: float_key("rms_norm_eps", 1e-6)?,
-            rope_theta,
-            max_position_embeddings: usize_key("max_position_embeddings")?,
+            rope,
+            max_position_embeddings,
             tie_word_embeddings: raw.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false),
             raw,
         })

@@ -104,7 +104,7 @@ impl Qwen3 {
             layers,
             norm: t1(FINAL_NORM.into())?,
             lm_head,
-            rope: RopeTables::new(c.head_dim, c.max_position_embeddings, c.rope_theta, device)?,
+            rope: RopeTables::from_frequencies(c.head_dim, c.max_position_embeddings, &c.rope.inv_freq(c.head_dim), c.rope.attention_factor(), device)?,
             kernels: KernelSet::Matched,
             fused: Vec::new(),
         })

@@ -28,30 +28,48 @@ pub struct RopeTables {
 impl RopeTables {
     /// `inv_freq[i] = theta^(-2i/head_dim)`, angle = position * inv_freq, all in f64.
     pub fn new(head_dim: usize, max_positions: usize, theta: f64, device: &Device) -> Result<Self, KernelError> {
+        ensure!(theta.is_finite() && theta > 0.0, "rope", "rope theta must be > 0, got {theta}");
+        Self::from_frequencies(head_dim, max_positions, &default_inv_freq(head_dim, theta), 1.0, device)
+    }
+
+    /// Tables for given inverse frequencies (`head_dim / 2` of them: a scaled RoPE's, see
+    /// `model::rope_scaling`), cos and sin multiplied by `scale` in f64 before the cast.
+    pub fn from_frequencies(head_dim: usize, max_positions: usize, inv_freq: &[f64], scale: f64, device: &Device) -> Result<Self, KernelError> {
         ensure!(head_dim >= 2 && head_dim % 2 == 0, "rope", "head_dim must be even and >= 2, got {head_dim}");
         ensure!(max_positions > 0, "rope", "max_positions must be > 0");
-        ensure!(theta.is_finite() && theta > 0.0, "rope", "rope theta must be > 0, got {theta}");
+        ensure!(inv_freq.len() == head_dim / 2, "rope", "{} inverse frequencies for head_dim {head_dim} (need {})", inv_freq.len(), head_dim / 2);
+        ensure!(inv_freq.iter().all(|f| f.is_finite() && *f > 0.0), "rope", "inverse frequencies must be finite and > 0");
+        ensure!(scale.is_finite() && scale > 0.0, "rope", "cos/sin scale must be > 0, got {scale}");
         let half = head_dim / 2;
-        let (cos, sin) = Self::host_values(head_dim, max_positions, theta);
+        let (cos, sin) = Self::host_values_of(inv_freq, max_positions, scale);
         let to = |v: Vec<f32>| BTensor::<2>::from_data(TensorData::new(v, [max_positions, half]), device);
         Ok(Self { cos: to(cos), sin: to(sin), max_positions, head_dim })
     }
 
     /// The f32 table values, for host references.
     pub fn host_values(head_dim: usize, max_positions: usize, theta: f64) -> (Vec<f32>, Vec<f32>) {
-        let half = head_dim / 2;
+        Self::host_values_of(&default_inv_freq(head_dim, theta), max_positions, 1.0)
+    }
+
+    /// `scale * cos(p * inv_freq[i])` and the same for sin, in f64, each rounded once to f32.
+    pub fn host_values_of(inv_freq: &[f64], max_positions: usize, scale: f64) -> (Vec<f32>, Vec<f32>) {
+        let half = inv_freq.len();
         let mut cos = Vec::with_capacity(max_positions * half);
         let mut sin = Vec::with_capacity(max_positions * half);
         for p in 0..max_positions {
-            for i in 0..half {
-                let inv_freq = theta.powf(-((2 * i) as f64) / head_dim as f64);
-                let angle = p as f64 * inv_freq;
-                cos.push(angle.cos() as f32);
-                sin.push(angle.sin() as f32);
+            for &f in inv_freq {
+                let angle = p as f64 * f;
+                cos.push((scale * angle.cos()) as f32);
+                sin.push((scale * angle.sin()) as f32);
             }
         }
         (cos, sin)
     }
+}
+
+/// Plain RoPE's inverse frequencies `theta^(-2i/head_dim)`, in f64.
+pub fn default_inv_freq(head_dim: usize, theta: f64) -> Vec<f64> {
+    (0..head_dim / 2).map(|i| theta.powf(-((2 * i) as f64) / head_dim as f64)).collect()
 }
 
 /// The rotation of the pair (a, b) = (x[i], x[i + half]), shared with the fused decode kernel

@@ -34,3 +34,32 @@ fn logits_match_transformers_and_tokenizer_matches_hf_tokenizers() {
     }
     eprintln!("worst |logit diff| vs transformers: {worst:.3e}");
 }
+
+/// Scaled RoPE against transformers (fixtures from tests/fixtures/make_tiny_scaled_rope.py, f32,
+/// eager attention, 5-120 positions): Llama 3.1's `llama3` scaling on a tied Llama without q/k
+/// norm, and YaRN on a Qwen3, both configs spelled as the Hub ships them (`rope_scaling`).
+#[test]
+fn scaled_rope_logits_match_transformers() {
+    for name in ["tiny-llama31", "tiny-qwen3-yarn"] {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+        let parity: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("parity.json")).unwrap()).unwrap();
+        let model = Qwen3::load(&dir, DType::F32, &crate::device()).unwrap();
+        assert_ne!(model.config.rope.scaling, shared_kernels::model::RopeScaling::Default, "{name}");
+        let mut worst = 0.0f64;
+        for record in parity["records"].as_array().unwrap() {
+            let ids: Vec<u32> = record["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+            let logits = model.forward(&Rows::whole(&[ids.clone()]), None).unwrap();
+            let got = logits.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+            let want: Vec<f64> = record["logits"].as_array().unwrap().iter().flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap())).collect();
+            assert_eq!(got.len(), want.len());
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                let err = (g as f64 - w).abs();
+                worst = worst.max(err);
+                // as above: f32 on both sides, different reduction orders (transformers computes
+                // the frequencies in f32, lockstep in f64)
+                assert!(err < 1e-4 + 1e-5 * w.abs(), "{name}, {} ids, logit {i}: lockstep {g} vs transformers {w}", ids.len());
+            }
+        }
+        eprintln!("{name}: worst |logit diff| vs transformers: {worst:.3e}");
+    }
+}

@@ -168,7 +168,7 @@ fn memory_rows(o: &BenchOptions, config: &ModelConfig, device: &Device, emit: &m
     }
     {
         let (heads, hd) = (config.num_heads, config.head_dim);
-        let tables = shared_kernels::ops::rope::RopeTables::new(hd, config.max_position_embeddings, config.rope_theta, device).map_err(|e| e.to_string())?;
+        let tables = shared_kernels::ops::rope::RopeTables::from_frequencies(hd, config.max_position_embeddings, &config.rope.inv_freq(hd), config.rope.attention_factor(), device).map_err(|e| e.to_string())?;
         let x = Tensor::<3>::random([big, heads, hd], Distribution::Normal(0.0, 1.0), device).cast(o.dtype);
         let positions = Tensor::<1, Int>::from_data(TensorData::new((0..big).map(|r| (r % config.max_position_embeddings) as i32).collect::<Vec<_>>(), [big]), device);
         let a = time_op(device, o.repeats, 20, || drop(shared_kernels::ops::rope::rope(x.clone(), positions.clone(), &tables).unwrap()));
