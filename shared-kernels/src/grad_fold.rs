@@ -2,7 +2,7 @@
 //!
 //! A weight gradient is a sum over tokens. Summed per micro-batch and then added, its bits follow
 //! the micro-batching (verl users see updates change with the micro-batch size). Here every
-//! token-summing weight gradient (linear layers, the LM head, RMSNorm weights, the embedding) is
+//! token-summing weight gradient (linear layers and their biases, the LM head, RMSNorm weights, the embedding) is
 //! instead *folded* into one f32 accumulator per weight and use, continuing from where the last
 //! micro-batch left it ([`crate::ops::weight_grad`]). With the training layout padding every
 //! sequence to a multiple of [`FOLD_ROWS`] rows ([`crate::model::Rows::whole_padded`]) and
@@ -27,6 +27,8 @@ use std::collections::{BTreeMap, HashMap};
 pub enum FoldUse {
     Linear,
     Norm,
+    /// A projection's bias (`ops/bias.rs`).
+    Bias,
     Head,
     Embedding,
 }

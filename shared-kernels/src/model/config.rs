@@ -5,8 +5,9 @@ use super::ModelError;
 use serde_json::Value;
 use std::path::Path;
 
-/// Architectures this forward implements, by their `architectures[0]` name.
-pub const SUPPORTED: [&str; 2] = ["Qwen3ForCausalLM", "LlamaForCausalLM"];
+/// Architectures this forward implements, by their `architectures[0]` name: Qwen3 (q/k norms),
+/// Qwen2 (q/k/v biases), Llama and Mistral (neither; Mistral without a sliding window).
+pub const SUPPORTED: [&str; 4] = ["Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM"];
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
@@ -25,6 +26,10 @@ pub struct ModelConfig {
     pub tie_word_embeddings: bool,
     /// Qwen3 normalises q and k per head before RoPE; Llama does not.
     pub qk_norm: bool,
+    /// q/k/v projections with biases (Qwen2 always; others with `attention_bias`).
+    pub qkv_bias: bool,
+    /// o_proj with a bias (`attention_bias` outside Qwen2, whose o_proj has none).
+    pub o_bias: bool,
     /// The file as read, so a saved checkpoint keeps every key transformers wrote.
     pub raw: Value,
 }
@@ -60,9 +65,35 @@ impl ModelConfig {
                 None => Ok(default),
             }
         };
-        for key in ["attention_bias", "mlp_bias"] {
-            if raw.get(key).and_then(Value::as_bool) == Some(true) {
-                return Err(err(key, "biases in attention/MLP projections are not supported".into()));
+        let flag = |key: &str| -> Result<bool, ModelError> {
+            match raw.get(key) {
+                None | Some(Value::Null) => Ok(false),
+                Some(v) => v.as_bool().ok_or_else(|| err(key, format!("must be true or false, got {v}"))),
+            }
+        };
+        if flag("mlp_bias")? {
+            return Err(err("mlp_bias", "biases in the MLP projections are not supported".into()));
+        }
+        let attention_bias = flag("attention_bias")?;
+        let qwen2 = arch == "Qwen2ForCausalLM";
+        // SiLU-gated MLPs only: another activation would be computed as SiLU, silently wrong
+        if let Some(act) = raw.get("hidden_act").or_else(|| raw.get("hidden_activation")).filter(|v| !v.is_null()) {
+            if act.as_str() != Some("silu") {
+                return Err(err("hidden_act", format!("{act}: only \"silu\" (SwiGLU) is supported")));
+            }
+        }
+        // every layer attends to its whole prefix: a sliding window would be ignored
+        if flag("use_sliding_window")? {
+            return Err(err("use_sliding_window", "sliding-window attention is not supported (every layer attends to the whole prefix)".into()));
+        }
+        if let Some(kinds) = raw.get("layer_types").and_then(Value::as_array) {
+            if let Some(other) = kinds.iter().find(|k| k.as_str() != Some("full_attention")) {
+                return Err(err("layer_types", format!("{other}: only \"full_attention\" layers are supported")));
+            }
+        }
+        if arch == "MistralForCausalLM" {
+            if let Some(w) = raw.get("sliding_window").filter(|v| !v.is_null()) {
+                return Err(err("sliding_window", format!("{w}: Mistral's sliding-window attention is not supported (Mistral checkpoints with `sliding_window: null`, v0.2 on, are)")));
             }
         }
         let hidden_size = usize_key("hidden_size")?;
@@ -85,6 +116,8 @@ impl ModelConfig {
         let rope = Rope::from_config(&raw, max_position_embeddings).map_err(|e| err(&e.key, e.message))?;
         Ok(Self {
             qk_norm: arch == "Qwen3ForCausalLM",
+            qkv_bias: qwen2 || attention_bias,
+            o_bias: attention_bias && !qwen2,
             architecture: arch,
             vocab_size: usize_key("vocab_size")?,
             hidden_size,
@@ -104,5 +137,47 @@ impl ModelConfig {
     /// Every tensor the checkpoint must hold, with its shape, in HF names (checkpoint order).
     pub fn expected_tensors(&self) -> Vec<(String, Vec<usize>)> {
         super::names::expected_tensors(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(arch: &str, extra: serde_json::Value) -> Result<ModelConfig, String> {
+        let mut json = serde_json::json!({
+            "architectures": [arch], "vocab_size": 32, "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "max_position_embeddings": 256, "rope_theta": 10000.0
+        });
+        json.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        ModelConfig::from_json(&json.to_string(), "config.json").map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn each_family_reads_its_norms_and_biases() {
+        let shape = |c: ModelConfig| (c.qk_norm, c.qkv_bias, c.o_bias);
+        assert_eq!(shape(config("Qwen3ForCausalLM", serde_json::json!({"attention_bias": false})).unwrap()), (true, false, false));
+        // Qwen2's q/k/v always carry biases, its o_proj never
+        assert_eq!(shape(config("Qwen2ForCausalLM", serde_json::json!({"use_sliding_window": false, "sliding_window": 131072})).unwrap()), (false, true, false));
+        assert_eq!(shape(config("LlamaForCausalLM", serde_json::json!({"attention_bias": true})).unwrap()), (false, true, true));
+        assert_eq!(shape(config("MistralForCausalLM", serde_json::json!({"sliding_window": null})).unwrap()), (false, false, false));
+    }
+
+    #[test]
+    fn what_the_forward_would_compute_wrongly_is_refused_by_key() {
+        let cases = [
+            ("Qwen2ForCausalLM", serde_json::json!({"use_sliding_window": true}), "config key `use_sliding_window`"),
+            ("Qwen3ForCausalLM", serde_json::json!({"layer_types": ["full_attention", "sliding_attention"]}), "config key `layer_types`"),
+            ("MistralForCausalLM", serde_json::json!({"sliding_window": 4096}), "config key `sliding_window`: 4096"),
+            ("LlamaForCausalLM", serde_json::json!({"hidden_act": "gelu"}), "config key `hidden_act`: \"gelu\""),
+            ("LlamaForCausalLM", serde_json::json!({"mlp_bias": true}), "config key `mlp_bias`"),
+            ("LlamaForCausalLM", serde_json::json!({"attention_bias": "yes"}), "config key `attention_bias`: must be true or false"),
+            ("GemmaForCausalLM", serde_json::json!({}), "config key `architectures`: `GemmaForCausalLM` is not supported"),
+        ];
+        for (arch, extra, want) in cases {
+            let e = config(arch, extra.clone()).unwrap_err();
+            assert!(e.starts_with(&format!("config.json: {want}")), "{arch} {extra}: {e}");
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! One decoder layer: its weights and its forward.
 //!
-//!   rmsnorm -> q,k,v proj -> (Qwen3: per-head q/k rmsnorm) -> rope -> causal GQA attention
-//!   -> o proj -> + residual -> rmsnorm -> silu(gate) * up -> down -> + residual
+//!   rmsnorm -> q,k,v proj (+ bias: Qwen2) -> (Qwen3: per-head q/k rmsnorm) -> rope
+//!   -> causal GQA attention -> o proj -> + residual -> rmsnorm -> silu(gate) * up -> down
+//!   -> + residual
 //!
 //! A layer runs unfused (training, prefill without fused weights, the ablation's kernels) or on
 //! the decode path's fused launches ([`FusedProjections`], `attention_inputs`, `add_rmsnorm`,
@@ -14,7 +15,7 @@ use super::{ModelConfig, ModelError};
 use crate::ops::attention::attention_for_rows;
 use crate::ops::attention::inputs::attention_inputs;
 use crate::ops::kv_cache::write_kv_cache_paged;
-use crate::{add, add_rmsnorm, causal_attention, rope, swiglu, swiglu_halves, QkNorm, WeightLayout::OutIn};
+use crate::{add, add_rmsnorm, bias_add, causal_attention, rope, swiglu, swiglu_halves, QkNorm, WeightLayout::OutIn};
 use burn::tensor::Tensor;
 
 /// One decoder layer's weights, in HF layout (`[out, in]` projections).
@@ -25,6 +26,11 @@ pub struct Layer {
     pub k_proj: Tensor<2>,
     pub v_proj: Tensor<2>,
     pub o_proj: Tensor<2>,
+    /// Projection biases where the architecture has them (`ModelConfig::qkv_bias`, `o_bias`).
+    pub q_bias: Option<Tensor<1>>,
+    pub k_bias: Option<Tensor<1>>,
+    pub v_bias: Option<Tensor<1>>,
+    pub o_bias: Option<Tensor<1>>,
     pub q_norm: Option<Tensor<1>>,
     pub k_norm: Option<Tensor<1>>,
     pub post_norm: Tensor<1>,
@@ -40,6 +46,8 @@ pub struct Layer {
 #[derive(Clone, Debug)]
 pub struct FusedProjections {
     pub qkv: Tensor<2>,
+    /// `[q; k; v]` biases, where the layer has them.
+    pub qkv_bias: Option<Tensor<1>>,
     pub gate_up: Tensor<2>,
 }
 
@@ -65,6 +73,10 @@ impl Layer {
             k_proj: matrix(LayerTensor::KProj)?,
             v_proj: matrix(LayerTensor::VProj)?,
             o_proj: matrix(LayerTensor::OProj)?,
+            q_bias: c.qkv_bias.then(|| vector(LayerTensor::QBias)).transpose()?,
+            k_bias: c.qkv_bias.then(|| vector(LayerTensor::KBias)).transpose()?,
+            v_bias: c.qkv_bias.then(|| vector(LayerTensor::VBias)).transpose()?,
+            o_bias: c.o_bias.then(|| vector(LayerTensor::OBias)).transpose()?,
             q_norm: c.qk_norm.then(|| vector(LayerTensor::QNorm)).transpose()?,
             k_norm: c.qk_norm.then(|| vector(LayerTensor::KNorm)).transpose()?,
             post_norm: vector(LayerTensor::PostNorm)?,
@@ -82,6 +94,10 @@ impl Layer {
             LayerTensor::KProj => Slot::Matrix(&mut self.k_proj),
             LayerTensor::VProj => Slot::Matrix(&mut self.v_proj),
             LayerTensor::OProj => Slot::Matrix(&mut self.o_proj),
+            LayerTensor::QBias => Slot::Vector(self.q_bias.as_mut()?),
+            LayerTensor::KBias => Slot::Vector(self.k_bias.as_mut()?),
+            LayerTensor::VBias => Slot::Vector(self.v_bias.as_mut()?),
+            LayerTensor::OBias => Slot::Vector(self.o_bias.as_mut()?),
             LayerTensor::QNorm => Slot::Vector(self.q_norm.as_mut()?),
             LayerTensor::KNorm => Slot::Vector(self.k_norm.as_mut()?),
             LayerTensor::PostNorm => Slot::Vector(&mut self.post_norm),
@@ -95,6 +111,10 @@ impl Layer {
     /// views of the fused ones.
     pub(crate) fn fuse(&mut self) -> FusedProjections {
         let qkv = Tensor::cat(vec![self.q_proj.clone(), self.k_proj.clone(), self.v_proj.clone()], 0);
+        let qkv_bias = match (&self.q_bias, &self.k_bias, &self.v_bias) {
+            (Some(q), Some(k), Some(v)) => Some(Tensor::cat(vec![q.clone(), k.clone(), v.clone()], 0)),
+            _ => None,
+        };
         let gate_up = Tensor::cat(vec![self.gate_proj.clone(), self.up_proj.clone()], 0);
         let mut at = 0;
         for w in [&mut self.q_proj, &mut self.k_proj, &mut self.v_proj] {
@@ -105,7 +125,7 @@ impl Layer {
         let [ffn, hidden] = self.gate_proj.dims();
         self.gate_proj = gate_up.clone().slice([0..ffn, 0..hidden]);
         self.up_proj = gate_up.clone().slice([ffn..2 * ffn, 0..hidden]);
-        FusedProjections { qkv, gate_up }
+        FusedProjections { qkv, qkv_bias, gate_up }
     }
 
     /// Layer `i` on the pass's rows: the residual stream after it. `fused` runs the decode
@@ -125,7 +145,7 @@ impl Layer {
             None => self.attention(i, x, pass)?,
         };
         pass.record(|| format!("layer {i} attention"), &attn.clone().reshape([n, hq * d]));
-        let o = k.matmul(attn.reshape([n, hq * d]), self.o_proj.clone(), OutIn)?;
+        let o = with_bias(k.matmul(attn.reshape([n, hq * d]), self.o_proj.clone(), OutIn)?, &self.o_bias)?;
         pass.record(|| format!("layer {i} o_proj"), &o);
         let (h, x) = match residual(stream.h, o, &self.post_norm, fused.is_some(), eps)? {
             Stream { h, normed: Some(x) } => (h, x),
@@ -148,9 +168,9 @@ impl Layer {
     fn attention(&self, i: usize, x: Tensor<2>, pass: &mut Pass) -> Result<Tensor<3>, ModelError> {
         let (k, eps, n) = (pass.kernels, pass.eps(), pass.rows.len());
         let (hq, hkv, d) = (pass.config.num_heads, pass.config.num_kv_heads, pass.config.head_dim);
-        let mut q = k.matmul(x.clone(), self.q_proj.clone(), OutIn)?.reshape([n, hq, d]);
-        let mut kk = k.matmul(x.clone(), self.k_proj.clone(), OutIn)?.reshape([n, hkv, d]);
-        let v = k.matmul(x, self.v_proj.clone(), OutIn)?.reshape([n, hkv, d]);
+        let mut q = with_bias(k.matmul(x.clone(), self.q_proj.clone(), OutIn)?, &self.q_bias)?.reshape([n, hq, d]);
+        let mut kk = with_bias(k.matmul(x.clone(), self.k_proj.clone(), OutIn)?, &self.k_bias)?.reshape([n, hkv, d]);
+        let v = with_bias(k.matmul(x, self.v_proj.clone(), OutIn)?, &self.v_bias)?.reshape([n, hkv, d]);
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
             q = k.rmsnorm(q, qn.clone(), eps)?;
             kk = k.rmsnorm(kk, kn.clone(), eps)?;
@@ -180,7 +200,7 @@ impl Layer {
     fn attention_fused(&self, i: usize, x: Tensor<2>, f: &FusedProjections, pass: &mut Pass) -> Result<Tensor<3>, ModelError> {
         let (eps, n, scale) = (pass.eps(), pass.rows.len(), pass.scale());
         let (hq, d) = (pass.config.num_heads, pass.config.head_dim);
-        let qkv = pass.kernels.matmul(x, f.qkv.clone(), OutIn)?;
+        let qkv = with_bias(pass.kernels.matmul(x, f.qkv.clone(), OutIn)?, &f.qkv_bias)?;
         let qk_norm = match (&self.q_norm, &self.k_norm) {
             (Some(q), Some(k)) => Some(QkNorm { q: q.clone(), k: k.clone(), eps }),
             _ => None,
@@ -201,6 +221,15 @@ impl Layer {
         }
         Ok(attention_for_rows(q, kc, vc, slots, positions, &pass.rows.slots, scale, Some(&pages))?)
     }
+}
+
+/// A projection's output plus its bias, if it has one (elementwise: the fused q/k/v projection
+/// adding the concatenated biases gives each element the bits of its own projection's add).
+fn with_bias(y: Tensor<2>, bias: &Option<Tensor<1>>) -> Result<Tensor<2>, ModelError> {
+    Ok(match bias {
+        Some(b) => bias_add(y, b.clone())?,
+        None => y,
+    })
 }
 
 /// `h + delta`; on the fused path with its RMSNorm by `norm` from the same launch.

@@ -15,9 +15,14 @@ pub const LM_HEAD: &str = "lm_head.weight";
 pub enum LayerTensor {
     InputNorm,
     QProj,
+    /// q/k/v biases: Qwen2, or `attention_bias` (which also gives o_proj one).
+    QBias,
     KProj,
+    KBias,
     VProj,
+    VBias,
     OProj,
+    OBias,
     /// Qwen3 only (per-head RMSNorm of q and k before RoPE).
     QNorm,
     KNorm,
@@ -29,12 +34,16 @@ pub enum LayerTensor {
 
 impl LayerTensor {
     /// Checkpoint order.
-    pub const ALL: [LayerTensor; 11] = [
+    pub const ALL: [LayerTensor; 15] = [
         LayerTensor::InputNorm,
         LayerTensor::QProj,
+        LayerTensor::QBias,
         LayerTensor::KProj,
+        LayerTensor::KBias,
         LayerTensor::VProj,
+        LayerTensor::VBias,
         LayerTensor::OProj,
+        LayerTensor::OBias,
         LayerTensor::QNorm,
         LayerTensor::KNorm,
         LayerTensor::PostNorm,
@@ -51,6 +60,10 @@ impl LayerTensor {
             LayerTensor::KProj => "self_attn.k_proj.weight",
             LayerTensor::VProj => "self_attn.v_proj.weight",
             LayerTensor::OProj => "self_attn.o_proj.weight",
+            LayerTensor::QBias => "self_attn.q_proj.bias",
+            LayerTensor::KBias => "self_attn.k_proj.bias",
+            LayerTensor::VBias => "self_attn.v_proj.bias",
+            LayerTensor::OBias => "self_attn.o_proj.bias",
             LayerTensor::QNorm => "self_attn.q_norm.weight",
             LayerTensor::KNorm => "self_attn.k_norm.weight",
             LayerTensor::PostNorm => "post_attention_layernorm.weight",
@@ -67,7 +80,12 @@ impl LayerTensor {
 
     /// Whether a model of shape `c` has this tensor.
     pub fn present(self, c: &ModelConfig) -> bool {
-        !matches!(self, LayerTensor::QNorm | LayerTensor::KNorm) || c.qk_norm
+        match self {
+            LayerTensor::QNorm | LayerTensor::KNorm => c.qk_norm,
+            LayerTensor::QBias | LayerTensor::KBias | LayerTensor::VBias => c.qkv_bias,
+            LayerTensor::OBias => c.o_bias,
+            _ => true,
+        }
     }
 
     /// Its shape in HF layout (`[out, in]` for projections).
@@ -80,6 +98,9 @@ impl LayerTensor {
             LayerTensor::KProj | LayerTensor::VProj => vec![kv, h],
             LayerTensor::OProj => vec![h, q],
             LayerTensor::QNorm | LayerTensor::KNorm => vec![d],
+            LayerTensor::QBias => vec![q],
+            LayerTensor::KBias | LayerTensor::VBias => vec![kv],
+            LayerTensor::OBias => vec![h],
             LayerTensor::GateProj | LayerTensor::UpProj => vec![f, h],
             LayerTensor::DownProj => vec![h, f],
         }

@@ -208,7 +208,7 @@ impl Qwen3 {
                 for t in [&mut l.input_norm, &mut l.post_norm] {
                     own(t)?;
                 }
-                for t in [l.q_norm.as_mut(), l.k_norm.as_mut()].into_iter().flatten() {
+                for t in [l.q_norm.as_mut(), l.k_norm.as_mut(), l.q_bias.as_mut(), l.k_bias.as_mut(), l.v_bias.as_mut(), l.o_bias.as_mut()].into_iter().flatten() {
                     own(t)?;
                 }
                 own(&mut l.o_proj)?;

@@ -7,6 +7,7 @@
 // families of several kernels are folders with one front door (`mod.rs`); single-file ops stay flat
 pub mod ablation;
 pub mod attention;
+pub mod bias;
 pub mod embedding;
 pub mod fingerprint;
 pub mod in_place;

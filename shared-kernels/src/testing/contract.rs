@@ -60,7 +60,8 @@ pub fn stepping_logprob_bits(model: &Qwen3, seqs: &[Vec<u32>], chunk: usize, rng
 /// The sampler/trainer contract on random tiny Qwen3s: training-path logprob bits against the
 /// stepping path at several chunk sizes. One check per chunk size (M = chunk, 0 = whole), for
 /// heads of 16 values and of 128 (real Qwen3 and Llama heads, where some fused decode kernels
-/// take another path on devices with fixed-size planes; these with Llama 3.1's RoPE scaling).
+/// take another path on devices with fixed-size planes; these with Llama 3.1's RoPE scaling, the
+/// others with q/k/v/o projection biases).
 pub fn model_contract(dtype: DType, device: &Device, seed: u64, sequences: usize) -> Result<Vec<Check>, ModelError> {
     let mut checks = Vec::new();
     for wide_heads in [false, true] {
@@ -77,6 +78,10 @@ fn contract_for(dtype: DType, device: &Device, seed: u64, sequences: usize, wide
         (config.num_heads, config.num_kv_heads, config.head_dim) = (2, 1, 128);
         // and Llama 3.1's scaled RoPE: the tables differ, both paths must still read the same
         config.rope.scaling = RopeScaling::Llama3 { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_positions: 64.0 };
+    } else {
+        // projection biases (Llama's `attention_bias`: q/k/v and o), which the fused decode
+        // path adds to the fused q/k/v projection as one concatenated bias
+        (config.qkv_bias, config.o_bias) = (true, true);
     }
     let model = Qwen3::from_checkpoint(&Checkpoint::random(config, 0.2, rng.random()), dtype, device)?;
     let seqs: Vec<Vec<u32>> = (0..sequences)
@@ -97,7 +102,7 @@ fn contract_for(dtype: DType, device: &Device, seed: u64, sequences: usize, wide
         let got: Vec<Vec<f32>> = got.iter().map(|s| s.iter().map(|&b| f32::from_bits(b)).collect()).collect();
         let want_refs: Vec<&Vec<f32>> = want.iter().collect();
         let how = if stepper.fused.is_empty() { "" } else { ", fused decode launches" };
-        let how = if wide_heads { format!("{how}, heads of 128, Llama 3.1 RoPE") } else { how.to_string() };
+        let how = if wide_heads { format!("{how}, heads of 128, Llama 3.1 RoPE") } else { format!("{how}, projection biases") };
         let name = if chunk == usize::MAX { format!("model: train vs prefill whole{how}") } else { format!("model: train vs chunks of {chunk}{how}") };
         let check = compare(&name, dtype_name(dtype), seqs.len(), &got, &want_refs);
         if !check.identical() && PROGRESS.load(std::sync::atomic::Ordering::Relaxed) {

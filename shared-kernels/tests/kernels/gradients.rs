@@ -75,6 +75,11 @@ fn backward_of_every_tracked_kernel_matches_burn_autodiff() {
         |t| shared_kernels::add(t[0].clone(), t[1].clone()).unwrap(),
         |t| t[0].clone() + t[1].clone(), &mut rng);
 
+    let bias = random_vec(&mut rng, k, 1.0);
+    check("bias_add", [(x.clone(), vec![m, k]), (bias, vec![1, k])],
+        |t| shared_kernels::bias_add(t[0].clone(), t[1].clone().reshape([k])).unwrap(),
+        |t| t[0].clone() + t[1].clone(), &mut rng);
+
     let device = crate::device();
     let ids = Tensor::<1, Int>::from_data(TensorData::new(vec![3i32, 1, 3, 0], [4]), &device);
     let table = random_vec(&mut rng, 5 * k, 1.0);

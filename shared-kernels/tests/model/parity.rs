@@ -35,16 +35,27 @@ fn logits_match_transformers_and_tokenizer_matches_hf_tokenizers() {
     eprintln!("worst |logit diff| vs transformers: {worst:.3e}");
 }
 
-/// Scaled RoPE against transformers (fixtures from tests/fixtures/make_tiny_scaled_rope.py, f32,
-/// eager attention, 5-120 positions): Llama 3.1's `llama3` scaling on a tied Llama without q/k
-/// norm, and YaRN on a Qwen3, both configs spelled as the Hub ships them (`rope_scaling`).
+/// The families beyond plain Qwen3 against transformers (fixtures from
+/// tests/fixtures/make_tiny_families.py, f32, eager attention, 5-120 positions, configs spelled as
+/// the Hub ships them): Llama 3.1's `llama3` RoPE scaling on a tied Llama without q/k norm, YaRN
+/// on a Qwen3, a Qwen2 (q/k/v biases), and a Llama with `attention_bias` (q/k/v/o biases).
 #[test]
-fn scaled_rope_logits_match_transformers() {
-    for name in ["tiny-llama31", "tiny-qwen3-yarn"] {
+fn other_families_logits_match_transformers() {
+    use shared_kernels::model::RopeScaling;
+    for name in ["tiny-llama31", "tiny-qwen3-yarn", "tiny-qwen2", "tiny-llama-bias"] {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
         let parity: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("parity.json")).unwrap()).unwrap();
         let model = Qwen3::load(&dir, DType::F32, &crate::device()).unwrap();
-        assert_ne!(model.config.rope.scaling, shared_kernels::model::RopeScaling::Default, "{name}");
+        let c = &model.config;
+        // what each fixture is there to test is what the config was read as
+        let features = (c.rope.scaling != RopeScaling::Default, c.qk_norm, c.qkv_bias, c.o_bias);
+        let want_features = match name {
+            "tiny-llama31" => (true, false, false, false),
+            "tiny-qwen3-yarn" => (true, true, false, false),
+            "tiny-qwen2" => (false, false, true, false),
+            _ => (false, false, true, true),
+        };
+        assert_eq!(features, want_features, "{name}: (scaled rope, qk norm, qkv bias, o bias)");
         let mut worst = 0.0f64;
         for record in parity["records"].as_array().unwrap() {
             let ids: Vec<u32> = record["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
