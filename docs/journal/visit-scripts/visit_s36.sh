@@ -7,6 +7,9 @@
 #                 f32 (experiments/family_parity.py), Qwen3-0.6B as the control
 #   PART=families-rungs   one GRPO step of each at 64 x 1024 (bf16, micro-batches of 16,384 tokens,
 #                 on_mismatch = stop): bit_equal 1.0000 and KL 0 expected, with step time and memory
+# In 30 device-minutes, in this order: battery (the bias add row and the model contract with biases
+# and Llama 3.1 RoPE are in it), families-parity, families-rungs, planes, rung17, then boundaries,
+# battery-planes, profile, rung4.
 set -u
 O=$OUT
 [ -x /tmp/lockstep ] || { gunzip -c .gpu/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }

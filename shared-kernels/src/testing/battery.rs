@@ -186,6 +186,12 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
         Ok(rows_of(host(crate::add(a, b)?), hidden))
     })?);
     if which == Impl::Lockstep {
+        // a projection's bias (Qwen2's q/k/v), broadcast over the rows
+        let bias = float_tensor(random_vec(&mut rng, hidden, 1.0), [hidden], dtype, device);
+        checks.extend(row_invariance("bias add", dtype, pool, &BATCH_SIZES, seed + 14, |idx| {
+            let a = float_tensor(gather(&x, hidden, idx), [idx.len(), hidden], dtype, device);
+            Ok(rows_of(host(crate::bias_add(a, bias.clone())?), hidden))
+        })?);
         // the sampler's fused decode ops: residual add + rmsnorm (both outputs), swiglu on [gate | up]
         checks.extend(row_invariance("add + rmsnorm (fused)", dtype, pool, &BATCH_SIZES, seed + 12, |idx| {
             let a = float_tensor(gather(&x, hidden, idx), [idx.len(), hidden], dtype, device);

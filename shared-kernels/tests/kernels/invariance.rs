@@ -10,7 +10,7 @@ fn every_kernel_row_is_bitwise_batch_invariant_and_run_to_run_stable() {
     assert!(failing.is_empty(), "rows differ:\n{}", table(&failing));
     // every op was checked at every batch size plus a rerun
     let ops: std::collections::BTreeSet<_> = checks.iter().map(|c| c.op.clone()).collect();
-    for op in ["matmul W[N,K]", "matmul W[K,N]", "rmsnorm", "logprob+entropy", "swiglu", "residual add", "add + rmsnorm (fused)", "swiglu on [gate | up] (fused)", "embedding", "rope", "attention decode", "attention decode split_kv", "attention decode sequential", "sample (token, logprob)"] {
+    for op in ["matmul W[N,K]", "matmul W[K,N]", "rmsnorm", "logprob+entropy", "swiglu", "residual add", "bias add", "add + rmsnorm (fused)", "swiglu on [gate | up] (fused)", "embedding", "rope", "attention decode", "attention decode split_kv", "attention decode sequential", "sample (token, logprob)"] {
         assert!(ops.contains(op), "battery lost op {op}");
         assert_eq!(checks.iter().filter(|c| c.op == op).count(), BATCH_SIZES.len(), "{op}");
         assert!(ops.contains(&format!("{op} (rerun)")), "no rerun for {op}");

@@ -111,6 +111,23 @@ fn bad_checkpoints_give_errors_naming_the_problem() {
     let e = msg(Qwen3::load(&missing, DType::F32, &device));
     assert!(e.contains("lm_head.weight") && e.contains("missing"), "{e}");
 
+    // a Qwen2 checkpoint without one of its q/k/v biases, and with one of the wrong length
+    let mut raw = tiny_config(50, false).raw;
+    raw["architectures"] = serde_json::json!(["Qwen2ForCausalLM"]);
+    let qwen2 = shared_kernels::model::ModelConfig::from_json(&raw.to_string(), "qwen2").unwrap();
+    for (name, damage) in [("no-bias", None), ("short-bias", Some(7usize))] {
+        let folder = scratch(name);
+        let mut ck = Checkpoint::random(qwen2.clone(), 0.2, 1);
+        match damage {
+            None => drop(ck.tensors.remove("model.layers.1.self_attn.k_proj.bias")),
+            Some(n) => *ck.tensors.get_mut("model.layers.1.self_attn.k_proj.bias").unwrap() = (vec![n], vec![0.5; n]),
+        }
+        save_checkpoint(&folder, &ck, DType::F32, None).unwrap();
+        let e = msg(Qwen3::load(&folder, DType::F32, &device));
+        let want = if damage.is_none() { "missing".to_string() } else { "[7]".to_string() };
+        assert!(e.contains("model.layers.1.self_attn.k_proj.bias") && e.contains(&want), "{name}: {e}");
+    }
+
     // unsupported architecture and bad config values name the key
     let arch = scratch("arch");
     std::fs::write(arch.join("config.json"), r#"{"architectures": ["MixtralForCausalLM"]}"#).unwrap();
