@@ -13,6 +13,7 @@
 //! The graphs check is in `invariance/graphs.rs`; [`run_all`] is the one list `lockstep check`
 //! and the CI tests run.
 
+use crate::engine::{completes_stop_string, Decoder};
 use crate::{Completion, Engine, EngineConfig, EngineHandle, FinishReason, Request, SampleError, SamplingParams};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -56,6 +57,8 @@ pub fn random_request(rng: &mut StdRng, id: u64, vocab: usize) -> Request {
             top_p: [1.0, 0.9, 0.6][rng.random_range(0..3)],
             max_new_tokens: rng.random_range(1..24),
             stop_tokens: vec![rng.random_range(0..vocab as u32)],
+            // none, or one or two strings of one or two letters (`letters_decoder`'s text)
+            stop: (0..rng.random_range(0..3)).map(|_| (0..rng.random_range(1..3)).map(|_| (b'a' + rng.random_range(0..26u8)) as char).collect()).collect(),
             seed: rng.random(),
         },
     }
@@ -71,7 +74,19 @@ pub fn engine(model: &Qwen3, max_batch: usize, chunk_size: usize) -> Engine {
 }
 
 pub fn engine_sharing(model: &Qwen3, max_batch: usize, chunk_size: usize, share_prompt_prefix: bool) -> Engine {
-    Engine::new(model.clone(), EngineConfig { max_batch, kv_blocks: 0, context: CONTEXT, chunk_size, share_prompt_prefix, overlap: true, reserve: 1.0 }).expect("valid engine config")
+    engine_with(model, EngineConfig { max_batch, kv_blocks: 0, context: CONTEXT, chunk_size, share_prompt_prefix, overlap: true, reserve: 1.0 })
+}
+
+/// Token id to a letter (`'a' + id % 26`): the checks' text, for stop strings.
+pub fn letters_decoder() -> Decoder {
+    std::sync::Arc::new(|ids: &[u32]| Some(ids.iter().map(|&i| (b'a' + (i % 26) as u8) as char).collect()))
+}
+
+/// An engine of `config` decoding with [`letters_decoder`].
+pub fn engine_with(model: &Qwen3, config: EngineConfig) -> Engine {
+    let mut e = Engine::new(model.clone(), config).expect("valid engine config");
+    e.set_decoder(letters_decoder());
+    e
 }
 
 /// Runs `target` among `others`, each added at a random step; every result, in completion order.
@@ -171,10 +186,12 @@ pub fn sampler_matches_scorer(model: &Qwen3, trainer_model: &Qwen3, rng: &mut St
             return EngineCheck::new("sampler = trainer".into(), Some(detail));
         }
         let finish_ok = match c.finish {
-            FinishReason::Stop => req.params.stop_tokens.contains(c.tokens.last().unwrap_or(&u32::MAX)),
+            FinishReason::Stop => req.params.stop_tokens.contains(c.tokens.last().unwrap_or(&u32::MAX)) || completes_stop_string(&c.tokens, &req.params.stop, &letters_decoder()),
             FinishReason::Length => c.tokens.len() == req.params.max_new_tokens,
         };
-        if !finish_ok || c.tokens.len() > req.params.max_new_tokens {
+        // and no shorter prefix held a stop string: the request stopped at the first one
+        let stopped_late = (1..c.tokens.len()).any(|k| completes_stop_string(&c.tokens[..k], &req.params.stop, &letters_decoder()));
+        if !finish_ok || stopped_late || c.tokens.len() > req.params.max_new_tokens {
             return EngineCheck::new("sampler = trainer".into(), Some(format!("request {}: {} tokens, finish {:?}", req.id, c.tokens.len(), c.finish)));
         }
         tokens += c.tokens.len();
@@ -274,7 +291,7 @@ pub fn overlap_matches_synchronous(model: &Qwen3, rng: &mut StdRng, n: usize) ->
     let (max_batch, chunk) = ([3, 8, 16][rng.random_range(0..3)], [1, 5, 64][rng.random_range(0..3)]);
     let name = format!("overlapped steps = synchronous steps ({n} requests, max_batch {max_batch}, chunk {chunk})");
     let run = |overlap: bool| {
-        let mut e = Engine::new(model.clone(), EngineConfig { max_batch, kv_blocks: 0, context: CONTEXT, chunk_size: chunk, share_prompt_prefix: true, overlap, reserve: 1.0 }).expect("valid engine config");
+        let mut e = engine_with(model, EngineConfig { max_batch, kv_blocks: 0, context: CONTEXT, chunk_size: chunk, share_prompt_prefix: true, overlap, reserve: 1.0 });
         let (mut results, mut step, mut fed) = (std::collections::HashMap::new(), 0, 0usize);
         while results.len() < n {
             for (_, r) in requests.iter().filter(|(at, _)| *at == step) {
@@ -320,7 +337,7 @@ pub fn small_paged_cache_matches_full(model: &Qwen3, rng: &mut StdRng) -> Engine
             // every request outgrows two blocks (prompt + new tokens past 128), so at reserve 0
             // the four admitted group members, holding all 5 blocks, must preempt
             r.params.max_new_tokens = rng.random_range((2 * shared_kernels::ops::attention::BLOCK + 1 - len).max(20)..=LONG_CONTEXT - len);
-            r.params.stop_tokens = Vec::new();
+            (r.params.stop_tokens, r.params.stop) = (Vec::new(), Vec::new());
             requests.push(r);
         }
     }

@@ -14,13 +14,18 @@ pub struct SamplingParams {
     pub max_new_tokens: usize,
     /// Generation stops after emitting any of these (the stop token is kept in the output).
     pub stop_tokens: Vec<u32>,
+    /// Generation stops once the completion's text contains any of these strings (vLLM's
+    /// `stop`), checked on the engine's decoder ([`crate::Engine::set_decoder`]) after every
+    /// token; the token that completes the string is the last one kept. Only the completion is
+    /// searched, never the prompt.
+    pub stop: Vec<String>,
     /// With the request id and the position, the only input of the sampling noise.
     pub seed: u64,
 }
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        Self { temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 64, stop_tokens: Vec::new(), seed: 0 }
+        Self { temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 64, stop_tokens: Vec::new(), stop: Vec::new(), seed: 0 }
     }
 }
 
@@ -35,7 +40,7 @@ pub struct Request {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FinishReason {
-    /// Emitted a stop token.
+    /// Emitted a stop token, or a token that completed a stop string.
     Stop,
     /// Reached `max_new_tokens`.
     Length,
@@ -77,6 +82,10 @@ pub enum SampleError {
     BadTemperature { id: u64, value: f32 },
     #[error("request {id}: top_p must be in (0, 1], got {value}")]
     BadTopP { id: u64, value: f32 },
+    #[error("request {id}: stop string {index} is empty")]
+    EmptyStop { id: u64, index: usize },
+    #[error("request {id}: stop strings need a decoder, and this engine has none (Engine::set_decoder)")]
+    NoDecoder { id: u64 },
     #[error("request {id}: the engine failed: {message}")]
     Engine { id: u64, message: String },
     #[error("the engine has stopped")]
@@ -105,6 +114,9 @@ impl Request {
         }
         if !(p.top_p > 0.0 && p.top_p <= 1.0) {
             return Err(SampleError::BadTopP { id, value: p.top_p });
+        }
+        if let Some(index) = p.stop.iter().position(String::is_empty) {
+            return Err(SampleError::EmptyStop { id, index });
         }
         Ok(())
     }

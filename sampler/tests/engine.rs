@@ -84,6 +84,9 @@ fn bad_requests_fail_alone_and_a_full_cache_makes_requests_wait() {
     let mut r = random_request(&mut rng, 105, VOCAB);
     r.params.top_p = 1.5;
     bad.push(r);
+    let mut r = random_request(&mut rng, 106, VOCAB);
+    r.params.stop = vec!["ab".into(), String::new()];
+    bad.push(r);
     let mut all = good.clone();
     all.extend(bad.clone());
     // two slots for ten good requests: the rest wait, none is dropped
@@ -97,6 +100,13 @@ fn bad_requests_fail_alone_and_a_full_cache_makes_requests_wait() {
     assert!(errors[2].contains("exceeds the context"), "{}", errors[2]);
     assert!(errors[3].contains("temperature"), "{}", errors[3]);
     assert!(errors[4].contains("top_p") && errors[5].contains("top_p"), "{errors:?}");
+    assert!(errors[6].contains("stop string 1 is empty"), "{}", errors[6]);
+    // stop strings on an engine without a decoder: refused by name, not ignored
+    let mut r = random_request(&mut rng, 107, VOCAB);
+    r.params.stop = vec!["a".into()];
+    let plain = sampler::Engine::new(model.clone(), sampler::EngineConfig { max_batch: 2, kv_blocks: 0, context: invariance::CONTEXT, chunk_size: 4, share_prompt_prefix: true, overlap: true, reserve: 1.0 });
+    let err = plain.unwrap().generate(vec![r]).remove(0).unwrap_err().to_string();
+    assert!(err.contains("stop strings need a decoder"), "{err}");
     // and the good ones match a run without the bad ones
     let clean = engine(&model, 3, 9).generate(good);
     for (a, b) in results.iter().zip(clean) {
@@ -144,4 +154,40 @@ fn replayed_graph_steps_give_the_launched_steps_bits() {
     let mut rng = StdRng::seed_from_u64(seed());
     let model = model(rng.random());
     assert_passed(&[invariance::graphs_replay_the_launched_steps(&model, &mut rng, 12)]);
+}
+
+/// A stop string ends a request at the token that first completes it, with the bits the same
+/// request had without it (stopping changes which tokens it keeps, never a logprob), and the
+/// others in the batch are untouched.
+#[test]
+fn a_stop_string_ends_a_request_at_its_first_occurrence_with_unchanged_bits() {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let model = model(rng.random());
+    let text = |tokens: &[u32]| invariance::letters_decoder()(tokens).unwrap();
+    let mut checked = 0;
+    for id in 0..6u64 {
+        let mut r = random_request(&mut rng, id, VOCAB);
+        (r.params.stop_tokens, r.params.stop, r.params.max_new_tokens, r.params.temperature) = (Vec::new(), Vec::new(), 20, 1.0);
+        let others: Vec<Request> = (0..4).map(|i| random_request(&mut rng, 100 + 10 * id + i, VOCAB)).collect();
+        let mut all = vec![r.clone()];
+        all.extend(others.clone());
+        let free = engine(&model, 3, 4).generate(all.clone());
+        let full = free[0].as_ref().unwrap().clone();
+        // the string: two letters from the middle of the unstopped text; it first ends at
+        // token `end` (one letter a token)
+        let whole = text(&full.tokens);
+        let s = whole[whole.len() / 2..whole.len() / 2 + 2].to_string();
+        let end = whole.find(&s).unwrap() + 2;
+        all[0].params.stop = vec![s.clone()];
+        let stopped = engine(&model, 3, 4).generate(all);
+        let got = stopped[0].as_ref().unwrap();
+        assert_eq!(got.finish, sampler::FinishReason::Stop, "request {id}, stop {s:?} in {whole:?}");
+        assert_eq!(got.tokens, full.tokens[..end], "request {id}: stop {s:?} in {whole:?}");
+        assert_eq!(bits(got).1, bits(&full).1[..end], "request {id}: logprob bits");
+        for (a, b) in stopped[1..].iter().zip(&free[1..]) {
+            assert_eq!(bits(a.as_ref().unwrap()), bits(b.as_ref().unwrap()), "a neighbour of request {id} changed");
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 6);
 }

@@ -37,6 +37,7 @@ fn an_engine_leaves_no_weights_on_left_behind_pages() {
     assert!(stranded > settled, "the scenario did not leave pages behind ({settled} -> {stranded} pools): the test would prove nothing");
 
     let mut engine = Engine::new(model, EngineConfig { max_batch: 4, kv_blocks: 0, context: 96, chunk_size: 8, share_prompt_prefix: true, overlap: true, reserve: 1.0 }).unwrap();
+    engine.set_decoder(sampler::invariance::letters_decoder());
     let requests = (0..4).map(|i| random_request(&mut rng, i, 512)).collect();
     let done = engine.generate(requests);
     assert!(done.iter().all(|r| r.is_ok()), "generation failed: {done:?}");

@@ -313,6 +313,16 @@ pub fn engine_config(c: &Config, model: &Qwen3) -> Result<sampler::EngineConfig,
     Ok(e)
 }
 
+/// The sampler's engine on `model` (the policy's weights as the sampler runs them), configured
+/// from `c`, with the policy's tokenizer as the decoder `sampler.stop` strings are matched on
+/// (special tokens skipped, as the reward's text is decoded).
+pub fn sampler_engine(c: &Config, policy: &Policy, model: Qwen3) -> Result<sampler::Engine, RunError> {
+    let mut engine = sampler::Engine::new(model, engine_config(c, &policy.model)?).map_err(RunError::Other)?;
+    let tokenizer = policy.tokenizer.clone();
+    engine.set_decoder(std::sync::Arc::new(move |ids: &[u32]| tokenizer.decode(ids, true).ok()));
+    Ok(engine)
+}
+
 /// A run resumed from the checkpoint folder `latest`: the policy (from the saved f32 weights),
 /// AdamW with its moments, step count and f32 masters, and the step to continue at.
 /// `check(step)` runs after the checkpoint is read and before the policy is built (a changed

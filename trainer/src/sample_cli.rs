@@ -5,7 +5,7 @@
 
 use crate::config::Config;
 use crate::run::{encode, Policy, RunError};
-use sampler::{Engine, Request, SamplingParams};
+use sampler::{Request, SamplingParams};
 use std::io::Write;
 use std::path::Path;
 
@@ -78,15 +78,14 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
         }
         user_ids.push(user_id);
         let id = i as u64;
-        let request = Request { id, prompt, params: SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: policy.stop_tokens.clone(), seed: s.seed } };
+        let request = Request { id, prompt, params: SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: policy.stop_tokens.clone(), stop: s.stop.clone(), seed: s.seed } };
         // a prompt the engine would refuse fails here, naming its line, before any sampling
         request.validate(policy.model.config.vocab_size, s.context).map_err(|e| at(refused_prompt(e)))?;
         requests.push(request);
     }
     let total = requests.len();
-    let engine_cfg = crate::run::engine_config(cfg, &policy.model)?;
     let model = crate::grpo::sampler_model(cfg, &policy.model);
-    let mut engine = Engine::new(model, engine_cfg).map_err(RunError::Other)?;
+    let mut engine = crate::run::sampler_engine(cfg, &policy, model)?;
     let started = std::time::Instant::now();
     let bar = indicatif::ProgressBar::new(total as u64);
     if !progress {

@@ -10,9 +10,11 @@ mod graphs;
 mod launch;
 mod phases;
 mod rows;
+mod stops;
 
 use launch::InFlight;
 pub use phases::EnginePhaseTimes;
+pub use stops::{completes_stop_string, Decoder};
 use rows::StepError;
 use crate::request::{Completion, FinishReason, Request, SampleError, Timings};
 use shared_kernels::model::{KernelSet, KvCache, Qwen3};
@@ -117,6 +119,8 @@ pub struct Engine {
     /// every step launches there, whichever thread runs it (a capture holds no cross-stream
     /// binding).
     stream: shared_kernels::graph::LaunchStream,
+    /// Text of token ids, for requests with stop strings.
+    decoder: Option<Decoder>,
 }
 
 impl Engine {
@@ -137,7 +141,7 @@ impl Engine {
         let blocks = if config.kv_blocks == 0 { config.max_batch * KvCache::blocks_for(config.context) } else { config.kv_blocks };
         let cache = KvCache::paged(&model.config, config.max_batch, config.context, blocks, model.dtype, &device).map_err(|e| e.to_string())?;
         let free_slots = (0..config.max_batch as u32).rev().collect();
-        Ok(Self { phase: EnginePhaseTimes::default(), model, config, cache, free_slots, waiting: VecDeque::new(), active: Vec::new(), done: Vec::new(), in_flight: None, graphs, stream: shared_kernels::graph::LaunchStream::current() })
+        Ok(Self { phase: EnginePhaseTimes::default(), model, config, cache, free_slots, waiting: VecDeque::new(), active: Vec::new(), done: Vec::new(), in_flight: None, graphs, stream: shared_kernels::graph::LaunchStream::current(), decoder: None })
     }
 
     /// Replays steps whose rows are all sampled as captured graphs, or launches every step
@@ -152,6 +156,11 @@ impl Engine {
     pub fn set_decode_graph_padding(&mut self, on: bool) {
         self.graphs.clear();
         self.graphs.padding = on;
+    }
+
+    /// The decoder requests' stop strings are matched on (the tokenizer of their prompts).
+    pub fn set_decoder(&mut self, decoder: Decoder) {
+        self.decoder = Some(decoder);
     }
 
     pub fn model(&self) -> &Qwen3 {
@@ -191,7 +200,11 @@ impl Engine {
 
     /// Queue a request. Invalid requests are answered at once with their error.
     pub fn add(&mut self, request: Request) {
-        match request.validate(self.model.config.vocab_size, self.config.context) {
+        let checked = request.validate(self.model.config.vocab_size, self.config.context).and_then(|()| match (&self.decoder, request.params.stop.is_empty()) {
+            (None, false) => Err(SampleError::NoDecoder { id: request.id }),
+            _ => Ok(()),
+        });
+        match checked {
             Ok(()) => self.waiting.push_back(Pending { request, added: Instant::now() }),
             Err(e) => self.done.push((request.id, Err(e))),
         }
@@ -312,13 +325,15 @@ impl Engine {
         Ok(())
     }
 
-    /// Finished requests (a stop token or the length limit) leave: their slot and blocks are
-    /// freed and their completion is done.
+    /// Finished requests (a stop token, a stop string or the length limit) leave: their slot
+    /// and blocks are freed and their completion is done.
     fn retire(&mut self) {
+        let decoder = self.decoder.clone();
         let mut still = Vec::with_capacity(self.active.len());
         for act in self.active.drain(..) {
             let finish = act.tokens.last().and_then(|t| {
-                if act.request.params.stop_tokens.contains(t) {
+                let stop_string = || decoder.as_ref().is_some_and(|d| stops::completes_stop_string(&act.tokens, &act.request.params.stop, d));
+                if act.request.params.stop_tokens.contains(t) || stop_string() {
                     Some(FinishReason::Stop)
                 } else if act.tokens.len() >= act.request.params.max_new_tokens {
                     Some(FinishReason::Length)

@@ -1,7 +1,7 @@
 //! (g): steps replayed as captured graphs give the launched steps' bits.
 
 use super::{bits, random_request, EngineCheck, CONTEXT};
-use crate::{Engine, EngineConfig, Request};
+use crate::{EngineConfig, Request};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -35,7 +35,7 @@ pub fn graphs_replay_the_launched_steps(model: &Qwen3, rng: &mut StdRng, n: usiz
     let mut report = Vec::new();
     for (overlap, elsewhere, padding) in [(true, false, false), (false, false, false), (true, true, false), (true, false, true), (false, true, true)] {
         let run = |graphs: bool| {
-            let mut e = Engine::new(model.clone(), EngineConfig { max_batch: n, kv_blocks: 0, context: CONTEXT, chunk_size: chunk, share_prompt_prefix: true, overlap, reserve: 1.0 }).expect("valid engine config");
+            let mut e = super::engine_with(model, EngineConfig { max_batch: n, kv_blocks: 0, context: CONTEXT, chunk_size: chunk, share_prompt_prefix: true, overlap, reserve: 1.0 });
             e.set_decode_graphs(graphs);
             e.set_decode_graph_padding(padding);
             let requests = requests.clone();

@@ -66,6 +66,8 @@ pub struct SamplerSection {
     pub top_k: u32,
     pub top_p: f32,
     pub max_new_tokens: usize,
+    /// Stop strings (vLLM's `stop`): a completion ends at the token that completes one.
+    pub stop: Vec<String>,
     /// `lockstep sample`: input JSONL (`{"prompt": "..."}` or `{"prompt_ids": [...]}`) and output.
     pub input: String,
     pub output: String,
@@ -74,7 +76,7 @@ pub struct SamplerSection {
 
 impl Default for SamplerSection {
     fn default() -> Self {
-        Self { max_batch: 64, context: 48, chunk_size: 16, share_prompt_prefix: true, overlap_steps: true, kv_budget_mib: 0.0, kv_reserve: 1.0, temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 8, input: String::new(), output: String::new(), seed: 0 }
+        Self { max_batch: 64, context: 48, chunk_size: 16, share_prompt_prefix: true, overlap_steps: true, kv_budget_mib: 0.0, kv_reserve: 1.0, temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 8, stop: Vec::new(), input: String::new(), output: String::new(), seed: 0 }
     }
 }
 

@@ -84,6 +84,9 @@ impl Config {
         if !(self.sampler.top_p > 0.0 && self.sampler.top_p <= 1.0) {
             return bad("sampler.top_p", format!("must be in (0, 1], got {}", self.sampler.top_p));
         }
+        if let Some(i) = self.sampler.stop.iter().position(String::is_empty) {
+            return bad("sampler.stop", format!("entry {i} is an empty string (it would end every completion at its first token)"));
+        }
         for (key, v) in [("train.lr", self.train.lr), ("train.sft_lr", self.train.sft_lr), ("train.adam_eps", self.train.adam_eps)] {
             if !(v.is_finite() && v > 0.0) {
                 return bad(key, format!("must be > 0, got {v}"));

@@ -104,8 +104,7 @@ impl Trainer {
         }
         let task = crate::run::load_task(&cfg)?;
         let telemetry = Telemetry::open(&run_dir, cfg.log.tensorboard, step).map_err(|e| RunError::Other(format!("{}: {e}", run_dir.display())))?;
-        let engine_cfg = crate::run::engine_config(&cfg, &policy.model)?;
-        let engine = Engine::new(sampler_model(&cfg, &policy.model), engine_cfg).map_err(RunError::Other)?;
+        let engine = crate::run::sampler_engine(&cfg, &policy, sampler_model(&cfg, &policy.model))?;
         let reference = (cfg.train.kl_coef > 0.0).then(|| policy.model.clone());
         let eval_problems = if cfg.train.eval_every > 0 { crate::eval::load_eval_problems(&cfg, &task)? } else { Vec::new() };
         let mut trainer = Self { cfg, policy, opt, engine, task, reference, telemetry, run_dir, step, eval_problems, comm };
@@ -119,7 +118,7 @@ impl Trainer {
 
     pub(super) fn params(&self, seed: u64) -> SamplingParams {
         let s = &self.cfg.sampler;
-        SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: self.policy.stop_tokens.clone(), seed }
+        SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: self.policy.stop_tokens.clone(), stop: s.stop.clone(), seed }
     }
 
     /// One GRPO step (see the module docs): its phases in order.
