@@ -1,5 +1,6 @@
-//! Parity with transformers on a tiny random Qwen3 made by tests/fixtures/make_tiny_qwen3.py
-//! (transformers 5 / torch 2.11 on the H200 machine; f32, eager attention).
+//! Parity with transformers: a tiny random Qwen3 made by tests/fixtures/make_tiny_qwen3.py
+//! (transformers 5 / torch 2.11 on the H200 machine), and tiny Llama 3.1, YaRN Qwen3, Qwen2 and
+//! biased Llama checkpoints made by tests/fixtures/make_tiny_families.py; f32, eager attention.
 
 use burn::tensor::DType;
 use shared_kernels::model::{load_tokenizer, Qwen3, Rows};
@@ -15,11 +16,26 @@ fn logits_match_transformers_and_tokenizer_matches_hf_tokenizers() {
     let parity: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("parity.json")).unwrap()).unwrap();
     let tokenizer = load_tokenizer(&dir.join("tokenizer.json")).unwrap();
     let model = Qwen3::load(&dir, DType::F32, &crate::device()).unwrap();
-    let mut worst = 0.0f64;
     for record in parity["records"].as_array().unwrap() {
         let text = record["text"].as_str().unwrap();
-        let ids: Vec<u32> = record["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
-        assert_eq!(tokenizer.encode(text, false).unwrap().get_ids(), ids.as_slice(), "tokenizer ids for {text:?}");
+        assert_eq!(tokenizer.encode(text, false).unwrap().get_ids(), record_ids(record).as_slice(), "tokenizer ids for {text:?}");
+    }
+    let worst = worst_logit_diff("tiny-qwen3", &model, &parity);
+    eprintln!("worst |logit diff| vs transformers: {worst:.3e}");
+}
+
+fn record_ids(record: &serde_json::Value) -> Vec<u32> {
+    record["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect()
+}
+
+/// The largest |logit difference| from transformers' logits over a fixture's records, each
+/// asserted within 1e-4 + 1e-5 |logit|: f32 end to end on both sides, different reduction orders
+/// (and, for scaled RoPE, frequencies made in f32 there and f64 here), on logits of magnitude
+/// ~1-10 (the measured worst is printed by the callers).
+fn worst_logit_diff(name: &str, model: &Qwen3, parity: &serde_json::Value) -> f64 {
+    let mut worst = 0.0f64;
+    for record in parity["records"].as_array().unwrap() {
+        let ids = record_ids(record);
         let logits = model.forward(&Rows::whole(&[ids.clone()]), None).unwrap();
         let got = logits.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
         let want: Vec<f64> = record["logits"].as_array().unwrap().iter().flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap())).collect();
@@ -27,12 +43,10 @@ fn logits_match_transformers_and_tokenizer_matches_hf_tokenizers() {
         for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
             let err = (g as f64 - w).abs();
             worst = worst.max(err);
-            // f32 end to end on both sides, different reduction orders: 1e-4 absolute on logits
-            // of magnitude ~1-10 (measured worst is printed below)
-            assert!(err < 1e-4 + 1e-5 * w.abs(), "{text:?} logit {i}: lockstep {g} vs transformers {w}");
+            assert!(err < 1e-4 + 1e-5 * w.abs(), "{name}, {} ids, logit {i}: lockstep {g} vs transformers {w}", ids.len());
         }
     }
-    eprintln!("worst |logit diff| vs transformers: {worst:.3e}");
+    worst
 }
 
 /// The families beyond plain Qwen3 against transformers (fixtures from
@@ -56,21 +70,7 @@ fn other_families_logits_match_transformers() {
             _ => (false, false, true, true),
         };
         assert_eq!(features, want_features, "{name}: (scaled rope, qk norm, qkv bias, o bias)");
-        let mut worst = 0.0f64;
-        for record in parity["records"].as_array().unwrap() {
-            let ids: Vec<u32> = record["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
-            let logits = model.forward(&Rows::whole(&[ids.clone()]), None).unwrap();
-            let got = logits.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
-            let want: Vec<f64> = record["logits"].as_array().unwrap().iter().flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap())).collect();
-            assert_eq!(got.len(), want.len());
-            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
-                let err = (g as f64 - w).abs();
-                worst = worst.max(err);
-                // as above: f32 on both sides, different reduction orders (transformers computes
-                // the frequencies in f32, lockstep in f64)
-                assert!(err < 1e-4 + 1e-5 * w.abs(), "{name}, {} ids, logit {i}: lockstep {g} vs transformers {w}", ids.len());
-            }
-        }
+        let worst = worst_logit_diff(name, &model, &parity);
         eprintln!("{name}: worst |logit diff| vs transformers: {worst:.3e}");
     }
 }
