@@ -9,11 +9,13 @@ pub type Decoder = Arc<dyn Fn(&[u32]) -> Option<String> + Send + Sync>;
 
 /// Whether the completion `tokens` now contains one of `stop` in its text. Checked after every
 /// appended token, so a match found here ends in the newest token: only a window of the latest
-/// tokens is decoded, grown until its text is longer than the longest string by a margin (a
-/// token may decode to no text, a window's first token to a partial character).
+/// tokens is decoded: at least one more than the longest string has bytes, grown while its text
+/// is not 4 bytes longer than that string (a token may decode to no text). So the string's own
+/// tokens are never the whole window, whose first token decoders treat apart (SentencePiece
+/// drops its leading space, a byte-level window may start mid-character).
 pub fn completes_stop_string(tokens: &[u32], stop: &[String], decode: &Decoder) -> bool {
     let Some(longest) = stop.iter().map(String::len).max() else { return false };
-    let mut n = longest.min(tokens.len());
+    let mut n = (longest + 1).min(tokens.len());
     loop {
         let text = decode(&tokens[tokens.len() - n..]).unwrap_or_default();
         if text.len() >= longest + 4 || n == tokens.len() {
@@ -30,6 +32,22 @@ mod tests {
     /// One character a token ('a' + id), id 26 decodes to nothing (a special token skipped).
     fn letters() -> Decoder {
         Arc::new(|ids: &[u32]| Some(ids.iter().filter(|&&i| i < 26).map(|&i| (b'a' + i as u8) as char).collect()))
+    }
+
+    /// SentencePiece-like: token 27 is "▁" (a space), dropped when it starts the text.
+    fn spaced() -> Decoder {
+        Arc::new(|ids: &[u32]| {
+            let text: String = ids.iter().map(|&i| if i == 27 { ' ' } else { (b'a' + i as u8) as char }).collect();
+            Some(text.strip_prefix(' ').map(str::to_string).unwrap_or(text))
+        })
+    }
+
+    #[test]
+    fn a_string_that_starts_with_a_space_is_found_although_decoders_drop_a_first_space() {
+        // "xy ab": the string " ab" is 3 bytes in 3 tokens; a window of exactly those would
+        // decode to "ab"
+        assert!(completes_stop_string(&[23, 24, 27, 0, 1], &[" ab".to_string()], &spaced()));
+        assert!(!completes_stop_string(&[23, 24, 0, 1], &[" ab".to_string()], &spaced()));
     }
 
     #[test]
