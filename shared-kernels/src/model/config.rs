@@ -1,4 +1,4 @@
-//! The model's shape, read from a Hugging Face `config.json` (Qwen3 and Llama keys).
+//! The model's shape, read from a Hugging Face `config.json` (Qwen3, Qwen2, Llama and Mistral keys).
 
 use super::rope_scaling::Rope;
 use super::ModelError;

@@ -1,4 +1,4 @@
-//! The one policy model: a Qwen3/Llama-style decoder on lockstep's kernels, with HF checkpoint
+//! The one policy model: a Qwen3/Qwen2/Llama-style decoder on lockstep's kernels, with HF checkpoint
 //! and tokenizer loading. The trainer and the sampler both run [`Qwen3::run`] (`forward.rs`).
 
 pub mod audit;
