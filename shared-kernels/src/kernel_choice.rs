@@ -69,7 +69,7 @@ impl NormPlanes {
 
 impl Default for KernelChoice {
     fn default() -> Self {
-        KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, fold_on_wgmma: true, decode_fusion: true, decode_graphs: true, decode_graph_padding: true, norm_planes: NormPlanes::Off }
+        KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, fold_on_wgmma: true, decode_fusion: true, decode_graphs: true, decode_graph_padding: true, norm_planes: NormPlanes::On }
     }
 }
 

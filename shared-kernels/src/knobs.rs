@@ -179,9 +179,9 @@ pub const KNOBS: &[Knob] = &[
     Knob {
         name: "LOCKSTEP_NORM_PLANES",
         values: "`on`, `off`, `force`",
-        default: "`off`",
+        default: "`on`",
         kind: KnobKind::KernelChoice,
-        effect: "rmsnorm and its backward over rows of 128 values (Qwen3's per-head q/k norms, sampler and trainer alike) with one plane a row (`ops/rmsnorm_planes.rs`: the cube kernels' tree on the plane's lanes) instead of one 128-unit cube a row; the same bits (CI on lavapipe's planes: `rmsnorm on planes = one cube a row`, the backward = its op chain; battery group `fused backward`). Off by default until an H200 run measures it and checks its bits there (added in session 35 without a GPU); `on` where plane operations are advertised (CUDA), `force` also where planes of one size shuffle without that (CI's lavapipe: the end-to-end test that training on them changes no bit)",
+        effect: "rmsnorm and its backward over rows of 128 values (Qwen3's per-head q/k norms, sampler and trainer alike) with one plane a row (`ops/rmsnorm_planes.rs`: the cube kernels' tree on the plane's lanes) instead of one 128-unit cube a row; the same bits (CI on lavapipe's planes: `rmsnorm on planes = one cube a row`, the backward = its op chain; H200, session 36: the battery with them on 350/350, their rows in every batch size and across element 2^31, and the 1.7B rung's step 0 ending in its earlier weights 4ff415b8dedb1350). On the H200 the forward takes 64.6 µs a launch against the cube kernel's 173.1 and the backward 105.7 against 301.3 (cubecl's profile), the 1.7B update of 4 x 4,096 690.7-697.4 ms against 705.8-709.9 off (alternating runs, one visit). `on` uses them where plane operations are advertised (CUDA; lavapipe keeps the cube kernels), `force` also where planes of one size shuffle without that (CI's lavapipe: the end-to-end test that training on them changes no bit), `off` never",
     },
     Knob {
         name: "LOCKSTEP_KERNEL_CACHE",
