@@ -37,6 +37,11 @@ fn bad(key: &str, message: String) -> RopeKeyError {
     RopeKeyError { key: key.to_string(), message }
 }
 
+/// `v` as a finite number above zero, or an error naming `key`.
+fn positive(key: &str, v: &Value) -> Result<f64, RopeKeyError> {
+    v.as_f64().filter(|f| f.is_finite() && *f > 0.0).ok_or_else(|| bad(key, format!("must be a positive number, got {v}")))
+}
+
 impl Rope {
     /// Reads transformers' two spellings: 4.x's `rope_scaling` (which wins, as transformers 5
     /// lets it) with a top-level `rope_theta`, and 5's `rope_parameters`.
@@ -62,7 +67,7 @@ impl Rope {
                     None => return Ok(None),
                 },
             };
-            v.as_f64().filter(|f| f.is_finite() && *f > 0.0).map(Some).ok_or_else(|| bad(&name, format!("must be a positive number, got {v}")))
+            positive(&name, v).map(Some)
         };
         let required = |k: &str| number(k, false)?.ok_or_else(|| bad(&key(k), "missing".into()));
         let theta = number("rope_theta", true)?.unwrap_or(10_000.0);
@@ -78,7 +83,7 @@ impl Rope {
         let original = || -> Result<f64, RopeKeyError> {
             let top = raw.get("original_max_position_embeddings").filter(|v| !v.is_null());
             match top {
-                Some(v) => v.as_f64().filter(|f| f.is_finite() && *f > 0.0).ok_or_else(|| bad("original_max_position_embeddings", format!("must be a positive number, got {v}"))),
+                Some(v) => positive("original_max_position_embeddings", v),
                 None => Ok(number("original_max_position_embeddings", false)?.unwrap_or(max_position_embeddings as f64)),
             }
         };
