@@ -114,6 +114,13 @@ pub const KNOBS: &[Knob] = &[
         effect: "the training path's attention backward on CUDA in bf16/f16 with head_dim 64 or 128: `tensor_cores` = flash-attention-2-style tiles on `mma.sync` fragments, every sequence in one launch set, memory linear in the tokens (`ops/attention/mma_backward.rs`); `per_sequence` = the earlier paths (dense burn ops per sequence up to 2^29 scores, CUDA-core kernels past it), for comparisons. Different bits from each other; each sequence's gradients depend on that sequence alone under both; anything else is an error naming the variable. Elsewhere (f32, other runtimes) the per-sequence paths run",
     },
     Knob {
+        name: "LOCKSTEP_BACKWARD_STATS",
+        values: "`forward`, `recompute`",
+        default: "`forward`",
+        kind: KnobKind::KernelChoice,
+        effect: "where the tensor-core attention backward gets each query's softmax statistics (running max and sum over its keys): `forward` = the training forward's flash kernel folds them in its first pass over the keys, with the backward's own functions on the same score fragments (`ops/attention/online_stats.rs`), and the backward's query kernel skips that pass; `recompute` = the query kernel's own pass. The same bits either way (battery: `backward statistics from the forward = recomputed`); anything else is an error naming the variable",
+    },
+    Knob {
         name: "LOCKSTEP_FOLD_KERNEL",
         values: "`wgmma`, `cmma`",
         default: "`wgmma`",

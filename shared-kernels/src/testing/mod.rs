@@ -2,6 +2,7 @@
 //! `lockstep check` read it) and the size boundaries real runs cross. Nothing in the model or
 //! the samplers calls into here.
 
+pub mod attention_backward;
 pub mod battery;
 pub mod boundaries;
 pub mod contract;

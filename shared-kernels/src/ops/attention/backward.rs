@@ -292,7 +292,9 @@ pub const DENSE_SEQUENCE_SCORES: usize = 1 << 29;
 
 /// `(dQ, dK, dV)` in the inputs' dtype for rows made of the contiguous `sequences` (first row,
 /// length) in row order: each sequence's backward alone ([`dense_sequence`] or
-/// [`attention_backward`] by its size), the results joined in row order.
+/// [`attention_backward`] by its size), the results joined in row order. `forward_stats`: the
+/// training forward's softmax statistics, which the tensor-core backward takes (ignored by the
+/// other paths).
 #[allow(clippy::too_many_arguments)]
 pub fn sequence_backward(
     q: BTensor<3>,
@@ -302,13 +304,15 @@ pub fn sequence_backward(
     d_out: BTensor<3>,
     sequences: &[(usize, usize)],
     scale: f32,
+    forward_stats: Option<BTensor<1>>,
 ) -> Result<(BTensor<3>, BTensor<3>, BTensor<3>), KernelError> {
     let dtype = q.dtype();
     let device = q.device();
     let ([_, q_heads, head_dim], [_, kv_heads, _]) = (q.dims(), k.dims());
     if crate::ops::attention::mma_backward::tensor_core_backward_setting()? && crate::ops::attention::mma_backward::mma_backward_available(dtype, head_dim) {
         // every sequence at once on tensor cores: each tile reads its own sequence's rows only
-        return crate::ops::attention::mma_backward::mma_attention_backward(q, k, v, out, d_out, sequences, scale);
+        let g = crate::ops::attention::mma_backward::mma_attention_backward(q, k, v, out, d_out, sequences, scale, forward_stats)?;
+        return Ok((g.d_q, g.d_k, g.d_v));
     }
     let (mut dqs, mut dks, mut dvs) = (Vec::new(), Vec::new(), Vec::new());
     for &(start, len) in sequences {

@@ -35,17 +35,19 @@ pub fn causal_attention(
     }
     let max_len = lens.iter().copied().max().unwrap_or(0).max(1);
     if !q.is_autodiff() {
-        return causal_attention_plain(q, k, v, slots, positions, n_slots, max_len, scale);
+        return Ok(causal_attention_plain(q, k, v, slots, positions, n_slots, max_len, scale, false)?.0);
     }
     let (qa, ka, va) = (tracked_in(OP, "q", q)?, tracked_in(OP, "k", k)?, tracked_in(OP, "v", v)?);
     let (qp, kp, vp) = (plain::<3>(inner(&qa)), plain::<3>(inner(&ka)), plain::<3>(inner(&va)));
-    let out = causal_attention_plain(qp.clone(), kp.clone(), vp.clone(), slots, positions, n_slots, max_len, scale)?;
-    if let Some((starts, seq_lens)) = crate::ops::attention::backward::contiguous_sequences(slots, positions) {
+    let layout = crate::ops::attention::backward::contiguous_sequences(slots, positions);
+    // the training layout: the forward also hands the tensor-core backward its softmax statistics
+    let (out, forward_stats) = causal_attention_plain(qp.clone(), kp.clone(), vp.clone(), slots, positions, n_slots, max_len, scale, layout.is_some())?;
+    if let Some((starts, seq_lens)) = layout {
         // the training layout: each sequence's backward alone, so its bits are its own
         let sequences: Vec<(usize, usize)> = (0..rows).filter(|&r| starts[r] as usize == r).map(|r| (r, seq_lens[r] as usize)).collect();
         let saved_out = out.clone();
         return Ok(from_tracked(tracked([&qa, &ka, &va], cube(out), move |d_out| {
-            let (dq, dk, dv) = crate::ops::attention::backward::sequence_backward(qp, kp, vp, saved_out, plain::<3>(d_out), &sequences, scale)
+            let (dq, dk, dv) = crate::ops::attention::backward::sequence_backward(qp, kp, vp, saved_out, plain::<3>(d_out), &sequences, scale, forward_stats)
                 .expect("attention backward: shapes checked in forward");
             [Some(cube(dq)), Some(cube(dk)), Some(cube(dv))]
         })));
@@ -129,6 +131,21 @@ pub fn causal_attention(
     })))
 }
 
+/// [`causal_attention`]'s forward on plain tensors with the softmax statistics the training
+/// forward hands the tensor-core backward (`None` where that backward or the `mma` flash kernel
+/// does not run, or `LOCKSTEP_BACKWARD_STATS=recompute`): the battery's check that they equal
+/// the backward's own.
+pub fn causal_attention_with_stats(q: BTensor<3>, k: BTensor<3>, v: BTensor<3>, slots: &[u32], positions: &[u32], scale: f32) -> Result<(BTensor<3>, Option<BTensor<1>>), KernelError> {
+    let n_slots = slots.iter().max().map_or(0, |&s| s as usize + 1);
+    let mut lens = vec![0usize; n_slots];
+    for &s in slots {
+        lens[s as usize] += 1;
+    }
+    let max_len = lens.iter().copied().max().unwrap_or(0).max(1);
+    ensure!(crate::ops::attention::backward::contiguous_sequences(slots, positions).is_some(), "causal_attention", "the statistics are for the training layout: each sequence's rows contiguous, positions 0..len in order");
+    causal_attention_plain(q, k, v, slots, positions, n_slots, max_len, scale, true)
+}
+
 /// Elements of one backward group's `[sequences, heads, t, t]` f32 scores, at most (1 GiB): a
 /// step's sequences are walked in order and cut into groups that stay within it (a sequence
 /// longer than that alone is its own group). Steps that fit in one group are computed as one
@@ -203,7 +220,8 @@ fn causal_attention_plain(
     n_slots: usize,
     max_len: usize,
     scale: f32,
-) -> Result<BTensor<3>, KernelError> {
+    want_stats: bool,
+) -> Result<(BTensor<3>, Option<BTensor<1>>), KernelError> {
     let device = q.device();
     let [_, kv_heads, head_dim] = k.dims();
     let dtype = k.dtype();
@@ -218,5 +236,8 @@ fn causal_attention_plain(
     let pages = BlockRows::contiguous(&shape, int_dtype, &device)?;
     let k_cache = crate::ops::kv_cache::write_kv_cache_paged(empty(), k, slot_t.clone(), pos_t.clone(), Some(&pages))?;
     let v_cache = crate::ops::kv_cache::write_kv_cache_paged(empty(), v, slot_t.clone(), pos_t.clone(), Some(&pages))?;
-    attention_for_rows(q, k_cache, v_cache, slot_t, pos_t, slots, scale, Some(&pages))
+    if want_stats {
+        return attention_for_rows_with_stats(q, k_cache, v_cache, slot_t, pos_t, slots, scale, Some(&pages));
+    }
+    Ok((attention_for_rows(q, k_cache, v_cache, slot_t, pos_t, slots, scale, Some(&pages))?, None))
 }

@@ -35,8 +35,9 @@ use crate::ops::attention::mma::{
     wait_copies, warp_scores, warp_values, SMEM_ALIGN,
 };
 use crate::ops::attention::cmma::{valid_in_split, PAD};
+use crate::ops::attention::online_stats::{empty_stats, fold_split_stats};
 use crate::ops::ptx::shared_address;
-use crate::ops::reduce::{cube_linear, NEG_BIG};
+use crate::ops::reduce::cube_linear;
 use crate::ops::{cube_count_for, storage};
 use crate::bridge::{dims, float_in, float_out};
 use crate::{ensure, KernelError};
@@ -71,27 +72,6 @@ fn row_dot_kernel<F: Float, N: Size>(out: &Tensor<Vector<F, N>>, d_out: &Tensor<
     }
 }
 
-/// The split's sum `sum_j e^(s_j scale - m)` over this lane's row `high` (0: g, 1: g + 8) of
-/// the quad, keys in order within a lane, then lanes t = 0..3 in order.
-#[cube]
-fn row_exp_sum(s: &Array<f32>, valid: usize, scale: f32, m: f32, #[comptime] high: usize) -> f32 {
-    let lane = UNIT_POS_X;
-    let t = (lane % 4) as usize;
-    let mut part = 0.0f32;
-    #[unroll]
-    for nt in 0..8usize {
-        #[unroll]
-        for e in 0..2usize {
-            let j = nt * 8 + 2 * t + e;
-            if j < valid {
-                part += (s[comptime!(nt * 4 + high * 2 + e)] * scale - m).exp();
-            }
-        }
-    }
-    let quad = lane - lane % 4;
-    ((plane_shuffle(part, quad) + plane_shuffle(part, quad + 1)) + plane_shuffle(part, quad + 2)) + plane_shuffle(part, quad + 3)
-}
-
 /// Rounds a 16 x 64 f32 fragment (`x[nt * 4 + c]`) to the dtype as the A operand of the
 /// next product (`a[nt * 2 + h]`: key block nt, row g (h = 0) or g + 8).
 #[cube]
@@ -122,6 +102,7 @@ fn mma_backward_query_kernel<F: Float, N: Size, I: Int>(
     scale: f32,
     #[comptime] head_dim: usize,
     #[comptime] f16: bool,
+    #[comptime] stats_given: bool,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
     let q_heads = q_heads_arg as usize;
@@ -150,11 +131,20 @@ fn mma_backward_query_kernel<F: Float, N: Size, I: Int>(
         let mut v_sh = Shared::<[Vector<F, N>]>::new_aligned_slice(comptime!(2 * stage_vecs), comptime!(SMEM_ALIGN));
         let most_keys = first_pos + count;
         let splits = most_keys.div_ceil(comptime!(KV_SPLIT));
-        // steps 0 .. splits: pass 1 (K); steps splits .. 2 splits: pass 2 (K and V), split step - splits
+        // steps 0 .. splits: pass 1 (K); steps splits .. 2 splits: pass 2 (K and V), split step -
+        // splits. With the statistics given (the forward computed them) pass 1 is skipped.
         let steps = 2 * splits;
+        let mut first_step = 0usize;
+        if comptime!(stats_given) {
+            first_step = splits;
+        }
+        let first_base = (first_step % 2) * stage_vecs;
         stage_split_async::<F, N>(q, &mut q_sh, 0, first_row, q_heads, head, count, head_dim, comptime!(VS), comptime!(UNITS));
         stage_split_async::<F, N>(d_out, &mut do_sh, 0, first_row, q_heads, head, count, head_dim, comptime!(VS), comptime!(UNITS));
-        stage_split_async::<F, N>(k, &mut k_sh, 0, start, kv_heads, kv_head, keys_in_split(most_keys, 0), head_dim, comptime!(VS), comptime!(UNITS));
+        stage_split_async::<F, N>(k, &mut k_sh, first_base, start, kv_heads, kv_head, keys_in_split(most_keys, 0), head_dim, comptime!(VS), comptime!(UNITS));
+        if comptime!(stats_given) {
+            stage_split_async::<F, N>(v, &mut v_sh, first_base, start, kv_heads, kv_head, keys_in_split(most_keys, 0), head_dim, comptime!(VS), comptime!(UNITS));
+        }
         commit_copies();
         wait_copies(0usize);
         sync_cube();
@@ -190,10 +180,6 @@ fn mma_backward_query_kernel<F: Float, N: Size, I: Int>(
         let mut dp = Array::<f32>::new(32usize);
         let mut dsa = Array::<u32>::new(16usize);
         let mut o = Array::<f32>::new(16usize);
-        let mut m_lo = f32::new(NEG_BIG);
-        let mut m_hi = f32::new(NEG_BIG);
-        let mut l_lo = 0.0f32;
-        let mut l_hi = 0.0f32;
         let mut d_lo = 0.0f32;
         let mut d_hi = 0.0f32;
         if r_lo < count {
@@ -202,12 +188,25 @@ fn mma_backward_query_kernel<F: Float, N: Size, I: Int>(
         if r_hi < count {
             d_hi = dots[(first_row + r_hi) * q_heads + head];
         }
+        // [m_lo, l_lo, m_hi, l_hi]: the rows' softmax statistics, from the forward or pass 1
+        let mut ml = Array::<f32>::new(4usize);
+        empty_stats(&mut ml);
+        if comptime!(stats_given) {
+            if r_lo < count {
+                ml[0] = stats[((first_row + r_lo) * q_heads + head) * 2];
+                ml[1] = stats[((first_row + r_lo) * q_heads + head) * 2 + 1];
+            }
+            if r_hi < count {
+                ml[2] = stats[((first_row + r_hi) * q_heads + head) * 2];
+                ml[3] = stats[((first_row + r_hi) * q_heads + head) * 2 + 1];
+            }
+        }
         let mut acc = Array::<f32>::new(comptime!(head_dim / 2));
         #[unroll]
         for i in 0..comptime!(head_dim / 2) {
             acc[i] = 0.0f32;
         }
-        for step in 0..steps {
+        for step in first_step..steps {
             let second = step >= splits;
             let mut split = step;
             if second {
@@ -242,24 +241,7 @@ fn mma_backward_query_kernel<F: Float, N: Size, I: Int>(
                     // pass 1: each row's max and sum over its keys, split by split
                     let split_lo = row_max(&s, valid_lo, scale, 0usize);
                     let split_hi = row_max(&s, valid_hi, scale, 1usize);
-                    let mut new_lo = m_lo;
-                    if split_lo > new_lo {
-                        new_lo = split_lo;
-                    }
-                    let mut new_hi = m_hi;
-                    if split_hi > new_hi {
-                        new_hi = split_hi;
-                    }
-                    let sum_lo = row_exp_sum(&s, valid_lo, scale, new_lo, 0usize);
-                    let sum_hi = row_exp_sum(&s, valid_hi, scale, new_hi, 1usize);
-                    if valid_lo > 0 {
-                        l_lo = l_lo * (m_lo - new_lo).exp() + sum_lo;
-                        m_lo = new_lo;
-                    }
-                    if valid_hi > 0 {
-                        l_hi = l_hi * (m_hi - new_hi).exp() + sum_hi;
-                        m_hi = new_hi;
-                    }
+                    fold_split_stats(&s, &mut ml, split_lo, split_hi, valid_lo, valid_hi, scale);
                 } else {
                     // pass 2: dS, then dQ += dS K
                     warp_scores(&da, v_addr + buf * stage_bytes, &mut dp, head_dim, f16);
@@ -267,13 +249,13 @@ fn mma_backward_query_kernel<F: Float, N: Size, I: Int>(
                     for i in 0..32usize {
                         let j = comptime!(i / 4) * 8 + 2 * t + comptime!(i % 2);
                         let mut valid = valid_lo;
-                        let mut m = m_lo;
-                        let mut l = l_lo;
+                        let mut m = ml[0];
+                        let mut l = ml[1];
                         let mut dd = d_lo;
                         if comptime!(i % 4 >= 2) {
                             valid = valid_hi;
-                            m = m_hi;
-                            l = l_hi;
+                            m = ml[2];
+                            l = ml[3];
                             dd = d_hi;
                         }
                         let mut ds = 0.0f32;
@@ -308,14 +290,14 @@ fn mma_backward_query_kernel<F: Float, N: Size, I: Int>(
                 d_q[((first_row + r) * q_heads + head) * comptime!(head_dim) + comptime!(i / 4) * 8 + 2 * t + comptime!(i % 2)] = F::cast_from(acc[i] * scale);
             }
         }
-        if t == 0 {
+        if !comptime!(stats_given) && t == 0 {
             if r_lo < count {
-                stats[((first_row + r_lo) * q_heads + head) * 2] = m_lo;
-                stats[((first_row + r_lo) * q_heads + head) * 2 + 1] = l_lo;
+                stats[((first_row + r_lo) * q_heads + head) * 2] = ml[0];
+                stats[((first_row + r_lo) * q_heads + head) * 2 + 1] = ml[1];
             }
             if r_hi < count {
-                stats[((first_row + r_hi) * q_heads + head) * 2] = m_hi;
-                stats[((first_row + r_hi) * q_heads + head) * 2 + 1] = l_hi;
+                stats[((first_row + r_hi) * q_heads + head) * 2] = ml[2];
+                stats[((first_row + r_hi) * q_heads + head) * 2 + 1] = ml[3];
             }
         }
     }
@@ -550,9 +532,21 @@ pub fn backward_tiles(sequences: &[(usize, usize)]) -> Vec<i32> {
         .collect()
 }
 
-/// `(dQ, dK, dV)` in the inputs' dtype (each f32 accumulator rounded once) of causal attention over `q` [rows, q_heads, d] and `k`/`v` [rows,
-/// kv_heads, d] (16-bit) with forward output `out` and its gradient `d_out` (q's shape), for
-/// rows made of the contiguous `sequences` (first row, length) that cover every row.
+/// The backward's results: the gradients in the inputs' dtype (each f32 accumulator rounded
+/// once) and the softmax statistics it used (f32, (m, l) per (row, query head)).
+pub struct MmaBackward {
+    pub d_q: BTensor<3>,
+    pub d_k: BTensor<3>,
+    pub d_v: BTensor<3>,
+    pub stats: BTensor<1>,
+}
+
+/// The gradients of causal attention over `q` [rows, q_heads, d] and `k`/`v` [rows, kv_heads,
+/// d] (16-bit) with forward output `out` and its gradient `d_out` (q's shape), for rows made of
+/// the contiguous `sequences` (first row, length) that cover every row. `forward_stats`: the
+/// softmax statistics the training forward wrote
+/// ([`crate::ops::attention::attention_for_rows_with_stats`]), which skip the query kernel's
+/// first pass; `None`: that pass computes them (the same bits).
 #[allow(clippy::too_many_arguments)]
 pub fn mma_attention_backward(
     q: BTensor<3>,
@@ -562,7 +556,8 @@ pub fn mma_attention_backward(
     d_out: BTensor<3>,
     sequences: &[(usize, usize)],
     scale: f32,
-) -> Result<(BTensor<3>, BTensor<3>, BTensor<3>), KernelError> {
+    forward_stats: Option<BTensor<1>>,
+) -> Result<MmaBackward, KernelError> {
     const OP: &str = "attention_backward (tensor cores)";
     let device = q.device();
     let (q, k, v, out, d_out) = (float_in(OP, "q", q)?, float_in(OP, "k", k)?, float_in(OP, "v", v)?, float_in(OP, "out", out)?, float_in(OP, "d_out", d_out)?);
@@ -583,7 +578,15 @@ pub fn mma_attention_backward(
     let f32_of = |shape: Vec<usize>| empty_device_contiguous_dtype(client.clone(), cube_device.clone(), shape.into(), DType::F32);
     // the gradients in the inputs' dtype, each f32 accumulator rounded once as it is written
     let of_dtype = |shape: Vec<usize>| empty_device_contiguous_dtype(client.clone(), cube_device.clone(), shape.into(), q.dtype);
-    let (d_q, stats, dots) = (of_dtype(qd.clone()), f32_of(vec![rows * q_heads * 2]), f32_of(vec![rows * q_heads]));
+    let stats_given = forward_stats.is_some();
+    let stats = match forward_stats {
+        Some(given) => {
+            ensure!(given.dims() == [rows * q_heads * 2] && given.dtype() == DType::F32, OP, "the forward's statistics are {:?} {:?}, not f32 [{}] (2 per row and query head)", given.dtype(), given.dims(), rows * q_heads * 2);
+            float_in(OP, "forward_stats", given)?
+        }
+        None => f32_of(vec![rows * q_heads * 2]),
+    };
+    let (d_q, dots) = (of_dtype(qd.clone()), f32_of(vec![rows * q_heads]));
     let (d_k, d_v) = (of_dtype(kd.clone()), of_dtype(kd.clone()));
     let tiles_t: CubeTensor = crate::bridge::int_in(OP, "tiles", BTensor::<1, BInt>::from_data(TensorData::new(tiles, [n_tiles * 3]), &device))?;
     let (fdt, idt) = (storage(q.dtype), storage(tiles_t.dtype));
@@ -621,6 +624,7 @@ pub fn mma_attention_backward(
         scale,
         head_dim,
         f16,
+        stats_given,
         [fdt, idt],
     );
     mma_backward_key_kernel::launch(
@@ -633,7 +637,7 @@ pub fn mma_attention_backward(
         vec_arg(&v),
         vec_arg(&d_out),
         dots.into_tensor_arg(),
-        stats.into_tensor_arg(),
+        stats.clone().into_tensor_arg(),
         tiles_t.into_tensor_arg(),
         d_k.clone().into_tensor_arg(),
         d_v.clone().into_tensor_arg(),
@@ -645,7 +649,7 @@ pub fn mma_attention_backward(
         f16,
         [fdt, idt],
     );
-    Ok((float_out(d_q), float_out(d_k), float_out(d_v)))
+    Ok(MmaBackward { d_q: float_out(d_q), d_k: float_out(d_k), d_v: float_out(d_v), stats: float_out(stats) })
 }
 
 #[cfg(test)]

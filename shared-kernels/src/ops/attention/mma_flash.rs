@@ -13,6 +13,10 @@
 //! max over the splits holding its keys); pass 2 walks them again, folding each split's
 //! (max, sum, P V) in as the combine kernel folds a partial: total += l_s exp(m_s - M),
 //! acc += O_s exp(m_s - M); out = acc / total.
+//!
+//! For the training path (`with_stats`), pass 1 also folds each query's softmax statistics as
+//! the backward's query kernel folds them ([`crate::ops::attention::online_stats`], the same
+//! functions on the same score fragments), so the backward skips its own pass over the keys.
 
 use crate::ops::kv_cache::cache_row;
 use crate::ops::attention::splits::{KV_SPLIT, keys_in_split};
@@ -21,6 +25,7 @@ use crate::ops::attention::mma::{
     value_lane_address, wait_copies, warp_probs, warp_scores, warp_values,
 };
 use crate::ops::attention::cmma::{query_keys, stage_queries, valid_in_split, PAD};
+use crate::ops::attention::online_stats::{empty_stats, fold_split_stats};
 use crate::ops::ptx::shared_address;
 use crate::ops::reduce::{NEG_BIG, cube_linear};
 use burn_cubecl::cubecl::prelude::*;
@@ -113,6 +118,7 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
     tiles: &Tensor<I>,
     block_rows: &Tensor<I>,
     out: &mut Tensor<F>,
+    stats: &mut Tensor<f32>,
     tiles_arg: u32,
     q_heads_arg: u32,
     kv_heads_arg: u32,
@@ -123,6 +129,7 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
     #[comptime] vs: usize,
     #[comptime] f16: bool,
     #[comptime] warps: usize,
+    #[comptime] with_stats: bool,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
     let q_heads = q_heads_arg as usize;
@@ -205,6 +212,9 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
         let mut max_hi = f32::new(NEG_BIG);
         let mut total_lo = 0.0f32;
         let mut total_hi = 0.0f32;
+        // the training backward's statistics ([m_lo, l_lo, m_hi, l_hi], `with_stats` only)
+        let mut ml = Array::<f32>::new(4usize);
+        empty_stats(&mut ml);
         for step in 0..steps {
             // the next step's copies go out before this step's wait (one split in flight)
             if step + 1 < steps {
@@ -249,6 +259,9 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
                     }
                     if valid_hi > 0 && split_hi > max_hi {
                         max_hi = split_hi;
+                    }
+                    if comptime!(with_stats) {
+                        fold_split_stats(&s, &mut ml, split_lo, split_hi, valid_lo, valid_hi, scale);
                     }
                 } else {
                     // 2. p rounded to the dtype, its split sum, O = P V folded in
@@ -316,6 +329,18 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
                 let pair = (first_row + qi / hpc) * q_heads + first_head + qi % hpc;
                 out[pair * comptime!(head_dim) + nt * 8 + 2 * t + c % 2] =
                     F::cast_from(acc[i] / total);
+            }
+        }
+        if comptime!(with_stats) && t == 0 {
+            // indexed as the backward reads them: (row, head) pairs, (m, l)
+            #[unroll]
+            for h in 0..2usize {
+                let qi = warp * 16 + g + h * 8;
+                if qi < queries {
+                    let pair = (first_row + qi / hpc) * q_heads + first_head + qi % hpc;
+                    stats[pair * 2] = ml[comptime!(2 * h)];
+                    stats[pair * 2 + 1] = ml[comptime!(2 * h + 1)];
+                }
             }
         }
     }

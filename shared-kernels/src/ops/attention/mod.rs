@@ -21,6 +21,7 @@ pub mod mma_backward;
 pub mod mma_decode;
 pub mod mma_decode_narrow;
 pub mod mma_flash;
+mod online_stats;
 pub mod cmma;
 pub mod cmma_flash;
 pub mod split_kv;
@@ -221,7 +222,7 @@ pub fn attention_with(
     positions: BTensor<1, BInt>,
     scale: f32,
 ) -> Result<BTensor<3>, KernelError> {
-    attention_impl(kernel, q, k_cache, v_cache, slots, positions, scale, None, None)
+    attention_impl(kernel, q, k_cache, v_cache, slots, positions, scale, None, None, None)
 }
 
 /// [`attention_with`] for rows whose slots the caller also has on the host (`host_slots`, equal
@@ -237,7 +238,7 @@ pub fn attention_rows(
     host_slots: &[u32],
     scale: f32,
 ) -> Result<BTensor<3>, KernelError> {
-    attention_impl(kernel, q, k_cache, v_cache, slots, positions, scale, Some(host_slots), None)
+    attention_impl(kernel, q, k_cache, v_cache, slots, positions, scale, Some(host_slots), None, None)
 }
 
 /// Whether [`attention_for_rows`] gives every row its own tile: no two neighbouring rows are of
@@ -264,7 +265,39 @@ pub fn attention_for_rows(
     pages: Option<&BlockRows>,
 ) -> Result<BTensor<3>, KernelError> {
     let tiles = (crate::device::runtime_name() == "cuda").then_some(host_slots);
-    attention_impl(None, q, k_cache, v_cache, slots, positions, scale, tiles, pages)
+    attention_impl(None, q, k_cache, v_cache, slots, positions, scale, tiles, pages, None)
+}
+
+/// [`attention_for_rows`] for the training forward: where the training backward runs on tensor
+/// cores ([`crate::ops::attention::mma_backward`]) and `LOCKSTEP_BACKWARD_STATS` is `forward`,
+/// the flash kernel also returns every (row, query head)'s softmax statistics (f32 `[rows *
+/// q_heads * 2]`), folded as the backward folds them, so the backward skips its own pass over
+/// the keys. The output's bits are [`attention_for_rows`]'s either way.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_for_rows_with_stats(
+    q: BTensor<3>,
+    k_cache: BTensor<4>,
+    v_cache: BTensor<4>,
+    slots: BTensor<1, BInt>,
+    positions: BTensor<1, BInt>,
+    host_slots: &[u32],
+    scale: f32,
+    pages: Option<&BlockRows>,
+) -> Result<(BTensor<3>, Option<BTensor<1>>), KernelError> {
+    let [rows, q_heads, head_dim] = q.dims();
+    let dtype = q.dtype();
+    let probe = float_in("attention", "q", q.clone())?;
+    let wanted = crate::kernel_choice::KernelChoice::process()?.backward_stats_from_forward
+        && crate::ops::attention::mma_backward::tensor_core_backward_setting()?
+        && crate::ops::attention::mma_backward::mma_backward_available(dtype, head_dim)
+        && resolve_kernel(None, crate::ops::attention::tensor_cores::tc_attention_available(&probe.client, dtype, head_dim))? == AttentionKernel::SplitKvTensorCore;
+    if !wanted {
+        return Ok((attention_for_rows(q, k_cache, v_cache, slots, positions, host_slots, scale, pages)?, None));
+    }
+    // (mma_backward_available holds: CUDA with the mma kernels)
+    let stats = empty_device_contiguous_dtype(probe.client.clone(), probe.device.clone(), [rows * q_heads * 2].into(), DType::F32);
+    let out = attention_impl(None, q, k_cache, v_cache, slots, positions, scale, Some(host_slots), pages, Some(&stats))?;
+    Ok((out, Some(float_out(stats))))
 }
 
 
@@ -280,6 +313,7 @@ fn attention_impl(
     scale: f32,
     host_slots: Option<&[u32]>,
     pages: Option<&BlockRows>,
+    stats: Option<&burn_cubecl::tensor::CubeTensor>,
 ) -> Result<BTensor<3>, KernelError> {
     const OP: &str = "attention";
     let device = q.device();
@@ -302,6 +336,7 @@ fn attention_impl(
     ensure!(rows > 0, OP, "no query rows");
     let tc_ok = crate::ops::attention::tensor_cores::tc_attention_available(&q.client, q.dtype, head_dim);
     let kernel = resolve_kernel(kernel, tc_ok)?;
+    ensure!(stats.is_none() || kernel == AttentionKernel::SplitKvTensorCore, OP, "softmax statistics for the backward come from the split_kv_tc kernel only, not {}", kernel.name());
     if let Some(h) = host_slots {
         ensure!(h.len() == rows, OP, "{} host slots for {rows} rows", h.len());
     }
@@ -325,7 +360,7 @@ fn attention_impl(
         let tiles = crate::ops::attention::tensor_cores::tc_tiles(host_slots, rows, rows_per_tile);
         let contiguous = |x: burn_cubecl::tensor::CubeTensor| if x.is_contiguous() { x } else { burn_cubecl::kernel::into_contiguous(x) };
         let q = contiguous(q);
-        return Ok(float_out(crate::ops::attention::tensor_cores::tc_split_kv_attention(&q, contiguous(k), contiguous(v), &slots, positions, &pages, dims, scale, &tiles, kernels, upload)?));
+        return Ok(float_out(crate::ops::attention::tensor_cores::tc_split_kv_attention(&q, contiguous(k), contiguous(v), &slots, positions, &pages, dims, scale, &tiles, kernels, upload, stats)?));
     }
     // With at most KV_SPLIT cache positions every prefix fits one split, where the two kernels
     // give the same bits (tests/kernels/attention_chunking.rs, battery): the one-launch kernel

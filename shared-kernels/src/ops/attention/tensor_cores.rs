@@ -139,7 +139,13 @@ pub(crate) struct TileLaunches {
 
 impl TileLaunches {
     pub fn of(tiles: &[(usize, usize)]) -> Self {
-        let (flash, single): (Vec<_>, Vec<_>) = tiles.iter().partition(|&&(_, n)| n >= FLASH_MIN_ROWS);
+        Self::with_min_rows(tiles, FLASH_MIN_ROWS)
+    }
+
+    /// Tiles of at least `min_rows` rows on the flash kernel (1: every tile, so that it writes
+    /// every row's softmax statistics for the backward).
+    pub fn with_min_rows(tiles: &[(usize, usize)], min_rows: usize) -> Self {
+        let (flash, single): (Vec<_>, Vec<_>) = tiles.iter().partition(|&&(_, n)| n >= min_rows);
         let single_rows = (!flash.is_empty() && !single.is_empty()).then(|| single.iter().flat_map(|&(first, n)| (first..first + n).map(|r| r as i32)).collect());
         Self { flash, single, single_rows }
     }
@@ -174,6 +180,8 @@ fn partials_workspace(like: &CubeTensor, len: usize) -> CubeTensor {
 /// true: `q` [rows, q_heads, head_dim] and the caches laid out by `pages`, all
 /// contiguous; `tiles` from [`tc_tiles`], cut for [`heads_per_cube`]; `upload` puts a host
 /// table on the device in the slots' integer type; `kernels` picks the register-fragment or the cmma kernels.
+/// `stats` (f32, 2 a (row, query head), the `mma` kernels only): every tile runs the flash
+/// kernel, which also writes each row's softmax statistics for the training backward.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn tc_split_kv_attention(
     q: &CubeTensor,
@@ -187,13 +195,15 @@ pub(crate) fn tc_split_kv_attention(
     tiles: &[(usize, usize)],
     kernels: TcKernels,
     upload: impl Fn(Vec<i32>) -> Result<CubeTensor, KernelError>,
+    stats: Option<&CubeTensor>,
 ) -> Result<CubeTensor, KernelError> {
     let splits = max_len.div_ceil(KV_SPLIT);
     let hpc = heads_per_cube(q_heads / kv_heads);
     let parts = q_heads / kv_heads / hpc;
     let vs = 8;
     let dtypes = [storage(q.dtype), storage(slots.dtype)];
-    let TileLaunches { flash, single, single_rows } = TileLaunches::of(tiles);
+    ensure!(stats.is_none() || kernels == TcKernels::Mma, "attention", "softmax statistics for the backward come from the mma flash kernel only (LOCKSTEP_ATTENTION_TC={kernels:?})");
+    let TileLaunches { flash, single, single_rows } = if stats.is_some() { TileLaunches::with_min_rows(tiles, 1) } else { TileLaunches::of(tiles) };
     // the prefill cube's queries: the size `attention_impl` cut the tiles for
     let cube_queries = kernels.prefill_queries()?;
     ensure!(flash.iter().all(|&(_, n)| n * hpc <= cube_queries), "attention", "a prefill tile holds more than the cube's {cube_queries} queries ({hpc} per row)");
@@ -284,6 +294,11 @@ pub(crate) fn tc_split_kv_attention(
         combine_rows(&out, partials, positions.clone(), listed, (rows, q_heads, splits, head_dim));
     }
     if !flash.is_empty() && kernels == TcKernels::Mma {
+        let stats_arg = match stats {
+            Some(s) => s.clone(),
+            // never written without `with_stats`
+            None => empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), [2].into(), DType::F32),
+        };
         mma_flash_kernel::launch(
             &q.client,
             cube_count_for(flash.len() * kv_heads * parts, 1),
@@ -297,6 +312,7 @@ pub(crate) fn tc_split_kv_attention(
             upload(flat(&flash))?.into_tensor_arg(),
             pages.table.clone().into_tensor_arg(),
             out.clone().into_tensor_arg(),
+            stats_arg.into_tensor_arg(),
             flash.len() as u32,
             q_heads as u32,
             kv_heads as u32,
@@ -307,6 +323,7 @@ pub(crate) fn tc_split_kv_attention(
             vs,
             q.dtype == DType::F16,
             cube_queries / 16,
+            stats.is_some(),
             dtypes,
         );
     } else if !flash.is_empty() {
@@ -373,6 +390,9 @@ mod tests {
         // prefill only: no partials at all
         let l = TileLaunches::of(&[(0, 16), (16, 4)]);
         assert_eq!((l.flash.len(), l.single.len(), l.single_rows), (2, 0, None));
+        // the training forward that writes the backward's statistics: every tile on the flash kernel
+        let l = TileLaunches::with_min_rows(&[(0, 3), (3, 1), (4, 1), (5, 2)], 1);
+        assert_eq!((l.flash, l.single.len(), l.single_rows), (vec![(0, 3), (3, 1), (4, 1), (5, 2)], 0, None));
     }
 
     #[test]
