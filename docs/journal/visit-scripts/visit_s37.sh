@@ -9,6 +9,8 @@
 #                 a launch, MmaFlashKernel 3457, session 36 v9)
 #   PART=rung17   the 1.7B rung's step 0 (256 x 4,096): weights 4ff415b8dedb1350 if no bit moved
 #   PART=rung06   the 0.6B rung's step 0 (512 x 2,048): weights ef4829e7211e1545
+#   PART=rung4    the 4B full-parameter rung's step 0 (recomputed layers: the statistics come from
+#                 the recomputed forward): weights 29f943f40ec64c89
 set -u
 O=$OUT
 [ -x /tmp/lockstep ] || { gunzip -c .gpu/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }
@@ -35,5 +37,10 @@ rung06)
     O=$O/rung06 SCALE_LIMIT=${RUNG_LIMIT:-300} bash experiments/scale.sh qwen3-0.6b:512x2048:8:16384 2>&1 | tail -1
   grep -o "$fields" $O/rung06/*.metrics.jsonl | tr '\n' ' '; echo
   echo "peak memory MiB: $(sort -n $O/rung06/*.mem | tail -1)" ;;
+rung4)
+  SCALE_SET="--set task.reward=char_f1 --set sampler.kv_budget_mib=42000 --set sampler.max_batch=128 --set train.recompute_layers=true --set train.on_mismatch=stop" \
+    SCALE_ARGS="--max-steps ${STEPS:-1}" O=$O/rung4 SCALE_LIMIT=${RUNG_LIMIT:-300} bash experiments/scale.sh qwen3-4b:128x2048:8:8192 2>&1 | tail -1
+  grep -o "$fields" $O/rung4/*.metrics.jsonl | tr '\n' ' '; echo
+  echo "peak memory MiB: $(sort -n $O/rung4/*.mem | tail -1)" ;;
 esac; done
 tar -C $O -czf /tmp/visit.tgz . && mv /tmp/visit.tgz $O/visit.tgz
