@@ -118,7 +118,7 @@ pub const KNOBS: &[Knob] = &[
         values: "`forward`, `recompute`",
         default: "`forward`",
         kind: KnobKind::KernelChoice,
-        effect: "where the tensor-core attention backward gets each query's softmax statistics (running max and sum over its keys): `forward` = the training forward's flash kernel folds them in its first pass over the keys, with the backward's own functions on the same score fragments (`ops/attention/online_stats.rs`), and the backward's query kernel skips that pass; `recompute` = the query kernel's own pass. The same bits either way (battery: `backward statistics from the forward = recomputed`); anything else is an error naming the variable",
+        effect: "where the tensor-core attention backward gets each query's softmax statistics (running max and sum over its keys): `forward` = the training forward's flash kernel folds them in its first pass over the keys, with the backward's own functions on the same score fragments (`ops/attention/online_stats.rs`), and the backward's query kernel skips that pass; `recompute` = the query kernel's own pass. The same bits either way (H200, session 37: the battery's `backward statistics from the forward = recomputed` rows, and the 0.6B, 1.7B and 4B rungs' step 0 ending in their earlier weights). The 1.7B update of 4 x 4,096: 667.4-671.8 ms against 684.6-688.8 with `recompute` (alternating runs, one visit; the query kernel 3,183 µs a launch against 4,674, the forward 4,285 against 3,457, cubecl's profile); anything else is an error naming the variable",
     },
     Knob {
         name: "LOCKSTEP_FOLD_KERNEL",
