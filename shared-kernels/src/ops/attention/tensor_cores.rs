@@ -141,9 +141,7 @@ impl TileLaunches {
     pub fn of(tiles: &[(usize, usize)]) -> Self {
         Self::with_min_rows(tiles, FLASH_MIN_ROWS)
     }
-
-    /// Tiles of at least `min_rows` rows on the flash kernel (1: every tile, so that it writes
-    /// every row's softmax statistics for the backward).
+    /// Tiles of at least `min_rows` rows on the flash kernel (1: every tile, each row's statistics).
     pub fn with_min_rows(tiles: &[(usize, usize)], min_rows: usize) -> Self {
         let (flash, single): (Vec<_>, Vec<_>) = tiles.iter().partition(|&&(_, n)| n >= min_rows);
         let single_rows = (!flash.is_empty() && !single.is_empty()).then(|| single.iter().flat_map(|&(first, n)| (first..first + n).map(|r| r as i32)).collect());
@@ -177,11 +175,11 @@ fn partials_workspace(like: &CubeTensor, len: usize) -> CubeTensor {
 }
 
 /// Runs the kernels for inputs `attention_impl` has checked, with [`tc_attention_available`]
-/// true: `q` [rows, q_heads, head_dim] and the caches laid out by `pages`, all
-/// contiguous; `tiles` from [`tc_tiles`], cut for [`heads_per_cube`]; `upload` puts a host
-/// table on the device in the slots' integer type; `kernels` picks the register-fragment or the cmma kernels.
-/// `stats` (f32, 2 a (row, query head), the `mma` kernels only): every tile runs the flash
-/// kernel, which also writes each row's softmax statistics for the training backward.
+/// true: `q` [rows, q_heads, head_dim] and the caches laid out by `pages`, all contiguous;
+/// `tiles` from [`tc_tiles`], cut for [`heads_per_cube`]; `upload` puts a host table on the
+/// device in the slots' integer type; `kernels` picks the register-fragment or the cmma kernels;
+/// `stats` (f32, 2 a (row, query head), `mma` only): every tile on the flash kernel, which also
+/// writes each row's softmax statistics for the training backward.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn tc_split_kv_attention(
     q: &CubeTensor,
@@ -294,11 +292,7 @@ pub(crate) fn tc_split_kv_attention(
         combine_rows(&out, partials, positions.clone(), listed, (rows, q_heads, splits, head_dim));
     }
     if !flash.is_empty() && kernels == TcKernels::Mma {
-        let stats_arg = match stats {
-            Some(s) => s.clone(),
-            // never written without `with_stats`
-            None => empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), [2].into(), DType::F32),
-        };
+        let stats_arg = stats.cloned().unwrap_or_else(|| empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), [2].into(), DType::F32)); // unwritten
         mma_flash_kernel::launch(
             &q.client,
             cube_count_for(flash.len() * kv_heads * parts, 1),
@@ -390,9 +384,9 @@ mod tests {
         // prefill only: no partials at all
         let l = TileLaunches::of(&[(0, 16), (16, 4)]);
         assert_eq!((l.flash.len(), l.single.len(), l.single_rows), (2, 0, None));
-        // the training forward that writes the backward's statistics: every tile on the flash kernel
-        let l = TileLaunches::with_min_rows(&[(0, 3), (3, 1), (4, 1), (5, 2)], 1);
-        assert_eq!((l.flash, l.single.len(), l.single_rows), (vec![(0, 3), (3, 1), (4, 1), (5, 2)], 0, None));
+        // the training forward writing the backward's statistics: every tile on the flash kernel
+        let l = TileLaunches::with_min_rows(&[(0, 3), (3, 1), (5, 2)], 1);
+        assert_eq!((l.flash, l.single.len(), l.single_rows), (vec![(0, 3), (3, 1), (5, 2)], 0, None));
     }
 
     #[test]
