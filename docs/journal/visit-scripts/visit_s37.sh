@@ -3,6 +3,8 @@
 #   PART=battery  the battery (bf16): the new group `attention backward statistics` (statistics and
 #                 dQ/dK/dV from the forward = recomputed, as bits; the forward writing them = the
 #                 sampler's forward) and every other row
+#   PART=boundaries  --boundaries-only (bf16): among them a 6,000-token sequence's attention gradients
+#                 alone = between neighbours, now through the forward that writes the statistics
 #   PART=ab       the 1.7B update (4 x 4,096) with LOCKSTEP_BACKWARD_STATS=recompute and forward,
 #                 alternating, one binary
 #   PART=profile  cubecl's per-kernel profile of the same update (MmaBackwardQueryKernel was 4674 µs
@@ -20,6 +22,10 @@ battery)
   gunzip -c .gpu/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery
   timeout ${BATTERY_LIMIT:-300} /tmp/lockstep-battery --dtypes bf16 > $O/battery.md 2>&1; echo "battery rc $?: $(grep -c '| yes |' $O/battery.md) rows identical, $(grep -ci '| no |' $O/battery.md) not"
   grep -i "statistics\|checks bit-identical\|error" $O/battery.md | head -14 ;;
+boundaries)
+  gunzip -c .gpu/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery
+  timeout ${BOUNDARY_LIMIT:-500} /tmp/lockstep-battery --boundaries-only --dtypes bf16 > $O/boundaries.md 2>&1; echo "boundaries rc $?"
+  grep -i "attention\|checks bit-identical\|error" $O/boundaries.md | head -14 ;;
 ab)
   for v in ${AB_ORDER:-recompute forward recompute forward}; do
     echo "### LOCKSTEP_BACKWARD_STATS=$v"; LOCKSTEP_BACKWARD_STATS=$v timeout 120 /tmp/lockstep bench --preset qwen3-1.7b --dtype bf16 --concurrency none --trainer-only --trainer-batches 4 --trainer-len 4096 --repeats 2 2>&1 | grep "^| 4\|rror"
