@@ -29,6 +29,12 @@ gen_tps = last["tokens_per_s"]
 # update FLOPs: forward + backward of the scored rows = 6 x matmul params per token (attention's
 # QK/PV products left out), over the logprob + update phases (the recompute is the forward)
 rows = tokens  # completion tokens only (prompts add ~50 rows a sequence): an underestimate
-mfu = 6 * matmul_params * rows / max(t["logprob_s"] + t["update_s"], 1e-9) / 989e12
+update_s = max(t["logprob_s"] + t["update_s"], 1e-9)
+mfu = 6 * matmul_params * rows / update_s / 989e12
+# with causal attention's QK/PV products (forward + backward: 6 L H Q T(T+1) a sequence),
+# completion lengths only, every sequence at the mean length (a lower bound of sum T^2)
+mean_len = max(last.get("response_len_mean", 0.0), 1.0)
+attention = 6 * L * q * d * (rows / mean_len) * mean_len * (mean_len + 1)
+mfu_attention = (6 * matmul_params * rows + attention) / update_s / 989e12
 print(f"| {name} | exit {rc}, {len(steps)} steps, {wall} s | {bit} | {kl:.1e} | {fmt(last['step_s'], 1)} s: gen {fmt(t['gen_s'], 1)} / logprob {fmt(t['logprob_s'], 1)} / update {fmt(t['update_s'], 1)} / sync {fmt(t['sync_s'], 2)} "
-      f"| {max(mem, default=0) / 1024:.1f} | {gen_tps:,.0f} | {100 * mfu:.1f}% |")
+      f"| {max(mem, default=0) / 1024:.1f} | {gen_tps:,.0f} | {100 * mfu:.1f}% ({100 * mfu_attention:.1f}% with attention) |")

@@ -324,6 +324,13 @@ fn attention_prefill_rows(o: &BenchOptions, config: &ModelConfig, device: &Devic
     Ok(())
 }
 
+/// FLOPs of causal attention's QKᵀ and PV products in a training step (forward, and the
+/// backward's four products: 3x the forward) over `batch` sequences of `len` tokens, every
+/// layer: 3 x 2 products x 2 FLOP x heads x head_dim x len (len + 1) / 2 a sequence and layer.
+pub fn causal_attention_flops(config: &ModelConfig, batch: usize, len: usize) -> f64 {
+    6.0 * (config.num_layers * config.num_heads * config.head_dim * batch) as f64 * (len * (len + 1)) as f64
+}
+
 /// Forward + backward of the training path on `batch` sequences of `len` tokens.
 fn trainer_step(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<(), String> {
     let model = Qwen3::from_checkpoint(&shared_kernels::model::Checkpoint::random(config.clone(), 0.05, 7), o.dtype, device).map_err(|e| e.to_string())?;
@@ -339,8 +346,12 @@ fn trainer_step(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Resu
     println!("\n## trainer step (training path forward + backward, lockstep kernels)\n");
     // "held after the forward": the device bytes in live allocations when the forward is done
     // and the backward not begun, the model's weights included (what recomputation shrinks)
-    println!("| sequences x tokens | recompute_layers | step ms | tokens/s | model TFLOP/s | MFU | held after the forward |");
-    println!("|---|---|---|---|---|---|---|");
+    // MFU: 6 x matmul parameters a scored token (attention's products left out: a lower bound);
+    // with attention: plus the causal attention's QKᵀ and PV products forward and backward
+    // (3 x 2 products x 2 FLOP x heads x head_dim x T(T+1)/2 a sequence and layer), the causal
+    // count of the 12 L H Q T term torchtitan and PaLM add for full attention
+    println!("| sequences x tokens | recompute_layers | step ms | tokens/s | model TFLOP/s | MFU | MFU with attention | held after the forward |");
+    println!("|---|---|---|---|---|---|---|---|");
     let len = if o.trainer_len == 0 { 128 } else { o.trainer_len }.min(config.max_position_embeddings);
     let batches: &[usize] = if o.trainer_batches.is_empty() { &[8, 32] } else { &o.trainer_batches };
     let arms: &[bool] = if o.trainer_recompute { &[true, false] } else { &[false] };
@@ -364,10 +375,30 @@ fn trainer_step(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Resu
             let secs = time_op(device, o.repeats.min(5), 1, step);
             let tokens = batch * (len - 1);
             let flops = 6.0 * matmul_params as f64 * tokens as f64;
-            let mfu = if shared_kernels::device::runtime_name() == "cuda" && o.dtype == DType::BF16 { format!("{:.1}% of 989 TFLOP/s", 100.0 * flops / secs / H200_BF16_PEAK) } else { "-".into() };
+            let attention_flops = causal_attention_flops(config, batch, len);
+            let on_h200 = shared_kernels::device::runtime_name() == "cuda" && o.dtype == DType::BF16;
+            let mfu = |f: f64| if on_h200 { format!("{:.1}% of 989 TFLOP/s", 100.0 * f / secs / H200_BF16_PEAK) } else { "-".into() };
             let held = held.get().map_or_else(|| "-".to_string(), |b| format!("{:.1} MB", b as f64 / 1e6));
-            println!("| {batch} x {len} | {recompute} | {:.1} | {:.0} | {:.2} | {mfu} | {held} |", secs * 1e3, tokens as f64 / secs, flops / secs / 1e12);
+            println!("| {batch} x {len} | {recompute} | {:.1} | {:.0} | {:.2} | {} | {} | {held} |", secs * 1e3, tokens as f64 / secs, flops / secs / 1e12, mfu(flops), mfu(flops + attention_flops));
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causal_attention_flops_are_half_of_the_full_attention_term_per_token() {
+        // Qwen3-1.7B, 4 x 4,096: per token 6 L H Q (T + 1), i.e. half of torchtitan's 12 L H Q T
+        let config = crate::tools::bench::preset("qwen3-1.7b").unwrap();
+        let flops = causal_attention_flops(&config, 4, 4096);
+        assert_eq!(flops, 6.0 * 28.0 * 16.0 * 128.0 * 4.0 * 4096.0 * 4097.0);
+        let full_per_token = 12.0 * 28.0 * 16.0 * 128.0 * 4096.0;
+        let ratio = flops / (4.0 * 4096.0) / full_per_token;
+        assert!((ratio - 0.5).abs() < 1e-3, "{ratio}");
+        // one token attends to itself: 3 x 2 products x 2 FLOP x H x Q, every layer
+        assert_eq!(causal_attention_flops(&config, 1, 1), 12.0 * 28.0 * 16.0 * 128.0);
+    }
 }
