@@ -324,9 +324,9 @@ fn attention_prefill_rows(o: &BenchOptions, config: &ModelConfig, device: &Devic
     Ok(())
 }
 
-/// FLOPs of causal attention's QKᵀ and PV products in a training step (forward, and the
-/// backward's four products: 3x the forward) over `batch` sequences of `len` tokens, every
-/// layer: 3 x 2 products x 2 FLOP x heads x head_dim x len (len + 1) / 2 a sequence and layer.
+/// FLOPs of causal attention's QKᵀ and PV products, forward and backward (3x the forward), over `batch`
+/// sequences of `len` tokens: 3 x 2 x 2 x heads x head_dim x len (len + 1) / 2 a sequence and layer,
+/// the causal count of the 12 L H Q T a token torchtitan and PaLM add for full attention.
 pub fn causal_attention_flops(config: &ModelConfig, batch: usize, len: usize) -> f64 {
     6.0 * (config.num_layers * config.num_heads * config.head_dim * batch) as f64 * (len * (len + 1)) as f64
 }
@@ -346,10 +346,7 @@ fn trainer_step(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Resu
     println!("\n## trainer step (training path forward + backward, lockstep kernels)\n");
     // "held after the forward": the device bytes in live allocations when the forward is done
     // and the backward not begun, the model's weights included (what recomputation shrinks)
-    // MFU: 6 x matmul parameters a scored token (attention's products left out: a lower bound);
-    // with attention: plus the causal attention's QKᵀ and PV products forward and backward
-    // (3 x 2 products x 2 FLOP x heads x head_dim x T(T+1)/2 a sequence and layer), the causal
-    // count of the 12 L H Q T term torchtitan and PaLM add for full attention
+    // MFU: 6 x matmul parameters a scored token (a lower bound); with attention: plus causal_attention_flops
     println!("| sequences x tokens | recompute_layers | step ms | tokens/s | model TFLOP/s | MFU | MFU with attention | held after the forward |");
     println!("|---|---|---|---|---|---|---|---|");
     let len = if o.trainer_len == 0 { 128 } else { o.trainer_len }.min(config.max_position_embeddings);
@@ -374,8 +371,7 @@ fn trainer_step(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Resu
             };
             let secs = time_op(device, o.repeats.min(5), 1, step);
             let tokens = batch * (len - 1);
-            let flops = 6.0 * matmul_params as f64 * tokens as f64;
-            let attention_flops = causal_attention_flops(config, batch, len);
+            let (flops, attention_flops) = (6.0 * matmul_params as f64 * tokens as f64, causal_attention_flops(config, batch, len));
             let on_h200 = shared_kernels::device::runtime_name() == "cuda" && o.dtype == DType::BF16;
             let mfu = |f: f64| if on_h200 { format!("{:.1}% of 989 TFLOP/s", 100.0 * f / secs / H200_BF16_PEAK) } else { "-".into() };
             let held = held.get().map_or_else(|| "-".to_string(), |b| format!("{:.1} MB", b as f64 / 1e6));
