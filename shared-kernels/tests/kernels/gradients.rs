@@ -164,3 +164,29 @@ fn causal_attention_backward_matches_burn_autodiff_of_dense_attention() {
             Tensor::cat(outs, 0)
         }, &mut rng);
 }
+
+#[test]
+fn the_training_forward_with_statistics_is_the_forward_and_refuses_other_layouts() {
+    // the statistics come from the CUDA mma kernels; here (no such kernels) none come back and
+    // the output is the plain forward's, bit for bit
+    let mut rng = StdRng::seed_from_u64(crate::seed());
+    let (hq, hkv, d) = (4, 2, 32);
+    let lens = [1usize, 5, 66];
+    let rows: usize = lens.iter().sum();
+    let slots: Vec<u32> = lens.iter().enumerate().flat_map(|(s, &l)| std::iter::repeat_n(s as u32, l)).collect();
+    let positions: Vec<u32> = lens.iter().flat_map(|&l| 0..l as u32).collect();
+    let make = |h: usize, rng: &mut StdRng| Tensor::<3>::from_data(TensorData::new(random_vec(rng, rows * h * d, 1.0), [rows, h, d]), &crate::device());
+    let (q, k, v) = (make(hq, &mut rng), make(hkv, &mut rng), make(hkv, &mut rng));
+    let scale = 1.0 / (d as f32).sqrt();
+    let plain = shared_kernels::causal_attention(q.clone(), k.clone(), v.clone(), &slots, &positions, scale).unwrap();
+    let (out, stats) = shared_kernels::ops::attention::causal::causal_attention_with_stats(q.clone(), k.clone(), v.clone(), &slots, &positions, scale).unwrap();
+    assert!(stats.is_none(), "statistics without the mma backward");
+    let bits = |t: Tensor<3>| t.into_data().convert::<f32>().to_vec::<f32>().unwrap().into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    assert_eq!(bits(out), bits(plain));
+    // rows of one sequence apart: not the training layout
+    let (mut s2, mut p2) = (slots.clone(), positions.clone());
+    s2.swap(1, rows - 1);
+    p2.swap(1, rows - 1);
+    let e = shared_kernels::ops::attention::causal::causal_attention_with_stats(q, k, v, &s2, &p2, scale).unwrap_err();
+    assert!(e.to_string().contains("training layout"), "{e}");
+}
