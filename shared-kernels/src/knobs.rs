@@ -121,6 +121,13 @@ pub const KNOBS: &[Knob] = &[
         effect: "where the tensor-core attention backward gets each query's softmax statistics (running max and sum over its keys): `forward` = the training forward's flash kernel folds them in its first pass over the keys, with the backward's own functions on the same score fragments (`ops/attention/online_stats.rs`), and the backward's query kernel skips that pass; `recompute` = the query kernel's own pass. The same bits either way (H200, session 37: the battery's `backward statistics from the forward = recomputed` rows, and the 0.6B, 1.7B and 4B rungs' step 0 ending in their earlier weights). The 1.7B update of 4 x 4,096: 667.4-671.8 ms against 684.6-688.8 with `recompute` (alternating runs, one visit; the query kernel 3,183 µs a launch against 4,674, the forward 4,285 against 3,457, cubecl's profile); anything else is an error naming the variable",
     },
     Knob {
+        name: "LOCKSTEP_BACKWARD_MATH",
+        values: "`exact`, `fast`",
+        default: "`exact`",
+        kind: KnobKind::KernelChoice,
+        effect: "the tensor-core attention backward's probabilities p = e^(s - m) / l: `exact` = the accurate `exp` and an IEEE division per score, `fast` = `2^(x log2 e)` on the multi-function unit (`ex2.approx`, ~2 ulp) times the row's reciprocal of l. `fast` changes the gradients' bits (so the weights after a step; never a logprob bit, the forward is untouched) and keeps every invariance (each score's arithmetic is its own); an experiment for the update's speed (docs/journal/attention-on-warpgroups-plan.md), not run on the H200 yet; anything else is an error naming the variable",
+    },
+    Knob {
         name: "LOCKSTEP_FOLD_KERNEL",
         values: "`wgmma`, `cmma`",
         default: "`wgmma`",

@@ -10,6 +10,10 @@
 #   PART=profile  cubecl's per-kernel profile of the same update (MmaBackwardQueryKernel was 4674 µs
 #                 a launch, MmaFlashKernel 3457, session 36 v9)
 #   PART=rung17   the 1.7B rung's step 0 (256 x 4,096): weights 4ff415b8dedb1350 if no bit moved
+#   PART=fastmath the next visit's (not run in session 37): LOCKSTEP_BACKWARD_MATH=fast, the backward's
+#                 probabilities by ex2.approx and a reciprocal (other gradient bits): the battery
+#                 group `attention backward fast math` (bits alone = in a launch, 2% accuracy),
+#                 then the 1.7B update exact / fast / exact / fast
 #   PART=rung06   the 0.6B rung's step 0 (512 x 2,048): weights ef4829e7211e1545
 #   PART=rung4    the 4B full-parameter rung's step 0 (recomputed layers: the statistics come from
 #                 the recomputed forward): weights 29f943f40ec64c89
@@ -26,6 +30,13 @@ boundaries)
   gunzip -c .gpu/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery
   timeout ${BOUNDARY_LIMIT:-500} /tmp/lockstep-battery --boundaries-only --dtypes bf16 > $O/boundaries.md 2>&1; echo "boundaries rc $?"
   grep -i "attention\|checks bit-identical\|error" $O/boundaries.md | head -14 ;;
+fastmath)
+  gunzip -c .gpu/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery
+  timeout ${BATTERY_LIMIT:-300} /tmp/lockstep-battery --dtypes bf16 > $O/battery-fast.md 2>&1; echo "battery rc $?: $(grep -c '| yes |' $O/battery-fast.md) rows identical, $(grep -ci '| no |' $O/battery-fast.md) not"
+  grep -i "fast\|checks bit-identical\|error" $O/battery-fast.md | head -6
+  for v in exact fast exact fast; do
+    echo "### LOCKSTEP_BACKWARD_MATH=$v"; LOCKSTEP_BACKWARD_MATH=$v timeout 120 /tmp/lockstep bench --preset qwen3-1.7b --dtype bf16 --concurrency none --trainer-only --trainer-batches 4 --trainer-len 4096 --repeats 2 2>&1 | grep "^| 4\|rror"
+  done | tee $O/fast-ab.md ;;
 ab)
   for v in ${AB_ORDER:-recompute forward recompute forward}; do
     echo "### LOCKSTEP_BACKWARD_STATS=$v"; LOCKSTEP_BACKWARD_STATS=$v timeout 120 /tmp/lockstep bench --preset qwen3-1.7b --dtype bf16 --concurrency none --trainer-only --trainer-batches 4 --trainer-len 4096 --repeats 2 2>&1 | grep "^| 4\|rror"

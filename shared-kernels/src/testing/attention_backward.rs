@@ -1,7 +1,8 @@
-//! The tensor-core attention backward's softmax statistics taken from the training forward
+//! The tensor-core attention backward's options on the battery (CUDA in bf16/f16 only, where
+//! the kernels run; elsewhere no rows): the softmax statistics taken from the training forward
 //! (`LOCKSTEP_BACKWARD_STATS=forward`, the default) against the backward's own pass over the
-//! keys: the statistics and dQ, dK, dV must be equal as bits. CUDA in bf16/f16 only, where both
-//! kernels run; elsewhere no rows.
+//! keys (the statistics and dQ, dK, dV equal as bits), and `LOCKSTEP_BACKWARD_MATH=fast`
+//! (batch invariant as bits, accurate to the f32 reference's bound).
 
 use crate::ops::attention::causal::causal_attention_with_stats;
 use crate::ops::attention::mma_backward::{mma_attention_backward, mma_backward_available};
@@ -58,5 +59,54 @@ pub fn backward_stats_checks(dtype: DType, device: &Device, seed: u64) -> Result
         }
         out.push(Check { op: format!("backward statistics from the forward = recomputed: dQ, dK, dV rows ({what})"), dtype: dtype_name(dtype), m: 3 * rows, rows_differing: bad, max_abs_diff: max });
     }
+    Ok(out)
+}
+
+/// `LOCKSTEP_BACKWARD_MATH=fast` (its own gradient bits): a sequence's dQ, dK, dV computed in a
+/// launch with the others = computed alone, as bits, and each within 2% of the f32 dense
+/// reference (the largest |difference| over the largest |reference| value, as the exact arm's
+/// accuracy rows).
+pub fn fast_math_checks(dtype: DType, device: &Device, seed: u64) -> Result<Vec<Check>, KernelError> {
+    use crate::ops::attention::backward::dense_sequence;
+    use crate::ops::attention::mma_backward::mma_attention_backward_with;
+    let (heads, kv_heads, d) = (16usize, 8usize, 128usize);
+    if !mma_backward_available(dtype, d) {
+        return Ok(vec![]);
+    }
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xfa57);
+    let lens = [65usize, 300, 1_000];
+    let rows: usize = lens.iter().sum();
+    let make = |h: usize, rng: &mut StdRng| float_tensor(random_vec(rng, rows * h * d, 1.0), [rows, h, d], dtype, device);
+    let (q, k, v, d_out) = (make(heads, &mut rng), make(kv_heads, &mut rng), make(kv_heads, &mut rng), make(heads, &mut rng));
+    let slots: Vec<u32> = lens.iter().enumerate().flat_map(|(s, &l)| std::iter::repeat_n(s as u32, l)).collect();
+    let positions: Vec<u32> = lens.iter().flat_map(|&l| 0..l as u32).collect();
+    let mut first = 0;
+    let sequences: Vec<(usize, usize)> = lens.iter().map(|&l| { first += l; (first - l, l) }).collect();
+    let scale = 1.0 / (d as f32).sqrt();
+    let o = crate::causal_attention(q.clone(), k.clone(), v.clone(), &slots, &positions, scale)?;
+    let all = mma_attention_backward_with(q.clone(), k.clone(), v.clone(), o.clone(), d_out.clone(), &sequences, scale, None, true)?;
+    let all = [host(all.d_q), host(all.d_k), host(all.d_v)];
+    let mut out = Vec::new();
+    let (mut bad_bits, mut max_bits) = (0, 0.0f64);
+    let (mut bad_accuracy, mut worst) = (0, 0.0f64);
+    for &(start, len) in &sequences {
+        let part = |t: &burn::tensor::Tensor<3>, h: usize| t.clone().slice([start..start + len, 0..h, 0..d]);
+        let (qs, ks, vs, os, ds) = (part(&q, heads), part(&k, kv_heads), part(&v, kv_heads), part(&o, heads), part(&d_out, heads));
+        let alone = mma_attention_backward_with(qs.clone(), ks.clone(), vs.clone(), os, ds.clone(), &[(0, len)], scale, None, true)?;
+        let (rq, rk, rv) = dense_sequence(qs, ks, vs, ds, scale);
+        for ((got, want), (i, h)) in [(alone.d_q, rq), (alone.d_k, rk), (alone.d_v, rv)].into_iter().zip([(0usize, heads), (1, kv_heads), (2, kv_heads)]) {
+            let (got, want) = (host(got), host(want));
+            let (b, m) = differing_rows(&[(&got, &all[i][start * h * d..(start + len) * h * d])], h * d);
+            bad_bits += b;
+            max_bits = max_bits.max(m);
+            let top = want.iter().fold(0.0f64, |m, x| m.max(x.abs() as f64)).max(f64::MIN_POSITIVE);
+            let diff = got.iter().zip(&want).fold(0.0f64, |m, (a, b)| m.max((a - b).abs() as f64));
+            let rel = if got.iter().all(|x| x.is_finite()) { diff / top } else { f64::INFINITY };
+            bad_accuracy += usize::from(rel > 0.02);
+            worst = worst.max(rel);
+        }
+    }
+    out.push(Check { op: format!("attention backward, LOCKSTEP_BACKWARD_MATH=fast: each sequence alone = in one launch with the others ({lens:?} tokens, dQ/dK/dV rows)"), dtype: dtype_name(dtype), m: 3 * rows, rows_differing: bad_bits, max_abs_diff: max_bits });
+    out.push(Check { op: format!("attention backward, LOCKSTEP_BACKWARD_MATH=fast, vs the f32 dense reference ({lens:?} tokens; value: worst relative error; bound 2%)"), dtype: dtype_name(dtype), m: 3 * lens.len(), rows_differing: bad_accuracy, max_abs_diff: worst });
     Ok(out)
 }

@@ -181,7 +181,7 @@ fn the_training_forward_with_statistics_is_the_forward_and_refuses_other_layouts
     let plain = shared_kernels::causal_attention(q.clone(), k.clone(), v.clone(), &slots, &positions, scale).unwrap();
     let (out, stats) = shared_kernels::ops::attention::causal::causal_attention_with_stats(q.clone(), k.clone(), v.clone(), &slots, &positions, scale).unwrap();
     assert!(stats.is_none(), "statistics without the mma backward");
-    let bits = |t: Tensor<3>| t.into_data().convert::<f32>().to_vec::<f32>().unwrap().into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    let bits = |t: Tensor<3>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap().into_iter().map(f32::to_bits).collect::<Vec<_>>();
     assert_eq!(bits(out), bits(plain));
     // rows of one sequence apart: not the training layout
     let (mut s2, mut p2) = (slots.clone(), positions.clone());

@@ -35,7 +35,7 @@ use crate::ops::attention::mma::{
     wait_copies, warp_scores, warp_values, SMEM_ALIGN,
 };
 use crate::ops::attention::cmma::{valid_in_split, PAD};
-use crate::ops::attention::online_stats::{empty_stats, fold_split_stats};
+use crate::ops::attention::online_stats::{empty_stats, exp2_approx, fold_split_stats, LOG2E};
 use crate::ops::ptx::shared_address;
 use crate::ops::reduce::cube_linear;
 use crate::ops::{cube_count_for, storage};
@@ -103,6 +103,7 @@ fn mma_backward_query_kernel<F: Float, N: Size, I: Int>(
     #[comptime] head_dim: usize,
     #[comptime] f16: bool,
     #[comptime] stats_given: bool,
+    #[comptime] fast: bool,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
     let q_heads = q_heads_arg as usize;
@@ -245,6 +246,10 @@ fn mma_backward_query_kernel<F: Float, N: Size, I: Int>(
                 } else {
                     // pass 2: dS, then dQ += dS K
                     warp_scores(&da, v_addr + buf * stage_bytes, &mut dp, head_dim, f16);
+                    // the fast arm's per-row terms: p = 2^(s scale log2e - m log2e) / l
+                    let scale2 = scale * LOG2E;
+                    let (m2_lo, m2_hi) = (ml[0] * LOG2E, ml[2] * LOG2E);
+                    let (inv_lo, inv_hi) = (1.0f32 / ml[1], 1.0f32 / ml[3]);
                     #[unroll]
                     for i in 0..32usize {
                         let j = comptime!(i / 4) * 8 + 2 * t + comptime!(i % 2);
@@ -260,8 +265,18 @@ fn mma_backward_query_kernel<F: Float, N: Size, I: Int>(
                         }
                         let mut ds = 0.0f32;
                         if j < valid {
-                            let p = (s[i] * scale - m).exp() / l;
-                            ds = p * (dp[i] - dd);
+                            if comptime!(fast) {
+                                let (mut m2, mut inv) = (m2_lo, inv_lo);
+                                if comptime!(i % 4 >= 2) {
+                                    m2 = m2_hi;
+                                    inv = inv_hi;
+                                }
+                                let p = exp2_approx(s[i] * scale2 - m2) * inv;
+                                ds = p * (dp[i] - dd);
+                            } else {
+                                let p = (s[i] * scale - m).exp() / l;
+                                ds = p * (dp[i] - dd);
+                            }
                         }
                         s[i] = ds;
                     }
@@ -341,6 +356,7 @@ fn mma_backward_key_kernel<F: Float, N: Size, I: Int>(
     scale: f32,
     #[comptime] head_dim: usize,
     #[comptime] f16: bool,
+    #[comptime] fast: bool,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
     let q_heads = q_heads_arg as usize;
@@ -387,6 +403,11 @@ fn mma_backward_key_kernel<F: Float, N: Size, I: Int>(
                 m = stats[pair * 2];
                 l = stats[pair * 2 + 1];
                 dd = dots[pair];
+            }
+            // the fast arm stages m log2e and 1 / l
+            if comptime!(fast) {
+                m *= LOG2E;
+                l = 1.0f32 / l;
             }
             stat_sh[unit] = m;
             stat_sh[unit + comptime!(KV_SPLIT)] = l;
@@ -459,7 +480,11 @@ fn mma_backward_key_kernel<F: Float, N: Size, I: Int>(
                     let mut p = 0.0f32;
                     let mut ds = 0.0f32;
                     if r < count && j < queries && first + j >= key {
-                        p = (s[i] * scale - stat_sh[sb + j]).exp() / stat_sh[sb + j + comptime!(KV_SPLIT)];
+                        if comptime!(fast) {
+                            p = exp2_approx(s[i] * (scale * LOG2E) - stat_sh[sb + j]) * stat_sh[sb + j + comptime!(KV_SPLIT)];
+                        } else {
+                            p = (s[i] * scale - stat_sh[sb + j]).exp() / stat_sh[sb + j + comptime!(KV_SPLIT)];
+                        }
                         ds = p * (dp[i] - stat_sh[sb + j + comptime!(2 * KV_SPLIT)]);
                     }
                     s[i] = p;
@@ -486,6 +511,10 @@ fn mma_backward_key_kernel<F: Float, N: Size, I: Int>(
             // the next step's statistics into the other set, which no warp reads in this step
             if next < steps && unit < comptime!(KV_SPLIT) {
                 let nb = (1 - buf) * comptime!(3 * KV_SPLIT);
+                if comptime!(fast) {
+                    next_m *= LOG2E;
+                    next_l = 1.0f32 / next_l;
+                }
                 stat_sh[nb + unit] = next_m;
                 stat_sh[nb + unit + comptime!(KV_SPLIT)] = next_l;
                 stat_sh[nb + unit + comptime!(2 * KV_SPLIT)] = next_d;
@@ -558,6 +587,25 @@ pub fn mma_attention_backward(
     scale: f32,
     forward_stats: Option<BTensor<1>>,
 ) -> Result<MmaBackward, KernelError> {
+    let fast = crate::kernel_choice::KernelChoice::process()?.backward_fast_math;
+    mma_attention_backward_with(q, k, v, out, d_out, sequences, scale, forward_stats, fast)
+}
+
+/// [`mma_attention_backward`] with the probabilities' arithmetic named: `fast` = `2^x` on the
+/// multi-function unit and a reciprocal of `l` (`LOCKSTEP_BACKWARD_MATH=fast`, other gradient
+/// bits), else the accurate `exp` and a division.
+#[allow(clippy::too_many_arguments)]
+pub fn mma_attention_backward_with(
+    q: BTensor<3>,
+    k: BTensor<3>,
+    v: BTensor<3>,
+    out: BTensor<3>,
+    d_out: BTensor<3>,
+    sequences: &[(usize, usize)],
+    scale: f32,
+    forward_stats: Option<BTensor<1>>,
+    fast: bool,
+) -> Result<MmaBackward, KernelError> {
     const OP: &str = "attention_backward (tensor cores)";
     let device = q.device();
     let (q, k, v, out, d_out) = (float_in(OP, "q", q)?, float_in(OP, "k", k)?, float_in(OP, "v", v)?, float_in(OP, "out", out)?, float_in(OP, "d_out", d_out)?);
@@ -625,6 +673,7 @@ pub fn mma_attention_backward(
         head_dim,
         f16,
         stats_given,
+        fast,
         [fdt, idt],
     );
     mma_backward_key_kernel::launch(
@@ -647,6 +696,7 @@ pub fn mma_attention_backward(
         scale,
         head_dim,
         f16,
+        fast,
         [fdt, idt],
     );
     Ok(MmaBackward { d_q: float_out(d_q), d_k: float_out(d_k), d_v: float_out(d_v), stats: float_out(stats) })

@@ -4,7 +4,7 @@
 //! computes them itself ([`crate::ops::attention::mma_backward`]), or the training forward
 //! computes them in its first pass over the keys ([`crate::ops::attention::mma_flash`]) with
 //! these same functions on the same score fragments, so both give the same bits and the
-//! backward may skip its own pass.
+//! backward may skip its own pass. Also the approximate `2^x` of `LOCKSTEP_BACKWARD_MATH=fast`.
 
 use crate::ops::reduce::NEG_BIG;
 use burn_cubecl::cubecl::prelude::*;
@@ -65,4 +65,16 @@ pub(crate) fn empty_stats(ml: &mut Array<f32>) {
     ml[1] = 0.0f32;
     ml[2] = f32::new(NEG_BIG);
     ml[3] = 0.0f32;
+}
+
+/// log2(e): the fast backward's exponentials are `2^(x log2 e)`.
+pub(crate) const LOG2E: f32 = std::f32::consts::LOG2_E;
+
+/// `2^x` by the multi-function unit's approximation (`ex2.approx.ftz.f32`, ~2 ulp): the
+/// exponential of `LOCKSTEP_BACKWARD_MATH=fast` (other bits than the accurate `exp`).
+#[cube]
+pub(crate) fn exp2_approx(x: f32) -> f32 {
+    let out: f32;
+    gpu_asm!("ex2.approx.ftz.f32 {out}, {x};", x = in(_) x, out = out(_) out, options(nomem));
+    out
 }
