@@ -17,6 +17,15 @@ use rand::SeedableRng;
 /// enough for many splits.
 const LENGTHS: [usize; 9] = [1, 2, 31, 33, 64, 65, 97, 130, 2_100];
 
+/// Sequences of `lens` tokens one after another (the training layout): each row's slot and
+/// position, and each sequence's (first row, length).
+fn training_layout(lens: &[usize]) -> (Vec<u32>, Vec<u32>, Vec<(usize, usize)>) {
+    let slots = lens.iter().enumerate().flat_map(|(s, &l)| std::iter::repeat_n(s as u32, l)).collect();
+    let positions = lens.iter().flat_map(|&l| 0..l as u32).collect();
+    let starts = lens.iter().scan(0, |first, &l| { *first += l; Some((*first - l, l)) }).collect();
+    (slots, positions, starts)
+}
+
 pub fn backward_stats_checks(dtype: DType, device: &Device, seed: u64) -> Result<Vec<Check>, KernelError> {
     let mut out = Vec::new();
     let mut rng = StdRng::seed_from_u64(seed ^ 0x57a7);
@@ -28,10 +37,7 @@ pub fn backward_stats_checks(dtype: DType, device: &Device, seed: u64) -> Result
         let rows: usize = LENGTHS.iter().sum();
         let make = |h: usize, rng: &mut StdRng| float_tensor(random_vec(rng, rows * h * d, 1.0), [rows, h, d], dtype, device);
         let (q, k, v, d_out) = (make(heads, &mut rng), make(kv_heads, &mut rng), make(kv_heads, &mut rng), make(heads, &mut rng));
-        let slots: Vec<u32> = LENGTHS.iter().enumerate().flat_map(|(s, &l)| std::iter::repeat_n(s as u32, l)).collect();
-        let positions: Vec<u32> = LENGTHS.iter().flat_map(|&l| 0..l as u32).collect();
-        let mut first = 0;
-        let sequences: Vec<(usize, usize)> = LENGTHS.iter().map(|&l| { first += l; (first - l, l) }).collect();
+        let (slots, positions, sequences) = training_layout(&LENGTHS);
         let scale = 1.0 / (d as f32).sqrt();
         let what = format!("{heads}/{kv_heads} heads of {d}, sequences of {LENGTHS:?} tokens");
         let (o, stats) = causal_attention_with_stats(q.clone(), k.clone(), v.clone(), &slots, &positions, scale)?;
@@ -47,8 +53,8 @@ pub fn backward_stats_checks(dtype: DType, device: &Device, seed: u64) -> Result
         let plain = crate::causal_attention(q.clone(), k.clone(), v.clone(), &slots, &positions, scale)?;
         let (bad, max) = differing_rows(&[(&host(o.clone()), &host(plain))], heads * d);
         out.push(Check { op: format!("attention forward writing the backward's statistics = without ({what})"), dtype: dtype_name(dtype), m: rows, rows_differing: bad, max_abs_diff: max });
-        let given = mma_attention_backward(q.clone(), k.clone(), v.clone(), o.clone(), d_out.clone(), &sequences, scale, Some(stats))?;
-        let own = mma_attention_backward(q, k, v, o, d_out, &sequences, scale, None)?;
+        let given = mma_attention_backward(q.clone(), k.clone(), v.clone(), o.clone(), d_out.clone(), &sequences, scale, Some(stats), false)?;
+        let own = mma_attention_backward(q, k, v, o, d_out, &sequences, scale, None, false)?;
         let (bad, max) = differing_rows(&[(&host(given.stats), &host(own.stats))], heads * 2);
         out.push(Check { op: format!("backward statistics from the forward = recomputed: (m, l) per row ({what})"), dtype: dtype_name(dtype), m: rows, rows_differing: bad, max_abs_diff: max });
         let (mut bad, mut max) = (0, 0.0f64);
@@ -68,7 +74,7 @@ pub fn backward_stats_checks(dtype: DType, device: &Device, seed: u64) -> Result
 /// accuracy rows).
 pub fn fast_math_checks(dtype: DType, device: &Device, seed: u64) -> Result<Vec<Check>, KernelError> {
     use crate::ops::attention::backward::dense_sequence;
-    use crate::ops::attention::mma_backward::mma_attention_backward_with;
+    use crate::ops::attention::mma_backward::mma_attention_backward;
     let (heads, kv_heads, d) = (16usize, 8usize, 128usize);
     if !mma_backward_available(dtype, d) {
         return Ok(vec![]);
@@ -78,13 +84,10 @@ pub fn fast_math_checks(dtype: DType, device: &Device, seed: u64) -> Result<Vec<
     let rows: usize = lens.iter().sum();
     let make = |h: usize, rng: &mut StdRng| float_tensor(random_vec(rng, rows * h * d, 1.0), [rows, h, d], dtype, device);
     let (q, k, v, d_out) = (make(heads, &mut rng), make(kv_heads, &mut rng), make(kv_heads, &mut rng), make(heads, &mut rng));
-    let slots: Vec<u32> = lens.iter().enumerate().flat_map(|(s, &l)| std::iter::repeat_n(s as u32, l)).collect();
-    let positions: Vec<u32> = lens.iter().flat_map(|&l| 0..l as u32).collect();
-    let mut first = 0;
-    let sequences: Vec<(usize, usize)> = lens.iter().map(|&l| { first += l; (first - l, l) }).collect();
+    let (slots, positions, sequences) = training_layout(&lens);
     let scale = 1.0 / (d as f32).sqrt();
     let o = crate::causal_attention(q.clone(), k.clone(), v.clone(), &slots, &positions, scale)?;
-    let all = mma_attention_backward_with(q.clone(), k.clone(), v.clone(), o.clone(), d_out.clone(), &sequences, scale, None, true)?;
+    let all = mma_attention_backward(q.clone(), k.clone(), v.clone(), o.clone(), d_out.clone(), &sequences, scale, None, true)?;
     let all = [host(all.d_q), host(all.d_k), host(all.d_v)];
     let mut out = Vec::new();
     let (mut bad_bits, mut max_bits) = (0, 0.0f64);
@@ -92,7 +95,7 @@ pub fn fast_math_checks(dtype: DType, device: &Device, seed: u64) -> Result<Vec<
     for &(start, len) in &sequences {
         let part = |t: &burn::tensor::Tensor<3>, h: usize| t.clone().slice([start..start + len, 0..h, 0..d]);
         let (qs, ks, vs, os, ds) = (part(&q, heads), part(&k, kv_heads), part(&v, kv_heads), part(&o, heads), part(&d_out, heads));
-        let alone = mma_attention_backward_with(qs.clone(), ks.clone(), vs.clone(), os, ds.clone(), &[(0, len)], scale, None, true)?;
+        let alone = mma_attention_backward(qs.clone(), ks.clone(), vs.clone(), os, ds.clone(), &[(0, len)], scale, None, true)?;
         let (rq, rk, rv) = dense_sequence(qs, ks, vs, ds, scale);
         for ((got, want), (i, h)) in [(alone.d_q, rq), (alone.d_k, rk), (alone.d_v, rv)].into_iter().zip([(0usize, heads), (1, kv_heads), (2, kv_heads)]) {
             let (got, want) = (host(got), host(want));

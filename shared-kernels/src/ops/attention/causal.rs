@@ -22,11 +22,8 @@ pub fn causal_attention(
     const OP: &str = "causal_attention";
     let rows = slots.len();
     ensure!(positions.len() == rows && q.dims()[0] == rows, OP, "q has {} rows, slots {rows}, positions {}", q.dims()[0], positions.len());
-    let n_slots = slots.iter().max().map_or(0, |&s| s as usize + 1);
-    let mut lens = vec![0usize; n_slots];
-    for &s in slots {
-        lens[s as usize] += 1;
-    }
+    let lens = sequence_lengths(slots);
+    let n_slots = lens.len();
     let mut seen: Vec<Vec<bool>> = lens.iter().map(|&l| vec![false; l]).collect();
     for (&s, &p) in slots.iter().zip(positions) {
         let slot_seen = &mut seen[s as usize];
@@ -136,14 +133,19 @@ pub fn causal_attention(
 /// does not run, or `LOCKSTEP_BACKWARD_STATS=recompute`): the battery's check that they equal
 /// the backward's own.
 pub fn causal_attention_with_stats(q: BTensor<3>, k: BTensor<3>, v: BTensor<3>, slots: &[u32], positions: &[u32], scale: f32) -> Result<(BTensor<3>, Option<BTensor<1>>), KernelError> {
-    let n_slots = slots.iter().max().map_or(0, |&s| s as usize + 1);
-    let mut lens = vec![0usize; n_slots];
+    ensure!(crate::ops::attention::backward::contiguous_sequences(slots, positions).is_some(), "causal_attention", "the statistics are for the training layout: each sequence's rows contiguous, positions 0..len in order");
+    let lens = sequence_lengths(slots);
+    let max_len = lens.iter().copied().max().unwrap_or(0).max(1);
+    causal_attention_plain(q, k, v, slots, positions, lens.len(), max_len, scale, true)
+}
+
+/// Rows per slot, for slots 0 ..= the largest in `slots`.
+fn sequence_lengths(slots: &[u32]) -> Vec<usize> {
+    let mut lens = vec![0usize; slots.iter().max().map_or(0, |&s| s as usize + 1)];
     for &s in slots {
         lens[s as usize] += 1;
     }
-    let max_len = lens.iter().copied().max().unwrap_or(0).max(1);
-    ensure!(crate::ops::attention::backward::contiguous_sequences(slots, positions).is_some(), "causal_attention", "the statistics are for the training layout: each sequence's rows contiguous, positions 0..len in order");
-    causal_attention_plain(q, k, v, slots, positions, n_slots, max_len, scale, true)
+    lens
 }
 
 /// Elements of one backward group's `[sequences, heads, t, t]` f32 scores, at most (1 GiB): a

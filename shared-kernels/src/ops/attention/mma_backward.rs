@@ -575,27 +575,11 @@ pub struct MmaBackward {
 /// the contiguous `sequences` (first row, length) that cover every row. `forward_stats`: the
 /// softmax statistics the training forward wrote
 /// ([`crate::ops::attention::attention_for_rows_with_stats`]), which skip the query kernel's
-/// first pass; `None`: that pass computes them (the same bits).
+/// first pass; `None`: that pass computes them (the same bits). `fast`: the probabilities as
+/// `2^x` on the multi-function unit times a reciprocal of `l` (`LOCKSTEP_BACKWARD_MATH=fast`,
+/// other gradient bits), else the accurate `exp` and a division.
 #[allow(clippy::too_many_arguments)]
 pub fn mma_attention_backward(
-    q: BTensor<3>,
-    k: BTensor<3>,
-    v: BTensor<3>,
-    out: BTensor<3>,
-    d_out: BTensor<3>,
-    sequences: &[(usize, usize)],
-    scale: f32,
-    forward_stats: Option<BTensor<1>>,
-) -> Result<MmaBackward, KernelError> {
-    let fast = crate::kernel_choice::KernelChoice::process()?.backward_fast_math;
-    mma_attention_backward_with(q, k, v, out, d_out, sequences, scale, forward_stats, fast)
-}
-
-/// [`mma_attention_backward`] with the probabilities' arithmetic named: `fast` = `2^x` on the
-/// multi-function unit and a reciprocal of `l` (`LOCKSTEP_BACKWARD_MATH=fast`, other gradient
-/// bits), else the accurate `exp` and a division.
-#[allow(clippy::too_many_arguments)]
-pub fn mma_attention_backward_with(
     q: BTensor<3>,
     k: BTensor<3>,
     v: BTensor<3>,
