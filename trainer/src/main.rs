@@ -152,8 +152,13 @@ enum Command {
     },
     /// Sample completions for prompts from sampler.input into sampler.output (JSONL).
     Sample {
-        #[arg(long)]
+        /// TOML config (as for `train`); omitted = the embedded defaults.
+        #[arg(value_name = "CONFIG")]
+        config_file: Option<PathBuf>,
+        /// The same config file as a flag (the form earlier scripts use).
+        #[arg(long, value_name = "CONFIG", conflicts_with = "config_file")]
         config: Option<PathBuf>,
+        /// Override a key: --set sampler.input=prompts.jsonl (repeatable).
         #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
         overrides: Vec<String>,
     },
@@ -229,7 +234,7 @@ fn run(cli: Cli) -> Result<(), RunError> {
             tools::check::run(&preset, &dtypes, seed, if fast { KernelSet::Fast } else if split_k { KernelSet::SplitK } else { KernelSet::Matched }).map_err(RunError::Other)
         }
         Command::Report { runs, out, target_reward } => tools::report::report(&runs, &out, target_reward).map(|md| println!("{md}")).map_err(RunError::Other),
-        Command::Sample { config, overrides } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(sample),
+        Command::Sample { config_file, config, overrides } => Config::load(config_file.or(config).as_deref(), &overrides).map_err(RunError::from).and_then(sample),
     }
 }
 
@@ -361,6 +366,13 @@ fn check_task_fits(cfg: &Config, policy: &trainer::run::Policy) -> Result<(), Ru
     let (context, positions) = (cfg.sampler.context, policy.model.config.max_position_embeddings);
     for p in problems {
         let prompt = trainer::run::encode(&policy.tokenizer, &p.prompt).map_err(|e| RunError::Other(format!("{}:{}: {e}", cfg.task.path, p.line)))?;
+        if prompt.is_empty() {
+            return Err(RunError::Other(format!("{}:{}: the prompt (task.prompt_key `{}`) has no tokens", cfg.task.path, p.line, cfg.task.prompt_key)));
+        }
+        // the built-in rewards compare with the answer: an empty one scores nothing but silence
+        if cfg.task.reward != "command" && p.answer.trim().is_empty() {
+            return Err(RunError::Other(format!("{}:{}: the answer (task.answer_key `{}`) is empty, so task.reward = \"{}\" has nothing to compare with (task.reward = \"command\" may ignore answers)", cfg.task.path, p.line, cfg.task.answer_key, cfg.task.reward)));
+        }
         if prompt.len() + cfg.sampler.max_new_tokens > context {
             return Err(invalid("sampler.context", format!("is {context} tokens but {}:{} has a {}-token prompt, which with sampler.max_new_tokens = {} needs {}", cfg.task.path, p.line, prompt.len(), cfg.sampler.max_new_tokens, prompt.len() + cfg.sampler.max_new_tokens)));
         }

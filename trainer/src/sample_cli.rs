@@ -44,6 +44,7 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
         let i = line_no - 1;
         let at = |m: String| RunError::Other(format!("{}:{line_no}: {m}", s.input));
         let v: serde_json::Value = serde_json::from_str(line).map_err(|e| at(format!("not valid JSON: {e}")))?;
+        check_line_keys(&v).map_err(at)?;
         let prompt = if let Some(t) = v.get("prompt").and_then(|p| p.as_str()) {
             encode(&policy.tokenizer, t)?
         } else if let Some(messages) = v.get("messages") {
@@ -190,7 +191,6 @@ fn host_view(what: &str, p: &sampler::EnginePhaseTimes) {
     eprintln!("  {what}, {} engine steps ({} replayed as graphs): per step {:.2} ms enqueueing launches, {:.2} ms waiting for the device, {:.2} ms scheduling", p.steps, p.replayed_steps, per_step(p.launch_s), per_step(p.wait_s), per_step(p.schedule_s + p.prefix_copy_s));
 }
 
-/// Whether `a` and `b` name one file (`b` need not exist yet: its folder is resolved).
 /// Why the engine refuses a prompt, in the terms of the prompt file and the config keys.
 fn refused_prompt(e: sampler::SampleError) -> String {
     use sampler::SampleError::*;
@@ -202,6 +202,21 @@ fn refused_prompt(e: sampler::SampleError) -> String {
     }
 }
 
+/// A line names one prompt, and no per-request sampling setting: the config's keys set those
+/// for every line, so a line's own `max_tokens` or `temperature` would be silently ignored.
+fn check_line_keys(v: &serde_json::Value) -> Result<(), String> {
+    let given: Vec<&str> = ["prompt", "messages", "prompt_ids"].into_iter().filter(|k| v.get(k).is_some()).collect();
+    if given.len() > 1 {
+        return Err(format!("holds {}: give exactly one prompt per line", given.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(" and ")));
+    }
+    const PER_REQUEST: [(&str, &str); 9] = [("max_tokens", "sampler.max_new_tokens"), ("max_new_tokens", "sampler.max_new_tokens"), ("temperature", "sampler.temperature"), ("top_p", "sampler.top_p"), ("top_k", "sampler.top_k"), ("stop", "sampler.stop"), ("seed", "sampler.seed"), ("n", "one line per completion (or train.group_size in GRPO)"), ("sampling_params", "the [sampler] keys")];
+    match PER_REQUEST.iter().find(|(k, _)| v.get(k).is_some()) {
+        Some((k, instead)) => Err(format!("`{k}` is not read per line: the config's settings apply to every line; set {instead} instead")),
+        None => Ok(()),
+    }
+}
+
+/// Whether `a` and `b` name one file (`b` need not exist yet: its folder is resolved).
 fn same_file(a: &Path, b: &Path) -> bool {
     let resolve = |p: &Path| -> Option<std::path::PathBuf> {
         if let Ok(c) = p.canonicalize() {

@@ -58,6 +58,21 @@ fn a_missing_or_blank_dataset_names_the_file() {
 }
 
 #[test]
+fn a_dataset_row_with_an_empty_prompt_or_answer_is_named_before_training() {
+    let dir = scratch("empty-fields");
+    let good = "{\"prompt\": \"1+1=\", \"answer\": \"2\"}\n";
+    for (rows, needles) in [
+        (format!("{good}{{\"prompt\": \"\", \"answer\": \"1\"}}\n"), &["rows.jsonl:2", "prompt", "no tokens"][..]),
+        (format!("{good}{good}{{\"prompt\": \"2+2=\", \"answer\": \" \"}}\n"), &["rows.jsonl:3", "answer", "empty", "task.reward"][..]),
+    ] {
+        std::fs::write(dir.join("rows.jsonl"), rows).unwrap();
+        let out = lockstep(&["train", "--set", "task.name=jsonl", "--set", "task.path=rows.jsonl", "--set", "train.sft_steps=0", "--set", "log.progress=false"], &dir);
+        assert_refused(&out, 1, needles);
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("step    0"), "refused before the first step");
+    }
+}
+
+#[test]
 fn an_output_that_cannot_be_written_is_refused_before_sampling() {
     let dir = scratch("bad-output");
     std::fs::write(dir.join("prompts.jsonl"), "{\"prompt\": \"1+1=\"}\n").unwrap();

@@ -110,6 +110,7 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
         ("task.toml", "[task]\nname = \"chess\"\n", vec!["task.name", "chess"]),
         ("budget.toml", "[sampler]\nkv_budget_mib = 0.001\n", vec!["sampler.kv_budget_mib", "fewer than one request"]),
         ("reserve.toml", "[sampler]\nkv_reserve = 1.5\n", vec!["sampler.kv_reserve", "[0, 1]"]),
+        ("beta.toml", "[train]\nbeta2 = 1.0\n", vec!["train.beta2", "[0, 1)"]),
         ("no_room.toml", "[sampler]\ncontext = 8\nmax_new_tokens = 8\n", vec!["sampler.context", "sampler.max_new_tokens = 8"]),
         ("digits.toml", "[task]\nname = \"addition\"\ndigits = 12\n", vec!["task.digits", "addition", "1..=9"]),
         // sizes that would abort the process or poison the device are refused before any allocation
@@ -292,6 +293,17 @@ fn sample_command_writes_completions_with_logprobs() {
         assert!(!ids.is_empty());
         assert_eq!(ids.len(), l["logprobs"].as_array().unwrap().len());
     }
+    // the config as `train` takes it (positional) and as `--config` give the same file
+    std::fs::write(dir.join("s.toml"), "[sampler]\ninput = \"prompts.jsonl\"\n[log]\nprogress = false\n").unwrap();
+    let mut written = Vec::new();
+    for form in [&["s.toml"][..], &["--config", "s.toml"][..]] {
+        let out = lockstep(&[&["sample"][..], form, &["--set", "sampler.output=out.jsonl"]].concat(), &dir);
+        assert_eq!(out.status.code(), Some(0), "{form:?}: {}", String::from_utf8_lossy(&out.stderr));
+        written.push(std::fs::read(dir.join("out.jsonl")).unwrap());
+    }
+    assert_eq!(written[0], written[1]);
+    let out = lockstep(&["sample", "s.toml", "--config", "s.toml"], &dir);
+    assert_eq!(out.status.code(), Some(2), "a config given twice is a usage error");
 }
 
 #[test]
@@ -347,6 +359,9 @@ fn sample_and_run_inputs_that_would_lose_data_or_mislabel_results_are_refused() 
     for (prompts, needles) in [
         ("{\"prompt\": \"1+2=\"}\n{\"prompt_ids\": [1, 2, 99999999]}\n", &["prompts.jsonl:2", "token id 99999999", "vocabulary"][..]),
         ("{\"prompt_ids\": []}\n", &["prompts.jsonl:1", "no tokens"][..]),
+        // two prompts on a line, or a per-line sampling setting the config would override silently
+        ("{\"prompt\": \"1+2=\", \"prompt_ids\": [1, 2]}\n", &["prompts.jsonl:1", "`prompt` and `prompt_ids`", "exactly one"][..]),
+        ("{\"prompt\": \"1+2=\"}\n{\"prompt\": \"1+3=\", \"max_tokens\": 2}\n", &["prompts.jsonl:2", "`max_tokens`", "sampler.max_new_tokens"][..]),
         (&format!("{{\"prompt\": \"1+2=\"}}\n{{\"prompt\": \"{}\"}}\n", "1".repeat(60)), &["prompts.jsonl:2", "sampler.context (48)", "sampler.max_new_tokens (3)"][..]),
     ] {
         let _ = std::fs::remove_file(dir.join("out.jsonl"));

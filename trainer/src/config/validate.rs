@@ -92,10 +92,14 @@ impl Config {
                 return bad(key, format!("must be > 0, got {v}"));
             }
         }
-        for (key, v) in [("train.beta1", self.train.beta1), ("train.beta2", self.train.beta2), ("train.min_lr_ratio", self.train.min_lr_ratio)] {
-            if !(0.0..=1.0).contains(&v) {
-                return bad(key, format!("must be in [0, 1], got {v}"));
+        // AdamW divides by 1 - beta^t: a beta of 1 divides by zero and NaNs every weight
+        for (key, v) in [("train.beta1", self.train.beta1), ("train.beta2", self.train.beta2)] {
+            if !(0.0..1.0).contains(&v) {
+                return bad(key, format!("must be in [0, 1) (AdamW divides by 1 - {key}^step), got {v}"));
             }
+        }
+        if !(0.0..=1.0).contains(&self.train.min_lr_ratio) {
+            return bad("train.min_lr_ratio", format!("must be in [0, 1], got {}", self.train.min_lr_ratio));
         }
         for (key, v) in [("train.weight_decay", self.train.weight_decay), ("train.grad_clip", self.train.grad_clip), ("train.kl_coef", self.train.kl_coef)] {
             if !(v.is_finite() && v >= 0.0) {
