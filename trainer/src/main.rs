@@ -87,7 +87,7 @@ enum Command {
         /// --matmul-m (default 256,4096), each checked against the default pick as bits.
         #[arg(long)]
         tile_sweep: bool,
-        /// Kernel table skipped: only the trainer step (for profiles of it).
+        /// Only the trainer step: the sampler and kernel tables skipped (for profiles of it).
         #[arg(long)]
         trainer_only: bool,
         /// Kernel table: only the attention rows (decode and prefill, every kernel).
@@ -121,7 +121,7 @@ enum Command {
         #[arg(long)]
         save_model: Option<PathBuf>,
         /// With --save-model: time loading the saved checkpoint, or the one already in that folder (f32 host copy vs memory-mapped, staged or direct), then stop.
-        #[arg(long)]
+        #[arg(long, requires = "save_model")]
         load_bench: bool,
     },
     /// The sampler engine's invariance checks on this device (the CI tests' code), per dtype.

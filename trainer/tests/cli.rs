@@ -159,7 +159,9 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
     assert_ne!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("--matmul-m") && !err.contains("panicked"), "{err}");
     // sampler rows that could not run (no requests, no prompt, no new tokens) are refused by name
-    for (args, flag) in [(&["--concurrency", "0"][..], "--concurrency"), (&["--concurrency", "2", "--new-tokens", "0"][..], "--new-tokens"), (&["--concurrency", "2", "--prompt-len", "0"][..], "--prompt-len")] {
+    // and so are timings of no runs and trainer sequences of no tokens or past the preset's
+    // positions (each used to be replaced silently: 0 runs by 1, 0 tokens by 128, too many by the limit)
+    for (args, flag) in [(&["--concurrency", "0"][..], "--concurrency"), (&["--concurrency", "2", "--new-tokens", "0"][..], "--new-tokens"), (&["--concurrency", "2", "--prompt-len", "0"][..], "--prompt-len"), (&["--repeats", "0"][..], "--repeats"), (&["--trainer-only", "--trainer-len", "0"][..], "--trainer-len"), (&["--trainer-only", "--trainer-len", "100000"][..], "--trainer-len 100000")] {
         let out = lockstep(&[&["bench", "--preset", "tiny", "--skip-ops"][..], args].concat(), &dir);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_ne!(out.status.code(), Some(0), "{args:?}: {err}");

@@ -161,11 +161,20 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     if !o.concurrency.is_empty() && (o.prompt_len == 0 || o.new_tokens == 0) {
         return Err(format!("--prompt-len and --new-tokens must be at least 1 for the sampler rows, got {} and {}", o.prompt_len, o.new_tokens));
     }
+    if o.repeats == 0 {
+        return Err("--repeats: every timing is the median of at least 1 run, got 0".into());
+    }
+    if o.trainer_len == 0 {
+        return Err("--trainer-len: a trainer sequence needs at least 1 token, got 0".into());
+    }
     if o.trainer_batches.contains(&0) {
         return Err(format!("--trainer-batches: every batch must be at least 1 sequence, got {:?}", o.trainer_batches));
     }
     let device = shared_kernels::device::default_device();
     let config = preset(&o.preset)?;
+    if o.trainer_len > config.max_position_embeddings {
+        return Err(format!("--trainer-len {} is past --preset {}'s {} positions", o.trainer_len, o.preset, config.max_position_embeddings));
+    }
     println!("# lockstep bench: runtime {}, preset {}, dtype {:?}, prompt {} tokens, {} new tokens{}\n", shared_kernels::device::runtime_name(), o.preset, o.dtype, o.prompt_len, o.new_tokens, if o.ragged_lengths { format!(" (ragged: {} to {})", o.new_tokens - o.new_tokens / 2, o.new_tokens) } else { String::new() });
     if o.tile_sweep {
         // before the model: the sweep needs only the shapes
@@ -205,7 +214,8 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             other => Err(format!("--kernels: unknown kernel set `{other}` (matched, sync, graphs, graphs-padded, unfused, fast, split_k)")),
         })
         .collect::<Result<_, _>>()?;
-    if o.concurrency.is_empty() {
+    // --trainer-only is the trainer step alone: no sampler table either
+    if o.concurrency.is_empty() || o.trainer_only {
         return super::bench_ops::run(o, &config, &device);
     }
     println!("## sampler throughput (generated tokens/s)\n");
@@ -250,7 +260,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         // rounds alternate between the kernel sets, so drift on a shared machine hits all alike;
         // each set's rate is the median of its rounds
         let mut rates = vec![Vec::new(); sets.len()];
-        for round in 0..o.repeats.max(1) {
+        for round in 0..o.repeats {
             for (engine, rate) in engines.iter_mut().zip(rates.iter_mut()) {
                 let t = Instant::now();
                 let out = engine.generate(requests(round as u64 + 1));
@@ -267,7 +277,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             eprintln!("bench: {kernels} concurrency {c}: {} engine steps ({} replayed as graphs), per step {:.0} us launching, {:.0} us waiting for tokens, {:.0} us scheduling", p.steps, p.replayed_steps, per_step(p.launch_s), per_step(p.wait_s), per_step(p.schedule_s + p.prefix_copy_s));
         }
         for (kernels, r) in o.kernels.iter().zip(&rates) {
-            eprintln!("bench: {kernels} concurrency {c}: median {r:.1} tok/s over {} rounds", o.repeats.max(1));
+            eprintln!("bench: {kernels} concurrency {c}: median {r:.1} tok/s over {} rounds", o.repeats);
         }
         eprintln!("bench: concurrency {c}: {}", shared_kernels::device::memory_pools_line(&device));
         let cells: Vec<String> = rates.iter().map(|r| format!("{r:.1}")).collect();

@@ -349,7 +349,7 @@ fn trainer_step(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Resu
     // MFU: 6 x matmul parameters a scored token (a lower bound); with attention: plus causal_attention_flops
     println!("| sequences x tokens | recompute_layers | step ms | tokens/s | model TFLOP/s | MFU | MFU with attention | held after the forward |");
     println!("|---|---|---|---|---|---|---|---|");
-    let len = if o.trainer_len == 0 { 128 } else { o.trainer_len }.min(config.max_position_embeddings);
+    let len = o.trainer_len;
     let batches: &[usize] = if o.trainer_batches.is_empty() { &[8, 32] } else { &o.trainer_batches };
     let arms: &[bool] = if o.trainer_recompute { &[true, false] } else { &[false] };
     for &batch in batches {
