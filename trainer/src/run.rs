@@ -28,7 +28,7 @@ pub struct Policy {
     /// `eos_token` (a chat model's end of turn), else the first of the usual names.
     pub eos: u32,
     /// Every token that ends sampling: `eos` and generation_config.json's `eos_token_id`s
-    /// (Qwen3: `<|im_end|>` and `<|endoftext|>`).
+    /// (Qwen3: `<|im_end|>` and `<|endoftext|>`), config.json's without that file.
     pub stop_tokens: Vec<u32>,
 }
 
@@ -134,8 +134,11 @@ pub fn load_policy(c: &Config, from: Option<&Qwen3>, device: &Device) -> Result<
     }
     let dir = Path::new(&c.model.path);
     let configured = if c.model.path.is_empty() { None } else { configured_eos(dir)? };
+    let configured = match configured {
+        Some(t) => Some(tokenizer.token_to_id(&t).ok_or_else(|| RunError::Other(format!("{}: eos_token {t:?} is not a token of tokenizer.json", dir.join("tokenizer_config.json").display())))?),
+        None => None,
+    };
     let eos = configured
-        .and_then(|t| tokenizer.token_to_id(&t))
         .or_else(|| ["<eos>", "<|endoftext|>", "<|im_end|>", "</s>"].iter().find_map(|t| tokenizer.token_to_id(t)))
         .ok_or_else(|| RunError::Other("the tokenizer has no end-of-sequence token (tokenizer_config.json's eos_token, <eos>, <|endoftext|>, <|im_end|> or </s>)".into()))?;
     if eos as usize >= model.config.vocab_size {
@@ -145,7 +148,7 @@ pub fn load_policy(c: &Config, from: Option<&Qwen3>, device: &Device) -> Result<
     if !c.model.path.is_empty() {
         for id in generation_stop_ids(dir)? {
             if id as usize >= model.config.vocab_size {
-                return Err(RunError::Other(format!("{}: eos_token_id {id} is outside the model's vocabulary of {}", dir.join("generation_config.json").display(), model.config.vocab_size)));
+                return Err(RunError::Other(format!("{}: eos_token_id {id} is outside the model's vocabulary of {}", stop_ids_file(dir).display(), model.config.vocab_size)));
             }
             if !stop_tokens.contains(&id) {
                 stop_tokens.push(id);
@@ -167,9 +170,16 @@ fn configured_eos(dir: &Path) -> Result<Option<String>, RunError> {
     })
 }
 
-/// generation_config.json's `eos_token_id` (one id or a list), if the file has one.
+/// The file whose `eos_token_id` ends sampling: generation_config.json, or config.json where
+/// there is none (transformers' `generate` derives its generation config from config.json then).
+fn stop_ids_file(dir: &Path) -> std::path::PathBuf {
+    let generation = dir.join("generation_config.json");
+    if generation.exists() { generation } else { dir.join("config.json") }
+}
+
+/// [`stop_ids_file`]'s `eos_token_id` (one id or a list), if it has one.
 fn generation_stop_ids(dir: &Path) -> Result<Vec<u32>, RunError> {
-    let path = dir.join("generation_config.json");
+    let path = stop_ids_file(dir);
     let Ok(text) = std::fs::read_to_string(&path) else { return Ok(vec![]) };
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| RunError::Other(format!("{}: not valid JSON: {e}", path.display())))?;
     let bad = |x: &serde_json::Value| RunError::Other(format!("{}: eos_token_id {x} is not a token id", path.display()));

@@ -543,6 +543,27 @@ fn edit_config(dir: &Path, key: &str, value: serde_json::Value) {
 }
 
 #[test]
+fn config_json_stop_ids_end_sampling_without_a_generation_config_and_are_overridden_by_one() {
+    let dir = scratch("stop-ids");
+    let vocab = serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(damaged_checkpoint(&dir, "probe", |_| {}).join("config.json")).unwrap()).unwrap()["vocab_size"].as_u64().unwrap();
+    // every id a stop id: each completion ends at its first token, as transformers' generate would
+    let every: Vec<u64> = (0..vocab).collect();
+    std::fs::write(dir.join("prompts.jsonl"), "{\"prompt_ids\": [5, 6, 7]}\n{\"prompt_ids\": [8, 9]}\n").unwrap();
+    let lengths = |ck: &Path| -> Vec<usize> {
+        let out = lockstep(&["sample", "--set", &format!("model.path={}", ck.display()), "--set", "sampler.input=prompts.jsonl", "--set", "sampler.output=out.jsonl", "--set", "sampler.max_new_tokens=6", "--set", "log.progress=false"], &dir);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        std::fs::read_to_string(dir.join("out.jsonl")).unwrap().lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["token_ids"].as_array().unwrap().len()).collect()
+    };
+    assert_eq!(lengths(&damaged_checkpoint(&dir, "config-eos", |d| edit_config(d, "eos_token_id", serde_json::json!(every)))), [1, 1]);
+    // a generation_config.json takes precedence, and here it names no stop id the model samples
+    let overridden = damaged_checkpoint(&dir, "generation-eos", |d| {
+        edit_config(d, "eos_token_id", serde_json::json!(every));
+        std::fs::write(d.join("generation_config.json"), r#"{"eos_token_id": null}"#).unwrap();
+    });
+    assert!(lengths(&overridden).iter().any(|&n| n > 1), "generation_config.json's stop ids replace config.json's");
+}
+
+#[test]
 fn damaged_checkpoints_are_errors_naming_the_file_and_are_left_as_they_were() {
     let dir = scratch("bad-ckpt");
     type Damage = Box<dyn FnOnce(&Path)>;
@@ -576,6 +597,13 @@ fn damaged_checkpoints_are_errors_naming_the_file_and_are_left_as_they_were() {
         }), "model-00001-of-00002.safetensors"),
         ("tokenizer", Box::new(|d| std::fs::write(d.join("tokenizer.json"), "garbage").unwrap()), "tokenizer.json"),
         ("config", Box::new(|d| std::fs::write(d.join("config.json"), "{").unwrap()), "config.json"),
+        // stop ids past the vocabulary: config.json's count where there is no generation_config.json
+        ("eos-config", Box::new(|d| edit_config(d, "eos_token_id", serde_json::json!([1, 500]))), "config.json: eos_token_id 500"),
+        ("eos-generation", Box::new(|d| {
+            edit_config(d, "eos_token_id", serde_json::json!(500));
+            std::fs::write(d.join("generation_config.json"), r#"{"eos_token_id": [1, 600]}"#).unwrap();
+        }), "generation_config.json: eos_token_id 600"),
+        ("eos-name", Box::new(|d| std::fs::write(d.join("tokenizer_config.json"), r#"{"eos_token": "<|no such token|>"}"#).unwrap()), "eos_token \"<|no such token|>\" is not a token"),
     ];
     for (name, damage, needle) in cases {
         let ck = damaged_checkpoint(&dir, name, damage);
