@@ -597,6 +597,8 @@ fn damaged_checkpoints_are_errors_naming_the_file_and_are_left_as_they_were() {
         }), "model-00001-of-00002.safetensors"),
         ("tokenizer", Box::new(|d| std::fs::write(d.join("tokenizer.json"), "garbage").unwrap()), "tokenizer.json"),
         ("config", Box::new(|d| std::fs::write(d.join("config.json"), "{").unwrap()), "config.json"),
+        // a Qwen3 checkpoint labelled Llama: the forward would skip its q_norm and k_norm
+        ("architecture", Box::new(|d| edit_config(d, "architectures", serde_json::json!(["LlamaForCausalLM"]))), "self_attn.k_norm.weight`: in the checkpoint but not in the model config.json describes"),
         // stop ids past the vocabulary: config.json's count where there is no generation_config.json
         ("eos-config", Box::new(|d| edit_config(d, "eos_token_id", serde_json::json!([1, 500]))), "config.json: eos_token_id 500"),
         ("eos-generation", Box::new(|d| {

@@ -71,6 +71,12 @@ impl ModelConfig {
                 Some(v) => v.as_bool().ok_or_else(|| err(key, format!("must be true or false, got {v}"))),
             }
         };
+        // quantized weights (GPTQ, AWQ, FP8 with scales, bitsandbytes) are stored under other
+        // tensor names and dtypes; say so rather than report a missing weight
+        if let Some(q) = raw.get("quantization_config").filter(|v| !v.is_null()) {
+            let method = q.get("quant_method").and_then(|m| m.as_str()).unwrap_or("unnamed");
+            return Err(err("quantization_config", format!("a {method}-quantized checkpoint; lockstep trains and samples full-precision weights (bf16, f16 or f32): give the unquantized checkpoint")));
+        }
         if flag("mlp_bias")? {
             return Err(err("mlp_bias", "biases in the MLP projections are not supported".into()));
         }
@@ -172,6 +178,7 @@ mod tests {
             ("MistralForCausalLM", serde_json::json!({"sliding_window": 4096}), "config key `sliding_window`: 4096"),
             ("LlamaForCausalLM", serde_json::json!({"hidden_act": "gelu"}), "config key `hidden_act`: \"gelu\""),
             ("LlamaForCausalLM", serde_json::json!({"mlp_bias": true}), "config key `mlp_bias`"),
+            ("Qwen3ForCausalLM", serde_json::json!({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}), "config key `quantization_config`: a fp8-quantized"),
             ("LlamaForCausalLM", serde_json::json!({"attention_bias": "yes"}), "config key `attention_bias`: must be true or false"),
             ("GemmaForCausalLM", serde_json::json!({}), "config key `architectures`: `GemmaForCausalLM` is not supported"),
         ];

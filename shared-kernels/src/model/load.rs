@@ -55,6 +55,7 @@ pub fn load_timed(dir: &Path, dtype: DType, device: &Device, copy: HostCopy) -> 
     let expected = config.expected_tensors();
     let shapes: HashMap<String, Vec<usize>> = expected.iter().cloned().collect();
     // every tensor checked (presence, shape, finite values) before any goes to the device
+    mapped.check_no_unexpected(&config)?;
     mapped.check_all(dir, &expected)?;
     let mut phases = LoadPhases { files: mapped.file_count(), bytes: mapped.byte_count(), copy, open_check_s: started.elapsed().as_secs_f64(), ..Default::default() };
     let upload = |name: &str| -> Result<Tensor<2>, ModelError> {

@@ -123,6 +123,15 @@ impl MappedWeights {
         out
     }
 
+    /// A decoder tensor the model of `config` would not use is an error naming its file
+    /// ([`super::names::unexpected_decoder_tensor`]).
+    pub fn check_no_unexpected(&self, config: &super::ModelConfig) -> Result<(), ModelError> {
+        match super::names::unexpected_decoder_tensor(config, self.index.keys().map(String::as_str)) {
+            Some(name) => Err(weights_err(&self.files[self.index[name].0].0, name, super::names::UNEXPECTED)),
+            None => Ok(()),
+        }
+    }
+
     /// Checks every tensor of `expected` (name and shape from config.json): present, that
     /// shape, a supported dtype, every value finite. Errors name the file and tensor (the
     /// first in `expected`'s order); the value scan runs on every core.

@@ -119,3 +119,51 @@ pub fn expected_tensors(c: &ModelConfig) -> Vec<(String, Vec<usize>)> {
     }
     out
 }
+
+/// The first tensor of `names` inside the decoder (`model.` or `lm_head.`) that a checkpoint of
+/// shape `c` does not have: a q_norm in a Llama config, a bias config.json does not announce, a
+/// layer past `num_hidden_layers`. The forward would skip it and compute another model than the
+/// checkpoint's, so it is an error. Ignored as transformers ignores them: a tied checkpoint's
+/// `lm_head.weight` (the embedding is used), old checkpoints' rotary `inv_freq` buffers, and
+/// tensors outside the decoder (a value or score head).
+/// Why [`unexpected_decoder_tensor`]'s tensor is refused.
+pub const UNEXPECTED: &str = "in the checkpoint but not in the model config.json describes (the forward would skip it and compute another model): check the architecture, its bias and norm keys, and num_hidden_layers";
+
+pub fn unexpected_decoder_tensor<'a>(c: &ModelConfig, names: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let expected: std::collections::HashSet<String> = expected_tensors(c).into_iter().map(|(n, _)| n).collect();
+    names.into_iter().filter(|n| n.starts_with("model.") || n.starts_with("lm_head.")).filter(|n| !expected.contains(*n)).filter(|n| !(c.tie_word_embeddings && *n == LM_HEAD) && !n.ends_with("rotary_emb.inv_freq")).min()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(arch: &str, tied: bool) -> ModelConfig {
+        let json = serde_json::json!({
+            "architectures": [arch], "vocab_size": 32, "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "max_position_embeddings": 256, "tie_word_embeddings": tied
+        });
+        ModelConfig::from_json(&json.to_string(), "config.json").unwrap()
+    }
+
+    #[test]
+    fn decoder_tensors_the_config_does_not_describe_are_found_and_harmless_extras_pass() {
+        let qwen3: Vec<String> = expected_tensors(&config("Qwen3ForCausalLM", true)).into_iter().map(|(n, _)| n).collect();
+        fn with<'a>(base: &'a [String], extra: &[&'a str]) -> Vec<&'a str> {
+            base.iter().map(String::as_str).chain(extra.iter().copied()).collect()
+        }
+        let names = |extra: &[&'static str]| with(&qwen3, extra);
+        let tied = config("Qwen3ForCausalLM", true);
+        assert_eq!(unexpected_decoder_tensor(&tied, names(&[])), None);
+        // what transformers also ignores: a tied model's lm_head, rotary buffers, heads outside the decoder
+        assert_eq!(unexpected_decoder_tensor(&tied, names(&["lm_head.weight", "model.layers.0.self_attn.rotary_emb.inv_freq", "v_head.summary.weight", "score.weight"])), None);
+        // a Qwen3 checkpoint read as Llama: its q_norm / k_norm would be skipped
+        assert_eq!(unexpected_decoder_tensor(&config("LlamaForCausalLM", true), names(&[])), Some("model.layers.0.self_attn.k_norm.weight"));
+        // a layer past num_hidden_layers, a bias config.json does not announce, an untied head
+        assert_eq!(unexpected_decoder_tensor(&tied, names(&["model.layers.2.mlp.up_proj.weight"])), Some("model.layers.2.mlp.up_proj.weight"));
+        assert_eq!(unexpected_decoder_tensor(&tied, names(&["model.layers.1.self_attn.q_proj.bias"])), Some("model.layers.1.self_attn.q_proj.bias"));
+        let untied = config("Qwen3ForCausalLM", false);
+        assert_eq!(unexpected_decoder_tensor(&untied, names(&["lm_head.weight", "lm_head.bias"])), Some("lm_head.bias"));
+    }
+}

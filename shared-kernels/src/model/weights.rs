@@ -61,6 +61,9 @@ pub fn load_checkpoint(dir: &Path) -> Result<Checkpoint, ModelError> {
             found.insert(name, (file.clone(), view.shape().to_vec(), values));
         }
     }
+    if let Some(name) = super::names::unexpected_decoder_tensor(&config, found.keys().map(String::as_str)) {
+        return Err(weights_err(&found[name].0, name, super::names::UNEXPECTED));
+    }
     let mut tensors = BTreeMap::new();
     for (name, shape) in config.expected_tensors() {
         let Some((file, got, values)) = found.remove(&name) else {
