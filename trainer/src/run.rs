@@ -273,7 +273,8 @@ pub fn config_changes(before: &Config, now: &Config) -> Vec<(String, String, Str
         .collect()
 }
 
-/// The config a run was started with, from its `config.resolved.toml` (None when it has none).
+/// The config a run was started with, from its `config.resolved.toml` (None when it has none,
+/// or the file cannot be read).
 pub fn resolved_config(dir: &Path) -> Result<Option<Config>, RunError> {
     let path = dir.join("config.resolved.toml");
     let Ok(text) = std::fs::read_to_string(&path) else { return Ok(None) };
@@ -293,7 +294,15 @@ pub fn check_resume_config(dir: &Path, cfg: &Config, step: usize, allow: bool) -
         }
         Err(e) => return Err(RunError::Other(format!("{e}: the run's starting config cannot be compared with this one; pass --allow-config-change to resume anyway"))),
     };
-    let Some(before) = before else { return Ok(()) };
+    let Some(before) = before else {
+        // a run folder without its starting config cannot be checked: say so rather than
+        // resume unchecked (the file is written before the first step of every run)
+        if allow {
+            eprintln!("warning: {} is missing; the resumed run's config is not checked against its start (--allow-config-change)", dir.join("config.resolved.toml").display());
+            return Ok(());
+        }
+        return Err(RunError::Other(format!("{} is missing: the run's starting config cannot be compared with this one; pass --allow-config-change to resume anyway", dir.join("config.resolved.toml").display())));
+    };
     let changes = config_changes(&before, cfg);
     if changes.is_empty() {
         return Ok(());

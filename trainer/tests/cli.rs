@@ -243,6 +243,17 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
     // and starting over on top of an existing run is refused rather than clobbering it
     let out = lockstep(&["train", "small.toml", "--set", "log.run_name=shape"], &dir);
     assert!(String::from_utf8_lossy(&out.stderr).contains("--resume"));
+    // a run folder that lost its starting config cannot be checked: refused, then allowed
+    // explicitly, which writes the config again
+    std::fs::remove_file(dir.join("runs/shape/config.resolved.toml")).unwrap();
+    let resume = ["train", "small.toml", "--set", "train.steps=2", "--set", "train.sft_steps=0", "--set", "log.run_name=shape", "--resume"];
+    let out = lockstep(&resume, &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("config.resolved.toml is missing") && err.contains("--allow-config-change") && !err.contains("step    1"), "{err}");
+    let out = lockstep(&[&resume[..], &["--allow-config-change"]].concat(), &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(dir.join("runs/shape/config.resolved.toml").exists());
 }
 
 #[test]
