@@ -199,7 +199,9 @@ pub fn load_task(c: &Config) -> Result<crate::tasks::Task, RunError> {
         return Ok(task);
     }
     let over = (!c.task.chat_template.is_empty()).then(|| Path::new(&c.task.chat_template));
-    let template = crate::chat::ChatTemplate::from_checkpoint(Path::new(&c.model.path), over).map_err(|e| invalid("task.prompt_format", e))?;
+    // the key to change: the template file when one is given, else the chat format itself
+    let key = if over.is_some() { "task.chat_template" } else { "task.prompt_format" };
+    let template = crate::chat::ChatTemplate::from_checkpoint(Path::new(&c.model.path), over).map_err(|e| invalid(key, e))?;
     let chat = crate::chat::ChatPrompts::new(template, &c.task.system_prompt, &c.task.chat_args).map_err(|e| invalid("task.chat_args", e))?;
     Ok(task.with_chat(chat, &c.task.path)?)
 }

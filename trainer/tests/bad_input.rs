@@ -163,6 +163,10 @@ fn a_verl_layout_dataset_trains_with_chat_prompts_and_its_faults_name_file_line_
     std::fs::write(dir.join("t.jinja"), "ok\n{{ raise_exception('only system and user roles') }}").unwrap();
     let out = lockstep(&[&["train", "--set", "log.run_name=template"], &chat[..]].concat(), &dir);
     assert_refused(&out, 1, &["t.jinja", "line 2", "only system and user roles"]);
+    // a template file that does not parse names task.chat_template, its file and line
+    std::fs::write(dir.join("t.jinja"), "ok\n{{ messages[0].content }").unwrap();
+    let out = lockstep(&[&["train", "--set", "log.run_name=syntax"], &chat[..]].concat(), &dir);
+    assert_refused(&out, 2, &["task.chat_template", "t.jinja", "line 2"]);
     std::fs::write(dir.join("t.jinja"), "{% for i in range(300) %}x{% endfor %}{{ messages[0].content }}").unwrap();
     let out = lockstep(&[&["train", "--set", "log.run_name=long"], &chat[..]].concat(), &dir);
     assert_refused(&out, 2, &["task.jsonl:1", "sampler.context"]);
