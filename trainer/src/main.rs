@@ -266,10 +266,12 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
     let rank0 = comm.as_ref().is_none_or(|c| c.rank() == 0);
     let device = shared_kernels::device::default_device();
     let dir = run_dir(&cfg);
-    let existing = trainer::checkpoint::list(&dir);
     if allow_config_change && !resume {
         return Err(RunError::Other("--allow-config-change applies to --resume only".into()));
     }
+    // rank 0 writes the run's files: it holds the folder before deciding fresh or resumed
+    let _run_lock = if rank0 { Some(trainer::run_lock::lock(&dir)?) } else { None };
+    let existing = trainer::checkpoint::list(&dir);
     // SIGTERM or Ctrl-C: finish the step, write a checkpoint, stop; a second one stops at once
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {

@@ -4,7 +4,7 @@
 //! limit: writes fail with EFBIG) during a checkpoint write must be a clear error that leaves the
 //! previous checkpoint intact, and the run must then resume to the same result; so must a real
 //! full file system (a tmpfs in a mount namespace of its own); a panic on cubecl's device
-//! thread must stop the run, naming it.
+//! thread must stop the run, naming it; a second process in a run folder is refused.
 //!
 //! CI runs a reduced set (`LOCKSTEP_FAULT_KILLS`, default 4 kills); the full set:
 //! `LOCKSTEP_FAULT_KILLS=40 cargo test --locked -p trainer --test faults`.
@@ -340,4 +340,35 @@ fn replayed_steps_and_a_failed_capture_give_the_launched_steps_output_byte_for_b
     let (fallback, err) = run("fallback.jsonl", &[("LOCKSTEP_DECODE_GRAPHS", "on"), ("LOCKSTEP_FAULT_GRAPH_CAPTURE", "upload")]);
     assert!(err.contains("launched, not replayed") && err.contains("(0 replayed as graphs)"), "the failed capture is not reported: {err}");
     assert!(fallback == launched, "a failed capture changed the output");
+}
+
+#[test]
+fn a_second_process_in_a_run_folder_is_refused_while_the_first_trains() {
+    let dir = scratch("two-processes");
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    // the first run's reward program waits for `go`, so it is mid-step when the second starts
+    std::fs::write(dir.join("wait.py"), "import os, sys, time\nlines = sys.stdin.readlines()\nwhile not os.path.exists('go'):\n    time.sleep(0.05)\nfor _ in lines:\n    print(0)\n").unwrap();
+    let args = ["train", "small.toml", "--set", "train.steps=1", "--set", "train.sft_steps=0", "--set", "log.run_name=shared", "--set", "task.reward=command", "--set", "task.reward_command=python3 wait.py"];
+    let mut first = Command::new(env!("CARGO_BIN_EXE_lockstep")).args(args).current_dir(&dir).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let lock = dir.join("runs/shared/.lockstep.lock");
+    let started = Instant::now();
+    while std::fs::read_to_string(&lock).map_or(true, |pid| pid.trim().is_empty()) {
+        assert!(started.elapsed() < Duration::from_secs(120), "the first run never locked its folder");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // both would start fresh, interleave metrics.jsonl and overwrite checkpoints, each exiting 0
+    for extra in [&[][..], &["--resume"][..]] {
+        let out = lockstep(&[&args[..], extra].concat(), &dir);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {err}");
+        assert!(err.contains(&format!("another lockstep process (pid {})", first.id())) && err.contains("log.run_name") && !err.contains("step    0"), "{extra:?}: {err}");
+    }
+    std::fs::write(dir.join("go"), "").unwrap();
+    let out = first.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(metrics(&dir.join("runs/shared")).len(), 1, "one run's steps only");
+    // the lock ends with its process: the folder takes the next run (here: a finished run's
+    // resume, refused for its own reason)
+    let out = lockstep(&[&args[..], &["--resume"]].concat(), &dir);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("another lockstep process"), "{}", String::from_utf8_lossy(&out.stderr));
 }

@@ -48,6 +48,7 @@ pub fn train_from_cli(cfg: Config, world: usize, resume: bool, max_steps: Option
         return Err(crate::run::invalid("--ranks-in-threads", "must be at least 1".into()));
     }
     let timeout = super::launch::collective_timeout()?;
+    let _run_lock = crate::run_lock::lock(&crate::run::run_dir(&cfg))?;
     let results = train_ranks_from(&vec![cfg; world], timeout, resume, max_steps);
     let mut failed = Vec::new();
     for (rank, result) in results.iter().enumerate() {
