@@ -30,7 +30,8 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
     if output.is_dir() {
         return Err(crate::run::invalid("sampler.output", format!("{:?} is a folder; name the result file", s.output)));
     }
-    let tmp = output.with_file_name(format!(".{}.tmp", output.file_name().and_then(|n| n.to_str()).unwrap_or("output")));
+    // this process's own temp file: two samples writing one output each rename a whole file
+    let tmp = output.with_file_name(format!(".{}.{}.tmp", output.file_name().and_then(|n| n.to_str()).unwrap_or("output"), std::process::id()));
     let cannot = |e: std::io::Error| crate::run::invalid("sampler.output", format!("{:?} cannot be written ({}: {e})", s.output, tmp.display()));
     std::fs::File::create(&tmp).map_err(cannot)?;
     let _ = std::fs::remove_file(&tmp);
