@@ -126,11 +126,13 @@ fn prune(run_dir: &Path, keep: usize) {
 
 /// Complete checkpoints of a run, oldest first.
 pub fn list(run_dir: &Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = std::fs::read_dir(checkpoints_dir(run_dir))
-        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("step-")) && p.join("state.json").exists()).collect())
+    let step = |p: &Path| p.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("step-")).and_then(|n| n.parse::<usize>().ok());
+    let mut out: Vec<(usize, PathBuf)> = std::fs::read_dir(checkpoints_dir(run_dir))
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.join("state.json").exists()).filter_map(|p| Some((step(&p)?, p))).collect())
         .unwrap_or_default();
+    // by step number: past step 999,999 the names outgrow their six digits and sort wrongly as text
     out.sort();
-    out
+    out.into_iter().map(|(_, p)| p).collect()
 }
 
 pub struct Loaded {
@@ -206,6 +208,21 @@ mod tests {
     use super::*;
     use safetensors::{tensor::TensorView, SafeTensors};
     use shared_kernels::model::Checkpoint;
+
+    #[test]
+    fn checkpoints_are_listed_by_step_number_past_six_digits() {
+        let scratch = shared_kernels::testing::Scratch::new("ck-list");
+        let run = scratch.join("run");
+        for name in ["step-999999", "step-1000000", "step-000007", "step-x", "step-000008"] {
+            std::fs::create_dir_all(checkpoints_dir(&run).join(name)).unwrap();
+            if name != "step-000008" {
+                std::fs::write(checkpoints_dir(&run).join(name).join("state.json"), "{}").unwrap();
+            }
+        }
+        let names: Vec<String> = list(&run).iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        // (step-x is not a step; step-000008 is incomplete: no state.json)
+        assert_eq!(names, ["step-000007", "step-999999", "step-1000000"]);
+    }
 
     #[test]
     fn saving_a_step_that_is_saved_already_leaves_the_complete_folder_in_place() {

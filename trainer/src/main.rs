@@ -284,7 +284,7 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
             return Err(RunError::Other(format!("--resume: no checkpoint in {}", trainer::checkpoint::checkpoints_dir(&dir).display())));
         };
         let (policy, opt, at, load_s) = trainer::run::resume_state(&cfg, latest, &device, |at| if rank0 { trainer::run::check_resume_config(&dir, &cfg, at, allow_config_change) } else { Ok(()) })?;
-        check_task_fits(&cfg, &policy)?;
+        trainer::tasks::fit::check_fits(&cfg, &policy)?;
         eprintln!("resuming {} at step {at} (weights and optimizer state loaded in {load_s:.1} s)", latest.display());
         (policy, opt, at)
     } else {
@@ -299,7 +299,7 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
         }
         let mut policy = load_policy(&cfg, None, &device)?;
         trainer::run::engine_config(&cfg, &policy.model)?; // a bad KV budget fails before SFT
-        check_task_fits(&cfg, &policy)?;
+        trainer::tasks::fit::check_fits(&cfg, &policy)?;
         if cfg.train.sft_steps > 0 {
             let task = trainer::run::load_task(&cfg)?;
             let bar = progress(&cfg, cfg.train.sft_steps, "sft");
@@ -356,35 +356,6 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
     // every rank: rank 0 writes, the others give their share of a sharded optimizer
     let last = if cfg.train.final_checkpoint { Some(trainer.checkpoint()?).filter(|_| rank0) } else { None };
     summary(&history, last.as_deref());
-    Ok(())
-}
-
-/// Every problem of a dataset task fits: its prompt and `sampler.max_new_tokens` in
-/// `sampler.context`, and (for the SFT warm start) prompt + answer + end-of-sequence in the
-/// model's positions; a line that does not is named with the key to change.
-fn check_task_fits(cfg: &Config, policy: &trainer::run::Policy) -> Result<(), RunError> {
-    let task = trainer::run::load_task(&cfg)?;
-    let trainer::tasks::Task::Dataset { problems } = &task else { return Ok(()) };
-    let (context, positions) = (cfg.sampler.context, policy.model.config.max_position_embeddings);
-    for p in problems {
-        let prompt = trainer::run::encode(&policy.tokenizer, &p.prompt).map_err(|e| RunError::Other(format!("{}:{}: {e}", cfg.task.path, p.line)))?;
-        if prompt.is_empty() {
-            return Err(RunError::Other(format!("{}:{}: the prompt (task.prompt_key `{}`) has no tokens", cfg.task.path, p.line, cfg.task.prompt_key)));
-        }
-        // the built-in rewards compare with the answer: an empty one scores nothing but silence
-        if cfg.task.reward != "command" && p.answer.trim().is_empty() {
-            return Err(RunError::Other(format!("{}:{}: the answer (task.answer_key `{}`) is empty, so task.reward = \"{}\" has nothing to compare with (task.reward = \"command\" may ignore answers)", cfg.task.path, p.line, cfg.task.answer_key, cfg.task.reward)));
-        }
-        if prompt.len() + cfg.sampler.max_new_tokens > context {
-            return Err(invalid("sampler.context", format!("is {context} tokens but {}:{} has a {}-token prompt, which with sampler.max_new_tokens = {} needs {}", cfg.task.path, p.line, prompt.len(), cfg.sampler.max_new_tokens, prompt.len() + cfg.sampler.max_new_tokens)));
-        }
-        if cfg.train.sft_steps > 0 {
-            let answer = trainer::run::encode(&policy.tokenizer, &p.answer).map_err(|e| RunError::Other(format!("{}:{}: {e}", cfg.task.path, p.line)))?;
-            if prompt.len() + answer.len() + 1 > positions {
-                return Err(RunError::Other(format!("{}:{}: prompt + answer + end-of-sequence is {} tokens, beyond the model's {positions} positions (the SFT warm start trains on it; train.sft_steps = 0 skips it)", cfg.task.path, p.line, prompt.len() + answer.len() + 1)));
-            }
-        }
-    }
     Ok(())
 }
 

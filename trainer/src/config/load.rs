@@ -49,19 +49,38 @@ fn apply_override(doc: &mut toml::Table, spec: &str) -> Result<(), ConfigError> 
     let err = |message: String| ConfigError::Override { spec: spec.to_string(), message };
     let (path, raw) = spec.split_once('=').ok_or_else(|| err("expected section.key=value".into()))?;
     let (section, key) = path.trim().split_once('.').ok_or_else(|| err("expected section.key=value".into()))?;
+    // a table-valued key takes its entries as deeper paths: task.chat_args.enable_thinking=false
+    let (key, inner) = match key.split_once('.') {
+        Some((key, inner)) => (key, inner.split('.').collect::<Vec<_>>()),
+        None => (key, vec![]),
+    };
+    if key.is_empty() || inner.iter().any(|k| k.is_empty()) {
+        return Err(err("expected section.key=value".into()));
+    }
     let mut value: toml::Value = match format!("v = {}", raw.trim()).parse::<toml::Table>() {
         Ok(mut t) => t.remove("v").expect("parsed key"),
         Err(_) => toml::Value::String(raw.trim().to_string()),
     };
     // a string key takes the text as written: `log.run_name=nan` is the name "nan", not NaN
     let defaults = toml::Value::try_from(Config::default()).ok();
-    let wants_string = defaults.as_ref().and_then(|d| d.get(section)?.get(key)).is_some_and(toml::Value::is_str);
+    if !inner.is_empty() && defaults.as_ref().and_then(|d| d.get(section)?.get(key)).is_some_and(|v| !v.is_table()) {
+        return Err(err(format!("`{section}.{key}` takes a value, not entries")));
+    }
+    let wants_string = inner.is_empty() && defaults.as_ref().and_then(|d| d.get(section)?.get(key)).is_some_and(toml::Value::is_str);
     if wants_string && !value.is_str() {
         value = toml::Value::String(raw.trim().to_string());
     }
     let table = doc.entry(section.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
-    let table = table.as_table_mut().ok_or_else(|| err(format!("`{section}` is not a section")))?;
-    table.insert(key.to_string(), value);
+    let mut table = table.as_table_mut().ok_or_else(|| err(format!("`{section}` is not a section")))?;
+    let mut at = vec![section, key];
+    let mut name = key;
+    for next in inner {
+        let entry = table.entry(name.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        table = entry.as_table_mut().ok_or_else(|| err(format!("`{}` is not a table", at.join("."))))?;
+        at.push(next);
+        name = next;
+    }
+    table.insert(name.to_string(), value);
     Ok(())
 }
 
@@ -89,5 +108,19 @@ mod tests {
     fn a_string_key_takes_an_override_as_written_even_when_it_reads_as_a_number() {
         let c = Config::load(None, &["log.run_name=nan".into(), "log.runs_dir=1e3".into(), "train.steps=3".into()]).unwrap();
         assert_eq!((c.log.run_name.as_str(), c.log.runs_dir.as_str(), c.train.steps), ("nan", "1e3", 3));
+    }
+
+    #[test]
+    fn a_table_valued_key_takes_its_entries_as_deeper_paths() {
+        let c = Config::load(None, &["task.chat_args={ a = 1 }".into(), "task.chat_args.enable_thinking=false".into(), "task.chat_args.style.tone=plain".into()]).unwrap();
+        let args = toml::Value::try_from(&c.task.chat_args).unwrap();
+        assert_eq!(args.get("a").and_then(|v| v.as_integer()), Some(1));
+        assert_eq!(args.get("enable_thinking").and_then(|v| v.as_bool()), Some(false));
+        assert_eq!(args.get("style").and_then(|s| s.get("tone")).and_then(|v| v.as_str()), Some("plain"));
+        // a deeper path under a key that is not a table, or an empty step, names the override
+        for spec in ["train.lr.x=1", "task.chat_args..a=1", "train.=1"] {
+            let e = Config::load(None, &[spec.into()]).unwrap_err().to_string();
+            assert!(e.contains(spec.split('=').next().unwrap()), "{spec}: {e}");
+        }
     }
 }

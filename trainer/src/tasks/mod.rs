@@ -7,6 +7,7 @@ use crate::rng::SplitMix;
 use std::path::Path;
 
 mod dataset;
+pub mod fit;
 
 pub use dataset::epoch_permutation;
 use dataset::load_dataset;
