@@ -58,7 +58,7 @@ fn a_missing_or_blank_dataset_names_the_file() {
 }
 
 #[test]
-fn a_dataset_row_with_an_empty_prompt_or_answer_is_named_before_training() {
+fn a_dataset_or_eval_row_with_an_empty_prompt_or_answer_or_too_long_is_named_before_training() {
     let dir = scratch("empty-fields");
     let good = "{\"prompt\": \"1+1=\", \"answer\": \"2\"}\n";
     for (rows, needles) in [
@@ -68,6 +68,17 @@ fn a_dataset_row_with_an_empty_prompt_or_answer_is_named_before_training() {
         std::fs::write(dir.join("rows.jsonl"), rows).unwrap();
         let out = lockstep(&["train", "--set", "task.name=jsonl", "--set", "task.path=rows.jsonl", "--set", "train.sft_steps=0", "--set", "log.progress=false"], &dir);
         assert_refused(&out, 1, needles);
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("step    0"), "refused before the first step");
+    }
+    // the eval split is checked the same way before training, not at the first evaluation
+    std::fs::write(dir.join("rows.jsonl"), good).unwrap();
+    for (rows, code, needles) in [
+        ("{\"prompt\": \"\", \"answer\": \"1\"}\n".to_string(), 1, &["eval.jsonl:1", "no tokens"][..]),
+        (format!("{good}{{\"prompt\": \"{}\", \"answer\": \"1\"}}\n", "1".repeat(200)), 2, &["sampler.context", "eval.jsonl:2"][..]),
+    ] {
+        std::fs::write(dir.join("eval.jsonl"), rows).unwrap();
+        let out = lockstep(&["train", "--set", "task.name=jsonl", "--set", "task.path=rows.jsonl", "--set", "task.eval_path=eval.jsonl", "--set", "train.eval_every=1", "--set", "train.sft_steps=0", "--set", "log.progress=false"], &dir);
+        assert_refused(&out, code, needles);
         assert!(!String::from_utf8_lossy(&out.stderr).contains("step    0"), "refused before the first step");
     }
 }
