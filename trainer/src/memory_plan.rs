@@ -175,6 +175,13 @@ fn check_pass_size(c: &Config, m: &ModelConfig) -> Result<(), RunError> {
         let key = if micro > 0 { "train.micro_batch_tokens" } else { "train.prompts_per_step" };
         return Err(invalid(key, format!("a trainer pass of up to {pass_tokens} tokens x {width} activations is {} elements, beyond the kernels' 32-bit index range ({limit}); set train.micro_batch_tokens to at most {} (or fewer rollouts: train.prompts_per_step x train.group_size x sampler.context)", pass_tokens * width, (limit / width).max(1))));
     }
+    // the SFT warm start runs its batch in one pass of at least 2 tokens a sequence (a prompt
+    // token and the end of sequence): a batch past the range even then is refused before the
+    // host builds it (a billion sequences aborted the process allocating them)
+    let sft_tokens = 2 * c.train.sft_batch as u128;
+    if c.train.sft_steps > 0 && sft_tokens * width > limit {
+        return Err(invalid("train.sft_batch", format!("{} sequences of at least 2 tokens make an SFT pass of {} x {width} activation elements, beyond the kernels' 32-bit index range ({limit}); at most {} sequences fit", c.train.sft_batch, sft_tokens, (limit / width / 2).max(1))));
+    }
     Ok(())
 }
 

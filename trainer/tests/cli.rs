@@ -117,6 +117,7 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
         ("context.toml", "[sampler]\ncontext = 100000000000\n", vec!["sampler.context"]),
         ("slots.toml", "[sampler]\nmax_batch = 100000000\ncontext = 4096\n", vec!["sampler.context", "sampler.max_batch", "index range"]),
         ("ffn.toml", "[model]\nintermediate_size = 100000000000\n", vec!["model.intermediate_size", "index range"]),
+        ("sft_batch.toml", "[train]\nsft_batch = 1000000000\n", vec!["train.sft_batch", "index range", "at most"]),
         // the embedded model's shape is named by its [model] keys, not the HF names they map to
         ("heads.toml", "[model]\nnum_heads = 3\n", vec!["model.num_kv_heads", "model.num_heads (3)"]),
         ("layers.toml", "[model]\nnum_layers = 0\n", vec!["model.num_layers"]),
