@@ -146,15 +146,31 @@ pub fn read_metrics_jsonl(path: &Path) -> Result<Scalars, String> {
 /// Reads `run_dirs` (each with a `tb` folder, or else a `metrics.jsonl`), writes
 /// `out/table.md`, `out/reward.png`, `out/kl.png`.
 pub fn report(run_dirs: &[PathBuf], out: &Path, target_reward: f64) -> Result<String, String> {
-    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    if run_dirs.is_empty() {
+        return Err("name at least one run folder (runs/<log.run_name>)".into());
+    }
+    if !target_reward.is_finite() {
+        return Err(format!("--target-reward must be a number, got {target_reward}"));
+    }
+    // every input read before the output folder is made
     let mut runs = Vec::new();
     for dir in run_dirs {
         let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("run").to_string();
         let (tb, jsonl) = (dir.join("tb"), dir.join("metrics.jsonl"));
-        runs.push((name, if tb.is_dir() || !jsonl.is_file() { read_scalars(&tb)? } else { read_metrics_jsonl(&jsonl)? }));
+        if !tb.is_dir() && !jsonl.is_file() {
+            return Err(format!("{} is not a run folder: it holds neither tb/ nor metrics.jsonl", dir.display()));
+        }
+        // TensorBoard's files when they are there, else metrics.jsonl (the same tags)
+        let scalars = match (tb.is_dir(), jsonl.is_file()) {
+            (true, true) => read_scalars(&tb).or_else(|_| read_metrics_jsonl(&jsonl))?,
+            (true, false) => read_scalars(&tb)?,
+            (false, _) => read_metrics_jsonl(&jsonl)?,
+        };
+        runs.push((name, scalars));
     }
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let md = table(&runs, target_reward);
-    std::fs::write(out.join("table.md"), &md).map_err(|e| e.to_string())?;
+    shared_kernels::model::save::write_atomic(&out.join("table.md"), md.as_bytes()).map_err(|e| e.to_string())?;
     plot(&runs, "rollout/reward_mean", &out.join("reward.png"))?;
     plot(&runs, "rollout/kl_k1", &out.join("kl.png"))?;
     plot(&runs, "rollout/logprob_abs_diff_max", &out.join("logprob_abs_diff_max.png"))?;
@@ -192,6 +208,23 @@ mod tests {
         let err = super::read_metrics_jsonl(&path).unwrap_err();
         assert!(err.contains("metrics.jsonl line 1"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn inputs_that_are_not_runs_are_errors_before_any_output() {
+        let dir = shared_kernels::testing::Scratch::new("report-inputs");
+        let (run, not_run, out) = (dir.join("run"), dir.join("not-a-run"), dir.join("out"));
+        std::fs::create_dir_all(run.join("tb")).unwrap();
+        std::fs::write(run.join("metrics.jsonl"), "").unwrap();
+        std::fs::create_dir_all(&not_run).unwrap();
+        for (runs, target, needle) in [(vec![], 0.5, "at least one run"), (vec![run.clone(), not_run.clone()], 0.5, "not-a-run is not a run folder"), (vec![run.clone()], f64::NAN, "--target-reward")] {
+            let e = super::report(&runs, &out, target).unwrap_err();
+            assert!(e.contains(needle), "{e}");
+            assert!(!out.exists(), "no output folder for a refused report");
+        }
+        // a run without steps yet gives a table that says so
+        let md = super::report(&[run], &out, 0.5).unwrap();
+        assert_eq!(std::fs::read_to_string(out.join("table.md")).unwrap(), md);
     }
 
     #[test]
