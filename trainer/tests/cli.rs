@@ -117,6 +117,11 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
         ("context.toml", "[sampler]\ncontext = 100000000000\n", vec!["sampler.context"]),
         ("slots.toml", "[sampler]\nmax_batch = 100000000\ncontext = 4096\n", vec!["sampler.context", "sampler.max_batch", "index range"]),
         ("ffn.toml", "[model]\nintermediate_size = 100000000000\n", vec!["model.intermediate_size", "index range"]),
+        // keys the run would never read: the user expects something else
+        ("path.toml", "[task]\nname = \"sort\"\npath = \"data.jsonl\"\n", vec!["task.path", "task.name = \"sort\"", "jsonl"]),
+        ("reward_command.toml", "[task]\nreward_command = \"python3 score.py\"\n", vec!["task.reward_command", "task.reward = \"exact\""]),
+        ("tis_cap.toml", "[ablation]\ntis_cap = 3.0\n", vec!["ablation.tis_cap", "ablation.correction = \"none\""]),
+        ("raw_chat.toml", "[task]\nsystem_prompt = \"Be brief.\"\n", vec!["task.system_prompt", "task.prompt_format = \"raw\""]),
         ("sft_batch.toml", "[train]\nsft_batch = 1000000000\n", vec!["train.sft_batch", "index range", "at most"]),
         // the embedded model's shape is named by its [model] keys, not the HF names they map to
         ("heads.toml", "[model]\nnum_heads = 3\n", vec!["model.num_kv_heads", "model.num_heads (3)"]),

@@ -20,7 +20,7 @@ fn every_shipped_config_loads_and_validates() {
         if path.extension().is_some_and(|e| e == "toml") {
             // the real-shape configs name a checkpoint the user brings (model.path); give them one
             let overrides = if path.file_name().unwrap().to_string_lossy().starts_with("qwen3-") { vec!["model.path=/models/x".to_string()] } else { vec![] };
-            Config::load(Some(&path), &overrides).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            Config::load_training(Some(&path), &overrides).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             names.push(path.file_name().unwrap().to_string_lossy().into_owned());
         }
     }

@@ -33,6 +33,15 @@ impl Config {
     }
 }
 
+impl Config {
+    /// [`Config::load`] for `lockstep train`, with [`Config::validate_training`]'s checks.
+    pub fn load_training(path: Option<&Path>, overrides: &[String]) -> Result<Self, ConfigError> {
+        let config = Self::load(path, overrides)?;
+        config.validate_training()?;
+        Ok(config)
+    }
+}
+
 /// The `section.key` of the TOML line holding byte `offset` of `source` (a key line under a
 /// `[section]` header, as config files and the serialised overrides are written).
 fn key_at(source: &str, offset: usize) -> Option<String> {

@@ -124,6 +124,23 @@ impl Config {
         if self.task.prompt_format == PromptFormat::Chat && self.model.path.is_empty() && self.task.chat_template.is_empty() {
             return bad("task.prompt_format", "\"chat\" needs a chat template: model.path (a checkpoint with one) or task.chat_template".into());
         }
+        // keys a run would read nothing from: set, they mean the user expects something else
+        if !self.task.is_dataset() && !self.task.path.is_empty() {
+            return bad("task.path", format!("is set ({:?}) but task.name = \"{}\" generates its problems and would never read it; set task.name = \"jsonl\" to train on the file", self.task.path, self.task.name));
+        }
+        if self.task.reward != "command" && !self.task.reward_command.trim().is_empty() {
+            return bad("task.reward_command", format!("is set but task.reward = \"{}\" never runs it; set task.reward = \"command\"", self.task.reward));
+        }
+        let defaults = super::AblationSection::default();
+        let unused = match self.ablation.correction {
+            Correction::None => vec![("ablation.level", self.ablation.level != defaults.level), ("ablation.tis_cap", self.ablation.tis_cap != defaults.tis_cap), ("ablation.mis_threshold", self.ablation.mis_threshold != defaults.mis_threshold), ("ablation.ppo_clip", self.ablation.ppo_clip != defaults.ppo_clip)],
+            Correction::Tis => vec![("ablation.mis_threshold", self.ablation.mis_threshold != defaults.mis_threshold), ("ablation.ppo_clip", self.ablation.ppo_clip != defaults.ppo_clip)],
+            Correction::Mis => vec![("ablation.tis_cap", self.ablation.tis_cap != defaults.tis_cap), ("ablation.ppo_clip", self.ablation.ppo_clip != defaults.ppo_clip)],
+            Correction::PpoClip => vec![("ablation.tis_cap", self.ablation.tis_cap != defaults.tis_cap), ("ablation.mis_threshold", self.ablation.mis_threshold != defaults.mis_threshold)],
+        };
+        if let Some((key, _)) = unused.into_iter().find(|(_, set)| *set) {
+            return bad(key, format!("is set but ablation.correction = \"{}\" does not use it", self.ablation.correction.as_str()));
+        }
         if self.task.is_dataset() && self.task.path.is_empty() {
             return bad("task.path", "task `jsonl` needs a path to a JSONL file".into());
         }
@@ -133,6 +150,18 @@ impl Config {
         let name = &self.log.run_name;
         if name.is_empty() || name.contains(['/', '\\']) || name == "." || name == ".." || name.starts_with('.') {
             return bad("log.run_name", format!("must be a folder name under log.runs_dir (no '/', '\\', and not starting with '.'), got {name:?}"));
+        }
+        Ok(())
+    }
+
+    /// What only `lockstep train` reads: chat settings under a raw prompt format would be
+    /// ignored there (`lockstep sample` renders `messages` lines with them whatever the format).
+    pub fn validate_training(&self) -> Result<(), ConfigError> {
+        if self.task.prompt_format == PromptFormat::Raw {
+            let set = [("task.system_prompt", !self.task.system_prompt.is_empty()), ("task.chat_template", !self.task.chat_template.is_empty()), ("task.chat_args", !self.task.chat_args.is_empty())];
+            if let Some((key, _)) = set.into_iter().find(|(_, set)| *set) {
+                return Err(ConfigError::Invalid { key: key.into(), message: "is set but task.prompt_format = \"raw\" trains on the prompts as written; set task.prompt_format = \"chat\" to render them with the chat template".into() });
+            }
         }
         Ok(())
     }
