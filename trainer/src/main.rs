@@ -238,12 +238,18 @@ fn run(cli: Cli) -> Result<(), RunError> {
     }
 }
 
+/// `name` as a dtype this device computes in (bf16 on a device without it would fail inside
+/// the kernel compiler on cubecl's device thread).
 fn parse_dtype(flag: &str, name: &str) -> Result<DType, RunError> {
-    match name {
-        "f32" => Ok(DType::F32),
-        "bf16" => Ok(DType::BF16),
-        other => Err(invalid(flag, format!("`{other}`: expected f32 or bf16"))),
+    let dtype = match name {
+        "f32" => DType::F32,
+        "bf16" => DType::BF16,
+        other => return Err(invalid(flag, format!("`{other}`: expected f32 or bf16"))),
+    };
+    if !shared_kernels::device::supports_dtype(&shared_kernels::device::default_device(), dtype) {
+        return Err(invalid(flag, format!("`{name}`: this device ({}) has no {name} support; use f32", shared_kernels::device::runtime_name())));
     }
+    Ok(dtype)
 }
 
 fn sample(cfg: Config) -> Result<(), RunError> {

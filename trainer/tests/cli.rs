@@ -177,6 +177,15 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--dtypes") && err.contains("f64"), "{err}");
+    // bf16 where the device has none names the flag (it failed inside the kernel compiler)
+    if !shared_kernels::device::supports_dtype(&shared_kernels::device::default_device(), burn::tensor::DType::BF16) {
+        for args in [&["check", "--preset", "tiny", "--dtypes", "f32,bf16"][..], &["bench", "--preset", "tiny", "--dtype", "bf16", "--concurrency", "none", "--trainer-only"][..]] {
+            let out = lockstep(args, &dir);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(err.contains(args[3]) && err.contains("no bf16 support") && !err.contains("internal failure"), "{args:?}: {err}");
+        }
+    }
     // the warpgroup tile sweep on a device without `wgmma` is an error naming the kernel
     let out = lockstep(&["bench", "--preset", "tiny", "--tile-sweep", "--matmul-m", "64", "--repeats", "1"], &dir);
     let err = String::from_utf8_lossy(&out.stderr);
