@@ -105,7 +105,8 @@ print('quickstart vs session 18:', len(a), 'steps;', 'EQUAL' if a == b else 'DIF
     generate)  # transformers generate on the bench model alone (no kernel table)
         PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py none \
             --model /tmp/bench-model --concurrency 1,8,64,256 2>&1 | grep -v Warning | tee "$out/generate.md" ;;
-    sampler)  # sampler tokens/s, lockstep kernels; saves the model for transformers
+    sampler)  # sampler tokens/s, lockstep kernels; saves the model for transformers (afresh: bench refuses to overwrite a checkpoint)
+        rm -rf /tmp/bench-model
         timeout "$(limit "${SAMPLER_LIMIT:-60}")" /tmp/lockstep bench "${bench_common[@]}" --kernels ${SAMPLER_KERNELS:-matched} --skip-ops \
             --save-model /tmp/bench-model 2>&1 | tee "$out/sampler.md" ;;
     sampler-fusion)  # the decode path on fused launches vs unfused (same kernels, same bits), small preset

@@ -167,7 +167,7 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
     // sampler rows that could not run (no requests, no prompt, no new tokens) are refused by name
     // and so are timings of no runs and trainer sequences of no tokens or past the preset's
     // positions (each used to be replaced silently: 0 runs by 1, 0 tokens by 128, too many by the limit)
-    for (args, flag) in [(&["--concurrency", "0"][..], "--concurrency"), (&["--concurrency", "2", "--new-tokens", "0"][..], "--new-tokens"), (&["--concurrency", "2", "--prompt-len", "0"][..], "--prompt-len"), (&["--repeats", "0"][..], "--repeats"), (&["--trainer-only", "--trainer-len", "0"][..], "--trainer-len"), (&["--trainer-only", "--trainer-len", "100000"][..], "--trainer-len 100000")] {
+    for (args, flag) in [(&["--concurrency", "0"][..], "--concurrency"), (&["--concurrency", "2", "--new-tokens", "0"][..], "--new-tokens"), (&["--concurrency", "2", "--prompt-len", "0"][..], "--prompt-len"), (&["--repeats", "0"][..], "--repeats"), (&["--trainer-only", "--trainer-len", "0"][..], "--trainer-len"), (&["--trainer-only", "--trainer-len", "100000"][..], "--trainer-len 100000"), (&["--memory-only", "--json", "missing-folder/rows.json"][..], "--json missing-folder/rows.json")] {
         let out = lockstep(&[&["bench", "--preset", "tiny", "--skip-ops"][..], args].concat(), &dir);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_ne!(out.status.code(), Some(0), "{args:?}: {err}");
@@ -199,6 +199,14 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("--preset qwen3-8b") && err.contains("host memory") && !err.contains("panicked"), "{err}");
+    // --save-model onto a folder holding a checkpoint would replace it with random weights
+    std::fs::create_dir_all(dir.join("users-model")).unwrap();
+    std::fs::write(dir.join("users-model/model.safetensors"), b"the user's weights").unwrap();
+    let out = lockstep(&["bench", "--preset", "tiny", "--concurrency", "none", "--trainer-only", "--save-model", "users-model"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("--save-model users-model") && err.contains("holds a checkpoint"), "{err}");
+    assert_eq!(std::fs::read(dir.join("users-model/model.safetensors")).unwrap(), b"the user's weights");
     let out = lockstep(&["bench", "--preset", "tiny", "--concurrency", "none", "--trainer-only", "--trainer-batches", "0"], &dir);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{err}");

@@ -161,6 +161,12 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     if !o.concurrency.is_empty() && (o.prompt_len == 0 || o.new_tokens == 0) {
         return Err(format!("--prompt-len and --new-tokens must be at least 1 for the sampler rows, got {} and {}", o.prompt_len, o.new_tokens));
     }
+    // the JSON's folder must take a file before any timing is spent (it is written row by row)
+    if let Some(path) = &o.json {
+        let probe = path.with_file_name(format!(".{}.{}.probe", path.file_name().and_then(|n| n.to_str()).unwrap_or("bench"), std::process::id()));
+        std::fs::write(&probe, b"").map_err(|e| format!("--json {}: cannot be written ({e})", path.display()))?;
+        let _ = std::fs::remove_file(&probe);
+    }
     if o.repeats == 0 {
         return Err("--repeats: every timing is the median of at least 1 run, got 0".into());
     }
@@ -185,6 +191,11 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     if let Some(dir) = &o.save_model {
         // --load-bench on a folder that holds a checkpoint already (e.g. transformers' shards of
         // a real shape) times that one as it is
+        let holds_checkpoint = dir.join("config.json").exists() || std::fs::read_dir(dir).is_ok_and(|mut d| d.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "safetensors"))));
+        if holds_checkpoint && !o.load_bench {
+            // random weights written over a user's checkpoint would lose it
+            return Err(format!("--save-model {}: the folder holds a checkpoint already; name a new or empty folder (or add --load-bench to time loading that checkpoint as it is)", dir.display()));
+        }
         if !(o.load_bench && dir.join("config.json").exists()) {
             shared_kernels::model::save_checkpoint(dir, &checkpoint, o.dtype, None).map_err(|e| e.to_string())?;
             eprintln!("bench: model saved to {}", dir.display());

@@ -63,7 +63,7 @@ pub fn run(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Result<()
         rows.push(json!({"op": op, "m": shape[0], "n": shape[1], "k": shape[2], "lockstep_ms": a * 1e3, "burn_ms": if b.is_nan() { serde_json::Value::Null } else { json!(b * 1e3) }, "flops": flops, "bytes": bytes}));
         if let Some(path) = &o.json {
             let doc = json!({"runtime": shared_kernels::device::runtime_name(), "preset": o.preset, "dtype": format!("{:?}", o.dtype), "q_heads": config.num_heads, "kv_heads": config.num_kv_heads, "kernels": rows});
-            if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&doc).expect("json")) {
+            if let Err(e) = shared_kernels::model::save::write_atomic(path, serde_json::to_string_pretty(&doc).expect("json").as_bytes()) {
                 eprintln!("bench: {}: {e}", path.display());
             }
         }
