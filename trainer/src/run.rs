@@ -56,7 +56,17 @@ pub fn embedded_config(c: &Config) -> Result<ModelConfig, RunError> {
 
 /// The shape of the model `[model]` names: the embedded one's, or the checkpoint's config.json.
 pub fn model_shape(c: &Config) -> Result<ModelConfig, RunError> {
-    if c.model.path.is_empty() { embedded_config(c) } else { Ok(ModelConfig::from_file(&Path::new(&c.model.path).join("config.json"))?) }
+    if c.model.path.is_empty() {
+        return embedded_config(c);
+    }
+    let dir = Path::new(&c.model.path);
+    if dir.is_file() {
+        return Err(invalid("model.path", format!("{:?} is a file; name the checkpoint's folder (the one holding config.json and the safetensors)", c.model.path)));
+    }
+    if !dir.exists() {
+        return Err(invalid("model.path", format!("{:?} does not exist", c.model.path)));
+    }
+    Ok(ModelConfig::from_file(&dir.join("config.json"))?)
 }
 
 /// A config error naming `key` (exit 2).
