@@ -203,7 +203,9 @@ impl Telemetry {
         std::fs::create_dir_all(run_dir)?;
         let metrics_path = run_dir.join("metrics.jsonl");
         let kept: Vec<String> = std::fs::read_to_string(&metrics_path)
-            .map(|text| text.lines().filter(|l| serde_json::from_str::<StepMetrics>(l).map(|m| m.step < from).unwrap_or(false)).map(str::to_string).collect())
+            // by the line's `step` alone, so lines another version of lockstep wrote (other
+            // fields) are kept; only a line cut short by a kill is not JSON and goes
+            .map(|text| text.lines().filter(|l| serde_json::from_str::<serde_json::Value>(l).ok().and_then(|v| v.get("step")?.as_u64()).is_some_and(|step| step < from as u64)).map(str::to_string).collect())
             .unwrap_or_default();
         if metrics_path.exists() {
             let text: String = kept.iter().map(|l| format!("{l}\n")).collect();
@@ -259,5 +261,23 @@ impl Telemetry {
         std::fs::read_to_string(run_dir.join("metrics.jsonl"))
             .map(|t| t.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{StepMetrics, Telemetry};
+
+    #[test]
+    fn a_resume_keeps_every_earlier_steps_line_even_in_another_versions_format() {
+        let dir = shared_kernels::testing::Scratch::new("telemetry-resume");
+        let current = serde_json::to_string(&StepMetrics { step: 0, ..Default::default() }).unwrap();
+        // step 1 as another version wrote it (a field this one lacks, none of its own); step 3
+        // past the checkpoint; and a line a kill cut short
+        let other = r#"{"step": 1, "reward_mean": 0.5, "a_later_field": [1, 2]}"#;
+        let later = serde_json::to_string(&StepMetrics { step: 3, ..Default::default() }).unwrap();
+        std::fs::write(dir.join("metrics.jsonl"), format!("{current}\n{other}\n{later}\n{{\"step\": 2, \"rew")).unwrap();
+        Telemetry::open(&dir, false, 2).unwrap();
+        assert_eq!(std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap(), format!("{current}\n{other}\n"));
     }
 }
