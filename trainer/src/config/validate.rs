@@ -154,9 +154,16 @@ impl Config {
         Ok(())
     }
 
-    /// What only `lockstep train` reads: chat settings under a raw prompt format would be
-    /// ignored there (`lockstep sample` renders `messages` lines with them whatever the format).
+    /// What only `lockstep train` needs: a sampler that samples (GRPO's groups), and no chat
+    /// settings under a raw prompt format, which training would ignore (`lockstep sample`
+    /// renders `messages` lines with them whatever the format).
     pub fn validate_training(&self) -> Result<(), ConfigError> {
+        // a greedy sampler gives a group the same completion G times: every advantage is 0 and
+        // the update learns nothing from rewards
+        if self.sampler.temperature == 0.0 || self.sampler.top_k == 1 {
+            let key = if self.sampler.temperature == 0.0 { "sampler.temperature" } else { "sampler.top_k" };
+            return Err(ConfigError::Invalid { key: key.into(), message: "makes sampling greedy, so each GRPO group is train.group_size copies of one completion with equal rewards and zero advantages; sample (temperature > 0, top_k 0 or > 1) for training (evaluation's greedy pass is separate: train.eval_every)".into() });
+        }
         if self.task.prompt_format == PromptFormat::Raw {
             let set = [("task.system_prompt", !self.task.system_prompt.is_empty()), ("task.chat_template", !self.task.chat_template.is_empty()), ("task.chat_args", !self.task.chat_args.is_empty())];
             if let Some((key, _)) = set.into_iter().find(|(_, set)| *set) {
