@@ -105,28 +105,41 @@ pub fn plot(runs: &[(String, Scalars)], tag: &str, file: &Path) -> Result<(), St
         hi = lo + 1e-3;
         lo -= 1e-3;
     }
-    let root = BitMapBackend::new(file, (900, 520)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let mut builder = ChartBuilder::on(&root);
-    builder.margin(12).x_label_area_size(if labels { 36 } else { 0 }).y_label_area_size(if labels { 70 } else { 0 });
-    if labels {
-        builder.caption(tag, ("sans-serif", 22));
-    }
-    let mut chart = builder.build_cartesian_2d(0i64..max_step, lo..hi).map_err(|e| e.to_string())?;
-    if labels {
-        chart.configure_mesh().x_desc("step").draw().map_err(|e| e.to_string())?;
-    }
-    for (i, (name, pts)) in series.iter().enumerate() {
-        let color = Palette99::pick(i).stroke_width(2);
-        let drawn = chart.draw_series(LineSeries::new(pts.iter().cloned(), color)).map_err(|e| e.to_string())?;
+    // drawn beside the target (still .png: the backend picks the format by extension) and
+    // renamed over it, so a failed or killed report leaves the earlier plot whole
+    let tmp = file.with_file_name(format!(".{}.{}.png", file.file_stem().and_then(|n| n.to_str()).unwrap_or("plot"), std::process::id()));
+    let drawn = (|| -> Result<(), String> {
+        let root = BitMapBackend::new(&tmp, (900, 520)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut builder = ChartBuilder::on(&root);
+        builder.margin(12).x_label_area_size(if labels { 36 } else { 0 }).y_label_area_size(if labels { 70 } else { 0 });
         if labels {
-            drawn.label(name.as_str()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], Palette99::pick(i).stroke_width(2)));
+            builder.caption(tag, ("sans-serif", 22));
         }
+        let mut chart = builder.build_cartesian_2d(0i64..max_step, lo..hi).map_err(|e| e.to_string())?;
+        if labels {
+            chart.configure_mesh().x_desc("step").draw().map_err(|e| e.to_string())?;
+        }
+        for (i, (name, pts)) in series.iter().enumerate() {
+            let color = Palette99::pick(i).stroke_width(2);
+            let drawn = chart.draw_series(LineSeries::new(pts.iter().cloned(), color)).map_err(|e| e.to_string())?;
+            if labels {
+                drawn.label(name.as_str()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], Palette99::pick(i).stroke_width(2)));
+            }
+        }
+        if labels {
+            chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).position(SeriesLabelPosition::LowerRight).draw().map_err(|e| e.to_string())?;
+        }
+        root.present().map_err(|e| format!("{}: {e}", file.display()))
+    })();
+    if let Err(e) = drawn {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
     }
-    if labels {
-        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).position(SeriesLabelPosition::LowerRight).draw().map_err(|e| e.to_string())?;
-    }
-    root.present().map_err(|e| format!("{}: {e}", file.display()))
+    std::fs::rename(&tmp, file).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("{}: {e}", file.display())
+    })
 }
 
 /// The same scalars from a run's `metrics.jsonl` (one JSON object per step), for runs whose
@@ -225,6 +238,10 @@ mod tests {
         // a run without steps yet gives a table that says so
         let md = super::report(&[run], &out, 0.5).unwrap();
         assert_eq!(std::fs::read_to_string(out.join("table.md")).unwrap(), md);
+        // every file renamed into place: the plots and the table, no temp file beside them
+        let mut names: Vec<String> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        assert_eq!(names, ["kl.png", "logprob_abs_diff_max.png", "reward.png", "table.md"]);
     }
 
     #[test]
