@@ -131,15 +131,16 @@ impl Config {
         if self.task.reward != "command" && !self.task.reward_command.trim().is_empty() {
             return bad("task.reward_command", format!("is set but task.reward = \"{}\" never runs it; set task.reward = \"command\"", self.task.reward));
         }
-        let defaults = super::AblationSection::default();
-        let unused = match self.ablation.correction {
-            Correction::None => vec![("ablation.level", self.ablation.level != defaults.level), ("ablation.tis_cap", self.ablation.tis_cap != defaults.tis_cap), ("ablation.mis_threshold", self.ablation.mis_threshold != defaults.mis_threshold), ("ablation.ppo_clip", self.ablation.ppo_clip != defaults.ppo_clip)],
-            Correction::Tis => vec![("ablation.mis_threshold", self.ablation.mis_threshold != defaults.mis_threshold), ("ablation.ppo_clip", self.ablation.ppo_clip != defaults.ppo_clip)],
-            Correction::Mis => vec![("ablation.tis_cap", self.ablation.tis_cap != defaults.tis_cap), ("ablation.ppo_clip", self.ablation.ppo_clip != defaults.ppo_clip)],
-            Correction::PpoClip => vec![("ablation.tis_cap", self.ablation.tis_cap != defaults.tis_cap), ("ablation.mis_threshold", self.ablation.mis_threshold != defaults.mis_threshold)],
-        };
-        if let Some((key, _)) = unused.into_iter().find(|(_, set)| *set) {
-            return bad(key, format!("is set but ablation.correction = \"{}\" does not use it", self.ablation.correction.as_str()));
+        // each ablation setting with the corrections that read it
+        let (a, d) = (&self.ablation, super::AblationSection::default());
+        let settings = [
+            ("ablation.level", a.level != d.level, &[Correction::Tis, Correction::Mis, Correction::PpoClip][..]),
+            ("ablation.tis_cap", a.tis_cap != d.tis_cap, &[Correction::Tis][..]),
+            ("ablation.mis_threshold", a.mis_threshold != d.mis_threshold, &[Correction::Mis][..]),
+            ("ablation.ppo_clip", a.ppo_clip != d.ppo_clip, &[Correction::PpoClip][..]),
+        ];
+        if let Some((key, _, _)) = settings.iter().find(|(_, set, readers)| *set && !readers.contains(&a.correction)) {
+            return bad(key, format!("is set but ablation.correction = \"{}\" does not use it", a.correction.as_str()));
         }
         if self.task.is_dataset() && self.task.path.is_empty() {
             return bad("task.path", "task `jsonl` needs a path to a JSONL file".into());
