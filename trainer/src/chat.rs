@@ -59,6 +59,8 @@ impl ChatTemplate {
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
+        // a template whose loops never end would hang the run at its first prompt
+        env.set_fuel(Some(RENDER_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |message: String| -> Result<Value, Error> { Err(Error::new(ErrorKind::InvalidOperation, message)) });
         env.add_filter("tojson", python_tojson);
@@ -130,12 +132,19 @@ fn special_token(v: &serde_json::Value) -> Option<String> {
 
 /// A template error with the template's source and line ("template error" alone tells a user
 /// nothing about which of a checkpoint's files to fix).
+/// minijinja's instruction budget for rendering one prompt: real chat templates take a few
+/// thousand; this many is about a second of rendering.
+const RENDER_FUEL: u64 = 20_000_000;
+
 fn describe(source: &str, e: &Error) -> String {
     let mut text = format!("{source}: chat template");
     if let Some(line) = e.line() {
         text.push_str(&format!(", line {line}"));
     }
     text.push_str(&format!(": {}", e.kind()));
+    if e.kind() == ErrorKind::OutOfFuel {
+        text.push_str(&format!(" (over {RENDER_FUEL} steps rendering one prompt: a loop that does not end?)"));
+    }
     if let Some(detail) = e.detail() {
         text.push_str(&format!(": {detail}"));
     }
@@ -225,5 +234,9 @@ mod tests {
         let t = template("ok\n{{ raise_exception('only user and assistant roles') }}");
         let e = t.render(&serde_json::json!([]), true, &Default::default()).unwrap_err();
         assert!(e.contains("test.jinja") && e.contains("line 2") && e.contains("only user and assistant roles"), "{e}");
+        // loops that would run for hours stop at the render budget, naming the line
+        let t = template("ok\n{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}");
+        let e = t.render(&serde_json::json!([]), true, &Default::default()).unwrap_err();
+        assert!(e.contains("test.jinja") && e.contains("line 2") && e.contains("out of fuel") && e.contains("a loop that does not end"), "{e}");
     }
 }

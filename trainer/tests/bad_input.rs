@@ -160,7 +160,11 @@ fn a_verl_layout_dataset_trains_with_chat_prompts_and_its_faults_name_file_line_
     assert_refused(&out, 1, &["broken.parquet", "Parquet"]);
 
     // the same file as raw prompts: the message list is named, with the key that renders it
+    // (with the template file still set, the config itself is refused: raw prompts never use it)
     let raw: Vec<&str> = chat.iter().map(|&a| if a == "task.prompt_format=chat" { "task.prompt_format=raw" } else { a }).collect();
+    let out = lockstep(&[&["train", "--set", "log.run_name=raw"], &raw[..]].concat(), &dir);
+    assert_refused(&out, 2, &["task.chat_template", "task.prompt_format = \"raw\""]);
+    let raw: Vec<&str> = raw.iter().map(|&a| if a == "task.chat_template=t.jinja" { "task.chat_template=" } else { a }).collect();
     let out = lockstep(&[&["train", "--set", "log.run_name=raw"], &raw[..]].concat(), &dir);
     assert_refused(&out, 1, &["task.jsonl:1", "task.prompt_format", "chat"]);
 
