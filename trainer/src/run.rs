@@ -233,14 +233,10 @@ pub fn run_dir(c: &Config) -> PathBuf {
     Path::new(&c.log.runs_dir).join(&c.log.run_name)
 }
 
+/// The lockstep commit this binary was built from (trainer/build.rs), "unknown" when it was
+/// built outside a git checkout.
 pub fn git_revision() -> String {
-    std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
+    env!("LOCKSTEP_GIT_REVISION").to_string()
 }
 
 /// Writes the resolved config (every key, defaults filled in) and the git revision.

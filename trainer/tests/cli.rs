@@ -437,6 +437,12 @@ fn a_last_step_that_is_also_a_checkpoint_step_is_saved_once_and_never_deleted() 
     let ck = dir.join("runs/d/checkpoints");
     let names: Vec<String> = std::fs::read_dir(&ck).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(names, vec!["step-000006".to_string()], "{names:?}");
+    // the revision recorded is lockstep's own (the run's folder is in no git repository: asking
+    // git at run time gave "unknown" here, and a user's project's commit inside theirs)
+    let own = std::process::Command::new("git").args(["rev-parse", "--short", "HEAD"]).current_dir(env!("CARGO_MANIFEST_DIR")).output().ok().filter(|o| o.status.success()).map_or("unknown".to_string(), |o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(ck.join("step-000006/state.json")).unwrap()).unwrap();
+    assert_eq!(state["git_revision"], own.as_str());
+    assert!(std::fs::read_to_string(dir.join("runs/d/config.resolved.toml")).unwrap().starts_with(&format!("# resolved config; git revision {own}\n")));
 }
 
 #[test]
