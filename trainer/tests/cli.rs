@@ -343,6 +343,27 @@ fn sample_command_writes_completions_with_logprobs() {
     assert_eq!(written[0], written[1]);
     let out = lockstep(&["sample", "s.toml", "--config", "s.toml"], &dir);
     assert_eq!(out.status.code(), Some(2), "a config given twice is a usage error");
+    // an output that is a symlink keeps the link (its target is replaced), and a pipe (what
+    // `sampler.output=/dev/stdout` is under `| tool`) is written into: renaming over them turned
+    // /dev/stdout into a regular file when run as root
+    std::fs::create_dir_all(dir.join("elsewhere")).unwrap();
+    std::fs::write(dir.join("elsewhere/out.jsonl"), "old").unwrap();
+    std::os::unix::fs::symlink("elsewhere/out.jsonl", dir.join("link.jsonl")).unwrap();
+    let fifo = dir.join("pipe.jsonl");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let reader = std::thread::spawn({
+        let fifo = fifo.clone();
+        move || std::fs::read(fifo).unwrap()
+    });
+    for output in ["link.jsonl", "pipe.jsonl"] {
+        let out = lockstep(&["sample", "s.toml", "--set", &format!("sampler.output={output}")], &dir);
+        assert_eq!(out.status.code(), Some(0), "{output}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert!(std::fs::symlink_metadata(dir.join("link.jsonl")).unwrap().file_type().is_symlink());
+    assert_eq!(std::fs::read(dir.join("elsewhere/out.jsonl")).unwrap(), written[0]);
+    assert_eq!(reader.join().unwrap(), written[0]);
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
 }
 
 #[test]

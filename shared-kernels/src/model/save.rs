@@ -15,6 +15,25 @@ pub fn write_atomic(file: &Path, bytes: &[u8]) -> Result<(), ModelError> {
     write_atomic_with(file, |w| w.write_all(bytes).map_err(|e| ModelError::io(file, e)))
 }
 
+/// Where an atomic write of `file` goes. A rename replaces the directory entry it names, so a
+/// symlink would become a regular file (`/dev/stdout`, a link to a shared folder's file) and a
+/// device or pipe would be unlinked: a symlink's regular target is replaced in its own folder,
+/// and what is not a regular file is written through as a stream.
+pub enum AtomicTarget {
+    /// A regular file (existing or new): write a sibling of this path, then rename onto it.
+    Replace(PathBuf),
+    /// A device, pipe or socket (a terminal, `/dev/stdout` into a pipe): write into it.
+    Stream,
+}
+
+pub fn atomic_target(file: &Path) -> AtomicTarget {
+    match std::fs::metadata(file) {
+        Ok(m) if !m.is_file() && !m.is_dir() => AtomicTarget::Stream,
+        Ok(_) => AtomicTarget::Replace(file.canonicalize().unwrap_or_else(|_| file.to_path_buf())),
+        Err(_) => AtomicTarget::Replace(file.to_path_buf()),
+    }
+}
+
 fn temp_sibling(file: &Path) -> PathBuf {
     file.with_extension(format!("{}.tmp", file.extension().and_then(|e| e.to_str()).unwrap_or("part")))
 }
@@ -22,6 +41,16 @@ fn temp_sibling(file: &Path) -> PathBuf {
 /// Writes `file` atomically from `fill`: into a sibling temp file through an 8 MiB buffer,
 /// fsync, rename; a failed fill or write removes the temp file and leaves `file` as it was.
 fn write_atomic_with(file: &Path, fill: impl FnOnce(&mut (dyn Write + Send)) -> Result<(), ModelError>) -> Result<(), ModelError> {
+    let file = match atomic_target(file) {
+        AtomicTarget::Replace(target) => target,
+        AtomicTarget::Stream => {
+            let f = std::fs::OpenOptions::new().write(true).open(file).map_err(|e| ModelError::io(file, e))?;
+            let mut w = std::io::BufWriter::new(f);
+            fill(&mut w)?;
+            return w.flush().map_err(|e| ModelError::io(file, e));
+        }
+    };
+    let file = file.as_path();
     let tmp = temp_sibling(file);
     let written = (|| {
         let f = std::fs::File::create(&tmp).map_err(|e| ModelError::io(&tmp, e))?;
@@ -180,4 +209,31 @@ pub fn save_model(dir: &Path, model: &super::Qwen3, dtype: DType, tokenizer: Opt
         })
     })?;
     write_config_and_tokenizer(dir, &model.config, dtype, tokenizer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::write_atomic;
+
+    #[test]
+    fn an_atomic_write_replaces_a_symlinks_target_and_streams_into_a_pipe() {
+        let dir = crate::testing::Scratch::new("atomic-targets");
+        // a symlink stays a symlink; its target is replaced whole, in its own folder
+        std::fs::create_dir_all(dir.join("shared")).unwrap();
+        std::fs::write(dir.join("shared/table.md"), "old").unwrap();
+        std::os::unix::fs::symlink("shared/table.md", dir.join("table.md")).unwrap();
+        write_atomic(&dir.join("table.md"), b"new").unwrap();
+        assert!(std::fs::symlink_metadata(dir.join("table.md")).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read_to_string(dir.join("shared/table.md")).unwrap(), "new");
+        let leftovers: Vec<_> = std::fs::read_dir(dir.join("shared")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+        // a pipe (what `/dev/stdout` is under `| tool`) is written into, and is still a pipe
+        let fifo = dir.join("pipe");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let reader = { let fifo = fifo.clone(); std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap()) };
+        write_atomic(&fifo, b"streamed").unwrap();
+        assert_eq!(reader.join().unwrap(), "streamed");
+        use std::os::unix::fs::FileTypeExt;
+        assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "the pipe was replaced by a file");
+    }
 }
