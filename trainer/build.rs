@@ -8,7 +8,7 @@ fn main() {
     let dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
     let git = |args: &[&str]| Command::new("git").args(args).current_dir(&dir).output().ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
     let revision = git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into());
-    println!("cargo:rustc-env=LOCKSTEP_GIT_REVISION={revision}");
+    println!("cargo:rustc-env=BUILD_GIT_REVISION={revision}");
     println!("cargo:rerun-if-changed=build.rs");
     // a new commit or checkout moves HEAD or a branch ref (only paths that exist: a missing
     // one would rerun this script on every build)

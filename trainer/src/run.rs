@@ -236,7 +236,7 @@ pub fn run_dir(c: &Config) -> PathBuf {
 /// The lockstep commit this binary was built from (trainer/build.rs), "unknown" when it was
 /// built outside a git checkout.
 pub fn git_revision() -> String {
-    env!("LOCKSTEP_GIT_REVISION").to_string()
+    env!("BUILD_GIT_REVISION").to_string()
 }
 
 /// Writes the resolved config (every key, defaults filled in) and the git revision.
