@@ -202,6 +202,11 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("--preset qwen3-8b") && err.contains("host memory") && !err.contains("panicked"), "{err}");
+    // and so is `check`'s (it ran into the OS's out-of-memory kill)
+    let out = lockstep(&["check", "--preset", "qwen3-8b"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("--preset qwen3-8b") && err.contains("host memory"), "{err}");
     // --save-model onto a folder holding a checkpoint would replace it with random weights
     std::fs::create_dir_all(dir.join("users-model")).unwrap();
     std::fs::write(dir.join("users-model/model.safetensors"), b"the user's weights").unwrap();

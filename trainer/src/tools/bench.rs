@@ -116,10 +116,10 @@ pub(crate) fn sync(device: &Device) {
     let _ = device.sync();
 }
 
-/// The bench builds its model from a random f32 checkpoint on the host, and on a CPU runtime
+/// The bench and `check` build their model from a random f32 checkpoint on the host, and on a CPU runtime
 /// the device's copies live in host memory too: a preset past the host's free memory would be
 /// killed by the OS mid-run, so it is refused naming `--preset` and the sizes.
-fn check_host_memory(config: &ModelConfig, preset: &str) -> Result<(), String> {
+pub(crate) fn check_host_memory(config: &ModelConfig, preset: &str) -> Result<(), String> {
     let params: f64 = config.expected_tensors().iter().map(|(_, shape)| shape.iter().product::<usize>() as f64).sum();
     // bytes a parameter at the peak: on the CPU runtime qwen3-0.6b's 0.6e9 parameters peaked at
     // 9.9 GB (session 28); on CUDA the f32 checkpoint and its staging
@@ -127,7 +127,7 @@ fn check_host_memory(config: &ModelConfig, preset: &str) -> Result<(), String> {
     let need = params * per_parameter;
     match host_available_bytes() {
         Some(free) if need > free as f64 => Err(format!(
-            "--preset {preset}: its {:.2e} parameters need about {:.0} GB of host memory for the bench's random checkpoint on the {} runtime, and {:.0} GB is free; pick a smaller preset (or the --tile-sweep, which builds no model)",
+            "--preset {preset}: its {:.2e} parameters need about {:.0} GB of host memory for the random checkpoint on the {} runtime, and {:.0} GB is free; pick a smaller preset (or the --tile-sweep, which builds no model)",
             params,
             need / 1e9,
             shared_kernels::device::runtime_name(),
