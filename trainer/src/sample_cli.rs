@@ -30,19 +30,9 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
     if output.is_dir() {
         return Err(crate::run::invalid("sampler.output", format!("{:?} is a folder; name the result file", s.output)));
     }
-    // a regular file is replaced whole by renaming this process's own temp file onto it (two
-    // samples writing one output each rename a whole file; a symlink's target is replaced, not
-    // the link); a terminal or pipe (`/dev/stdout`) is written through
-    let tmp = match shared_kernels::model::save::atomic_target(output) {
-        shared_kernels::model::save::AtomicTarget::Replace(target) => {
-            let tmp = target.with_file_name(format!(".{}.{}.tmp", target.file_name().and_then(|n| n.to_str()).unwrap_or("output"), std::process::id()));
-            let cannot = |e: std::io::Error| crate::run::invalid("sampler.output", format!("{:?} cannot be written ({}: {e})", s.output, tmp.display()));
-            std::fs::File::create(&tmp).map_err(cannot)?;
-            let _ = std::fs::remove_file(&tmp);
-            Some((tmp, target))
-        }
-        shared_kernels::model::save::AtomicTarget::Stream => None,
-    };
+    // written atomically (shared_kernels::model::save): a file is replaced whole, a symlink's
+    // target rather than the link, and a pipe (`/dev/stdout`) is written into
+    shared_kernels::model::save::check_writable(output).map_err(|e| crate::run::invalid("sampler.output", format!("{:?} cannot be written ({e})", s.output)))?;
     // a chat template only when some line holds messages (so plain prompt files need none)
     let mut chat: Option<crate::chat::ChatPrompts> = None;
     let mut requests = Vec::new();
@@ -147,25 +137,13 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
     all_phases.absorb(&steady_phases);
     // one machine-readable line for benchmark scripts (experiments/seed_bench.sh)
     eprintln!("sample-timing {}", serde_json::json!({"load_s": load_s, "first_wave_s": first_wave_s, "steady_s": steady_s, "steady_tokens": steady_tokens, "tokens": generated, "sample_s": seconds, "kernels": cfg.ablation.sampler_kernels, "steady_engine_steps": steady_phases.steps, "steady_launch_s": steady_phases.launch_s, "steady_wait_s": steady_phases.wait_s, "all_engine_steps": all_phases.steps, "all_launch_s": all_phases.launch_s, "all_wait_s": all_phases.wait_s, "all_replayed_steps": all_phases.replayed_steps}));
-    let Some((tmp, target)) = tmp else {
-        let io = |e: std::io::Error| RunError::Other(format!("writing {}: {e}", s.output));
-        let mut out = std::io::BufWriter::new(std::fs::OpenOptions::new().write(true).open(output).map_err(io)?);
-        let failed = write_results(&mut out, order, &mut results, &policy).map_err(io)?;
-        out.flush().map_err(io)?;
-        return Ok(failed);
-    };
-    // a write that fails (a full disk) leaves no partial file beside the output
-    let io = |e: std::io::Error| RunError::Other(format!("writing {}: {e} (sampler.output is left as it was)", tmp.display()));
-    let written = std::fs::File::create(&tmp).map_err(io).and_then(|mut out| {
-        let failed = write_results(&mut out, order, &mut results, &policy).map_err(io)?;
-        out.sync_all().map_err(io)?;
-        std::fs::rename(&tmp, &target).map_err(|e| RunError::Other(format!("{}: {e}", s.output)))?;
-        Ok(failed)
-    });
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+    let mut failed = 0;
+    shared_kernels::model::save::write_atomic_with(output, |out| {
+        failed = write_results(out, order, &mut results, &policy).map_err(|e| shared_kernels::model::ModelError::io(output, e))?;
+        Ok(())
+    })
+    .map_err(|e| RunError::Other(format!("writing {e} (sampler.output is left as it was)")))?;
+    Ok(failed)
 }
 
 /// The results in `order` as JSON lines into `out`; returns how many failed.

@@ -19,14 +19,14 @@ pub fn write_atomic(file: &Path, bytes: &[u8]) -> Result<(), ModelError> {
 /// symlink would become a regular file (`/dev/stdout`, a link to a shared folder's file) and a
 /// device or pipe would be unlinked: a symlink's regular target is replaced in its own folder,
 /// and what is not a regular file is written through as a stream.
-pub enum AtomicTarget {
+enum AtomicTarget {
     /// A regular file (existing or new): write a sibling of this path, then rename onto it.
     Replace(PathBuf),
     /// A device, pipe or socket (a terminal, `/dev/stdout` into a pipe): write into it.
     Stream,
 }
 
-pub fn atomic_target(file: &Path) -> AtomicTarget {
+fn atomic_target(file: &Path) -> AtomicTarget {
     match std::fs::metadata(file) {
         Ok(m) if !m.is_file() && !m.is_dir() => AtomicTarget::Stream,
         Ok(_) => AtomicTarget::Replace(file.canonicalize().unwrap_or_else(|_| file.to_path_buf())),
@@ -34,13 +34,30 @@ pub fn atomic_target(file: &Path) -> AtomicTarget {
     }
 }
 
+/// This process's temp file beside `file`: two processes writing one file each rename a whole
+/// file of their own, never a mix.
 fn temp_sibling(file: &Path) -> PathBuf {
-    file.with_extension(format!("{}.tmp", file.extension().and_then(|e| e.to_str()).unwrap_or("part")))
+    let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("output");
+    file.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
 }
 
-/// Writes `file` atomically from `fill`: into a sibling temp file through an 8 MiB buffer,
-/// fsync, rename; a failed fill or write removes the temp file and leaves `file` as it was.
-fn write_atomic_with(file: &Path, fill: impl FnOnce(&mut (dyn Write + Send)) -> Result<(), ModelError>) -> Result<(), ModelError> {
+/// Whether an atomic write of `file` could start: its temp file can be made (and is removed
+/// again); a stream is opened when written. For checks before long work whose result goes there.
+pub fn check_writable(file: &Path) -> std::io::Result<()> {
+    match atomic_target(file) {
+        AtomicTarget::Replace(target) => {
+            let tmp = temp_sibling(&target);
+            std::fs::File::create(&tmp)?;
+            std::fs::remove_file(&tmp)
+        }
+        AtomicTarget::Stream => Ok(()),
+    }
+}
+
+/// Writes `file` atomically from `fill`: into this process's sibling temp file through an
+/// 8 MiB buffer, fsync, rename (onto a symlink's target); a failed fill or write removes the
+/// temp file and leaves `file` as it was. A pipe or terminal is written into.
+pub fn write_atomic_with(file: &Path, fill: impl FnOnce(&mut (dyn Write + Send)) -> Result<(), ModelError>) -> Result<(), ModelError> {
     let file = match atomic_target(file) {
         AtomicTarget::Replace(target) => target,
         AtomicTarget::Stream => {

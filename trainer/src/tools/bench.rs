@@ -163,9 +163,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     }
     // the JSON's folder must take a file before any timing is spent (it is written row by row)
     if let Some(path) = &o.json {
-        let probe = path.with_file_name(format!(".{}.{}.probe", path.file_name().and_then(|n| n.to_str()).unwrap_or("bench"), std::process::id()));
-        std::fs::write(&probe, b"").map_err(|e| format!("--json {}: cannot be written ({e})", path.display()))?;
-        let _ = std::fs::remove_file(&probe);
+        shared_kernels::model::save::check_writable(path).map_err(|e| format!("--json {}: cannot be written ({e})", path.display()))?;
     }
     if o.repeats == 0 {
         return Err("--repeats: every timing is the median of at least 1 run, got 0".into());
