@@ -90,7 +90,10 @@ fn main() -> ExitCode {
             let (rows, ffn, hidden) = if shared_kernels::device::runtime_name() == "cuda" { (4096, 6144, 2048) } else { (64, dims.ffn, dims.hidden) };
             lockstep_rows("fused backward", guarded(|| shared_kernels::testing::fused_backward::fused_backward_checks(dtype, &device, seed, rows, ffn, hidden).map_err(|e| e.to_string())));
             lockstep_rows("attention backward statistics", guarded(|| shared_kernels::testing::attention_backward::backward_stats_checks(dtype, &device, seed).map_err(|e| e.to_string())));
-            lockstep_rows("attention backward fast math", guarded(|| shared_kernels::testing::attention_backward::fast_math_checks(dtype, &device, seed).map_err(|e| e.to_string())));
+            // both LOCKSTEP_BACKWARD_MATH arms, whichever the process runs: their accuracy side by side
+            for (fast, group) in [(true, "attention backward fast math"), (false, "attention backward exact math")] {
+                lockstep_rows(group, guarded(|| shared_kernels::testing::attention_backward::backward_math_checks(dtype, &device, seed, fast).map_err(|e| e.to_string())));
+            }
             lockstep_rows("model contract", guarded(|| shared_kernels::testing::contract::model_contract(dtype, &device, seed, 8).map_err(|e| e.to_string())));
         }
         for which in impls {

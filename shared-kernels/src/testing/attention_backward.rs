@@ -1,7 +1,7 @@
 //! The tensor-core attention backward's options on the battery (CUDA in bf16/f16 only, where
 //! the kernels run; elsewhere no rows): the softmax statistics taken from the training forward
 //! (`LOCKSTEP_BACKWARD_STATS=forward`, the default) against the backward's own pass over the
-//! keys (the statistics and dQ, dK, dV equal as bits), and `LOCKSTEP_BACKWARD_MATH=fast`
+//! keys (the statistics and dQ, dK, dV equal as bits), and each `LOCKSTEP_BACKWARD_MATH` arm
 //! (batch invariant as bits, accurate to the f32 reference's bound).
 
 use crate::ops::attention::causal::causal_attention_with_stats;
@@ -68,11 +68,12 @@ pub fn backward_stats_checks(dtype: DType, device: &Device, seed: u64) -> Result
     Ok(out)
 }
 
-/// `LOCKSTEP_BACKWARD_MATH=fast` (its own gradient bits): a sequence's dQ, dK, dV computed in a
-/// launch with the others = computed alone, as bits, and each within 2% of the f32 dense
-/// reference (the largest |difference| over the largest |reference| value, as the exact arm's
-/// accuracy rows).
-pub fn fast_math_checks(dtype: DType, device: &Device, seed: u64) -> Result<Vec<Check>, KernelError> {
+/// One arm of `LOCKSTEP_BACKWARD_MATH` (`fast`: `ex2.approx` and a reciprocal; `exact`: `exp` and
+/// a division; each its own gradient bits), whatever the process's choice (the battery runs
+/// both, so their errors sit side by side): a sequence's dQ, dK, dV computed in a launch with
+/// the others = computed alone, as bits, and each within 2% of the f32 dense reference (the
+/// largest |difference| over the largest |reference| value).
+pub fn backward_math_checks(dtype: DType, device: &Device, seed: u64, fast: bool) -> Result<Vec<Check>, KernelError> {
     use crate::ops::attention::backward::dense_sequence;
     use crate::ops::attention::mma_backward::mma_attention_backward;
     let (heads, kv_heads, d) = (16usize, 8usize, 128usize);
@@ -87,15 +88,16 @@ pub fn fast_math_checks(dtype: DType, device: &Device, seed: u64) -> Result<Vec<
     let (slots, positions, sequences) = training_layout(&lens);
     let scale = 1.0 / (d as f32).sqrt();
     let o = crate::causal_attention(q.clone(), k.clone(), v.clone(), &slots, &positions, scale)?;
-    let all = mma_attention_backward(q.clone(), k.clone(), v.clone(), o.clone(), d_out.clone(), &sequences, scale, None, true)?;
+    let all = mma_attention_backward(q.clone(), k.clone(), v.clone(), o.clone(), d_out.clone(), &sequences, scale, None, fast)?;
     let all = [host(all.d_q), host(all.d_k), host(all.d_v)];
+    let arm = if fast { "fast" } else { "exact" };
     let mut out = Vec::new();
     let (mut bad_bits, mut max_bits) = (0, 0.0f64);
     let (mut bad_accuracy, mut worst) = (0, 0.0f64);
     for &(start, len) in &sequences {
         let part = |t: &burn::tensor::Tensor<3>, h: usize| t.clone().slice([start..start + len, 0..h, 0..d]);
         let (qs, ks, vs, os, ds) = (part(&q, heads), part(&k, kv_heads), part(&v, kv_heads), part(&o, heads), part(&d_out, heads));
-        let alone = mma_attention_backward(qs.clone(), ks.clone(), vs.clone(), os, ds.clone(), &[(0, len)], scale, None, true)?;
+        let alone = mma_attention_backward(qs.clone(), ks.clone(), vs.clone(), os, ds.clone(), &[(0, len)], scale, None, fast)?;
         let (rq, rk, rv) = dense_sequence(qs, ks, vs, ds, scale);
         for ((got, want), (i, h)) in [(alone.d_q, rq), (alone.d_k, rk), (alone.d_v, rv)].into_iter().zip([(0usize, heads), (1, kv_heads), (2, kv_heads)]) {
             let (got, want) = (host(got), host(want));
@@ -109,7 +111,7 @@ pub fn fast_math_checks(dtype: DType, device: &Device, seed: u64) -> Result<Vec<
             worst = worst.max(rel);
         }
     }
-    out.push(Check { op: format!("attention backward, LOCKSTEP_BACKWARD_MATH=fast: each sequence alone = in one launch with the others ({lens:?} tokens, dQ/dK/dV rows)"), dtype: dtype_name(dtype), m: 3 * rows, rows_differing: bad_bits, max_abs_diff: max_bits });
-    out.push(Check { op: format!("attention backward, LOCKSTEP_BACKWARD_MATH=fast, vs the f32 dense reference ({lens:?} tokens; value: worst relative error; bound 2%)"), dtype: dtype_name(dtype), m: 3 * lens.len(), rows_differing: bad_accuracy, max_abs_diff: worst });
+    out.push(Check { op: format!("attention backward, LOCKSTEP_BACKWARD_MATH={arm}: each sequence alone = in one launch with the others ({lens:?} tokens, dQ/dK/dV rows)"), dtype: dtype_name(dtype), m: 3 * rows, rows_differing: bad_bits, max_abs_diff: max_bits });
+    out.push(Check { op: format!("attention backward, LOCKSTEP_BACKWARD_MATH={arm}, vs the f32 dense reference ({lens:?} tokens; value: worst relative error; bound 2%)"), dtype: dtype_name(dtype), m: 3 * lens.len(), rows_differing: bad_accuracy, max_abs_diff: worst });
     Ok(out)
 }
