@@ -4,6 +4,8 @@
 #   PART=rung17 / rung06 / rung4   the rungs' step 0 with MATH (default fast): the weights
 #                 fingerprints the arithmetic change gives (exact: 4ff415b8dedb1350,
 #                 ef4829e7211e1545, 29f943f40ec64c89)
+#   PART=dq       the 1.7B update with LOCKSTEP_BACKWARD_DQ recompute / stored, each math arm
+#                 (stored: dQ from the key kernel's dS, the same bits, battery-checked)
 #   PART=twice    the 0.6B 64 x 1024 step 0 twice with MATH: run to run in every field
 # MATH=exact|fast sets LOCKSTEP_BACKWARD_MATH for the rung parts (unset: the binary's default).
 # KV06 (MiB, default 62000): the 0.6B rung's KV pool (smaller on an 80 GB card: preemptions, the same bits).
@@ -17,10 +19,14 @@ ab)
   for v in exact fast exact fast; do
     echo "### LOCKSTEP_BACKWARD_MATH=$v"; LOCKSTEP_BACKWARD_MATH=$v timeout 150 /tmp/lockstep bench --preset qwen3-1.7b --dtype bf16 --concurrency none --trainer-only --trainer-batches 4 --trainer-len 4096 --repeats 2 2>&1 | grep "^| \|rror"
   done | tee $O/fast-ab.md ;;
+dq)
+  for m in exact fast; do for d in recompute stored recompute stored; do
+    echo "### LOCKSTEP_BACKWARD_MATH=$m LOCKSTEP_BACKWARD_DQ=$d"; LOCKSTEP_BACKWARD_MATH=$m LOCKSTEP_BACKWARD_DQ=$d timeout 150 /tmp/lockstep bench --preset qwen3-1.7b --dtype bf16 --concurrency none --trainer-only --trainer-batches 4 --trainer-len 4096 --repeats ${REPEATS:-2} 2>&1 | grep "^| 4\|rror"
+  done; done | tee $O/dq-ab.md ;;
 battery)
   gunzip -c .gpu/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery
   timeout ${BATTERY_LIMIT:-300} /tmp/lockstep-battery --dtypes bf16 > $O/battery.md 2>&1; echo "battery rc $?: $(grep -c '| yes |' $O/battery.md) rows identical, $(grep -ci '| no |' $O/battery.md) not"
-  grep -i "math\|checks bit-identical\|error" $O/battery.md | head -6 ;;
+  grep -i "math\|stored\|checks bit-identical\|error" $O/battery.md | head -16 ;;
 rung17)
   SCALE_SET="--set task.reward=char_f1 --set sampler.kv_budget_mib=61500 --set train.on_mismatch=stop" SCALE_ARGS="--max-steps ${STEPS:-1}" \
     O=$O/rung17 SCALE_LIMIT=${RUNG_LIMIT:-420} bash experiments/scale.sh qwen3-1.7b:256x4096:8:16384 2>&1 | tail -1

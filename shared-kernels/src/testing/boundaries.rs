@@ -246,7 +246,7 @@ fn tensor_core_backward_accuracy(dtype: DType, device: &Device, rng: &mut StdRng
         let positions: Vec<u32> = (0..len as u32).collect();
         let o = crate::causal_attention(q.clone(), k.clone(), v.clone(), &slots, &positions, scale)?;
         let (rq, rk, rv) = dense_sequence(q.clone(), k.clone(), v.clone(), d_out.clone(), scale);
-        let g = mma_attention_backward(q, k, v, o, d_out, &[(0, len)], scale, None, false)?;
+        let g = mma_attention_backward(q, k, v, o, d_out, &[(0, len)], scale, None, false, false)?;
         let (gq, gk, gv) = (g.d_q, g.d_k, g.d_v);
         let (mut worst, mut bad) = (0.0f64, 0);
         for (got, want) in [(gq, rq), (gk, rk), (gv, rv)] {
