@@ -119,6 +119,9 @@ pub(crate) fn mma_backward_dq_kernel<F: Float, N: Size, I: Int>(
         let row0 = ds_block(ds_bases, tile, len, 0, first_pos, head) / comptime!(KV_SPLIT);
         stage_split_async::<F, N>(k, &mut k_sh, 0, start, kv_heads, kv_head, keys_in_split(most_keys, 0), head_dim, comptime!(VS), comptime!(UNITS));
         stage_split_async::<F, N>(d_s, &mut ds_sh, 0, row0, 1, 0, comptime!(KV_SPLIT), comptime!(KV_SPLIT), comptime!(VS), comptime!(UNITS));
+        // split 0's copies are their own group: the loop's wait_copies(1) leaves only the newest
+        // group in flight, so without this commit split 0 would be read before it lands
+        commit_copies();
         let k_addr = shared_address::<Vector<F, N>>(&k_sh);
         let ds_addr = shared_address::<Vector<F, N>>(&ds_sh);
         // the longest prefix among the warp's rows (the query kernel's skip rule)
