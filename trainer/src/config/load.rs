@@ -16,18 +16,14 @@ impl Config {
         for spec in overrides {
             apply_override(&mut doc, spec)?;
         }
+        if overrides.is_empty() {
+            // parse the original text, so errors point at its lines
+            let config: Config = toml::from_str(&text).map_err(|e| ConfigError::Parse { file, message: with_key(&text, &e) })?;
+            config.validate()?;
+            return Ok(config);
+        }
         let merged = toml::to_string(&doc).expect("table serialises");
-        // parse the original text when there are no overrides, so errors point at its lines
-        let source = if overrides.is_empty() { text } else { merged };
-        let config: Config = toml::from_str(&source).map_err(|e| {
-            // name the dotted key the error is at (a mode's unknown spelling, a wrong type)
-            let key = e.span().and_then(|span| key_at(&source, span.start));
-            let message = match key {
-                Some(key) => format!("config key `{key}`: {e}"),
-                None => e.to_string(),
-            };
-            ConfigError::Parse { file: if overrides.is_empty() { file } else { format!("{file} (with --set overrides)") }, message }
-        })?;
+        let config: Config = toml::from_str(&merged).map_err(|e| merged_error(&file, &text, &merged, overrides, &e))?;
         config.validate()?;
         Ok(config)
     }
@@ -40,6 +36,37 @@ impl Config {
         config.validate_training()?;
         Ok(config)
     }
+}
+
+/// The parse error `e` of `source` with the dotted key it is at (a mode's unknown spelling, a
+/// wrong type) in front.
+fn with_key(source: &str, e: &toml::de::Error) -> String {
+    match e.span().and_then(|span| key_at(source, span.start)) {
+        Some(key) => format!("config key `{key}`: {e}"),
+        None => e.to_string(),
+    }
+}
+
+/// An error of the document merged from the file and the overrides, told where its value came
+/// from: the `--set` that wrote the key, or else the file at its own line (the merged
+/// document's line numbers are nobody's).
+fn merged_error(file: &str, text: &str, merged: &str, overrides: &[String], e: &toml::de::Error) -> ConfigError {
+    let key = e.span().and_then(|span| key_at(merged, span.start));
+    if let Some(key) = &key {
+        // the last override of the key (or of a table holding it, or an entry of it) set it
+        let within = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}.")) || b.starts_with(&format!("{a}."));
+        if let Some(spec) = overrides.iter().rev().find(|spec| within(spec.split('=').next().unwrap_or("").trim(), key)) {
+            return ConfigError::Override { spec: spec.clone(), message: format!("config key `{key}`: {}", e.message()) };
+        }
+    }
+    if let Err(file_error) = toml::from_str::<Config>(text) {
+        return ConfigError::Parse { file: file.to_string(), message: with_key(text, &file_error) };
+    }
+    let message = match key {
+        Some(key) => format!("config key `{key}`: {}", e.message()),
+        None => e.message().to_string(),
+    };
+    ConfigError::Parse { file: format!("{file} (with --set overrides)"), message }
 }
 
 /// The `section.key` of the TOML line holding byte `offset` of `source` (a key line under a
@@ -110,6 +137,23 @@ mod tests {
         std::fs::write(&file, "[train]\nsteps = 2\n\n[ablation]\ncorrection = \"tiss\"\n").unwrap();
         let e = Config::load(Some(&file), &[]).unwrap_err().to_string();
         assert!(e.contains("c.toml") && e.contains("line 5") && e.contains("config key `ablation.correction`") && e.contains("ppo_clip"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_bad_value_names_the_set_that_wrote_it_or_the_files_own_line() {
+        let dir = shared_kernels::testing::Scratch::new("config-origin");
+        let file = dir.join("c.toml");
+        std::fs::write(&file, "# a comment\n[sampler]\nseed = -1\n").unwrap();
+        // the file's value: its own line 3, whatever the overrides add above it
+        let e = Config::load(Some(&file), &["train.steps=3".into(), "log.run_name=x".into()]).unwrap_err().to_string();
+        assert!(e.contains("c.toml") && e.contains("line 3") && e.contains("config key `sampler.seed`") && !e.contains("--set"), "{e}");
+        // an override's value: the override, not a line of the merged document
+        std::fs::write(&file, "[sampler]\nseed = 4\n").unwrap();
+        let e = Config::load(Some(&file), &["train.steps=-3".into()]).unwrap_err().to_string();
+        assert!(e.starts_with("--set train.steps=-3: config key `train.steps`") && !e.contains("line"), "{e}");
+        let e = Config::load(None, &["sampler.seed=5".into(), "task.chat_args.x=1".into(), "sampler.top_p=x".into()]).unwrap_err().to_string();
+        assert!(e.starts_with("--set sampler.top_p=x: config key `sampler.top_p`"), "{e}");
         std::fs::remove_dir_all(&dir).ok();
     }
 
