@@ -78,7 +78,7 @@ pub enum SampleError {
     TooLong { id: u64, prompt: usize, max_new: usize, context: usize },
     #[error("request {id}: max_new_tokens must be at least 1")]
     NoNewTokens { id: u64 },
-    #[error("request {id}: temperature must be a finite number >= 0, got {value}")]
+    #[error("request {id}: temperature must be 0 (greedy) or a finite number whose reciprocal is finite in f32 (at least about 2.9e-39: the logits are scaled by 1 / temperature), got {value}")]
     BadTemperature { id: u64, value: f32 },
     #[error("request {id}: top_p must be in (0, 1], got {value}")]
     BadTopP { id: u64, value: f32 },
@@ -109,7 +109,7 @@ impl Request {
         if self.prompt.len() + p.max_new_tokens > context {
             return Err(SampleError::TooLong { id, prompt: self.prompt.len(), max_new: p.max_new_tokens, context });
         }
-        if !(p.temperature.is_finite() && p.temperature >= 0.0) {
+        if !(p.temperature.is_finite() && p.temperature >= 0.0) || (p.temperature > 0.0 && !(1.0 / p.temperature).is_finite()) {
             return Err(SampleError::BadTemperature { id, value: p.temperature });
         }
         if !(p.top_p > 0.0 && p.top_p <= 1.0) {
@@ -119,5 +119,40 @@ impl Request {
             return Err(SampleError::EmptyStop { id, index });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(prompt: Vec<u32>, params: SamplingParams) -> Request {
+        Request { id: 7, prompt, params }
+    }
+
+    #[test]
+    fn each_request_the_engine_cannot_serve_is_refused_naming_the_setting() {
+        let ok = SamplingParams { max_new_tokens: 4, ..SamplingParams::default() };
+        assert_eq!(request(vec![1, 2], ok.clone()).validate(10, 8), Ok(()));
+        let cases: Vec<(Vec<u32>, SamplingParams, &str)> = vec![
+            (vec![], ok.clone(), "empty"),
+            (vec![1, 10], ok.clone(), "token id 10"),
+            (vec![1, 2], SamplingParams { max_new_tokens: 0, ..ok.clone() }, "max_new_tokens"),
+            (vec![1, 2, 3, 4, 5], ok.clone(), "exceeds the context of 8"),
+            (vec![1], SamplingParams { temperature: -0.5, ..ok.clone() }, "temperature"),
+            (vec![1], SamplingParams { temperature: f32::NAN, ..ok.clone() }, "temperature"),
+            // a subnormal temperature: 1 / t overflows, every scaled logit and logprob is NaN
+            (vec![1], SamplingParams { temperature: 1e-45, ..ok.clone() }, "reciprocal"),
+            (vec![1], SamplingParams { top_p: 0.0, ..ok.clone() }, "top_p"),
+            (vec![1], SamplingParams { stop: vec!["a".into(), String::new()], ..ok.clone() }, "stop string 1"),
+        ];
+        for (prompt, params, needle) in cases {
+            let err = request(prompt.clone(), params.clone()).validate(10, 8).expect_err(needle).to_string();
+            assert!(err.starts_with("request 7") && err.contains(needle), "{prompt:?} {params:?}: {err}");
+        }
+        // the smallest temperatures that still scale: zero (greedy) and a normal f32
+        for t in [0.0, 1e-30, f32::MIN_POSITIVE] {
+            assert_eq!(request(vec![1], SamplingParams { temperature: t, ..ok.clone() }).validate(10, 8), Ok(()), "{t}");
+        }
     }
 }

@@ -122,6 +122,7 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
         ("reward_command.toml", "[task]\nreward_command = \"python3 score.py\"\n", vec!["task.reward_command", "task.reward = \"exact\""]),
         ("tis_cap.toml", "[ablation]\ntis_cap = 3.0\n", vec!["ablation.tis_cap", "ablation.correction = \"none\""]),
         ("greedy.toml", "[sampler]\ntemperature = 0.0\n", vec!["sampler.temperature", "greedy", "zero advantages"]),
+        ("tiny_temperature.toml", "[sampler]\ntemperature = 1e-45\n", vec!["sampler.temperature", "overflows"]),
         ("raw_chat.toml", "[task]\nsystem_prompt = \"Be brief.\"\n", vec!["task.system_prompt", "task.prompt_format = \"raw\""]),
         ("model_file.toml", "[model]\npath = \"model_file.toml\"\n", vec!["model.path", "is a file", "folder"]),
         ("model_missing.toml", "[model]\npath = \"no-such-checkpoint\"\n", vec!["model.path", "does not exist"]),

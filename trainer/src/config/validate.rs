@@ -81,6 +81,10 @@ impl Config {
         if !(self.sampler.temperature.is_finite() && self.sampler.temperature >= 0.0) {
             return bad("sampler.temperature", format!("must be >= 0, got {}", self.sampler.temperature));
         }
+        if self.sampler.temperature > 0.0 && !(1.0 / self.sampler.temperature).is_finite() {
+            // the logits are scaled by 1 / temperature: an infinite scale makes every logprob NaN
+            return bad("sampler.temperature", format!("{:e} is too small: its reciprocal overflows f32 (at least about 2.9e-39; 0 means greedy)", self.sampler.temperature));
+        }
         if !(self.sampler.top_p > 0.0 && self.sampler.top_p <= 1.0) {
             return bad("sampler.top_p", format!("must be in (0, 1], got {}", self.sampler.top_p));
         }

@@ -389,6 +389,8 @@ impl SamplingInputs {
         ensure!(!params.is_empty(), OP, "no parameter rows");
         for (r, p) in params.iter().enumerate() {
             ensure!(p.temperature.is_finite() && p.temperature >= 0.0, OP, "row {r}: temperature must be >= 0, got {}", p.temperature);
+            // the logits are scaled by 1 / t: an infinite scale turns every logprob into NaN
+            ensure!(p.temperature == 0.0 || (1.0 / p.temperature).is_finite(), OP, "row {r}: temperature {:e} is too small: its reciprocal overflows f32", p.temperature);
             ensure!(p.top_p > 0.0 && p.top_p <= 1.0, OP, "row {r}: top_p must be in (0, 1], got {}", p.top_p);
         }
         Ok(())
