@@ -19,6 +19,9 @@
 //!    `dV += Pᵀ dO` and `dK += dSᵀ Q` (Pᵀ and dSᵀ rounded to the dtype), each split's
 //!    products added to f32 accumulators held in registers.
 //! `dQ` and `dK` carry the softmax scale; scores are `(q . k) * scale` as in the forward.
+//! With the forward's statistics and `LOCKSTEP_BACKWARD_DQ=stored`, step 2 also writes its dSᵀ
+//! blocks and [`crate::ops::attention::mma_backward_dq`] computes dQ from them in step 1's
+//! order, in place of step 1 (an experiment: its battery rows decide whether it stays).
 //!
 //! Both kernels keep two copies of the stages that change from step to step (K and V on the
 //! query side, Q, dO and the statistics on the key side): the next step's copies are in flight
