@@ -162,6 +162,18 @@ impl Config {
     /// What only `lockstep train` needs: a sampler that samples (GRPO's groups), and no chat
     /// settings under a raw prompt format, which training would ignore (`lockstep sample`
     /// renders `messages` lines with them whatever the format).
+    /// Settings `lockstep train` runs as asked but whose effect a user may not expect, a
+    /// sentence each naming the key (printed as warnings before the run).
+    pub fn training_warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let s = &self.sampler;
+        if s.top_p < 1.0 || s.top_k > 0 {
+            let key = if s.top_p < 1.0 { format!("sampler.top_p = {}", s.top_p) } else { format!("sampler.top_k = {}", s.top_k) };
+            warnings.push(format!("{key}: rollouts are drawn from the truncated distribution, while the sampler's logprobs and the loss use the full softmax at the temperature (equal as bits on both sides, docs/sampler.md); the gradient misses the truncation's own term, so the update is not exactly on-policy for what was sampled. For on-policy GRPO keep sampler.top_p = 1 and sampler.top_k = 0"));
+        }
+        warnings
+    }
+
     pub fn validate_training(&self) -> Result<(), ConfigError> {
         // a greedy sampler gives a group the same completion G times: every advantage is 0 and
         // the update learns nothing from rewards
@@ -198,5 +210,19 @@ impl Config {
             return bad("model.init_std", format!("must be a finite number > 0, got {}", m.init_std));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    #[test]
+    fn truncated_sampling_in_training_is_a_warning_naming_the_key_and_the_defaults_give_none() {
+        assert!(Config::load_training(None, &[]).unwrap().training_warnings().is_empty());
+        for (set, key) in [("sampler.top_p=0.9", "sampler.top_p = 0.9"), ("sampler.top_k=50", "sampler.top_k = 50")] {
+            let warnings = Config::load_training(None, &[set.into()]).unwrap().training_warnings();
+            assert!(warnings.len() == 1 && warnings[0].starts_with(key) && warnings[0].contains("on-policy"), "{set}: {warnings:?}");
+        }
     }
 }
