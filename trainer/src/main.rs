@@ -219,8 +219,8 @@ fn run(cli: Cli) -> Result<(), RunError> {
             let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
             trainer::distributed::launch::launch_local(n, &trainer::distributed::launch::without_gpus(&args))
         }
-        Command::Train { config, overrides, resume, max_steps, ranks_in_threads: Some(n), .. } => Config::load_training(config.as_deref(), &overrides).map(warned).map_err(RunError::from).and_then(|c| trainer::distributed::threads::train_from_cli(c, n, resume, max_steps)),
-        Command::Train { config, overrides, resume, max_steps, allow_config_change, .. } => Config::load_training(config.as_deref(), &overrides).map(warned).map_err(RunError::from).and_then(|c| train(c, resume, max_steps, allow_config_change)),
+        Command::Train { config, overrides, resume, max_steps, ranks_in_threads: Some(n), .. } => Config::load_training(config.as_deref(), &overrides).map(Config::with_warnings_printed).map_err(RunError::from).and_then(|c| trainer::distributed::threads::train_from_cli(c, n, resume, max_steps)),
+        Command::Train { config, overrides, resume, max_steps, allow_config_change, .. } => Config::load_training(config.as_deref(), &overrides).map(Config::with_warnings_printed).map_err(RunError::from).and_then(|c| train(c, resume, max_steps, allow_config_change)),
         Command::Bench { preset, concurrency, prompt_len, new_tokens, ragged_lengths, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, tile_sweep, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, trainer_recompute, matmul_m, json, save_model, load_bench } => {
             let dtype = parse_dtype("--dtype", &dtype)?;
             let concurrency: Vec<usize> = match concurrency.iter().filter(|c| *c != "none").map(|c| c.parse::<usize>()).collect() {
@@ -240,16 +240,6 @@ fn run(cli: Cli) -> Result<(), RunError> {
 
 /// `name` as a dtype this device computes in (bf16 on a device without it would fail inside
 /// the kernel compiler on cubecl's device thread).
-/// `cfg` after printing its training warnings (on rank 0 only, where ranks are processes).
-fn warned(cfg: Config) -> Config {
-    if std::env::var_os("RANK").is_none_or(|r| r == "0") {
-        for warning in cfg.training_warnings() {
-            eprintln!("warning: {warning}");
-        }
-    }
-    cfg
-}
-
 fn parse_dtype(flag: &str, name: &str) -> Result<DType, RunError> {
     let dtype = match name {
         "f32" => DType::F32,

@@ -174,6 +174,17 @@ impl Config {
         warnings
     }
 
+    /// `self` after printing [`Self::training_warnings`] to stderr (on rank 0 only, where ranks
+    /// are processes).
+    pub fn with_warnings_printed(self) -> Self {
+        if std::env::var_os("RANK").is_none_or(|r| r == "0") {
+            for warning in self.training_warnings() {
+                eprintln!("warning: {warning}");
+            }
+        }
+        self
+    }
+
     pub fn validate_training(&self) -> Result<(), ConfigError> {
         // a greedy sampler gives a group the same completion G times: every advantage is 0 and
         // the update learns nothing from rewards
