@@ -66,6 +66,9 @@ fn problem_of(v: &serde_json::Value, c: &TaskSection) -> Result<Problem, String>
                 if !(m.get("role").is_some_and(J::is_string) && m.get("content").is_some()) {
                     return Err(format!("`{}` message {i} has no string \"role\" and \"content\"", c.prompt_key));
                 }
+                if let Some(what) = m.get("content").and_then(crate::parquet_rows::unreadable) {
+                    return Err(format!("`{}` message {i}'s \"content\" is {what}", c.prompt_key));
+                }
             }
             (String::new(), Some(J::Array(list.clone())))
         }
@@ -76,13 +79,17 @@ fn problem_of(v: &serde_json::Value, c: &TaskSection) -> Result<Problem, String>
     Ok(Problem { prompt, answer, numbers: vec![], target: 0, line: 0, messages })
 }
 
-fn kind(v: &serde_json::Value) -> &'static str {
-    match v {
+fn kind(v: &serde_json::Value) -> String {
+    if let Some(what) = crate::parquet_rows::unreadable(v) {
+        return what.to_string();
+    }
+    let name = match v {
         serde_json::Value::Null => "null",
         serde_json::Value::Bool(_) => "a boolean",
         serde_json::Value::Number(_) => "a number",
         serde_json::Value::String(_) => "a string",
         serde_json::Value::Array(_) => "a list",
         serde_json::Value::Object(_) => "an object",
-    }
+    };
+    name.to_string()
 }
