@@ -91,6 +91,10 @@ pub(crate) fn check_sizes(c: &Config, m: &ModelConfig) -> Result<(), RunError> {
             return Err(invalid(&k, format!("makes the {what} weight {elements} elements, beyond the kernels' 32-bit index range ({limit})")));
         }
     }
+    // before any weight loads: the engine would refuse it only after the checkpoint is read
+    if c.sampler.context > m.max_position_embeddings {
+        return Err(invalid("sampler.context", format!("{} is past the model's {} positions ({}); lower sampler.context (a prompt and sampler.max_new_tokens must fit in it)", c.sampler.context, m.max_position_embeddings, key("max_position_embeddings", "max_position_embeddings"))));
+    }
     // positions past 2^24 are no model's context, and the RoPE tables for them alone would not fit
     if c.sampler.context > 1 << 24 {
         return Err(invalid("sampler.context", format!("is {}; at most {} positions", c.sampler.context, 1 << 24)));

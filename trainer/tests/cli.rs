@@ -660,6 +660,8 @@ fn damaged_checkpoints_are_errors_naming_the_file_and_are_left_as_they_were() {
             std::fs::write(&file, bytes).unwrap();
         }), "non-finite"),
         ("shape", Box::new(|d| edit_config(d, "hidden_size", 128.into())), "config.json"),
+        // fewer positions than sampler.context (48 by default): the key to lower, not the engine's words
+        ("positions", Box::new(|d| edit_config(d, "max_position_embeddings", 16.into())), "config key `sampler.context`: 48 is past the model's 16 positions"),
         ("vocab", Box::new(|d| edit_config(d, "vocab_size", 100.into())), "model.safetensors"),
         ("index", Box::new(|d| {
             std::fs::remove_file(d.join("model.safetensors")).unwrap();
