@@ -18,6 +18,9 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
     if same_file(Path::new(&s.input), Path::new(&s.output)) {
         return Err(RunError::Other(format!("sampler.output {:?} is the prompt file sampler.input: it would be overwritten", s.output)));
     }
+    if let Some(note) = generation_config_note(cfg) {
+        eprintln!("note: {note}");
+    }
     let lines = crate::jsonl::lines(Path::new(&s.input)).map_err(|(line, m)| match line {
         0 => crate::run::invalid("sampler.input", format!("{:?}: {m}", s.input)),
         _ => RunError::Other(format!("{}:{line}: {m}", s.input)),
@@ -220,4 +223,49 @@ fn same_file(a: &Path, b: &Path) -> bool {
         Some(parent.canonicalize().ok()?.join(p.file_name()?))
     };
     matches!((resolve(a), resolve(b)), (Some(x), Some(y)) if x == y)
+}
+
+/// What the checkpoint's generation_config.json suggests for sampling where it differs from this
+/// run's `[sampler]`: vLLM applies those settings by default, lockstep samples with its config
+/// alone, so a vLLM user comparing outputs is told which settings differ.
+fn generation_config_note(cfg: &Config) -> Option<String> {
+    if cfg.model.path.is_empty() {
+        return None;
+    }
+    let path = Path::new(&cfg.model.path).join("generation_config.json");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).ok()?).ok()?;
+    let s = &cfg.sampler;
+    let ours = [("temperature", s.temperature), ("top_p", s.top_p), ("top_k", s.top_k as f32)];
+    let differing: Vec<String> = ours
+        .iter()
+        .filter_map(|&(key, value)| {
+            let suggested = v.get(key)?.as_f64()?;
+            ((suggested as f32) != value).then(|| format!("{key} {suggested} (sampler.{key} = {value})"))
+        })
+        .collect();
+    (!differing.is_empty()).then(|| format!("{} suggests {}; lockstep samples with its [sampler] settings only (vLLM applies the checkpoint's by default): set them to sample as it does", path.display(), differing.join(", ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_generation_config_whose_sampling_differs_is_named_setting_by_setting() {
+        let dir = shared_kernels::testing::Scratch::new("generation-config-note");
+        std::fs::write(dir.join("generation_config.json"), r#"{"temperature": 0.6, "top_p": 0.95, "top_k": 20, "eos_token_id": 1}"#).unwrap();
+        let mut cfg = Config::default();
+        cfg.model.path = dir.display().to_string();
+        let note = generation_config_note(&cfg).expect("a note");
+        assert!(note.contains("temperature 0.6 (sampler.temperature = 1)") && note.contains("top_p 0.95 (sampler.top_p = 1)") && note.contains("top_k 20 (sampler.top_k = 0)"), "{note}");
+        // the same settings, or none in the file, or no checkpoint: nothing to say
+        cfg.sampler.temperature = 0.6;
+        cfg.sampler.top_p = 0.95;
+        cfg.sampler.top_k = 20;
+        assert_eq!(generation_config_note(&cfg), None);
+        std::fs::write(dir.join("generation_config.json"), r#"{"eos_token_id": 1}"#).unwrap();
+        assert_eq!(generation_config_note(&Config::default()), None);
+        assert_eq!(generation_config_note(&cfg), None);
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }
