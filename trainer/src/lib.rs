@@ -18,6 +18,7 @@ pub mod run;
 pub mod run_lock;
 pub mod sample_cli;
 pub mod sft;
+pub mod special_stops;
 pub mod tasks;
 pub mod telemetry;
 pub mod vocab;

@@ -169,6 +169,11 @@ pub fn load_policy(c: &Config, from: Option<&Qwen3>, device: &Device) -> Result<
             }
         }
     }
+    for id in crate::special_stops::special_stop_ids(&tokenizer, &c.sampler.stop).map_err(|e| invalid("sampler.stop", e))? {
+        if !stop_tokens.contains(&id) {
+            stop_tokens.push(id);
+        }
+    }
     Ok(Policy { model, tokenizer, tokenizer_json, eos, stop_tokens })
 }
 
