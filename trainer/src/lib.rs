@@ -11,6 +11,7 @@ pub mod config;
 pub mod distributed;
 pub mod eval;
 pub mod grpo;
+pub mod input_files;
 pub mod optim;
 pub mod reward_command;
 pub mod rng;

@@ -253,7 +253,7 @@ pub fn save_resolved(c: &Config, dir: &Path) -> Result<(), RunError> {
     std::fs::create_dir_all(dir).map_err(|e| RunError::Other(format!("log.runs_dir: cannot make the run folder {}: {e}", dir.display())))?;
     let text = format!("# resolved config; git revision {}\n{}", git_revision(), toml::to_string(c).expect("config serialises"));
     shared_kernels::model::save::write_atomic(&dir.join("config.resolved.toml"), text.as_bytes())?;
-    Ok(())
+    crate::input_files::save(c, dir)
 }
 
 /// Keys a resume may change without changing a bit of the run (display only).
@@ -302,6 +302,7 @@ pub fn resolved_config(dir: &Path) -> Result<Option<Config>, RunError> {
 /// is refused naming every key (`key: before -> now`) unless `allow`, which keeps the earlier
 /// config beside the new one and logs the change in the run's `config-changes.log`.
 pub fn check_resume_config(dir: &Path, cfg: &Config, step: usize, allow: bool) -> Result<(), RunError> {
+    crate::input_files::check_resume(cfg, dir, allow)?;
     let before = match resolved_config(dir) {
         Ok(before) => before,
         // (a file from another version of lockstep that this one cannot read)

@@ -227,6 +227,12 @@ fn a_resumed_dataset_run_continues_at_the_same_example() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = lockstep(&[&run[..], &["--set", "log.run_name=resumed", "--max-steps", "2"]].concat(), &dir);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // the same config over an edited dataset is refused (inputs.resolved.json), then restored
+    let data = std::fs::read(dir.join("task.jsonl")).unwrap();
+    std::fs::write(dir.join("task.jsonl"), [&data[..], b"{\"prompt\": \"9+9=\", \"answer\": \"18\"}\n"].concat()).unwrap();
+    let out = lockstep(&[&run[..], &["--set", "log.run_name=resumed", "--resume"]].concat(), &dir);
+    assert_refused(&out, 2, &["task.path", "task.jsonl", "--allow-config-change"]);
+    std::fs::write(dir.join("task.jsonl"), data).unwrap();
     let out = lockstep(&[&run[..], &["--set", "log.run_name=resumed", "--resume"]].concat(), &dir);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let (a, b) = (common::metrics(&dir.join("runs/straight")), common::metrics(&dir.join("runs/resumed")));
