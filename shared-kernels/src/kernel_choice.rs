@@ -35,10 +35,6 @@ pub struct KernelChoice {
     /// `LOCKSTEP_BACKWARD_MATH`: the tensor-core backward's probabilities with the accurate
     /// `exp` and a division (`exact`) or `2^x` approximated and a reciprocal (`fast`).
     pub backward_fast_math: bool,
-    /// `LOCKSTEP_BACKWARD_DQ`: the tensor-core backward's dQ from the query kernel, which
-    /// recomputes S, P and dP (`recompute`), or from the dS the key kernel stores (`stored`);
-    /// the same bits.
-    pub backward_dq_stored: bool,
     /// `LOCKSTEP_FOLD_KERNEL`: the weight-gradient fold on the warpgroup kernel (`wgmma`) or the
     /// plain cmma chain (`cmma`).
     pub fold_on_wgmma: bool,
@@ -80,7 +76,7 @@ impl NormPlanes {
 
 impl Default for KernelChoice {
     fn default() -> Self {
-        KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, backward_stats_from_forward: true, backward_fast_math: false, backward_dq_stored: false, fold_on_wgmma: true, decode_fusion: true, decode_graphs: true, decode_graph_padding: true, norm_planes: NormPlanes::On }
+        KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, backward_stats_from_forward: true, backward_fast_math: true, fold_on_wgmma: true, decode_fusion: true, decode_graphs: true, decode_graph_padding: true, norm_planes: NormPlanes::On }
     }
 }
 
@@ -109,7 +105,6 @@ impl KernelChoice {
             attention_backward_on_tensor_cores: either("LOCKSTEP_ATTENTION_BACKWARD", "tensor_cores", "per_sequence")?.unwrap_or(default.attention_backward_on_tensor_cores),
             backward_stats_from_forward: either("LOCKSTEP_BACKWARD_STATS", "forward", "recompute")?.unwrap_or(default.backward_stats_from_forward),
             backward_fast_math: either("LOCKSTEP_BACKWARD_MATH", "fast", "exact")?.unwrap_or(default.backward_fast_math),
-            backward_dq_stored: either("LOCKSTEP_BACKWARD_DQ", "stored", "recompute")?.unwrap_or(default.backward_dq_stored),
             fold_on_wgmma: either("LOCKSTEP_FOLD_KERNEL", "wgmma", "cmma")?.unwrap_or(default.fold_on_wgmma),
             decode_fusion: either("LOCKSTEP_DECODE_FUSION", "on", "off")?.unwrap_or(default.decode_fusion),
             decode_graphs: either("LOCKSTEP_DECODE_GRAPHS", "on", "off")?.unwrap_or(default.decode_graphs),
@@ -147,7 +142,7 @@ mod tests {
     #[test]
     fn the_unset_environment_is_the_default_choice() {
         // CI sets none of the kernel variables; a developer's shell may, so compare only then
-        let kernel_vars = ["LOCKSTEP_MATMUL", "LOCKSTEP_ATTENTION", "LOCKSTEP_ATTENTION_TC", "LOCKSTEP_ATTENTION_BACKWARD", "LOCKSTEP_BACKWARD_STATS", "LOCKSTEP_BACKWARD_MATH", "LOCKSTEP_BACKWARD_DQ", "LOCKSTEP_FOLD_KERNEL", "LOCKSTEP_DECODE_FUSION", "LOCKSTEP_NORM_PLANES"];
+        let kernel_vars = ["LOCKSTEP_MATMUL", "LOCKSTEP_ATTENTION", "LOCKSTEP_ATTENTION_TC", "LOCKSTEP_ATTENTION_BACKWARD", "LOCKSTEP_BACKWARD_STATS", "LOCKSTEP_BACKWARD_MATH", "LOCKSTEP_FOLD_KERNEL", "LOCKSTEP_DECODE_FUSION", "LOCKSTEP_NORM_PLANES"];
         if kernel_vars.iter().all(|v| !crate::knobs::is_set(v)) {
             assert_eq!(KernelChoice::from_env().unwrap(), KernelChoice::default());
             assert_eq!(*KernelChoice::process().unwrap(), KernelChoice::default());

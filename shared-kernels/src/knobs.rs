@@ -122,17 +122,10 @@ pub const KNOBS: &[Knob] = &[
     },
     Knob {
         name: "LOCKSTEP_BACKWARD_MATH",
-        values: "`exact`, `fast`",
-        default: "`exact`",
+        values: "`fast`, `exact`",
+        default: "`fast`",
         kind: KnobKind::KernelChoice,
-        effect: "the tensor-core attention backward's probabilities p = e^(s - m) / l: `exact` = the accurate `exp` and an IEEE division per score, `fast` = `2^(x log2 e)` on the multi-function unit (`ex2.approx`, ~2 ulp) times the row's reciprocal of l. `fast` changes the gradients' bits (so the weights after a step; never a logprob bit, the forward is untouched) and keeps every invariance (each score's arithmetic is its own); on an H100 6-9% faster updates with the same worst error against the f32 reference as `exact` (3.978e-3; sessions 38-39, docs/journal/attention-on-warpgroups-plan.md); not the default until the rungs' new weight fingerprints are measured on the H200; anything else is an error naming the variable",
-    },
-    Knob {
-        name: "LOCKSTEP_BACKWARD_DQ",
-        values: "`recompute`, `stored`",
-        default: "`recompute`",
-        kind: KnobKind::KernelChoice,
-        effect: "where the tensor-core attention backward's dQ comes from, given the forward's softmax statistics: `recompute` = the query kernel recomputes S, P and dP per (query tile, head); `stored` = the key kernel, which computes the same dS, writes it (per sequence and query head its causal 64 x 64 blocks, quadratic in the length: past 2^30 values the query kernel runs) and a kernel computes dQ += dS K from it in the query kernel's order (`ops/attention/mma_backward_dq.rs`). The same bits either way (the battery's `backward dQ from the stored dS` rows); `stored` holds up to 2 GiB more during a layer's backward, which the memory plan does not count. An experiment, not for training runs yet: session 39's H100 battery found its dQ wrong (a missing copy commit, fixed by review and not yet rerun), so the battery's rows must pass on a GPU before its bits are trusted; anything else is an error naming the variable",
+        effect: "the tensor-core attention backward's probabilities p = e^(s - m) / l: `fast` = `2^(x log2 e)` on the multi-function unit (`ex2.approx`, ~2 ulp) times the row's reciprocal of l, `exact` = the accurate `exp` and an IEEE division per score. The two give other gradient bits (so other weights after a step; never another logprob bit, the forward is untouched), the same invariances (each score's arithmetic is its own) and the same worst error against the f32 reference (3.978e-3, the battery). `fast` is the default since session 41: on the H200 the 1.7B update of 4 x 4,096 takes 618.8-620.5 ms against 664.4-667.5 with `exact` (alternating runs, one visit), and the rungs' weights after step 0 are 0.6B 213f61dac13d4868, 1.7B cf069f65c6218e1b, 4B c5620477346cec59 (`exact`: ef4829e7211e1545, 4ff415b8dedb1350, 29f943f40ec64c89, docs/scale.md); anything else is an error naming the variable",
     },
     Knob {
         name: "LOCKSTEP_FOLD_KERNEL",

@@ -53,29 +53,20 @@ pub fn backward_stats_checks(dtype: DType, device: &Device, seed: u64) -> Result
         let plain = crate::causal_attention(q.clone(), k.clone(), v.clone(), &slots, &positions, scale)?;
         let (bad, max) = differing_rows(&[(&host(o.clone()), &host(plain))], heads * d);
         out.push(Check { op: format!("attention forward writing the backward's statistics = without ({what})"), dtype: dtype_name(dtype), m: rows, rows_differing: bad, max_abs_diff: max });
-        let given = mma_attention_backward(q.clone(), k.clone(), v.clone(), o.clone(), d_out.clone(), &sequences, scale, Some(stats.clone()), false, false)?;
-        let own = mma_attention_backward(q.clone(), k.clone(), v.clone(), o.clone(), d_out.clone(), &sequences, scale, None, false, false)?;
-        let (bad, max) = differing_rows(&[(&host(given.stats), &host(own.stats))], heads * 2);
-        out.push(Check { op: format!("backward statistics from the forward = recomputed: (m, l) per row ({what})"), dtype: dtype_name(dtype), m: rows, rows_differing: bad, max_abs_diff: max });
-        let (mut bad, mut max) = (0, 0.0f64);
-        for (a, b, h) in [(given.d_q, own.d_q, heads), (given.d_k, own.d_k, kv_heads), (given.d_v, own.d_v, kv_heads)] {
-            let (b_, m_) = differing_rows(&[(&host(a), &host(b))], h * d);
-            bad += b_;
-            max = max.max(m_);
-        }
-        out.push(Check { op: format!("backward statistics from the forward = recomputed: dQ, dK, dV rows ({what})"), dtype: dtype_name(dtype), m: 3 * rows, rows_differing: bad, max_abs_diff: max });
-        // LOCKSTEP_BACKWARD_DQ=stored: dQ from the key kernel's dS = the query kernel's, both math arms
-        for fast in [false, true] {
-            let query = mma_attention_backward(q.clone(), k.clone(), v.clone(), o.clone(), d_out.clone(), &sequences, scale, Some(stats.clone()), fast, false)?;
-            let stored = mma_attention_backward(q.clone(), k.clone(), v.clone(), o.clone(), d_out.clone(), &sequences, scale, Some(stats.clone()), fast, true)?;
+        // both LOCKSTEP_BACKWARD_MATH arms: the statistics come from the forward either way
+        for fast in [true, false] {
+            let arm = if fast { "fast" } else { "exact" };
+            let given = mma_attention_backward(q.clone(), k.clone(), v.clone(), o.clone(), d_out.clone(), &sequences, scale, Some(stats.clone()), fast)?;
+            let own = mma_attention_backward(q.clone(), k.clone(), v.clone(), o.clone(), d_out.clone(), &sequences, scale, None, fast)?;
+            let (bad, max) = differing_rows(&[(&host(given.stats), &host(own.stats))], heads * 2);
+            out.push(Check { op: format!("backward statistics from the forward = recomputed, {arm} math: (m, l) per row ({what})"), dtype: dtype_name(dtype), m: rows, rows_differing: bad, max_abs_diff: max });
             let (mut bad, mut max) = (0, 0.0f64);
-            for (a, b, h) in [(stored.d_q, query.d_q, heads), (stored.d_k, query.d_k, kv_heads), (stored.d_v, query.d_v, kv_heads)] {
+            for (a, b, h) in [(given.d_q, own.d_q, heads), (given.d_k, own.d_k, kv_heads), (given.d_v, own.d_v, kv_heads)] {
                 let (b_, m_) = differing_rows(&[(&host(a), &host(b))], h * d);
                 bad += b_;
                 max = max.max(m_);
             }
-            let arm = if fast { "fast" } else { "exact" };
-            out.push(Check { op: format!("backward dQ from the stored dS = the query kernel's ({arm} math): dQ, dK, dV rows ({what})"), dtype: dtype_name(dtype), m: 3 * rows, rows_differing: bad, max_abs_diff: max });
+            out.push(Check { op: format!("backward statistics from the forward = recomputed, {arm} math: dQ, dK, dV rows ({what})"), dtype: dtype_name(dtype), m: 3 * rows, rows_differing: bad, max_abs_diff: max });
         }
     }
     Ok(out)
@@ -101,7 +92,7 @@ pub fn backward_math_checks(dtype: DType, device: &Device, seed: u64, fast: bool
     let (slots, positions, sequences) = training_layout(&lens);
     let scale = 1.0 / (d as f32).sqrt();
     let o = crate::causal_attention(q.clone(), k.clone(), v.clone(), &slots, &positions, scale)?;
-    let all = mma_attention_backward(q.clone(), k.clone(), v.clone(), o.clone(), d_out.clone(), &sequences, scale, None, fast, false)?;
+    let all = mma_attention_backward(q.clone(), k.clone(), v.clone(), o.clone(), d_out.clone(), &sequences, scale, None, fast)?;
     let all = [host(all.d_q), host(all.d_k), host(all.d_v)];
     let arm = if fast { "fast" } else { "exact" };
     let mut out = Vec::new();
@@ -110,7 +101,7 @@ pub fn backward_math_checks(dtype: DType, device: &Device, seed: u64, fast: bool
     for &(start, len) in &sequences {
         let part = |t: &burn::tensor::Tensor<3>, h: usize| t.clone().slice([start..start + len, 0..h, 0..d]);
         let (qs, ks, vs, os, ds) = (part(&q, heads), part(&k, kv_heads), part(&v, kv_heads), part(&o, heads), part(&d_out, heads));
-        let alone = mma_attention_backward(qs.clone(), ks.clone(), vs.clone(), os, ds.clone(), &[(0, len)], scale, None, fast, false)?;
+        let alone = mma_attention_backward(qs.clone(), ks.clone(), vs.clone(), os, ds.clone(), &[(0, len)], scale, None, fast)?;
         let (rq, rk, rv) = dense_sequence(qs, ks, vs, ds, scale);
         for ((got, want), (i, h)) in [(alone.d_q, rq), (alone.d_k, rk), (alone.d_v, rv)].into_iter().zip([(0usize, heads), (1, kv_heads), (2, kv_heads)]) {
             let (got, want) = (host(got), host(want));

@@ -246,18 +246,21 @@ fn tensor_core_backward_accuracy(dtype: DType, device: &Device, rng: &mut StdRng
         let positions: Vec<u32> = (0..len as u32).collect();
         let o = crate::causal_attention(q.clone(), k.clone(), v.clone(), &slots, &positions, scale)?;
         let (rq, rk, rv) = dense_sequence(q.clone(), k.clone(), v.clone(), d_out.clone(), scale);
-        let g = mma_attention_backward(q, k, v, o, d_out, &[(0, len)], scale, None, false, false)?;
-        let (gq, gk, gv) = (g.d_q, g.d_k, g.d_v);
-        let (mut worst, mut bad) = (0.0f64, 0);
-        for (got, want) in [(gq, rq), (gk, rk), (gv, rv)] {
-            let (got, want) = (host(got), host(want));
-            let top = want.iter().fold(0.0f64, |m, x| m.max(x.abs() as f64)).max(f64::MIN_POSITIVE);
-            let diff = got.iter().zip(&want).fold(0.0f64, |m, (a, b)| m.max((a - b).abs() as f64));
-            let rel = if got.iter().all(|x| x.is_finite()) { diff / top } else { f64::INFINITY };
-            bad += usize::from(rel > 0.02);
-            worst = worst.max(rel);
+        let (rq, rk, rv) = (host(rq), host(rk), host(rv));
+        // both LOCKSTEP_BACKWARD_MATH arms
+        for fast in [true, false] {
+            let g = mma_attention_backward(q.clone(), k.clone(), v.clone(), o.clone(), d_out.clone(), &[(0, len)], scale, None, fast)?;
+            let (mut worst, mut bad) = (0.0f64, 0);
+            for (got, want) in [(host(g.d_q), &rq), (host(g.d_k), &rk), (host(g.d_v), &rv)] {
+                let top = want.iter().fold(0.0f64, |m, x| m.max(x.abs() as f64)).max(f64::MIN_POSITIVE);
+                let diff = got.iter().zip(want).fold(0.0f64, |m, (a, b)| m.max((a - b).abs() as f64));
+                let rel = if got.iter().all(|x| x.is_finite()) { diff / top } else { f64::INFINITY };
+                bad += usize::from(rel > 0.02);
+                worst = worst.max(rel);
+            }
+            let arm = if fast { "fast" } else { "exact" };
+            out.push(check(format!("attention backward on tensor cores, {arm} math, vs the f32 dense reference, {len} tokens (value: worst relative error; bound 2%)"), dtype, 3, bad, worst));
         }
-        out.push(check(format!("attention backward on tensor cores vs the f32 dense reference, {len} tokens (value: worst relative error; bound 2%)"), dtype, 3, bad, worst));
     }
     Ok(out)
 }

@@ -311,8 +311,8 @@ pub fn sequence_backward(
     let ([_, q_heads, head_dim], [_, kv_heads, _]) = (q.dims(), k.dims());
     if crate::ops::attention::mma_backward::tensor_core_backward_setting()? && crate::ops::attention::mma_backward::mma_backward_available(dtype, head_dim) {
         // every sequence at once on tensor cores: each tile reads its own sequence's rows only
-        let choice = crate::kernel_choice::KernelChoice::process()?;
-        let g = crate::ops::attention::mma_backward::mma_attention_backward(q, k, v, out, d_out, sequences, scale, forward_stats, choice.backward_fast_math, choice.backward_dq_stored)?;
+        let fast = crate::kernel_choice::KernelChoice::process()?.backward_fast_math;
+        let g = crate::ops::attention::mma_backward::mma_attention_backward(q, k, v, out, d_out, sequences, scale, forward_stats, fast)?;
         return Ok((g.d_q, g.d_k, g.d_v));
     }
     let (mut dqs, mut dks, mut dvs) = (Vec::new(), Vec::new(), Vec::new());

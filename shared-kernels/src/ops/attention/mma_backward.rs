@@ -19,9 +19,6 @@
 //!    `dV += Pᵀ dO` and `dK += dSᵀ Q` (Pᵀ and dSᵀ rounded to the dtype), each split's
 //!    products added to f32 accumulators held in registers.
 //! `dQ` and `dK` carry the softmax scale; scores are `(q . k) * scale` as in the forward.
-//! With the forward's statistics and `LOCKSTEP_BACKWARD_DQ=stored`, step 2 also writes its dSᵀ
-//! blocks and [`crate::ops::attention::mma_backward_dq`] computes dQ from them in step 1's
-//! order, in place of step 1 (an experiment: its battery rows decide whether it stays).
 //!
 //! Both kernels keep two copies of the stages that change from step to step (K and V on the
 //! query side, Q, dO and the statistics on the key side): the next step's copies are in flight
@@ -39,7 +36,6 @@ use crate::ops::attention::mma::{
 };
 use crate::ops::attention::cmma::{valid_in_split, PAD};
 use crate::ops::attention::online_stats::{empty_stats, exp2_approx, fold_split_stats, LOG2E};
-use crate::ops::attention::mma_backward_dq::{ds_block, mma_backward_dq_kernel, stored_ds_layout};
 use crate::ops::ptx::shared_address;
 use crate::ops::reduce::cube_linear;
 use crate::ops::{cube_count_for, storage};
@@ -352,10 +348,8 @@ fn mma_backward_key_kernel<F: Float, N: Size, I: Int>(
     dots: &Tensor<f32>,
     stats: &Tensor<f32>,
     tiles: &Tensor<I>,
-    ds_bases: &Tensor<I>,
     d_k: &mut Tensor<F>,
     d_v: &mut Tensor<F>,
-    d_s: &mut Tensor<F>,
     tiles_arg: u32,
     q_heads_arg: u32,
     kv_heads_arg: u32,
@@ -363,7 +357,6 @@ fn mma_backward_key_kernel<F: Float, N: Size, I: Int>(
     #[comptime] head_dim: usize,
     #[comptime] f16: bool,
     #[comptime] fast: bool,
-    #[comptime] store_ds: bool,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
     let q_heads = q_heads_arg as usize;
@@ -499,15 +492,6 @@ fn mma_backward_key_kernel<F: Float, N: Size, I: Int>(
                 }
                 pack_fragment::<F>(&s, &mut pa);
                 pack_fragment::<F>(&dp, &mut dsa);
-                if comptime!(store_ds) {
-                    // dSᵀ rounded as the products take it (pack_pair's cast), for the dQ kernel
-                    let block = ds_block(ds_bases, tile, len, first_pos, first, kv_head * group + step % group);
-                    #[unroll]
-                    for i in 0..32usize {
-                        let r = warp * 16 + g + comptime!(i % 4 / 2 * 8);
-                        d_s[block + r * comptime!(KV_SPLIT) + comptime!(i / 4 * 8 + i % 2) + 2 * t] = F::cast_from(dp[i]);
-                    }
-                }
                 let do_trans = value_lane_address(do_buf, head_dim);
                 let q_trans = value_lane_address(q_buf, head_dim);
                 #[unroll]
@@ -522,15 +506,6 @@ fn mma_backward_key_kernel<F: Float, N: Size, I: Int>(
                     for i in 0..16usize {
                         acc_dk[comptime!(dg * 16 + i)] += o[i];
                     }
-                }
-            } else if comptime!(store_ds) {
-                // no key of the warp meets a query of this split: its rows of the block are zeros,
-                // as the query kernel's dS is there
-                let block = ds_block(ds_bases, tile, len, first_pos, first, kv_head * group + step % group);
-                #[unroll]
-                for i in 0..32usize {
-                    let r = warp * 16 + g + comptime!(i % 4 / 2 * 8);
-                    d_s[block + r * comptime!(KV_SPLIT) + comptime!(i / 4 * 8 + i % 2) + 2 * t] = F::cast_from(0.0f32);
                 }
             }
             // the next step's statistics into the other set, which no warp reads in this step
@@ -602,10 +577,7 @@ pub struct MmaBackward {
 /// ([`crate::ops::attention::attention_for_rows_with_stats`]), which skip the query kernel's
 /// first pass; `None`: that pass computes them (the same bits). `fast`: the probabilities as
 /// `2^x` on the multi-function unit times a reciprocal of `l` (`LOCKSTEP_BACKWARD_MATH=fast`,
-/// other gradient bits), else the accurate `exp` and a division. `stored_dq`: with the
-/// forward's statistics, the key kernel stores dS and dQ comes from it
-/// ([`crate::ops::attention::mma_backward_dq`], `LOCKSTEP_BACKWARD_DQ=stored`) instead of the
-/// query kernel; the same bits, the query kernel where the store would pass its limit.
+/// other gradient bits), else the accurate `exp` and a division.
 #[allow(clippy::too_many_arguments)]
 pub fn mma_attention_backward(
     q: BTensor<3>,
@@ -617,7 +589,6 @@ pub fn mma_attention_backward(
     scale: f32,
     forward_stats: Option<BTensor<1>>,
     fast: bool,
-    stored_dq: bool,
 ) -> Result<MmaBackward, KernelError> {
     const OP: &str = "attention_backward (tensor cores)";
     let device = q.device();
@@ -666,37 +637,29 @@ pub fn mma_attention_backward(
         fdt,
     );
     let vec_arg = |t: &CubeTensor| t.clone().into_tensor_arg();
-    // the stored dS: its per-tile sequence bases and the buffer (1 element when not stored)
-    let stored = if stored_dq && stats_given { stored_ds_layout(sequences, q_heads) } else { None };
-    let store_ds = stored.is_some();
-    let (ds_bases, ds_len) = stored.unwrap_or_else(|| (vec![0; n_tiles], 1));
-    let ds_bases_t: CubeTensor = crate::bridge::int_in(OP, "ds_bases", BTensor::<1, BInt>::from_data(TensorData::new(ds_bases, [n_tiles]), &device))?;
-    let d_s = of_dtype(vec![ds_len]);
-    if !store_ds {
-        mma_backward_query_kernel::launch(
-            &client,
-            cube_count_for(n_tiles * q_heads, 1),
-            CubeDim::new_2d(32, WARPS as u32),
-            VS,
-            vec_arg(&q),
-            vec_arg(&k),
-            vec_arg(&v),
-            vec_arg(&d_out),
-            dots.clone().into_tensor_arg(),
-            tiles_t.clone().into_tensor_arg(),
-            d_q.clone().into_tensor_arg(),
-            stats.clone().into_tensor_arg(),
-            n_tiles as u32,
-            q_heads as u32,
-            kv_heads as u32,
-            scale,
-            head_dim,
-            f16,
-            stats_given,
-            fast,
-            [fdt, idt],
-        );
-    }
+    mma_backward_query_kernel::launch(
+        &client,
+        cube_count_for(n_tiles * q_heads, 1),
+        CubeDim::new_2d(32, WARPS as u32),
+        VS,
+        vec_arg(&q),
+        vec_arg(&k),
+        vec_arg(&v),
+        vec_arg(&d_out),
+        dots.clone().into_tensor_arg(),
+        tiles_t.clone().into_tensor_arg(),
+        d_q.clone().into_tensor_arg(),
+        stats.clone().into_tensor_arg(),
+        n_tiles as u32,
+        q_heads as u32,
+        kv_heads as u32,
+        scale,
+        head_dim,
+        f16,
+        stats_given,
+        fast,
+        [fdt, idt],
+    );
     mma_backward_key_kernel::launch(
         &client,
         cube_count_for(n_tiles * kv_heads, 1),
@@ -708,11 +671,9 @@ pub fn mma_attention_backward(
         vec_arg(&d_out),
         dots.into_tensor_arg(),
         stats.clone().into_tensor_arg(),
-        tiles_t.clone().into_tensor_arg(),
-        ds_bases_t.clone().into_tensor_arg(),
+        tiles_t.into_tensor_arg(),
         d_k.clone().into_tensor_arg(),
         d_v.clone().into_tensor_arg(),
-        d_s.clone().into_tensor_arg(),
         n_tiles as u32,
         q_heads as u32,
         kv_heads as u32,
@@ -720,29 +681,8 @@ pub fn mma_attention_backward(
         head_dim,
         f16,
         fast,
-        store_ds,
         [fdt, idt],
     );
-    if store_ds {
-        mma_backward_dq_kernel::launch(
-            &client,
-            cube_count_for(n_tiles * q_heads, 1),
-            CubeDim::new_2d(32, WARPS as u32),
-            VS,
-            vec_arg(&k),
-            vec_arg(&d_s),
-            tiles_t.into_tensor_arg(),
-            ds_bases_t.into_tensor_arg(),
-            d_q.clone().into_tensor_arg(),
-            n_tiles as u32,
-            q_heads as u32,
-            kv_heads as u32,
-            scale,
-            head_dim,
-            f16,
-            [fdt, idt],
-        );
-    }
     Ok(MmaBackward { d_q: float_out(d_q), d_k: float_out(d_k), d_v: float_out(d_v), stats: float_out(stats) })
 }
 

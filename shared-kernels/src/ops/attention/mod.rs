@@ -18,7 +18,6 @@ pub mod inputs;
 mod inputs_planes;
 pub mod mma;
 pub mod mma_backward;
-pub mod mma_backward_dq;
 pub mod mma_decode;
 pub mod mma_decode_narrow;
 pub mod mma_flash;
