@@ -1,9 +1,10 @@
 //! Which kernel of each family this process runs: one typed value, parsed once from the
 //! `LOCKSTEP_*` kernel variables that [`crate::knobs`] declares, and read by each family's front
 //! door (matmul, attention, its backward, the weight-gradient fold) and by the engine (decode
-//! fusion). Every choice here gives the same bits (the battery compares them row by row); they
-//! change time only, so they are process-wide rather than per call: a row's result must not
-//! depend on which caller launched it.
+//! fusion). Every choice here but one gives the same bits (the battery compares them row by
+//! row) and changes time only; `LOCKSTEP_BACKWARD_MATH` changes the gradients' bits (never a
+//! logprob's), which [`KernelChoice::arithmetic`] names so a run can record it. They are
+//! process-wide rather than per call: a row's result must not depend on which caller launched it.
 //!
 //! [`KernelChoice::process`] also checks the benchmark-only tuning variables (tile and launch
 //! shapes), so a typo in any of them stops a run at its start with the variable named, on every
@@ -125,6 +126,17 @@ impl KernelChoice {
             return Err(format!("LOCKSTEP_FAULT_GRAPH_CAPTURE={v:?} is not one of upload, cross-stream"));
         }
         Ok(choice)
+    }
+
+    /// The variables among these whose value changes a bit of a training run, each with the
+    /// value this choice stands for (as the variable spells it), where the variable applies:
+    /// the backward's math only on CUDA, the one runtime with the tensor-core backward.
+    pub fn arithmetic(&self) -> Vec<(&'static str, &'static str)> {
+        let mut out = Vec::new();
+        if crate::device::runtime_name() == "cuda" {
+            out.push(("LOCKSTEP_BACKWARD_MATH", if self.backward_fast_math { "fast" } else { "exact" }));
+        }
+        out
     }
 
     /// This process's choice, parsed on first use and kept; a bad variable is the same error on

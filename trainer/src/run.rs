@@ -248,12 +248,14 @@ pub fn git_revision() -> String {
     env!("BUILD_GIT_REVISION").to_string()
 }
 
-/// Writes the resolved config (every key, defaults filled in) and the git revision.
+/// Writes the resolved config (every key, defaults filled in) and the git revision, the input
+/// files' record and the arithmetic environment's.
 pub fn save_resolved(c: &Config, dir: &Path) -> Result<(), RunError> {
     std::fs::create_dir_all(dir).map_err(|e| RunError::Other(format!("log.runs_dir: cannot make the run folder {}: {e}", dir.display())))?;
     let text = format!("# resolved config; git revision {}\n{}", git_revision(), toml::to_string(c).expect("config serialises"));
     shared_kernels::model::save::write_atomic(&dir.join("config.resolved.toml"), text.as_bytes())?;
-    crate::input_files::save(c, dir)
+    crate::input_files::save(c, dir)?;
+    crate::run_environment::save(dir)
 }
 
 /// Keys a resume may change without changing a bit of the run (display only).
@@ -303,6 +305,7 @@ pub fn resolved_config(dir: &Path) -> Result<Option<Config>, RunError> {
 /// config beside the new one and logs the change in the run's `config-changes.log`.
 pub fn check_resume_config(dir: &Path, cfg: &Config, step: usize, allow: bool) -> Result<(), RunError> {
     crate::input_files::check_resume(cfg, dir, allow)?;
+    crate::run_environment::check_resume(dir, allow)?;
     let before = match resolved_config(dir) {
         Ok(before) => before,
         // (a file from another version of lockstep that this one cannot read)
