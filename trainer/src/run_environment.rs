@@ -4,7 +4,8 @@
 //! `--resume` under other arithmetic is refused as a changed config is (the resumed steps would
 //! not repeat the uninterrupted run), and one on another build is named in a warning.
 
-use crate::run::{invalid, RunError};
+use crate::config::ConfigError;
+use crate::run::RunError;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -70,7 +71,7 @@ fn check_resume_against(dir: &Path, now: &Environment, allow: bool) -> Result<()
         let remedy = if is == NOT_USED { "resume on a device where it applies".to_string() } else { format!("set {name}={was}") };
         let message = format!("the run started with {was}, this process has {is} ({FILE}): the resumed steps' gradients would not have the uninterrupted run's bits. To continue it bit for bit {remedy}, or pass --allow-config-change");
         if !allow {
-            return Err(invalid(&name, message));
+            return Err(RunError::Config(ConfigError::Environment { variable: name, message }));
         }
         eprintln!("warning: {name}: the run started with {was}, this process has {is}; continuing (--allow-config-change)");
     }
@@ -103,7 +104,7 @@ mod tests {
         let err = check_resume_against(&dir, &env("abc1234", Some("fast")), false).unwrap_err();
         assert!(matches!(err, RunError::Config(_)), "{err}");
         let msg = err.to_string();
-        assert!(msg.contains("LOCKSTEP_BACKWARD_MATH") && msg.contains("started with exact") && msg.contains("set LOCKSTEP_BACKWARD_MATH=exact") && msg.contains("--allow-config-change"), "{msg}");
+        assert!(msg.contains("environment variable `LOCKSTEP_BACKWARD_MATH`") && msg.contains("started with exact") && msg.contains("set LOCKSTEP_BACKWARD_MATH=exact") && msg.contains("--allow-config-change"), "{msg}");
         // allowed explicitly, or the same arithmetic on another build: continues (with warnings)
         check_resume_against(&dir, &env("abc1234", Some("fast")), true).unwrap();
         check_resume_against(&dir, &env("def5678", Some("exact")), false).unwrap();

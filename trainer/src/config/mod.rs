@@ -292,4 +292,7 @@ pub enum ConfigError {
     Override { spec: String, message: String },
     #[error("config key `{key}`: {message}")]
     Invalid { key: String, message: String },
+    /// A `LOCKSTEP_*` variable that conflicts with the run (a resume under other arithmetic).
+    #[error("environment variable `{variable}`: {message}")]
+    Environment { variable: String, message: String },
 }
