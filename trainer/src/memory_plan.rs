@@ -156,7 +156,11 @@ impl MemoryPlan {
             return Err(invalid(key, format!("the run needs {:.1} GB of device memory before any activation but the device holds {:.1} GB: {}; {advice}", fixed as f64 / GB, capacity as f64 / GB, self.summary(Some(capacity)))));
         }
         if fixed.saturating_add(self.activations) > capacity {
-            return Ok(Some(format!("{:.1} GB fixed + ~{:.1} GB of activations may not fit the device's {:.1} GB: lower train.micro_batch_tokens (tokens per trainer pass)", fixed as f64 / GB, self.activations as f64 / GB, capacity as f64 / GB)));
+            // a KV cache that dominates the fixed part is the larger lever: it stays resident
+            // through the update (an 80 GB card with an H200 config's pool ran out there)
+            let kv = self.fixed.iter().find(|p| p.what == "KV cache").map_or(0, |p| p.bytes);
+            let kv_advice = if self.kv_share > 0.25 { format!(", or sampler.kv_budget_mib (the KV cache's {}, held through the update)", size(kv)) } else { String::new() };
+            return Ok(Some(format!("{:.1} GB fixed + ~{:.1} GB of activations may not fit the device's {:.1} GB: lower train.micro_batch_tokens (tokens per trainer pass){kv_advice}", fixed as f64 / GB, self.activations as f64 / GB, capacity as f64 / GB)));
         }
         Ok(None)
     }
@@ -284,6 +288,29 @@ mod tests {
         c.sampler.kv_budget_mib = 0.0;
         let huge = MemoryPlan::of(&c, &small, 2, Purpose::Train);
         assert!(huge.check(Some(80_000_000_000)).is_err());
+    }
+
+    #[test]
+    fn an_h200_kv_pool_on_an_80_gb_card_warns_naming_the_kv_budget_too() {
+        // configs/qwen3-0.6b.toml's pool (62,000 MiB) beside a 16,384-token pass on an H100
+        // 80GB: 77.6 GB fixed + ~24.5 GB (session 41 ran out of memory in the update there)
+        let mut c = Config::default();
+        c.model.dtype = "bf16".into();
+        c.train.prompts_per_step = 4;
+        c.train.group_size = 16;
+        c.sampler.context = 1088;
+        c.sampler.kv_budget_mib = 62_000.0;
+        c.train.micro_batch_tokens = 16_384;
+        let mut small = qwen3_8b();
+        (small.hidden_size, small.intermediate_size, small.num_layers, small.num_heads) = (1024, 3072, 28, 16);
+        small.tie_word_embeddings = true;
+        let warning = MemoryPlan::of(&c, &small, 2, Purpose::Train).check(Some(85_000_000_000)).unwrap().expect("a warning");
+        assert!(warning.contains("train.micro_batch_tokens") && warning.contains("sampler.kv_budget_mib (the KV cache's 65.0 GB"), "{warning}");
+        // a small pool leaves only the pass to name
+        c.sampler.kv_budget_mib = 2_000.0;
+        c.train.micro_batch_tokens = 200_000;
+        let warning = MemoryPlan::of(&c, &small, 2, Purpose::Train).check(Some(85_000_000_000)).unwrap().expect("a warning");
+        assert!(warning.contains("train.micro_batch_tokens") && !warning.contains("kv_budget"), "{warning}");
     }
 
     #[test]
