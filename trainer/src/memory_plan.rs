@@ -35,8 +35,9 @@ pub struct MemoryPlan {
     pub fixed: Vec<Part>,
     /// One trainer pass's activations (an estimate; 0 for sampling).
     pub activations: u64,
-    /// Whether the KV cache is the largest fixed part (then the sampler keys are the ones to name).
-    kv_share: f64,
+    /// The KV cache's bytes (also among `fixed`): where it is a large share, the sampler keys
+    /// are the ones to name.
+    kv_bytes: u64,
     /// One layer's K (or V) cache tensor, and the largest weight tensor as the run holds it (f32
     /// when training: masters, moments, gradients), for runtimes that bind at most so many bytes.
     kv_layer_bytes: u64,
@@ -109,14 +110,18 @@ impl MemoryPlan {
             activations = sat(pass_tokens * per_token + head + scores);
         }
         fixed.push(Part { what: "KV cache", bytes: sat(kv) });
-        let total: u64 = fixed.iter().map(|p| p.bytes).fold(0u64, u64::saturating_add);
         let held = if purpose == Purpose::Train { dtype.max(4.0) } else { dtype };
         let largest_weight = m.expected_tensors().into_iter().map(|(name, shape)| (name, sat(shape.iter().map(|&d| n(d)).product::<f64>() * held))).max_by_key(|(_, b)| *b).unwrap_or_default();
-        Self { fixed, activations, kv_share: sat(kv) as f64 / total.max(1) as f64, kv_layer_bytes: sat(kv / (2.0 * layers.max(1.0))), largest_weight, kv_key: if c.sampler.kv_budget_mib > 0.0 { "sampler.kv_budget_mib" } else { "sampler.context" }, model_key: if c.model.path.is_empty() { "model.hidden_size" } else { "model.path" } }
+        Self { fixed, activations, kv_bytes: sat(kv), kv_layer_bytes: sat(kv / (2.0 * layers.max(1.0))), largest_weight, kv_key: if c.sampler.kv_budget_mib > 0.0 { "sampler.kv_budget_mib" } else { "sampler.context" }, model_key: if c.model.path.is_empty() { "model.hidden_size" } else { "model.path" } }
     }
 
     pub fn fixed_bytes(&self) -> u64 {
         self.fixed.iter().map(|p| p.bytes).fold(0, u64::saturating_add)
+    }
+
+    /// Whether the KV cache is over a quarter of the fixed part.
+    fn kv_dominates(&self) -> bool {
+        self.kv_bytes as f64 > 0.25 * self.fixed_bytes().max(1) as f64
     }
 
     /// One line: each fixed part, the estimate, and the device's size where known.
@@ -148,7 +153,7 @@ impl MemoryPlan {
         let Some(capacity) = capacity else { return Ok(None) };
         let fixed = self.fixed_bytes();
         if fixed > capacity {
-            let (key, advice) = if self.kv_share > 0.25 {
+            let (key, advice) = if self.kv_dominates() {
                 ("sampler.kv_budget_mib", "cap the KV cache with sampler.kv_budget_mib, or lower sampler.max_batch or sampler.context")
             } else {
                 ("model.path", "use a smaller model (model.path), bf16 (model.dtype), or lower sampler.max_batch / sampler.context; or train on several GPUs (--gpus N: train.shard_optimizer splits the optimizer state over them)")
@@ -158,8 +163,7 @@ impl MemoryPlan {
         if fixed.saturating_add(self.activations) > capacity {
             // a KV cache that dominates the fixed part is the larger lever: it stays resident
             // through the update (an 80 GB card with an H200 config's pool ran out there)
-            let kv = self.fixed.iter().find(|p| p.what == "KV cache").map_or(0, |p| p.bytes);
-            let kv_advice = if self.kv_share > 0.25 { format!(", or sampler.kv_budget_mib (the KV cache's {}, held through the update)", size(kv)) } else { String::new() };
+            let kv_advice = if self.kv_dominates() { format!(", or sampler.kv_budget_mib (the KV cache's {}, held through the update)", size(self.kv_bytes)) } else { String::new() };
             return Ok(Some(format!("{:.1} GB fixed + ~{:.1} GB of activations may not fit the device's {:.1} GB: lower train.micro_batch_tokens (tokens per trainer pass){kv_advice}", fixed as f64 / GB, self.activations as f64 / GB, capacity as f64 / GB)));
         }
         Ok(None)
@@ -227,6 +231,14 @@ mod tests {
         ModelConfig::from_json(&json.to_string(), "test").unwrap()
     }
 
+    /// Qwen3-0.6B's shape (tied embedding, the 8B's vocabulary and head size).
+    fn qwen3_0_6b() -> ModelConfig {
+        let mut m = qwen3_8b();
+        (m.hidden_size, m.intermediate_size, m.num_layers, m.num_heads) = (1024, 3072, 28, 16);
+        m.tie_word_embeddings = true;
+        m
+    }
+
     #[test]
     fn full_parameter_8b_on_one_h200_is_refused_naming_the_model_fits_sharded_on_two_and_sampling_it_fits() {
         let mut c = Config::default();
@@ -270,12 +282,7 @@ mod tests {
         c.train.group_size = 16;
         c.sampler.context = 4096;
         c.sampler.kv_budget_mib = 10_000.0;
-        let mut small = qwen3_8b();
-        small.hidden_size = 1024;
-        small.intermediate_size = 3072;
-        small.num_layers = 28;
-        small.num_heads = 16;
-        small.tie_word_embeddings = true;
+        let small = qwen3_0_6b();
         let plan = MemoryPlan::of(&c, &small, 2, Purpose::Train);
         let warning = plan.check(Some(80_000_000_000)).unwrap().expect("a warning");
         assert!(warning.contains("train.micro_batch_tokens"), "{warning}");
@@ -301,9 +308,7 @@ mod tests {
         c.sampler.context = 1088;
         c.sampler.kv_budget_mib = 62_000.0;
         c.train.micro_batch_tokens = 16_384;
-        let mut small = qwen3_8b();
-        (small.hidden_size, small.intermediate_size, small.num_layers, small.num_heads) = (1024, 3072, 28, 16);
-        small.tie_word_embeddings = true;
+        let small = qwen3_0_6b();
         let warning = MemoryPlan::of(&c, &small, 2, Purpose::Train).check(Some(85_000_000_000)).unwrap().expect("a warning");
         assert!(warning.contains("train.micro_batch_tokens") && warning.contains("sampler.kv_budget_mib (the KV cache's 65.0 GB"), "{warning}");
         // a small pool leaves only the pass to name

@@ -91,8 +91,7 @@ mod tests {
 
     #[test]
     fn a_resume_under_other_arithmetic_is_refused_naming_the_variable() {
-        let dir = std::env::temp_dir().join(format!("lockstep-run-environment-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = shared_kernels::testing::Scratch::new("run-environment");
         // the record round-trips, and this process resumes its own run
         save(&dir).unwrap();
         check_resume(&dir, false).unwrap();
@@ -117,7 +116,6 @@ mod tests {
         check_resume_against(&dir, &env("abc1234", Some("fast")), true).unwrap();
         std::fs::remove_file(dir.join(FILE)).unwrap();
         check_resume_against(&dir, &env("abc1234", Some("fast")), false).unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
