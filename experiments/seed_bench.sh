@@ -3,7 +3,8 @@
 # M greedy new tokens, one GPU, every arm in one run. From the repo root on the GPU machine, after
 # `bash experiments/gpu_check.sh build` here and carrying .gpu/:
 #   O=$OUT bash experiments/seed_bench.sh [SHAPE [N [M [MAX_BATCH]]]]     # default qwen3-8b 1000 100 256
-# SEED_ARMS="matched-cold matched-warm transformers" leaves the fast arm out (the matched arms always run);
+# SEED_ARMS picks the arms (default: matched-cold matched-warm graphs-warm fast-warm transformers
+# torch-graphs; the two matched arms always run);
 # "coverage-warm" adds the matched kernels under the earlier tile rule (LOCKSTEP_WGMMA_PICK=coverage);
 # "wide-warm" the matched kernels with every request admitted at once (max_batch WIDE, default 1024:
 # vLLM's max_num_seqs on GPUs of 70 GB and more), timed over all N after a run that fills the
@@ -16,6 +17,9 @@
 #   matched (warm)   the same command again: the kernel cache filled by the first
 #   fast (warm)      ablation.sampler_kernels = fast (cuBLAS-like split reductions), same cache
 #   transformers     `generate`, greedy, batches of MAX_BATCH (experiments/seed_bench_hf.py)
+#   torch-graphs     (in SEED_ARMS) the tuned, not batch-invariant reference: Qwen3 in torch with
+#                    cuBLAS, flash SDPA, compiled norms and every decode step a CUDA graph
+#                    (experiments/seed_bench_torch_graphs.py): the fast arm that no host launch bounds
 # Prints one markdown table (experiments/seed_bench_table.py): steady-state seconds (from the end of
 # the first wave of MAX_BATCH requests to the last), whole-process seconds, load seconds, tokens/s,
 # ratio to the physical limit; and writes $O/seed-bench.md.
@@ -28,7 +32,7 @@ ck=/tmp/checkpoints/$shape
 if [ ! -f "$ck/config.json" ]; then
     python3 experiments/make_real_shape.py "$shape" "$ck" > "$O/make-$shape.log" 2>&1 || { echo "make $shape failed"; tail -3 "$O/make-$shape.log"; exit 1; }
 fi
-rm -f /tmp/seed-matched-*.jsonl /tmp/seed-coverage-*.jsonl /tmp/seed-wide-*.jsonl /tmp/seed-graphs-*.jsonl /tmp/seed-fast-*.jsonl
+rm -f /tmp/seed-matched-*.jsonl /tmp/seed-coverage-*.jsonl /tmp/seed-wide-*.jsonl /tmp/seed-graphs-*.jsonl /tmp/seed-fast-*.jsonl /tmp/seed-torch-graphs.jsonl
 python3 - "$n" "$ck" > /tmp/seed-prompts.jsonl <<'PY'
 import json, random, sys
 n, ck = int(sys.argv[1]), sys.argv[2]
@@ -51,7 +55,7 @@ arm() {  # name, then --set pairs
     end=$(date +%s.%N)
     echo "whole_process_s $(python3 -c "print($end - $start)") rc $rc" >> "$O/seed-$name.log"
 }
-arms=" ${SEED_ARMS:-matched-cold matched-warm fast-warm transformers} "
+arms=" ${SEED_ARMS:-matched-cold matched-warm graphs-warm fast-warm transformers torch-graphs} "
 export LOCKSTEP_DECODE_GRAPHS=off  # every arm launches its steps, but the graphs arms
 arm matched-cold
 arm matched-warm
@@ -66,7 +70,14 @@ wide=${WIDE:-1024}
 if [[ "$arms" == *" transformers "* ]]; then
     start=$(date +%s.%N)
     python3 experiments/seed_bench_hf.py "$ck" /tmp/seed-prompts.jsonl "$m" "$batch" > "$O/seed-transformers.log" 2>&1
-    echo "whole_process_s $(python3 -c "print($(date +%s.%N) - $start)") rc $?" >> "$O/seed-transformers.log"
+    rc=$?
+    echo "whole_process_s $(python3 -c "print($(date +%s.%N) - $start)") rc $rc" >> "$O/seed-transformers.log"
+fi
+if [[ "$arms" == *" torch-graphs "* ]]; then
+    start=$(date +%s.%N)
+    PYTHONUNBUFFERED=1 python3 experiments/seed_bench_torch_graphs.py "$ck" /tmp/seed-prompts.jsonl "$m" "$batch" /tmp/seed-torch-graphs.jsonl > "$O/seed-torch-graphs.log" 2>&1
+    rc=$?
+    echo "whole_process_s $(python3 -c "print($(date +%s.%N) - $start)") rc $rc" >> "$O/seed-torch-graphs.log"
 fi
 # every matched arm must agree with the cold one token for token (same kernels and bits, whatever
 # the kernel cache or the tile schedule)
@@ -84,3 +95,12 @@ for other in sys.argv[2:]:
 PY
 python3 experiments/seed_bench_table.py "$O" "$ck/config.json" "$n" "$m" "$batch" "$wide" | tee "$O/seed-bench.md"
 cat "$O/seed-cache-bits.txt"
+# the other arithmetic's greedy tokens: how often the reference arm picks the matched arm's token
+# (random bf16 weights put near-ties everywhere: this shows the arms run one model, not bits)
+[ -f /tmp/seed-torch-graphs.jsonl ] && python3 - /tmp/seed-matched-cold.jsonl /tmp/seed-torch-graphs.jsonl <<'PY' | tee -a "$O/seed-bench.md"
+import json, sys
+a, b = ([json.loads(l)["token_ids"] for l in open(p)] for p in sys.argv[1:3])
+first = sum(x[:1] == y[:1] for x, y in zip(a, b))
+prefix = sum(next((i for i, (s, t) in enumerate(zip(x, y)) if s != t), min(len(x), len(y))) for x, y in zip(a, b))
+print(f"\ntorch-graphs vs matched: first token equal in {first}/{len(a)} completions; mean common prefix {prefix / len(a):.1f} tokens")
+PY

@@ -33,13 +33,14 @@ limit = max(flop_s, hbm_s)
 wide_waves = -(-n // wide)
 wide_limit = max(flop_s, wide_waves * m * 2 * matmul_params / 4.3e12)
 
-rows = []
+rows, steadies = [], {}
 for arm, label in [("matched-cold", "lockstep matched, cold kernel cache"), ("matched-warm", "lockstep matched, warm kernel cache"),
                    ("coverage-warm", "lockstep matched, warm, LOCKSTEP_WGMMA_PICK=coverage (the tile rule before session 28)"),
                    ("wide-warm", f"lockstep matched, warm, max_batch {wide} (all at once)"),
                    ("graphs-warm", "lockstep matched, warm, decode steps replayed as graphs"),
                    ("wide-graphs", f"lockstep matched, warm, max_batch {wide}, decode steps replayed as graphs"),
-                   ("fast-warm", "lockstep fast (not batch invariant), warm cache"), ("transformers", "transformers generate")]:
+                   ("fast-warm", "lockstep fast (not batch invariant), warm cache"), ("transformers", "transformers generate"),
+                   ("torch-graphs", "torch reference, not batch invariant: cuBLAS, flash SDPA, compiled norms, every decode step a CUDA graph")]:
     try:
         text = open(f"{out}/seed-{arm}.log").read()
     except OSError:
@@ -64,9 +65,17 @@ for arm, label in [("matched-cold", "lockstep matched, cold kernel cache"), ("ma
         steady, pace = f"{t['steady_s']:.2f}", f"{t['steady_s'] * waves / max(waves - 1, 1) / limit:.2f}x"
     whole_s = float(whole.group(1)) if whole else float("nan")
     peak = f"{int(rss.group(1)) / 1e6:.1f}" if rss else "-"
+    steadies[arm] = t["steady_s"]
     rows.append(f"| {label} | {steady} | {steady_tps:,.0f} | {t.get('sample_s', float('nan')):.2f} | {whole_s:.1f} | {t['load_s']:.1f} | {t['first_wave_s']:.1f} | {pace} | {peak} | {host} |")
 print(f"{n} prompts of {prompt} ids x {m} greedy new tokens, batches of {batch}, shape {config_path.split('/')[-2]}: "
       f"physical limit {limit:.2f} s ({flop_s:.2f} s of arithmetic at 790 TFLOP/s, {hbm_s:.2f} s of decode weight reads at 4.3 TB/s)\n")
 print("| arm | steady-state s (waves 2..) | steady tokens/s (wide: all N) | all N s | whole process s | load s | first wave s (incl. warm-up) | steady pace / limit | peak host GB | per engine step: host enqueue / device wait ms |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 print("\n".join(rows))
+# the invariance tax against each not-invariant arm, steady state over steady state, same run
+for fast in ("torch-graphs", "fast-warm"):
+    if fast in steadies and steadies[fast] > 0:
+        for arm in ("graphs-warm", "matched-warm"):
+            if arm in steadies:
+                print(f"\nmatched ({arm}) / {fast}, steady state: {steadies[arm] / steadies[fast]:.2f}x")
+                break
