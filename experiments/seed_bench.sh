@@ -75,7 +75,7 @@ if [[ "$arms" == *" transformers "* ]]; then
 fi
 if [[ "$arms" == *" torch-graphs "* ]]; then
     start=$(date +%s.%N)
-    PYTHONUNBUFFERED=1 python3 experiments/seed_bench_torch_graphs.py "$ck" /tmp/seed-prompts.jsonl "$m" "$batch" /tmp/seed-torch-graphs.jsonl > "$O/seed-torch-graphs.log" 2>&1
+    PYTHONUNBUFFERED=1 TORCH_ARM_PROFILE=${TORCH_ARM_PROFILE:-on} python3 experiments/seed_bench_torch_graphs.py "$ck" /tmp/seed-prompts.jsonl "$m" "$batch" /tmp/seed-torch-graphs.jsonl > "$O/seed-torch-graphs.log" 2>&1
     rc=$?
     echo "whole_process_s $(python3 -c "print($(date +%s.%N) - $start)") rc $rc" >> "$O/seed-torch-graphs.log"
 fi

@@ -18,6 +18,9 @@ Before timing, it checks its forward against transformers' in f32 on a few promp
 error must be within twice transformers' own bf16 error, so the arm is Qwen3 and not a faster
 wrong model.
 
+With TORCH_ARM_PROFILE=on (seed_bench.sh sets it) it also prints, after the timed waves, the GPU
+time a decode step takes by kernel kind (torch.profiler over 10 replays).
+
 Prints `sample-timing {json}` with the fields `lockstep sample` prints (load_s, first_wave_s,
 steady_s, steady_tokens, tokens, sample_s); first_wave_s includes the compilation and the graphs'
 capture for every wave size. Writes OUT.jsonl with each prompt's token ids and f32 logprobs."""
@@ -204,6 +207,33 @@ with torch.no_grad():
         else:
             steady_tokens += b * m
 total_s = time.perf_counter() - start
+def profile_decode_steps():
+    """GPU time by kernel kind of 10 replayed decode steps (after timing, so it changes no number)."""
+    from torch.profiler import ProfilerActivity, profile
+    b = sizes[-1]
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for col in range(m // 2, m // 2 + 10):
+            graphs[b, col].replay()
+        torch.cuda.synchronize()
+    kinds = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            n = e.name.lower()
+            # attention first: flash kernels' names carry cutlass types too
+            kind = "attention (SDPA)" if ("flash" in n or "attention" in n or "fmha" in n) else "matmul (cuBLAS)" if ("gemm" in n or "cutlass" in n or "sm90" in n or "nvjet" in n) else "compiled (Triton)" if n.startswith("triton") else "other: " + e.name[:60]
+            t, c = kinds.get(kind, (0.0, 0))
+            kinds[kind] = (t + e.device_time_total, c + 1)
+    print(f"profile of 10 replayed decode steps at {b} rows, positions {plen + m // 2 - 1}..{plen + m // 2 + 8}: GPU time a step by kernel kind", file=sys.stderr)
+    for kind, (t, c) in sorted(kinds.items(), key=lambda kv: -kv[1][0]):
+        print(f"  {kind}: {t / 10 / 1e3:.3f} ms, {c / 10:.0f} kernels", file=sys.stderr)
+    print(f"  total: {sum(t for t, _ in kinds.values()) / 10 / 1e3:.3f} ms, {sum(c for _, c in kinds.values()) / 10:.0f} kernels", file=sys.stderr)
+
+
+if os.environ.get("TORCH_ARM_PROFILE") == "on":
+    try:
+        profile_decode_steps()
+    except Exception as e:  # noqa: BLE001 - the profile is extra: the timings stand without it
+        print(f"profile failed: {e}", file=sys.stderr)
 with open(out_path + ".tmp", "w") as f:
     k = 0
     for t, lp in results:
