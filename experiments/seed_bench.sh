@@ -93,7 +93,7 @@ for other in sys.argv[2:]:
     same = len(a) == len(b) and all(x["token_ids"] == y["token_ids"] and bits(x["logprobs"]) == bits(y["logprobs"]) for x, y in zip(a, b))
     print(f"matched cold vs {os.path.basename(other)}: {'identical' if same else 'DIFFERENT'} token ids and logprob bits over {len(a)} completions")
 PY
-python3 experiments/seed_bench_table.py "$O" "$ck/config.json" "$n" "$m" "$batch" "$wide" | tee "$O/seed-bench.md"
+SEED_GPU="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" python3 experiments/seed_bench_table.py "$O" "$ck/config.json" "$n" "$m" "$batch" "$wide" | tee "$O/seed-bench.md"
 cat "$O/seed-cache-bits.txt"
 # the other arithmetic's greedy tokens: how often the reference arm picks the matched arm's token
 # (random bf16 weights put near-ties everywhere: this shows the arms run one model, not bits)

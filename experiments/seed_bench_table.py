@@ -9,14 +9,20 @@ cold cache it includes compiling the kernels). The wide arm (max_batch WIDE) has
 all-N time over the one-wave limit is its pace.
 
 The limit is the larger of the arithmetic (2 x matmul parameters x every prompt and new token, plus
-attention's products, at 790 TFLOP/s, a dense bf16 rate the H200 sustains) and the HBM traffic of
-decode (every step reads the weights once, at 4.3 TB/s)."""
+attention's products, at 790 TFLOP/s, a dense bf16 rate both the H200 and the H100 sustain) and the
+HBM traffic of decode (every step reads the weights once) at the card's measured copy rate: 4.3 TB/s
+on the H200, 3.0 TB/s on the H100 (SEED_GPU, which seed_bench.sh sets from nvidia-smi, picks it;
+any other card is taken at the H200's rate and the line says so)."""
 import json
+import os
 import re
 import sys
 
 out, config_path, n, m, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 wide = int(sys.argv[6]) if len(sys.argv) > 6 else 1024
+gpu = os.environ.get("SEED_GPU", "")
+hbm = 3.0e12 if "H100" in gpu else 4.3e12
+hbm_note = f"{hbm / 1e12:.1f} TB/s" + ("" if ("H100" in gpu or "H200" in gpu) else " (the H200's; card unknown)")
 c = json.load(open(config_path))
 h, L, inter, vocab = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"], c["vocab_size"]
 hd = c.get("head_dim") or h // c["num_attention_heads"]
@@ -28,10 +34,10 @@ tokens_all = n * (prompt + m)
 attn = L * 4 * c["num_attention_heads"] * hd * n * sum(range(prompt + m))
 flop_s = (2 * matmul_params * tokens_all + attn) / 790e12
 waves = -(-n // batch)
-hbm_s = waves * m * 2 * matmul_params / 4.3e12  # bf16 weights, read once a decode step
+hbm_s = waves * m * 2 * matmul_params / hbm  # bf16 weights, read once a decode step
 limit = max(flop_s, hbm_s)
 wide_waves = -(-n // wide)
-wide_limit = max(flop_s, wide_waves * m * 2 * matmul_params / 4.3e12)
+wide_limit = max(flop_s, wide_waves * m * 2 * matmul_params / hbm)
 
 rows, steadies = [], {}
 for arm, label in [("matched-cold", "lockstep matched, cold kernel cache"), ("matched-warm", "lockstep matched, warm kernel cache"),
@@ -67,8 +73,8 @@ for arm, label in [("matched-cold", "lockstep matched, cold kernel cache"), ("ma
     peak = f"{int(rss.group(1)) / 1e6:.1f}" if rss else "-"
     steadies[arm] = t["steady_s"]
     rows.append(f"| {label} | {steady} | {steady_tps:,.0f} | {t.get('sample_s', float('nan')):.2f} | {whole_s:.1f} | {t['load_s']:.1f} | {t['first_wave_s']:.1f} | {pace} | {peak} | {host} |")
-print(f"{n} prompts of {prompt} ids x {m} greedy new tokens, batches of {batch}, shape {config_path.split('/')[-2]}: "
-      f"physical limit {limit:.2f} s ({flop_s:.2f} s of arithmetic at 790 TFLOP/s, {hbm_s:.2f} s of decode weight reads at 4.3 TB/s)\n")
+print(f"{n} prompts of {prompt} ids x {m} greedy new tokens, batches of {batch}, shape {config_path.split('/')[-2]}{', ' + gpu if gpu else ''}: "
+      f"physical limit {limit:.2f} s ({flop_s:.2f} s of arithmetic at 790 TFLOP/s, {hbm_s:.2f} s of decode weight reads at {hbm_note})\n")
 print("| arm | steady-state s (waves 2..) | steady tokens/s (wide: all N) | all N s | whole process s | load s | first wave s (incl. warm-up) | steady pace / limit | peak host GB | per engine step: host enqueue / device wait ms |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 print("\n".join(rows))
