@@ -7,8 +7,9 @@ that is not bound by host launches, and to bound what the steady state can reach
 
 What it is: Qwen3's forward written out in torch (the checkpoint loaded by transformers, its
 weights taken over), q/k/v and gate/up fused into one matmul each as vLLM fuses them, cuBLAS for
-every matmul, SDPA (flash) for attention, norms, RoPE and SwiGLU compiled by torch.compile into
-Triton kernels (vLLM's fused custom ops play that part), and every decode step captured as a CUDA
+every matmul, SDPA (flash) for attention, norms, RoPE, SwiGLU and the greedy pick with its logprob
+(max, then log-sum-exp over the vocabulary) compiled by torch.compile into Triton kernels (vLLM's
+fused custom ops play that part), and every decode step captured as a CUDA
 graph, one per (batch, position), replayed back to back with no host work between steps: the
 sampled token feeds the next step on the device, greedy, exactly M tokens (no stop checks). So it
 is optimistic beside any serving engine: the prompts of a wave are all 32 tokens, so a step's
@@ -92,18 +93,24 @@ def swiglu(gu):
     return F.silu(g) * u
 
 
+def greedy(logits):  # [b, vocab] -> the largest logit's id and its f32 logprob (max, then log-sum-exp)
+    x = logits.float()
+    top, best = x.max(dim=-1)
+    return best, top - (top + torch.log(torch.exp(x - top[:, None]).sum(dim=-1)))
+
+
 compiled = os.environ.get("TORCH_ARM_COMPILE", "on") != "off"
 if compiled:
     # one compilation per shape (prefill and decode rows of each wave size, contiguous or not)
     torch._dynamo.config.cache_size_limit = 64
     torch._dynamo.config.recompile_limit = 64
     try:
-        rms_c, add_rms_c, qk_prep_c, swiglu_c = (torch.compile(f, dynamic=False) for f in (rms, add_rms, qk_prep, swiglu))
+        rms_c, add_rms_c, qk_prep_c, swiglu_c, greedy_c = (torch.compile(f, dynamic=False) for f in (rms, add_rms, qk_prep, swiglu, greedy))
         with torch.no_grad():  # compile now, so a failure falls back before anything is timed
             x = torch.randn(4, hidden, device=dev, dtype=torch.bfloat16)
-            rms_c(x, final_norm), add_rms_c(x, x, final_norm), swiglu_c(torch.randn(4, 8, device=dev, dtype=torch.bfloat16))
+            rms_c(x, final_norm), add_rms_c(x, x, final_norm), swiglu_c(torch.randn(4, 8, device=dev, dtype=torch.bfloat16)), greedy_c(x)
             qk_prep_c(torch.randn(4, (H + 2 * KV) * hd, device=dev, dtype=torch.bfloat16), layers[0]["qn"], layers[0]["kn"], COS[:4], SIN[:4])
-        rms, add_rms, qk_prep, swiglu = rms_c, add_rms_c, qk_prep_c, swiglu_c
+        rms, add_rms, qk_prep, swiglu, greedy = rms_c, add_rms_c, qk_prep_c, swiglu_c, greedy_c
     except Exception as e:  # noqa: BLE001 - the eager ops are the fallback, and the log says so
         compiled = False
         print(f"torch.compile failed, eager ops: {e}", file=sys.stderr)
@@ -138,10 +145,9 @@ def forward(ids, b, t, start):
 
 
 def pick(logits, toks, lps, col):
-    lp = torch.log_softmax(logits.float(), dim=-1)
-    best = lp.argmax(dim=-1)
+    best, lp = greedy(logits)
     toks[:, col] = best
-    lps[:, col] = lp.gather(1, best[:, None])[:, 0]
+    lps[:, col] = lp
 
 
 # the forward is Qwen3 and as accurate as transformers' own in bf16: both against transformers in
