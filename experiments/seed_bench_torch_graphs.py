@@ -47,6 +47,9 @@ hf = AutoModelForCausalLM.from_pretrained(ck, dtype=torch.bfloat16, device_map=d
 torch.cuda.synchronize() if dev.type == "cuda" else None
 load_s = time.perf_counter() - t0
 cfg = hf.config
+rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+if cfg.model_type != "qwen3" or rope.get("rope_type", "default") != "default":
+    sys.exit(f"{ck}: the torch reference arm writes out Qwen3's forward with plain RoPE; this checkpoint is model_type {cfg.model_type!r}, RoPE type {rope.get('rope_type')!r}")
 H, KV, hd, hidden = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size
 G, eps, L, ctx = H // KV, cfg.rms_norm_eps, cfg.num_hidden_layers, plen + m
 
@@ -58,7 +61,7 @@ for layer in hf.model.layers:
         o=a.o_proj.weight, gu=torch.cat([f.gate_proj.weight, f.up_proj.weight]).contiguous(), down=f.down_proj.weight,
         n1=layer.input_layernorm.weight, n2=layer.post_attention_layernorm.weight, qn=a.q_norm.weight, kn=a.k_norm.weight))
 embed, final_norm, lm_head = hf.model.embed_tokens.weight, hf.model.norm.weight, hf.lm_head.weight
-inv = 1.0 / (cfg.rope_parameters["rope_theta"] if hasattr(cfg, "rope_parameters") and cfg.rope_parameters else cfg.rope_theta) ** (torch.arange(0, hd, 2, device=dev, dtype=torch.float32) / hd)
+inv = 1.0 / rope.get("rope_theta", getattr(cfg, "rope_theta", None)) ** (torch.arange(0, hd, 2, device=dev, dtype=torch.float32) / hd)
 ang = torch.outer(torch.arange(ctx, device=dev, dtype=torch.float32), inv)
 ang = torch.cat([ang, ang], dim=-1)
 COS, SIN = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
