@@ -20,7 +20,8 @@ error must be within twice transformers' own bf16 error, so the arm is Qwen3 and
 wrong model.
 
 With TORCH_ARM_PROFILE=on (seed_bench.sh sets it) it also prints, after the timed waves, the GPU
-time a decode step takes by kernel kind (torch.profiler over 10 replays).
+time a decode step takes by kernel kind (torch.profiler over 10 replays from step
+TORCH_ARM_PROFILE_FROM, default M / 2; 1 profiles positions 32-41, where lockstep's ncu run looks).
 
 Prints `sample-timing {json}` with the fields `lockstep sample` prints (load_s, first_wave_s,
 steady_s, steady_tokens, tokens, sample_s); first_wave_s includes the compilation and the graphs'
@@ -220,8 +221,10 @@ def profile_decode_steps():
     """GPU time by kernel kind of 10 replayed decode steps (after timing, so it changes no number)."""
     from torch.profiler import ProfilerActivity, profile
     b = sizes[-1]
+    first = int(os.environ.get("TORCH_ARM_PROFILE_FROM", m // 2))  # the first profiled step's column (1..m-10)
+    first = min(max(first, 1), m - 10)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for col in range(m // 2, m // 2 + 10):
+        for col in range(first, first + 10):
             graphs[b, col].replay()
         torch.cuda.synchronize()
     kinds = {}
@@ -232,7 +235,7 @@ def profile_decode_steps():
             kind = "attention (SDPA)" if ("flash" in n or "attention" in n or "fmha" in n) else "matmul (cuBLAS)" if ("gemm" in n or "cutlass" in n or "sm90" in n or "nvjet" in n) else "compiled (Triton)" if n.startswith("triton") else "other: " + e.name[:60]
             t, c = kinds.get(kind, (0.0, 0))
             kinds[kind] = (t + e.device_time_total, c + 1)
-    print(f"profile of 10 replayed decode steps at {b} rows, positions {plen + m // 2 - 1}..{plen + m // 2 + 8}: GPU time a step by kernel kind", file=sys.stderr)
+    print(f"profile of 10 replayed decode steps at {b} rows, positions {plen + first - 1}..{plen + first + 8}: GPU time a step by kernel kind", file=sys.stderr)
     for kind, (t, c) in sorted(kinds.items(), key=lambda kv: -kv[1][0]):
         print(f"  {kind}: {t / 10 / 1e3:.3f} ms, {c / 10:.0f} kernels", file=sys.stderr)
     print(f"  total: {sum(t for t, _ in kinds.values()) / 10 / 1e3:.3f} ms, {sum(c for _, c in kinds.values()) / 10:.0f} kernels", file=sys.stderr)

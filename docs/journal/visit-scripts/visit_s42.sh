@@ -4,6 +4,7 @@
 #               cuBLAS, flash SDPA, compiled norms, every decode step a CUDA graph), which also
 #               prints its decode step's GPU time by kernel kind (torch.profiler)
 #   PART=torchprofile  the reference arm alone on N prompts (one wave), for its decode step's profile
+#               (TORCH_ARM_PROFILE_FROM=1: positions 32-41, where PART=ncu looks at lockstep)
 #   PART=ncu    lockstep's decode step at 256 rows by kernel on the same card (session 31's
 #               PART=ncu at 256 rows): ncu's GPU time of 9 new tokens' steps
 set -u
