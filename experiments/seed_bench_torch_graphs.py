@@ -22,6 +22,8 @@ wrong model.
 With TORCH_ARM_PROFILE=on (seed_bench.sh sets it) it also prints, after the timed waves, the GPU
 time a decode step takes by kernel kind (torch.profiler over 10 replays from step
 TORCH_ARM_PROFILE_FROM, default M / 2; 1 profiles positions 32-41, where lockstep's ncu run looks).
+With TORCH_ARM_NCU=on the same 10 replays run between cudaProfilerStart and Stop, so that
+`ncu --profile-from-start off` times those steps' kernels with the same tool as lockstep's.
 
 Prints `sample-timing {json}` with the fields `lockstep sample` prints (load_s, first_wave_s,
 steady_s, steady_tokens, tokens, sample_s); first_wave_s includes the compilation and the graphs'
@@ -241,6 +243,22 @@ def profile_decode_steps():
     print(f"  total: {sum(t for t, _ in kinds.values()) / 10 / 1e3:.3f} ms, {sum(c for _, c in kinds.values()) / 10:.0f} kernels", file=sys.stderr)
 
 
+def ncu_window():
+    """The same 10 replayed steps between cudaProfilerStart and Stop, for `ncu --profile-from-start off`
+    (TORCH_ARM_NCU=on): ncu then times exactly these steps' kernels, as it times lockstep's."""
+    b = sizes[-1]
+    first = min(max(int(os.environ.get("TORCH_ARM_PROFILE_FROM", m // 2)), 1), m - 10)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for col in range(first, first + 10):
+        graphs[b, col].replay()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+    print(f"ncu window: 10 replayed decode steps at {b} rows, positions {plen + first - 1}..{plen + first + 8}", file=sys.stderr)
+
+
+if os.environ.get("TORCH_ARM_NCU") == "on":
+    ncu_window()
 if os.environ.get("TORCH_ARM_PROFILE") == "on":
     try:
         profile_decode_steps()

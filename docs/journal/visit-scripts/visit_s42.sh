@@ -5,6 +5,7 @@
 #               prints its decode step's GPU time by kernel kind (torch.profiler)
 #   PART=torchprofile  the reference arm alone on N prompts (one wave), for its decode step's profile
 #               (TORCH_ARM_PROFILE_FROM=1: positions 32-41, where PART=ncu looks at lockstep)
+#   PART=ncupair  both decode steps under ncu with the caches kept (not yet run: session 43's)
 #   PART=ncu    lockstep's decode step at 256 rows by kernel on the same card (session 31's
 #               PART=ncu at 256 rows): ncu's GPU time of 9 new tokens' steps
 set -u
@@ -21,6 +22,20 @@ torchprofile)  # the reference arm alone on one wave of N (default 256), for its
   [ -f $ck/config.json ] || python3 experiments/make_real_shape.py qwen3-8b $ck > $O/make.log 2>&1
   python3 -c "import json,random; r=random.Random(20261202); [print(json.dumps({'id': i, 'prompt_ids': [r.randrange(300, 151933) for _ in range(32)]})) for i in range(${N:-256})]" > /tmp/p.jsonl
   PYTHONUNBUFFERED=1 TORCH_ARM_PROFILE=on python3 experiments/seed_bench_torch_graphs.py $ck /tmp/p.jsonl 100 256 /tmp/t.jsonl 2>&1 | grep -v "Loading\|Writing" | tail -20 ;;
+ncupair)  # both steps under one tool: ncu with the caches kept (as in a run), lockstep's bench and the
+  # reference's 10 replayed steps at positions 32-41 (TORCH_ARM_NCU); per step: lockstep's split at its sampling, the reference's over its 10
+  [ -x /tmp/lockstep ] || { gunzip -c .gpu/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }
+  ck=/tmp/checkpoints/qwen3-8b
+  [ -f $ck/config.json ] || python3 experiments/make_real_shape.py qwen3-8b $ck > $O/make.log 2>&1
+  python3 -c "import json,random; r=random.Random(20261202); [print(json.dumps({'id': i, 'prompt_ids': [r.randrange(300, 151933) for _ in range(32)]})) for i in range(256)]" > /tmp/p.jsonl
+  flags="--cache-control none --clock-control none --metrics gpu__time_duration.sum --csv"
+  timeout 240 ncu $flags /tmp/lockstep bench --preset qwen3-8b --dtype bf16 --concurrency 256 --prompt-len 32 --new-tokens 9 \
+    --kernels matched --skip-ops --repeats 1 > $O/ncu-lockstep.csv 2> $O/ncu-lockstep.err; echo "ncu lockstep rc $?"
+  TORCH_ARM_NCU=on TORCH_ARM_PROFILE_FROM=1 timeout 240 ncu --profile-from-start off $flags \
+    python3 experiments/seed_bench_torch_graphs.py $ck /tmp/p.jsonl 20 256 /tmp/t.jsonl > $O/ncu-torch.csv 2> $O/ncu-torch.err; echo "ncu torch rc $?"
+  python3 experiments/ncu_summary.py $O/ncu-torch.csv --steps 10 --top 20 | tee $O/ncu-torch.md
+  python3 experiments/ncu_summary.py $O/ncu-lockstep.csv --per-step sample_combine | tee $O/ncu-lockstep.md
+  xz -9 $O/ncu-lockstep.csv $O/ncu-torch.csv ;;
 ncu)
   [ -x /tmp/lockstep ] || { gunzip -c .gpu/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }
   timeout ${NCU_LIMIT:-240} ncu --clock-control none --metrics gpu__time_duration.sum --csv \
