@@ -249,11 +249,11 @@ def ncu_window():
     b = sizes[-1]
     first = min(max(int(os.environ.get("TORCH_ARM_PROFILE_FROM", m // 2)), 1), m - 10)
     torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
+    torch.cuda.profiler.start()
     for col in range(first, first + 10):
         graphs[b, col].replay()
     torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    torch.cuda.profiler.stop()
     print(f"ncu window: 10 replayed decode steps at {b} rows, positions {plen + first - 1}..{plen + first + 8}", file=sys.stderr)
 
 
