@@ -34,15 +34,8 @@ def main():
         per_step(text[start:], args[args.index("--per-step") + 1])
         return
     total, count = defaultdict(float), defaultdict(int)
-    for row in csv.DictReader(text[start:]):
-        if row.get("Metric Name") != "gpu__time_duration.sum":
-            continue
-        try:
-            d = float(row["Metric Value"].replace(",", "")) * UNITS.get(row.get("Metric Unit", "ns"), 1e-9)
-        except ValueError:
-            continue
-        name = row["Kernel Name"].split("<")[0].split("(")[0]
-        key = (name, row.get("Grid Size", "")) if grids else (name, "")
+    for name, grid, d in timed_kernels(text[start:]):
+        key = (name, grid) if grids else (name, "")
         total[key] += d
         count[key] += 1
     grand = sum(total.values())
@@ -52,6 +45,18 @@ def main():
     for (name, grid), d in sorted(total.items(), key=lambda kv: -kv[1])[:top]:
         print(f"| {name} | {grid} | {count[(name, grid)]} | {d * 1e3 / steps:.3f} | {100 * d / grand:.1f}% | {1e6 * d / count[(name, grid)]:.1f} |")
     print(f"| all | | {sum(count.values())} | {grand * 1e3 / steps:.3f} | 100% | |")
+
+
+def timed_kernels(lines):
+    """(kernel name without its template arguments, grid, seconds) of each timed launch, in order."""
+    for row in csv.DictReader(lines):
+        if row.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        try:
+            d = float(row["Metric Value"].replace(",", "")) * UNITS.get(row.get("Metric Unit", "ns"), 1e-9)
+        except ValueError:
+            continue
+        yield row["Kernel Name"].split("<")[0].split("(")[0], row.get("Grid Size", ""), d
 
 
 def kind(name):
@@ -67,14 +72,7 @@ def kind(name):
 
 def per_step(lines, end):
     steps = [[]]
-    for row in csv.DictReader(lines):
-        if row.get("Metric Name") != "gpu__time_duration.sum":
-            continue
-        try:
-            d = float(row["Metric Value"].replace(",", "")) * UNITS.get(row.get("Metric Unit", "ns"), 1e-9)
-        except ValueError:
-            continue
-        name = row["Kernel Name"].split("<")[0].split("(")[0]
+    for name, _, d in timed_kernels(lines):
         steps[-1].append((name, d))
         if name.startswith(end):
             steps.append([])

@@ -67,18 +67,17 @@ wide=${WIDE:-1024}
 [[ "$arms" == *" graphs-warm "* ]] && LOCKSTEP_DECODE_GRAPHS=on LOCKSTEP_DECODE_GRAPH_PADDING=on arm graphs-warm
 [[ "$arms" == *" wide-graphs "* ]] && LOCKSTEP_DECODE_GRAPHS=on LOCKSTEP_DECODE_GRAPH_PADDING=on arm wide-graphs --set "sampler.max_batch=$wide"
 [[ "$arms" == *" fast-warm "* ]] && arm fast-warm --set ablation.sampler_kernels=fast
-if [[ "$arms" == *" transformers "* ]]; then
+python_arm() {  # name, then the command: its log and whole-process seconds, as `arm` writes them
+    local name=$1; shift
+    local start rc
     start=$(date +%s.%N)
-    python3 experiments/seed_bench_hf.py "$ck" /tmp/seed-prompts.jsonl "$m" "$batch" > "$O/seed-transformers.log" 2>&1
+    PYTHONUNBUFFERED=1 "$@" > "$O/seed-$name.log" 2>&1
     rc=$?
-    echo "whole_process_s $(python3 -c "print($(date +%s.%N) - $start)") rc $rc" >> "$O/seed-transformers.log"
-fi
-if [[ "$arms" == *" torch-graphs "* ]]; then
-    start=$(date +%s.%N)
-    PYTHONUNBUFFERED=1 TORCH_ARM_PROFILE=${TORCH_ARM_PROFILE:-on} python3 experiments/seed_bench_torch_graphs.py "$ck" /tmp/seed-prompts.jsonl "$m" "$batch" /tmp/seed-torch-graphs.jsonl > "$O/seed-torch-graphs.log" 2>&1
-    rc=$?
-    echo "whole_process_s $(python3 -c "print($(date +%s.%N) - $start)") rc $rc" >> "$O/seed-torch-graphs.log"
-fi
+    echo "whole_process_s $(python3 -c "print($(date +%s.%N) - $start)") rc $rc" >> "$O/seed-$name.log"
+}
+[[ "$arms" == *" transformers "* ]] && python_arm transformers python3 experiments/seed_bench_hf.py "$ck" /tmp/seed-prompts.jsonl "$m" "$batch"
+[[ "$arms" == *" torch-graphs "* ]] && TORCH_ARM_PROFILE=${TORCH_ARM_PROFILE:-on} python_arm torch-graphs \
+    python3 experiments/seed_bench_torch_graphs.py "$ck" /tmp/seed-prompts.jsonl "$m" "$batch" /tmp/seed-torch-graphs.jsonl
 # every matched arm must agree with the cold one token for token (same kernels and bits, whatever
 # the kernel cache or the tile schedule)
 python3 - /tmp/seed-matched-cold.jsonl /tmp/seed-matched-warm.jsonl /tmp/seed-coverage-warm.jsonl /tmp/seed-wide-warm.jsonl /tmp/seed-graphs-warm.jsonl /tmp/seed-wide-graphs.jsonl > "$O/seed-cache-bits.txt" <<'PY'

@@ -219,16 +219,22 @@ with torch.no_grad():
         else:
             steady_tokens += b * m
 total_s = time.perf_counter() - start
-def profile_decode_steps():
-    """GPU time by kernel kind of 10 replayed decode steps (after timing, so it changes no number)."""
-    from torch.profiler import ProfilerActivity, profile
+def replay_window():
+    """Replays 10 decode steps of the largest wave from step TORCH_ARM_PROFILE_FROM (1..m-10) and
+    waits for them; returns (rows, first position) for the report. After timing: no number moves."""
     b = sizes[-1]
-    first = int(os.environ.get("TORCH_ARM_PROFILE_FROM", m // 2))  # the first profiled step's column (1..m-10)
-    first = min(max(first, 1), m - 10)
+    first = min(max(int(os.environ.get("TORCH_ARM_PROFILE_FROM", m // 2)), 1), m - 10)
+    for col in range(first, first + 10):
+        graphs[b, col].replay()
+    torch.cuda.synchronize()
+    return b, plen + first - 1
+
+
+def profile_decode_steps():
+    """GPU time by kernel kind of the window's 10 replayed decode steps."""
+    from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for col in range(first, first + 10):
-            graphs[b, col].replay()
-        torch.cuda.synchronize()
+        b, at = replay_window()
     kinds = {}
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
@@ -237,7 +243,7 @@ def profile_decode_steps():
             kind = "attention (SDPA)" if ("flash" in n or "attention" in n or "fmha" in n) else "matmul (cuBLAS)" if ("gemm" in n or "cutlass" in n or "sm90" in n or "nvjet" in n) else "compiled (Triton)" if n.startswith("triton") else "other: " + e.name[:60]
             t, c = kinds.get(kind, (0.0, 0))
             kinds[kind] = (t + e.device_time_total, c + 1)
-    print(f"profile of 10 replayed decode steps at {b} rows, positions {plen + first - 1}..{plen + first + 8}: GPU time a step by kernel kind", file=sys.stderr)
+    print(f"profile of 10 replayed decode steps at {b} rows, positions {at}..{at + 9}: GPU time a step by kernel kind", file=sys.stderr)
     for kind, (t, c) in sorted(kinds.items(), key=lambda kv: -kv[1][0]):
         print(f"  {kind}: {t / 10 / 1e3:.3f} ms, {c / 10:.0f} kernels", file=sys.stderr)
     print(f"  total: {sum(t for t, _ in kinds.values()) / 10 / 1e3:.3f} ms, {sum(c for _, c in kinds.values()) / 10:.0f} kernels", file=sys.stderr)
@@ -246,15 +252,11 @@ def profile_decode_steps():
 def ncu_window():
     """The same 10 replayed steps between cudaProfilerStart and Stop, for `ncu --profile-from-start off`
     (TORCH_ARM_NCU=on): ncu then times exactly these steps' kernels, as it times lockstep's."""
-    b = sizes[-1]
-    first = min(max(int(os.environ.get("TORCH_ARM_PROFILE_FROM", m // 2)), 1), m - 10)
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
-    for col in range(first, first + 10):
-        graphs[b, col].replay()
-    torch.cuda.synchronize()
+    b, at = replay_window()
     torch.cuda.profiler.stop()
-    print(f"ncu window: 10 replayed decode steps at {b} rows, positions {plen + first - 1}..{plen + first + 8}", file=sys.stderr)
+    print(f"ncu window: 10 replayed decode steps at {b} rows, positions {at}..{at + 9}", file=sys.stderr)
 
 
 if os.environ.get("TORCH_ARM_NCU") == "on":
