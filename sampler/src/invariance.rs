@@ -9,7 +9,8 @@
 //! (f)–(i) the engine's modes give the plain engine's bits: shared prompt KV, overlapped steps,
 //!         a paged cache too small for the running requests, steps replayed as graphs.
 //!
-//! Every request draws its own prompt, length, temperature, top-k/top-p, stop token and seed.
+//! Every request draws its own prompt, length, temperature, top-k/top-p, stop token, seed and
+//! logprob mode (raw or processed).
 //! The graphs check is in `invariance/graphs.rs`; [`run_all`] is the one list `lockstep check`
 //! and the CI tests run.
 
@@ -60,6 +61,7 @@ pub fn random_request(rng: &mut StdRng, id: u64, vocab: usize) -> Request {
             // none, or one or two strings of one or two letters (`letters_decoder`'s text)
             stop: (0..rng.random_range(0..3)).map(|_| (0..rng.random_range(1..3)).map(|_| (b'a' + rng.random_range(0..26u8)) as char).collect()).collect(),
             seed: rng.random(),
+            processed_logprobs: rng.random_bool(0.5),
         },
     }
 }
@@ -175,7 +177,7 @@ pub fn sampler_matches_scorer(model: &Qwen3, trainer_model: &Qwen3, rng: &mut St
         };
         let mut seq = req.prompt.clone();
         seq.extend(&c.tokens);
-        let trainer = match trainer_model.sequence_logprobs(&[seq], req.params.temperature) {
+        let trainer = match trainer_model.sequence_logprobs(&[seq], req.params.logprob_distribution()) {
             Ok(scores) => scores.per_sequence,
             Err(e) => return EngineCheck::new("sampler = trainer".into(), Some(format!("training path failed: {e}"))),
         };

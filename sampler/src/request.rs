@@ -21,11 +21,28 @@ pub struct SamplingParams {
     pub stop: Vec<String>,
     /// With the request id and the position, the only input of the sampling noise.
     pub seed: u64,
+    /// Return each token's logprob under the distribution it was drawn from: softmax at the
+    /// temperature restricted to the top-k / top-p set, renormalised (vLLM's
+    /// `processed_logprobs`); else under the full softmax at the temperature (`raw_logprobs`).
+    /// The same when the request does not truncate.
+    pub processed_logprobs: bool,
+}
+
+impl SamplingParams {
+    /// The distribution the returned logprobs are taken under, for the training path to score
+    /// the same one.
+    pub fn logprob_distribution(&self) -> shared_kernels::model::LogprobDistribution {
+        if self.processed_logprobs {
+            shared_kernels::model::LogprobDistribution { temperature: self.temperature, top_k: self.top_k, top_p: self.top_p }
+        } else {
+            shared_kernels::model::LogprobDistribution::full(self.temperature)
+        }
+    }
 }
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        Self { temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 64, stop_tokens: Vec::new(), stop: Vec::new(), seed: 0 }
+        Self { temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 64, stop_tokens: Vec::new(), stop: Vec::new(), seed: 0, processed_logprobs: false }
     }
 }
 

@@ -317,6 +317,48 @@ fn bench_ragged_lengths_shrink_the_batch_with_graphs_and_launches_side_by_side()
 }
 
 #[test]
+fn processed_logprobs_change_no_token_and_keep_truncated_grpo_bit_exact() {
+    let dir = scratch("processed-logprobs");
+    std::fs::write(dir.join("prompts.jsonl"), "{\"prompt\": \"3+4=\"}\n{\"prompt_ids\": [5, 6, 7]}\n{\"prompt\": \"12\"}\n").unwrap();
+    let sample = |mode: &str| -> Vec<serde_json::Value> {
+        let out = lockstep(&["sample", "--set", "sampler.input=prompts.jsonl", "--set", &format!("sampler.output={mode}.jsonl"), "--set", "sampler.top_k=3", "--set", "sampler.top_p=0.9", "--set", "sampler.max_new_tokens=6", "--set", &format!("sampler.logprobs_mode={mode}"), "--set", "log.progress=false"], &dir);
+        assert_eq!(out.status.code(), Some(0), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
+        std::fs::read_to_string(dir.join(format!("{mode}.jsonl"))).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    let (raw, processed) = (sample("raw_logprobs"), sample("processed_logprobs"));
+    let mut raised = 0;
+    for (r, p) in raw.iter().zip(&processed) {
+        // the mode changes what is reported, never what is drawn
+        assert_eq!(r["token_ids"], p["token_ids"]);
+        for (a, b) in r["logprobs"].as_array().unwrap().iter().zip(p["logprobs"].as_array().unwrap()) {
+            let (a, b) = (a.as_f64().unwrap(), b.as_f64().unwrap());
+            // renormalised over at most 3 tokens: never below the full softmax's, never above 0
+            assert!(b >= a && b <= 0.0, "raw {a} processed {b}");
+            raised += (b > a) as usize;
+        }
+    }
+    assert!(raised > 0, "no processed logprob differs from the raw one");
+
+    // GRPO on the truncated distribution: on policy, bits equal, no warning
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    let truncated = ["--set", "sampler.top_k=5", "--set", "sampler.top_p=0.9", "--set", "train.steps=2", "--set", "train.checkpoint_every=0"];
+    let out = lockstep(&[&["train", "small.toml", "--set", "log.run_name=processed", "--set", "sampler.logprobs_mode=processed_logprobs"][..], &truncated[..]].concat(), &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("warning: sampler.top"), "{err}");
+    let steps = metrics(&dir.join("runs/processed"));
+    assert_eq!(steps.len(), 2);
+    for m in &steps {
+        assert_eq!(m["agreement"]["bit_equal_frac"].as_f64(), Some(1.0), "{m}");
+        assert_eq!(m["agreement"]["kl_k1"].as_f64(), Some(0.0), "{m}");
+    }
+    // the raw mode under the same truncation runs too, and says it is not on-policy
+    let out = lockstep(&[&["train", "small.toml", "--set", "log.run_name=raw", "--set", "train.sft_steps=0"][..], &truncated[..]].concat(), &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.contains("warning: sampler.top_p = 0.9") && err.contains("processed_logprobs"), "{err}");
+}
+
+#[test]
 fn sample_command_writes_completions_with_logprobs() {
     let dir = scratch("sample");
     // the third prompt has an out-of-range token: the run stops naming its line before sampling

@@ -349,7 +349,7 @@ fn a_second_process_in_a_run_folder_is_refused_while_the_first_trains() {
     // the first run's reward program waits for `go`, so it is mid-step when the second starts
     std::fs::write(dir.join("wait.py"), "import os, sys, time\nlines = sys.stdin.readlines()\nwhile not os.path.exists('go'):\n    time.sleep(0.05)\nfor _ in lines:\n    print(0)\n").unwrap();
     let args = ["train", "small.toml", "--set", "train.steps=1", "--set", "train.sft_steps=0", "--set", "log.run_name=shared", "--set", "task.reward=command", "--set", "task.reward_command=python3 wait.py"];
-    let mut first = Command::new(env!("CARGO_BIN_EXE_lockstep")).args(args).current_dir(&dir).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let first = Command::new(env!("CARGO_BIN_EXE_lockstep")).args(args).current_dir(&dir).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let lock = dir.join("runs/shared/.lockstep.lock");
     let started = Instant::now();
     while std::fs::read_to_string(&lock).map_or(true, |pid| pid.trim().is_empty()) {

@@ -18,8 +18,9 @@ use shared_kernels::{sample_with, SamplingInputs, SamplingRow};
 /// Graphs kept at once: each holds one forward's activations at its row count.
 const KEPT: usize = 4;
 
-/// (rows, whether some row truncates): what the captured launches depend on.
-type Key = (usize, bool);
+/// (rows, whether some row truncates, whether some truncating row's logprob is processed):
+/// what the captured launches depend on.
+type Key = (usize, bool, bool);
 
 #[derive(Default)]
 pub(super) struct StepGraphs {
@@ -136,7 +137,7 @@ impl Engine {
             return Ok(None);
         }
         let padded = if self.graphs.padding { padded_rows(real, self.config.max_batch) } else { real };
-        let key = (padded, SamplingInputs::truncates(params, vocab));
+        let key = (padded, SamplingInputs::truncates(params, vocab), SamplingInputs::processes(params, vocab));
         let again = self.graphs.last_key.replace(key) == Some(key);
         if self.graphs.failed.contains(&key) {
             return Ok(None);

@@ -19,9 +19,9 @@ pub fn first_divergence(trainer: &Qwen3, sampler: &Qwen3, sequence: &[u32], posi
 }
 
 /// [`first_divergence`] for sequence `s` of `batch`, the trainer replaying the whole batch;
-/// `sampler_logprob` (the bits the sampler returned, and the temperature they were scored at) lets the report say whether the replay
+/// `sampler_logprob` (the bits the sampler returned, and the distribution they were scored under) lets the report say whether the replay
 /// reproduced the difference at the logprob when no op before it differs.
-pub fn first_divergence_in_batch(trainer: &Qwen3, sampler: &Qwen3, batch: &[Vec<u32>], s: usize, position: usize, sampler_logprob: Option<(f32, f32)>) -> Result<String, ModelError> {
+pub fn first_divergence_in_batch(trainer: &Qwen3, sampler: &Qwen3, batch: &[Vec<u32>], s: usize, position: usize, sampler_logprob: Option<(f32, super::LogprobDistribution)>) -> Result<String, ModelError> {
     let sequence = &batch[s];
     let row = batch[..s].iter().map(Vec::len).sum::<usize>() + position;
     let mut train_trace = Trace { only_row: Some(row), ..Trace::default() };
@@ -49,11 +49,11 @@ pub fn first_divergence_in_batch(trainer: &Qwen3, sampler: &Qwen3, batch: &[Vec<
             return Ok(format!("first divergence at `{name}`: {differing}/{} values differ (max |diff| {max:.3e}; {launch})", x.len()));
         }
     }
-    let Some((sampled, temperature)) = sampler_logprob else {
+    let Some((sampled, distribution)) = sampler_logprob else {
         return Ok(format!("no op output differs for this token ({launch}): the difference arises after the logits (sampling/logprob kernels)"));
     };
     // the trainer's logprob of this token, again inside the whole batch
-    let lp = trainer.sequence_logprobs(batch, temperature).ok().and_then(|scores| scores.per_sequence[s].get(position).copied());
+    let lp = trainer.sequence_logprobs(batch, distribution).ok().and_then(|scores| scores.per_sequence[s].get(position).copied());
     Ok(match lp {
         Some(t) if t.to_bits() == sampled.to_bits() => format!("could not reproduce: replayed at the step's launch sizes ({launch}), every op and the logprob equal the sampler's bits; the difference is in state the replay does not rebuild (the step's weights or launch order)"),
         Some(t) => format!("no op output up to the final norm differs ({launch}); the logprob does: trainer {t:e} vs sampler {sampled:e} (the LM head + logprob kernels at the batch's sizes)"),

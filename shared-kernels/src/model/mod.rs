@@ -25,7 +25,7 @@ pub use kernel_set::KernelSet;
 pub use layer::{FusedProjections, Layer};
 pub use qwen3::{Qwen3, Weight};
 pub use load::LoadPhases;
-pub use scoring::Scores;
+pub use scoring::{LogprobDistribution, Scores};
 pub use recompute::{LayerInputs, TrackedLogprobs};
 pub use rope_scaling::{Rope, RopeScaling};
 pub use tokenizer::load_tokenizer;

@@ -8,7 +8,7 @@
 //! `recomputed_layers_give_the_one_graph_gradients_as_bits`).
 
 use super::forward::{int_tensor, Stream};
-use super::{ModelError, Qwen3, Rows};
+use super::{LogprobDistribution, ModelError, Qwen3, Rows};
 use crate::embedding;
 use burn::tensor::{Int, Tensor};
 
@@ -55,9 +55,10 @@ impl Qwen3 {
     /// The training path's logprobs of `sequences` (as [`Qwen3::sequence_logprobs`]) on a model
     /// whose weights are tracked, with the graph the backward needs: whole, or with `recompute`
     /// only the head's, plus each layer's input.
-    pub fn training_logprobs(&self, sequences: &[Vec<u32>], temperature: f32, recompute: bool) -> Result<(Vec<Vec<f32>>, TrackedLogprobs), ModelError> {
+    pub fn training_logprobs(&self, sequences: &[Vec<u32>], distribution: impl Into<LogprobDistribution>, recompute: bool) -> Result<(Vec<Vec<f32>>, TrackedLogprobs), ModelError> {
+        let distribution = distribution.into();
         if !recompute {
-            let s = self.sequence_logprobs(sequences, temperature)?;
+            let s = self.sequence_logprobs(sequences, distribution)?;
             return Ok((s.per_sequence, TrackedLogprobs { flat: s.flat, layers: None, mean_entropy: s.mean_entropy }));
         }
         let rows = self.training_rows(sequences)?;
@@ -80,7 +81,7 @@ impl Qwen3 {
         }
         let last = h.detach().require_grad();
         let x = self.kernels.rmsnorm(last.clone(), self.norm.clone(), self.config.rms_norm_eps as f32)?;
-        let s = self.score_rows(x, &rows, sequences, temperature)?;
+        let s = self.score_rows(x, &rows, sequences, distribution)?;
         let layers = LayerInputs { rows, tokens, slots, positions, inputs, last };
         Ok((s.per_sequence, TrackedLogprobs { flat: s.flat, layers: Some(layers), mean_entropy: s.mean_entropy }))
     }

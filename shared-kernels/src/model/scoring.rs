@@ -8,6 +8,30 @@ use super::{ModelError, Qwen3, Rows};
 use crate::WeightLayout::OutIn;
 use burn::tensor::{Int, Tensor, TensorData};
 
+/// The distribution a token is scored under: `softmax(logits / temperature)` (temperature 0
+/// scored at 1), restricted to its top-k / top-p set and renormalised when those truncate
+/// (processed logprobs, what a sampler with `processed_logprobs` returns); `top_k` 0 and
+/// `top_p` 1 keep the full distribution. An `f32` is the full distribution at that temperature.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LogprobDistribution {
+    pub temperature: f32,
+    pub top_k: u32,
+    pub top_p: f32,
+}
+
+impl LogprobDistribution {
+    /// The full softmax at `temperature` (raw logprobs).
+    pub fn full(temperature: f32) -> Self {
+        Self { temperature, top_k: 0, top_p: 1.0 }
+    }
+}
+
+impl From<f32> for LogprobDistribution {
+    fn from(temperature: f32) -> Self {
+        Self::full(temperature)
+    }
+}
+
 /// What scoring returns.
 pub struct Scores {
     /// Each sequence's logprobs of its tokens after the first (length len - 1).
@@ -20,10 +44,10 @@ pub struct Scores {
 
 impl Qwen3 {
     /// The training path's logprobs of `sequences` (see the module doc).
-    pub fn sequence_logprobs(&self, sequences: &[Vec<u32>], temperature: f32) -> Result<Scores, ModelError> {
+    pub fn sequence_logprobs(&self, sequences: &[Vec<u32>], distribution: impl Into<LogprobDistribution>) -> Result<Scores, ModelError> {
         let rows = self.training_rows(sequences)?;
         let x = self.final_hidden(&rows, Tokens::Host, None, None, None)?;
-        self.score_rows(x, &rows, sequences, temperature)
+        self.score_rows(x, &rows, sequences, distribution.into())
     }
 
     /// The training path's rows for `sequences`: every sequence whole, padded to whole fold
@@ -37,7 +61,8 @@ impl Qwen3 {
     }
 
     /// The LM head and logprobs on the final-normed training rows `x` of `sequences`.
-    pub(crate) fn score_rows(&self, x: Tensor<2>, rows: &Rows, sequences: &[Vec<u32>], temperature: f32) -> Result<Scores, ModelError> {
+    pub(crate) fn score_rows(&self, x: Tensor<2>, rows: &Rows, sequences: &[Vec<u32>], distribution: LogprobDistribution) -> Result<Scores, ModelError> {
+        let LogprobDistribution { temperature, top_k, top_p } = distribution;
         let granule = crate::grad_fold::FOLD_ROWS;
         let device = x.device();
         // every row runs through the head (a sequence's last row and the padding with a
@@ -59,11 +84,13 @@ impl Qwen3 {
         let (n, m) = (targets.len(), keep.len());
         let tg = Tensor::<1, Int>::from_data(TensorData::new(targets, [n]), &device);
         let temps = Tensor::<1>::from_data(TensorData::new(vec![temperature; n], [n]), &device);
+        // greedy (T = 0) is scored on the full distribution at T = 1, as the sampler returns it
+        let truncation = if temperature > 0.0 { crate::Truncation::uniform(top_k, top_p, n, self.config.vocab_size, &device) } else { None };
         let scored = if self.kernels.is_matched() {
-            crate::head_logprobs(x, self.head(), tg, temps)?
+            crate::truncated_head_logprobs(x, self.head(), tg, temps, truncation.as_ref())?
         } else {
             // the ablation's kernels: their own matmul for the head, then the logprob
-            crate::token_logprobs(self.kernels.matmul(x, self.head(), OutIn)?, tg, temps)?
+            crate::truncated_token_logprobs(self.kernels.matmul(x, self.head(), OutIn)?, tg, temps, truncation.as_ref())?
         };
         let index = |on: &burn::tensor::Device| Tensor::<1, Int>::from_data(TensorData::new(keep.clone(), [m]), on);
         // the entropy is a metric, on the plain device even when the logprobs are tracked

@@ -130,6 +130,7 @@ fn sampling_respects_top_k_top_p_matches_gumbel_reference_and_returns_the_logpro
             top_k: [0, 10, 0, 3][i % 4],
             top_p: [1.0, 0.8, 1.0, 0.6][(i / 4) % 4],
             rng_key: shared_kernels::row_rng_key(rng.random(), i as u64, rng.random()),
+            processed: false,
         })
         .collect();
     let (tokens, lps) = shared_kernels::sample(float_tensor(logits.clone(), [rows, vocab], DType::F32, &device), &params).unwrap();
@@ -170,7 +171,7 @@ fn sampled_logprob_bits_equal_the_trainer_logprob_bits() {
     let (rows, vocab) = (33, 4999);
     let logits = random_vec(&mut rng, rows * vocab, 6.0);
     let mixed: Vec<SamplingRow> = (0..rows)
-        .map(|i| SamplingRow { temperature: [1.0, 0.6, 0.0][i % 3], top_k: [0, 20, 0][i % 3], top_p: [0.95, 1.0, 1.0][i % 3], rng_key: rng.random() })
+        .map(|i| SamplingRow { temperature: [1.0, 0.6, 0.0][i % 3], top_k: [0, 20, 0][i % 3], top_p: [0.95, 1.0, 1.0][i % 3], rng_key: rng.random(), processed: false })
         .collect();
     let plain: Vec<SamplingRow> = mixed.iter().map(|p| SamplingRow { top_k: 0, top_p: 1.0, ..*p }).collect();
     let lt = float_tensor(logits.clone(), [rows, vocab], DType::F32, &device);
@@ -201,7 +202,7 @@ fn sampling_frequencies_follow_the_softmax() {
     let rows = 4000;
     let logits: Vec<f32> = (0..rows).flat_map(|_| row.clone()).collect();
     let seed: u64 = StdRng::seed_from_u64(crate::seed()).random();
-    let params: Vec<SamplingRow> = (0..rows).map(|i| SamplingRow { temperature: 1.0, top_k: 0, top_p: 1.0, rng_key: shared_kernels::row_rng_key(seed, 1, i as u32) }).collect();
+    let params: Vec<SamplingRow> = (0..rows).map(|i| SamplingRow { temperature: 1.0, top_k: 0, top_p: 1.0, rng_key: shared_kernels::row_rng_key(seed, 1, i as u32), processed: false }).collect();
     let (tokens, _) = shared_kernels::sample(float_tensor(logits, [rows, vocab], DType::F32, &device), &params).unwrap();
     let mut counts = vec![0usize; vocab];
     for t in host_int(tokens) {
@@ -264,4 +265,76 @@ fn hbm_read_reads_every_element_exactly_once() {
     assert_eq!(bytes, (rows * cols * 4) as f64);
     let total: f64 = host(sums).iter().map(|&v| v as f64).sum();
     assert_eq!(total, values.iter().map(|&v| v as f64).sum::<f64>());
+}
+
+#[test]
+fn processed_logprobs_are_the_kept_sets_renormalised_softmax_and_equal_the_trainers_bits() {
+    let (device, mut rng) = (crate::device(), StdRng::seed_from_u64(crate::seed()));
+    // three vocabulary chunks, the last partial: with top-k 3 most chunks keep no token at all
+    let (rows, vocab) = (48, 4999);
+    let logits = random_vec(&mut rng, rows * vocab, 5.0);
+    let params: Vec<SamplingRow> = (0..rows)
+        .map(|i| SamplingRow {
+            temperature: [1.0, 0.7, 0.0, 1.3][i % 4],
+            top_k: [0, 10, 0, 3][(i / 4) % 4],
+            top_p: [0.8, 1.0, 0.9, 0.6][(i / 2) % 4],
+            rng_key: rng.random(),
+            // processed and raw rows share the batch
+            processed: i % 3 != 0,
+        })
+        .collect();
+    let lt = float_tensor(logits.clone(), [rows, vocab], DType::F32, &device);
+    let (tokens, lps) = shared_kernels::sample(lt.clone(), &params).unwrap();
+    // the trainer's side: a truncation for the processed rows, none (top-k 0, top-p 1) for the raw
+    let trainer_row = |p: &SamplingRow| if p.processed { (p.top_k, p.top_p) } else { (0, 1.0) };
+    let truncation = shared_kernels::Truncation {
+        top_k: burn::tensor::Tensor::<1, burn::tensor::Int>::from_data(TensorData::new(params.iter().map(|p| trainer_row(p).0 as i64).collect::<Vec<_>>(), [rows]), &device),
+        top_p: Tensor::<1>::from_data(TensorData::new(params.iter().map(|p| trainer_row(p).1).collect::<Vec<_>>(), [rows]), &device),
+    };
+    let temps = Tensor::<1>::from_data(TensorData::new(params.iter().map(|p| p.temperature).collect::<Vec<_>>(), [rows]), &device);
+    let trainer = shared_kernels::truncated_token_logprobs(lt.clone(), tokens.clone(), temps.clone(), Some(&truncation)).unwrap();
+    let (tokens, lps, trainer_lps, entropy) = (host_int(tokens), host(lps), host(trainer.logprobs), host(trainer.entropy));
+    let mut truncated_rows = 0;
+    for r in 0..rows {
+        assert_eq!(lps[r].to_bits(), trainer_lps[r].to_bits(), "row {r}: sampler {} vs trainer {} ({:?})", lps[r], trainer_lps[r], params[r]);
+        let (row, p, tok) = (&logits[r * vocab..(r + 1) * vocab], params[r], tokens[r] as usize);
+        let (raw_lp, raw_entropy) = reference::logprob_entropy(row, tok, p.temperature);
+        if !(p.processed && p.temperature > 0.0 && (p.top_k > 0 || p.top_p < 1.0)) {
+            assert_close("raw logprob", &lps[r..r + 1], &[raw_lp], 2e-5, 2e-6);
+            assert_close("raw entropy", &entropy[r..r + 1], &[raw_entropy], 5e-5, 5e-6);
+            continue;
+        }
+        truncated_rows += 1;
+        // f64: the kept set's log-softmax at the temperature
+        let kept = reference::allowed_tokens(row, p.temperature, p.top_k, p.top_p);
+        let z: Vec<f64> = row.iter().map(|&v| v as f64 / p.temperature as f64).collect();
+        let max = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let lse = max + (0..vocab).filter(|&j| kept[j]).map(|j| (z[j] - max).exp()).sum::<f64>().ln();
+        let entropy_kept = -(0..vocab).filter(|&j| kept[j]).map(|j| (z[j] - lse).exp() * (z[j] - lse)).sum::<f64>();
+        assert!(kept[tok], "row {r}: token {tok} outside the kept set");
+        assert_close("processed logprob", &lps[r..r + 1], &[z[tok] - lse], 2e-5, 2e-6);
+        assert_close("processed entropy", &entropy[r..r + 1], &[entropy_kept], 5e-5, 5e-6);
+        assert!(lps[r] as f64 > raw_lp, "row {r}: renormalising over the kept set must raise the logprob ({} vs raw {raw_lp})", lps[r]);
+    }
+    assert!(truncated_rows >= rows / 3, "only {truncated_rows} processed rows truncate");
+
+    // a target outside its row's kept set has probability 0: logprob NEG_BIG
+    let outside: Vec<i32> = (0..rows)
+        .map(|r| {
+            let p = params[r];
+            let (k, top_p) = trainer_row(&p);
+            let row = &logits[r * vocab..(r + 1) * vocab];
+            let kept = reference::allowed_tokens(row, p.temperature, k, top_p);
+            // the smallest logit outside the set: far from its boundary
+            let far = (0..vocab).filter(|&j| !kept[j]).min_by(|&a, &b| row[a].total_cmp(&row[b]));
+            if p.temperature > 0.0 { far.unwrap_or(0) as i32 } else { 0 }
+        })
+        .collect();
+    let out = shared_kernels::truncated_token_logprobs(lt, int_tensor(outside.clone(), &device), temps, Some(&truncation)).unwrap();
+    for (r, lp) in host(out.logprobs).into_iter().enumerate() {
+        let (k, top_p) = trainer_row(&params[r]);
+        if params[r].temperature > 0.0 && (k > 0 || top_p < 1.0) {
+            assert_eq!(lp, shared_kernels::ops::reduce::NEG_BIG, "row {r}: token {} is outside the kept set", outside[r]);
+        }
+    }
 }

@@ -41,13 +41,13 @@ fn launchers_reject_bad_inputs_with_named_errors() {
     assert!(err.to_string().contains("shapes differ"), "{err}");
 
     let logits = float_tensor(vec![0.1; 6], [2, 3], DType::F32, &device);
-    let err = shared_kernels::sample(logits.clone(), &[SamplingRow { temperature: -1.0, top_k: 0, top_p: 1.0, rng_key: 1 }; 2]).unwrap_err();
+    let err = shared_kernels::sample(logits.clone(), &[SamplingRow { temperature: -1.0, top_k: 0, top_p: 1.0, rng_key: 1, processed: false }; 2]).unwrap_err();
     assert!(err.to_string().contains("temperature"), "{err}");
-    let err = shared_kernels::sample(logits.clone(), &[SamplingRow { temperature: 1e-45, top_k: 0, top_p: 1.0, rng_key: 1 }; 2]).unwrap_err();
+    let err = shared_kernels::sample(logits.clone(), &[SamplingRow { temperature: 1e-45, top_k: 0, top_p: 1.0, rng_key: 1, processed: false }; 2]).unwrap_err();
     assert!(err.to_string().contains("temperature") && err.to_string().contains("overflows"), "{err}");
-    let err = shared_kernels::sample(logits.clone(), &[SamplingRow { temperature: 1.0, top_k: 0, top_p: 1.5, rng_key: 1 }; 2]).unwrap_err();
+    let err = shared_kernels::sample(logits.clone(), &[SamplingRow { temperature: 1.0, top_k: 0, top_p: 1.5, rng_key: 1, processed: false }; 2]).unwrap_err();
     assert!(err.to_string().contains("top_p"), "{err}");
-    let err = shared_kernels::sample(logits.clone(), &[SamplingRow { temperature: 1.0, top_k: 0, top_p: 1.0, rng_key: 1 }; 3]).unwrap_err();
+    let err = shared_kernels::sample(logits.clone(), &[SamplingRow { temperature: 1.0, top_k: 0, top_p: 1.0, rng_key: 1, processed: false }; 3]).unwrap_err();
     assert!(err.to_string().contains("2 rows"), "{err}");
 
     let q = float_tensor(vec![0.1; 2 * 3 * 4], [2, 3, 4], DType::F32, &device);

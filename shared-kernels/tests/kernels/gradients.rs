@@ -190,3 +190,40 @@ fn the_training_forward_with_statistics_is_the_forward_and_refuses_other_layouts
     let e = shared_kernels::ops::attention::causal::causal_attention_with_stats(q, k, v, &s2, &p2, scale).unwrap_err();
     assert!(e.to_string().contains("training layout"), "{e}");
 }
+
+#[test]
+fn truncated_logprob_backward_matches_burn_autodiff_of_the_kept_sets_log_softmax() {
+    let mut rng = StdRng::seed_from_u64(crate::seed());
+    let device = crate::device();
+    let m = 5;
+    let temps = vec![1.0f32, 0.5, 1.0, 0.0, 2.0];
+    let temp_t = Tensor::<1>::from_data(TensorData::new(temps.clone(), [m]), &device);
+    let long = 2 * shared_kernels::ops::logits::logprob::VOCAB_CHUNK + 12;
+    // top-p only on the small vocabulary: there the f64 reference set cannot straddle the f32
+    // mass sum's rounding at the boundary; on the long one top-k, whose set is a count
+    for (vocab, top_k, top_p) in [(11usize, [0u32, 4, 3, 0, 0], [0.7f32, 1.0, 0.9, 0.5, 0.8]), (long, [50, 3, 700, 5, 1], [1.0; 5])] {
+        let logits = random_vec(&mut rng, m * vocab, 3.0);
+        // greedy rows (T = 0) keep every token, as the sampler scores them
+        let kept: Vec<Vec<bool>> = (0..m)
+            .map(|r| if temps[r] > 0.0 { shared_kernels::reference::allowed_tokens(&logits[r * vocab..(r + 1) * vocab], temps[r], top_k[r], top_p[r]) } else { vec![true; vocab] })
+            .collect();
+        // targets inside each row's set, as a rollout's tokens always are
+        let tg: Vec<i32> = kept.iter().map(|k| { let ids: Vec<usize> = (0..vocab).filter(|&j| k[j]).collect(); ids[rand::Rng::random_range(&mut rng, 0..ids.len())] as i32 }).collect();
+        let targets = Tensor::<1, Int>::from_data(TensorData::new(tg, [m]), &device);
+        let truncation = shared_kernels::Truncation {
+            top_k: Tensor::<1, Int>::from_data(TensorData::new(top_k.iter().map(|&k| k as i64).collect::<Vec<_>>(), [m]), &device),
+            top_p: Tensor::<1>::from_data(TensorData::new(top_p.to_vec(), [m]), &device),
+        };
+        let outside: Vec<bool> = kept.iter().flatten().map(|k| !k).collect();
+        check(&format!("truncated token_logprobs (vocab {vocab})"), [(logits, vec![m, vocab])],
+            |t| shared_kernels::truncated_token_logprobs(t[0].clone(), targets.clone(), temp_t.clone(), Some(&truncation)).unwrap().logprobs,
+            |t| {
+                let d = t[0].device();
+                let inv: Vec<f32> = temps.iter().map(|&t| if t > 0.0 { 1.0 / t } else { 1.0 }).collect();
+                let inv = Tensor::<2>::from_data(TensorData::new(inv, [m, 1]), &d);
+                let mask = Tensor::<2, burn::tensor::Bool>::from_data(TensorData::new(outside.clone(), [m, vocab]), &d);
+                let ls = activation::log_softmax((t[0].clone() * inv).mask_fill(mask, -1e30), 1);
+                ls.gather(1, targets.clone().to_device(&d).reshape([m, 1])).reshape([m])
+            }, &mut rng);
+    }
+}

@@ -67,14 +67,14 @@ fn the_auditor_replays_a_token_inside_its_batch_and_names_what_differs() {
     let lp = model.sequence_logprobs(&batch, 0.8).unwrap().per_sequence;
     let sampled = lp[s][position];
     // the same kernels on both sides, the sampler's bits given: nothing to find, said plainly
-    let report = first_divergence_in_batch(&model, &model, &batch, s, position, Some((sampled, 0.8))).unwrap();
+    let report = first_divergence_in_batch(&model, &model, &batch, s, position, Some((sampled, 0.8.into()))).unwrap();
     assert!(report.starts_with("could not reproduce") && report.contains("3 sequences, 87 rows"), "{report}");
     // a logprob that differs with every op equal: the report says the difference is at the logprob
-    let report = first_divergence_in_batch(&model, &model, &batch, s, position, Some((sampled + 0.5, 0.8))).unwrap();
+    let report = first_divergence_in_batch(&model, &model, &batch, s, position, Some((sampled + 0.5, 0.8.into()))).unwrap();
     assert!(report.contains("the logprob does"), "{report}");
     // a sampler on another matmul (split-K over a decode row): the first op that differs is named
     let mut split = model.clone();
     split.kernels = KernelSet::SplitK;
-    let report = first_divergence_in_batch(&model, &split, &batch, s, position, Some((sampled, 0.8))).unwrap();
+    let report = first_divergence_in_batch(&model, &split, &batch, s, position, Some((sampled, 0.8.into()))).unwrap();
     assert!(report.starts_with("first divergence at `layer 0 q (normed, rope)`") || report.starts_with("first divergence at `layer 0"), "{report}");
 }

@@ -65,6 +65,9 @@ pub struct SamplerSection {
     pub temperature: f32,
     pub top_k: u32,
     pub top_p: f32,
+    /// The distribution logprobs are taken under: `raw_logprobs` (the full softmax at the
+    /// temperature) or `processed_logprobs` (the top-k / top-p set, renormalised).
+    pub logprobs_mode: LogprobsMode,
     pub max_new_tokens: usize,
     /// Stop strings (vLLM's `stop`): a completion ends at the token that completes one.
     pub stop: Vec<String>,
@@ -74,9 +77,19 @@ pub struct SamplerSection {
     pub seed: u64,
 }
 
+impl SamplerSection {
+    /// The distribution the sampler's logprobs are taken under, which the loss scores too.
+    pub fn logprob_distribution(&self) -> shared_kernels::model::LogprobDistribution {
+        match self.logprobs_mode {
+            LogprobsMode::Raw => shared_kernels::model::LogprobDistribution::full(self.temperature),
+            LogprobsMode::Processed => shared_kernels::model::LogprobDistribution { temperature: self.temperature, top_k: self.top_k, top_p: self.top_p },
+        }
+    }
+}
+
 impl Default for SamplerSection {
     fn default() -> Self {
-        Self { max_batch: 64, context: 48, chunk_size: 16, share_prompt_prefix: true, overlap_steps: true, kv_budget_mib: 0.0, kv_reserve: 1.0, temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 8, stop: Vec::new(), input: String::new(), output: String::new(), seed: 0 }
+        Self { max_batch: 64, context: 48, chunk_size: 16, share_prompt_prefix: true, overlap_steps: true, kv_budget_mib: 0.0, kv_reserve: 1.0, temperature: 1.0, top_k: 0, top_p: 1.0, logprobs_mode: LogprobsMode::Raw, max_new_tokens: 8, stop: Vec::new(), input: String::new(), output: String::new(), seed: 0 }
     }
 }
 

@@ -41,6 +41,12 @@ config_mode! {
     }
 }
 config_mode! {
+    /// The distribution the sampler's logprobs (and the loss's) are taken under (vLLM's
+    /// `logprobs_mode`): the full softmax at the temperature, or the top-k / top-p set the
+    /// tokens are drawn from, renormalised.
+    LogprobsMode { Raw = "raw_logprobs", Processed = "processed_logprobs" }
+}
+config_mode! {
     /// The ablation's importance-sampling correction.
     Correction { None = "none", Tis = "tis", Mis = "mis", PpoClip = "ppo_clip" }
 }

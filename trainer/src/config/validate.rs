@@ -1,7 +1,7 @@
 //! What a parsed config must satisfy beyond its types: ranges, keys that need each other,
 //! combinations that cannot work; each error names the key.
 
-use super::{Config, ConfigError, Correction, PromptFormat};
+use super::{Config, ConfigError, Correction, LogprobsMode, PromptFormat, SamplerKernels};
 
 impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -167,9 +167,9 @@ impl Config {
     pub fn training_warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
         let s = &self.sampler;
-        if s.top_p < 1.0 || s.top_k > 0 {
+        if (s.top_p < 1.0 || s.top_k > 0) && s.logprobs_mode == LogprobsMode::Raw {
             let key = if s.top_p < 1.0 { format!("sampler.top_p = {}", s.top_p) } else { format!("sampler.top_k = {}", s.top_k) };
-            warnings.push(format!("{key}: rollouts are drawn from the truncated distribution, while the sampler's logprobs and the loss use the full softmax at the temperature (equal as bits on both sides, docs/sampler.md); the gradient misses the truncation's own term, so the update is not exactly on-policy for what was sampled. For on-policy GRPO keep sampler.top_p = 1 and sampler.top_k = 0"));
+            warnings.push(format!("{key}: rollouts are drawn from the truncated distribution, while sampler.logprobs_mode = \"raw_logprobs\" takes the sampler's logprobs and the loss under the full softmax at the temperature (equal as bits on both sides, docs/sampler.md); the gradient misses the truncation's own term, so the update is not exactly on-policy for what was sampled. For on-policy GRPO set sampler.logprobs_mode = \"processed_logprobs\" (both sides then take the truncated distribution), or keep sampler.top_p = 1 and sampler.top_k = 0"));
         }
         warnings
     }
@@ -191,6 +191,19 @@ impl Config {
         if self.sampler.temperature == 0.0 || self.sampler.top_k == 1 {
             let key = if self.sampler.temperature == 0.0 { "sampler.temperature" } else { "sampler.top_k" };
             return Err(ConfigError::Invalid { key: key.into(), message: "makes sampling greedy, so each GRPO group is train.group_size copies of one completion with equal rewards and zero advantages; sample (temperature > 0, top_k 0 or > 1) for training (evaluation's greedy pass is separate: train.eval_every)".into() });
+        }
+        // a mismatched sampler's token may lie outside the trainer's own top-k / top-p set,
+        // where the truncated distribution gives it probability 0 (logprob -inf)
+        if self.sampler.logprobs_mode == LogprobsMode::Processed && self.ablation.sampler_kernels != SamplerKernels::Matched {
+            return Err(ConfigError::Invalid { key: "sampler.logprobs_mode".into(), message: format!("\"processed_logprobs\" needs the trainer's top-k / top-p set to be the sampler's, which only ablation.sampler_kernels = \"matched\" guarantees (got \"{}\": a sampled token outside the trainer's set would have probability 0); use \"raw_logprobs\" for the ablation", self.ablation.sampler_kernels.as_str()) });
+        }
+        // the same for a policy one optimizer step on (PPO's later mini-batches) and for the
+        // reference model: their sets are their own, so a sampled token may lie outside them
+        if self.sampler.logprobs_mode == LogprobsMode::Processed {
+            let others = [("train.ppo_epochs / train.mini_batches", self.train.ppo_epochs * self.train.mini_batches > 1, "a mini-batch after the first scores with updated weights"), ("train.kl_coef", self.train.kl_coef > 0.0, "the reference model")];
+            if let Some((key, _, whose)) = others.into_iter().find(|(_, set, _)| *set) {
+                return Err(ConfigError::Invalid { key: key.into(), message: format!("sampler.logprobs_mode = \"processed_logprobs\" scores each token under the top-k / top-p set of the weights that sampled it; {whose} has its own set, where a sampled token can have probability 0. Use one policy-gradient update a step without the KL penalty, or \"raw_logprobs\"") });
+            }
         }
         if self.task.prompt_format == PromptFormat::Raw {
             let set = [("task.system_prompt", !self.task.system_prompt.is_empty()), ("task.chat_template", !self.task.chat_template.is_empty()), ("task.chat_args", !self.task.chat_args.is_empty())];
@@ -229,11 +242,28 @@ mod tests {
     use crate::config::Config;
 
     #[test]
-    fn truncated_sampling_in_training_is_a_warning_naming_the_key_and_the_defaults_give_none() {
+    fn truncated_sampling_in_training_is_a_warning_naming_the_key_unless_logprobs_are_processed() {
         assert!(Config::load_training(None, &[]).unwrap().training_warnings().is_empty());
         for (set, key) in [("sampler.top_p=0.9", "sampler.top_p = 0.9"), ("sampler.top_k=50", "sampler.top_k = 50")] {
             let warnings = Config::load_training(None, &[set.into()]).unwrap().training_warnings();
-            assert!(warnings.len() == 1 && warnings[0].starts_with(key) && warnings[0].contains("on-policy"), "{set}: {warnings:?}");
+            assert!(warnings.len() == 1 && warnings[0].starts_with(key) && warnings[0].contains("processed_logprobs"), "{set}: {warnings:?}");
+            let processed = Config::load_training(None, &[set.into(), "sampler.logprobs_mode=processed_logprobs".into()]).unwrap();
+            assert!(processed.training_warnings().is_empty(), "{set}: {:?}", processed.training_warnings());
         }
+    }
+
+    #[test]
+    fn processed_logprobs_with_a_mismatched_sampler_are_refused_naming_the_key() {
+        for kernels in ["fast", "split_k"] {
+            let sets = ["sampler.top_p=0.9".into(), "sampler.logprobs_mode=processed_logprobs".into(), format!("ablation.sampler_kernels={kernels}")];
+            let e = Config::load_training(None, &sets).unwrap_err().to_string();
+            assert!(e.contains("sampler.logprobs_mode") && e.contains(kernels), "{kernels}: {e}");
+        }
+        for (set, key) in [("train.mini_batches=2", "train.ppo_epochs / train.mini_batches"), ("train.ppo_epochs=2", "train.ppo_epochs / train.mini_batches"), ("train.kl_coef=0.01", "train.kl_coef")] {
+            let e = Config::load_training(None, &["sampler.logprobs_mode=processed_logprobs".into(), set.into()]).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains("processed_logprobs"), "{set}: {e}");
+        }
+        let e = Config::load(None, &["sampler.logprobs_mode=processed".into()]).unwrap_err().to_string();
+        assert!(e.contains("sampler.logprobs_mode") && e.contains("processed_logprobs"), "{e}");
     }
 }

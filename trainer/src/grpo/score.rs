@@ -48,7 +48,7 @@ impl Trainer {
         let single = (batches.len() == 1 && self.gradient_blocks() == 1 && !self.ppo() && self.comm.is_none()).then(|| tracked_copy(&self.policy.model));
         let (trainer_lp, single, entropy) = match single {
             Some(tracked) => {
-                let (lp, flat) = tracked.training_logprobs(sequences, c.sampler.temperature, c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
+                let (lp, flat) = tracked.training_logprobs(sequences, c.sampler.logprob_distribution(), c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
                 let entropy = flat.mean_entropy;
                 (lp, Some((tracked, flat)), entropy)
             }
@@ -96,7 +96,7 @@ impl Trainer {
         let s = first + k;
         let sampled = completions[k].logprobs[t];
         let within = within(s);
-        let report = first_divergence_in_batch(&self.policy.model, self.engine.model(), &sequences[within.clone()], s - within.start, r.requests[s].prompt.len() - 1 + t, Some((sampled, self.cfg.sampler.temperature)))?;
+        let report = first_divergence_in_batch(&self.policy.model, self.engine.model(), &sequences[within.clone()], s - within.start, r.requests[s].prompt.len() - 1 + t, Some((sampled, self.cfg.sampler.logprob_distribution())))?;
         Ok(format!("step {step}: sampler and trainer logprobs differ in bits for {} of {} tokens (request {}, token {t}); {report}", agreement.tokens - (agreement.bit_equal_frac * agreement.tokens as f64).round() as usize, agreement.tokens, r.requests[s].id))
     }
 
@@ -174,7 +174,7 @@ impl Trainer {
     /// [`logprobs_by_batch`] over this rank's `batches`, then every rank's rows gathered: every
     /// sequence's logprobs on every rank, and the mean entropy over all of them.
     pub(super) fn logprobs_all(&self, model: &Qwen3, sequences: &[Vec<u32>], batches: &[std::ops::Range<usize>], what: &str) -> Result<(Vec<Vec<f32>>, f64), Pass> {
-        let (lp, entropy) = logprobs_by_batch(model, sequences, batches, self.cfg.sampler.temperature).map_err(Pass::Model)?;
+        let (lp, entropy) = logprobs_by_batch(model, sequences, batches, self.cfg.sampler.logprob_distribution()).map_err(Pass::Model)?;
         if self.comm.is_none() {
             return Ok((lp, entropy));
         }
@@ -216,10 +216,10 @@ pub(super) struct Scored {
 
 /// Logprobs of every sequence on `model`'s training path without autodiff, a micro-batch at a
 /// time, and the mean token entropy over all of them.
-pub(super) fn logprobs_by_batch(model: &Qwen3, sequences: &[Vec<u32>], batches: &[std::ops::Range<usize>], temperature: f32) -> Result<(Vec<Vec<f32>>, f64), shared_kernels::model::ModelError> {
+pub(super) fn logprobs_by_batch(model: &Qwen3, sequences: &[Vec<u32>], batches: &[std::ops::Range<usize>], distribution: shared_kernels::model::LogprobDistribution) -> Result<(Vec<Vec<f32>>, f64), shared_kernels::model::ModelError> {
     let (mut all, mut entropy_sum, mut rows) = (Vec::with_capacity(sequences.len()), 0.0, 0usize);
     for range in batches {
-        let scores = model.sequence_logprobs(&sequences[range.clone()], temperature)?;
+        let scores = model.sequence_logprobs(&sequences[range.clone()], distribution)?;
         let lp = scores.per_sequence;
         let n: usize = lp.iter().map(Vec::len).sum();
         entropy_sum += scores.mean_entropy * n as f64;

@@ -242,7 +242,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
                 .map(|i| Request {
                     id: round * 1_000_000 + i,
                     prompt: (0..o.prompt_len).map(|p| ((i as usize * 31 + p * 7) % config.vocab_size) as u32).collect(),
-                    params: SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: answer_len(i as usize), stop_tokens: vec![], stop: vec![], seed: 1 },
+                    params: SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: answer_len(i as usize), stop_tokens: vec![], stop: vec![], seed: 1, processed_logprobs: false },
                 })
                 .collect()
         };

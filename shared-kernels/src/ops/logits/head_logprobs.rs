@@ -11,7 +11,8 @@
 //! The chunk is fixed by the vocabulary alone ([`head_chunk_rows`]), never by the batch, so the
 //! update's bits depend only on the rows' order.
 
-use crate::ops::logits::logprob::{token_logprobs, TokenLogprobs};
+use crate::ops::logits::logprob::{truncated_token_logprobs, TokenLogprobs};
+use crate::ops::logits::truncation::Truncation;
 use crate::ops::matmul::{fold_weight_grad, matmul_backward, matmul_input_grad, WeightLayout};
 use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in, untracked};
 use crate::ops::weight_grad::FOLD_ROWS;
@@ -34,11 +35,18 @@ pub fn head_chunk_rows(vocab: usize) -> usize {
 /// [`head_chunk_rows`]. Differentiable in `x` and `head` on an autodiff device.
 pub fn head_logprobs(x: BTensor<2>, head: BTensor<2>, targets: BTensor<1, BInt>, temperatures: BTensor<1>) -> Result<TokenLogprobs, KernelError> {
     let vocab = head.dims()[0];
-    head_logprobs_chunked(x, head, targets, temperatures, head_chunk_rows(vocab))
+    head_logprobs_chunked(x, head, targets, temperatures, None, head_chunk_rows(vocab))
 }
 
-/// [`head_logprobs`] in chunks of `chunk_rows` rows (tests compare chunkings).
-pub fn head_logprobs_chunked(x: BTensor<2>, head: BTensor<2>, targets: BTensor<1, BInt>, temperatures: BTensor<1>, chunk_rows: usize) -> Result<TokenLogprobs, KernelError> {
+/// [`head_logprobs`] under the distribution `truncation` keeps, renormalised (processed
+/// logprobs, [`crate::ops::logits::logprob::truncated_token_logprobs`]; `None`: the full one).
+pub fn truncated_head_logprobs(x: BTensor<2>, head: BTensor<2>, targets: BTensor<1, BInt>, temperatures: BTensor<1>, truncation: Option<&Truncation>) -> Result<TokenLogprobs, KernelError> {
+    let vocab = head.dims()[0];
+    head_logprobs_chunked(x, head, targets, temperatures, truncation, head_chunk_rows(vocab))
+}
+
+/// [`truncated_head_logprobs`] in chunks of `chunk_rows` rows (tests compare chunkings).
+pub fn head_logprobs_chunked(x: BTensor<2>, head: BTensor<2>, targets: BTensor<1, BInt>, temperatures: BTensor<1>, truncation: Option<&Truncation>, chunk_rows: usize) -> Result<TokenLogprobs, KernelError> {
     const OP: &str = "head_logprobs";
     let ([rows, hidden], [vocab, head_hidden]) = (x.dims(), head.dims());
     ensure!(rows > 0 && vocab > 0, OP, "empty input: x [{rows}, {hidden}], head [{vocab}, {head_hidden}]");
@@ -46,14 +54,18 @@ pub fn head_logprobs_chunked(x: BTensor<2>, head: BTensor<2>, targets: BTensor<1
     ensure!(targets.dims() == [rows], OP, "x has {rows} rows but targets is {:?}", targets.dims());
     ensure!(temperatures.dims() == [rows], OP, "x has {rows} rows but temperatures is {:?}", temperatures.dims());
     ensure!(chunk_rows > 0, OP, "chunk_rows must be positive");
+    if let Some(t) = truncation {
+        ensure!(t.top_k.dims() == [rows] && t.top_p.dims() == [rows], OP, "x has {rows} rows but top_k is {:?} and top_p {:?}", t.top_k.dims(), t.top_p.dims());
+    }
+    let truncation = truncation.cloned();
     let spans: Vec<(usize, usize)> = (0..rows).step_by(chunk_rows).map(|a| (a, (a + chunk_rows).min(rows))).collect();
     if !x.is_autodiff() {
-        return forward(&spans, x, head, targets, temperatures);
+        return forward(&spans, x, head, targets, temperatures, truncation.as_ref());
     }
     let (xa, wa) = (tracked_in(OP, "x", x)?, tracked_in(OP, "head", head)?);
     let (xp, wp) = (plain::<2>(inner(&xa)), plain::<2>(inner(&wa)));
     let (targets, temperatures) = (untracked(targets), untracked(temperatures));
-    let out = forward(&spans, xp.clone(), wp.clone(), targets.clone(), temperatures.clone())?;
+    let out = forward(&spans, xp.clone(), wp.clone(), targets.clone(), temperatures.clone(), truncation.as_ref())?;
     let lp = cube(out.logprobs);
     let w_id = wa.id().value;
     let logprobs = from_tracked(tracked([&xa, &wa], lp, move |dl| {
@@ -64,7 +76,7 @@ pub fn head_logprobs_chunked(x: BTensor<2>, head: BTensor<2>, targets: BTensor<1
             for &(a, b) in &spans {
                 let xc = xp.clone().slice([a..b, 0..hidden]);
                 let logits = crate::matmul(xc.clone(), wp.clone(), WeightLayout::OutIn).expect("head_logprobs backward: shapes checked in forward");
-                let dlogits = crate::ops::logits::logprob::token_logprobs_grad(logits, targets.clone().slice([a..b]), temperatures.clone().slice([a..b]), dl.clone().slice([a..b]))
+                let dlogits = crate::ops::logits::logprob::token_logprobs_grad(logits, targets.clone().slice([a..b]), temperatures.clone().slice([a..b]), truncation.as_ref().map(|t| t.slice(a..b)).as_ref(), dl.clone().slice([a..b]))
                     .expect("head_logprobs backward: inputs checked in forward");
                 dx.push(matmul_input_grad(dlogits.clone(), wp.clone(), WeightLayout::OutIn));
                 crate::grad_fold::fold_into(w_id, crate::grad_fold::FoldUse::Head, |acc| fold_weight_grad(acc, dlogits, xc, WeightLayout::OutIn));
@@ -77,7 +89,7 @@ pub fn head_logprobs_chunked(x: BTensor<2>, head: BTensor<2>, targets: BTensor<1
         for &(a, b) in &spans {
             let xc = xp.clone().slice([a..b, 0..hidden]);
             let logits = crate::matmul(xc.clone(), wp.clone(), WeightLayout::OutIn).expect("head_logprobs backward: shapes checked in forward");
-            let dlogits = crate::ops::logits::logprob::token_logprobs_grad(logits, targets.clone().slice([a..b]), temperatures.clone().slice([a..b]), dl.clone().slice([a..b]))
+            let dlogits = crate::ops::logits::logprob::token_logprobs_grad(logits, targets.clone().slice([a..b]), temperatures.clone().slice([a..b]), truncation.as_ref().map(|t| t.slice(a..b)).as_ref(), dl.clone().slice([a..b]))
                 .expect("head_logprobs backward: inputs checked in forward");
             let (dxc, dwc) = matmul_backward(dlogits, xc, wp.clone(), WeightLayout::OutIn);
             dx.push(dxc);
@@ -96,12 +108,12 @@ pub fn head_logprobs_chunked(x: BTensor<2>, head: BTensor<2>, targets: BTensor<1
 
 /// The untracked forward: per chunk, the logits, their logprobs and entropies; the logits are
 /// dropped before the next chunk's are made.
-fn forward(spans: &[(usize, usize)], x: BTensor<2>, head: BTensor<2>, targets: BTensor<1, BInt>, temperatures: BTensor<1>) -> Result<TokenLogprobs, KernelError> {
+fn forward(spans: &[(usize, usize)], x: BTensor<2>, head: BTensor<2>, targets: BTensor<1, BInt>, temperatures: BTensor<1>, truncation: Option<&Truncation>) -> Result<TokenLogprobs, KernelError> {
     let hidden = x.dims()[1];
     let (mut lps, mut ents) = (Vec::with_capacity(spans.len()), Vec::with_capacity(spans.len()));
     for &(a, b) in spans {
         let logits = crate::matmul(x.clone().slice([a..b, 0..hidden]), head.clone(), WeightLayout::OutIn)?;
-        let out = token_logprobs(logits, targets.clone().slice([a..b]), temperatures.clone().slice([a..b]))?;
+        let out = truncated_token_logprobs(logits, targets.clone().slice([a..b]), temperatures.clone().slice([a..b]), truncation.map(|t| t.slice(a..b)).as_ref())?;
         lps.push(out.logprobs);
         ents.push(out.entropy);
     }

@@ -2,8 +2,11 @@
 //!
 //! This is THE definition of a token's logprob in lockstep, used by the trainer and returned by
 //! the sampler: the temperature-scaled distribution over the full vocabulary, before any
-//! top-k/top-p truncation (the same choice slime makes). Temperature 0 means greedy decoding;
-//! its logprob is taken at T = 1.
+//! top-k/top-p truncation (the same choice slime makes; vLLM's `raw_logprobs`). Temperature 0
+//! means greedy decoding; its logprob is taken at T = 1. With a [`Truncation`] (processed
+//! logprobs, vLLM's `processed_logprobs`) the distribution is the truncated one renormalised:
+//! only the kept set ([`crate::ops::logits::truncation`]) enters the chunk statistics, and a
+//! target outside it has logprob `NEG_BIG` and no gradient.
 //!
 //! Batch invariance: the row is cut into chunks of `VOCAB_CHUNK` logits from token 0 (the cut
 //! depends on the vocabulary only). Pass 1, one cube of `ROW_BLOCK` units per (row, chunk):
@@ -20,7 +23,8 @@ use crate::ops::{cube_count_for, storage, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, int_in, same_device};
 use crate::ops::logits::logprob_grad::logprob_grad;
 pub use crate::ops::logits::rows::VOCAB_CHUNK;
-use crate::ops::logits::rows::{scaled_logit, chunk_span, chunk_stats, inv_temperature, load_chunk, row_normaliser, ChunkStats};
+use crate::ops::logits::rows::{scaled_logit, chunk_span, chunk_stats, inv_temperature, load_chunk, order_key, row_normaliser, ChunkStats};
+use crate::ops::logits::truncation::Truncation;
 use crate::autodiff::{from_tracked, inner, plain, tracked, tracked_in, untracked};
 use crate::{ensure, KernelError};
 use burn::tensor::{Int as BInt, Tensor as BTensor};
@@ -41,6 +45,7 @@ pub struct TokenLogprobs {
 fn logprob_partials_kernel<F: Float>(
     logits: &Tensor<F>,
     temperatures: &Tensor<f32>,
+    thresholds: &Tensor<u32>,
     chunk_max: &mut Tensor<f32>,
     chunk_sum: &mut Tensor<f32>,
     chunk_dot: &mut Tensor<f32>,
@@ -49,6 +54,7 @@ fn logprob_partials_kernel<F: Float>(
     chunks_arg: u32,
     #[comptime] block: usize,
     #[comptime] chunk_len: usize,
+    #[comptime] masked: bool,
     #[define(F)] _d: ElemType,
 ) {
     let (vocab, chunks) = (vocab_arg as usize, chunks_arg as usize);
@@ -60,7 +66,11 @@ fn logprob_partials_kernel<F: Float>(
         let mut shared = Shared::new_slice(block);
         let mut vals = Array::<f32>::new(comptime!(chunk_len / block));
         load_chunk(logits, &mut vals, base, len, inv_t, block, comptime!(chunk_len / block));
-        let (max, sum, dot) = chunk_stats(&vals, len, &mut shared, block, comptime!(chunk_len / block), true);
+        let mut threshold = 0u32;
+        if comptime!(masked) {
+            threshold = thresholds[row];
+        }
+        let (max, sum, dot) = chunk_stats(&vals, len, threshold, &mut shared, block, comptime!(chunk_len / block), true, masked);
         if UNIT_POS_X == 0 {
             chunk_max[slot] = max;
             chunk_sum[slot] = sum;
@@ -77,6 +87,7 @@ fn logprob_combine_kernel<F: Float, I: Int>(
     logits: &Tensor<F>,
     targets: &Tensor<I>,
     temperatures: &Tensor<f32>,
+    thresholds: &Tensor<u32>,
     chunk_max: &Tensor<f32>,
     chunk_sum: &Tensor<f32>,
     chunk_dot: &Tensor<f32>,
@@ -86,6 +97,7 @@ fn logprob_combine_kernel<F: Float, I: Int>(
     vocab_arg: u32,
     chunks_arg: u32,
     #[comptime] block: usize,
+    #[comptime] masked: bool,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
     let (vocab, chunks) = (vocab_arg as usize, chunks_arg as usize);
@@ -107,7 +119,14 @@ fn logprob_combine_kernel<F: Float, I: Int>(
             let log_sum = sum.ln();
             let target = u32::cast_from(targets[row]) as usize;
             if target < vocab {
-                logprobs[row] = scaled_logit(logits, row * vocab + target, inv_t) - max - log_sum;
+                let z = scaled_logit(logits, row * vocab + target, inv_t);
+                logprobs[row] = z - max - log_sum;
+                if comptime!(masked) {
+                    // outside the kept set: probability 0 under the truncated distribution
+                    if order_key(z) < thresholds[row] {
+                        logprobs[row] = f32::new(NEG_BIG);
+                    }
+                }
             } else {
                 logprobs[row] = f32::new(NEG_BIG); // callers validate ids on the host; never read OOB
             }
@@ -118,45 +137,55 @@ fn logprob_combine_kernel<F: Float, I: Int>(
 
 /// Logprob of `targets[r]` and entropy for each row of `logits` [rows, vocab], at
 /// `temperatures[r]` (a tensor of f32, one per row; 0 = greedy, scored at T = 1).
-pub fn token_logprobs(
+pub fn token_logprobs(logits: BTensor<2>, targets: BTensor<1, BInt>, temperatures: BTensor<1>) -> Result<TokenLogprobs, KernelError> {
+    truncated_token_logprobs(logits, targets, temperatures, None)
+}
+
+/// [`token_logprobs`] under the distribution `truncation` keeps, renormalised (processed
+/// logprobs; `None`: the full distribution, the same bits as [`token_logprobs`]).
+pub fn truncated_token_logprobs(
     logits: BTensor<2>,
     targets: BTensor<1, BInt>,
     temperatures: BTensor<1>,
+    truncation: Option<&Truncation>,
 ) -> Result<TokenLogprobs, KernelError> {
     if !logits.is_autodiff() {
-        let inputs = Inputs::checked(logits, targets, temperatures)?;
+        let inputs = Inputs::checked(logits, targets, temperatures, truncation)?;
         let (lp, ent, _) = inputs.launch();
         return Ok(TokenLogprobs { logprobs: float_out(lp), entropy: float_out(ent) });
     }
     let la = tracked_in("token_logprobs", "logits", logits)?;
-    let inputs = Inputs::checked(plain::<2>(inner(&la)), untracked(targets), untracked(temperatures))?;
+    let inputs = Inputs::checked(plain::<2>(inner(&la)), untracked(targets), untracked(temperatures), truncation)?;
     let (lp, ent, stats) = inputs.launch();
     // the entropy output is a metric and carries no gradient
-    let logprobs = from_tracked(tracked([&la], lp, move |dl| [Some(logprob_grad(&inputs.logits, &inputs.targets, &inputs.temps, &stats, dl))]));
+    let kept = inputs.thresholds.clone().map(|t| (t, lp.clone()));
+    let logprobs = from_tracked(tracked([&la], lp, move |dl| [Some(logprob_grad(&inputs.logits, &inputs.targets, &inputs.temps, kept.as_ref().map(|(t, lp)| (t, lp)), &stats, dl))]));
     Ok(TokenLogprobs { logprobs, entropy: float_out(ent) })
 }
 
-/// The gradient of [`token_logprobs`]' logprobs w.r.t. `logits` for incoming gradients `dl`
-/// [rows] (untracked tensors): the chunk statistics recomputed (the forward's bits), then
-/// [`logprob_grad`]. For callers that recompute logits in their backward instead of keeping them.
-pub(crate) fn token_logprobs_grad(logits: BTensor<2>, targets: BTensor<1, BInt>, temperatures: BTensor<1>, dl: BTensor<1>) -> Result<BTensor<2>, KernelError> {
-    let inputs = Inputs::checked(logits, targets, temperatures)?;
-    let (_, _, stats) = inputs.launch();
+/// The gradient of [`truncated_token_logprobs`]' logprobs w.r.t. `logits` for incoming
+/// gradients `dl` [rows] (untracked tensors): the chunk statistics (and kept sets) recomputed
+/// (the forward's bits), then [`logprob_grad`]. For callers that recompute logits in their
+/// backward instead of keeping them.
+pub(crate) fn token_logprobs_grad(logits: BTensor<2>, targets: BTensor<1, BInt>, temperatures: BTensor<1>, truncation: Option<&Truncation>, dl: BTensor<1>) -> Result<BTensor<2>, KernelError> {
+    let inputs = Inputs::checked(logits, targets, temperatures, truncation)?;
+    let (lp, _, stats) = inputs.launch();
     let dl = float_in("token_logprobs", "dl", dl)?;
-    Ok(float_out(logprob_grad(&inputs.logits, &inputs.targets, &inputs.temps, &stats, dl)))
+    Ok(float_out(logprob_grad(&inputs.logits, &inputs.targets, &inputs.temps, inputs.thresholds.as_ref().map(|t| (t, &lp)), &stats, dl)))
 }
 
-/// The op's inputs, checked and contiguous.
+/// The op's inputs, checked and contiguous, with the kept sets' thresholds of a truncation.
 struct Inputs {
     logits: CubeTensor,
     targets: CubeTensor,
     temps: CubeTensor,
+    thresholds: Option<CubeTensor>,
     rows: usize,
     vocab: usize,
 }
 
 impl Inputs {
-    fn checked(logits: BTensor<2>, targets: BTensor<1, BInt>, temperatures: BTensor<1>) -> Result<Self, KernelError> {
+    fn checked(logits: BTensor<2>, targets: BTensor<1, BInt>, temperatures: BTensor<1>, truncation: Option<&Truncation>) -> Result<Self, KernelError> {
         const OP: &str = "token_logprobs";
         let logits = float_in(OP, "logits", logits)?;
         let targets = int_in(OP, "targets", targets)?;
@@ -170,12 +199,19 @@ impl Inputs {
         ensure!(dims(&temps) == [rows], OP, "logits have {rows} rows but temperatures is {:?}", dims(&temps));
         ensure!(temps.dtype == burn::tensor::DType::F32, OP, "temperatures must be f32, got {:?}", temps.dtype);
         ensure!(rows * vocab <= u32::MAX as usize, OP, "logits [{rows}, {vocab}] exceed the u32 index range");
-        Ok(Self { logits, targets, temps, rows, vocab })
+        let thresholds = truncation.map(|t| t.thresholds(OP, &logits, &temps)).transpose()?;
+        Ok(Self { logits, targets, temps, thresholds, rows, vocab })
+    }
+
+    /// The thresholds, or a one-element stand-in that unmasked kernels never read.
+    fn threshold_arg(&self) -> CubeTensor {
+        self.thresholds.clone().unwrap_or_else(|| empty_device_contiguous_dtype(self.logits.client.clone(), self.logits.device.clone(), [1].into(), burn::tensor::DType::U32))
     }
 
     /// Pass 1 and pass 2: (logprobs, entropy, the chunk statistics the backward reuses).
     fn launch(&self) -> (CubeTensor, CubeTensor, ChunkStats) {
-        let Self { logits, targets, temps, rows, vocab } = self;
+        let (thresholds, masked) = (self.threshold_arg(), self.thresholds.is_some());
+        let Self { logits, targets, temps, rows, vocab, .. } = self;
         let (rows, vocab) = (*rows, *vocab);
         let client = logits.client.clone();
         let out = |n| empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [n].into(), burn::tensor::DType::F32);
@@ -187,6 +223,7 @@ impl Inputs {
             CubeDim::new_1d(ROW_BLOCK as u32),
             logits.clone().into_tensor_arg(),
             temps.clone().into_tensor_arg(),
+            thresholds.clone().into_tensor_arg(),
             chunk_max.clone().into_tensor_arg(),
             chunk_sum.clone().into_tensor_arg(),
             chunk_dot.clone().into_tensor_arg(),
@@ -195,6 +232,7 @@ impl Inputs {
             chunks as u32,
             ROW_BLOCK,
             VOCAB_CHUNK,
+            masked,
             storage(logits.dtype),
         );
         let (lp, ent) = (out(rows), out(rows));
@@ -205,6 +243,7 @@ impl Inputs {
             logits.clone().into_tensor_arg(),
             targets.clone().into_tensor_arg(),
             temps.clone().into_tensor_arg(),
+            thresholds.into_tensor_arg(),
             chunk_max.clone().into_tensor_arg(),
             chunk_sum.clone().into_tensor_arg(),
             chunk_dot.into_tensor_arg(),
@@ -214,6 +253,7 @@ impl Inputs {
             vocab as u32,
             chunks as u32,
             ROW_BLOCK,
+            masked,
             [storage(logits.dtype), storage(targets.dtype)],
         );
         (lp, ent, ChunkStats { max: chunk_max, sum: chunk_sum, chunks })

@@ -1,6 +1,8 @@
 //! Backward of [`crate::ops::logits::logprob::token_logprobs`]: `d logprob_r / d logit_{r,i}` times the
 //! incoming gradient `dl_r`, i.e. `(1[i = target_r] - softmax(z_r)_i) * inv_t_r * dl_r` with
-//! `z = logits * inv_t` (T = 0 scored at T = 1), written in the logits' dtype.
+//! `z = logits * inv_t` (T = 0 scored at T = 1), written in the logits' dtype. Under a
+//! truncation the softmax is the kept set's (0 outside it), and a row whose target is outside
+//! the set (logprob `NEG_BIG`) gets no gradient.
 //!
 //! Two launches: per row, the softmax max M and ln S from the forward's chunk statistics (the
 //! forward's own fold, [`row_normaliser`]); then one pass over the logits, one unit per vector of
@@ -10,8 +12,8 @@
 //! 151936-long row alone. Only the forward is batch invariant by contract; this backward is
 //! deterministic (no atomics, fixed folds).
 
-use crate::ops::logits::rows::{inv_temperature, row_normaliser, ChunkStats};
-use crate::ops::reduce::cube_linear;
+use crate::ops::logits::rows::{inv_temperature, order_key, row_normaliser, ChunkStats};
+use crate::ops::reduce::{cube_linear, NEG_BIG};
 use crate::ops::{cube_count_for, storage, vector_width, ROW_BLOCK};
 use burn::tensor::DType;
 use burn_cubecl::cubecl::prelude::*;
@@ -43,6 +45,8 @@ fn logprob_grad_kernel<F: Float, N: Size, I: Int>(
     logits: &Tensor<Vector<F, N>>,
     targets: &Tensor<I>,
     temperatures: &Tensor<f32>,
+    thresholds: &Tensor<u32>,
+    logprobs: &Tensor<f32>,
     row_max: &Tensor<f32>,
     row_log_sum: &Tensor<f32>,
     dl: &Tensor<f32>,
@@ -50,6 +54,7 @@ fn logprob_grad_kernel<F: Float, N: Size, I: Int>(
     rows_arg: u32,
     row_vecs_arg: u32,
     #[comptime] vs: usize,
+    #[comptime] masked: bool,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
     let row_vecs = row_vecs_arg as usize;
@@ -59,13 +64,27 @@ fn logprob_grad_kernel<F: Float, N: Size, I: Int>(
         let first = (i % row_vecs) * vs;
         let inv_t = inv_temperature(temperatures[row]);
         let shift = row_max[row] + row_log_sum[row];
-        let scale = inv_t * dl[row];
+        let mut scale = inv_t * dl[row];
         let target = u32::cast_from(targets[row]) as usize;
+        let mut threshold = 0u32;
+        if comptime!(masked) {
+            threshold = thresholds[row];
+            // a target outside the kept set: the forward's logprob NEG_BIG, a constant
+            if logprobs[row] == f32::new(NEG_BIG) {
+                scale = 0.0f32;
+            }
+        }
         let x = logits[i];
         let mut out = Vector::<F, N>::new(F::from_int(0));
         #[unroll]
         for l in 0..vs {
-            let p = (f32::cast_from(x.extract(l)) * inv_t - shift).exp();
+            let z = f32::cast_from(x.extract(l)) * inv_t;
+            let mut p = (z - shift).exp();
+            if comptime!(masked) {
+                if order_key(z) < threshold {
+                    p = 0.0f32;
+                }
+            }
             let mut g = 0.0f32 - p;
             if first + l == target {
                 g = 1.0f32 - p;
@@ -79,7 +98,9 @@ fn logprob_grad_kernel<F: Float, N: Size, I: Int>(
 /// The logits' gradient `[rows, vocab]` (logits' dtype) for incoming logprob gradients `dl`
 /// `[rows]` (f32). `logits`, `targets` and `temperatures` are the forward's checked, contiguous
 /// inputs and `stats` its chunk statistics.
-pub(crate) fn logprob_grad(logits: &CubeTensor, targets: &CubeTensor, temperatures: &CubeTensor, stats: &ChunkStats, dl: CubeTensor) -> CubeTensor {
+/// `truncated`: a truncation's kept sets (thresholds) and the forward's logprobs (`None`: the
+/// full distribution).
+pub(crate) fn logprob_grad(logits: &CubeTensor, targets: &CubeTensor, temperatures: &CubeTensor, truncated: Option<(&CubeTensor, &CubeTensor)>, stats: &ChunkStats, dl: CubeTensor) -> CubeTensor {
     let (rows, vocab) = (logits.meta.shape()[0], logits.meta.shape()[1]);
     let client = logits.client.clone();
     let dl = burn_cubecl::kernel::into_contiguous(if dl.dtype == DType::F32 { dl } else { burn_cubecl::kernel::cast(dl, DType::F32) });
@@ -99,6 +120,13 @@ pub(crate) fn logprob_grad(logits: &CubeTensor, targets: &CubeTensor, temperatur
     );
     let vs = vector_width(logits.dtype, vocab);
     let grad = empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [rows, vocab].into(), logits.dtype);
+    let masked = truncated.is_some();
+    // one-element stand-ins, never read by the unmasked kernel
+    let stand_in = |dtype| empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [1].into(), dtype);
+    let (thresholds, logprobs) = match truncated {
+        Some((t, lp)) => (t.clone(), lp.clone()),
+        None => (stand_in(DType::U32), stand_in(DType::F32)),
+    };
     logprob_grad_kernel::launch(
         &client,
         cube_count_for(rows * vocab / vs, BLOCK),
@@ -107,6 +135,8 @@ pub(crate) fn logprob_grad(logits: &CubeTensor, targets: &CubeTensor, temperatur
         logits.clone().into_tensor_arg(),
         targets.clone().into_tensor_arg(),
         temperatures.clone().into_tensor_arg(),
+        thresholds.into_tensor_arg(),
+        logprobs.into_tensor_arg(),
         row_max.into_tensor_arg(),
         row_log_sum.into_tensor_arg(),
         dl.into_tensor_arg(),
@@ -114,6 +144,7 @@ pub(crate) fn logprob_grad(logits: &CubeTensor, targets: &CubeTensor, temperatur
         rows as u32,
         (vocab / vs) as u32,
         vs,
+        masked,
         [storage(logits.dtype), storage(targets.dtype)],
     );
     grad

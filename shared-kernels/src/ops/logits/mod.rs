@@ -7,3 +7,4 @@ pub mod logprob;
 pub mod logprob_grad;
 pub mod rows;
 pub mod sampling;
+pub mod truncation;

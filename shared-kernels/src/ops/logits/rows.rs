@@ -72,18 +72,44 @@ pub fn load_chunk<F: Float>(logits: &Tensor<F>, vals: &mut Array<f32>, base: usi
     }
 }
 
+/// Order-preserving map of a finite f32 onto u32: the truncated distribution's kept set is
+/// every token whose scaled logit's key is at least the row's threshold (0 keeps every token).
+#[cube]
+pub fn order_key(z: f32) -> u32 {
+    let bits = u32::reinterpret(z);
+    let mut key = bits ^ 0x8000_0000u32;
+    if bits >= 0x8000_0000u32 {
+        key = !bits;
+    }
+    key
+}
+
+/// Whether register `j` of [`load_chunk`] holds a logit of the distribution: inside the chunk
+/// and, with `masked`, in the row's kept set (key >= `threshold`). Unmasked, the comparison is
+/// not compiled at all, so the full distribution's kernels are the code they always were.
+#[cube]
+pub fn counted(vals: &Array<f32>, j: usize, len: usize, threshold: u32, #[comptime] block: usize, #[comptime] masked: bool) -> bool {
+    let mut inside = UNIT_POS_X as usize + j * block < len;
+    if comptime!(masked) {
+        inside = inside && order_key(vals[j]) >= threshold;
+    }
+    inside
+}
+
 /// A chunk's softmax statistics from [`load_chunk`]'s registers: its max m (fixed tree),
 /// `sum exp(z - m)` and, with `with_dot`, `sum exp(z - m)(z - m)` (each unit's elements in
 /// order, then one fixed tree for both). The one pass-1 computation of both the logprob and the
-/// sampling kernels, so their chunks agree as bits.
+/// sampling kernels, so their chunks agree as bits. With `masked`, only the kept set's logits
+/// count ([`counted`]); a chunk with none of them gives max `NEG_BIG` and zero sums, which the
+/// row's fold weighs by exp(NEG_BIG - M) = 0.
 #[cube]
 #[allow(unused_assignments)] // sum and dot are set in one of two comptime branches
-pub fn chunk_stats(vals: &Array<f32>, len: usize, shared: &mut Shared<[f32]>, #[comptime] block: usize, #[comptime] per_unit: usize, #[comptime] with_dot: bool) -> (f32, f32, f32) {
-    let unit = UNIT_POS_X as usize;
+#[allow(clippy::too_many_arguments)]
+pub fn chunk_stats(vals: &Array<f32>, len: usize, threshold: u32, shared: &mut Shared<[f32]>, #[comptime] block: usize, #[comptime] per_unit: usize, #[comptime] with_dot: bool, #[comptime] masked: bool) -> (f32, f32, f32) {
     let mut local_max = f32::new(NEG_BIG);
     #[unroll]
     for j in 0..per_unit {
-        if unit + j * block < len && vals[j] > local_max {
+        if counted(vals, j, len, threshold, block, masked) && vals[j] > local_max {
             local_max = vals[j];
         }
     }
@@ -92,7 +118,7 @@ pub fn chunk_stats(vals: &Array<f32>, len: usize, shared: &mut Shared<[f32]>, #[
     let mut local_dot = 0.0f32;
     #[unroll]
     for j in 0..per_unit {
-        if unit + j * block < len {
+        if counted(vals, j, len, threshold, block, masked) {
             let shifted = vals[j] - max;
             let e = shifted.exp();
             local_sum += e;

@@ -8,18 +8,20 @@
 //! The noise therefore depends only on (seed, request, position, token), never on the batch,
 //! and argmax with lowest-index tie-breaking is exact in any reduction order.
 //!
-//! Truncation thresholds are found by bisection over the order-preserving u32 image of the
-//! scaled logits; each step counts (top-k) or sums (top-p) with the fixed tree. Tokens tied
-//! at the top-k boundary are all kept. T = 0 is greedy: argmax of the logits.
+//! The kept set is [`crate::ops::logits::truncation`]'s. T = 0 is greedy: argmax of the logits.
 //!
-//! The returned logprob is the one [`crate::ops::logits::logprob`] defines (full softmax at temperature T,
-//! before truncation) and is computed with the same functions, so it equals the trainer's bits.
+//! The returned logprob is the one [`crate::ops::logits::logprob`] defines and is computed with
+//! the same functions, so it equals the trainer's bits: by default the full softmax at
+//! temperature T, before truncation (vLLM's `raw_logprobs`); for a row with `processed`, the
+//! truncated distribution renormalised (`processed_logprobs`), the chunk statistics then
+//! counting only the kept set.
 //!
-//! One file past 400 lines: the two passes and the truncation share the chunk layout and the
-//! bisection over the order-preserving image of the logits.
+//! One file past 400 lines: the two passes, their device inputs and the launcher share the
+//! chunk layout.
 
-use crate::ops::logits::rows::{chunk_span, chunk_stats, inv_temperature, load_chunk, row_max, row_normaliser, scaled_logit, VOCAB_CHUNK};
-use crate::ops::reduce::{cube_linear, tree_count, tree_sum, NEG_BIG};
+use crate::ops::logits::rows::{chunk_span, chunk_stats, inv_temperature, load_chunk, order_key, row_normaliser, scaled_logit, VOCAB_CHUNK};
+use crate::ops::logits::truncation::launch_thresholds;
+use crate::ops::reduce::{cube_linear, NEG_BIG};
 use crate::ops::{cube_count_for, storage, ROW_BLOCK};
 use crate::bridge::{dims, float_in, float_out, int_in, int_out};
 use crate::{ensure, KernelError};
@@ -38,6 +40,10 @@ pub struct SamplingRow {
     pub top_p: f32,
     /// From [`row_rng_key`].
     pub rng_key: u32,
+    /// The returned logprob is taken under the truncated distribution, renormalised (vLLM's
+    /// `processed_logprobs`), instead of the full one (`raw_logprobs`); the same when the row
+    /// does not truncate.
+    pub processed: bool,
 }
 
 /// Chris Wellons' lowbias32 integer hash (good avalanche, two multiplies).
@@ -75,116 +81,6 @@ fn lowbias32_dev(value: u32) -> u32 {
     x ^= x >> 15u32;
     x *= 0x846c_a68bu32;
     x ^ (x >> 16u32)
-}
-
-/// Order-preserving map of a finite f32 onto u32.
-#[cube]
-fn order_key(z: f32) -> u32 {
-    let bits = u32::reinterpret(z);
-    let mut key = bits ^ 0x8000_0000u32;
-    if bits >= 0x8000_0000u32 {
-        key = !bits;
-    }
-    key
-}
-
-/// Rows that truncate (top-k or top-p): the smallest order key of the row's allowed set, found
-/// by bisection with the fixed trees; one cube per row. Rows that do not truncate get 0 (all
-/// tokens allowed). Launched only when some row of the batch truncates.
-#[cube(launch)]
-fn truncation_kernel<F: Float, I: Int>(
-    logits: &Tensor<F>,
-    temperatures: &Tensor<f32>,
-    top_ks: &Tensor<I>,
-    top_ps: &Tensor<f32>,
-    thresholds: &mut Tensor<u32>,
-    rows_arg: u32,
-    vocab_arg: u32,
-    #[comptime] block: usize,
-    #[define(F, I)] _d: [ElemType; 2],
-) {
-    let rows = rows_arg as usize;
-    let vocab = vocab_arg as usize;
-    let row = cube_linear();
-    if row < rows {
-        let unit = UNIT_POS_X as usize;
-        let base = row * vocab;
-        let temperature = temperatures[row];
-        let inv_t = inv_temperature(temperature);
-        let mut shared = Shared::new_slice(block);
-        let mut counts = Shared::<[u32]>::new_slice(block);
-        let max = row_max(logits, base, vocab, inv_t, &mut shared, block);
-        let mut threshold = 0u32;
-        if temperature > 0.0f32 {
-            // top-k: the largest key t with count(key >= t) >= k
-            let k = u32::cast_from(top_ks[row]);
-            if k > 0u32 && (k as usize) < vocab {
-                let mut lo = 0u32;
-                let mut hi = 0xffff_ffffu32;
-                for _ in 0..32u32 {
-                    let mid = lo + (hi - lo) / 2u32 + (hi - lo) % 2u32;
-                    let mut local = 0u32;
-                    let mut i = unit;
-                    while i < vocab {
-                        if order_key(scaled_logit(logits, base + i, inv_t)) >= mid {
-                            local += 1u32;
-                        }
-                        i += block;
-                    }
-                    let count = tree_count(&mut counts, local, block);
-                    if lo < hi {
-                        if count >= k {
-                            lo = mid;
-                        } else {
-                            hi = mid - 1u32;
-                        }
-                    }
-                }
-                threshold = lo;
-            }
-            // top-p over the survivors: the largest key t whose head holds >= p of their mass
-            let p = top_ps[row];
-            if p < 1.0f32 {
-                let mut local_all = 0.0f32;
-                let mut i = unit;
-                while i < vocab {
-                    let z = scaled_logit(logits, base + i, inv_t);
-                    if order_key(z) >= threshold {
-                        local_all += (z - max).exp();
-                    }
-                    i += block;
-                }
-                let target = tree_sum(&mut shared, local_all, block) * p;
-                let mut lo = threshold;
-                let mut hi = 0xffff_ffffu32;
-                for _ in 0..32u32 {
-                    let mid = lo + (hi - lo) / 2u32 + (hi - lo) % 2u32;
-                    let mut local = 0.0f32;
-                    let mut i = unit;
-                    while i < vocab {
-                        let z = scaled_logit(logits, base + i, inv_t);
-                        if order_key(z) >= mid {
-                            local += (z - max).exp();
-                        }
-                        i += block;
-                    }
-                    let mass = tree_sum(&mut shared, local, block);
-                    if lo < hi {
-                        if mass >= target {
-                            lo = mid;
-                        } else {
-                            hi = mid - 1u32;
-                        }
-                    }
-                }
-                threshold = lo;
-            }
-        }
-
-        if unit == 0 {
-            thresholds[row] = threshold;
-        }
-    }
 }
 
 /// Argmax over the cube of (score, token) with the lowest token winning ties; `NO_TOKEN`
@@ -237,6 +133,7 @@ fn sample_partials_kernel<F: Float, I: Int>(
     temperatures: &Tensor<f32>,
     rng_keys: &Tensor<I>,
     thresholds: &Tensor<u32>,
+    processed: &Tensor<I>,
     chunk_max: &mut Tensor<f32>,
     chunk_sum: &mut Tensor<f32>,
     chunk_score: &mut Tensor<f32>,
@@ -247,6 +144,7 @@ fn sample_partials_kernel<F: Float, I: Int>(
     #[comptime] block: usize,
     #[comptime] chunk_len: usize,
     #[comptime] truncated: bool,
+    #[comptime] any_processed: bool,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
     let (vocab, chunks) = (vocab_arg as usize, chunks_arg as usize);
@@ -260,11 +158,19 @@ fn sample_partials_kernel<F: Float, I: Int>(
         let mut shared = Shared::new_slice(block);
         let mut vals = Array::<f32>::new(comptime!(chunk_len / block));
         load_chunk(logits, &mut vals, base, len, inv_t, block, comptime!(chunk_len / block));
-        let (max, sum, _) = chunk_stats(&vals, len, &mut shared, block, comptime!(chunk_len / block), false);
         let mut threshold = 0u32;
         if truncated {
             threshold = thresholds[row];
         }
+        // processed logprobs: the statistics of the kept set (threshold 0 for the other rows
+        // counts every logit, the full distribution's bits)
+        let mut stats_threshold = 0u32;
+        if comptime!(any_processed) {
+            if i32::cast_from(processed[row]) != 0 {
+                stats_threshold = threshold;
+            }
+        }
+        let (max, sum, _) = chunk_stats(&vals, len, stats_threshold, &mut shared, block, comptime!(chunk_len / block), false, any_processed);
         let key = u32::cast_from(rng_keys[row]);
         let first_token = chunk * chunk_len;
         let mut my_best = f32::new(NEG_BIG);
@@ -355,9 +261,14 @@ pub struct SamplingInputs {
     top_p: BTensor<1>,
     top_k: BTensor<1, BInt>,
     rng_keys: BTensor<1, BInt>,
+    /// 1 for a row whose logprob is processed ([`SamplingRow::processed`]), else 0.
+    processed: BTensor<1, BInt>,
     /// Whether some row truncates (top-k below the vocabulary or top-p below 1 at T > 0): then
     /// the truncation kernel runs, so a graph captured with it differs from one without.
     pub truncated: bool,
+    /// Whether some truncating row's logprob is processed: then the first pass masks its
+    /// statistics (a graph captured with it differs from one without).
+    pub processed_any: bool,
 }
 
 impl SamplingInputs {
@@ -366,21 +277,25 @@ impl SamplingInputs {
         let rows = params.len();
         let f32s = |v: Vec<f32>| BTensor::<1>::from_data(TensorData::new(v, [rows]), device);
         let ints = |v: Vec<i64>| BTensor::<1, BInt>::from_data(TensorData::new(v, [rows]), device);
-        let (t, p, k, r) = Self::columns(params);
-        Ok(SamplingInputs { temperatures: f32s(t), top_p: f32s(p), top_k: ints(k), rng_keys: ints(r), truncated: Self::truncates(params, vocab) })
+        let (t, p, k, r, m) = Self::columns(params);
+        let (truncated, processed_any) = (Self::truncates(params, vocab), Self::processes(params, vocab));
+        Ok(SamplingInputs { temperatures: f32s(t), top_p: f32s(p), top_k: ints(k), rng_keys: ints(r), processed: ints(m), truncated, processed_any })
     }
 
     /// New parameters for the same rows, written into the same device buffers. Refused when
-    /// the row count or whether any row truncates changes (a graph's launches depend on both).
+    /// the row count, whether any row truncates or whether any truncating row's logprob is
+    /// processed changes (a graph's launches depend on all three).
     pub fn write(&self, params: &[SamplingRow], vocab: usize) -> Result<(), KernelError> {
         Self::check(params)?;
         let rows = self.temperatures.dims()[0];
         ensure!(params.len() == rows, "sample", "{} parameter rows written into inputs of {rows}", params.len());
         ensure!(Self::truncates(params, vocab) == self.truncated, "sample", "the parameters' truncation ({}) differs from the inputs' ({})", !self.truncated, self.truncated);
-        let (t, p, k, r) = Self::columns(params);
+        ensure!(Self::processes(params, vocab) == self.processed_any, "sample", "the parameters' processed logprobs ({}) differ from the inputs' ({})", !self.processed_any, self.processed_any);
+        let (t, p, k, r, m) = Self::columns(params);
         crate::ops::in_place::write_floats("sample", "temperatures", &self.temperatures, &t)?;
         crate::ops::in_place::write_floats("sample", "top_p", &self.top_p, &p)?;
         crate::ops::in_place::write_ints("sample", "top_k", &self.top_k, &k)?;
+        crate::ops::in_place::write_ints("sample", "processed", &self.processed, &m)?;
         crate::ops::in_place::write_ints("sample", "rng_key", &self.rng_keys, &r)
     }
 
@@ -396,17 +311,28 @@ impl SamplingInputs {
         Ok(())
     }
 
-    fn columns(params: &[SamplingRow]) -> (Vec<f32>, Vec<f32>, Vec<i64>, Vec<i64>) {
+    #[allow(clippy::type_complexity)]
+    fn columns(params: &[SamplingRow]) -> (Vec<f32>, Vec<f32>, Vec<i64>, Vec<i64>, Vec<i64>) {
         (
             params.iter().map(|p| p.temperature).collect(),
             params.iter().map(|p| p.top_p).collect(),
             params.iter().map(|p| p.top_k as i64).collect(),
             params.iter().map(|p| p.rng_key as i32 as i64).collect(),
+            params.iter().map(|p| p.processed as i64).collect(),
         )
     }
 
+    fn row_truncates(p: &SamplingRow, vocab: usize) -> bool {
+        p.temperature > 0.0 && ((p.top_k > 0 && (p.top_k as usize) < vocab) || p.top_p < 1.0)
+    }
+
     pub fn truncates(params: &[SamplingRow], vocab: usize) -> bool {
-        params.iter().any(|p| p.temperature > 0.0 && ((p.top_k > 0 && (p.top_k as usize) < vocab) || p.top_p < 1.0))
+        params.iter().any(|p| Self::row_truncates(p, vocab))
+    }
+
+    /// Whether some row truncates and has its logprob processed.
+    pub fn processes(params: &[SamplingRow], vocab: usize) -> bool {
+        params.iter().any(|p| p.processed && Self::row_truncates(p, vocab))
     }
 }
 
@@ -428,24 +354,9 @@ pub fn sample_with(logits: BTensor<2>, inputs: &SamplingInputs) -> Result<(BTens
     let truncated = inputs.truncated;
     let client = logits.client.clone();
     let alloc = |n: usize, dtype| empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [n].into(), dtype);
+    let processed = int_in(OP, "processed", inputs.processed.clone())?;
     // rows that do not truncate never read it; a one-element stand-in keeps the binding valid
-    let thresholds = alloc(if truncated { rows } else { 1 }, DType::U32);
-    if truncated {
-        truncation_kernel::launch(
-            &client,
-            cube_count_for(rows, 1),
-            CubeDim::new_1d(ROW_BLOCK as u32),
-            logits.clone().into_tensor_arg(),
-            temps.clone().into_tensor_arg(),
-            top_ks.clone().into_tensor_arg(),
-            top_ps.into_tensor_arg(),
-            thresholds.clone().into_tensor_arg(),
-            rows as u32,
-            vocab as u32,
-            ROW_BLOCK,
-            [storage(logits.dtype), storage(top_ks.dtype)],
-        );
-    }
+    let thresholds = if truncated { launch_thresholds(&logits, &temps, &top_ks, &top_ps) } else { alloc(1, DType::U32) };
     let chunks = vocab.div_ceil(VOCAB_CHUNK);
     let (chunk_max, chunk_sum, chunk_score) = (alloc(rows * chunks, DType::F32), alloc(rows * chunks, DType::F32), alloc(rows * chunks, DType::F32));
     let chunk_token = alloc(rows * chunks, DType::U32);
@@ -457,6 +368,7 @@ pub fn sample_with(logits: BTensor<2>, inputs: &SamplingInputs) -> Result<(BTens
         temps.clone().into_tensor_arg(),
         keys.into_tensor_arg(),
         thresholds.into_tensor_arg(),
+        processed.into_tensor_arg(),
         chunk_max.clone().into_tensor_arg(),
         chunk_sum.clone().into_tensor_arg(),
         chunk_score.clone().into_tensor_arg(),
@@ -467,6 +379,7 @@ pub fn sample_with(logits: BTensor<2>, inputs: &SamplingInputs) -> Result<(BTens
         ROW_BLOCK,
         VOCAB_CHUNK,
         truncated,
+        inputs.processed_any,
         [storage(logits.dtype), storage(top_ks.dtype)],
     );
     let tokens = alloc(rows, top_ks.dtype);
