@@ -13,7 +13,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader | tee -a $O/gpu.txt
 for part in ${PART:-processed}; do case $part in
 processed)
   for bin in lockstep-battery lockstep; do [ -x /tmp/$bin ] || { gunzip -c .gpu/$bin.gz > /tmp/$bin && chmod +x /tmp/$bin; }; done
-  timeout 240 /tmp/lockstep-battery --dtypes bf16 > $O/battery.md 2>&1; echo "battery rc $?"
+  timeout 150 /tmp/lockstep-battery --dtypes bf16 > $O/battery.md 2>&1; echo "battery rc $?"
   grep -i "sample\|passed\|fail" $O/battery.md | tail -6
   timeout 120 /tmp/lockstep check --preset small --dtypes f32,bf16 > $O/check.md 2>&1; echo "check rc $?"
   tail -12 $O/check.md

@@ -332,10 +332,31 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
         Ok(host_int(tok).into_iter().zip(host(lp)).map(|(t, l)| vec![t as f32, l]).collect())
     })?);
     if which == Impl::Lockstep {
+        checks.push(sampled_logprobs_equal_the_trainers(&logits, vocab, &params, dtype, device)?);
         checks.extend(matmul_accuracy(dtype, device, seed + 11)?);
         checks.push(fingerprint_check(dtype, device, seed + 12)?);
     }
     Ok(checks)
+}
+
+/// The sampler's logprob of each drawn token against the trainer's (`truncated_token_logprobs`
+/// on the same logits: the full distribution for raw rows, the kept set for processed ones), as
+/// bits.
+fn sampled_logprobs_equal_the_trainers(logits: &[f32], vocab: usize, params: &[SamplingRow], dtype: DType, device: &Device) -> Result<Check, KernelError> {
+    let rows = params.len();
+    let lt = float_tensor(logits[..rows * vocab].to_vec(), [rows, vocab], dtype, device);
+    let (tokens, lps) = crate::sample(lt.clone(), params)?;
+    let floats = |v: Vec<f32>| burn::tensor::Tensor::<1>::from_data(burn::tensor::TensorData::new(v, [rows]), device);
+    let kept = |p: &SamplingRow| if p.processed { (p.top_k, p.top_p) } else { (0, 1.0) };
+    let truncation = crate::Truncation {
+        top_k: burn::tensor::Tensor::<1, burn::tensor::Int>::from_data(burn::tensor::TensorData::new(params.iter().map(|p| kept(p).0 as i64).collect::<Vec<_>>(), [rows]), device),
+        top_p: floats(params.iter().map(|p| kept(p).1).collect()),
+    };
+    let trainer = crate::truncated_token_logprobs(lt, tokens, floats(params.iter().map(|p| p.temperature).collect()), Some(&truncation))?;
+    let (a, b) = (host(lps), host(trainer.logprobs));
+    let differing = a.iter().zip(&b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+    let max = a.iter().zip(&b).map(|(x, y)| (x - y).abs() as f64).fold(0.0, f64::max);
+    Ok(Check { op: "sampled logprob = trainer's token_logprobs (raw and processed rows)".into(), dtype: dtype_name(dtype), m: rows, rows_differing: differing, max_abs_diff: max })
 }
 
 /// The weight fingerprint's launch against its host definition (integer sums: equal or not).
