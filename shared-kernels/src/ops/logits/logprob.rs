@@ -174,6 +174,14 @@ pub(crate) fn token_logprobs_grad(logits: BTensor<2>, targets: BTensor<1, BInt>,
     Ok(float_out(logprob_grad(&inputs.logits, &inputs.targets, &inputs.temps, inputs.thresholds.as_ref().map(|t| (t, &lp)), &stats, dl)))
 }
 
+/// The logprobs of `targets` under the kept sets `thresholds` (the sampler's processed rows):
+/// the kernels [`truncated_token_logprobs`] launches, on the sampler's checked device tensors.
+pub(crate) fn kept_set_logprobs(logits: &CubeTensor, targets: &CubeTensor, temps: &CubeTensor, thresholds: CubeTensor) -> CubeTensor {
+    let (rows, vocab) = (logits.meta.shape()[0], logits.meta.shape()[1]);
+    let inputs = Inputs { logits: logits.clone(), targets: targets.clone(), temps: temps.clone(), thresholds: Some(thresholds), rows, vocab };
+    inputs.launch().0
+}
+
 /// The op's inputs, checked and contiguous, with the kept sets' thresholds of a truncation.
 struct Inputs {
     logits: CubeTensor,

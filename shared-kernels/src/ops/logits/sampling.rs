@@ -10,11 +10,12 @@
 //!
 //! The kept set is [`crate::ops::logits::truncation`]'s. T = 0 is greedy: argmax of the logits.
 //!
-//! The returned logprob is the one [`crate::ops::logits::logprob`] defines and is computed with
-//! the same functions, so it equals the trainer's bits: by default the full softmax at
-//! temperature T, before truncation (vLLM's `raw_logprobs`); for a row with `processed`, the
-//! truncated distribution renormalised (`processed_logprobs`), the chunk statistics then
-//! counting only the kept set.
+//! The returned logprob is the one [`crate::ops::logits::logprob`] defines, so it equals the
+//! trainer's bits: by default the full softmax at temperature T, before truncation (vLLM's
+//! `raw_logprobs`), computed here with the logprob's own device functions; for a row with
+//! `processed`, the truncated distribution renormalised (`processed_logprobs`), computed by the
+//! trainer's logprob kernels themselves on the drawn tokens and the same kept sets, so the two
+//! sides run one kernel on equal inputs rather than two kernels that must agree.
 //!
 //! One file past 400 lines: the two passes, their device inputs and the launcher share the
 //! chunk layout.
@@ -133,7 +134,6 @@ fn sample_partials_kernel<F: Float, I: Int>(
     temperatures: &Tensor<f32>,
     rng_keys: &Tensor<I>,
     thresholds: &Tensor<u32>,
-    processed: &Tensor<I>,
     chunk_max: &mut Tensor<f32>,
     chunk_sum: &mut Tensor<f32>,
     chunk_score: &mut Tensor<f32>,
@@ -144,7 +144,6 @@ fn sample_partials_kernel<F: Float, I: Int>(
     #[comptime] block: usize,
     #[comptime] chunk_len: usize,
     #[comptime] truncated: bool,
-    #[comptime] any_processed: bool,
     #[define(F, I)] _d: [ElemType; 2],
 ) {
     let (vocab, chunks) = (vocab_arg as usize, chunks_arg as usize);
@@ -158,19 +157,11 @@ fn sample_partials_kernel<F: Float, I: Int>(
         let mut shared = Shared::new_slice(block);
         let mut vals = Array::<f32>::new(comptime!(chunk_len / block));
         load_chunk(logits, &mut vals, base, len, inv_t, block, comptime!(chunk_len / block));
+        let (max, sum, _) = chunk_stats(&vals, len, 0u32, &mut shared, block, comptime!(chunk_len / block), false, false);
         let mut threshold = 0u32;
         if truncated {
             threshold = thresholds[row];
         }
-        // processed logprobs: the statistics of the kept set (threshold 0 for the other rows
-        // counts every logit, the full distribution's bits)
-        let mut stats_threshold = 0u32;
-        if comptime!(any_processed) {
-            if i32::cast_from(processed[row]) != 0 {
-                stats_threshold = threshold;
-            }
-        }
-        let (max, sum, _) = chunk_stats(&vals, len, stats_threshold, &mut shared, block, comptime!(chunk_len / block), false, any_processed);
         let key = u32::cast_from(rng_keys[row]);
         let first_token = chunk * chunk_len;
         let mut my_best = f32::new(NEG_BIG);
@@ -266,8 +257,8 @@ pub struct SamplingInputs {
     /// Whether some row truncates (top-k below the vocabulary or top-p below 1 at T > 0): then
     /// the truncation kernel runs, so a graph captured with it differs from one without.
     pub truncated: bool,
-    /// Whether some truncating row's logprob is processed: then the first pass masks its
-    /// statistics (a graph captured with it differs from one without).
+    /// Whether some truncating row's logprob is processed: then the logprob kernels run on the
+    /// drawn tokens (a graph captured with them differs from one without).
     pub processed_any: bool,
 }
 
@@ -354,7 +345,6 @@ pub fn sample_with(logits: BTensor<2>, inputs: &SamplingInputs) -> Result<(BTens
     let truncated = inputs.truncated;
     let client = logits.client.clone();
     let alloc = |n: usize, dtype| empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [n].into(), dtype);
-    let processed = int_in(OP, "processed", inputs.processed.clone())?;
     // rows that do not truncate never read it; a one-element stand-in keeps the binding valid
     let thresholds = if truncated { launch_thresholds(&logits, &temps, &top_ks, &top_ps) } else { alloc(1, DType::U32) };
     let chunks = vocab.div_ceil(VOCAB_CHUNK);
@@ -367,8 +357,7 @@ pub fn sample_with(logits: BTensor<2>, inputs: &SamplingInputs) -> Result<(BTens
         logits.clone().into_tensor_arg(),
         temps.clone().into_tensor_arg(),
         keys.into_tensor_arg(),
-        thresholds.into_tensor_arg(),
-        processed.into_tensor_arg(),
+        thresholds.clone().into_tensor_arg(),
         chunk_max.clone().into_tensor_arg(),
         chunk_sum.clone().into_tensor_arg(),
         chunk_score.clone().into_tensor_arg(),
@@ -379,7 +368,6 @@ pub fn sample_with(logits: BTensor<2>, inputs: &SamplingInputs) -> Result<(BTens
         ROW_BLOCK,
         VOCAB_CHUNK,
         truncated,
-        inputs.processed_any,
         [storage(logits.dtype), storage(top_ks.dtype)],
     );
     let tokens = alloc(rows, top_ks.dtype);
@@ -389,7 +377,7 @@ pub fn sample_with(logits: BTensor<2>, inputs: &SamplingInputs) -> Result<(BTens
         cube_count_for(rows, 1),
         CubeDim::new_1d(ROW_BLOCK as u32),
         logits.clone().into_tensor_arg(),
-        temps.into_tensor_arg(),
+        temps.clone().into_tensor_arg(),
         chunk_max.into_tensor_arg(),
         chunk_sum.into_tensor_arg(),
         chunk_score.into_tensor_arg(),
@@ -402,5 +390,12 @@ pub fn sample_with(logits: BTensor<2>, inputs: &SamplingInputs) -> Result<(BTens
         ROW_BLOCK,
         [storage(logits.dtype), storage(top_ks.dtype)],
     );
-    Ok((int_out(tokens), float_out(lps)))
+    if !inputs.processed_any {
+        return Ok((int_out(tokens), float_out(lps)));
+    }
+    // processed rows: the trainer's logprob kernels on the drawn tokens and the kept sets the
+    // tokens were drawn from (row invariant, so the other rows of the launch change no bit)
+    let kept = crate::ops::logits::logprob::kept_set_logprobs(&logits, &tokens, &temps, thresholds);
+    let processed = inputs.processed.clone().equal_elem(1);
+    Ok((int_out(tokens), float_out(lps).mask_where(processed, float_out(kept))))
 }
