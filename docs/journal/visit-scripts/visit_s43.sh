@@ -1,8 +1,8 @@
 # session 43: processed logprobs (sampler.logprobs_mode = "processed_logprobs") on CUDA, at a real
 # shape. Build here first (`bash experiments/gpu_check.sh build`), carry .gpu/lockstep.gz and
 # .gpu/lockstep-battery.gz (with the repository, both fit the 64 MiB a call carries; a third
-# binary does not). Run once in session 43 on an H100 with build ea4722c (v2 of
-# docs/gpu-runs/2026-12-05-s43.tar.xz): the battery passed, the f32 engine checks found one
+# binary does not). Run once in session 43 on an H100 with build ea4722c (raw output lost with
+# that session's machine, not archived): the battery passed, the f32 engine checks found one
 # sampler = trainer token 2 ulp apart, the bf16 ones stopped on a device fault, and the rung ran
 # out of memory without micro-batches.
 #   PART=processed  the kernel battery in bf16 (its sampling rows mix raw and processed logprobs,
