@@ -184,11 +184,8 @@ pub fn sampler_matches_scorer(model: &Qwen3, trainer_model: &Qwen3, rng: &mut St
         let trainer: Vec<u32> = trainer[0][req.prompt.len() - 1..].iter().map(|v| v.to_bits()).collect();
         let sampled = bits(&c).1;
         if let Some(i) = (0..sampled.len()).find(|&i| trainer.get(i) != Some(&sampled[i])) {
-            let p = &req.params;
-            let detail = format!(
-                "request {} token {} (id {}; T {} top-k {} top-p {} {} logprobs): sampler bits {:#010x}, trainer {:?}",
-                req.id, i, c.tokens[i], p.temperature, p.top_k, p.top_p, if p.processed_logprobs { "processed" } else { "raw" }, sampled[i], trainer.get(i).map(|b| format!("{b:#010x}"))
-            );
+            let (p, kind) = (&req.params, if req.params.processed_logprobs { "processed" } else { "raw" });
+            let detail = format!("request {} token {} (id {}; T {} top-k {} top-p {} {kind} logprobs): sampler bits {:#010x}, trainer {:?}", req.id, i, c.tokens[i], p.temperature, p.top_k, p.top_p, sampled[i], trainer.get(i).map(|b| format!("{b:#010x}")));
             return EngineCheck::new("sampler = trainer".into(), Some(detail));
         }
         let finish_ok = match c.finish {

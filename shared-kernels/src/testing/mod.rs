@@ -6,6 +6,7 @@ pub mod attention_backward;
 pub mod battery;
 pub mod boundaries;
 pub mod contract;
+pub mod definitions;
 pub mod fused_backward;
 pub mod rows;
 pub mod scratch;
