@@ -79,7 +79,7 @@ impl Config {
             return bad("train.group_size", format!("GRPO needs at least 2 completions per prompt, got {}", self.train.group_size));
         }
         if !(self.sampler.temperature.is_finite() && self.sampler.temperature >= 0.0) {
-            return bad("sampler.temperature", format!("must be >= 0, got {}", self.sampler.temperature));
+            return bad("sampler.temperature", format!("must be finite and >= 0, got {}", self.sampler.temperature));
         }
         if self.sampler.temperature > 0.0 && !(1.0 / self.sampler.temperature).is_finite() {
             // the logits are scaled by 1 / temperature: an infinite scale makes every logprob NaN
@@ -107,7 +107,7 @@ impl Config {
         }
         for (key, v) in [("train.weight_decay", self.train.weight_decay), ("train.grad_clip", self.train.grad_clip), ("train.kl_coef", self.train.kl_coef)] {
             if !(v.is_finite() && v >= 0.0) {
-                return bad(key, format!("must be >= 0, got {v}"));
+                return bad(key, format!("must be finite and >= 0, got {v}"));
             }
         }
         let blocks = self.train.gradient_blocks;
