@@ -266,4 +266,14 @@ mod tests {
         let e = Config::load(None, &["sampler.logprobs_mode=processed".into()]).unwrap_err().to_string();
         assert!(e.contains("sampler.logprobs_mode") && e.contains("processed_logprobs"), "{e}");
     }
+
+    #[test]
+    fn non_finite_values_are_refused_naming_the_key_and_that_they_must_be_finite() {
+        for key in ["sampler.temperature", "train.weight_decay", "train.grad_clip", "train.kl_coef"] {
+            for v in ["inf", "nan", "-1"] {
+                let e = Config::load_training(None, &[format!("{key}={v}")]).unwrap_err().to_string();
+                assert!(e.contains(key) && e.contains("must be finite and >= 0"), "{key}={v}: {e}");
+            }
+        }
+    }
 }
