@@ -85,7 +85,7 @@ impl Qwen3 {
         let tg = Tensor::<1, Int>::from_data(TensorData::new(targets, [n]), &device);
         let temps = Tensor::<1>::from_data(TensorData::new(vec![temperature; n], [n]), &device);
         // greedy (T = 0) is scored on the full distribution at T = 1, as the sampler returns it
-        let truncation = if temperature > 0.0 { crate::Truncation::uniform(top_k, top_p, n, self.config.vocab_size, &device) } else { None };
+        let truncation = crate::Truncation::uniform(temperature, top_k, top_p, n, self.config.vocab_size, &device);
         let scored = if self.kernels.is_matched() {
             crate::truncated_head_logprobs(x, self.head(), tg, temps, truncation.as_ref())?
         } else {

@@ -34,8 +34,7 @@ pub fn head_chunk_rows(vocab: usize) -> usize {
 /// `x` [rows, hidden] and `head` [vocab, hidden] (`nn.Linear` layout), in chunks of
 /// [`head_chunk_rows`]. Differentiable in `x` and `head` on an autodiff device.
 pub fn head_logprobs(x: BTensor<2>, head: BTensor<2>, targets: BTensor<1, BInt>, temperatures: BTensor<1>) -> Result<TokenLogprobs, KernelError> {
-    let vocab = head.dims()[0];
-    head_logprobs_chunked(x, head, targets, temperatures, None, head_chunk_rows(vocab))
+    truncated_head_logprobs(x, head, targets, temperatures, None)
 }
 
 /// [`head_logprobs`] under the distribution `truncation` keeps, renormalised (processed

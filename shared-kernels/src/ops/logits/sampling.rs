@@ -314,7 +314,7 @@ impl SamplingInputs {
     }
 
     fn row_truncates(p: &SamplingRow, vocab: usize) -> bool {
-        p.temperature > 0.0 && ((p.top_k > 0 && (p.top_k as usize) < vocab) || p.top_p < 1.0)
+        crate::ops::logits::truncation::truncates(p.temperature, p.top_k, p.top_p, vocab)
     }
 
     pub fn truncates(params: &[SamplingRow], vocab: usize) -> bool {

@@ -150,12 +150,18 @@ pub struct Truncation {
     pub top_p: BTensor<1>,
 }
 
+/// Whether top-k / top-p at `temperature` drop any token of a `vocab`-token vocabulary: the
+/// one definition the sampler (whether the truncation kernel runs) and the trainer (whether
+/// its logprobs are masked) share. Greedy (T = 0) keeps every token: it is scored at T = 1.
+pub fn truncates(temperature: f32, top_k: u32, top_p: f32, vocab: usize) -> bool {
+    temperature > 0.0 && ((top_k > 0 && (top_k as usize) < vocab) || top_p < 1.0)
+}
+
 impl Truncation {
-    /// One setting for all `rows` rows; `None` when it keeps every token of a `vocab`-token
-    /// vocabulary (top-k 0 or past the vocabulary, top-p 1), so nothing needs masking.
-    pub fn uniform(top_k: u32, top_p: f32, rows: usize, vocab: usize, device: &burn::tensor::Device) -> Option<Truncation> {
-        let truncates = (top_k > 0 && (top_k as usize) < vocab) || top_p < 1.0;
-        truncates.then(|| Truncation {
+    /// One setting for all `rows` rows; `None` when it keeps every token ([`truncates`]), so
+    /// nothing needs masking.
+    pub fn uniform(temperature: f32, top_k: u32, top_p: f32, rows: usize, vocab: usize, device: &burn::tensor::Device) -> Option<Truncation> {
+        truncates(temperature, top_k, top_p, vocab).then(|| Truncation {
             top_k: BTensor::from_data(burn::tensor::TensorData::new(vec![top_k as i64; rows], [rows]), device),
             top_p: BTensor::from_data(burn::tensor::TensorData::new(vec![top_p; rows], [rows]), device),
         })
