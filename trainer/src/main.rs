@@ -71,7 +71,8 @@ enum Command {
         #[arg(long, default_value = "f32")]
         dtype: String,
         /// Sampler kernel sets: matched (launched), sync (each step read back before the next),
-        /// graphs (replayed at exact row counts), graphs-padded (the default), unfused, fast, split_k.
+        /// graphs (replayed at exact row counts), graphs-padded (the default), unfused, fast, split_k;
+        /// a suffix +topp samples with top-p 0.95 / top-k 20, +processed also with processed logprobs.
         #[arg(long, value_delimiter = ',', default_value = "matched,fast")]
         kernels: Vec<String>,
         /// Only the sampler table, not the per-kernel one.

@@ -317,6 +317,21 @@ fn bench_ragged_lengths_shrink_the_batch_with_graphs_and_launches_side_by_side()
 }
 
 #[test]
+fn bench_times_truncated_sampling_beside_full_sampling_and_names_an_unknown_suffix() {
+    let dir = scratch("bench-truncated");
+    let out = lockstep(&["bench", "--preset", "tiny", "--concurrency", "4", "--new-tokens", "8", "--kernels", "matched,matched+topp,graphs+processed", "--skip-ops", "--repeats", "1"], &dir);
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(stdout.contains("matched / matched+topp |") && stdout.contains("matched / graphs+processed |"), "{stdout}");
+    assert!(err.contains("Matched top-p 0.95 / top-k 20 concurrency 4: warm-up"), "{err}");
+    assert!(err.contains("Matched (graphs) top-p 0.95 / top-k 20, processed logprobs concurrency 4: warm-up"), "{err}");
+    let out = lockstep(&["bench", "--preset", "tiny", "--concurrency", "4", "--kernels", "matched+topk", "--skip-ops"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("unknown sampling suffix `+topk` in `matched+topk`"), "{err}");
+}
+
+#[test]
 fn processed_logprobs_change_no_token_and_keep_truncated_grpo_bit_exact() {
     let dir = scratch("processed-logprobs");
     std::fs::write(dir.join("prompts.jsonl"), "{\"prompt\": \"3+4=\"}\n{\"prompt_ids\": [5, 6, 7]}\n{\"prompt\": \"12\"}\n").unwrap();

@@ -20,7 +20,8 @@ pub struct BenchOptions {
     pub ragged_lengths: bool,
     pub repeats: usize,
     pub dtype: DType,
-    /// Sampler kernel sets to time: "matched", "sync", "graphs", "graphs-padded", "unfused", "fast", "split_k".
+    /// Sampler kernel sets to time: "matched", "sync", "graphs", "graphs-padded", "unfused", "fast",
+    /// "split_k", each optionally suffixed "+topp" or "+processed" (top-p 0.95 / top-k 20 sampling).
     pub kernels: Vec<String>,
     /// Skip the per-kernel table.
     pub skip_ops: bool,
@@ -52,6 +53,54 @@ pub struct BenchOptions {
     /// With `save_model`: time loading that checkpoint (or the one already in that folder) by
     /// each path, then stop.
     pub load_bench: bool,
+}
+
+/// How the sampler table's requests sample (a kernel set's suffix).
+#[derive(Clone, Copy, PartialEq)]
+enum Sampling {
+    /// T = 1 over the full vocabulary: no truncation kernel.
+    Full,
+    /// Qwen3's recommended top-p 0.95 / top-k 20 at T = 1, raw or processed logprobs.
+    Truncated { processed: bool },
+}
+
+impl Sampling {
+    fn params(self, max_new_tokens: usize) -> SamplingParams {
+        let (top_k, top_p, processed_logprobs) = match self {
+            Sampling::Full => (0, 1.0, false),
+            Sampling::Truncated { processed } => (20, 0.95, processed),
+        };
+        SamplingParams { temperature: 1.0, top_k, top_p, max_new_tokens, stop_tokens: vec![], stop: vec![], seed: 1, processed_logprobs }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Sampling::Full => "",
+            Sampling::Truncated { processed: false } => " top-p 0.95 / top-k 20",
+            Sampling::Truncated { processed: true } => " top-p 0.95 / top-k 20, processed logprobs",
+        }
+    }
+}
+
+/// A `--kernels` name: (kernel set, overlapped steps, graphs, padded row counts, sampling).
+fn kernel_set(name: &str) -> Result<(KernelSet, bool, bool, bool, Sampling), String> {
+    let (set, sampling) = match name.split_once('+') {
+        None => (name, Sampling::Full),
+        Some((set, "topp")) => (set, Sampling::Truncated { processed: false }),
+        Some((set, "processed")) => (set, Sampling::Truncated { processed: true }),
+        Some((_, other)) => return Err(format!("--kernels: unknown sampling suffix `+{other}` in `{name}` (+topp, +processed)")),
+    };
+    let (kernels, overlap, graphs, padding) = match set {
+        "matched" => (KernelSet::Matched, true, false, false),
+        "sync" => (KernelSet::Matched, false, false, false),
+        "graphs" => (KernelSet::Matched, true, true, false),
+        "graphs-padded" => (KernelSet::Matched, true, true, true),
+        "unfused" => (KernelSet::MatchedUnfused, true, false, false),
+        "fast" => (KernelSet::Fast, true, false, false),
+        "split_k" => (KernelSet::SplitK, true, false, false),
+        other => return Err(format!("--kernels: unknown kernel set `{other}` (matched, sync, graphs, graphs-padded, unfused, fast, split_k; a suffix +topp or +processed samples with top-p 0.95 / top-k 20)")),
+    };
+    Ok((kernels, overlap, graphs, padding, sampling))
 }
 
 pub fn preset(name: &str) -> Result<ModelConfig, String> {
@@ -205,24 +254,13 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     // resident, as the engines keep theirs, so no weights stay behind on cubecl's per-step pages
     let model = Qwen3::from_checkpoint(&checkpoint, o.dtype, &device).map_err(|e| e.to_string())?.into_resident(false).map_err(|e| e.to_string())?;
 
-    // (kernel set, overlapped engine steps, steps replayed as graphs); `sync` is the matched
-    // kernels with each step read back before the next is enqueued, `graphs` the matched
-    // kernels with steps replayed (LOCKSTEP_DECODE_GRAPHS's mode; the other sets launch),
-    // `graphs-padded` the same with row counts padded (LOCKSTEP_DECODE_GRAPH_PADDING)
-    let sets: Vec<(KernelSet, bool, bool, bool)> = o
-        .kernels
-        .iter()
-        .map(|k| match k.as_str() {
-            "matched" => Ok((KernelSet::Matched, true, false, false)),
-            "sync" => Ok((KernelSet::Matched, false, false, false)),
-            "graphs" => Ok((KernelSet::Matched, true, true, false)),
-            "graphs-padded" => Ok((KernelSet::Matched, true, true, true)),
-            "unfused" => Ok((KernelSet::MatchedUnfused, true, false, false)),
-            "fast" => Ok((KernelSet::Fast, true, false, false)),
-            "split_k" => Ok((KernelSet::SplitK, true, false, false)),
-            other => Err(format!("--kernels: unknown kernel set `{other}` (matched, sync, graphs, graphs-padded, unfused, fast, split_k)")),
-        })
-        .collect::<Result<_, _>>()?;
+    // (kernel set, overlapped engine steps, steps replayed as graphs, row counts padded, sampling);
+    // `sync` is the matched kernels with each step read back before the next is enqueued,
+    // `graphs` the matched kernels with steps replayed (LOCKSTEP_DECODE_GRAPHS's mode; the other
+    // sets launch), `graphs-padded` the same with row counts padded (LOCKSTEP_DECODE_GRAPH_PADDING).
+    // A `+topp` suffix samples with Qwen3's top-p 0.95 / top-k 20 (the truncation kernel's cost),
+    // `+processed` the same with processed logprobs; without one, T = 1 over the full vocabulary.
+    let sets: Vec<(KernelSet, bool, bool, bool, Sampling)> = o.kernels.iter().map(|k| kernel_set(k)).collect::<Result<_, _>>()?;
     // --trainer-only is the trainer step alone: no sampler table either
     if o.concurrency.is_empty() || o.trainer_only {
         return super::bench_ops::run(o, &config, &device);
@@ -237,30 +275,30 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         let context = o.prompt_len + o.new_tokens;
         // ragged: a fixed spread (no rng) so every kernel set and round gets the same lengths
         let answer_len = |i: usize| if o.ragged_lengths { o.new_tokens - (i * 7919) % (o.new_tokens / 2 + 1) } else { o.new_tokens };
-        let requests = |round: u64| -> Vec<Request> {
+        let requests = |round: u64, sampling: Sampling| -> Vec<Request> {
             (0..c as u64)
                 .map(|i| Request {
                     id: round * 1_000_000 + i,
                     prompt: (0..o.prompt_len).map(|p| ((i as usize * 31 + p * 7) % config.vocab_size) as u32).collect(),
-                    params: SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: answer_len(i as usize), stop_tokens: vec![], stop: vec![], seed: 1, processed_logprobs: false },
+                    params: sampling.params(answer_len(i as usize)),
                 })
                 .collect()
         };
         let mut engines = Vec::new();
-        for &(kernels, overlap, graphs, padding) in &sets {
+        for &(kernels, overlap, graphs, padding, sampling) in &sets {
             let mut m = model.clone();
             m.kernels = kernels;
             let mut engine = Engine::new(m, EngineConfig { max_batch: c, kv_blocks: 0, context, chunk_size: o.prompt_len.max(1), share_prompt_prefix: true, overlap, reserve: 1.0 }).map_err(|e| e.to_string())?;
             engine.set_decode_graphs(graphs);
             engine.set_decode_graph_padding(padding);
             let warm = Instant::now();
-            engine.generate(requests(0)); // warm-up: kernel compilation (and burn's autotuning)
+            engine.generate(requests(0, sampling)); // warm-up: kernel compilation (and burn's autotuning)
             sync(&device);
             let kernels = match (overlap, graphs) {
-                (_, true) if padding => format!("{kernels:?} (graphs, padded)"),
-                (_, true) => format!("{kernels:?} (graphs)"),
-                (true, false) => format!("{kernels:?}"),
-                (false, false) => format!("{kernels:?} (sync)"),
+                (_, true) if padding => format!("{kernels:?} (graphs, padded){}", sampling.label()),
+                (_, true) => format!("{kernels:?} (graphs){}", sampling.label()),
+                (true, false) => format!("{kernels:?}{}", sampling.label()),
+                (false, false) => format!("{kernels:?} (sync){}", sampling.label()),
             };
             eprintln!("bench: {kernels} concurrency {c}: warm-up {:.1}s", warm.elapsed().as_secs_f64());
             engine.take_phase_times();
@@ -270,9 +308,9 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
         // each set's rate is the median of its rounds
         let mut rates = vec![Vec::new(); sets.len()];
         for round in 0..o.repeats {
-            for (engine, rate) in engines.iter_mut().zip(rates.iter_mut()) {
+            for ((engine, rate), set) in engines.iter_mut().zip(rates.iter_mut()).zip(&sets) {
                 let t = Instant::now();
-                let out = engine.generate(requests(round as u64 + 1));
+                let out = engine.generate(requests(round as u64 + 1, set.4));
                 sync(&device);
                 let generated: usize = out.iter().filter_map(|r| r.as_ref().ok()).map(|c| c.tokens.len()).sum();
                 rate.push(generated as f64 / t.elapsed().as_secs_f64());
