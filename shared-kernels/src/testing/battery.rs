@@ -335,6 +335,7 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
         checks.push(sampled_logprobs_equal_the_trainers(&logits, vocab, &params, dtype, device)?);
         checks.extend(super::definitions::matmul_accuracy(dtype, device, seed + 11)?);
         checks.push(super::definitions::fingerprint_check(dtype, device, seed + 12)?);
+        checks.push(super::definitions::truncation_check(dtype, device, seed + 13, vocab)?);
     }
     Ok(checks)
 }

@@ -1,5 +1,6 @@
 //! The battery's rows against a definition rather than between batch sizes: lockstep's matmul
-//! against an f64 reference, the weight fingerprint's launch against its host definition.
+//! against an f64 reference, the weight fingerprint's launch against its host definition, the
+//! truncation kernel against its plain bisection.
 
 use crate::ops::matmul::WeightLayout;
 use crate::KernelError;
@@ -55,4 +56,26 @@ pub fn matmul_accuracy(dtype: DType, device: &Device, seed: u64) -> Result<Vec<C
         }
     }
     Ok(checks)
+}
+
+/// The truncation kernel's thresholds against its definition's (plain bisection, a pass a step),
+/// as bits, at `vocab` (the battery's: 2,500 or, `--large`, 32,000) and `dtype` logits: rows cycling through top-p alone,
+/// Qwen3's top-k 20 / top-p 0.95 (survivors in shared memory), top-k 2,000 with top-p (over the
+/// row from an unaligned start), top-k alone, greedy and no truncation.
+pub fn truncation_check(dtype: DType, device: &Device, seed: u64, vocab: usize) -> Result<Check, KernelError> {
+    use crate::ops::logits::truncation::{row_thresholds, ThresholdKernel};
+    const SETTINGS: [(f32, u32, f32); 6] = [(1.0, 0, 0.95), (0.7, 20, 0.95), (1.0, 2000, 0.9), (1.3, 50, 1.0), (0.0, 20, 0.9), (1.0, 0, 1.0)];
+    let mut rng = StdRng::seed_from_u64(seed);
+    let rows = 48;
+    let logits = float_tensor(random_vec(&mut rng, rows * vocab, 4.0), [rows, vocab], dtype, device);
+    let column = |f: fn(&(f32, u32, f32)) -> f32| burn::tensor::Tensor::<1>::from_data(burn::tensor::TensorData::new((0..rows).map(|r| f(&SETTINGS[r % SETTINGS.len()])).collect::<Vec<f32>>(), [rows]), device);
+    let truncation = crate::Truncation {
+        top_k: burn::tensor::Tensor::from_data(burn::tensor::TensorData::new((0..rows).map(|r| SETTINGS[r % SETTINGS.len()].1 as i64).collect::<Vec<_>>(), [rows]), device),
+        top_p: column(|s| s.2),
+    };
+    let temps = column(|s| s.0);
+    let fast = row_thresholds(logits.clone(), temps.clone(), &truncation, ThresholdKernel::Fast)?;
+    let definition = row_thresholds(logits, temps, &truncation, ThresholdKernel::Definition)?;
+    let rows_differing = fast.iter().zip(&definition).filter(|(a, b)| a != b).count();
+    Ok(Check { op: "top-k / top-p thresholds = definition (bisection)".into(), dtype: dtype_name(dtype), m: rows, rows_differing, max_abs_diff: 0.0 })
 }

@@ -8,3 +8,4 @@ pub mod logprob_grad;
 pub mod rows;
 pub mod sampling;
 pub mod truncation;
+pub mod truncation_definition;
