@@ -9,3 +9,4 @@ pub mod rows;
 pub mod sampling;
 pub mod truncation;
 pub mod truncation_definition;
+pub mod truncation_kernel;
