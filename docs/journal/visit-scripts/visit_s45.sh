@@ -10,6 +10,9 @@
 #               side by side, and `lockstep sample` at the Qwen3-0.6B shape by both builds (64
 #               prompts x 256 tokens; top-k 20 / top-p 0.95 processed, top-p 0.9 alone raw): the
 #               output files must be equal as bytes (tokens and logprob bits)
+#   PART=grpo   GRPO at the Qwen3-0.6B shape, 64 x 1024, 1 step, top-p 0.95 / top-k 20 with
+#               processed logprobs, by the build before (.gpu/before.gz) and this one: the step's
+#               generation time and bit_equal
 #   PART=processed  visit_s44.sh's part: engine checks per dtype, then GRPO 0.6B 64 x 1024 with
 #               top-p 0.95 / top-k 20 and processed logprobs (bit_equal and KL per step)
 set -u
@@ -45,6 +48,15 @@ fast)
     done
     cmp /tmp/out-lockstep.jsonl /tmp/out-lockstep-before.jsonl && echo "sample ($mode): outputs equal as bytes ($(wc -l < /tmp/out-lockstep.jsonl) lines)"
   done ;;
+grpo)
+  [ -x /tmp/lockstep-before ] || { gunzip -c .gpu/before.gz > /tmp/lockstep-before && chmod +x /tmp/lockstep-before; }
+  cp /tmp/lockstep /tmp/lockstep-new
+  for b in lockstep-before lockstep-new; do
+    cp /tmp/$b /tmp/lockstep; mkdir -p $O/grpo-$b
+    SCALE_LIMIT=150 SCALE_SET="--set sampler.top_p=0.95 --set sampler.top_k=20 --set sampler.logprobs_mode=processed_logprobs" \
+      O=$O/grpo-$b bash experiments/scale.sh qwen3-0.6b:64x1024:1:16384 | sed "s/^/$b /"
+  done
+  cp /tmp/lockstep-new /tmp/lockstep ;;
 processed)
   O=$O PART=processed bash docs/journal/visit-scripts/visit_s44.sh ;;
 esac; done
