@@ -99,11 +99,7 @@ fn top_k_threshold<F: Float>(logits: &Tensor<F>, base: usize, vocab: usize, inv_
         }
         let mut i = unit;
         while i + comptime!((LOADS - 1) * block) < vocab {
-            let mut z = Array::<f32>::new(LOADS);
-            #[unroll]
-            for j in 0..LOADS {
-                z[j] = scaled_logit(logits, base + i + j * block, inv_t);
-            }
+            let z = load_batch(logits, base + i, inv_t, block);
             #[unroll]
             for j in 0..LOADS {
                 count_digit(columns, order_key(z[j]), high, prefix, shift, unit, block);
@@ -276,11 +272,7 @@ fn top_p_threshold<F: Float>(
             }
             let mut i = unit;
             while i + comptime!((LOADS - 1) * block) < vocab {
-                let mut z = Array::<f32>::new(LOADS);
-                #[unroll]
-                for j in 0..LOADS {
-                    z[j] = scaled_logit(logits, base + i + j * block, inv_t);
-                }
+                let z = load_batch(logits, base + i, inv_t, block);
                 #[unroll]
                 for j in 0..LOADS {
                     add_above(&mut local, &mids, z[j], max);
@@ -330,6 +322,18 @@ fn top_p_threshold<F: Float>(
         }
     }
     lo
+}
+
+/// The scaled logits at `at`, `at + block`, ... (`LOADS` of them, all inside the row), every
+/// load issued before any is used.
+#[cube]
+fn load_batch<F: Float>(logits: &Tensor<F>, at: usize, inv_t: f32, #[comptime] block: usize) -> Array<f32> {
+    let mut z = Array::<f32>::new(LOADS);
+    #[unroll]
+    for j in 0..LOADS {
+        z[j] = scaled_logit(logits, at + j * block, inv_t);
+    }
+    z
 }
 
 /// One logit's mass, added to the sum of every candidate midpoint its key reaches.
