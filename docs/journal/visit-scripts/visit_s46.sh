@@ -1,0 +1,23 @@
+# session 46: issue 25's seed benchmark with every arm on whatever card comes (its H200 run with the
+# torch reference has never happened), the one-tool split of its decode step, and the truncation
+# kernel's 16-deep loads (48e9f95, reverted unmeasured in session 45) against HEAD's 4-deep ones.
+# Carries .gpu/head.gz (HEAD's build) and .gpu/deep16.gz (HEAD + the 16-deep loads).
+#   PART=seed     visit_s42.sh's PART=seed (every arm of experiments/seed_bench.sh) with HEAD's build
+#   PART=ncupair  visit_s42.sh's PART=ncupair (both decode steps under ncu, caches kept), HEAD's build
+#   PART=deep16   visit_s45.sh's PART=fast: bench full / +topp / +processed sampling by the 16-deep
+#                 build and HEAD's side by side, and `lockstep sample` by both (outputs equal as bytes)
+#   PART=grpo     visit_s45.sh's PART=grpo: GRPO 0.6B 64 x 1024 top-p 0.95 / top-k 20 processed,
+#                 HEAD's build then the 16-deep one (generation time, bit_equal)
+set -u
+O=$OUT
+nvidia-smi --query-gpu=name --format=csv,noheader | tee -a $O/gpu.txt
+unpack() { gunzip -c .gpu/$1.gz > $2 && chmod +x $2; }
+for part in ${PART:-seed}; do mkdir -p $O/$part; case $part in
+seed|ncupair)
+  unpack head /tmp/lockstep
+  OUT=$O/$part PART=$part bash docs/journal/visit-scripts/visit_s42.sh ;;
+deep16|grpo)
+  unpack deep16 /tmp/lockstep; cp .gpu/head.gz .gpu/before.gz; rm -f /tmp/lockstep-before
+  sub=$part; [ $part = deep16 ] && sub=fast
+  OUT=$O/$part PART=$sub bash docs/journal/visit-scripts/visit_s45.sh ;;
+esac; done
