@@ -8,6 +8,9 @@
 #                 build and HEAD's side by side, and `lockstep sample` by both (outputs equal as bytes)
 #   PART=grpo     visit_s45.sh's PART=grpo: GRPO 0.6B 64 x 1024 top-p 0.95 / top-k 20 processed,
 #                 HEAD's build then the 16-deep one (generation time, bit_equal)
+#   PART=sampleprof  ncu's detail sections (speed of light, occupancy, warp stalls, memory) of the
+#                 greedy sampling kernel at 256 rows x 151,936 (session 42's ncu: 188.6 us a launch
+#                 for 78 MB of logits, 12% of the H100's bandwidth) and of the add + RMSNorm kernel
 set -u
 O=$OUT
 nvidia-smi --query-gpu=name --format=csv,noheader | tee -a $O/gpu.txt
@@ -20,4 +23,13 @@ deep16|grpo)
   unpack deep16 /tmp/lockstep; cp .gpu/head.gz .gpu/before.gz; rm -f /tmp/lockstep-before
   sub=$part; [ $part = deep16 ] && sub=fast
   OUT=$O/$part PART=$sub bash docs/journal/visit-scripts/visit_s45.sh ;;
+sampleprof)
+  unpack head /tmp/lockstep
+  for k in sample_partials add_rmsnorm; do
+    timeout 200 ncu --clock-control none -k regex:$k --launch-skip 4 --launch-count 2 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+      /tmp/lockstep bench --preset qwen3-8b --dtype bf16 --concurrency 256 --prompt-len 32 --new-tokens 9 \
+      --kernels matched --skip-ops --repeats 1 > $O/$part/ncu-$k.txt 2> $O/$part/ncu-$k.err; echo "ncu $k rc $?"
+    grep -E "Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Stall|Waves Per SM|Grid Size|L2 Hit|L1/TEX Hit" $O/$part/ncu-$k.txt | head -40
+  done ;;
 esac; done
