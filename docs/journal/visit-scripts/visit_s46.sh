@@ -11,6 +11,9 @@
 #   PART=sampleprof  ncu's detail sections (speed of light, occupancy, warp stalls, memory) of the
 #                 greedy sampling kernel at 256 rows x 151,936 (session 42's ncu: 188.6 us a launch
 #                 for 78 MB of logits, 12% of the H100's bandwidth) and of the add + RMSNorm kernel
+#   PART=tilesweep  one 256-row decode step's matmuls at the 8B shape under ncu (caches kept) for
+#                 each LOCKSTEP_WGMMA_TILES setting (scheduling only: the same bits), beside cuBLAS
+#                 at the same projections (experiments/cublas_decode_matmuls.py)
 set -u
 O=$OUT
 nvidia-smi --query-gpu=name --format=csv,noheader | tee -a $O/gpu.txt
@@ -32,4 +35,16 @@ sampleprof)
       --kernels matched --skip-ops --repeats 1 > $O/$part/ncu-$k.txt 2> $O/$part/ncu-$k.err; echo "ncu $k rc $?"
     grep -E "Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Stall|Waves Per SM|Grid Size|L2 Hit|L1/TEX Hit" $O/$part/ncu-$k.txt | head -40
   done ;;
+tilesweep)
+  unpack head /tmp/lockstep
+  args=""
+  for t in rule ${TILES:-2/256/4 1/256/5 2/128/7 1/128/8 2/128/3 2/64/8 1/64/6 1/64/4}; do
+    f=$O/$part/ncu-${t//\//-}.csv; env=""; [ $t = rule ] || env="LOCKSTEP_WGMMA_TILES=$t"
+    env $env timeout 120 ncu --cache-control none --clock-control none -k regex:matmul --launch-skip 145 --launch-count 145 \
+      --metrics gpu__time_duration.sum --csv /tmp/lockstep bench --preset qwen3-8b --dtype bf16 --concurrency 256 \
+      --prompt-len 32 --new-tokens 3 --kernels matched --skip-ops --repeats 1 > $f 2> $f.err || echo "$t rc $?"
+    args="$args $t=$f"
+  done
+  python3 experiments/ncu_decode_tiles.py $args | tee $O/$part/tiles.md
+  python3 experiments/cublas_decode_matmuls.py qwen3-8b 256 | tee $O/$part/cublas.md ;;
 esac; done
