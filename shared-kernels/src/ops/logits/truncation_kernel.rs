@@ -20,8 +20,8 @@ const DIGITS: usize = 16;
 /// Top-k survivors held in shared memory for top-p's steps; past it, top-p passes over the row.
 const SURVIVORS: usize = 1024;
 /// Logits each unit loads before it uses them: loads in flight, so a pass is not one memory
-/// latency per element (a unit still uses its elements in ascending order). 4 left the
-/// Qwen3-settings kernel at 1.34 ms a decode step of 64 rows (H200).
+/// latency per element (a unit still uses its elements in ascending order). 16 against 4:
+/// top-p 0.95 / top-k 20 sampling 2.0-2.4% faster at 64 and 256 requests (H100, session 46).
 const LOADS: usize = 16;
 
 /// Words of the kernel's shared scratch at `block` units.
