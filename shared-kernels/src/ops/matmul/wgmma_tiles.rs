@@ -127,13 +127,30 @@ pub fn weighed_tiles() -> Vec<WgmmaTiles> {
 /// SMs of which the second is half empty; 64 x 256 (or 128 x 128) tiles make three nearly full
 /// rounds (116 -> 99.6 µs on the H200). `whole`: only tiles that divide the output; `None` if none does.
 pub fn tiles_by_waves(m: usize, n: usize, sms: usize, whole: bool) -> Option<WgmmaTiles> {
-    let cost = |(t, rate): &(WgmmaTiles, f64)| (m.div_ceil(t.bm()) * n.div_ceil(t.bn)).div_ceil(sms.max(1)) as f64 * (t.bm() * t.bn) as f64 / rate;
+    let cost = |(t, rate): &(WgmmaTiles, f64)| (m.div_ceil(t.bm()) * n.div_ceil(t.bn)).div_ceil(sms.max(1)) as f64 * (t.bm() * t.bn) as f64 / rate_at_rows(*t, *rate, m);
     WEIGHED
         .iter()
         .filter(|(t, _)| !whole || (m % t.bm() == 0 && n % t.bn == 0))
         // WEIGHED runs from the largest tile down, and min_by keeps the first of equal cost
         .min_by(|a, b| cost(a).total_cmp(&cost(b)))
         .map(|(t, _)| *t)
+}
+
+/// Rows at which two 128-row tiles cover the output: a decode step's matmul there reads more
+/// weight than it computes on an H100 (256 rows is below its ~295 FLOP a byte), so the 128 x 128
+/// tile, which reads each weight tile for 2 row tiles where 64 x 256 reads it for 4, beats the
+/// 64 x 256 tile of the same area that [`WEIGHED`]'s compute-bound rates prefer. ncu at 256 rows
+/// (H100, session 46, caches kept): Qwen3-8B's q/k/v 28.7 against 32.1 µs, gate/up 93.5
+/// against 98.0; on the H200 (session 28's host-timed sweep) a tie: 41.7 against 40.7, 98.5
+/// against 99.6.
+const TWO_ROW_TILES: std::ops::RangeInclusive<usize> = 129..=256;
+/// The 128 x 128 tile's rate at [`TWO_ROW_TILES`] rows: above the 64 x 256 tile's 0.90.
+const SQUARE_RATE_AT_TWO_ROW_TILES: f64 = 0.92;
+
+/// A weighed tile's rate at `m` rows ([`TWO_ROW_TILES`]).
+fn rate_at_rows(t: WgmmaTiles, rate: f64, m: usize) -> f64 {
+    let square = WgmmaTiles { wg_m: 2, bn: 128, stages: 7 };
+    if t == square && TWO_ROW_TILES.contains(&m) { SQUARE_RATE_AT_TWO_ROW_TILES } else { rate }
 }
 
 pub(crate) fn multiprocessors(client: &Client) -> usize {
@@ -228,11 +245,14 @@ mod tests {
         // many tiles a multiprocessor: the default, as before
         assert_eq!(tiles_by_waves(8192, 24576, 132, false), Some(WgmmaTiles::DEFAULT));
         assert_eq!(tiles_by_waves(16384, 151936, 132, false), Some(WgmmaTiles::DEFAULT));
-        // Qwen3-8B's decode step at 256 rows, each the fastest of the H200 sweep (session 28)
-        assert_eq!(tiles_by_waves(256, 24576, 132, false), Some(t("1/256/5"))); // 2/128/7 within 1%
-        assert_eq!(tiles_by_waves(256, 6144, 132, false), Some(t("1/256/5")));
+        // Qwen3-8B's decode step at 256 rows, each the fastest of the H100 ncu sweep (session 46)
+        assert_eq!(tiles_by_waves(256, 24576, 132, false), Some(t("2/128/7")));
+        assert_eq!(tiles_by_waves(256, 6144, 132, false), Some(t("2/128/7")));
         assert_eq!(tiles_by_waves(256, 4096, 132, false), Some(t("1/128/8")));
         assert_eq!(tiles_by_waves(256, 151936, 132, false), Some(WgmmaTiles::DEFAULT));
+        // past two 128-row tiles the compute-bound rates decide, as before
+        assert_eq!(tiles_by_waves(1024, 6144, 132, false), Some(t("1/256/5")));
+        assert_eq!(tiles_by_waves(128, 6144, 132, false), Some(t("1/128/8")));
         // a fold takes only tiles that divide its output
         let whole = tiles_by_waves(1088, 4096, 132, true).unwrap();
         assert!(1088 % whole.bm() == 0 && 4096 % whole.bn == 0, "{whole:?}");
