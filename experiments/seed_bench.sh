@@ -6,6 +6,8 @@
 # SEED_ARMS picks the arms (default: matched-cold matched-warm graphs-warm fast-warm transformers
 # torch-graphs; the two matched arms always run);
 # "coverage-warm" adds the matched kernels under the earlier tile rule (LOCKSTEP_WGMMA_PICK=coverage);
+# "computerates-graphs": the graphs arm under the tile rule of sessions 28-45
+# (LOCKSTEP_WGMMA_PICK=waves-compute-rates), after a run that fills the kernel cache for its tiles.
 # "wide-warm" the matched kernels with every request admitted at once (max_batch WIDE, default 1024:
 # vLLM's max_num_seqs on GPUs of 70 GB and more), timed over all N after a run that fills the
 # kernel cache for its tile shapes; its completions must equal the batch-MAX_BATCH arms' as bits.
@@ -32,7 +34,7 @@ ck=/tmp/checkpoints/$shape
 if [ ! -f "$ck/config.json" ]; then
     python3 experiments/make_real_shape.py "$shape" "$ck" > "$O/make-$shape.log" 2>&1 || { echo "make $shape failed"; tail -3 "$O/make-$shape.log"; exit 1; }
 fi
-rm -f /tmp/seed-matched-*.jsonl /tmp/seed-coverage-*.jsonl /tmp/seed-wide-*.jsonl /tmp/seed-graphs-*.jsonl /tmp/seed-fast-*.jsonl /tmp/seed-torch-graphs.jsonl
+rm -f /tmp/seed-matched-*.jsonl /tmp/seed-coverage-*.jsonl /tmp/seed-wide-*.jsonl /tmp/seed-graphs-*.jsonl /tmp/seed-computerates-*.jsonl /tmp/seed-fast-*.jsonl /tmp/seed-torch-graphs.jsonl
 python3 - "$n" "$ck" > /tmp/seed-prompts.jsonl <<'PY'
 import json, random, sys
 n, ck = int(sys.argv[1]), sys.argv[2]
@@ -65,6 +67,9 @@ wide=${WIDE:-1024}
 [[ "$arms" == *" wide-warm "* ]] && arm wide-fill --set "sampler.max_batch=$wide" && arm wide-warm --set "sampler.max_batch=$wide"
 # decode steps replayed as captured graphs, at both batch sizes
 [[ "$arms" == *" graphs-warm "* ]] && LOCKSTEP_DECODE_GRAPHS=on LOCKSTEP_DECODE_GRAPH_PADDING=on arm graphs-warm
+# the tile rule of sessions 28-45 (other tiles at 129-256 rows: a fill run, then the timed one)
+[[ "$arms" == *" computerates-graphs "* ]] && LOCKSTEP_WGMMA_PICK=waves-compute-rates LOCKSTEP_DECODE_GRAPHS=on LOCKSTEP_DECODE_GRAPH_PADDING=on arm computerates-fill \
+    && LOCKSTEP_WGMMA_PICK=waves-compute-rates LOCKSTEP_DECODE_GRAPHS=on LOCKSTEP_DECODE_GRAPH_PADDING=on arm computerates-graphs
 [[ "$arms" == *" wide-graphs "* ]] && LOCKSTEP_DECODE_GRAPHS=on LOCKSTEP_DECODE_GRAPH_PADDING=on arm wide-graphs --set "sampler.max_batch=$wide"
 [[ "$arms" == *" fast-warm "* ]] && arm fast-warm --set ablation.sampler_kernels=fast
 python_arm() {  # name, then the command: its log and whole-process seconds, as `arm` writes them
@@ -80,7 +85,7 @@ python_arm() {  # name, then the command: its log and whole-process seconds, as 
     python3 experiments/seed_bench_torch_graphs.py "$ck" /tmp/seed-prompts.jsonl "$m" "$batch" /tmp/seed-torch-graphs.jsonl
 # every matched arm must agree with the cold one token for token (same kernels and bits, whatever
 # the kernel cache or the tile schedule)
-python3 - /tmp/seed-matched-cold.jsonl /tmp/seed-matched-warm.jsonl /tmp/seed-coverage-warm.jsonl /tmp/seed-wide-warm.jsonl /tmp/seed-graphs-warm.jsonl /tmp/seed-wide-graphs.jsonl > "$O/seed-cache-bits.txt" <<'PY'
+python3 - /tmp/seed-matched-cold.jsonl /tmp/seed-matched-warm.jsonl /tmp/seed-coverage-warm.jsonl /tmp/seed-wide-warm.jsonl /tmp/seed-graphs-warm.jsonl /tmp/seed-computerates-graphs.jsonl /tmp/seed-wide-graphs.jsonl > "$O/seed-cache-bits.txt" <<'PY'
 import json, os, struct, sys
 load = lambda p: [json.loads(l) for l in open(p)]
 bits = lambda xs: [struct.pack("<f", x) for x in xs]

@@ -44,6 +44,7 @@ for arm, label in [("matched-cold", "lockstep matched, cold kernel cache"), ("ma
                    ("coverage-warm", "lockstep matched, warm, LOCKSTEP_WGMMA_PICK=coverage (the tile rule before session 28)"),
                    ("wide-warm", f"lockstep matched, warm, max_batch {wide} (all at once)"),
                    ("graphs-warm", "lockstep matched, warm, decode steps replayed as graphs"),
+                   ("computerates-graphs", "lockstep matched, warm, graphs, LOCKSTEP_WGMMA_PICK=waves-compute-rates (the tile rule of sessions 28-45)"),
                    ("wide-graphs", f"lockstep matched, warm, max_batch {wide}, decode steps replayed as graphs"),
                    ("fast-warm", "lockstep fast (not batch invariant), warm cache"), ("transformers", "transformers generate"),
                    ("torch-graphs", "torch reference, not batch invariant: cuBLAS, flash SDPA, compiled norms, every decode step a CUDA graph")]:
@@ -85,3 +86,5 @@ for fast in ("torch-graphs", "fast-warm"):
             if arm in steadies:
                 print(f"\nmatched ({arm}) / {fast}, steady state: {steadies[arm] / steadies[fast]:.2f}x")
                 break
+        if "computerates-graphs" in steadies:
+            print(f"matched (computerates-graphs) / {fast}, steady state: {steadies['computerates-graphs'] / steadies[fast]:.2f}x")

@@ -66,10 +66,10 @@ pub const KNOBS: &[Knob] = &[
     },
     Knob {
         name: "LOCKSTEP_WGMMA_PICK",
-        values: "`waves`, `coverage`",
+        values: "`waves`, `waves-compute-rates`, `coverage`",
         default: "`waves`",
         kind: KnobKind::Tuning,
-        effect: "how the warpgroup tiles are picked by output size (same-run comparisons): `waves` weighs `2/256/4`, `1/256/5`, `2/128/7`, `1/128/8`, `2/64/8` and `1/64/6` by the tiles the busiest SM runs (ceil(tiles / SMs)) over each tile's measured throughput and takes the fastest (at a decode step's 256 rows it avoids a half-empty last round: Qwen3-8B's gate/up 116 -> 99 µs); `coverage` is the earlier rule, the largest of `2/256/4`, `2/128/3`, `2/64/8` whose cubes fill 7/8 of the SMs, else `1/64/4`; a weight-gradient fold takes only tiles that divide its output; same bits (battery: each tile shape `= tc-tiles`); anything else is an error naming the variable",
+        effect: "how the warpgroup tiles are picked by output size (same-run comparisons): `waves` weighs `2/256/4`, `1/256/5`, `2/128/7`, `1/128/8`, `2/64/8` and `1/64/6` by the tiles the busiest SM runs (ceil(tiles / SMs)) over each tile's measured throughput and takes the fastest (at a decode step's 256 rows it avoids a half-empty last round: Qwen3-8B's gate/up 116 -> 99 µs on the H200); where two 128-row tiles cover the output, 129-256 rows, `2/128/7` outweighs `1/256/5`, which re-reads each weight tile twice as often (H100 by ncu: q/k/v 32.1 -> 28.7 µs, gate/up 98.0 -> 93.5 µs); `waves-compute-rates` is the same rule without that (sessions 28-45); `coverage` is the earlier rule, the largest of `2/256/4`, `2/128/3`, `2/64/8` whose cubes fill 7/8 of the SMs, else `1/64/4`; a weight-gradient fold takes only tiles that divide its output; same bits (battery: each tile shape `= tc-tiles`); anything else is an error naming the variable",
     },
     Knob {
         name: "LOCKSTEP_WGMMA_SCHEDULE",

@@ -78,6 +78,7 @@ pub(super) fn wgmma_tiles_for(client: &Client, m: usize, n: usize, whole: bool) 
 pub fn tiles_picked(pick: TilePick, m: usize, n: usize, sms: usize, whole: bool) -> WgmmaTiles {
     match pick {
         TilePick::Waves => tiles_by_waves(m, n, sms, whole).unwrap_or_else(|| tiles_by_coverage(m, n, sms)),
+        TilePick::WavesComputeRates => tiles_by_waves_at(m, n, sms, whole, false).unwrap_or_else(|| tiles_by_coverage(m, n, sms)),
         TilePick::Coverage => tiles_by_coverage(m, n, sms),
     }
 }
@@ -87,6 +88,9 @@ pub fn tiles_picked(pick: TilePick, m: usize, n: usize, sms: usize, whole: bool)
 pub enum TilePick {
     /// [`tiles_by_waves`] (the default).
     Waves,
+    /// [`tiles_by_waves`] with [`WEIGHED`]'s compute-bound rates at every row count (the rule
+    /// of sessions 28-45, before [`TWO_ROW_TILES`]).
+    WavesComputeRates,
     /// [`tiles_by_coverage`] (the rule before session 28, for same-run comparisons).
     Coverage,
 }
@@ -96,8 +100,9 @@ pub(crate) fn wgmma_pick() -> Result<TilePick, KernelError> {
     static PICK: std::sync::OnceLock<Result<Option<TilePick>, String>> = std::sync::OnceLock::new();
     let parse = |text: &str| match text.trim() {
         "waves" => Ok(TilePick::Waves),
+        "waves-compute-rates" => Ok(TilePick::WavesComputeRates),
         "coverage" => Ok(TilePick::Coverage),
-        other => Err(format!("LOCKSTEP_WGMMA_PICK={other:?} is not one of waves, coverage")),
+        other => Err(format!("LOCKSTEP_WGMMA_PICK={other:?} is not one of waves, waves-compute-rates, coverage")),
     };
     Ok(crate::ops::env_setting(&PICK, "matmul", "LOCKSTEP_WGMMA_PICK", parse)?.unwrap_or(TilePick::Waves))
 }
@@ -127,7 +132,14 @@ pub fn weighed_tiles() -> Vec<WgmmaTiles> {
 /// SMs of which the second is half empty; 64 x 256 (or 128 x 128) tiles make three nearly full
 /// rounds (116 -> 99.6 µs on the H200). `whole`: only tiles that divide the output; `None` if none does.
 pub fn tiles_by_waves(m: usize, n: usize, sms: usize, whole: bool) -> Option<WgmmaTiles> {
-    let cost = |(t, rate): &(WgmmaTiles, f64)| (m.div_ceil(t.bm()) * n.div_ceil(t.bn)).div_ceil(sms.max(1)) as f64 * (t.bm() * t.bn) as f64 / rate_at_rows(*t, *rate, m);
+    tiles_by_waves_at(m, n, sms, whole, true)
+}
+
+/// [`tiles_by_waves`], with the rates by row count ([`TWO_ROW_TILES`]) or, `by_rows` false,
+/// [`WEIGHED`]'s at every row count.
+fn tiles_by_waves_at(m: usize, n: usize, sms: usize, whole: bool, by_rows: bool) -> Option<WgmmaTiles> {
+    let rate = |t: WgmmaTiles, rate: f64| if by_rows { rate_at_rows(t, rate, m) } else { rate };
+    let cost = |(t, r): &(WgmmaTiles, f64)| (m.div_ceil(t.bm()) * n.div_ceil(t.bn)).div_ceil(sms.max(1)) as f64 * (t.bm() * t.bn) as f64 / rate(*t, *r);
     WEIGHED
         .iter()
         .filter(|(t, _)| !whole || (m % t.bm() == 0 && n % t.bn == 0))
@@ -253,6 +265,9 @@ mod tests {
         // past two 128-row tiles the compute-bound rates decide, as before
         assert_eq!(tiles_by_waves(1024, 6144, 132, false), Some(t("1/256/5")));
         assert_eq!(tiles_by_waves(128, 6144, 132, false), Some(t("1/128/8")));
+        // the rule before: the compute-bound rates at 256 rows too
+        assert_eq!(tiles_picked(TilePick::WavesComputeRates, 256, 24576, 132, false), t("1/256/5"));
+        assert_eq!(tiles_picked(TilePick::WavesComputeRates, 256, 6144, 132, false), t("1/256/5"));
         // a fold takes only tiles that divide its output
         let whole = tiles_by_waves(1088, 4096, 132, true).unwrap();
         assert!(1088 % whole.bm() == 0 && 4096 % whole.bn == 0, "{whole:?}");
