@@ -148,15 +148,16 @@ fn tiles_by_waves_at(m: usize, n: usize, sms: usize, whole: bool, by_rows: bool)
         .map(|(t, _)| *t)
 }
 
-/// Rows at which two 128-row tiles cover the output: a decode step's matmul there reads more
-/// weight than it computes on an H100 (256 rows is below its ~295 FLOP a byte), so the 128 x 128
-/// tile, which reads each weight tile for 2 row tiles where 64 x 256 reads it for 4, beats the
-/// 64 x 256 tile of the same area that [`WEIGHED`]'s compute-bound rates prefer. ncu at 256 rows
+/// Rows at which two 128-row tiles cover the output. A matmul of 256 rows does 256 FLOP a byte
+/// of weight, below an H100's ~295 (memory-bound), so the 128 x 128 tile, which reads each weight
+/// tile for 2 row tiles where 64 x 256 reads it for 4, beats the 64 x 256 tile of the same area
+/// that [`WEIGHED`]'s compute-bound rates prefer. ncu at 256 rows
 /// (H100, session 46, caches kept): Qwen3-8B's q/k/v 28.7 against 32.1 µs, gate/up 93.5
 /// against 98.0; on the H200 (session 28's host-timed sweep) a tie: 41.7 against 40.7, 98.5
 /// against 99.6.
 const TWO_ROW_TILES: std::ops::RangeInclusive<usize> = 129..=256;
-/// The 128 x 128 tile's rate at [`TWO_ROW_TILES`] rows: above the 64 x 256 tile's 0.90.
+/// The 128 x 128 tile's rate at [`TWO_ROW_TILES`] rows: a rank, just above the 64 x 256 tile's
+/// 0.90 (no other pick at these rows changes: o and down keep 1/128/8, lm_head the default).
 const SQUARE_RATE_AT_TWO_ROW_TILES: f64 = 0.92;
 
 /// A weighed tile's rate at `m` rows ([`TWO_ROW_TILES`]).
