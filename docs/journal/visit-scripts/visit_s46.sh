@@ -8,6 +8,8 @@
 #                 build and HEAD's side by side, and `lockstep sample` by both (outputs equal as bytes)
 #   PART=grpo     visit_s45.sh's PART=grpo: GRPO 0.6B 64 x 1024 top-p 0.95 / top-k 20 processed,
 #                 HEAD's build then the 16-deep one (generation time, bit_equal)
+#   PART=deep16bytes  (v3) `lockstep sample` top-k 20 / top-p 0.95 processed by both builds (the line
+#                 PART=deep16 printed for it was cut from the call's output), then PART=grpo
 #   PART=sampleprof  ncu's detail sections (speed of light, occupancy, warp stalls, memory) of the
 #                 greedy sampling kernel at 256 rows x 151,936 (session 42's ncu: 188.6 us a launch
 #                 for 78 MB of logits, 12% of the H100's bandwidth) and of the add + RMSNorm kernel
@@ -26,6 +28,19 @@ deep16|grpo)
   unpack deep16 /tmp/lockstep; cp .gpu/head.gz .gpu/before.gz; rm -f /tmp/lockstep-before
   sub=$part; [ $part = deep16 ] && sub=fast
   OUT=$O/$part PART=$sub bash docs/journal/visit-scripts/visit_s45.sh ;;
+deep16bytes)
+  unpack deep16 /tmp/lockstep; unpack head /tmp/lockstep-before
+  ck=/tmp/checkpoints/qwen3-0.6b
+  [ -f $ck/config.json ] || python3 experiments/make_real_shape.py qwen3-0.6b $ck > $O/make.log 2>&1
+  python3 -c "import json,random; r=random.Random(45); [print(json.dumps({'id': i, 'prompt_ids': [r.randrange(300, 151900) for _ in range(32)]})) for i in range(64)]" > /tmp/p45.jsonl
+  for b in lockstep lockstep-before; do
+    timeout 100 /tmp/$b sample --set model.path=$ck --set model.dtype=bf16 --set sampler.input=/tmp/p45.jsonl --set sampler.output=/tmp/out-$b.jsonl \
+      --set sampler.max_new_tokens=256 --set sampler.max_batch=64 --set sampler.context=320 --set log.progress=false \
+      --set sampler.top_k=20 --set sampler.top_p=0.95 --set sampler.logprobs_mode=processed_logprobs > $O/$part/s-$b.log 2>&1; echo "$b rc $?"
+  done
+  cmp /tmp/out-lockstep.jsonl /tmp/out-lockstep-before.jsonl && echo "topk20/topp0.95 processed: equal as bytes ($(wc -l < /tmp/out-lockstep.jsonl) lines)"
+  cp .gpu/head.gz .gpu/before.gz
+  OUT=$O/$part PART=grpo bash docs/journal/visit-scripts/visit_s45.sh 2>&1 | tail -4 ;;
 sampleprof)
   unpack head /tmp/lockstep
   for k in sample_partials add_rmsnorm; do
