@@ -5,27 +5,27 @@ setting, `ncu -k regex:matmul --launch-skip 145 --launch-count 145 --metrics gpu
 
     python3 experiments/ncu_decode_tiles.py LABEL=FILE.csv ...
 """
-import csv
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ncu_summary import timed_kernels  # noqa: E402
 
 PROJECTIONS = ["qkv", "o", "gate/up", "down"]
 
 
 def step_times(path):
-    rows = list(csv.reader(open(path)))
-    header = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
-    names = rows[header]
-    value = names.index("Metric Value")
-    grid = names.index("Grid Size")
-    kernels = [r for r in rows[header + 1:] if len(r) > value]
-    times = [float(r[value].replace(",", "")) / 1000.0 for r in kernels]  # ns -> µs
+    lines = open(path, encoding="utf-8", errors="replace").read().splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith('"ID"'))
+    kernels = list(timed_kernels(lines[start:]))  # (name, grid, seconds) in launch order
+    times = [1e6 * seconds for _, _, seconds in kernels]
     if len(times) % 4 != 1:
         raise SystemExit(f"{path}: {len(times)} matmuls is not 4 a layer plus lm_head")
     layers = len(times) // 4
     per = {p: sum(times[4 * l + i] for l in range(layers)) / layers for i, p in enumerate(PROJECTIONS)}
     per["lm_head"] = times[-1]
     per["step"] = sum(times)
-    per["grids"] = "/".join(kernels[i][grid].strip("()").split(",")[0] for i in range(4))
+    per["grids"] = "/".join(kernels[i][1].strip("()").split(",")[0] for i in range(4))
     return per
 
 

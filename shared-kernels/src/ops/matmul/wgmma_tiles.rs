@@ -107,23 +107,26 @@ pub(crate) fn wgmma_pick() -> Result<TilePick, KernelError> {
     Ok(crate::ops::env_setting(&PICK, "matmul", "LOCKSTEP_WGMMA_PICK", parse)?.unwrap_or(TilePick::Waves))
 }
 
-/// The tiles [`tiles_by_waves`] weighs, each with its throughput relative to the default's
+/// The tiles [`tiles_by_waves`] weighs, each with two throughputs relative to the default's:
 /// where every multiprocessor runs many tiles (H200, `lockstep bench --preset qwen3-8b
-/// --tile-sweep`, gate/up at 8192 rows, session 28: 692, 624, 599, 468, 377 and 311 TFLOP/s).
-/// Smaller tiles re-read more of the operands per product. All but the last fill one
-/// multiprocessor's shared memory (deep pipelines beat two shallow cubes at 256 rows).
-const WEIGHED: [(WgmmaTiles, f64); 6] = [
-    (WgmmaTiles::DEFAULT, 1.0),
-    (WgmmaTiles { wg_m: 1, bn: 256, stages: 5 }, 0.90),
-    (WgmmaTiles { wg_m: 2, bn: 128, stages: 7 }, 0.87),
-    (WgmmaTiles { wg_m: 1, bn: 128, stages: 8 }, 0.68),
-    (WgmmaTiles::MEDIUM, 0.55),
-    (WgmmaTiles { wg_m: 1, bn: 64, stages: 6 }, 0.45),
+/// --tile-sweep`, gate/up at 8192 rows, session 28: 692, 624, 599, 468, 377 and 311 TFLOP/s),
+/// and at [`TWO_ROW_TILES`] rows. Smaller tiles re-read more of the operands per product. All
+/// but the last fill one multiprocessor's shared memory (deep pipelines beat two shallow cubes
+/// at 256 rows).
+const WEIGHED: [(WgmmaTiles, f64, f64); 6] = [
+    (WgmmaTiles::DEFAULT, 1.0, 1.0),
+    (WgmmaTiles { wg_m: 1, bn: 256, stages: 5 }, 0.90, 0.90),
+    // at two row tiles a rank just above 1/256/5's (no other pick at those rows changes: o and
+    // down keep 1/128/8, lm_head the default)
+    (WgmmaTiles { wg_m: 2, bn: 128, stages: 7 }, 0.87, 0.92),
+    (WgmmaTiles { wg_m: 1, bn: 128, stages: 8 }, 0.68, 0.68),
+    (WgmmaTiles::MEDIUM, 0.55, 0.55),
+    (WgmmaTiles { wg_m: 1, bn: 64, stages: 6 }, 0.45, 0.45),
 ];
 
 /// The tiles [`tiles_by_waves`] chooses from (the battery checks each).
 pub fn weighed_tiles() -> Vec<WgmmaTiles> {
-    WEIGHED.iter().map(|(t, _)| *t).collect()
+    WEIGHED.iter().map(|(t, _, _)| *t).collect()
 }
 
 /// The tile whose busiest multiprocessor finishes first: each multiprocessor runs
@@ -135,36 +138,30 @@ pub fn tiles_by_waves(m: usize, n: usize, sms: usize, whole: bool) -> Option<Wgm
     tiles_by_waves_at(m, n, sms, whole, true)
 }
 
-/// [`tiles_by_waves`], with the rates by row count ([`TWO_ROW_TILES`]) or, `by_rows` false,
-/// [`WEIGHED`]'s at every row count.
+/// [`tiles_by_waves`], with [`WEIGHED`]'s rates for `m` rows or, `by_rows` false, its
+/// compute-bound rates at every row count.
 fn tiles_by_waves_at(m: usize, n: usize, sms: usize, whole: bool, by_rows: bool) -> Option<WgmmaTiles> {
-    let rate = |t: WgmmaTiles, rate: f64| if by_rows { rate_at_rows(t, rate, m) } else { rate };
-    let cost = |(t, r): &(WgmmaTiles, f64)| (m.div_ceil(t.bm()) * n.div_ceil(t.bn)).div_ceil(sms.max(1)) as f64 * (t.bm() * t.bn) as f64 / rate(*t, *r);
+    let two_row_tiles = by_rows && TWO_ROW_TILES.contains(&m);
+    let cost = |(t, many, two): &(WgmmaTiles, f64, f64)| {
+        let rate = if two_row_tiles { *two } else { *many };
+        (m.div_ceil(t.bm()) * n.div_ceil(t.bn)).div_ceil(sms.max(1)) as f64 * (t.bm() * t.bn) as f64 / rate
+    };
     WEIGHED
         .iter()
-        .filter(|(t, _)| !whole || (m % t.bm() == 0 && n % t.bn == 0))
+        .filter(|(t, _, _)| !whole || (m % t.bm() == 0 && n % t.bn == 0))
         // WEIGHED runs from the largest tile down, and min_by keeps the first of equal cost
         .min_by(|a, b| cost(a).total_cmp(&cost(b)))
-        .map(|(t, _)| *t)
+        .map(|(t, _, _)| *t)
 }
 
-/// Rows at which two 128-row tiles cover the output. A matmul of 256 rows does 256 FLOP a byte
-/// of weight, below an H100's ~295 (memory-bound), so the 128 x 128 tile, which reads each weight
-/// tile for 2 row tiles where 64 x 256 reads it for 4, beats the 64 x 256 tile of the same area
-/// that [`WEIGHED`]'s compute-bound rates prefer. ncu at 256 rows
+/// Rows at which two 128-row tiles cover the output, weighed by [`WEIGHED`]'s second rates. A
+/// matmul of 256 rows does 256 FLOP a byte of weight, below an H100's ~295 (memory-bound), so
+/// the 128 x 128 tile, which reads each weight tile for 2 row tiles where 64 x 256 reads it for
+/// 4, beats the 64 x 256 tile of the same area that the compute-bound rates prefer. ncu at 256 rows
 /// (H100, session 46, caches kept): Qwen3-8B's q/k/v 28.7 against 32.1 µs, gate/up 93.5
 /// against 98.0; on the H200 (session 28's host-timed sweep) a tie: 41.7 against 40.7, 98.5
 /// against 99.6.
 const TWO_ROW_TILES: std::ops::RangeInclusive<usize> = 129..=256;
-/// The 128 x 128 tile's rate at [`TWO_ROW_TILES`] rows: a rank, just above the 64 x 256 tile's
-/// 0.90 (no other pick at these rows changes: o and down keep 1/128/8, lm_head the default).
-const SQUARE_RATE_AT_TWO_ROW_TILES: f64 = 0.92;
-
-/// A weighed tile's rate at `m` rows ([`TWO_ROW_TILES`]).
-fn rate_at_rows(t: WgmmaTiles, rate: f64, m: usize) -> f64 {
-    let square = WgmmaTiles { wg_m: 2, bn: 128, stages: 7 };
-    if t == square && TWO_ROW_TILES.contains(&m) { SQUARE_RATE_AT_TWO_ROW_TILES } else { rate }
-}
 
 pub(crate) fn multiprocessors(client: &Client) -> usize {
     client.properties().hardware.num_streaming_multiprocessors.unwrap_or(132) as usize
@@ -252,7 +249,7 @@ mod tests {
     fn waves_pick_the_tiles_that_finish_first() {
         let t = |text: &str| WgmmaTiles::parse(text).unwrap();
         // every weighed tile is one the kernel takes
-        for (w, _) in WEIGHED {
+        for (w, _, _) in WEIGHED {
             assert_eq!(t(&format!("{}/{}/{}", w.wg_m, w.bn, w.stages)), w);
         }
         // many tiles a multiprocessor: the default, as before
