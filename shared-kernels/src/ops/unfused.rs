@@ -34,6 +34,20 @@ pub(crate) fn opaque(x: f32, #[comptime] cuda: bool) -> f32 {
     if comptime!(cuda) { x } else { plane_shuffle(x, UNIT_POS_PLANE) }
 }
 
+/// `a * b` rounded to f32 before any use (on CUDA `mul.rn`, which NVRTC never contracts into
+/// an FMA with the addition that follows). The same operand rules as [`add_unfused`].
+#[cube]
+pub(crate) fn mul_unfused(a: f32, b: f32, #[comptime] cuda: bool) -> f32 {
+    if comptime!(cuda) { mul_rn(a, b) } else { a * b }
+}
+
+#[cube]
+fn mul_rn(a: f32, b: f32) -> f32 {
+    let out: f32;
+    gpu_asm!("mul.rn.f32 {out}, {a}, {b};", a = in(_) a, b = in(_) b, out = out(_) out, options(nomem));
+    out
+}
+
 #[cube]
 fn add_rn(a: f32, b: f32) -> f32 {
     let out: f32;

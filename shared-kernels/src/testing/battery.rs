@@ -332,7 +332,7 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
         Ok(host_int(tok).into_iter().zip(host(lp)).map(|(t, l)| vec![t as f32, l]).collect())
     })?);
     if which == Impl::Lockstep {
-        checks.push(sampled_logprobs_equal_the_trainers(&logits, vocab, &params, dtype, device)?);
+        checks.extend(sampled_logprobs_equal_the_trainers(&logits, vocab, &params, dtype, device)?);
         checks.extend(super::definitions::matmul_accuracy(dtype, device, seed + 11)?);
         checks.push(super::definitions::fingerprint_check(dtype, device, seed + 12)?);
         checks.push(super::definitions::truncation_check(dtype, device, seed + 13, vocab)?);
@@ -340,24 +340,44 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
     Ok(checks)
 }
 
-/// The sampler's logprob of each drawn token against the trainer's (`truncated_token_logprobs`
-/// on the same logits: the full distribution for raw rows, the kept set for processed ones), as
-/// bits.
-fn sampled_logprobs_equal_the_trainers(logits: &[f32], vocab: usize, params: &[SamplingRow], dtype: DType, device: &Device) -> Result<Check, KernelError> {
+/// The sampler's logprob of each drawn token against the trainer's, as bits, each row scored as
+/// the trainer scores it: `truncated_token_logprobs` on the same logits under the kept set for
+/// a processed row that truncates, on the full distribution (`None`) for every other row. And
+/// the trainer's kept set of the whole vocabulary (top-k 0, top-p 1: the masked kernels) against
+/// its full distribution, on every row. A differing row is printed with its parameters and both
+/// values' bits.
+fn sampled_logprobs_equal_the_trainers(logits: &[f32], vocab: usize, params: &[SamplingRow], dtype: DType, device: &Device) -> Result<Vec<Check>, KernelError> {
     let rows = params.len();
     let lt = float_tensor(logits[..rows * vocab].to_vec(), [rows, vocab], dtype, device);
     let (tokens, lps) = crate::sample(lt.clone(), params)?;
     let floats = |v: Vec<f32>| burn::tensor::Tensor::<1>::from_data(burn::tensor::TensorData::new(v, [rows]), device);
-    let kept = |p: &SamplingRow| if p.processed { (p.top_k, p.top_p) } else { (0, 1.0) };
+    let temps = || floats(params.iter().map(|p| p.temperature).collect());
+    let kept_set = |p: &SamplingRow| p.processed && crate::ops::logits::truncation::truncates(p.temperature, p.top_k, p.top_p, vocab);
+    let kept = |p: &SamplingRow| if kept_set(p) { (p.top_k, p.top_p) } else { (0, 1.0) };
     let truncation = crate::Truncation {
         top_k: burn::tensor::Tensor::<1, burn::tensor::Int>::from_data(burn::tensor::TensorData::new(params.iter().map(|p| kept(p).0 as i64).collect::<Vec<_>>(), [rows]), device),
         top_p: floats(params.iter().map(|p| kept(p).1).collect()),
     };
-    let trainer = crate::truncated_token_logprobs(lt, tokens, floats(params.iter().map(|p| p.temperature).collect()), Some(&truncation))?;
-    let (a, b) = (host(lps), host(trainer.logprobs));
-    let differing = a.iter().zip(&b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
-    let max = a.iter().zip(&b).map(|(x, y)| (x - y).abs() as f64).fold(0.0, f64::max);
-    Ok(Check { op: "sampled logprob = trainer's token_logprobs (raw and processed rows)".into(), dtype: dtype_name(dtype), m: rows, rows_differing: differing, max_abs_diff: max })
+    let full = host(crate::truncated_token_logprobs(lt.clone(), tokens.clone(), temps(), None)?.logprobs);
+    let truncated = host(crate::truncated_token_logprobs(lt.clone(), tokens.clone(), temps(), Some(&truncation))?.logprobs);
+    let trainer: Vec<f32> = params.iter().enumerate().map(|(r, p)| if kept_set(p) { truncated[r] } else { full[r] }).collect();
+    let (sampled, drawn) = (host(lps), host_int(tokens.clone()));
+    let whole = crate::Truncation { top_k: burn::tensor::Tensor::<1, burn::tensor::Int>::zeros([rows], device), top_p: floats(vec![1.0; rows]) };
+    let whole = host(crate::truncated_token_logprobs(lt, tokens, temps(), Some(&whole))?.logprobs);
+    let check = |op: &str, a: &[f32], b: &[f32], names: (&str, &str)| {
+        let differing: Vec<usize> = (0..rows).filter(|&r| a[r].to_bits() != b[r].to_bits()).collect();
+        for &r in differing.iter().take(8) {
+            let p = &params[r];
+            let kind = if p.processed { "processed" } else { "raw" };
+            eprintln!("  {op}: {} row {r} (T {} top-k {} top-p {} {kind}, token {}): {} {:#010x}, {} {:#010x}", dtype_name(dtype), p.temperature, p.top_k, p.top_p, drawn[r], names.0, a[r].to_bits(), names.1, b[r].to_bits());
+        }
+        let max = a.iter().zip(b).map(|(x, y)| (x - y).abs() as f64).fold(0.0, f64::max);
+        Check { op: op.into(), dtype: dtype_name(dtype), m: rows, rows_differing: differing.len(), max_abs_diff: max }
+    };
+    Ok(vec![
+        check("sampled logprob = trainer's token_logprobs (raw and processed rows)", &sampled, &trainer, ("sampler", "trainer")),
+        check("token_logprobs, kept set of the whole vocabulary = full distribution", &whole, &full, ("kept set", "full")),
+    ])
 }
 
 fn rows_of(flat: Vec<f32>, width: usize) -> Vec<Vec<f32>> {

@@ -12,7 +12,7 @@
 //! 151936-long row alone. Only the forward is batch invariant by contract; this backward is
 //! deterministic (no atomics, fixed folds).
 
-use crate::ops::logits::rows::{inv_temperature, order_key, row_normaliser, ChunkStats};
+use crate::ops::logits::rows::{inv_temperature, order_key, row_normaliser, scaled_by, ChunkStats};
 use crate::ops::reduce::{cube_linear, NEG_BIG};
 use crate::ops::{cube_count_for, storage, vector_width, ROW_BLOCK};
 use burn::tensor::DType;
@@ -78,7 +78,7 @@ fn logprob_grad_kernel<F: Float, N: Size, I: Int>(
         let mut out = Vector::<F, N>::new(F::from_int(0));
         #[unroll]
         for l in 0..vs {
-            let z = f32::cast_from(x.extract(l)) * inv_t;
+            let z = scaled_by(f32::cast_from(x.extract(l)), inv_t);
             let mut p = (z - shift).exp();
             if comptime!(masked) {
                 if order_key(z) < threshold {

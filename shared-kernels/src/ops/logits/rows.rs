@@ -13,20 +13,29 @@ use burn_cubecl::tensor::CubeTensor;
 pub const VOCAB_CHUNK: usize = 2048;
 
 
-/// The scale applied to logits for temperature `t` (shared with the sampling kernel).
+/// The scale applied to logits for temperature `t` (shared with the sampling kernel). A
+/// `select`, not a mutable local: [`scaled_by`] hands it to inline PTX.
 #[cube]
 pub fn inv_temperature(t: f32) -> f32 {
-    let mut inv = 1.0f32;
-    if t > 0.0f32 {
-        inv = 1.0f32 / t;
-    }
-    inv
+    select(t > 0.0f32, 1.0f32 / t, 1.0f32)
 }
 
 /// `logits[i] * inv_t` in f32: the one place a logit is scaled by temperature.
 #[cube]
 pub fn scaled_logit<F: Float>(logits: &Tensor<F>, i: usize, inv_t: f32) -> f32 {
-    f32::cast_from(logits[i]) * inv_t
+    scaled_by(f32::cast_from(logits[i]), inv_t)
+}
+
+/// `logit * inv_t` rounded to f32 before any use. Every logits kernel (the sampler's, the
+/// trainer's logprob forward and backward, the kept sets' thresholds) then starts from the same
+/// scaled value: NVRTC would otherwise contract the product into an FMA with whatever
+/// subtraction follows (`z - max`), unrounded in one kernel and rounded in another. With a
+/// plain product, the H100 battery (session 47) found the masked logprob kernels (a kept set
+/// of the whole vocabulary) 1 ulp from the unmasked ones in 22 / 19 of 257 rows (bf16 / f32),
+/// all at T 0.8 or 1.2. At T = 1 and T = 0 the product is exact: no bit changes there.
+#[cube]
+pub fn scaled_by(logit: f32, inv_t: f32) -> f32 {
+    crate::ops::unfused::mul_unfused(logit, inv_t, comptime!(cfg!(feature = "cuda")))
 }
 
 /// Row maximum of the scaled logits (fixed tree).

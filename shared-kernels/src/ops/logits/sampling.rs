@@ -268,7 +268,7 @@ impl SamplingInputs {
         let rows = params.len();
         let f32s = |v: Vec<f32>| BTensor::<1>::from_data(TensorData::new(v, [rows]), device);
         let ints = |v: Vec<i64>| BTensor::<1, BInt>::from_data(TensorData::new(v, [rows]), device);
-        let (t, p, k, r, m) = Self::columns(params);
+        let (t, p, k, r, m) = Self::columns(params, vocab);
         let (truncated, processed_any) = (Self::truncates(params, vocab), Self::processes(params, vocab));
         Ok(SamplingInputs { temperatures: f32s(t), top_p: f32s(p), top_k: ints(k), rng_keys: ints(r), processed: ints(m), truncated, processed_any })
     }
@@ -282,7 +282,7 @@ impl SamplingInputs {
         ensure!(params.len() == rows, "sample", "{} parameter rows written into inputs of {rows}", params.len());
         ensure!(Self::truncates(params, vocab) == self.truncated, "sample", "the parameters' truncation ({}) differs from the inputs' ({})", !self.truncated, self.truncated);
         ensure!(Self::processes(params, vocab) == self.processed_any, "sample", "the parameters' processed logprobs ({}) differ from the inputs' ({})", !self.processed_any, self.processed_any);
-        let (t, p, k, r, m) = Self::columns(params);
+        let (t, p, k, r, m) = Self::columns(params, vocab);
         crate::ops::in_place::write_floats("sample", "temperatures", &self.temperatures, &t)?;
         crate::ops::in_place::write_floats("sample", "top_p", &self.top_p, &p)?;
         crate::ops::in_place::write_ints("sample", "top_k", &self.top_k, &k)?;
@@ -302,14 +302,17 @@ impl SamplingInputs {
         Ok(())
     }
 
+    /// The device columns. A processed row that does not truncate is marked raw: its kept set
+    /// is the whole vocabulary, and the trainer scores it on the full distribution (`Truncation`
+    /// is `None` for it), so its logprob must come from the same full-distribution kernels.
     #[allow(clippy::type_complexity)]
-    fn columns(params: &[SamplingRow]) -> (Vec<f32>, Vec<f32>, Vec<i64>, Vec<i64>, Vec<i64>) {
+    fn columns(params: &[SamplingRow], vocab: usize) -> (Vec<f32>, Vec<f32>, Vec<i64>, Vec<i64>, Vec<i64>) {
         (
             params.iter().map(|p| p.temperature).collect(),
             params.iter().map(|p| p.top_p).collect(),
             params.iter().map(|p| p.top_k as i64).collect(),
             params.iter().map(|p| p.rng_key as i32 as i64).collect(),
-            params.iter().map(|p| p.processed as i64).collect(),
+            params.iter().map(|p| (p.processed && Self::row_truncates(p, vocab)) as i64).collect(),
         )
     }
 
