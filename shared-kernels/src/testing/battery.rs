@@ -352,7 +352,7 @@ fn sampled_logprobs_equal_the_trainers(logits: &[f32], vocab: usize, params: &[S
     let (tokens, lps) = crate::sample(lt.clone(), params)?;
     let floats = |v: Vec<f32>| burn::tensor::Tensor::<1>::from_data(burn::tensor::TensorData::new(v, [rows]), device);
     let temps = || floats(params.iter().map(|p| p.temperature).collect());
-    let kept_set = |p: &SamplingRow| p.processed && crate::ops::logits::truncation::truncates(p.temperature, p.top_k, p.top_p, vocab);
+    let kept_set = |p: &SamplingRow| p.scored_on_kept_set(vocab);
     let kept = |p: &SamplingRow| if kept_set(p) { (p.top_k, p.top_p) } else { (0, 1.0) };
     let truncation = crate::Truncation {
         top_k: burn::tensor::Tensor::<1, burn::tensor::Int>::from_data(burn::tensor::TensorData::new(params.iter().map(|p| kept(p).0 as i64).collect::<Vec<_>>(), [rows]), device),

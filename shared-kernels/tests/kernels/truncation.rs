@@ -79,3 +79,26 @@ fn thresholds_keep_what_top_k_and_top_p_say() {
     assert_eq!(kept(fast[0]), top);
     assert_eq!(fast[1], key(9.0));
 }
+
+#[test]
+fn a_row_is_scored_on_its_kept_set_only_when_processed_and_truncating() {
+    // the sampler's choice of logprob kernels must be the trainer's (`Truncation::uniform` is
+    // `None` for a row that keeps the whole vocabulary): a processed row that keeps everything
+    // is scored on the full distribution, like a raw one
+    let vocab = 151_936;
+    let row = |temperature, top_k, top_p, processed| shared_kernels::SamplingRow { temperature, top_k, top_p, rng_key: 7, processed };
+    for (r, kept_set) in [
+        (row(0.7, 20, 0.95, true), true),
+        (row(1.0, 0, 0.9, true), true),
+        (row(1.2, 5, 1.0, true), true),
+        (row(0.7, 20, 0.95, false), false),        // raw
+        (row(0.7, 0, 1.0, true), false),           // keeps the whole vocabulary
+        (row(0.0, 20, 0.5, true), false),          // greedy: scored at T = 1 on the full distribution
+        (row(1.0, vocab as u32, 1.0, true), false), // top-k of the whole vocabulary
+    ] {
+        assert_eq!(r.scored_on_kept_set(vocab), kept_set, "{r:?}");
+        // the trainer masks exactly the processed rows the sampler scores on a kept set
+        let trainer_masks = Truncation::uniform(r.temperature, r.top_k, r.top_p, 4, vocab, &crate::device()).is_some();
+        assert_eq!(r.processed && trainer_masks, kept_set, "{r:?}");
+    }
+}

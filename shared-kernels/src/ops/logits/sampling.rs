@@ -47,6 +47,15 @@ pub struct SamplingRow {
     pub processed: bool,
 }
 
+impl SamplingRow {
+    /// Whether the row's logprob is taken under its kept set: processed and truncating. Any
+    /// other row is scored on the full distribution, on both sides (the trainer's `Truncation`
+    /// is `None` for a row that keeps the whole vocabulary).
+    pub fn scored_on_kept_set(&self, vocab: usize) -> bool {
+        self.processed && crate::ops::logits::truncation::truncates(self.temperature, self.top_k, self.top_p, vocab)
+    }
+}
+
 /// Chris Wellons' lowbias32 integer hash (good avalanche, two multiplies).
 pub fn lowbias32(mut x: u32) -> u32 {
     x ^= x >> 16;
@@ -302,9 +311,7 @@ impl SamplingInputs {
         Ok(())
     }
 
-    /// The device columns. A processed row that does not truncate is marked raw: its kept set
-    /// is the whole vocabulary, and the trainer scores it on the full distribution (`Truncation`
-    /// is `None` for it), so its logprob must come from the same full-distribution kernels.
+    /// The device columns; `processed` marks the rows [`SamplingRow::scored_on_kept_set`].
     #[allow(clippy::type_complexity)]
     fn columns(params: &[SamplingRow], vocab: usize) -> (Vec<f32>, Vec<f32>, Vec<i64>, Vec<i64>, Vec<i64>) {
         (
@@ -312,7 +319,7 @@ impl SamplingInputs {
             params.iter().map(|p| p.top_p).collect(),
             params.iter().map(|p| p.top_k as i64).collect(),
             params.iter().map(|p| p.rng_key as i32 as i64).collect(),
-            params.iter().map(|p| (p.processed && Self::row_truncates(p, vocab)) as i64).collect(),
+            params.iter().map(|p| p.scored_on_kept_set(vocab) as i64).collect(),
         )
     }
 
@@ -326,7 +333,7 @@ impl SamplingInputs {
 
     /// Whether some row truncates and has its logprob processed.
     pub fn processes(params: &[SamplingRow], vocab: usize) -> bool {
-        params.iter().any(|p| p.processed && Self::row_truncates(p, vocab))
+        params.iter().any(|p| p.scored_on_kept_set(vocab))
     }
 }
 
