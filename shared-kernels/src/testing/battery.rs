@@ -364,15 +364,15 @@ fn sampled_logprobs_equal_the_trainers(logits: &[f32], vocab: usize, params: &[S
     let (sampled, drawn) = (host(lps), host_int(tokens.clone()));
     let whole = crate::Truncation { top_k: burn::tensor::Tensor::<1, burn::tensor::Int>::zeros([rows], device), top_p: floats(vec![1.0; rows]) };
     let whole = host(crate::truncated_token_logprobs(lt, tokens, temps(), Some(&whole))?.logprobs);
+    // `compare` counts; a differing row is also printed with what it was sampled with
     let check = |op: &str, a: &[f32], b: &[f32], names: (&str, &str)| {
-        let differing: Vec<usize> = (0..rows).filter(|&r| a[r].to_bits() != b[r].to_bits()).collect();
-        for &r in differing.iter().take(8) {
+        for r in (0..rows).filter(|&r| a[r].to_bits() != b[r].to_bits()).take(8) {
             let p = &params[r];
             let kind = if p.processed { "processed" } else { "raw" };
             eprintln!("  {op}: {} row {r} (T {} top-k {} top-p {} {kind}, token {}): {} {:#010x}, {} {:#010x}", dtype_name(dtype), p.temperature, p.top_k, p.top_p, drawn[r], names.0, a[r].to_bits(), names.1, b[r].to_bits());
         }
-        let max = a.iter().zip(b).map(|(x, y)| (x - y).abs() as f64).fold(0.0, f64::max);
-        Check { op: op.into(), dtype: dtype_name(dtype), m: rows, rows_differing: differing.len(), max_abs_diff: max }
+        let want = rows_of(b.to_vec(), 1);
+        compare(op, dtype_name(dtype), rows, &rows_of(a.to_vec(), 1), &want.iter().collect::<Vec<_>>())
     };
     Ok(vec![
         check("sampled logprob = trainer's token_logprobs (raw and processed rows)", &sampled, &trainer, ("sampler", "trainer")),
