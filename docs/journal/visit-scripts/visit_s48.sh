@@ -1,0 +1,37 @@
+# session 48: issue 25's seed benchmark with every arm from one visit (its H200 run in session 47
+# left transformers out), then where a cold process's compile time goes. Carries .gpu/lockstep.gz.
+#   PART=seed     experiments/seed_bench.sh with every default arm, first on a fresh machine (its
+#                 cold arm must find the driver's JIT cache empty too)
+#   PART=compile  one cold `lockstep sample` of the same workload with cubecl logging every kernel's
+#                 CUDA C++ and dumping its PTX (CUDA_CACHE_DISABLE=1: the driver's cache stays as
+#                 it was), then experiments/nvrtc_timing.py on those sources: NVRTC serial, with
+#                 -pch / --minimal, in parallel, the driver's JIT; whether each option's PTX is the
+#                 same bytes; and whether the script's PTX equals what cubecl loaded
+set -u
+O=$OUT
+nvidia-smi --query-gpu=name --format=csv,noheader | tee -a $O/gpu.txt
+gunzip -c .gpu/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep
+repo=$PWD
+for part in ${PART:-seed compile}; do mkdir -p $O/$part; case $part in
+seed)
+  O=$O/seed bash experiments/seed_bench.sh 2>&1 | tail -32
+  (cd $O && tar -czf seed.tgz seed && rm -rf seed) ;;
+compile)
+  ck=/tmp/checkpoints/qwen3-8b
+  [ -f $ck/config.json ] || python3 experiments/make_real_shape.py qwen3-8b $ck > $O/$part/make.log 2>&1
+  [ -f /tmp/seed-prompts.jsonl ] || python3 -c "import json,random; r=random.Random(20261202); [print(json.dumps({'id': i, 'prompt_ids': [r.randrange(300, 151933) for _ in range(32)]})) for i in range(1000)]" > /tmp/seed-prompts.jsonl
+  w=/tmp/compile-log; rm -rf $w /tmp/ptx-dump /tmp/log-cache; mkdir -p $w
+  printf '[compilation.logger]\nlevel = "full"\nfile = "%s/kernels.log"\nappend = false\n' $w > $w/cubecl.toml
+  start=$(date +%s.%N)
+  (cd $w && CUDA_CACHE_DISABLE=1 CUBECL_CUDA_DUMP_PTX=/tmp/ptx-dump LOCKSTEP_KERNEL_CACHE=/tmp/log-cache LOCKSTEP_DECODE_GRAPHS=off \
+    /tmp/lockstep sample --set model.path=$ck --set model.dtype=bf16 --set sampler.input=/tmp/seed-prompts.jsonl \
+    --set sampler.output=$w/out.jsonl --set sampler.max_new_tokens=100 --set sampler.temperature=0 --set sampler.max_batch=256 \
+    --set sampler.context=164 --set log.progress=false > $O/$part/sample.log 2>&1); echo "logged cold run rc $? in $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s"
+  grep -c START_KERNEL_COMPILATION $w/kernels.log; ls /tmp/ptx-dump | wc -l; tail -4 $O/$part/sample.log
+  timeout ${NVRTC_LIMIT:-300} python3 $repo/experiments/nvrtc_timing.py $w/kernels.log 16 > $O/$part/nvrtc.md 2> $O/$part/nvrtc-ptx.txt; echo "nvrtc_timing rc $?"
+  cat $O/$part/nvrtc.md
+  (cd /tmp/ptx-dump && for f in *.ptx; do sha256sum < "$f" | cut -d' ' -f1; done) | sort > $O/$part/dumped-ptx.txt
+  grep -v PTX $O/$part/nvrtc-ptx.txt | sort > /tmp/script-ptx.txt
+  echo "PTX cubecl loaded = the script's baseline: $(cmp -s /tmp/script-ptx.txt $O/$part/dumped-ptx.txt && echo yes || echo NO) ($(wc -l < $O/$part/dumped-ptx.txt) dumped, $(wc -l < /tmp/script-ptx.txt) from the script)"
+  xz -9 -c $w/kernels.log > $O/$part/kernels.log.xz ;;
+esac; done
