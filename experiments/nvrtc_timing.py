@@ -7,6 +7,13 @@ option set's PTX equals the baseline's byte for byte (an option that changes a b
 bits are the contract).
 
     python3 experiments/nvrtc_timing.py KERNEL_LOG [THREADS]      # on the GPU machine
+    NVRTC_TIMING_CPU=1 CUDA_PATH=... python3 experiments/nvrtc_timing.py KERNEL_LOG   # no GPU:
+        # NVRTC alone (pip's nvidia-cuda-nvrtc/-runtime/-cccl/-crt of the GPU machine's version,
+        # their include/ as CUDA_PATH/include, LD_LIBRARY_PATH at their lib/), no driver JIT
+
+The row "includes first + -pch" is lockstep's cubecl-cuda patch (shared-kernels/patches/
+cubecl-cuda/src/includes_first.rs, ported below): its PTX must equal the baseline's once the
+line-number directives (.loc, .file) and comments are set aside.
 """
 import ctypes
 import hashlib
@@ -36,14 +43,33 @@ def load_lib(names):
             continue
     sys.exit(f"none of {names} loads")
 nvrtc = load_lib([f"{cuda}/lib64/libnvrtc.so", "libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"])
-libcuda = load_lib(["libcuda.so.1", "libcuda.so"])
+libcuda = None if os.environ.get("NVRTC_TIMING_CPU") == "1" else load_lib(["libcuda.so.1", "libcuda.so"])
 
-cap = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True).stdout.split()[0]
+cpu_only = os.environ.get("NVRTC_TIMING_CPU") == "1"
+cap = "9.0" if cpu_only else subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True).stdout.split()[0]
 sm = cap.replace(".", "")
 arch = f"--gpu-architecture=sm_{sm}a" if int(sm) >= 90 else f"--gpu-architecture=sm_{sm}"
 base_opts = [arch, f"--include-path={cuda}/include", "-lineinfo"]
 if os.path.isdir(f"{cuda}/include/cccl"):
     base_opts.append(f"--include-path={cuda}/include/cccl")
+
+def includes_first(source):
+    """The cubecl-cuda patch's transform (includes_first.rs): the one block of #include lines
+    moved to the top, or None where that is not a plain move."""
+    lines = source.split("\n")
+    inc = lambda l: l.lstrip().startswith("#include")
+    start = next((i for i, l in enumerate(lines) if inc(l)), None)
+    if start is None or start == 0 or any(l.lstrip().startswith("#") for l in lines[:start]):
+        return None
+    end = start
+    while end < len(lines) and inc(lines[end]):
+        end += 1
+    if any(inc(l) for l in lines[end:]):
+        return None
+    return "\n".join(lines[start:end] + lines[:start] + lines[end:])
+
+def without_line_info(ptx):
+    return b"\n".join(l for l in ptx.rstrip(b"\0").split(b"\n") if not l.lstrip().startswith((b".loc", b".file", b"//")))
 
 def compile_one(src, opts):
     prog = ctypes.c_void_p()
@@ -96,6 +122,16 @@ def main():
     for label, extra in [("+ -pch", ["-pch"]), ("+ --minimal", ["--minimal"])]:
         wall, res = run(srcs, base_opts + extra, 1)
         row(label, base_opts + extra, 1, wall, res)
+    # the patch: the include block first and -pch where it moves, cubecl's compile elsewhere
+    start = time.perf_counter()
+    patched = []
+    for src in srcs:
+        moved = includes_first(src)
+        patched.append(compile_one(moved, base_opts + ["-pch"]) if moved is not None else compile_one(src, base_opts))
+    wall = time.perf_counter() - start
+    moved = sum(includes_first(src) is not None for src in srcs)
+    same = sum(p[1] is not None and b is not None and without_line_info(p[1]) == without_line_info(b) for p, b in zip(patched, baseline))
+    print(f"| includes first + -pch (lockstep's patch; {moved} sources moved) | 1 | {wall:.2f} | {sum(r[0] for r in patched):.2f} | {max(r[0] for r in patched):.2f} | {same}/{len(srcs)} but for line numbers | {sum(r[1] is None for r in patched)} |")
     wall, res = run(srcs, base_opts, threads)
     row("cubecl's", base_opts, threads, wall, res)
     wall, res = run(srcs, base_opts + ["-pch"], threads)
@@ -106,6 +142,8 @@ def main():
     for i in order[:10]:
         incs = [l.split()[1] for l in srcs[i].splitlines() if l.startswith("#include")]
         print(f"  {base[i][0]:.3f} s  {len(srcs[i])} chars  includes {' '.join(incs)}")
+    if libcuda is None:
+        return
     # the driver's JIT of each PTX to machine code (what cuModuleLoadData costs with no disk cache)
     assert libcuda.cuInit(0) == 0
     dev, ctx = ctypes.c_int(), ctypes.c_void_p()

@@ -27,6 +27,10 @@ pub fn enable() -> Option<PathBuf> {
     #[cfg(feature = "cuda")]
     {
         use cubecl::config::{cache::CacheConfig, CubeClRuntimeConfig, RuntimeConfig};
+        // NVRTC's precompiled headers (the cubecl-cuda patch); a bad value is refused with
+        // the kernel choice (`KernelChoice::from_env`)
+        let pch = crate::knobs::var("LOCKSTEP_NVRTC_PCH").is_none_or(|v| v.trim() != "off");
+        cubecl::cuda::header_precompilation::set_enabled(pch);
         let dir = directory()?;
         // an unwritable directory costs a recompile, never the run: cubecl degrades to no cache
         let _ = std::fs::create_dir_all(&dir);
@@ -40,3 +44,8 @@ pub fn enable() -> Option<PathBuf> {
         None
     }
 }
+
+// The cubecl-cuda patch's source transform, tested here so CI (no CUDA build) runs its tests.
+#[cfg(test)]
+#[path = "../patches/cubecl-cuda/src/includes_first.rs"]
+mod includes_first;

@@ -114,6 +114,7 @@ impl KernelChoice {
         };
         // the benchmark-only tuning variables, checked with the choice (each family keeps its
         // own parsed copy, read once per process)
+        either("LOCKSTEP_NVRTC_PCH", "on", "off")?; // read by kernel_cache::enable
         crate::ops::matmul::skinny::launch_shape().map_err(|e| e.message)?;
         crate::ops::matmul::tc::tile_shape(crate::ops::matmul::tc::Pipeline::AsyncCopies).map_err(|e| e.message)?;
         crate::ops::matmul::wgmma_tiles::wgmma_tiles().map_err(|e| e.message)?;

@@ -6,7 +6,13 @@
 #                 CUDA C++ and dumping its PTX (CUDA_CACHE_DISABLE=1: the driver's cache stays as
 #                 it was), then experiments/nvrtc_timing.py on those sources: NVRTC serial, with
 #                 -pch / --minimal, in parallel, the driver's JIT; whether each option's PTX is the
-#                 same bytes; and whether the script's PTX equals what cubecl loaded
+#                 same bytes; and whether the script's PTX equals what cubecl loaded (it cannot
+#                 say: CUBECL_CUDA_DUMP_PTX names files by the id's last 180 characters, and 31
+#                 kernels made 18 files)
+# After the cubecl-cuda patch (includes first + NVRTC's -pch, LOCKSTEP_NVRTC_PCH):
+#   PART=pchab    the same cold run twice in one binary, LOCKSTEP_NVRTC_PCH=off then on, each with
+#                 an empty kernel cache and the driver's JIT cache off (both pay the same JIT):
+#                 first-wave and whole-process seconds, and their completions compared as bits
 set -u
 O=$OUT
 nvidia-smi --query-gpu=name --format=csv,noheader | tee -a $O/gpu.txt
@@ -34,4 +40,24 @@ compile)
   grep -v PTX $O/$part/nvrtc-ptx.txt | sort > /tmp/script-ptx.txt
   echo "PTX cubecl loaded = the script's baseline: $(cmp -s /tmp/script-ptx.txt $O/$part/dumped-ptx.txt && echo yes || echo NO) ($(wc -l < $O/$part/dumped-ptx.txt) dumped, $(wc -l < /tmp/script-ptx.txt) from the script)"
   xz -9 -c $w/kernels.log > $O/$part/kernels.log.xz ;;
+pchab)
+  ck=/tmp/checkpoints/qwen3-8b
+  [ -f $ck/config.json ] || python3 experiments/make_real_shape.py qwen3-8b $ck > $O/$part/make.log 2>&1
+  [ -f /tmp/seed-prompts.jsonl ] || python3 -c "import json,random; r=random.Random(20261202); [print(json.dumps({'id': i, 'prompt_ids': [r.randrange(300, 151933) for _ in range(32)]})) for i in range(1000)]" > /tmp/seed-prompts.jsonl
+  for pch in off on off on; do
+    rm -rf /tmp/ab-cache; start=$(date +%s.%N)
+    CUDA_CACHE_DISABLE=1 LOCKSTEP_NVRTC_PCH=$pch LOCKSTEP_KERNEL_CACHE=/tmp/ab-cache LOCKSTEP_DECODE_GRAPHS=off \
+      /tmp/lockstep sample --set model.path=$ck --set model.dtype=bf16 --set sampler.input=/tmp/seed-prompts.jsonl \
+      --set sampler.output=/tmp/ab-$pch.jsonl --set sampler.max_new_tokens=100 --set sampler.temperature=0 --set sampler.max_batch=256 \
+      --set sampler.context=164 --set log.progress=false > $O/$part/pch-$pch.log 2>&1
+    echo "LOCKSTEP_NVRTC_PCH=$pch rc $? whole process $(python3 -c "print(round($(date +%s.%N) - $start, 2))") s; $(grep -o 'first 256 completions.*took [0-9.]* s' $O/$part/pch-$pch.log)"
+  done
+  python3 - /tmp/ab-off.jsonl /tmp/ab-on.jsonl <<'PY'
+import json, struct, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+bits = lambda xs: [struct.pack("<f", x) for x in xs]
+same = len(a) == len(b) and all(x["token_ids"] == y["token_ids"] and bits(x["logprobs"]) == bits(y["logprobs"]) for x, y in zip(a, b))
+print(f"LOCKSTEP_NVRTC_PCH off vs on: {'identical' if same else 'DIFFERENT'} token ids and logprob bits over {len(a)} completions")
+PY
+  ;;
 esac; done
