@@ -1,3 +1,6 @@
+// lockstep patch: the cubecl-llvm stand-in has one artifact kind, so a match arm upstream needs
+// for the real crate is unreachable here (cargo shows a path crate's warnings).
+#![allow(unreachable_patterns)]
 #[macro_use]
 extern crate derive_new;
 extern crate alloc;
