@@ -13,6 +13,9 @@
 #   PART=pchab    the same cold run twice in one binary, LOCKSTEP_NVRTC_PCH=off then on, each with
 #                 an empty kernel cache and the driver's JIT cache off (both pay the same JIT):
 #                 first-wave and whole-process seconds, and their completions compared as bits
+#   PART=pchclean a cold `lockstep sample` at the Qwen3-0.6B shape killed (-9) once NVRTC's
+#                 precompiled-header folder exists, then a second cold run to the end: the killed
+#                 process's folder must be gone after it, and the second's own too
 set -u
 O=$OUT
 nvidia-smi --query-gpu=name --format=csv,noheader | tee -a $O/gpu.txt
@@ -60,4 +63,17 @@ same = len(a) == len(b) and all(x["token_ids"] == y["token_ids"] and bits(x["log
 print(f"LOCKSTEP_NVRTC_PCH off vs on: {'identical' if same else 'DIFFERENT'} token ids and logprob bits over {len(a)} completions")
 PY
   ;;
+pchclean)
+  ck=/tmp/checkpoints/qwen3-0.6b
+  [ -f $ck/config.json ] || python3 experiments/make_real_shape.py qwen3-0.6b $ck > $O/$part/make.log 2>&1
+  python3 -c "import json,random; r=random.Random(7); [print(json.dumps({'id': i, 'prompt_ids': [r.randrange(300, 151933) for _ in range(32)]})) for i in range(64)]" > /tmp/pc-prompts.jsonl
+  run() { LOCKSTEP_KERNEL_CACHE=$1 /tmp/lockstep sample --set model.path=$ck --set model.dtype=bf16 --set sampler.input=/tmp/pc-prompts.jsonl \
+    --set sampler.output=/tmp/pc-out.jsonl --set sampler.max_new_tokens=32 --set sampler.temperature=0 --set log.progress=false; }
+  rm -rf /tmp/pc-cache1 /tmp/pc-cache2 /tmp/__nvrtc_auto_pch_*
+  run /tmp/pc-cache1 > $O/$part/killed.log 2>&1 & pid=$!
+  for i in $(seq 1 300); do ls -d /tmp/__nvrtc_auto_pch_${pid}_* > /dev/null 2>&1 && break; sleep 0.2; done
+  sleep 1; kill -9 $pid; wait $pid 2>/dev/null
+  echo "after kill -9 of $pid:"; du -sh /tmp/__nvrtc_auto_pch_* 2>&1
+  run /tmp/pc-cache2 > $O/$part/second.log 2>&1; echo "second cold run rc $?"; tail -2 $O/$part/second.log
+  echo "after it: $(ls -d /tmp/__nvrtc_auto_pch_* 2>/dev/null | wc -l) folders left" ;;
 esac; done
