@@ -67,13 +67,13 @@ pchclean)
   ck=/tmp/checkpoints/qwen3-0.6b
   [ -f $ck/config.json ] || python3 experiments/make_real_shape.py qwen3-0.6b $ck > $O/$part/make.log 2>&1
   python3 -c "import json,random; r=random.Random(7); [print(json.dumps({'id': i, 'prompt_ids': [r.randrange(300, 151933) for _ in range(32)]})) for i in range(64)]" > /tmp/pc-prompts.jsonl
-  run() { LOCKSTEP_KERNEL_CACHE=$1 /tmp/lockstep sample --set model.path=$ck --set model.dtype=bf16 --set sampler.input=/tmp/pc-prompts.jsonl \
-    --set sampler.output=/tmp/pc-out.jsonl --set sampler.max_new_tokens=32 --set sampler.context=96 --set sampler.temperature=0 --set log.progress=false; }
+  args="sample --set model.path=$ck --set model.dtype=bf16 --set sampler.input=/tmp/pc-prompts.jsonl --set sampler.output=/tmp/pc-out.jsonl \
+    --set sampler.max_new_tokens=32 --set sampler.context=96 --set sampler.temperature=0 --set log.progress=false"
   rm -rf /tmp/pc-cache1 /tmp/pc-cache2 /tmp/__nvrtc_auto_pch_*
-  run /tmp/pc-cache1 > $O/$part/killed.log 2>&1 & pid=$!
-  for i in $(seq 1 300); do ls -d /tmp/__nvrtc_auto_pch_${pid}_* > /dev/null 2>&1 && break; sleep 0.2; done
-  sleep 1; kill -9 $pid; wait $pid 2>/dev/null
+  LOCKSTEP_KERNEL_CACHE=/tmp/pc-cache1 /tmp/lockstep $args > $O/$part/killed.log 2>&1 & pid=$!  # $! is lockstep itself
+  for i in $(seq 1 300); do ls -d /tmp/__nvrtc_auto_pch_${pid}_* > /dev/null 2>&1 && break; sleep 0.05; done
+  sleep 0.5; kill -9 $pid; wait $pid 2>/dev/null
   echo "after kill -9 of $pid:"; du -sh /tmp/__nvrtc_auto_pch_* 2>&1
-  run /tmp/pc-cache2 > $O/$part/second.log 2>&1; echo "second cold run rc $?"; tail -2 $O/$part/second.log
+  LOCKSTEP_KERNEL_CACHE=/tmp/pc-cache2 /tmp/lockstep $args > $O/$part/second.log 2>&1; echo "second cold run rc $?"; tail -2 $O/$part/second.log
   echo "after it: $(ls -d /tmp/__nvrtc_auto_pch_* 2>/dev/null | wc -l) folders left" ;;
 esac; done
