@@ -60,6 +60,9 @@ pub fn multiprocessors(device: &Device) -> usize {
 /// largest device-local heap), else on CUDA the driver's total (`cuMemGetInfo`). `None` when
 /// neither says; the memory plan then checks nothing against the device.
 pub fn memory_capacity(device: &Device) -> Option<u64> {
+    if let Some((_, total)) = fake_memory() {
+        return Some(total);
+    }
     let client = client(device)?;
     client.properties().memory.max_memory().or_else(cuda_total_memory)
 }
@@ -73,6 +76,34 @@ pub fn max_tensor_bytes(device: &Device) -> Option<u64> {
     }
     let client = client(device)?;
     Some(client.properties().memory.max_page_size)
+}
+
+/// Bytes free on `device` now (CUDA: the driver's `cuMemGetInfo`); `None` where the runtime
+/// does not say (wgpu). `LOCKSTEP_FAKE_DEVICE_MEMORY` stands in for both figures in tests.
+pub fn memory_free(device: &Device) -> Option<u64> {
+    if let Some((free, _)) = fake_memory() {
+        return Some(free);
+    }
+    client(device)?;
+    cuda_free_memory()
+}
+
+/// `LOCKSTEP_FAKE_DEVICE_MEMORY` as (free, total): `FREE` or `FREE/TOTAL` bytes.
+fn fake_memory() -> Option<(u64, u64)> {
+    let v = crate::knobs::var("LOCKSTEP_FAKE_DEVICE_MEMORY")?;
+    let (free, total) = v.split_once('/').unwrap_or((&v, &v));
+    Some((free.trim().parse().ok()?, total.trim().parse().ok()?))
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_free_memory() -> Option<u64> {
+    let context = cudarc::driver::CudaContext::new(0).ok()?;
+    context.mem_get_info().ok().map(|(free, _)| free as u64)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_free_memory() -> Option<u64> {
+    None
 }
 
 #[cfg(feature = "cuda")]

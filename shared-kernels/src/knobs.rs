@@ -254,6 +254,20 @@ pub const KNOBS: &[Knob] = &[
         effect: "fault injection for `trainer/tests/faults.rs`: at that step the first completion's first sampled logprob has its lowest bit flipped before the trainer sees it, to show a one-bit sampler/trainer difference stops the run (with and without micro-batches)",
     },
     Knob {
+        name: "LOCKSTEP_FAKE_DEVICE_MEMORY",
+        values: "`FREE` or `FREE/TOTAL`, in bytes",
+        default: "unset (the device's own figures)",
+        kind: KnobKind::Test,
+        effect: "the device memory the memory plan sizes `\"auto\"` keys against and checks a run with, for tests of the sizing and its refusals on a CPU runtime; changes no bit (the sizes it picks do not)",
+    },
+    Knob {
+        name: "LOCKSTEP_FAULT_OOM",
+        values: "`PHASE:STEP`, PHASE one of `sample`, `score`, `update`",
+        default: "unset",
+        kind: KnobKind::Test,
+        effect: "fault injection for `trainer/tests/memory_sizing.rs`: that GRPO step's phase fails as cubecl reports a device allocation that did not fit, to show the run names it as out of device memory with the keys to change, saves the state before the step, and resumes bit-identically",
+    },
+    Knob {
         name: "LOCKSTEP_TEST_SEED",
         values: "a u64",
         default: "a fresh seed, printed",

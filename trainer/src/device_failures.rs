@@ -50,3 +50,4 @@ fn exit_now(code: i32) -> ! {
     // SAFETY: `_exit` takes no pointers and never returns.
     unsafe { libc::_exit(code) }
 }
+

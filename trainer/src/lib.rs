@@ -13,6 +13,7 @@ pub mod eval;
 pub mod grpo;
 pub mod input_files;
 pub mod optim;
+pub mod out_of_memory;
 pub mod reward_command;
 pub mod rng;
 pub mod run;

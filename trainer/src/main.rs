@@ -255,7 +255,7 @@ fn parse_dtype(flag: &str, name: &str) -> Result<DType, RunError> {
 
 fn sample(cfg: Config) -> Result<(), RunError> {
     let device = shared_kernels::device::default_device();
-    trainer::memory_plan::check(&cfg, &device, trainer::memory_plan::Purpose::Sample)?;
+    let cfg = trainer::memory_plan::plan(&cfg, &device, trainer::memory_plan::Purpose::Sample)?;
     let loading = std::time::Instant::now();
     let policy = load_policy(&cfg, None, &device)?;
     let load_s = loading.elapsed().as_secs_f64();
@@ -284,8 +284,9 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register_conditional_shutdown(signal, 130, std::sync::Arc::clone(&stop)).and_then(|_| signal_hook::flag::register(signal, std::sync::Arc::clone(&stop))).map_err(|e| RunError::Other(format!("installing the signal handler: {e}")))?;
     }
-    // the run's fixed memory must fit the device before anything loads (exit 2 otherwise)
-    trainer::memory_plan::check_rank(&cfg, &device, trainer::memory_plan::Purpose::Train, comm.as_ref().map_or(1, |c| c.world()))?;
+    // the run must fit the device before anything loads (exit 2 otherwise); "auto" sizes are
+    // chosen here. `sized` runs the steps; the run's records keep the config as the user gave it
+    let sized = trainer::memory_plan::resolve(&cfg, &device, trainer::memory_plan::Purpose::Train, comm.as_ref().map_or(1, |c| c.world()), 1)?;
     let (policy, opt, step) = if resume {
         let Some(latest) = existing.last() else {
             return Err(RunError::Other(format!("--resume: no checkpoint in {}", trainer::checkpoint::checkpoints_dir(&dir).display())));
@@ -305,7 +306,7 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
             save_resolved(&cfg, &dir)?;
         }
         let mut policy = load_policy(&cfg, None, &device)?;
-        trainer::run::engine_config(&cfg, &policy.model)?; // a bad KV budget fails before SFT
+        trainer::run::engine_config(&sized, &policy.model)?; // a bad KV budget fails before SFT
         trainer::tasks::fit::check_fits(&cfg, &policy)?;
         if cfg.train.sft_steps > 0 {
             let task = trainer::run::load_task(&cfg)?;
@@ -325,7 +326,7 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
     if rank0 && resume {
         save_resolved(&cfg, &dir)?;
     }
-    let mut trainer = Trainer::new_rank(cfg.clone(), policy, opt, step, comm)?;
+    let mut trainer = Trainer::new_rank(sized, policy, opt, step, comm)?;
     let end = max_steps.map_or(cfg.train.steps, |m| (step + m).min(cfg.train.steps));
     let bar = progress(&cfg, end - step, "grpo");
     let mut history = Vec::new();

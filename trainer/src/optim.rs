@@ -61,6 +61,26 @@ impl AdamW {
         })
     }
 
+    /// The moments (zeros) and f32 masters of every `owned` weight that has none yet, as
+    /// [`Self::step_owned`] would make them at its first update: the same values, allocated
+    /// before the run's first rollout instead, so no later step needs memory the first did not.
+    pub fn allocate_state(&mut self, model: &Qwen3, owned: &dyn Fn(&str) -> bool) {
+        for (name, w) in model.named_tensors() {
+            if !owned(&name) {
+                continue;
+            }
+            let own = w.flat();
+            let narrow = own.dtype() != DType::F32;
+            if narrow && !self.masters.contains_key(&name) {
+                self.masters.insert(name.clone(), own.clone().cast(DType::F32));
+            }
+            if !self.moments.contains_key(&name) {
+                let like = if narrow { self.masters[&name].clone() } else { own };
+                self.moments.insert(name, (like.zeros_like(), like.zeros_like()));
+            }
+        }
+    }
+
     /// Drops the moments and masters of weights not `owned` (ZeRO-1, after a resume loaded all).
     pub fn retain(&mut self, owned: &dyn Fn(&str) -> bool) {
         self.moments.retain(|name, _| owned(name));

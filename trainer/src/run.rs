@@ -101,7 +101,7 @@ pub(crate) fn check_sizes(c: &Config, m: &ModelConfig) -> Result<(), RunError> {
     }
     let kv = c.sampler.max_batch as u128 * c.sampler.context as u128 * (m.num_kv_heads * m.head_dim) as u128;
     // (a KV budget sizes the cache's blocks instead; the engine checks that case)
-    if kv > limit && c.sampler.kv_budget_mib <= 0.0 {
+    if kv > limit && c.sampler.kv_budget_bytes() == 0 && !c.sampler.kv_budget_mib.is_auto() {
         return Err(invalid("sampler.context", format!("x sampler.max_batch ({} x {}) gives a KV cache of {kv} elements per layer, beyond the kernels' 32-bit index range ({limit}); lower either, or size the cache with sampler.kv_budget_mib", c.sampler.context, c.sampler.max_batch)));
     }
     Ok(())
@@ -260,8 +260,9 @@ pub fn save_resolved(c: &Config, dir: &Path) -> Result<(), RunError> {
 
 /// Keys a resume may change without changing a bit of the run (display only).
 /// `sampler.kv_reserve` only decides when requests are admitted, which batch invariance makes
-/// irrelevant to every bit.
-const RESUME_NEUTRAL_KEYS: [&str; 4] = ["log.progress", "log.tensorboard", "train.final_checkpoint", "sampler.kv_reserve"];
+/// irrelevant to every bit; the memory sizes neither (a resume after running out of memory
+/// may lower them).
+const RESUME_NEUTRAL_KEYS: [&str; 6] = ["log.progress", "log.tensorboard", "train.final_checkpoint", "sampler.kv_reserve", "train.micro_batch_tokens", "sampler.kv_budget_mib"];
 
 /// `(key, before, now)` for every key whose value differs between the config a run was started
 /// with (its `config.resolved.toml`) and `now`, keys that cannot change a bit left out.
@@ -345,7 +346,7 @@ pub fn check_resume_config(dir: &Path, cfg: &Config, step: usize, allow: bool) -
 /// `sampler.kv_budget_mib` when set.
 pub fn engine_config(c: &Config, model: &Qwen3) -> Result<sampler::EngineConfig, RunError> {
     let s = &c.sampler;
-    let mut e = sampler::EngineConfig::from_budget(model, (s.kv_budget_mib * 1048576.0) as usize, s.context, s.max_batch, s.chunk_size)
+    let mut e = sampler::EngineConfig::from_budget(model, s.kv_budget_bytes(), s.context, s.max_batch, s.chunk_size)
         .map_err(|e| RunError::Config(crate::config::ConfigError::Invalid { key: "sampler.kv_budget_mib".into(), message: e }))?;
     e.share_prompt_prefix = s.share_prompt_prefix;
     e.overlap = s.overlap_steps;
@@ -356,9 +357,12 @@ pub fn engine_config(c: &Config, model: &Qwen3) -> Result<sampler::EngineConfig,
 /// The sampler's engine on `model` (the policy's weights as the sampler runs them), configured
 /// from `c`, with the policy's tokenizer as the decoder `sampler.stop` strings are matched on
 /// (special tokens skipped, as the reward's text is decoded).
-pub fn sampler_engine(c: &Config, policy: &Policy, model: Qwen3) -> Result<sampler::Engine, RunError> {
-    let mut engine = sampler::Engine::new(model, engine_config(c, &policy.model)?).map_err(RunError::Other)?;
-    let tokenizer = policy.tokenizer.clone();
+pub fn sampler_engine(c: &Config, tokenizer: &Tokenizer, model: Qwen3) -> Result<sampler::Engine, RunError> {
+    let config = engine_config(c, &model)?;
+    // `model` moves in: where the caller holds no other handle on its weights, the engine's
+    // resident copy replaces them tensor by tensor instead of doubling them
+    let mut engine = sampler::Engine::new(model, config).map_err(RunError::Other)?;
+    let tokenizer = tokenizer.clone();
     engine.set_decoder(std::sync::Arc::new(move |ids: &[u32]| tokenizer.decode(ids, true).ok()));
     Ok(engine)
 }

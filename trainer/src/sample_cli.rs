@@ -87,8 +87,11 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
         requests.push(request);
     }
     let total = requests.len();
-    let model = crate::grpo::sampler_model(cfg, &policy.model);
-    let mut engine = crate::run::sampler_engine(cfg, &policy, model)?;
+    // the engine holds the only copy of the weights (sampling needs no trainer's)
+    let Policy { model, tokenizer, .. } = policy;
+    let mut model = model;
+    model.kernels = cfg.ablation.sampler_kernels.kernel_set();
+    let mut engine = crate::run::sampler_engine(cfg, &tokenizer, model)?;
     let started = std::time::Instant::now();
     let bar = indicatif::ProgressBar::new(total as u64);
     if !progress {
@@ -142,7 +145,7 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
     eprintln!("sample-timing {}", serde_json::json!({"load_s": load_s, "first_wave_s": first_wave_s, "steady_s": steady_s, "steady_tokens": steady_tokens, "tokens": generated, "sample_s": seconds, "kernels": cfg.ablation.sampler_kernels, "steady_engine_steps": steady_phases.steps, "steady_launch_s": steady_phases.launch_s, "steady_wait_s": steady_phases.wait_s, "all_engine_steps": all_phases.steps, "all_launch_s": all_phases.launch_s, "all_wait_s": all_phases.wait_s, "all_replayed_steps": all_phases.replayed_steps}));
     let mut failed = 0;
     shared_kernels::model::save::write_atomic_with(output, |out| {
-        failed = write_results(out, order, &mut results, &policy).map_err(|e| shared_kernels::model::ModelError::io(output, e))?;
+        failed = write_results(out, order, &mut results, &tokenizer).map_err(|e| shared_kernels::model::ModelError::io(output, e))?;
         Ok(())
     })
     .map_err(|e| RunError::Other(format!("writing {e} (sampler.output is left as it was)")))?;
@@ -150,7 +153,7 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
 }
 
 /// The results in `order` as JSON lines into `out`; returns how many failed.
-fn write_results(out: &mut dyn Write, order: Vec<(u64, serde_json::Value)>, results: &mut std::collections::HashMap<u64, Result<sampler::Completion, sampler::SampleError>>, policy: &Policy) -> std::io::Result<usize> {
+fn write_results(out: &mut dyn Write, order: Vec<(u64, serde_json::Value)>, results: &mut std::collections::HashMap<u64, Result<sampler::Completion, sampler::SampleError>>, tokenizer: &tokenizers::Tokenizer) -> std::io::Result<usize> {
     let mut failed = 0;
     for (engine_id, id) in order {
         let line = match results.remove(&engine_id) {
@@ -160,7 +163,7 @@ fn write_results(out: &mut dyn Write, order: Vec<(u64, serde_json::Value)>, resu
                     failed += 1;
                     serde_json::json!({"id": id, "error": format!("non-finite logprob {} at completion position {k} (token {})", c.logprobs[k], c.tokens[k])})
                 }
-                None => match policy.tokenizer.decode(&c.tokens, true) {
+                None => match tokenizer.decode(&c.tokens, true) {
                     Ok(text) => serde_json::json!({"id": id, "completion": text, "token_ids": c.tokens, "logprobs": c.logprobs, "finish_reason": format!("{:?}", c.finish).to_lowercase()}),
                     Err(e) => {
                         failed += 1;

@@ -282,7 +282,7 @@ fn a_one_bit_sampler_trainer_difference_stops_the_run_with_and_without_micro_bat
     // pass finds it. Micro-batches: no scoring pass runs (matched mode), and the update's own
     // check of each micro-batch must find it before the optimizer step. "warn" logs it and goes on.
     let cases: [(&str, &[&str]); 3] = [
-        ("one-pass", &[]),
+        ("one-pass", &["--set", "train.micro_batch_tokens=0"]),
         ("micro-batched", &["--set", "train.micro_batch_tokens=12"]),
         ("warn", &["--set", "train.micro_batch_tokens=12", "--set", "train.on_mismatch=warn"]),
     ];

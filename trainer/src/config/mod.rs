@@ -5,9 +5,11 @@ use serde::{Deserialize, Serialize};
 
 mod load;
 mod modes;
+mod sizing;
 mod validate;
 
 pub use modes::*;
+pub use sizing::Sizing;
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -55,10 +57,11 @@ pub struct SamplerSection {
     pub share_prompt_prefix: bool,
     /// Enqueue each engine step before reading the previous step's tokens (same bits).
     pub overlap_steps: bool,
-    /// KV cache memory budget in MiB: as many 64-position blocks as fit (0 = enough for
-    /// max_batch requests of `context` tokens); when none is left the newest request is
-    /// preempted and rerun later (same bits).
-    pub kv_budget_mib: f64,
+    /// KV cache memory budget in MiB: as many 64-position blocks as fit; when none is left the
+    /// newest request is preempted and rerun later (same bits). "auto": sized before step 0
+    /// from the device's free memory (`memory_plan::auto`); 0 = enough for max_batch requests
+    /// of `context` tokens.
+    pub kv_budget_mib: Sizing<f64>,
     /// With a KV budget: the fraction of each running request's remaining `max_new_tokens`
     /// kept in free blocks before another request is admitted (1 = never preempt).
     pub kv_reserve: f32,
@@ -87,9 +90,17 @@ impl SamplerSection {
     }
 }
 
+impl SamplerSection {
+    /// The KV cache budget in bytes the engine is built with: 0 (enough for `max_batch` full
+    /// requests) while "auto" is unresolved.
+    pub fn kv_budget_bytes(&self) -> usize {
+        (self.kv_budget_mib.set().unwrap_or(0.0) * 1048576.0) as usize
+    }
+}
+
 impl Default for SamplerSection {
     fn default() -> Self {
-        Self { max_batch: 64, context: 48, chunk_size: 16, share_prompt_prefix: true, overlap_steps: true, kv_budget_mib: 0.0, kv_reserve: 1.0, temperature: 1.0, top_k: 0, top_p: 1.0, logprobs_mode: LogprobsMode::Raw, max_new_tokens: 8, stop: Vec::new(), input: String::new(), output: String::new(), seed: 0 }
+        Self { max_batch: 64, context: 48, chunk_size: 16, share_prompt_prefix: true, overlap_steps: true, kv_budget_mib: Sizing::Auto, kv_reserve: 1.0, temperature: 1.0, top_k: 0, top_p: 1.0, logprobs_mode: LogprobsMode::Raw, max_new_tokens: 8, stop: Vec::new(), input: String::new(), output: String::new(), seed: 0 }
     }
 }
 
@@ -131,8 +142,9 @@ pub struct TrainSection {
     pub sft_batch: usize,
     /// Trainer tokens per forward/backward pass (whole sequences, greedily in order; a longer
     /// sequence runs alone); the update's bits do not depend on it (weight gradients folded
-    /// over the tokens in one order, `shared_kernels::grad_fold`). 0 = the whole step.
-    pub micro_batch_tokens: usize,
+    /// over the tokens in one order, `shared_kernels::grad_fold`). 0 = the whole step; "auto":
+    /// sized before step 0 from the device's free memory (`memory_plan::auto`).
+    pub micro_batch_tokens: Sizing<usize>,
     /// Weight gradients folded per block of the step's prompt groups (each block from zero) and
     /// the blocks added in one balanced pairwise tree (`distributed::tree`): a power of two, and
     /// then the update's bits are the same on any power-of-two number of ranks dividing it.
@@ -175,12 +187,20 @@ pub struct TrainSection {
     pub dynamic_sampling_rounds: usize,
 }
 
+impl TrainSection {
+    /// Tokens per trainer pass as the update cuts micro-batches: 0 (the whole step) while
+    /// "auto" is unresolved.
+    pub fn pass_tokens(&self) -> usize {
+        self.micro_batch_tokens.set().unwrap_or(0)
+    }
+}
+
 impl Default for TrainSection {
     fn default() -> Self {
         Self {
             steps: 20, prompts_per_step: 8, group_size: 8, lr: 2e-3, warmup_steps: 2, min_lr_ratio: 0.1, weight_decay: 0.0,
             beta1: 0.9, beta2: 0.99, adam_eps: 1e-8, grad_clip: 1.0, kl_coef: 0.0, seed: 0, on_mismatch: OnMismatch::Stop,
-            checkpoint_every: 10, keep_checkpoints: 2, final_checkpoint: true, recompute_layers: false, sft_steps: 150, sft_lr: 3e-3, sft_batch: 32, micro_batch_tokens: 0, gradient_blocks: 0, shard_optimizer: true, advantage: Advantage::GroupStd, loss_aggregation: LossAggregation::TokenMean, overlong_buffer: 0, overlong_penalty: 1.0,
+            checkpoint_every: 10, keep_checkpoints: 2, final_checkpoint: true, recompute_layers: false, sft_steps: 150, sft_lr: 3e-3, sft_batch: 32, micro_batch_tokens: Sizing::Auto, gradient_blocks: 0, shard_optimizer: true, advantage: Advantage::GroupStd, loss_aggregation: LossAggregation::TokenMean, overlong_buffer: 0, overlong_penalty: 1.0,
             ppo_epochs: 1, mini_batches: 1, clip_low: 0.2, clip_high: 0.2, ratio_level: RatioLevel::Token,
             eval_every: 0, eval_samples: 4, eval_problems: 64, dynamic_sampling_rounds: 0,
         }

@@ -69,9 +69,6 @@ impl Config {
         if self.sampler.max_new_tokens >= self.sampler.context {
             return bad("sampler.context", format!("is {} tokens, which leaves no room for a prompt beside sampler.max_new_tokens = {} (a request needs prompt + max_new_tokens positions)", self.sampler.context, self.sampler.max_new_tokens));
         }
-        if !(self.sampler.kv_budget_mib >= 0.0 && self.sampler.kv_budget_mib.is_finite()) {
-            return bad("sampler.kv_budget_mib", format!("must be a finite number >= 0 (0 = no budget), got {}", self.sampler.kv_budget_mib));
-        }
         if !(0.0..=1.0).contains(&self.sampler.kv_reserve) {
             return bad("sampler.kv_reserve", format!("must be in [0, 1] (the fraction of each running request's remaining max_new_tokens kept in KV blocks), got {}", self.sampler.kv_reserve));
         }

@@ -49,6 +49,9 @@ pub fn train_from_cli(cfg: Config, world: usize, resume: bool, max_steps: Option
     }
     let timeout = super::launch::collective_timeout()?;
     let _run_lock = crate::run_lock::lock(&crate::run::run_dir(&cfg))?;
+    // the ranks share this process's device: each plans with its share of it
+    let device = shared_kernels::device::default_device();
+    let cfg = crate::memory_plan::resolve(&cfg, &device, crate::memory_plan::Purpose::Train, world, world)?;
     let results = train_ranks_from(&vec![cfg; world], timeout, resume, max_steps);
     let mut failed = Vec::new();
     for (rank, result) in results.iter().enumerate() {

@@ -91,7 +91,10 @@ impl Trainer {
     pub fn new_rank(cfg: Config, policy: Policy, opt: AdamW, step: usize, comm: Option<std::sync::Arc<dyn crate::distributed::Communicator>>) -> Result<Self, RunError> {
         let mut run_dir = run_dir(&cfg);
         if let Some(c) = &comm {
-            let hash: String = Sha256::digest(toml::to_string(&cfg).map_err(|e| RunError::Other(format!("config: {e}")))?.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect();
+            // the memory sizes each rank chose for its own device change no bit: not compared
+            let mut compared = cfg.clone();
+            (compared.train.micro_batch_tokens, compared.sampler.kv_budget_mib) = (crate::config::Sizing::Auto, crate::config::Sizing::Auto);
+            let hash: String = Sha256::digest(toml::to_string(&compared).map_err(|e| RunError::Other(format!("config: {e}")))?.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect();
             crate::distributed::check_equal(c.as_ref(), "the resolved config's hash", &hash).map_err(ranks::comm_error)?;
             let blocks = cfg.train.gradient_blocks;
             if blocks > 0 && blocks % c.world() != 0 {
@@ -104,7 +107,7 @@ impl Trainer {
         }
         let task = crate::run::load_task(&cfg)?;
         let telemetry = Telemetry::open(&run_dir, cfg.log.tensorboard, step).map_err(|e| RunError::Other(format!("{}: {e}", run_dir.display())))?;
-        let engine = crate::run::sampler_engine(&cfg, &policy, sampler_model(&cfg, &policy.model))?;
+        let engine = crate::run::sampler_engine(&cfg, &policy.tokenizer, sampler_model(&cfg, &policy.model))?;
         let reference = (cfg.train.kl_coef > 0.0).then(|| policy.model.clone());
         let eval_problems = if cfg.train.eval_every > 0 { crate::eval::load_eval_problems(&cfg, &task)? } else { Vec::new() };
         let mut trainer = Self { cfg, policy, opt, engine, task, reference, telemetry, run_dir, step, eval_problems, comm };
@@ -113,6 +116,11 @@ impl Trainer {
         if let Some(shards) = trainer.shards() {
             trainer.opt.retain(&|n| shards.owns(n));
         }
+        // every piece of fixed state before the first rollout: step 1 then holds nothing that
+        // step 0 did not (AdamW's moments appeared at the first update and ran a card out of
+        // memory there)
+        let shards = trainer.shards();
+        trainer.opt.allocate_state(&trainer.policy.model, &|n| shards.as_ref().is_none_or(|s| s.owns(n)));
         Ok(trainer)
     }
 
@@ -125,15 +133,17 @@ impl Trainer {
     pub fn step(&mut self) -> Result<StepMetrics, RunError> {
         let started = Instant::now();
         let step = self.step;
-        let rollouts = self.rollouts(step)?;
-        let (scored, tracked) = self.score(step, &rollouts)?;
+        let updates_before = self.opt.t;
+        let inject = |phase: &str| crate::out_of_memory::injected(phase, step).map_err(RunError::Other);
+        let rollouts = inject("sample").and_then(|_| self.rollouts(step)).map_err(|e| self.failed(step, "sampling the rollouts", updates_before, e))?;
+        let (scored, tracked) = inject("score").and_then(|_| self.score(step, &rollouts)).map_err(|e| self.failed(step, "the scoring pass", updates_before, e))?;
         let lr = learning_rate(self.cfg.train.lr, step, self.cfg.train.warmup_steps, self.cfg.train.steps, self.cfg.train.min_lr_ratio);
         let updating = Instant::now();
-        let (loss, grad_norm, corr, verified) = self.update(step, &rollouts, tracked, &scored, lr)?;
+        let (loss, grad_norm, corr, verified) = inject("update").and_then(|_| self.update(step, &rollouts, tracked, &scored, lr)).map_err(|e| self.failed(step, "the update's forward and backward passes", updates_before, e))?;
         let (agreement, entropy) = verified.unwrap_or_else(|| (scored.agreement.clone(), scored.entropy));
         let update_s = updating.elapsed().as_secs_f64();
         let syncing = Instant::now();
-        let (sampler_hash, trainer_hash) = self.sync_weights(step)?;
+        let (sampler_hash, trainer_hash) = self.sync_weights(step).map_err(|e| self.failed(step, "handing the weights to the sampler", updates_before, e))?;
         // the evaluation sees the step's new weights (the engine holds them now)
         let c = &self.cfg;
         let eval = if c.train.eval_every > 0 && (step + 1) % c.train.eval_every == 0 {
@@ -221,6 +231,36 @@ impl Trainer {
             Ok(dir) => eprintln!("step {step} failed before its update: the run's state before it is saved in {}; fix the cause, then continue with --resume", dir.display()),
             Err(e) => eprintln!("step {step} failed before its update, and saving the run's state before it failed too: {e}"),
         }
+    }
+
+    /// A step that failed in `phase`: a device allocation that did not fit becomes one plain
+    /// error naming the phase, the bytes asked and free, and the keys to lower; while no
+    /// optimizer step of this step has run (`updates_before`), the state before the step is
+    /// saved first, so `--resume --set train.micro_batch_tokens=...` continues with the same bits.
+    fn failed(&self, step: usize, phase: &str, updates_before: u64, e: RunError) -> RunError {
+        let Some(asked) = crate::out_of_memory::reported(&e.to_string()) else { return e };
+        let device = shared_kernels::device::default_device();
+        let gb = |b: u64| format!("{:.2} GB", b as f64 / 1e9);
+        let free = shared_kernels::device::memory_free(&device).map_or("free memory unknown".to_string(), |f| format!("{} free", gb(f)));
+        let asked = asked.map_or("an allocation".to_string(), |a| format!("{} asked", gb(a)));
+        let (t, s) = (&self.cfg.train, &self.cfg.sampler);
+        let now = |v: String| if v == "0" { "0, the whole step".to_string() } else { v };
+        let keys = format!(
+            "lower train.micro_batch_tokens (now {}) or sampler.kv_budget_mib (now {}), or set train.recompute_layers = true; or leave both \"auto\" if another process took the memory",
+            now(t.pass_tokens().to_string()),
+            s.kv_budget_mib.set().map_or("auto".to_string(), |m| m.to_string())
+        );
+        let saved = if self.opt.t == updates_before && self.comm.is_none() {
+            match self.checkpoint() {
+                Ok(dir) => format!("the state before step {step} is saved in {}: continue with --resume --set train.micro_batch_tokens=N (the same bits for any N)", dir.display()),
+                Err(save) => format!("saving the state before step {step} failed too: {save}"),
+            }
+        } else if self.comm.is_some() {
+            "continue from the last checkpoint with --resume".to_string()
+        } else {
+            "the optimizer had begun this step, so the last checkpoint is the state to resume from".to_string()
+        };
+        RunError::Other(format!("step {step}: out of device memory in {phase} ({asked}, {free}): {keys}; {saved}"))
     }
 
     /// Writes a checkpoint of this step (rank 0 writes it; with a sharded optimizer every rank

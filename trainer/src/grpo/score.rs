@@ -152,7 +152,7 @@ impl Trainer {
         let mut batches = Vec::new();
         for block in blocks.iter().filter(|b| !b.is_empty()) {
             let lengths: Vec<usize> = sequences[block.clone()].iter().map(Vec::len).collect();
-            batches.extend(micro_batches(&lengths, self.cfg.train.micro_batch_tokens).into_iter().map(|b| b.start + block.start..b.end + block.start));
+            batches.extend(micro_batches(&lengths, self.cfg.train.pass_tokens()).into_iter().map(|b| b.start + block.start..b.end + block.start));
         }
         (batches, blocks)
     }
@@ -166,7 +166,7 @@ impl Trainer {
             .filter(|units| !units.is_empty())
             .map(|units| {
                 let lengths: Vec<usize> = sequences[units.start * g..units.end * g].iter().map(Vec::len).collect();
-                micro_batches(&lengths, self.cfg.train.micro_batch_tokens).len()
+                micro_batches(&lengths, self.cfg.train.pass_tokens()).len()
             })
             .sum()
     }

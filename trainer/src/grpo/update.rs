@@ -131,7 +131,7 @@ impl Trainer {
                     let lengths: Vec<usize> = mini.iter().map(Vec::len).collect();
                     let mut fold = GradFold::new();
                     let (mut loss, mut total) = (0.0, std::collections::BTreeMap::new());
-                    for b in micro_batches(&lengths, c.train.micro_batch_tokens).into_iter().filter(|b| !b.is_empty()) {
+                    for b in micro_batches(&lengths, c.train.pass_tokens()).into_iter().filter(|b| !b.is_empty()) {
                         let tracked = tracked_copy(&self.policy.model);
                         let (lp, flat) = tracked.training_logprobs(&mini[b.clone()], c.sampler.logprob_distribution(), c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
                         let mut weights = Vec::new();

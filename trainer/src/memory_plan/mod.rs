@@ -1,22 +1,21 @@
 //! The device memory a run needs, worked out from the config before anything is allocated.
 //!
 //! The fixed part is exact arithmetic on the shapes: the trainer's weights and the sampler's
-//! resident copy, for training also the f32 master weights (a narrower model dtype), AdamW's two
-//! moments, the f32 gradient accumulators (a tied embedding has two: lookup and LM head) and the
-//! KL reference model, and the sampler's preallocated KV cache. A run whose fixed part does not fit
-//! the device is a config error naming the keys to change (exit 2), before loading anything.
-//!
-//! The activations of one trainer pass are an estimate: per token and layer 8 x hidden +
-//! 4 x intermediate values in the model's dtype, one LM-head chunk's logits and their gradient,
-//! and a few `[heads, t, t]` f32 score tensors of the dense attention backward (with
-//! `train.recompute_layers`, each layer's input plus one layer's values). Calibrated on the
-//! H200 (docs/journal/scale-history.md, session 14): within about 25% of the measured peaks of 0.6B and 1.7B
-//! rungs. A run whose fixed part plus that estimate passes the device gets a warning naming
-//! `train.micro_batch_tokens`, not a refusal.
+//! resident copy (sampling alone holds one copy), for training also the f32 master weights (a
+//! narrower model dtype), AdamW's two moments, the f32 gradient accumulators (a tied embedding
+//! has two: lookup and LM head) and the KL reference model, and the sampler's KV cache. The
+//! activations of one trainer pass are [`activation_bytes`], an estimate calibrated against
+//! measured peaks (docs/scale.md). `"auto"` sizes (the defaults) are chosen from the device's
+//! free memory by [`auto`]; a config that cannot fit is refused before anything loads (exit 2),
+//! naming the keys to change and values that would fit.
 
 use crate::config::Config;
 use crate::run::{invalid, RunError};
 use shared_kernels::model::ModelConfig;
+
+pub mod auto;
+
+pub use auto::{resolve, DeviceMemory};
 
 /// What the plan is for: `lockstep train` holds the optimizer state and the activations of a
 /// pass, `lockstep sample` only the weights and the KV cache.
@@ -48,10 +47,10 @@ pub struct MemoryPlan {
     model_key: &'static str,
 }
 
-const GB: f64 = 1e9;
+pub(crate) const GB: f64 = 1e9;
 
 /// Bytes in GB, or MB below one GB.
-fn size(bytes: u64) -> String {
+pub(crate) fn size(bytes: u64) -> String {
     if bytes as f64 >= GB { format!("{:.1} GB", bytes as f64 / GB) } else { format!("{:.1} MB", bytes as f64 / 1e6) }
 }
 
@@ -62,57 +61,19 @@ impl MemoryPlan {
 
     /// [`Self::of`] for one of `ranks` data-parallel ranks: with `train.shard_optimizer`, a
     /// rank holds the masters and moments of its share of the parameters (at most 1/ranks of
-    /// them plus the largest parameter, `distributed::zero`).
+    /// them plus the largest parameter, `distributed::zero`). `"auto"` sizes count as their
+    /// unresolved meaning (the whole step, a full KV cache): [`resolve`] sets them first.
     pub fn of_rank(c: &Config, m: &ModelConfig, dtype_bytes: u64, purpose: Purpose, ranks: usize) -> Self {
-        // in f64, saturated into u64 (`as` saturates): a config with absurd sizes (refused by
-        // name elsewhere) must not overflow here
-        let n = |x: usize| x as f64;
         let sat = |x: f64| x as u64;
-        let dtype = dtype_bytes as f64;
-        let params: f64 = m.expected_tensors().iter().map(|(_, shape)| shape.iter().map(|&d| n(d)).product::<f64>()).sum();
-        let embedding = n(m.vocab_size) * n(m.hidden_size);
-        let layers = n(m.num_layers);
-        // the sampler's paged cache: blocks of BLOCK positions, as many as the budget holds
-        // (sampler::EngineConfig::from_budget), or enough for max_batch full contexts
-        let block = shared_kernels::ops::attention::BLOCK as f64;
-        let per_block = 2.0 * layers * block * n(m.num_kv_heads) * n(m.head_dim) * dtype;
-        let blocks = if c.sampler.kv_budget_mib > 0.0 { (c.sampler.kv_budget_mib * 1048576.0 / per_block.max(1.0)).floor() } else { n(c.sampler.max_batch) * (n(c.sampler.context) / block).ceil() };
-        let kv = per_block * blocks;
-        let mut fixed = vec![Part { what: "weights (trainer)", bytes: sat(params * dtype) }, Part { what: "weights (sampler's copy)", bytes: sat(params * dtype) }];
-        let mut activations = 0;
-        if purpose == Purpose::Train {
-            let largest = m.expected_tensors().iter().map(|(_, shape)| shape.iter().map(|&d| n(d)).product::<f64>()).fold(0.0, f64::max);
-            let owned = if ranks > 1 && c.train.shard_optimizer { (params / n(ranks) + largest).min(params) } else { params };
-            if dtype_bytes < 4 {
-                fixed.push(Part { what: "f32 master weights", bytes: sat(owned * 4.0) });
-            }
-            fixed.push(Part { what: "AdamW moments", bytes: sat(owned * 8.0) });
-            let tied = if m.tie_word_embeddings { embedding * 4.0 } else { 0.0 };
-            fixed.push(Part { what: "f32 gradients", bytes: sat(params * 4.0 + tied) });
-            if c.train.gradient_blocks > 1 {
-                // finished blocks' sums held by the pairwise tree: log2(blocks) on one rank (fewer on more)
-                let held = n(c.train.gradient_blocks.trailing_zeros() as usize);
-                fixed.push(Part { what: "gradient blocks' partial sums (train.gradient_blocks)", bytes: sat(held * (params * 4.0 + tied)) });
-            }
-            if c.train.kl_coef > 0.0 {
-                fixed.push(Part { what: "KL reference model", bytes: sat(params * dtype) });
-            }
-            let rollouts = n(c.train.prompts_per_step) * n(c.train.group_size);
-            let step_tokens = rollouts * n(c.sampler.context);
-            let pass_tokens = if c.train.micro_batch_tokens > 0 { n(c.train.micro_batch_tokens).max(n(c.sampler.context)).min(step_tokens) } else { step_tokens };
-            // with recomputation: every layer's input, and one layer's activations at a time
-            let layer_token = (8.0 * n(m.hidden_size) + 4.0 * n(m.intermediate_size)) * dtype;
-            let per_token = if c.train.recompute_layers { layers * n(m.hidden_size) * dtype + layer_token } else { layers * layer_token };
-            let head_rows = n(shared_kernels::ops::logits::head_logprobs::head_chunk_rows(m.vocab_size)).min(pass_tokens);
-            let head = head_rows * n(m.vocab_size) * (dtype + 8.0);
-            let t = n(c.sampler.context);
-            let scores = (5.0 * n(m.num_heads) * t * t * 4.0).min(5.0 * 2f64.powi(31));
-            activations = sat(pass_tokens * per_token + head + scores);
-        }
+        let shape = Shape::of(c, m, dtype_bytes);
+        let kv = shape.kv_bytes(c.sampler.kv_budget_bytes() as f64);
+        let mut fixed = shape.fixed_parts(c, purpose, ranks);
+        let activations = if purpose == Purpose::Train { sat(shape.activation_bytes(c, shape.clamp_pass(c, c.train.pass_tokens()))) } else { 0 };
         fixed.push(Part { what: "KV cache", bytes: sat(kv) });
-        let held = if purpose == Purpose::Train { dtype.max(4.0) } else { dtype };
-        let largest_weight = m.expected_tensors().into_iter().map(|(name, shape)| (name, sat(shape.iter().map(|&d| n(d)).product::<f64>() * held))).max_by_key(|(_, b)| *b).unwrap_or_default();
-        Self { fixed, activations, kv_bytes: sat(kv), kv_layer_bytes: sat(kv / (2.0 * layers.max(1.0))), largest_weight, kv_key: if c.sampler.kv_budget_mib > 0.0 { "sampler.kv_budget_mib" } else { "sampler.context" }, model_key: if c.model.path.is_empty() { "model.hidden_size" } else { "model.path" } }
+        let held = if purpose == Purpose::Train { shape.dtype.max(4.0) } else { shape.dtype };
+        let largest_weight = m.expected_tensors().into_iter().map(|(name, dims)| (name, sat(dims.iter().map(|&d| d as f64).product::<f64>() * held))).max_by_key(|(_, b)| *b).unwrap_or_default();
+        let budgeted = c.sampler.kv_budget_bytes() > 0;
+        Self { fixed, activations, kv_bytes: sat(kv), kv_layer_bytes: sat(kv / (2.0 * shape.layers.max(1.0))), largest_weight, kv_key: if budgeted { "sampler.kv_budget_mib" } else { "sampler.context" }, model_key: if c.model.path.is_empty() { "model.hidden_size" } else { "model.path" } }
     }
 
     pub fn fixed_bytes(&self) -> u64 {
@@ -170,14 +131,129 @@ impl MemoryPlan {
     }
 }
 
+/// The model's sizes as the plan's arithmetic needs them (in f64: a config with absurd sizes,
+/// refused by name elsewhere, must not overflow here; `as u64` saturates).
+pub(crate) struct Shape {
+    pub(crate) params: f64,
+    largest: f64,
+    embedding: f64,
+    tied: bool,
+    pub(crate) layers: f64,
+    pub(crate) hidden: f64,
+    pub(crate) intermediate: f64,
+    heads: f64,
+    pub(crate) vocab: usize,
+    pub(crate) dtype: f64,
+    /// One KV block's bytes (every layer's K and V for `BLOCK` positions).
+    pub(crate) per_block: f64,
+}
+
+impl Shape {
+    pub(crate) fn of(_c: &Config, m: &ModelConfig, dtype_bytes: u64) -> Self {
+        let n = |x: usize| x as f64;
+        let sizes: Vec<f64> = m.expected_tensors().iter().map(|(_, shape)| shape.iter().map(|&d| n(d)).product::<f64>()).collect();
+        let block = shared_kernels::ops::attention::BLOCK as f64;
+        let dtype = dtype_bytes as f64;
+        Self {
+            params: sizes.iter().sum(),
+            largest: sizes.iter().copied().fold(0.0, f64::max),
+            embedding: n(m.vocab_size) * n(m.hidden_size),
+            tied: m.tie_word_embeddings,
+            layers: n(m.num_layers),
+            hidden: n(m.hidden_size),
+            intermediate: n(m.intermediate_size),
+            heads: n(m.num_heads),
+            vocab: m.vocab_size,
+            dtype,
+            per_block: 2.0 * n(m.num_layers) * block * n(m.num_kv_heads) * n(m.head_dim) * dtype,
+        }
+    }
+
+    /// KV blocks one request of `sampler.context` positions takes.
+    pub(crate) fn request_blocks(c: &Config) -> f64 {
+        (c.sampler.context as f64 / shared_kernels::ops::attention::BLOCK as f64).ceil()
+    }
+
+    /// The KV cache's bytes for a budget of `budget` bytes (0: `max_batch` full requests), as
+    /// `sampler::EngineConfig::from_budget` sizes it.
+    pub(crate) fn kv_bytes(&self, budget: f64) -> f64 {
+        let blocks = if budget > 0.0 { (budget / self.per_block.max(1.0)).floor() } else { 0.0 };
+        self.per_block * blocks
+    }
+
+    /// The cache for `max_batch` requests of `context` positions each (more is never used).
+    pub(crate) fn kv_full_bytes(&self, c: &Config) -> f64 {
+        self.per_block * c.sampler.max_batch as f64 * Self::request_blocks(c)
+    }
+
+    /// Every fixed part but the KV cache.
+    pub(crate) fn fixed_parts(&self, c: &Config, purpose: Purpose, ranks: usize) -> Vec<Part> {
+        let sat = |x: f64| x as u64;
+        let (params, dtype) = (self.params, self.dtype);
+        if purpose == Purpose::Sample {
+            // the engine takes the loaded weights and keeps them resident: one copy
+            return vec![Part { what: "weights", bytes: sat(params * dtype) }];
+        }
+        let mut fixed = vec![Part { what: "weights (trainer)", bytes: sat(params * dtype) }, Part { what: "weights (sampler's resident copy)", bytes: sat(params * dtype) }];
+        let owned = if ranks > 1 && c.train.shard_optimizer { (params / ranks as f64 + self.largest).min(params) } else { params };
+        if dtype < 4.0 {
+            fixed.push(Part { what: "f32 master weights", bytes: sat(owned * 4.0) });
+        }
+        fixed.push(Part { what: "AdamW moments", bytes: sat(owned * 8.0) });
+        let tied = if self.tied { self.embedding * 4.0 } else { 0.0 };
+        fixed.push(Part { what: "f32 gradients", bytes: sat(params * 4.0 + tied) });
+        if c.train.gradient_blocks > 1 {
+            // finished blocks' sums held by the pairwise tree: log2(blocks) on one rank (fewer on more)
+            let held = c.train.gradient_blocks.trailing_zeros() as f64;
+            fixed.push(Part { what: "gradient blocks' partial sums (train.gradient_blocks)", bytes: sat(held * (params * 4.0 + tied)) });
+        }
+        if c.train.kl_coef > 0.0 {
+            fixed.push(Part { what: "KL reference model", bytes: sat(params * dtype) });
+        }
+        fixed
+    }
+
+    /// The most tokens a step's pass can hold: every rollout at full `sampler.context`.
+    pub(crate) fn step_tokens(c: &Config) -> f64 {
+        c.train.prompts_per_step as f64 * c.train.group_size as f64 * c.sampler.context as f64
+    }
+
+    /// The tokens a pass of `micro_batch_tokens` (0: the whole step) holds at most: at least one
+    /// full sequence (a longer one runs alone), at most the step.
+    pub(crate) fn clamp_pass(&self, c: &Config, micro_batch_tokens: usize) -> f64 {
+        let step = Self::step_tokens(c);
+        if micro_batch_tokens == 0 { step } else { (micro_batch_tokens as f64).max(c.sampler.context as f64).min(step) }
+    }
+
+    /// One trainer pass of `pass_tokens` tokens: per token and layer 8 x hidden + 4 x
+    /// intermediate values in the model's dtype (with `train.recompute_layers`, each layer's
+    /// input plus one layer's values), one LM-head chunk's logits and their gradient, and a few
+    /// `[heads, t, t]` f32 score tensors of the dense attention backward.
+    pub(crate) fn activation_bytes(&self, c: &Config, pass_tokens: f64) -> f64 {
+        let layer_token = (8.0 * self.hidden + 4.0 * self.intermediate) * self.dtype;
+        let per_token = if c.train.recompute_layers { self.layers * self.hidden * self.dtype + layer_token } else { self.layers * layer_token };
+        let head_rows = (shared_kernels::ops::logits::head_logprobs::head_chunk_rows(self.vocab) as f64).min(pass_tokens);
+        let head = head_rows * self.vocab as f64 * (self.dtype + 8.0);
+        let t = c.sampler.context as f64;
+        let scores = (5.0 * self.heads * t * t * 4.0).min(5.0 * 2f64.powi(31));
+        pass_tokens * per_token + head + scores
+    }
+
+    /// The widest activation a token has (`[tokens, width]` tensors): the 32-bit index range
+    /// and a runtime's binding limit bound the tokens of a pass by it.
+    pub(crate) fn widest(m: &ModelConfig) -> usize {
+        m.intermediate_size.max(m.hidden_size).max(m.num_heads * m.head_dim)
+    }
+}
+
 /// A trainer pass's widest activation (`[tokens, intermediate]`) within the kernels' 32-bit
 /// index range, checked before sampling: otherwise a huge step would be refused by the launch
 /// guards only after its rollouts were generated.
-fn check_pass_size(c: &Config, m: &ModelConfig) -> Result<(), RunError> {
-    let (context, micro) = (c.sampler.context as u128, c.train.micro_batch_tokens as u128);
+pub(crate) fn check_pass_size(c: &Config, m: &ModelConfig) -> Result<(), RunError> {
+    let (context, micro) = (c.sampler.context as u128, c.train.pass_tokens() as u128);
     let rollouts = c.train.prompts_per_step as u128 * c.train.group_size as u128;
     let pass_tokens = if micro > 0 { micro.max(context).min(rollouts * context) } else { rollouts * context };
-    let width = m.intermediate_size.max(m.hidden_size).max(m.num_heads * m.head_dim) as u128;
+    let width = Shape::widest(m) as u128;
     let limit = u32::MAX as u128;
     if pass_tokens * width > limit {
         let key = if micro > 0 { "train.micro_batch_tokens" } else { "train.prompts_per_step" };
@@ -193,34 +269,16 @@ fn check_pass_size(c: &Config, m: &ModelConfig) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Plans `c` for `purpose` on `device`: prints the plan's line, refuses a config whose fixed part
-/// cannot fit (exit 2), warns when the activation estimate may not.
-pub fn check(c: &Config, device: &burn::tensor::Device, purpose: Purpose) -> Result<(), RunError> {
-    check_rank(c, device, purpose, 1)
-}
-
-/// [`check`] for one of `ranks` data-parallel ranks (each on its own device).
-pub fn check_rank(c: &Config, device: &burn::tensor::Device, purpose: Purpose, ranks: usize) -> Result<(), RunError> {
-    let shape = crate::run::model_shape(c)?;
-    // the kernels' index range first: it holds on every runtime, the binding limit below on some
-    crate::run::check_sizes(c, &shape)?;
-    if purpose == Purpose::Train {
-        check_pass_size(c, &shape)?;
-    }
-    let dtype_bytes = crate::run::dtype(c).size() as u64;
-    let plan = MemoryPlan::of_rank(c, &shape, dtype_bytes, purpose, ranks);
-    let capacity = shared_kernels::device::memory_capacity(device);
-    eprintln!("{}", plan.summary(capacity));
-    plan.check_tensor_limit(shared_kernels::device::max_tensor_bytes(device))?;
-    if let Some(warning) = plan.check(capacity)? {
-        eprintln!("warning: {warning}");
-    }
-    Ok(())
+/// `c` planned for `purpose` on `device` with its `"auto"` sizes resolved: prints the plan's
+/// line and the sizes chosen, refuses a config that cannot fit (exit 2). See [`auto::resolve`].
+pub fn plan(c: &Config, device: &burn::tensor::Device, purpose: Purpose) -> Result<Config, RunError> {
+    resolve(c, device, purpose, 1, 1)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Sizing;
 
     fn qwen3_8b() -> ModelConfig {
         let json = serde_json::json!({
@@ -270,7 +328,7 @@ mod tests {
         c.sampler.context = 32768;
         let err = MemoryPlan::of(&c, &qwen3_8b(), 2, Purpose::Sample).check(Some(150_000_000_000)).unwrap_err().to_string();
         assert!(err.contains("sampler.kv_budget_mib") && err.contains("KV cache"), "{err}");
-        c.sampler.kv_budget_mib = 60_000.0;
+        c.sampler.kv_budget_mib = Sizing::Set(60_000.0);
         assert!(MemoryPlan::of(&c, &qwen3_8b(), 2, Purpose::Sample).check(Some(150_000_000_000)).unwrap().is_none());
     }
 
@@ -281,18 +339,18 @@ mod tests {
         c.train.prompts_per_step = 32;
         c.train.group_size = 16;
         c.sampler.context = 4096;
-        c.sampler.kv_budget_mib = 10_000.0;
+        c.sampler.kv_budget_mib = Sizing::Set(10_000.0);
         let small = qwen3_0_6b();
         let plan = MemoryPlan::of(&c, &small, 2, Purpose::Train);
         let warning = plan.check(Some(80_000_000_000)).unwrap().expect("a warning");
         assert!(warning.contains("train.micro_batch_tokens"), "{warning}");
-        c.train.micro_batch_tokens = 8192;
+        c.train.micro_batch_tokens = Sizing::Set(8192);
         assert!(MemoryPlan::of(&c, &small, 2, Purpose::Train).check(Some(80_000_000_000)).unwrap().is_none());
         assert!(plan.check(None).unwrap().is_none());
         // absurd sizes (refused by name before loading) do not overflow the plan
         c.sampler.context = usize::MAX / 2;
         c.sampler.max_batch = usize::MAX / 2;
-        c.sampler.kv_budget_mib = 0.0;
+        c.sampler.kv_budget_mib = Sizing::Set(0.0);
         let huge = MemoryPlan::of(&c, &small, 2, Purpose::Train);
         assert!(huge.check(Some(80_000_000_000)).is_err());
     }
@@ -306,14 +364,14 @@ mod tests {
         c.train.prompts_per_step = 4;
         c.train.group_size = 16;
         c.sampler.context = 1088;
-        c.sampler.kv_budget_mib = 62_000.0;
-        c.train.micro_batch_tokens = 16_384;
+        c.sampler.kv_budget_mib = Sizing::Set(62_000.0);
+        c.train.micro_batch_tokens = Sizing::Set(16_384);
         let small = qwen3_0_6b();
         let warning = MemoryPlan::of(&c, &small, 2, Purpose::Train).check(Some(85_000_000_000)).unwrap().expect("a warning");
         assert!(warning.contains("train.micro_batch_tokens") && warning.contains("sampler.kv_budget_mib (the KV cache's 65.0 GB"), "{warning}");
         // a small pool leaves only the pass to name
-        c.sampler.kv_budget_mib = 2_000.0;
-        c.train.micro_batch_tokens = 200_000;
+        c.sampler.kv_budget_mib = Sizing::Set(2_000.0);
+        c.train.micro_batch_tokens = Sizing::Set(200_000);
         let warning = MemoryPlan::of(&c, &small, 2, Purpose::Train).check(Some(85_000_000_000)).unwrap().expect("a warning");
         assert!(warning.contains("train.micro_batch_tokens") && !warning.contains("kv_budget"), "{warning}");
     }
@@ -329,7 +387,7 @@ mod tests {
         let plan = MemoryPlan::of(&c, &qwen3_8b(), 2, Purpose::Sample);
         let err = plan.check_tensor_limit(Some(128 << 20)).unwrap_err().to_string();
         assert!(err.contains("sampler.context") && err.contains("268.4 MB") && err.contains("KV cache"), "{err}");
-        c.sampler.kv_budget_mib = 100.0;
+        c.sampler.kv_budget_mib = Sizing::Set(100.0);
         let err = MemoryPlan::of(&c, &qwen3_8b(), 2, Purpose::Sample).check_tensor_limit(Some(128 << 20)).unwrap_err().to_string();
         assert!(err.contains("model.path") && err.contains(".weight`") && err.contains("1.2 GB"), "{err}");
         let err = MemoryPlan::of(&c, &qwen3_8b(), 2, Purpose::Train).check_tensor_limit(Some(2 << 30)).unwrap_err().to_string();
@@ -351,9 +409,9 @@ mod tests {
         c.sampler.context = 8192;
         let err = check_pass_size(&c, &qwen3_8b()).unwrap_err().to_string();
         assert!(err.contains("train.prompts_per_step") && err.contains("349525"), "{err}");
-        c.train.micro_batch_tokens = 16384;
+        c.train.micro_batch_tokens = Sizing::Set(16384);
         assert!(check_pass_size(&c, &qwen3_8b()).is_ok());
-        c.train.micro_batch_tokens = 1 << 20;
+        c.train.micro_batch_tokens = Sizing::Set(1 << 20);
         let err = check_pass_size(&c, &qwen3_8b()).unwrap_err().to_string();
         assert!(err.contains("train.micro_batch_tokens"), "{err}");
     }

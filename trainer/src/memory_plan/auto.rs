@@ -1,0 +1,379 @@
+//! `"auto"` memory sizes: `train.micro_batch_tokens` and `sampler.kv_budget_mib` chosen before
+//! step 0 from the device's free memory, the fixed state and the activation estimate.
+//!
+//! Why it is safe to choose them per device: neither changes a bit of the run. The update folds
+//! every weight gradient over the tokens in one order whatever the micro-batches
+//! (`shared_kernels::grad_fold`), and a smaller KV cache only preempts requests, which rerun
+//! with the same bits. So a run sized for an 80 GB card and one sized for a 141 GB card are the
+//! same run, and a resume may size itself anew.
+//!
+//! The rule, when both are auto: if a full KV cache (`max_batch` requests of `context`
+//! positions) and a whole-step pass fit, take both; else the trainer's passes get
+//! [`PASS_SHARE`] of what the fixed part leaves (at least one full sequence), the KV cache the
+//! rest up to full, and the pass whatever the cache leaves. One auto key takes what the set one
+//! leaves. A config that cannot fit is refused naming the keys with values that would.
+
+use super::{invalid, size, Config, MemoryPlan, Part, Purpose, Shape};
+use crate::config::Sizing;
+use crate::run::RunError;
+use shared_kernels::model::ModelConfig;
+
+/// Kept free beside the plan: the CUDA context's growth (kernel modules, graphs), the pools'
+/// slack between page sizes, the sampler's per-step buffers. Calibrated in docs/scale.md.
+const RESERVE_BYTES: f64 = 1.5e9;
+const RESERVE_FRACTION: f64 = 0.04;
+/// The activation estimate times this is what a pass is planned with (the estimate is within
+/// about 15% of measured peaks: docs/scale.md's calibration table).
+const ACTIVATION_MARGIN: f64 = 1.15;
+/// When a full KV cache and a whole-step pass do not both fit: the share of what the fixed part
+/// leaves that the trainer's passes get (the KV cache the rest).
+const PASS_SHARE: f64 = 0.4;
+
+/// The device's memory as the plan sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceMemory {
+    pub total: u64,
+    pub free: u64,
+    /// The largest tensor a kernel can bind (wgpu), `None` where memory is the limit.
+    pub tensor_limit: Option<u64>,
+}
+
+impl DeviceMemory {
+    /// `device`'s figures (`None` when the runtime gives no size); `sharing` processes or
+    /// threads that plan the same device each get their share.
+    pub fn of(device: &burn::tensor::Device, sharing: usize) -> Option<Self> {
+        let total = shared_kernels::device::memory_capacity(device)?;
+        let free = shared_kernels::device::memory_free(device).unwrap_or(total).min(total);
+        let share = sharing.max(1) as u64;
+        Some(Self { total: total / share, free: free / share, tensor_limit: shared_kernels::device::max_tensor_bytes(device) })
+    }
+
+    fn reserve(&self) -> f64 {
+        RESERVE_BYTES.min(0.25 * self.total as f64) + RESERVE_FRACTION * self.total as f64
+    }
+
+    /// What the run may plan with: the free memory less the reserve.
+    fn usable(&self) -> f64 {
+        (self.free as f64 - self.reserve()).max(0.0)
+    }
+
+    fn describe(&self) -> String {
+        format!("{} free of {} ({} kept in reserve)", size(self.free), size(self.total), size(self.reserve() as u64))
+    }
+}
+
+/// The sizes the planner may pick within, from the model, the config and the device's limits.
+struct Room<'a> {
+    c: &'a Config,
+    shape: Shape,
+    purpose: Purpose,
+    /// Bytes for the KV cache and one pass together, after the fixed part and the reserve.
+    left: f64,
+    kv_full: f64,
+    kv_min: f64,
+    pass_min: f64,
+    pass_max: f64,
+}
+
+impl Room<'_> {
+    fn pass_bytes(&self, tokens: f64) -> f64 {
+        if self.purpose == Purpose::Sample {
+            return sampler_step_bytes(self.c, &self.shape);
+        }
+        // a rollout step's buffers live when no trainer pass does: the larger of the two counts
+        (self.shape.activation_bytes(self.c, tokens) * ACTIVATION_MARGIN).max(sampler_step_bytes(self.c, &self.shape))
+    }
+
+    /// The most tokens a pass may hold within `bytes`, a multiple of 64 unless that is below one
+    /// sequence (`None`: not even one sequence fits).
+    fn largest_pass(&self, bytes: f64) -> Option<usize> {
+        if self.pass_bytes(self.pass_min) > bytes {
+            return None;
+        }
+        if self.pass_bytes(self.pass_max) <= bytes {
+            return Some(self.pass_max as usize);
+        }
+        let (mut lo, mut hi) = (self.pass_min as usize, self.pass_max as usize);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.pass_bytes(mid as f64) <= bytes { lo = mid } else { hi = mid }
+        }
+        Some((lo / 64 * 64).max(self.pass_min as usize))
+    }
+
+    /// The KV budget's bytes for what `left_for_kv` holds (at most a full cache), `None` below
+    /// one request.
+    fn kv_within(&self, left_for_kv: f64) -> Option<f64> {
+        let kv = self.shape.kv_bytes(left_for_kv.min(self.kv_full));
+        (kv >= self.kv_min).then_some(kv)
+    }
+}
+
+/// The bytes of one rollout step's transient buffers beside the KV cache: a prefill chunk per
+/// running request through one layer (the layer's values twice over), and three f32 rows of
+/// the vocabulary per request for the logits.
+fn sampler_step_bytes(c: &Config, shape: &Shape) -> f64 {
+    let tokens = (c.sampler.max_batch * c.sampler.chunk_size.max(1)) as f64;
+    let layer_token = (8.0 * shape.hidden + 4.0 * shape.intermediate) * shape.dtype;
+    tokens * 2.0 * layer_token + c.sampler.max_batch as f64 * shape.vocab as f64 * 12.0
+}
+
+/// `c` with its `"auto"` sizes chosen for `mem`, and one line saying what was chosen and why.
+/// Refuses (a config error naming the key, exit 2) a config that cannot fit.
+pub fn choose(c: &Config, m: &ModelConfig, dtype_bytes: u64, purpose: Purpose, ranks: usize, mem: &DeviceMemory) -> Result<(Config, String), RunError> {
+    let shape = Shape::of(c, m, dtype_bytes);
+    let fixed: Vec<Part> = shape.fixed_parts(c, purpose, ranks);
+    let fixed_bytes: f64 = fixed.iter().map(|p| p.bytes as f64).sum();
+    let usable = mem.usable();
+    // the kernels' index range and a runtime's binding limit cap one layer's cache and a pass
+    let layers2 = 2.0 * shape.layers.max(1.0);
+    let mut kv_cap = u32::MAX as f64 * layers2 * shape.dtype;
+    let widest = Shape::widest(m) as f64;
+    let mut pass_cap = u32::MAX as f64 / widest.max(1.0);
+    if let Some(limit) = mem.tensor_limit {
+        kv_cap = kv_cap.min(limit as f64 * layers2);
+        pass_cap = pass_cap.min(limit as f64 / (widest.max(1.0) * 4.0));
+    }
+    let pass_min = c.sampler.context as f64;
+    let room = Room {
+        c,
+        purpose,
+        left: usable - fixed_bytes,
+        kv_full: shape.kv_full_bytes(c).min(kv_cap),
+        kv_min: shape.per_block * Shape::request_blocks(c),
+        pass_min,
+        pass_max: Shape::step_tokens(c).min(pass_cap.floor()).max(pass_min),
+        shape,
+    };
+    let mut out = c.clone();
+    let set_kv = c.sampler.kv_budget_mib.set().map(|mib| if mib > 0.0 { room.shape.kv_bytes(mib * 1048576.0) } else { room.shape.kv_full_bytes(c) });
+    let set_pass = c.train.micro_batch_tokens.set().map(|t| room.shape.clamp_pass(c, t));
+    let training = purpose == Purpose::Train;
+    let (kv, pass) = match (set_kv, set_pass.filter(|_| training)) {
+        (Some(kv), Some(pass)) => (kv, pass),
+        (None, Some(pass)) => (room.kv_within(room.left - room.pass_bytes(pass)).ok_or_else(|| refusal(c, &room, mem, fixed_bytes, room.kv_min, pass, "sampler.kv_budget_mib"))?, pass),
+        (Some(kv), None) if training => (kv, room.largest_pass(room.left - kv).ok_or_else(|| refusal(c, &room, mem, fixed_bytes, kv, room.pass_min, "train.micro_batch_tokens"))? as f64),
+        (Some(kv), None) => (kv, 0.0),
+        (None, None) => {
+            let whole = room.pass_bytes(room.pass_max);
+            if room.kv_full + whole <= room.left {
+                (room.shape.kv_bytes(room.kv_full), room.pass_max)
+            } else {
+                let for_pass = (PASS_SHARE * room.left).max(room.pass_bytes(room.pass_min)).max(room.left - room.kv_full);
+                let kv = room.kv_within(room.left - for_pass).ok_or_else(|| refusal(c, &room, mem, fixed_bytes, room.kv_min, room.pass_min, model_key(c)))?;
+                let pass = if training { room.largest_pass(room.left - kv).ok_or_else(|| refusal(c, &room, mem, fixed_bytes, kv, room.pass_min, model_key(c)))? as f64 } else { 0.0 };
+                (kv, pass)
+            }
+        }
+    };
+    // a set pair that passes the device is refused here, with the sizes that would fit
+    let needed = fixed_bytes + kv + if training { room.shape.activation_bytes(c, pass) } else { room.pass_bytes(pass) };
+    if needed > usable {
+        let key = if c.train.micro_batch_tokens.set().is_some() && training { "train.micro_batch_tokens" } else { "sampler.kv_budget_mib" };
+        return Err(refusal(c, &room, mem, fixed_bytes, kv, pass, key));
+    }
+    let mut why = Vec::new();
+    if c.sampler.kv_budget_mib.is_auto() {
+        let mib = (kv / 1048576.0).floor();
+        out.sampler.kv_budget_mib = Sizing::Set(mib);
+        let requests = (kv / (room.kv_min.max(1.0))).floor();
+        let full = if kv >= room.kv_full - room.shape.per_block { "all of sampler.max_batch" } else { "what the device leaves beside a pass" };
+        why.push(format!("sampler.kv_budget_mib = {mib} ({} requests of {} positions at once: {full})", requests, c.sampler.context));
+    }
+    if training && c.train.micro_batch_tokens.is_auto() {
+        out.train.micro_batch_tokens = Sizing::Set(pass as usize);
+        let whole = if pass >= room.pass_max { "the whole step" } else { "what the device leaves beside the KV cache" };
+        why.push(format!("train.micro_batch_tokens = {} (~{} of activations a pass: {whole})", pass as usize, size((room.pass_bytes(pass)) as u64)));
+    }
+    let line = if why.is_empty() { String::new() } else { format!("auto sizes for {}: {}", mem.describe(), why.join("; ")) };
+    Ok((out, line))
+}
+
+/// The key that sizes the model: the checkpoint, or the embedded model's width.
+fn model_key(c: &Config) -> &'static str {
+    if c.model.path.is_empty() { "model.hidden_size" } else { "model.path" }
+}
+
+/// The refusal of a config that does not fit, naming `key` and the sizes that would fit (or,
+/// where none would, the levers beyond them).
+fn refusal(c: &Config, room: &Room, mem: &DeviceMemory, fixed: f64, kv: f64, pass: f64, key: &str) -> RunError {
+    let training = room.purpose == Purpose::Train;
+    let act = if training { room.pass_bytes(pass) } else { room.pass_bytes(0.0) };
+    let what = if training { format!(" + ~{} of activations for a {}-token pass (estimate x {ACTIVATION_MARGIN})", size(act as u64), pass as usize) } else { format!(" + ~{} of sampling buffers", size(act as u64)) };
+    let mut fix = Vec::new();
+    // the sizes that would fit with the other levers as they are
+    let kv_fit = room.kv_within(room.left - room.pass_bytes(room.pass_min));
+    if let Some(kv_fit) = kv_fit {
+        let pass_fit = room.largest_pass(room.left - room.kv_min.max(kv_fit.min(kv)));
+        if training {
+            if let Some(p) = pass_fit {
+                fix.push(format!("train.micro_batch_tokens = {p}"));
+            }
+        }
+        fix.push(format!("sampler.kv_budget_mib = {} (or \"auto\")", (kv_fit.min(kv.max(room.kv_min)) / 1048576.0).floor()));
+    }
+    if training && !c.train.recompute_layers {
+        fix.push("train.recompute_layers = true (each layer's activations recomputed in the backward: far less memory a token, same bits)".into());
+    }
+    fix.push("fewer requests in flight (sampler.max_batch) or a shorter sampler.context".into());
+    if training {
+        fix.push("a second GPU with --gpus N (train.shard_optimizer splits the optimizer state)".into());
+    }
+    invalid(key, format!("the run does not fit the device: {} fixed + {} KV cache{what} = {} needed, but {}; change: {}", size(fixed as u64), size(kv as u64), size((fixed + kv + act) as u64), mem.describe(), fix.join(", ")))
+}
+
+/// `c` with its `"auto"` sizes resolved for `device` (`ranks` data-parallel ranks, `sharing`
+/// of them on this one device), after the plan's checks; prints the plan's line and the sizes
+/// chosen. Without the device's size the autos mean what 0 means (the whole step, a full KV
+/// cache), as before sizing existed.
+pub fn resolve(c: &Config, device: &burn::tensor::Device, purpose: Purpose, ranks: usize, sharing: usize) -> Result<Config, RunError> {
+    let shape = crate::run::model_shape(c)?;
+    // the kernels' index range first: it holds on every runtime, the binding limit below on some
+    crate::run::check_sizes(c, &shape)?;
+    let dtype_bytes = crate::run::dtype(c).size() as u64;
+    let mem = DeviceMemory::of(device, sharing);
+    let (resolved, line) = match &mem {
+        Some(mem) => choose(c, &shape, dtype_bytes, purpose, ranks, mem)?,
+        None => {
+            let mut out = c.clone();
+            if out.sampler.kv_budget_mib.is_auto() {
+                out.sampler.kv_budget_mib = Sizing::Set(0.0);
+            }
+            if out.train.micro_batch_tokens.is_auto() {
+                out.train.micro_batch_tokens = Sizing::Set(0);
+            }
+            (out, "auto sizes: the device's memory is unknown, so the whole step in one pass and a full KV cache".to_string())
+        }
+    };
+    crate::run::check_sizes(&resolved, &shape)?;
+    if purpose == Purpose::Train {
+        super::check_pass_size(&resolved, &shape)?;
+    }
+    let plan = MemoryPlan::of_rank(&resolved, &shape, dtype_bytes, purpose, ranks);
+    let total = mem.map(|m| m.total);
+    eprintln!("{}", plan.summary(total));
+    if !line.is_empty() {
+        eprintln!("{line}");
+    }
+    plan.check_tensor_limit(mem.and_then(|m| m.tensor_limit))?;
+    if let Some(warning) = plan.check(total)? {
+        eprintln!("warning: {warning}");
+    }
+    Ok(resolved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn qwen3(hidden: usize, intermediate: usize, layers: usize, heads: usize, tied: bool) -> ModelConfig {
+        let json = serde_json::json!({
+            "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936, "hidden_size": hidden,
+            "intermediate_size": intermediate, "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": 8,
+            "head_dim": 128, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 40960, "tie_word_embeddings": tied
+        });
+        ModelConfig::from_json(&json.to_string(), "test").unwrap()
+    }
+
+    /// An 80 GB card as the driver reports an idle H100 (79.1 GiB, ~0.5 GiB taken by the context).
+    const H100: DeviceMemory = DeviceMemory { total: 85_024_112_640, free: 84_500_000_000, tensor_limit: None };
+    const H200: DeviceMemory = DeviceMemory { total: 150_110_011_392, free: 149_500_000_000, tensor_limit: None };
+
+    /// A GRPO rung: `rollouts` x `new_tokens` in bf16, as configs/qwen3-*.toml set it.
+    fn rung(prompts: usize, group: usize, new_tokens: usize, max_batch: usize) -> Config {
+        let mut c = Config::default();
+        c.model.dtype = "bf16".into();
+        c.model.path = "/some/checkpoint".into();
+        (c.train.prompts_per_step, c.train.group_size) = (prompts, group);
+        (c.sampler.max_new_tokens, c.sampler.context, c.sampler.max_batch) = (new_tokens, new_tokens + 64, max_batch);
+        c
+    }
+
+    /// The planned total of a resolved config: fixed + KV + one pass with the margin.
+    fn planned(c: &Config, m: &ModelConfig) -> f64 {
+        let plan = MemoryPlan::of_rank(c, m, 2, Purpose::Train, 1);
+        let shape = Shape::of(c, m, 2);
+        plan.fixed_bytes() as f64 + shape.activation_bytes(c, shape.clamp_pass(c, c.train.pass_tokens())) * ACTIVATION_MARGIN
+    }
+
+    #[test]
+    fn auto_sizes_fit_the_card_and_an_explicit_size_wins() {
+        for (name, m, c) in [("0.6B 512 x 2048", qwen3(1024, 3072, 28, 16, true), rung(32, 16, 2048, 256)), ("1.7B 256 x 4096", qwen3(2048, 6144, 28, 16, true), rung(16, 16, 4096, 256))] {
+            for mem in [H100, H200] {
+                let (sized, line) = choose(&c, &m, 2, Purpose::Train, 1, &mem).unwrap_or_else(|e| panic!("{name}: {e}"));
+                let (micro, kv) = (sized.train.pass_tokens(), sized.sampler.kv_budget_mib.set().unwrap());
+                assert!(micro >= c.sampler.context && kv * 1048576.0 >= Shape::of(&c, &m, 2).per_block * Shape::request_blocks(&c), "{name}: {line}");
+                assert!(planned(&sized, &m) <= mem.usable(), "{name}: {line}: {} planned > {} usable", planned(&sized, &m), mem.usable());
+                assert!(line.contains(&format!("train.micro_batch_tokens = {micro}")) && line.contains("sampler.kv_budget_mib = "), "{line}");
+                // an explicit size is kept, the other key takes what it leaves
+                let mut set = c.clone();
+                set.train.micro_batch_tokens = Sizing::Set(c.sampler.context);
+                let (kept, _) = choose(&set, &m, 2, Purpose::Train, 1, &mem).unwrap();
+                assert_eq!(kept.train.micro_batch_tokens, Sizing::Set(c.sampler.context));
+                assert!(kept.sampler.kv_budget_mib.set().unwrap() >= kv, "{name}: a smaller pass leaves the cache no less");
+            }
+        }
+        // the 141 GB card holds more in flight than the 80 GB one
+        let (m, c) = (qwen3(1024, 3072, 28, 16, true), rung(32, 16, 2048, 256));
+        let kv = |mem| choose(&c, &m, 2, Purpose::Train, 1, &mem).unwrap().0.sampler.kv_budget_mib.set().unwrap();
+        assert!(kv(H200) > kv(H100));
+    }
+
+    #[test]
+    fn the_h200_configs_pool_on_an_80_gb_card_is_refused_naming_sizes_that_fit() {
+        // configs/qwen3-0.6b.toml as it was: a 62,000 MiB pool beside 16,384-token passes ran
+        // out of memory in step 0's update on an H100
+        let (m, mut c) = (qwen3(1024, 3072, 28, 16, true), rung(32, 16, 2048, 256));
+        c.sampler.kv_budget_mib = Sizing::Set(62_000.0);
+        c.train.micro_batch_tokens = Sizing::Set(16_384);
+        let err = choose(&c, &m, 2, Purpose::Train, 1, &H100).unwrap_err().to_string();
+        assert!(err.contains("train.micro_batch_tokens") && err.contains("does not fit") && err.contains("free of"), "{err}");
+        // the values it names fit
+        let value = |key: &str| err.split(&format!("{key} = ")).nth(1).and_then(|r| r.split(|ch: char| !ch.is_ascii_digit() && ch != '.').next()).and_then(|v| v.parse::<f64>().ok()).unwrap_or_else(|| panic!("{key} in {err}"));
+        c.sampler.kv_budget_mib = Sizing::Set(value("sampler.kv_budget_mib"));
+        c.train.micro_batch_tokens = Sizing::Set(value("train.micro_batch_tokens") as usize);
+        let (sized, _) = choose(&c, &m, 2, Purpose::Train, 1, &H100).unwrap_or_else(|e| panic!("the suggested sizes do not fit: {e}"));
+        assert!(planned(&sized, &m) <= H100.usable());
+        // and fit the H200 as written
+        c.sampler.kv_budget_mib = Sizing::Set(62_000.0);
+        c.train.micro_batch_tokens = Sizing::Set(16_384);
+        assert!(choose(&c, &m, 2, Purpose::Train, 1, &H200).is_ok());
+    }
+
+    #[test]
+    fn full_parameter_4b_on_an_80_gb_card_is_refused_before_loading_naming_the_levers() {
+        let (m, c) = (qwen3(2560, 9728, 36, 32, true), rung(16, 8, 2048, 128));
+        let err = choose(&c, &m, 2, Purpose::Train, 1, &H100).unwrap_err().to_string();
+        assert!(err.contains("model.path") && err.contains("--gpus") && err.contains("does not fit"), "{err}");
+        // sampling it fits, with one copy of the weights
+        let (_, line) = choose(&c, &m, 2, Purpose::Sample, 1, &H100).unwrap();
+        assert!(line.contains("sampler.kv_budget_mib"), "{line}");
+    }
+
+    #[test]
+    fn sampling_8b_on_an_80_gb_card_holds_one_copy_of_the_weights() {
+        let (m, mut c) = (qwen3(4096, 12288, 36, 32, false), rung(1, 2, 100, 256));
+        c.sampler.context = 1024;
+        let plan = MemoryPlan::of(&c, &m, 2, Purpose::Sample);
+        let weights: Vec<&Part> = plan.fixed.iter().filter(|p| p.what.starts_with("weights")).collect();
+        assert_eq!(weights.len(), 1);
+        assert!((weights[0].bytes as f64 / 1e9 - 16.4).abs() < 0.1, "{}", plan.summary(None));
+        let (sized, _) = choose(&c, &m, 2, Purpose::Sample, 1, &H100).unwrap();
+        // 256 requests of 1,024 positions: a full cache (37.7 GB) fits beside the weights
+        let full = Shape::of(&c, &m, 2).kv_full_bytes(&c);
+        assert!((sized.sampler.kv_budget_mib.set().unwrap() * 1048576.0 - full).abs() < Shape::of(&c, &m, 2).per_block * 2.0);
+    }
+
+    #[test]
+    fn a_share_of_the_device_and_a_binding_limit_bound_the_auto_sizes() {
+        let (m, c) = (qwen3(1024, 3072, 28, 16, true), rung(32, 16, 2048, 256));
+        let half = DeviceMemory { total: H100.total / 2, free: H100.free / 2, tensor_limit: None };
+        let kv = |mem: &DeviceMemory| choose(&c, &m, 2, Purpose::Train, 1, mem).unwrap().0.sampler.kv_budget_mib.set().unwrap();
+        assert!(kv(&half) < kv(&H100));
+        let bound = DeviceMemory { tensor_limit: Some(256 << 20), ..H100 };
+        let (sized, _) = choose(&c, &m, 2, Purpose::Train, 1, &bound).unwrap();
+        let plan = MemoryPlan::of(&sized, &m, 2, Purpose::Train);
+        assert!(plan.kv_layer_bytes <= 256 << 20, "{}", plan.kv_layer_bytes);
+        assert!(sized.train.pass_tokens() as f64 * Shape::widest(&m) as f64 * 4.0 <= (256u64 << 20) as f64);
+    }
+}
