@@ -301,6 +301,7 @@ mod tests {
         for (name, m, c) in [("0.6B 512 x 2048", qwen3(1024, 3072, 28, 16, true), rung(32, 16, 2048, 256)), ("1.7B 256 x 4096", qwen3(2048, 6144, 28, 16, true), rung(16, 16, 4096, 256))] {
             for mem in [H100, H200] {
                 let (sized, line) = choose(&c, &m, 2, Purpose::Train, 1, &mem).unwrap_or_else(|e| panic!("{name}: {e}"));
+                eprintln!("{name}: {line}");
                 let (micro, kv) = (sized.train.pass_tokens(), sized.sampler.kv_budget_mib.set().unwrap());
                 assert!(micro >= c.sampler.context && kv * 1048576.0 >= Shape::of(&c, &m, 2).per_block * Shape::request_blocks(&c), "{name}: {line}");
                 assert!(planned(&sized, &m) <= mem.usable(), "{name}: {line}: {} planned > {} usable", planned(&sized, &m), mem.usable());

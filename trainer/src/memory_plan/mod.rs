@@ -66,7 +66,8 @@ impl MemoryPlan {
     pub fn of_rank(c: &Config, m: &ModelConfig, dtype_bytes: u64, purpose: Purpose, ranks: usize) -> Self {
         let sat = |x: f64| x as u64;
         let shape = Shape::of(c, m, dtype_bytes);
-        let kv = shape.kv_bytes(c.sampler.kv_budget_bytes() as f64);
+        let budget = c.sampler.kv_budget_bytes() as f64;
+        let kv = if budget > 0.0 { shape.kv_bytes(budget) } else { shape.kv_full_bytes(c) };
         let mut fixed = shape.fixed_parts(c, purpose, ranks);
         let activations = if purpose == Purpose::Train { sat(shape.activation_bytes(c, shape.clamp_pass(c, c.train.pass_tokens()))) } else { 0 };
         fixed.push(Part { what: "KV cache", bytes: sat(kv) });
@@ -174,8 +175,8 @@ impl Shape {
         (c.sampler.context as f64 / shared_kernels::ops::attention::BLOCK as f64).ceil()
     }
 
-    /// The KV cache's bytes for a budget of `budget` bytes (0: `max_batch` full requests), as
-    /// `sampler::EngineConfig::from_budget` sizes it.
+    /// The KV cache's bytes for a budget of `budget` bytes, as
+    /// `sampler::EngineConfig::from_budget` sizes it (whole blocks).
     pub(crate) fn kv_bytes(&self, budget: f64) -> f64 {
         let blocks = if budget > 0.0 { (budget / self.per_block.max(1.0)).floor() } else { 0.0 };
         self.per_block * blocks
