@@ -22,7 +22,14 @@ fn lockstep_env(args: &[&str], dir: &Path, env: &[(&str, String)]) -> Output {
     cmd.output().expect("run lockstep")
 }
 
-const RUN: &[&str] = &["--set", "train.steps=3", "--set", "task.reward=char_f1", "--set", "train.sft_steps=2", "--set", "train.checkpoint_every=0"];
+/// Three steps of SMALL; a sampler of 8 requests in chunks of 4 tokens, so its step buffers are
+/// smaller than a trainer pass and the plan's choice of pass shows.
+const RUN: &[&str] = &["--set", "train.steps=3", "--set", "task.reward=char_f1", "--set", "train.sft_steps=2", "--set", "train.checkpoint_every=0", "--set", "sampler.max_batch=8", "--set", "sampler.chunk_size=4"];
+
+/// SMALL with RUN's overrides, as the plan sees it.
+fn small_config(dir: &Path) -> Config {
+    Config::load(Some(&dir.join("small.toml")), &RUN.iter().skip(1).step_by(2).map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
+}
 
 /// The largest fake device (free = total, lavapipe's binding limit) on which the plan cuts
 /// `c`'s step into passes of at most `tokens`, and the pass it picks there.
@@ -47,7 +54,7 @@ fn device_for_pass(c: &Config, tokens: usize) -> (u64, usize) {
 fn a_run_sized_by_the_plan_is_the_same_run_as_hand_sized_ones() {
     let dir = scratch("sizing-auto");
     std::fs::write(dir.join("small.toml"), SMALL).unwrap();
-    let c = Config::load(Some(&dir.join("small.toml")), &RUN.iter().skip(1).step_by(2).map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+    let c = small_config(&dir);
     // a device on which auto cuts each step (8 rollouts of 48 positions) into several passes
     let (device, picked) = device_for_pass(&c, 120);
     assert!(picked >= c.sampler.context && picked < 8 * c.sampler.context, "{picked}");
@@ -81,18 +88,18 @@ fn a_run_sized_by_the_plan_is_the_same_run_as_hand_sized_ones() {
 fn a_config_that_cannot_fit_is_refused_before_loading_naming_keys_with_values_that_fit() {
     let dir = scratch("sizing-refused");
     std::fs::write(dir.join("small.toml"), SMALL).unwrap();
-    let c = Config::load(Some(&dir.join("small.toml")), &[]).unwrap();
-    let (device, _) = device_for_pass(&c, 100);
+    let (device, _) = device_for_pass(&small_config(&dir), 100);
     let fake = [("LOCKSTEP_FAKE_DEVICE_MEMORY", device.to_string())];
     // the whole step in one pass does not fit that device: refused before the SFT warm start
-    let out = lockstep_env(&["train", "small.toml", "--set", "log.run_name=big", "--set", "train.micro_batch_tokens=0"], &dir, &fake);
+    let out = lockstep_env(&[&["train", "small.toml", "--set", "log.run_name=big", "--set", "train.micro_batch_tokens=0"][..], RUN].concat(), &dir, &fake);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("train.micro_batch_tokens") && err.contains("does not fit") && err.contains("train.recompute_layers = true") && err.contains("free of"), "{err}");
     assert!(!err.contains("sft step") && !dir.join("runs/big/checkpoints").exists(), "it ran before refusing: {err}");
     // the value it names runs
     let value = err.split("train.micro_batch_tokens = ").nth(1).and_then(|r| r.split(|ch: char| !ch.is_ascii_digit()).next()).unwrap().to_string();
-    let out = lockstep_env(&["train", "small.toml", "--set", "log.run_name=fits", "--set", "train.steps=1", "--set", "train.sft_steps=1", "--set", &format!("train.micro_batch_tokens={value}")], &dir, &fake);
+    let micro = format!("train.micro_batch_tokens={value}");
+    let out = lockstep_env(&[&["train", "small.toml", "--set", "log.run_name=fits"][..], RUN, &["--set", "train.steps=1", "--set", &micro]].concat(), &dir, &fake);
     assert!(out.status.success(), "the named value {value}: {}", String::from_utf8_lossy(&out.stderr));
     // a device too small for the fixed state names the model's size, and sampling is planned too
     let tiny = [("LOCKSTEP_FAKE_DEVICE_MEMORY", "1000000".to_string())];

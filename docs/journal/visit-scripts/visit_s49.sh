@@ -6,6 +6,9 @@
 #   rung06    0.6B 512 x 2048, STEPS steps (1), defaults only
 #   rung17    1.7B 256 x 4096, STEPS steps (1), defaults only
 #   hand06    0.6B 512 x 2048 hand-sized (MICRO tokens, KV MiB) for the step-time comparison
+#   sample8b  `lockstep sample configs/qwen3-8b.toml` (64 prompts x 128 tokens, a 20,000 MiB pool) with
+#             this build and .gpu/lockstep-old.gz (before the engine took the only copy of the
+#             weights): peak memory of each and the two outputs compared byte for byte
 set -uo pipefail
 O="${O:-${OUT:-.gpu/out}}"
 mkdir -p "$O"
@@ -37,6 +40,20 @@ PY
 small) STEPS=2 rung small qwen3-0.6b:64x1024 ;;
 rung06) rung rung06 qwen3-0.6b:512x2048 --set sampler.max_batch=${MAX_BATCH:-512} ;;
 rung17) rung rung17 qwen3-1.7b:256x4096 ;;
+sample8b)
+  ck=/tmp/checkpoints/qwen3-8b
+  [ -f $ck/config.json ] || python3 experiments/make_real_shape.py qwen3-8b $ck > $O/make-8b.log 2>&1 || { tail -3 $O/make-8b.log; exit 1; }
+  head -64 $ck/task.jsonl > /tmp/p8b.jsonl
+  gunzip -c .gpu/lockstep-old.gz > /tmp/lockstep-old && chmod +x /tmp/lockstep-old
+  for bin in lockstep-old lockstep; do
+    ( while true; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; sleep 0.2; done ) > $O/$bin-8b.mem 2>/dev/null &
+    poll=$!
+    timeout 240 /tmp/$bin sample configs/qwen3-8b.toml --set model.path=$ck --set sampler.input=/tmp/p8b.jsonl --set sampler.output=/tmp/$bin-8b.jsonl \
+      --set sampler.max_new_tokens=128 --set sampler.max_batch=64 --set sampler.kv_budget_mib=20000 > $O/$bin-8b.log 2>&1
+    echo "$bin: exit $?, peak $(sort -n $O/$bin-8b.mem | tail -1) MiB"; kill $poll
+    grep -h "memory plan\|sampled" $O/$bin-8b.log | head -3
+  done
+  cmp /tmp/lockstep-old-8b.jsonl /tmp/lockstep-8b.jsonl && echo "outputs identical byte for byte ($(wc -l < /tmp/lockstep-8b.jsonl) completions)" ;;
 hand06) SCALE_KV_MIB=${KV:-30000} rung hand06 qwen3-0.6b:512x2048:1:${MICRO:-16384} --set sampler.max_batch=${MAX_BATCH:-512} ;;
 esac
 done

@@ -91,6 +91,10 @@ impl Engine {
             return Err(format!("context {} exceeds the model's max_position_embeddings {}", config.context, model.config.max_position_embeddings));
         }
         let model = decode_ready(model)?;
+        // the pages the weights were loaded into are empty now where the caller handed over its
+        // only handle (`lockstep sample`): give them back before the KV cache is allocated, so
+        // the process holds one copy of the weights, not two
+        model.embed.device().memory_cleanup();
         let choice = shared_kernels::kernel_choice::KernelChoice::process().map_err(|e| e.to_string())?;
         let graphs = graphs::StepGraphs::new(choice.decode_graphs, choice.decode_graph_padding);
         let device = model.embed.device();

@@ -8,9 +8,11 @@
 //! same run, and a resume may size itself anew.
 //!
 //! The rule, when both are auto: if a full KV cache (`max_batch` requests of `context`
-//! positions) and a whole-step pass fit, take both; else the trainer's passes get
-//! [`PASS_SHARE`] of what the fixed part leaves (at least one full sequence), the KV cache the
-//! rest up to full, and the pass whatever the cache leaves. One auto key takes what the set one
+//! positions) and a whole-step pass fit, take both; else the trainer's passes keep room for
+//! [`PASS_TARGET_TOKENS`] (at least one full sequence), the KV cache takes the rest up to full,
+//! and the pass whatever the cache leaves. Generation is most of a step, and it speeds up with
+//! every request in flight, while the update barely depends on the pass size past a few
+//! thousand tokens (docs/scale.md, the H100 section). One auto key takes what the set one
 //! leaves. A config that cannot fit is refused naming the keys with values that would.
 
 use super::{invalid, size, Config, MemoryPlan, Part, Purpose, Shape};
@@ -18,16 +20,18 @@ use crate::config::Sizing;
 use crate::run::RunError;
 use shared_kernels::model::ModelConfig;
 
-/// Kept free beside the plan: the CUDA context's growth (kernel modules, graphs), the pools'
-/// slack between page sizes, the sampler's per-step buffers. Calibrated in docs/scale.md.
-const RESERVE_BYTES: f64 = 1.5e9;
-const RESERVE_FRACTION: f64 = 0.04;
-/// The activation estimate times this is what a pass is planned with (the estimate is within
-/// about 15% of measured peaks: docs/scale.md's calibration table).
+/// Kept free beside the plan: the CUDA context and its modules and graphs, the pools' slack
+/// between page sizes, the sampler's per-step buffers. On the H100, hand-sized 0.6B rungs
+/// peaked up to 6.1 GB above their plan (docs/scale.md's calibration table): 7.1 GB there.
+const RESERVE_BYTES: f64 = 2.0e9;
+const RESERVE_FRACTION: f64 = 0.06;
+/// The activation estimate times this is what a pass is planned with.
 const ACTIVATION_MARGIN: f64 = 1.15;
-/// When a full KV cache and a whole-step pass do not both fit: the share of what the fixed part
-/// leaves that the trainer's passes get (the KV cache the rest).
-const PASS_SHARE: f64 = 0.4;
+/// When a full KV cache and a whole-step pass do not both fit: the pass size kept for the
+/// trainer before the KV cache takes the rest. On the H100 at 0.6B 512 x 2048 the update took
+/// 21.9-23.6 s with passes of 4,224 to 14,400 tokens, while 218 requests in flight instead of
+/// 166 cut generation from 77.2 to 63.8 s.
+const PASS_TARGET_TOKENS: f64 = 4096.0;
 
 /// The device's memory as the plan sees it.
 #[derive(Clone, Copy, Debug)]
@@ -159,7 +163,10 @@ pub fn choose(c: &Config, m: &ModelConfig, dtype_bytes: u64, purpose: Purpose, r
             if room.kv_full + whole <= room.left {
                 (room.shape.kv_bytes(room.kv_full), room.pass_max)
             } else {
-                let for_pass = (PASS_SHARE * room.left).max(room.pass_bytes(room.pass_min)).max(room.left - room.kv_full);
+                // whole sequences: a pass just short of two holds one
+                let target = ((PASS_TARGET_TOKENS / room.pass_min).ceil() * room.pass_min).clamp(room.pass_min, room.pass_max);
+                // the target pass while one request's cache fits beside it, else down to one sequence
+                let for_pass = room.pass_bytes(target).max(room.left - room.kv_full).min(room.left - room.kv_min).max(room.pass_bytes(room.pass_min));
                 let kv = room.kv_within(room.left - for_pass).ok_or_else(|| refusal(c, &room, mem, fixed_bytes, room.kv_min, room.pass_min, model_key(c)))?;
                 let pass = if training { room.largest_pass(room.left - kv).ok_or_else(|| refusal(c, &room, mem, fixed_bytes, kv, room.pass_min, model_key(c)))? as f64 } else { 0.0 };
                 (kv, pass)
@@ -185,7 +192,20 @@ pub fn choose(c: &Config, m: &ModelConfig, dtype_bytes: u64, purpose: Purpose, r
         let whole = if pass >= room.pass_max { "the whole step" } else { "what the device leaves beside the KV cache" };
         why.push(format!("train.micro_batch_tokens = {} (~{} of activations a pass: {whole})", pass as usize, size((room.pass_bytes(pass)) as u64)));
     }
-    let line = if why.is_empty() { String::new() } else { format!("auto sizes for {}: {}", mem.describe(), why.join("; ")) };
+    let mut line = if why.is_empty() { String::new() } else { format!("auto sizes for {}: {}", mem.describe(), why.join("; ")) };
+    // a cache short of full because one sequence's activations are large: recomputation would
+    // hold far more requests (said, not chosen: it adds a forward to the update)
+    if training && c.sampler.kv_budget_mib.is_auto() && !c.train.recompute_layers && kv < room.kv_full {
+        let mut recompute = c.clone();
+        recompute.train.recompute_layers = true;
+        if let Ok((alt, _)) = choose(&recompute, m, dtype_bytes, purpose, ranks, mem) {
+            let more = alt.sampler.kv_budget_mib.set().unwrap_or(0.0) * 1048576.0 / room.kv_min.max(1.0);
+            let now = kv / room.kv_min.max(1.0);
+            if more >= 1.25 * now {
+                line.push_str(&format!("; with train.recompute_layers = true (one more forward in the update, the same bits) the KV cache would hold {} requests instead of {}", more.floor(), now.floor()));
+            }
+        }
+    }
     Ok((out, line))
 }
 
