@@ -14,6 +14,9 @@ use crate::run::{invalid, RunError};
 use shared_kernels::model::ModelConfig;
 
 pub mod auto;
+mod shape;
+
+pub(crate) use shape::Shape;
 
 pub use auto::{resolve, DeviceMemory};
 
@@ -129,121 +132,6 @@ impl MemoryPlan {
             return Ok(Some(format!("{:.1} GB fixed + ~{:.1} GB of activations may not fit the device's {:.1} GB: lower train.micro_batch_tokens (tokens per trainer pass){kv_advice}", fixed as f64 / GB, self.activations as f64 / GB, capacity as f64 / GB)));
         }
         Ok(None)
-    }
-}
-
-/// The model's sizes as the plan's arithmetic needs them (in f64: a config with absurd sizes,
-/// refused by name elsewhere, must not overflow here; `as u64` saturates).
-pub(crate) struct Shape {
-    pub(crate) params: f64,
-    largest: f64,
-    embedding: f64,
-    tied: bool,
-    pub(crate) layers: f64,
-    pub(crate) hidden: f64,
-    pub(crate) intermediate: f64,
-    heads: f64,
-    pub(crate) vocab: usize,
-    pub(crate) dtype: f64,
-    /// One KV block's bytes (every layer's K and V for `BLOCK` positions).
-    pub(crate) per_block: f64,
-}
-
-impl Shape {
-    pub(crate) fn of(_c: &Config, m: &ModelConfig, dtype_bytes: u64) -> Self {
-        let n = |x: usize| x as f64;
-        let sizes: Vec<f64> = m.expected_tensors().iter().map(|(_, shape)| shape.iter().map(|&d| n(d)).product::<f64>()).collect();
-        let block = shared_kernels::ops::attention::BLOCK as f64;
-        let dtype = dtype_bytes as f64;
-        Self {
-            params: sizes.iter().sum(),
-            largest: sizes.iter().copied().fold(0.0, f64::max),
-            embedding: n(m.vocab_size) * n(m.hidden_size),
-            tied: m.tie_word_embeddings,
-            layers: n(m.num_layers),
-            hidden: n(m.hidden_size),
-            intermediate: n(m.intermediate_size),
-            heads: n(m.num_heads),
-            vocab: m.vocab_size,
-            dtype,
-            per_block: 2.0 * n(m.num_layers) * block * n(m.num_kv_heads) * n(m.head_dim) * dtype,
-        }
-    }
-
-    /// KV blocks one request of `sampler.context` positions takes.
-    pub(crate) fn request_blocks(c: &Config) -> f64 {
-        (c.sampler.context as f64 / shared_kernels::ops::attention::BLOCK as f64).ceil()
-    }
-
-    /// The KV cache's bytes for a budget of `budget` bytes, as
-    /// `sampler::EngineConfig::from_budget` sizes it (whole blocks).
-    pub(crate) fn kv_bytes(&self, budget: f64) -> f64 {
-        let blocks = if budget > 0.0 { (budget / self.per_block.max(1.0)).floor() } else { 0.0 };
-        self.per_block * blocks
-    }
-
-    /// The cache for `max_batch` requests of `context` positions each (more is never used).
-    pub(crate) fn kv_full_bytes(&self, c: &Config) -> f64 {
-        self.per_block * c.sampler.max_batch as f64 * Self::request_blocks(c)
-    }
-
-    /// Every fixed part but the KV cache.
-    pub(crate) fn fixed_parts(&self, c: &Config, purpose: Purpose, ranks: usize) -> Vec<Part> {
-        let sat = |x: f64| x as u64;
-        let (params, dtype) = (self.params, self.dtype);
-        if purpose == Purpose::Sample {
-            // the engine takes the loaded weights and keeps them resident: one copy
-            return vec![Part { what: "weights", bytes: sat(params * dtype) }];
-        }
-        let mut fixed = vec![Part { what: "weights (trainer)", bytes: sat(params * dtype) }, Part { what: "weights (sampler's resident copy)", bytes: sat(params * dtype) }];
-        let owned = if ranks > 1 && c.train.shard_optimizer { (params / ranks as f64 + self.largest).min(params) } else { params };
-        if dtype < 4.0 {
-            fixed.push(Part { what: "f32 master weights", bytes: sat(owned * 4.0) });
-        }
-        fixed.push(Part { what: "AdamW moments", bytes: sat(owned * 8.0) });
-        let tied = if self.tied { self.embedding * 4.0 } else { 0.0 };
-        fixed.push(Part { what: "f32 gradients", bytes: sat(params * 4.0 + tied) });
-        if c.train.gradient_blocks > 1 {
-            // finished blocks' sums held by the pairwise tree: log2(blocks) on one rank (fewer on more)
-            let held = c.train.gradient_blocks.trailing_zeros() as f64;
-            fixed.push(Part { what: "gradient blocks' partial sums (train.gradient_blocks)", bytes: sat(held * (params * 4.0 + tied)) });
-        }
-        if c.train.kl_coef > 0.0 {
-            fixed.push(Part { what: "KL reference model", bytes: sat(params * dtype) });
-        }
-        fixed
-    }
-
-    /// The most tokens a step's pass can hold: every rollout at full `sampler.context`.
-    pub(crate) fn step_tokens(c: &Config) -> f64 {
-        c.train.prompts_per_step as f64 * c.train.group_size as f64 * c.sampler.context as f64
-    }
-
-    /// The tokens a pass of `micro_batch_tokens` (0: the whole step) holds at most: at least one
-    /// full sequence (a longer one runs alone), at most the step.
-    pub(crate) fn clamp_pass(&self, c: &Config, micro_batch_tokens: usize) -> f64 {
-        let step = Self::step_tokens(c);
-        if micro_batch_tokens == 0 { step } else { (micro_batch_tokens as f64).max(c.sampler.context as f64).min(step) }
-    }
-
-    /// One trainer pass of `pass_tokens` tokens: per token and layer 8 x hidden + 4 x
-    /// intermediate values in the model's dtype (with `train.recompute_layers`, each layer's
-    /// input plus one layer's values), one LM-head chunk's logits and their gradient, and a few
-    /// `[heads, t, t]` f32 score tensors of the dense attention backward.
-    pub(crate) fn activation_bytes(&self, c: &Config, pass_tokens: f64) -> f64 {
-        let layer_token = (8.0 * self.hidden + 4.0 * self.intermediate) * self.dtype;
-        let per_token = if c.train.recompute_layers { self.layers * self.hidden * self.dtype + layer_token } else { self.layers * layer_token };
-        let head_rows = (shared_kernels::ops::logits::head_logprobs::head_chunk_rows(self.vocab) as f64).min(pass_tokens);
-        let head = head_rows * self.vocab as f64 * (self.dtype + 8.0);
-        let t = c.sampler.context as f64;
-        let scores = (5.0 * self.heads * t * t * 4.0).min(5.0 * 2f64.powi(31));
-        pass_tokens * per_token + head + scores
-    }
-
-    /// The widest activation a token has (`[tokens, width]` tensors): the 32-bit index range
-    /// and a runtime's binding limit bound the tokens of a pass by it.
-    pub(crate) fn widest(m: &ModelConfig) -> usize {
-        m.intermediate_size.max(m.hidden_size).max(m.num_heads * m.head_dim)
     }
 }
 
