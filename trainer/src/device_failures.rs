@@ -45,6 +45,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for StopOnDeviceThread
 /// is left behind; the two standard streams are flushed first.
 fn exit_now(code: i32) -> ! {
     use std::io::Write;
+    trainer::child::end_all();
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
     // SAFETY: `_exit` takes no pointers and never returns.

@@ -2,6 +2,7 @@
 
 pub mod chat;
 pub mod checkpoint;
+pub mod child;
 pub mod jsonl;
 pub mod losses;
 pub mod math_verify;

@@ -282,6 +282,10 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
     // SIGTERM or Ctrl-C: finish the step, write a checkpoint, stop; a second one stops at once
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        // the second signal exits at once (below): a child program running then ends with us
+        let second = std::sync::Arc::clone(&stop);
+        // SAFETY: the action only loads an atomic and calls kill(2), both async-signal-safe
+        unsafe { signal_hook::low_level::register(signal, move || if second.load(std::sync::atomic::Ordering::SeqCst) { trainer::child::end_all() }) }.map_err(|e| RunError::Other(format!("installing the signal handler: {e}")))?;
         signal_hook::flag::register_conditional_shutdown(signal, 130, std::sync::Arc::clone(&stop)).and_then(|_| signal_hook::flag::register(signal, std::sync::Arc::clone(&stop))).map_err(|e| RunError::Other(format!("installing the signal handler: {e}")))?;
     }
     // the run must fit the device before anything loads (exit 2 otherwise); "auto" sizes are

@@ -2,12 +2,11 @@
 //! `task.reward_command` runs through `sh -c` with one JSON line per rollout on its stdin
 //! (`{"index", "prompt", "completion", "answer"}`) and must print one line per rollout on its
 //! stdout, in order: a number, or an object with a numeric `"reward"`. It has
-//! `task.reward_timeout_s` seconds; a crash, a hang, a short answer or a malformed line is an
-//! error naming the key, the line and the program's stderr, never a hang or a panic.
+//! `task.reward_timeout_s` seconds (`crate::child`: its own process group, ended with it); a
+//! crash, a hang, a short answer or a malformed line is an error naming the key, the line and
+//! the program's stderr, never a hang or a panic.
 
-use std::io::{Read, Write};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One rollout as the program sees it.
 pub struct Rollout<'a> {
@@ -24,32 +23,15 @@ pub fn rewards(command: &str, timeout_s: f64, rollouts: &[Rollout<'_>]) -> Resul
         input += &serde_json::json!({"index": i, "prompt": r.prompt, "completion": r.completion, "answer": r.answer}).to_string();
         input.push('\n');
     }
-    let mut child = Command::new("sh").args(["-c", command]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| format!("{key} {command:?} could not start: {e}"))?;
-    // stdin written and stdout/stderr drained on their own threads, so a program that answers
-    // before reading everything (or fills a pipe) cannot deadlock with us
-    let mut stdin = child.stdin.take().expect("piped stdin");
-    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
-    let drain = |mut pipe: Box<dyn Read + Send>| std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = pipe.read_to_end(&mut bytes);
-        bytes
-    });
-    let stdout = drain(Box::new(child.stdout.take().expect("piped stdout")));
-    let stderr = drain(Box::new(child.stderr.take().expect("piped stderr")));
-    let deadline = Instant::now() + Duration::from_secs_f64(timeout_s.max(0.0));
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(|e| format!("{key}: waiting for {command:?}: {e}"))? {
-            break status;
+    let finished = crate::child::run(command, input.into_bytes(), Duration::from_secs_f64(timeout_s.clamp(0.0, crate::child::MAX_TIMEOUT_S)));
+    let (status, out, err) = match finished {
+        Ok(f) => (f.status, f.stdout, String::from_utf8_lossy(&f.stderr).into_owned()),
+        Err(crate::child::Failure::Start(e)) => return Err(format!("{key} {command:?} could not start: {e}")),
+        Err(crate::child::Failure::TimedOut { stderr }) => {
+            let tail = String::from_utf8_lossy(&stderr).lines().rev().take(3).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
+            return Err(format!("{key} {command:?} gave no answer within task.reward_timeout_s = {timeout_s} s for {} rollouts; it and every process it started were stopped; its stderr: {tail}", rollouts.len()));
         }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("{key} {command:?} gave no answer within task.reward_timeout_s = {timeout_s} s for {} rollouts; it was stopped", rollouts.len()));
-        }
-        std::thread::sleep(Duration::from_millis(5));
     };
-    let _ = writer.join();
-    let (out, err) = (stdout.join().unwrap_or_default(), String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned());
     let err_tail: String = err.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
     if !status.success() {
         return Err(format!("{key} {command:?} failed ({status}); its stderr: {err_tail}"));
@@ -80,6 +62,7 @@ pub fn rewards(command: &str, timeout_s: f64, rollouts: &[Rollout<'_>]) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     fn batch() -> Vec<Rollout<'static>> {
         vec![Rollout { prompt: "1+1=", completion: "2", answer: "2" }, Rollout { prompt: "2+2=", completion: "five", answer: "4" }]

@@ -112,6 +112,16 @@ fn a_reward_command_scores_the_rollouts_and_one_that_hangs_or_crashes_stops_the_
     let out = lockstep(&["train", "small.toml", "--set", "log.run_name=hang", "--set", "task.reward=command", "--set", "task.reward_command=sleep 60", "--set", "task.reward_timeout_s=1"], &dir);
     assert_refused(&out, 1, &["task.reward_timeout_s", "step 0"]);
     assert!(started.elapsed().as_secs() < 50, "the hang was not bounded");
+    // a program that answers and leaves a helper holding its stdout (a log shipper, say): the
+    // step goes on at once (it waited for the helper before) and the helper ends with it
+    let started = std::time::Instant::now();
+    let out = lockstep(&["train", "small.toml", "--set", "log.run_name=helper", "--set", "task.reward=command", "--set", "task.reward_command=python3 length.py; sleep 600 &", "--set", "task.reward_timeout_s=120"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(started.elapsed().as_secs() < 60, "the step waited for the helper: {:?}", started.elapsed());
+    assert_eq!(common::metrics(&dir.join("runs/helper")).len(), 2);
+    // "no timeout" written as a huge number is refused by name before anything runs
+    let out = lockstep(&["train", "small.toml", "--set", "log.run_name=huge", "--set", "task.reward=command", "--set", "task.reward_command=python3 length.py", "--set", "task.reward_timeout_s=1e30"], &dir);
+    assert_refused(&out, 2, &["task.reward_timeout_s", "a week"]);
     let out = lockstep(&["train", "small.toml", "--set", "log.run_name=crash", "--set", "task.reward=command", "--set", "task.reward_command=echo broken >&2; exit 1"], &dir);
     assert_refused(&out, 1, &["task.reward_command", "broken"]);
     let out = lockstep(&["train", "small.toml", "--set", "task.reward=command"], &dir);

@@ -16,8 +16,8 @@ impl Config {
         if self.task.reward == "command" && self.task.reward_command.trim().is_empty() {
             return bad("task.reward_command", "task.reward = \"command\" needs the command that prints the rewards".into());
         }
-        if !(self.task.reward_timeout_s.is_finite() && self.task.reward_timeout_s > 0.0) {
-            return bad("task.reward_timeout_s", format!("must be a finite number of seconds > 0, got {}", self.task.reward_timeout_s));
+        if !(self.task.reward_timeout_s.is_finite() && self.task.reward_timeout_s > 0.0 && self.task.reward_timeout_s <= crate::child::MAX_TIMEOUT_S) {
+            return bad("task.reward_timeout_s", format!("must be a finite number of seconds > 0 and at most {} (a week), got {}", crate::child::MAX_TIMEOUT_S, self.task.reward_timeout_s));
         }
         let rollouts = self.train.prompts_per_step * self.train.group_size;
         if self.train.ppo_epochs == 0 || self.train.ppo_epochs > 64 {
