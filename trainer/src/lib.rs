@@ -19,6 +19,7 @@ pub mod reward_command;
 pub mod rng;
 pub mod run;
 pub mod run_environment;
+pub mod run_folder;
 pub mod run_lock;
 pub mod sample_cli;
 pub mod sft;

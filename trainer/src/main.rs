@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use shared_kernels::model::KernelSet;
 use trainer::config::Config;
 use trainer::grpo::{new_adamw, Trainer};
-use trainer::run::{invalid, load_policy, run_dir, save_resolved, RunError};
+use trainer::run::{invalid, load_policy, run_dir, RunError};
 
 #[derive(Parser)]
 #[command(name = "lockstep", version, about = "RL for language models with a bit-exact sampler and trainer")]
@@ -220,7 +220,7 @@ fn run(cli: Cli) -> Result<(), RunError> {
             let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
             trainer::distributed::launch::launch_local(n, &trainer::distributed::launch::without_gpus(&args))
         }
-        Command::Train { config, overrides, resume, max_steps, ranks_in_threads: Some(n), .. } => Config::load_training(config.as_deref(), &overrides).map(Config::with_warnings_printed).map_err(RunError::from).and_then(|c| trainer::distributed::threads::train_from_cli(c, n, resume, max_steps)),
+        Command::Train { config, overrides, resume, max_steps, ranks_in_threads: Some(n), allow_config_change, .. } => Config::load_training(config.as_deref(), &overrides).map(Config::with_warnings_printed).map_err(RunError::from).and_then(|c| trainer::distributed::threads::train_from_cli(c, n, resume, max_steps, allow_config_change)),
         Command::Train { config, overrides, resume, max_steps, allow_config_change, .. } => Config::load_training(config.as_deref(), &overrides).map(Config::with_warnings_printed).map_err(RunError::from).and_then(|c| train(c, resume, max_steps, allow_config_change)),
         Command::Bench { preset, concurrency, prompt_len, new_tokens, ragged_lengths, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, tile_sweep, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, trainer_recompute, matmul_m, json, save_model, load_bench } => {
             let dtype = parse_dtype("--dtype", &dtype)?;
@@ -278,7 +278,6 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
     }
     // rank 0 writes the run's files: it holds the folder before deciding fresh or resumed
     let _run_lock = if rank0 { Some(trainer::run_lock::lock(&dir)?) } else { None };
-    let existing = trainer::checkpoint::list(&dir);
     // SIGTERM or Ctrl-C: finish the step, write a checkpoint, stop; a second one stops at once
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -291,24 +290,25 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
     // the run must fit the device before anything loads (exit 2 otherwise); "auto" sizes are
     // chosen here. `sized` runs the steps; the run's records keep the config as the user gave it
     let sized = trainer::memory_plan::resolve(&cfg, &device, trainer::memory_plan::Purpose::Train, comm.as_ref().map_or(1, |c| c.world()), 1)?;
+    // the one guard of the run folder every entry point passes (rank 0 writes the records)
+    let latest = if rank0 {
+        trainer::run_folder::open(&cfg, resume, allow_config_change)?
+    } else {
+        let existing = trainer::checkpoint::list(&dir);
+        if !resume && !existing.is_empty() {
+            return Err(RunError::Other(format!("{} already has checkpoints; pass --resume, or choose another log.run_name", dir.display())));
+        }
+        existing.last().cloned()
+    };
     let (policy, opt, step) = if resume {
-        let Some(latest) = existing.last() else {
+        let Some(latest) = latest else {
             return Err(RunError::Other(format!("--resume: no checkpoint in {}", trainer::checkpoint::checkpoints_dir(&dir).display())));
         };
-        let (policy, opt, at, load_s) = trainer::run::resume_state(&cfg, latest, &device, |at| if rank0 { trainer::run::check_resume_config(&dir, &cfg, at, allow_config_change) } else { Ok(()) })?;
+        let (policy, opt, at, load_s) = trainer::run::resume_state(&cfg, &latest, &device, |_| Ok(()))?;
         trainer::tasks::fit::check_fits(&cfg, &policy)?;
         eprintln!("resuming {} at step {at} (weights and optimizer state loaded in {load_s:.1} s)", latest.display());
         (policy, opt, at)
     } else {
-        if !existing.is_empty() {
-            return Err(RunError::Other(format!("{} already has checkpoints; pass --resume, or choose another log.run_name", dir.display())));
-        }
-        if rank0 {
-            let _ = std::fs::remove_file(dir.join("metrics.jsonl"));
-            // the run folder is made before the warm start, so an unwritable log.runs_dir
-            // fails now and not after minutes of SFT
-            save_resolved(&cfg, &dir)?;
-        }
         let mut policy = load_policy(&cfg, None, &device)?;
         trainer::run::engine_config(&sized, &policy.model)?; // a bad KV budget fails before SFT
         trainer::tasks::fit::check_fits(&cfg, &policy)?;
@@ -327,9 +327,6 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
         }
         (policy, new_adamw(&cfg), 0)
     };
-    if rank0 && resume {
-        save_resolved(&cfg, &dir)?;
-    }
     let mut trainer = Trainer::new_rank(sized, policy, opt, step, comm)?;
     let end = max_steps.map_or(cfg.train.steps, |m| (step + m).min(cfg.train.steps));
     let bar = progress(&cfg, end - step, "grpo");

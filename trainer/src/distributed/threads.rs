@@ -43,12 +43,14 @@ pub fn train_ranks_from(configs: &[Config], timeout: Duration, resume: bool, max
 }
 
 /// `train --ranks-in-threads N`: every rank's steps, one line each, then an error if a rank failed.
-pub fn train_from_cli(cfg: Config, world: usize, resume: bool, max_steps: Option<usize>) -> Result<(), crate::run::RunError> {
+pub fn train_from_cli(cfg: Config, world: usize, resume: bool, max_steps: Option<usize>, allow_config_change: bool) -> Result<(), crate::run::RunError> {
     if world == 0 {
         return Err(crate::run::invalid("--ranks-in-threads", "must be at least 1".into()));
     }
     let timeout = super::launch::collective_timeout()?;
     let _run_lock = crate::run_lock::lock(&crate::run::run_dir(&cfg))?;
+    // the run folder's one guard, as `lockstep train` passes it
+    crate::run_folder::open(&cfg, resume, allow_config_change)?;
     // the ranks share this process's device: each plans with its share of it
     let device = shared_kernels::device::default_device();
     let cfg = crate::memory_plan::resolve(&cfg, &device, crate::memory_plan::Purpose::Train, world, world)?;
