@@ -1,7 +1,7 @@
 //! Evaluation every `train.eval_every` GRPO steps on the problems of `task.eval_path` (a generator
 //! task without one: problems from the generator's own evaluation stream): a greedy
-//! completion and `train.eval_samples` sampled ones per problem, graded by `task.reward`
-//! (a reward of 1 is correct). pass@1 (greedy), pass@k (any of the k sampled correct, the
+//! completion and `train.eval_samples` sampled ones per problem, graded as training is
+//! (`task.reward`, or the reward program of `task.reward = "command"`; a reward of 1 is correct). pass@1 (greedy), pass@k (any of the k sampled correct, the
 //! unbiased estimator with n = k) and the sampled completions' mean reward and accuracy go to
 //! metrics.jsonl and TensorBoard under `eval/`.
 
@@ -64,10 +64,19 @@ pub fn evaluate(cfg: &Config, policy: &Policy, task: &Task, engine: &mut Engine,
         let body: Vec<u32> = c.tokens.iter().copied().filter(|t| !policy.stop_tokens.contains(t)).collect();
         grades.push(policy.tokenizer.decode(&body, true).map_err(|e| RunError::Other(format!("evaluation decode: {e}")))?);
     }
+    // graded as training grades: by the reward program when there is one (it said 1.0 to every
+    // training rollout while exact match graded the evaluation), else by task.reward alone,
+    // without the format score: pass@k counts correct answers
+    let problem_of = |i: usize| &problems[i / (k + 1)];
+    let rewards: Vec<f64> = if cfg.task.reward == "command" {
+        let rollouts: Vec<crate::reward_command::Rollout<'_>> = grades.iter().enumerate().map(|(i, g)| crate::reward_command::Rollout { prompt: &problem_of(i).prompt, completion: g, answer: &problem_of(i).answer }).collect();
+        crate::reward_command::rewards(&cfg.task.reward_command, cfg.task.reward_timeout_s, &rollouts).map_err(|e| RunError::Other(format!("step {step}: evaluation: {e}")))?
+    } else {
+        grades.iter().enumerate().map(|(i, g)| task.reward_of(&cfg.task.reward, problem_of(i), g) as f64).collect()
+    };
     let (mut greedy, mut any, mut correct, mut reward) = (0usize, 0usize, 0usize, 0.0f64);
-    for (p, problem) in problems.iter().enumerate() {
-        // task.reward alone, without the format score: pass@k counts correct answers
-        let of = |j: usize| task.reward_of(&cfg.task.reward, problem, &grades[p * (k + 1) + j]) as f64;
+    for p in 0..problems.len() {
+        let of = |j: usize| rewards[p * (k + 1) + j];
         greedy += usize::from(of(0) >= 1.0);
         let sampled: Vec<f64> = (1..=k).map(of).collect();
         any += usize::from(sampled.iter().any(|&r| r >= 1.0));

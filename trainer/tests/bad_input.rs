@@ -140,6 +140,23 @@ fn a_reward_command_scores_the_rollouts_and_one_that_hangs_or_crashes_stops_the_
 }
 
 #[test]
+fn evaluation_is_graded_by_the_reward_program_as_training_is() {
+    // a program that says 1 to everything: training's reward and evaluation's pass@1 agree (the
+    // evaluation graded by exact match gave pass@1 0 beside a reward of 1)
+    let dir = scratch("reward-command-eval");
+    let small = "[train]\nsteps = 2\nprompts_per_step = 2\ngroup_size = 4\nsft_steps = 0\neval_every = 1\neval_problems = 3\neval_samples = 2\n[sampler]\nmax_new_tokens = 4\n[log]\nprogress = false\n";
+    std::fs::write(dir.join("small.toml"), small).unwrap();
+    let out = lockstep(&["train", "small.toml", "--set", "log.run_name=e", "--set", "task.reward=command", "--set", "task.reward_command=while read line; do echo 1; done"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for step in common::metrics(&dir.join("runs/e")) {
+        assert_eq!(step["reward_mean"], 1.0, "{step}");
+        for key in ["pass1_greedy", "pass_at_k", "sampled_accuracy", "sampled_reward_mean"] {
+            assert_eq!(step["eval"][key], 1.0, "{key}: {step}");
+        }
+    }
+}
+
+#[test]
 fn a_huge_prompt_line_names_the_line_and_the_context() {
     let dir = scratch("huge-line");
     let huge = format!("{{\"prompt\": \"1+1=\", \"answer\": \"2\"}}\n{{\"prompt\": \"{}=\", \"answer\": \"2\"}}\n", "1+".repeat(500_000));
