@@ -847,6 +847,11 @@ fn evaluation_every_n_steps_logs_pass_at_1_and_pass_at_k_and_repeats() {
     let out = lockstep(&["train", "small.toml", "--set", "task.name=jsonl", "--set", "task.path=eval.jsonl", "--set", "train.eval_every=2"], &dir);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("task.eval_path"));
+    // and an eval split without evaluations would never be read (it was ignored, missing or not)
+    let out = lockstep(&["train", "small.toml", "--set", "task.eval_path=missing.jsonl"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("task.eval_path") && err.contains("train.eval_every"), "{err}");
 }
 
 #[test]

@@ -202,6 +202,11 @@ impl Config {
                 return Err(ConfigError::Invalid { key: key.into(), message: format!("sampler.logprobs_mode = \"processed_logprobs\" scores each token under the top-k / top-p set of the weights that sampled it; {whose} has its own set, where a sampled token can have probability 0. Use one policy-gradient update a step without the KL penalty, or \"raw_logprobs\"") });
             }
         }
+        // an evaluation file without evaluations: never read, missing or not (it was accepted
+        // and ignored)
+        if !self.task.eval_path.is_empty() && self.train.eval_every == 0 {
+            return Err(ConfigError::Invalid { key: "task.eval_path".into(), message: format!("is set ({:?}) but train.eval_every = 0 runs no evaluation, so the file would never be read; set train.eval_every = N to evaluate every N steps", self.task.eval_path) });
+        }
         if self.task.prompt_format == PromptFormat::Raw {
             let set = [("task.system_prompt", !self.task.system_prompt.is_empty()), ("task.chat_template", !self.task.chat_template.is_empty()), ("task.chat_args", !self.task.chat_args.is_empty())];
             if let Some((key, _)) = set.into_iter().find(|(_, set)| *set) {

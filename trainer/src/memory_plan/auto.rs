@@ -275,7 +275,8 @@ pub fn resolve(c: &Config, device: &burn::tensor::Device, purpose: Purpose, rank
     if !line.is_empty() {
         eprintln!("{line}");
     }
-    plan.check_tensor_limit(mem.and_then(|m| m.tensor_limit))?;
+    // the binding limit holds whether or not the runtime says how much memory it has
+    plan.check_tensor_limit(shared_kernels::device::max_tensor_bytes(device))?;
     if let Some(warning) = plan.check(total)? {
         eprintln!("warning: {warning}");
     }
