@@ -119,6 +119,10 @@ fn a_reward_command_scores_the_rollouts_and_one_that_hangs_or_crashes_stops_the_
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(started.elapsed().as_secs() < 60, "the step waited for the helper: {:?}", started.elapsed());
     assert_eq!(common::metrics(&dir.join("runs/helper")).len(), 2);
+    // rewards too large to add up are the reward program's fault, named before the update
+    let out = lockstep(&["train", "small.toml", "--set", "log.run_name=overflow", "--set", "task.reward=command", "--set", "task.reward_command=i=0; while read line; do i=$((i+1)); echo \"${i}e200\"; done", "--set", "train.checkpoint_every=0"], &dir);
+    assert_refused(&out, 1, &["step 0", "task.reward_command", "not a finite number"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("init_std"));
     // "no timeout" written as a huge number is refused by name before anything runs
     let out = lockstep(&["train", "small.toml", "--set", "log.run_name=huge", "--set", "task.reward=command", "--set", "task.reward_command=python3 length.py", "--set", "task.reward_timeout_s=1e30"], &dir);
     assert_refused(&out, 2, &["task.reward_timeout_s", "a week"]);

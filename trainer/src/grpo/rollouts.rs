@@ -109,6 +109,18 @@ impl Trainer {
         let mut completions = completions;
         let rewards: Vec<f64> = raw.iter().zip(&completions).map(|(r, comp)| r - overlong_penalty(comp.tokens.len(), c.sampler.max_new_tokens, c.train.overlong_buffer, c.train.overlong_penalty)).collect();
         let advantages = group_advantages(&rewards, g, c.train.advantage);
+        // rewards too large for their group's sums (1e308 passed as a finite number) are the
+        // reward's fault, named as such, not a NaN loss blamed on the learning rate later
+        let overflows = |group: &[f64]| {
+            let mean = group.iter().sum::<f64>() / group.len() as f64;
+            !(mean.is_finite() && group.iter().map(|r| (r - mean).powi(2)).sum::<f64>().is_finite())
+        };
+        if let Some(i) = rewards.chunks(g).position(overflows).map(|k| k * g) {
+            let group = &rewards[i / g * g..(i / g + 1) * g];
+            let source = if c.task.reward == "command" { "task.reward_command" } else { "task.reward" };
+            self.save_before_failed_step(step);
+            return Err(RunError::Other(format!("step {step}: group {} has rewards {group:?}, whose mean or spread is not a finite number; {source} must give finite rewards small enough to add (stopping before the update)", i / g)));
+        }
         let sequences: Vec<Vec<u32>> = requests.iter().zip(&completions).map(|(r, comp)| [r.prompt.clone(), comp.tokens.clone()].concat()).collect();
         if shared_kernels::knobs::var("LOCKSTEP_FAULT_SAMPLER_LOGPROB").and_then(|v| v.parse::<usize>().ok()) == Some(step) {
             if let Some(lp) = completions.first_mut().and_then(|c| c.logprobs.first_mut()) {
