@@ -13,7 +13,10 @@ fn each_entry_point_refuses_an_existing_run_and_a_changed_resume_and_writes_the_
     for (name, extra) in entry_points {
         let dir = scratch(&format!("entry-{name}"));
         std::fs::write(dir.join("small.toml"), SMALL).unwrap();
-        let args = |more: &[&str]| [&["train", "small.toml", "--set", "log.run_name=r", "--set", "train.steps=2", "--set", "train.sft_steps=1", "--set", "train.checkpoint_every=1"][..], extra, more].concat();
+        fn args<'a>(extra: &[&'a str], more: &[&'a str]) -> Vec<&'a str> {
+            [&["train", "small.toml", "--set", "log.run_name=r", "--set", "train.steps=2", "--set", "train.sft_steps=1", "--set", "train.checkpoint_every=1"][..], extra, more].concat()
+        }
+        let args = |more: &[&'static str]| args(extra, more);
         let out = lockstep(&args(&["--max-steps", "1"]), &dir);
         assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
         let run = dir.join("runs/r");
