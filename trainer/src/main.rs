@@ -305,6 +305,9 @@ fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_chang
             return Err(RunError::Other(format!("--resume: no checkpoint in {}", trainer::checkpoint::checkpoints_dir(&dir).display())));
         };
         let (policy, opt, at, load_s) = trainer::run::resume_state(&cfg, &latest, &device, |_| Ok(()))?;
+        if rank0 {
+            trainer::run_folder::record(&cfg)?;
+        }
         trainer::tasks::fit::check_fits(&cfg, &policy)?;
         eprintln!("resuming {} at step {at} (weights and optimizer state loaded in {load_s:.1} s)", latest.display());
         (policy, opt, at)

@@ -7,8 +7,9 @@ use crate::config::Config;
 use crate::run::{check_resume_config, run_dir, save_resolved, RunError};
 use std::path::PathBuf;
 
-/// Checks `cfg`'s run folder for a fresh start or a `resume` and writes its records; returns
-/// the checkpoint to resume from. The caller holds the folder's lock (`run_lock`) and is the
+/// Checks `cfg`'s run folder for a fresh start or a `resume`, and writes a fresh run's records
+/// (a resumed run's: [`record`], once its checkpoint has loaded); returns the checkpoint to
+/// resume from. The caller holds the folder's lock (`run_lock`) and is the
 /// one process that writes the run's files (rank 0).
 pub fn open(cfg: &Config, resume: bool, allow_config_change: bool) -> Result<Option<PathBuf>, RunError> {
     let dir = run_dir(cfg);
@@ -21,8 +22,9 @@ pub fn open(cfg: &Config, resume: bool, allow_config_change: bool) -> Result<Opt
             return Err(RunError::Other(format!("--resume: no checkpoint in {}", crate::checkpoint::checkpoints_dir(&dir).display())));
         };
         let step = latest.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("step-")).and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
+        // the records are rewritten by `record` once the checkpoint has loaded: a resume
+        // refused later (a checkpoint of another shape) leaves them as they were
         check_resume_config(&dir, cfg, step, allow_config_change)?;
-        save_resolved(cfg, &dir)?;
         return Ok(Some(latest.clone()));
     }
     if !existing.is_empty() {
@@ -33,4 +35,9 @@ pub fn open(cfg: &Config, resume: bool, allow_config_change: bool) -> Result<Opt
     // and not after minutes of SFT
     save_resolved(cfg, &dir)?;
     Ok(None)
+}
+
+/// Writes the run's records (config, inputs, environment) for a resume whose checkpoint loaded.
+pub fn record(cfg: &Config) -> Result<(), RunError> {
+    save_resolved(cfg, &run_dir(cfg))
 }

@@ -49,12 +49,17 @@ pub fn train_from_cli(cfg: Config, world: usize, resume: bool, max_steps: Option
     }
     let timeout = super::launch::collective_timeout()?;
     let _run_lock = crate::run_lock::lock(&crate::run::run_dir(&cfg))?;
-    // the run folder's one guard, as `lockstep train` passes it
-    crate::run_folder::open(&cfg, resume, allow_config_change)?;
-    // the ranks share this process's device: each plans with its share of it
+    // the ranks share this process's device: each plans with its share of it (before the run
+    // folder is touched, as `lockstep train` plans)
     let device = shared_kernels::device::default_device();
-    let cfg = crate::memory_plan::resolve(&cfg, &device, crate::memory_plan::Purpose::Train, world, world)?;
-    let results = train_ranks_from(&vec![cfg; world], timeout, resume, max_steps);
+    let sized = crate::memory_plan::resolve(&cfg, &device, crate::memory_plan::Purpose::Train, world, world)?;
+    // the run folder's one guard, as `lockstep train` passes it; the records keep the config
+    // as the user gave it ("auto" sizes unresolved)
+    crate::run_folder::open(&cfg, resume, allow_config_change)?;
+    let results = train_ranks_from(&vec![sized; world], timeout, resume, max_steps);
+    if resume && results.iter().all(|r| r.is_ok()) {
+        crate::run_folder::record(&cfg)?;
+    }
     let mut failed = Vec::new();
     for (rank, result) in results.iter().enumerate() {
         match result {
