@@ -22,6 +22,10 @@ pub fn open(cfg: &Config, resume: bool, allow_config_change: bool) -> Result<Opt
             return Err(RunError::Other(format!("--resume: no checkpoint in {}", crate::checkpoint::checkpoints_dir(&dir).display())));
         };
         let step = latest.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("step-")).and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
+        // a run already past the steps asked for is named as such, before any config change
+        if step > cfg.train.steps {
+            return Err(crate::run::invalid("train.steps", format!("is {} but the checkpoint {} is at step {step}", cfg.train.steps, latest.display())));
+        }
         // the records are rewritten by `record` once the checkpoint has loaded: a resume
         // refused later (a checkpoint of another shape) leaves them as they were
         check_resume_config(&dir, cfg, step, allow_config_change)?;
