@@ -64,7 +64,7 @@ pub fn memory_capacity(device: &Device) -> Option<u64> {
         return Some(total);
     }
     let client = client(device)?;
-    client.properties().memory.max_memory().or_else(cuda_total_memory)
+    client.properties().memory.max_memory().or_else(|| cuda_memory_info().map(|(_, total)| total))
 }
 
 /// The largest tensor one kernel can bind on `device`, where the runtime has such a limit:
@@ -85,7 +85,7 @@ pub fn memory_free(device: &Device) -> Option<u64> {
         return Some(free);
     }
     client(device)?;
-    cuda_free_memory()
+    cuda_memory_info().map(|(free, _)| free)
 }
 
 /// `LOCKSTEP_FAKE_DEVICE_MEMORY` as (free, total): `FREE` or `FREE/TOTAL` bytes.
@@ -95,25 +95,15 @@ fn fake_memory() -> Option<(u64, u64)> {
     Some((free.trim().parse().ok()?, total.trim().parse().ok()?))
 }
 
+/// The driver's (free, total) bytes of device 0 (`cuMemGetInfo` in the primary context, the
+/// one cubecl's CudaDevice::new(0) runs on); `None` without CUDA.
 #[cfg(feature = "cuda")]
-fn cuda_free_memory() -> Option<u64> {
+fn cuda_memory_info() -> Option<(u64, u64)> {
     let context = cudarc::driver::CudaContext::new(0).ok()?;
-    context.mem_get_info().ok().map(|(free, _)| free as u64)
+    context.mem_get_info().ok().map(|(free, total)| (free as u64, total as u64))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn cuda_free_memory() -> Option<u64> {
-    None
-}
-
-#[cfg(feature = "cuda")]
-fn cuda_total_memory() -> Option<u64> {
-    // the primary context of device 0, the one cubecl's CudaDevice::new(0) runs on
-    let context = cudarc::driver::CudaContext::new(0).ok()?;
-    context.mem_get_info().ok().map(|(_, total)| total as u64)
-}
-
-#[cfg(not(feature = "cuda"))]
-fn cuda_total_memory() -> Option<u64> {
+fn cuda_memory_info() -> Option<(u64, u64)> {
     None
 }

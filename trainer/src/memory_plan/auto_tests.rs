@@ -1,0 +1,116 @@
+//! The auto sizes on the shapes and cards users run: Qwen3 0.6B to 8B on an 80 GB H100 and a
+//! 141 GB H200.
+
+use super::*;
+
+fn qwen3(hidden: usize, intermediate: usize, layers: usize, heads: usize, tied: bool) -> ModelConfig {
+    let json = serde_json::json!({
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936, "hidden_size": hidden,
+        "intermediate_size": intermediate, "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": 8,
+        "head_dim": 128, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 40960, "tie_word_embeddings": tied
+    });
+    ModelConfig::from_json(&json.to_string(), "test").unwrap()
+}
+
+/// An 80 GB card as the driver reports an idle H100 (79.1 GiB, ~0.5 GiB taken by the context).
+const H100: DeviceMemory = DeviceMemory { total: 85_024_112_640, free: 84_500_000_000, tensor_limit: None };
+const H200: DeviceMemory = DeviceMemory { total: 150_110_011_392, free: 149_500_000_000, tensor_limit: None };
+
+/// A GRPO rung: `rollouts` x `new_tokens` in bf16, as configs/qwen3-*.toml set it.
+fn rung(prompts: usize, group: usize, new_tokens: usize, max_batch: usize) -> Config {
+    let mut c = Config::default();
+    c.model.dtype = "bf16".into();
+    c.model.path = "/some/checkpoint".into();
+    (c.train.prompts_per_step, c.train.group_size) = (prompts, group);
+    (c.sampler.max_new_tokens, c.sampler.context, c.sampler.max_batch) = (new_tokens, new_tokens + 64, max_batch);
+    c
+}
+
+/// The planned total of a resolved config: fixed + KV + one pass with the margin.
+fn planned(c: &Config, m: &ModelConfig) -> f64 {
+    let plan = MemoryPlan::of_rank(c, m, 2, Purpose::Train, 1);
+    let shape = Shape::of(c, m, 2);
+    plan.fixed_bytes() as f64 + shape.activation_bytes(c, shape.clamp_pass(c, c.train.pass_tokens())) * ACTIVATION_MARGIN
+}
+
+#[test]
+fn auto_sizes_fit_the_card_and_an_explicit_size_wins() {
+    for (name, m, c) in [("0.6B 512 x 2048", qwen3(1024, 3072, 28, 16, true), rung(32, 16, 2048, 256)), ("1.7B 256 x 4096", qwen3(2048, 6144, 28, 16, true), rung(16, 16, 4096, 256))] {
+        for mem in [H100, H200] {
+            let (sized, line) = choose(&c, &m, 2, Purpose::Train, 1, &mem).unwrap_or_else(|e| panic!("{name}: {e}"));
+            eprintln!("{name}: {line}");
+            let (micro, kv) = (sized.train.pass_tokens(), sized.sampler.kv_budget_mib.set().unwrap());
+            assert!(micro >= c.sampler.context && kv * 1048576.0 >= Shape::of(&c, &m, 2).per_block * Shape::request_blocks(&c), "{name}: {line}");
+            assert!(planned(&sized, &m) <= mem.usable(), "{name}: {line}: {} planned > {} usable", planned(&sized, &m), mem.usable());
+            assert!(line.contains(&format!("train.micro_batch_tokens = {micro}")) && line.contains("sampler.kv_budget_mib = "), "{line}");
+            // an explicit size is kept, the other key takes what it leaves
+            let mut set = c.clone();
+            set.train.micro_batch_tokens = Sizing::Set(c.sampler.context);
+            let (kept, _) = choose(&set, &m, 2, Purpose::Train, 1, &mem).unwrap();
+            assert_eq!(kept.train.micro_batch_tokens, Sizing::Set(c.sampler.context));
+            assert!(kept.sampler.kv_budget_mib.set().unwrap() >= kv, "{name}: a smaller pass leaves the cache no less");
+        }
+    }
+    // the 141 GB card holds more in flight than the 80 GB one
+    let (m, c) = (qwen3(1024, 3072, 28, 16, true), rung(32, 16, 2048, 256));
+    let kv = |mem| choose(&c, &m, 2, Purpose::Train, 1, &mem).unwrap().0.sampler.kv_budget_mib.set().unwrap();
+    assert!(kv(H200) > kv(H100));
+}
+
+#[test]
+fn the_h200_configs_pool_on_an_80_gb_card_is_refused_naming_sizes_that_fit() {
+    // configs/qwen3-0.6b.toml as it was: a 62,000 MiB pool beside 16,384-token passes ran
+    // out of memory in step 0's update on an H100
+    let (m, mut c) = (qwen3(1024, 3072, 28, 16, true), rung(32, 16, 2048, 256));
+    c.sampler.kv_budget_mib = Sizing::Set(62_000.0);
+    c.train.micro_batch_tokens = Sizing::Set(16_384);
+    let err = choose(&c, &m, 2, Purpose::Train, 1, &H100).unwrap_err().to_string();
+    assert!(err.contains("train.micro_batch_tokens") && err.contains("does not fit") && err.contains("free of"), "{err}");
+    // the values it names fit
+    let value = |key: &str| err.split(&format!("{key} = ")).nth(1).and_then(|r| r.split(|ch: char| !ch.is_ascii_digit() && ch != '.').next()).and_then(|v| v.parse::<f64>().ok()).unwrap_or_else(|| panic!("{key} in {err}"));
+    c.sampler.kv_budget_mib = Sizing::Set(value("sampler.kv_budget_mib"));
+    c.train.micro_batch_tokens = Sizing::Set(value("train.micro_batch_tokens") as usize);
+    let (sized, _) = choose(&c, &m, 2, Purpose::Train, 1, &H100).unwrap_or_else(|e| panic!("the suggested sizes do not fit: {e}"));
+    assert!(planned(&sized, &m) <= H100.usable());
+    // and fit the H200 as written
+    c.sampler.kv_budget_mib = Sizing::Set(62_000.0);
+    c.train.micro_batch_tokens = Sizing::Set(16_384);
+    assert!(choose(&c, &m, 2, Purpose::Train, 1, &H200).is_ok());
+}
+
+#[test]
+fn full_parameter_4b_on_an_80_gb_card_is_refused_before_loading_naming_the_levers() {
+    let (m, c) = (qwen3(2560, 9728, 36, 32, true), rung(16, 8, 2048, 128));
+    let err = choose(&c, &m, 2, Purpose::Train, 1, &H100).unwrap_err().to_string();
+    assert!(err.contains("model.path") && err.contains("--gpus") && err.contains("does not fit"), "{err}");
+    // sampling it fits, with one copy of the weights
+    let (_, line) = choose(&c, &m, 2, Purpose::Sample, 1, &H100).unwrap();
+    assert!(line.contains("sampler.kv_budget_mib"), "{line}");
+}
+
+#[test]
+fn sampling_8b_on_an_80_gb_card_holds_one_copy_of_the_weights() {
+    let (m, mut c) = (qwen3(4096, 12288, 36, 32, false), rung(1, 2, 100, 256));
+    c.sampler.context = 1024;
+    let plan = MemoryPlan::of(&c, &m, 2, Purpose::Sample);
+    let weights: Vec<&Part> = plan.fixed.iter().filter(|p| p.what.starts_with("weights")).collect();
+    assert_eq!(weights.len(), 1);
+    assert!((weights[0].bytes as f64 / 1e9 - 16.4).abs() < 0.1, "{}", plan.summary(None));
+    let (sized, _) = choose(&c, &m, 2, Purpose::Sample, 1, &H100).unwrap();
+    // 256 requests of 1,024 positions: a full cache (37.7 GB) fits beside the weights
+    let full = Shape::of(&c, &m, 2).kv_full_bytes(&c);
+    assert!((sized.sampler.kv_budget_mib.set().unwrap() * 1048576.0 - full).abs() < Shape::of(&c, &m, 2).per_block * 2.0);
+}
+
+#[test]
+fn a_share_of_the_device_and_a_binding_limit_bound_the_auto_sizes() {
+    let (m, c) = (qwen3(1024, 3072, 28, 16, true), rung(32, 16, 2048, 256));
+    let half = DeviceMemory { total: H100.total / 2, free: H100.free / 2, tensor_limit: None };
+    let kv = |mem: &DeviceMemory| choose(&c, &m, 2, Purpose::Train, 1, mem).unwrap().0.sampler.kv_budget_mib.set().unwrap();
+    assert!(kv(&half) < kv(&H100));
+    let bound = DeviceMemory { tensor_limit: Some(256 << 20), ..H100 };
+    let (sized, _) = choose(&c, &m, 2, Purpose::Train, 1, &bound).unwrap();
+    let plan = MemoryPlan::of(&sized, &m, 2, Purpose::Train);
+    assert!(plan.kv_layer_bytes <= 256 << 20, "{}", plan.kv_layer_bytes);
+    assert!(sized.train.pass_tokens() as f64 * Shape::widest(&m) as f64 * 4.0 <= (256u64 << 20) as f64);
+}
