@@ -235,6 +235,15 @@ impl MappedWeights {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_folder_where_a_weight_file_is_expected_is_named_as_such() {
+        let dir = crate::testing::Scratch::new("mapped-folder");
+        let folder = dir.join("model.safetensors");
+        std::fs::create_dir_all(&folder).unwrap();
+        let err = super::MappedWeights::open_files(vec![folder.clone()]).err().expect("a folder is refused").to_string();
+        assert!(err.contains("model.safetensors") && err.contains("is a folder where a file is expected"), "{err}");
+    }
+
     use super::*;
 
     fn bf16_bytes(values: &[f32]) -> Vec<u8> {

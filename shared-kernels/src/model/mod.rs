@@ -56,8 +56,21 @@ pub enum ModelError {
 }
 
 impl ModelError {
+    /// An OS error on `path`, said as the user reads it: a folder where a file is expected
+    /// (memory-mapping one read "No such device (os error 19)"), a permission, a full disk.
     pub fn io(path: &Path, e: std::io::Error) -> Self {
-        ModelError::Io { file: path.display().to_string(), message: e.to_string() }
+        use std::io::ErrorKind;
+        let message = if path.is_dir() {
+            format!("is a folder where a file is expected ({e})")
+        } else {
+            match e.kind() {
+                ErrorKind::PermissionDenied => format!("permission denied: this user cannot read or write it ({e})"),
+                ErrorKind::StorageFull => format!("the disk is full ({e})"),
+                ErrorKind::NotFound => format!("does not exist ({e})"),
+                _ => e.to_string(),
+            }
+        };
+        ModelError::Io { file: path.display().to_string(), message }
     }
 
     pub fn malformed(file: impl std::fmt::Display, message: impl Into<String>) -> Self {
