@@ -50,6 +50,11 @@ run_cell() {
     "$LOCKSTEP" train "${config[@]}" "${base[@]}" "$@" --set log.progress=false --set "log.runs_dir=$runs" --set "log.run_name=$name" \
         "${extra[@]}" > "$runs/$name.log" 2>&1 || { echo "cell $name failed:" >&2; tail -5 "$runs/$name.log" >&2; touch "$runs/$name.failed"; }
 }
+# each seed draws its own embedded model; a checkpoint (model.path, in --config or after --)
+# brings its weights, and lockstep refuses model.init_seed beside it
+checkpoint=0
+if printf '%s\n' "${extra[@]}" | grep -q '^model\.path=.'; then checkpoint=1; fi
+if [ ${#config[@]} -gt 0 ] && awk '/^\[/ {s=$0} s=="[model]" && /^[ \t]*path[ \t]*=[ \t]*"[^"]/ {f=1} END {exit !f}' "${config[0]}"; then checkpoint=1; fi
 dirs=()
 for kernels in $kernel_sets; do
     for correction in none tis mis ppo_clip; do
@@ -58,7 +63,7 @@ for kernels in $kernel_sets; do
             echo "== $name" >&2
             while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
             run_cell "$name" --set "ablation.sampler_kernels=$kernels" --set "ablation.correction=$correction" \
-                --set "train.seed=$seed" --set "model.init_seed=$((seed + 1))" &
+                --set "train.seed=$seed" $([ "$checkpoint" = 1 ] || echo --set "model.init_seed=$((seed + 1))") &
             dirs+=("$runs/$name")
         done
     done

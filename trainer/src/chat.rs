@@ -21,23 +21,36 @@ pub struct ChatTemplate {
 }
 
 const NAME: &str = "chat_template";
+const TOKENIZER_CONFIG: &str = "tokenizer_config.json";
+
+/// The file a chat template is read from: `override_path` when given, else the checkpoint
+/// folder's `chat_template.jinja` when it has one, else its `tokenizer_config.json` (whose
+/// `chat_template` key holds it). The run records this file's hash (`input_files`).
+pub fn template_file(dir: &Path, override_path: Option<&Path>) -> std::path::PathBuf {
+    let jinja = dir.join("chat_template.jinja");
+    match override_path {
+        Some(path) => path.to_path_buf(),
+        None if jinja.is_file() => jinja,
+        None => dir.join(TOKENIZER_CONFIG),
+    }
+}
 
 impl ChatTemplate {
     /// The template of the checkpoint folder `dir`: `override_path` when given, else
     /// `chat_template.jinja` (transformers' newer layout), else `tokenizer_config.json`'s
     /// `chat_template` (a string, or a list of named templates: the one named "default").
     pub fn from_checkpoint(dir: &Path, override_path: Option<&Path>) -> Result<Self, String> {
-        let config_path = dir.join("tokenizer_config.json");
+        let config_path = dir.join(TOKENIZER_CONFIG);
         let config: Option<serde_json::Value> = match std::fs::read_to_string(&config_path) {
             Ok(text) => Some(serde_json::from_str(&text).map_err(|e| format!("{}: not valid JSON: {e}", config_path.display()))?),
             Err(_) => None,
         };
         let token = |key: &str| config.as_ref().and_then(|c| special_token(c.get(key)?));
         let (bos, eos) = (token("bos_token"), token("eos_token"));
-        let jinja = dir.join("chat_template.jinja");
-        if let Some(path) = override_path.or(jinja.is_file().then_some(jinja.as_path())) {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            return Self::new(&path.display().to_string(), text, bos, eos);
+        let source = template_file(dir, override_path);
+        if override_path.is_some() || source != config_path {
+            let text = std::fs::read_to_string(&source).map_err(|e| format!("{}: {e}", source.display()))?;
+            return Self::new(&source.display().to_string(), text, bos, eos);
         }
         let Some(config) = config else {
             return Err(format!("{} has no chat template: neither chat_template.jinja nor tokenizer_config.json is there (set task.chat_template to a template file, or task.prompt_format = \"raw\")", dir.display()));

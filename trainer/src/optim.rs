@@ -171,14 +171,24 @@ pub fn gradients(tracked: &Qwen3, grads: &burn::tensor::Gradients) -> BTreeMap<S
     out
 }
 
+/// What a non-finite loss points at, for the error: the weights the run started from (a
+/// checkpoint's values, or the embedded model's `model.init_std`) and the learning rate `lr_key`.
+pub fn nonfinite_suspects(model_path: &str, lr_key: &str) -> String {
+    if model_path.is_empty() {
+        format!("the embedded model's scale (a large model.init_std), or a {lr_key} that diverged")
+    } else {
+        format!("the checkpoint's weights (model.path = {model_path:?}: values so large that its activations overflow, or inf / NaN in its tensors), or a {lr_key} that diverged")
+    }
+}
+
 /// `sum(weights * logprobs)` of a tracked forward (`flat` from `tracked.sequence_logprobs`):
 /// the loss value in lockstep's fixed-order sum, checked finite, and the weights' gradients
-/// (burn's sum only seeds the backward). `what` names the step in errors, `lr_key` the
-/// learning-rate key to suspect.
+/// (burn's sum only seeds the backward). `what` names the step in errors, `suspects` what a
+/// non-finite loss comes from ([`nonfinite_suspects`]).
 /// The weights' gradients that lockstep's ops sum over tokens are folded into `fold` (their
 /// bits then do not depend on the micro-batching, `shared_kernels::grad_fold`); the rest (the
 /// ablation kernels' weights) come back by name.
-pub fn weighted_backward(tracked: &Qwen3, logprobs: TrackedLogprobs, weights: &[f32], fold: &mut GradFold, what: &str, lr_key: &str) -> Result<(f64, BTreeMap<String, Tensor<1>>), crate::run::RunError> {
+pub fn weighted_backward(tracked: &Qwen3, logprobs: TrackedLogprobs, weights: &[f32], fold: &mut GradFold, what: &str, suspects: &str) -> Result<(f64, BTreeMap<String, Tensor<1>>), crate::run::RunError> {
     use crate::run::RunError;
     let TrackedLogprobs { flat, layers, .. } = logprobs;
     let device = flat.device();
@@ -187,7 +197,7 @@ pub fn weighted_backward(tracked: &Qwen3, logprobs: TrackedLogprobs, weights: &[
     let data = fixed_order_sum(weighted.clone().inner()).try_into_data().map_err(|e| RunError::Other(format!("{what}: the device failed computing the loss: {e}")))?;
     let value = data.convert::<f32>().try_to_vec::<f32>().expect("f32")[0] as f64;
     if !value.is_finite() {
-        return Err(RunError::Other(format!("{what}: the loss is {value}; stopping before the update (the last checkpoint is intact). Non-finite logprobs come from the weights: on the embedded model a large model.init_std, else a {lr_key} that diverged")));
+        return Err(RunError::Other(format!("{what}: the loss is {value}; stopping before the update (the last checkpoint is intact). Non-finite logprobs come from the weights: {suspects}")));
     }
     let backward = |fold: &mut GradFold, scalar: Tensor<1>| {
         let _attached = fold.attach(weight_nodes(tracked));

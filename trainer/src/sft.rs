@@ -41,7 +41,7 @@ pub fn warm_start(cfg: &Config, policy: &mut Policy, task: &Task, stop: &std::sy
             }
         }
         let mut fold = GradFold::new();
-        let (value, grads) = weighted_backward(&tracked, flat, &weights, &mut fold, &format!("sft step {step}"), "train.sft_lr")?;
+        let (value, grads) = weighted_backward(&tracked, flat, &weights, &mut fold, &format!("sft step {step}"), &crate::optim::nonfinite_suspects(&cfg.model.path, "train.sft_lr"))?;
         let mut grads = with_folded(grads, fold);
         clip(&mut grads, c.grad_clip);
         let lr = crate::optim::learning_rate(c.sft_lr, step, c.warmup_steps, c.sft_steps, c.min_lr_ratio);

@@ -121,6 +121,9 @@ fn bad_input_fails_with_a_clear_error_and_a_non_zero_exit() {
         ("path.toml", "[task]\nname = \"sort\"\npath = \"data.jsonl\"\n", vec!["task.path", "task.name = \"sort\"", "jsonl"]),
         ("reward_command.toml", "[task]\nreward_command = \"python3 score.py\"\n", vec!["task.reward_command", "task.reward = \"exact\""]),
         ("tis_cap.toml", "[ablation]\ntis_cap = 3.0\n", vec!["ablation.tis_cap", "ablation.correction = \"none\""]),
+        ("reward_timeout.toml", "[task]\nreward_timeout_s = 5\n", vec!["task.reward_timeout_s", "runs no program"]),
+        ("shape_and_path.toml", "[model]\npath = \"checkpoints/x\"\nhidden_size = 256\n", vec!["model.hidden_size", "embedded model only"]),
+        ("std_and_path.toml", "[model]\npath = \"checkpoints/x\"\ninit_std = 0.05\n", vec!["model.init_std", "weights are not drawn"]),
         ("greedy.toml", "[sampler]\ntemperature = 0.0\n", vec!["sampler.temperature", "greedy", "zero advantages"]),
         ("tiny_temperature.toml", "[sampler]\ntemperature = 1e-45\n", vec!["sampler.temperature", "overflows"]),
         ("raw_chat.toml", "[task]\nsystem_prompt = \"Be brief.\"\n", vec!["task.system_prompt", "task.prompt_format = \"raw\""]),
@@ -716,6 +719,19 @@ fn damaged_checkpoints_are_errors_naming_the_file_and_are_left_as_they_were() {
             bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
             std::fs::write(&file, bytes).unwrap();
         }), "non-finite"),
+        // finite weights whose activations overflow (the final norm scaled to 1e38: the logits
+        // pass f32's range): the loss is NaN, and the error points at the checkpoint
+        ("overflow", Box::new(|d| {
+            let file = d.join("model.safetensors");
+            let (mut bytes, header, data) = safetensors_header(&file);
+            let t = &header["model.norm.weight"];
+            assert_eq!(t["dtype"], "F32");
+            let (from, to) = (t["data_offsets"][0].as_u64().unwrap() as usize, t["data_offsets"][1].as_u64().unwrap() as usize);
+            for at in (data + from..data + to).step_by(4) {
+                bytes[at..at + 4].copy_from_slice(&1e38f32.to_le_bytes());
+            }
+            std::fs::write(&file, bytes).unwrap();
+        }), "the checkpoint's weights (model.path"),
         ("shape", Box::new(|d| edit_config(d, "hidden_size", 128.into())), "config.json"),
         // fewer positions than sampler.context (48 by default): the key to lower, not the engine's words
         ("positions", Box::new(|d| edit_config(d, "max_position_embeddings", 16.into())), "config key `sampler.context`: 48 is past the model's 16 positions"),

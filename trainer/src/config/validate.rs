@@ -132,6 +132,26 @@ impl Config {
         if self.task.reward != "command" && !self.task.reward_command.trim().is_empty() {
             return bad("task.reward_command", format!("is set but task.reward = \"{}\" never runs it; set task.reward = \"command\"", self.task.reward));
         }
+        if self.task.reward != "command" && self.task.reward_timeout_s != super::TaskSection::default().reward_timeout_s {
+            return bad("task.reward_timeout_s", format!("is set but task.reward = \"{}\" runs no program; set task.reward = \"command\"", self.task.reward));
+        }
+        // the embedded model's shape and draw under a checkpoint, which brings its own
+        if !self.model.path.is_empty() {
+            let (m, d) = (&self.model, super::ModelSection::default());
+            let embedded = [
+                ("model.hidden_size", m.hidden_size != d.hidden_size),
+                ("model.num_layers", m.num_layers != d.num_layers),
+                ("model.num_heads", m.num_heads != d.num_heads),
+                ("model.num_kv_heads", m.num_kv_heads != d.num_kv_heads),
+                ("model.head_dim", m.head_dim != d.head_dim),
+                ("model.intermediate_size", m.intermediate_size != d.intermediate_size),
+                ("model.init_std", m.init_std != d.init_std),
+                ("model.init_seed", m.init_seed != d.init_seed),
+            ];
+            if let Some((key, _)) = embedded.into_iter().find(|(_, set)| *set) {
+                return bad(key, format!("is set but model.path = {:?} loads a checkpoint, whose config.json gives the shape and whose weights are not drawn; it applies to the embedded model only (model.path empty)", self.model.path));
+            }
+        }
         // each ablation setting with the corrections that read it
         let (a, d) = (&self.ablation, super::AblationSection::default());
         let settings = [

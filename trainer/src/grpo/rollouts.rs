@@ -84,7 +84,7 @@ impl Trainer {
         // a non-finite logprob is a fault (weights or device), never a sample: named, not trained on
         for (r, comp) in requests[own.clone()].iter().zip(&completions) {
             if let Some(p) = comp.logprobs.iter().position(|l| !l.is_finite()) {
-                return Err(RunError::Other(format!("step {step}: request {}: the sampler's logprob at completion position {p} (token {}) is {}; stopping before the update (the last checkpoint is intact)", r.id, comp.tokens[p], comp.logprobs[p])));
+                return Err(RunError::Other(format!("step {step}: request {}: the sampler's logprob at completion position {p} (token {}) is {}; stopping before the update (the last checkpoint is intact). Non-finite logprobs come from the weights: {}", r.id, comp.tokens[p], comp.logprobs[p], crate::optim::nonfinite_suspects(&c.model.path, "train.lr"))));
             }
         }
         let mut texts = Vec::with_capacity(completions.len());

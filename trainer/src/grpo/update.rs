@@ -6,7 +6,7 @@ use super::score::{pass_error, Scored, Tracked};
 use super::Trainer;
 use crate::config::{Correction as CorrectionKind, RatioLevel};
 use crate::losses::{aggregation_divisor, surrogate_coefficients};
-use crate::optim::{accumulate, clip, micro_batches, tracked_copy, weighted_backward, with_folded};
+use crate::optim::{accumulate, clip, micro_batches, nonfinite_suspects, tracked_copy, weighted_backward, with_folded};
 use crate::run::RunError;
 use crate::telemetry::Agreement;
 use sampler::Request;
@@ -28,7 +28,7 @@ impl Trainer {
         let partial = match single {
             Some((tracked, flat)) => {
                 let mut fold = GradFold::new();
-                let (loss, grads) = weighted_backward(&tracked, flat, weights, &mut fold, &format!("step {step}"), "train.lr")?;
+                let (loss, grads) = weighted_backward(&tracked, flat, weights, &mut fold, &format!("step {step}"), &nonfinite_suspects(&c.model.path, "train.lr"))?;
                 Some((loss, with_folded(grads, fold)))
             }
             None => {
@@ -72,7 +72,7 @@ impl Trainer {
                             return Err(RunError::Other(format!("step {step}: sequence {}'s logprobs in its tracked micro-batch ({} sequences) differ in bits from the scoring pass", range.start + k, range.len())));
                         }
                         let rows: usize = lp.iter().map(Vec::len).sum();
-                        let (part, grads) = weighted_backward(&tracked, flat, &weights[row..row + rows], &mut fold, &format!("step {step}"), "train.lr")?;
+                        let (part, grads) = weighted_backward(&tracked, flat, &weights[row..row + rows], &mut fold, &format!("step {step}"), &nonfinite_suspects(&c.model.path, "train.lr"))?;
                         loss += part;
                         accumulate(&mut total, grads);
                         row += rows;
@@ -95,7 +95,7 @@ impl Trainer {
         let mut grads = grads;
         let grad_norm = clip(&mut grads, c.train.grad_clip);
         if !grad_norm.is_finite() {
-            return Err(RunError::Other(format!("step {step}: the gradient norm is {grad_norm}; stopping before the update (the last checkpoint is intact)")));
+            return Err(RunError::Other(format!("step {step}: the gradient norm is {grad_norm}; stopping before the update (the last checkpoint is intact). Non-finite gradients come from the weights: {}", nonfinite_suspects(&c.model.path, "train.lr"))));
         }
         self.optimizer_step(step, &grads, lr)?;
         Ok((loss_value, grad_norm, scored.corr.clone(), verified))
@@ -152,7 +152,7 @@ impl Trainer {
                             weights.extend(std::iter::repeat_n(0.0f32, start));
                             weights.extend(coefs.iter().map(|&x| (-x / divisor) as f32));
                         }
-                        let (part, grads) = weighted_backward(&tracked, flat, &weights, &mut fold, &format!("step {step}"), "train.lr")?;
+                        let (part, grads) = weighted_backward(&tracked, flat, &weights, &mut fold, &format!("step {step}"), &nonfinite_suspects(&c.model.path, "train.lr"))?;
                         loss += part;
                         accumulate(&mut total, grads);
                     }
@@ -161,7 +161,7 @@ impl Trainer {
                 let (loss, mut grads) = self.sum_partials(step, "PPO ", blocks.finish(&mut add_partials))?;
                 grad_norm = clip(&mut grads, c.train.grad_clip);
                 if !grad_norm.is_finite() {
-                    return Err(RunError::Other(format!("step {step}: the gradient norm is {grad_norm} in a PPO mini-batch; stopping before the update (the last checkpoint is intact)")));
+                    return Err(RunError::Other(format!("step {step}: the gradient norm is {grad_norm} in a PPO mini-batch; stopping before the update (the last checkpoint is intact). Non-finite gradients come from the weights: {}", nonfinite_suspects(&c.model.path, "train.lr"))));
                 }
                 first_loss.get_or_insert(loss);
                 self.optimizer_step(step, &grads, lr)?;

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Session 50's device visit (issue 60's targets on an 80 GB H100): from the repo root on the GPU
+# machine with .gpu/ carried, `O=$OUT PART=... bash docs/journal/visit-scripts/visit_s50.sh`.
+#   make     the random 0.6B and 1.7B checkpoints (before any run, so no torch process shares the card)
+#   auto06   0.6B 512 x 2048, 3 steps, no size key set (auto micro-batch and KV pool)
+#   hand06   0.6B 512 x 2048, 2 steps, hand-sized (MICRO tokens, KV MiB; the best of session 49)
+#   rung17   1.7B 256 x 4096, auto sizes, one step a call (checkpoint each step; RESUME=1 continues)
+set -uo pipefail
+O="${O:-${OUT:-.gpu/out}}"
+mkdir -p "$O"
+[ -x /tmp/lockstep ] || { gunzip -c .gpu/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }
+nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader | tee -a "$O/gpu.txt"
+fields='"step":[0-9]*\|"bit_equal_frac":[0-9.e-]*\|"kl_k1":[0-9.e-]*\|"trainer_weights_fingerprint":"[0-9a-f]*"\|"step_s":[0-9.]*\|"gen_s":[0-9.]*\|"update_s":[0-9.]*\|"gen_preempted":[0-9]*'
+defaults="--set task.reward=char_f1 --set train.on_mismatch=stop"
+rung() { # NAME RUNG [extra SCALE_SET]
+  local name=$1 r=$2; shift 2
+  SCALE_SET="$defaults $*" SCALE_ARGS="--max-steps ${STEPS:-1}" O=$O/$name SCALE_LIMIT=${RUNG_LIMIT:-560} bash experiments/scale.sh "$r" 2>&1 | tail -1
+  grep -h "memory plan\|auto sizes\|out of device memory\|error" $O/$name/*.log | head -6
+  grep -o "$fields" $O/$name/*.metrics.jsonl | tr '\n' ' '; echo
+  echo "peak memory MiB: $(sort -n $O/$name/*.mem | tail -1)"
+}
+for part in ${PART:-make}; do
+case "$part" in
+make)
+  for shape in qwen3-0.6b qwen3-1.7b; do
+    ck=/tmp/checkpoints/$shape
+    [ -f $ck/config.json ] || python3 experiments/make_real_shape.py $shape $ck > $O/make-$shape.log 2>&1 || { tail -3 $O/make-$shape.log; exit 1; }
+  done; ls /tmp/checkpoints ;;
+auto06) STEPS=3 rung auto06 qwen3-0.6b:512x2048:3 ;;
+hand06) STEPS=2 SCALE_KV_MIB=${KV:-49994} rung hand06 qwen3-0.6b:512x2048:3:${MICRO:-5120} ;;
+rung17) SCALE_RESUME=${RESUME:-} STEPS=1 rung rung17 qwen3-1.7b:256x4096:3 --set train.checkpoint_every=1 ;;
+esac
+done
