@@ -40,7 +40,8 @@ fn numeric_answers_are_read_as_their_text() {
 fn a_missing_or_empty_prompt_file_names_sampler_input() {
     let dir = scratch("empty-input");
     std::fs::write(dir.join("blank.jsonl"), "\n  \n").unwrap();
-    for (input, needle) in [("blank.jsonl", "no prompts"), ("missing.jsonl", "cannot read")] {
+    std::fs::create_dir_all(dir.join("folder.jsonl")).unwrap();
+    for (input, needle) in [("blank.jsonl", "no prompts"), ("missing.jsonl", "cannot read"), ("folder.jsonl", "Is a directory")] {
         let out = lockstep(&["sample", "--set", &format!("sampler.input={input}"), "--set", "sampler.output=out.jsonl"], &dir);
         assert_refused(&out, 2, &["sampler.input", input, needle]);
         assert!(!dir.join("out.jsonl").exists(), "{input}: an output was written");
@@ -51,7 +52,8 @@ fn a_missing_or_empty_prompt_file_names_sampler_input() {
 fn a_missing_or_blank_dataset_names_the_file() {
     let dir = scratch("empty-dataset");
     std::fs::write(dir.join("blank.jsonl"), "\n\n").unwrap();
-    for (path, needle) in [("blank.jsonl", "no problems in the file"), ("missing.jsonl", "cannot read")] {
+    std::fs::create_dir_all(dir.join("folder.jsonl")).unwrap();
+    for (path, needle) in [("blank.jsonl", "no problems in the file"), ("missing.jsonl", "cannot read"), ("folder.jsonl", "cannot read: Is a directory")] {
         let out = lockstep(&["train", "--set", "task.name=dataset", "--set", &format!("task.path={path}"), "--set", "log.progress=false"], &dir);
         assert_refused(&out, 1, &[&format!("{path}: {needle}")]);
     }
