@@ -47,13 +47,23 @@ pub fn memory_pools_line(device: &Device) -> String {
 /// Whether kernels on `device` can hold `dtype` (lavapipe's Vulkan has no bf16 or f16: a bf16
 /// model there failed inside cubecl's shader compiler).
 pub fn supports_dtype(device: &Device, dtype: burn::tensor::DType) -> bool {
-    client(device).is_some_and(|c| c.properties().features.supports_type(crate::ops::storage(dtype)))
+    client(device).is_some_and(|c| c.properties().features.supports_type(storage(dtype)))
+}
+
+/// The cubecl element type that holds `dtype` (kernels allocate and launch with it).
+pub(crate) fn storage(dtype: burn::tensor::DType) -> burn_cubecl::cubecl::ir::ElemType {
+    burn_backend::cubecl::dtype_to_storage_type(dtype)
 }
 
 /// The device's streaming multiprocessors (compute units), where the runtime says; else 132
 /// (an H100/H200), the figure tile schedules are sized for.
 pub fn multiprocessors(device: &Device) -> usize {
-    client(device).map_or(132, |c| crate::ops::matmul::wgmma_tiles::multiprocessors(&c))
+    client(device).map_or(132, |c| client_multiprocessors(&c))
+}
+
+/// [`multiprocessors`] of a client at hand.
+pub(crate) fn client_multiprocessors(client: &Client) -> usize {
+    client.properties().hardware.num_streaming_multiprocessors.unwrap_or(132) as usize
 }
 
 /// Bytes `device` can hold, where it is known: cubecl's figure for the runtime (Vulkan's

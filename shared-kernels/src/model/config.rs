@@ -139,11 +139,6 @@ impl ModelConfig {
             raw,
         })
     }
-
-    /// Every tensor the checkpoint must hold, with its shape, in HF names (checkpoint order).
-    pub fn expected_tensors(&self) -> Vec<(String, Vec<usize>)> {
-        super::names::expected_tensors(self)
-    }
 }
 
 #[cfg(test)]

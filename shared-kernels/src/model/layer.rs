@@ -9,7 +9,7 @@
 //! `swiglu_halves`): 9 launches instead of 19, the same bits, which the model contract checks.
 
 use super::cache::take;
-use super::forward::{Pass, Stream};
+use super::pass::{Pass, Stream};
 use super::names::LayerTensor;
 use super::{ModelConfig, ModelError};
 use crate::ops::attention::attention_for_rows;

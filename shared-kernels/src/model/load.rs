@@ -46,13 +46,23 @@ impl std::fmt::Display for LoadPhases {
     }
 }
 
+impl Qwen3 {
+    /// The HF checkpoint in `dir`, its shards memory-mapped and each weight sent to the device
+    /// in its stored dtype where that is `dtype` (no f32 host copy of the model); the same bits
+    /// as [`Qwen3::from_checkpoint`] of [`super::load_checkpoint`] (a 16-bit value widened to f32 and
+    /// cast back is itself). Timed by phase: [`load_timed`].
+    pub fn load(dir: &Path, dtype: DType, device: &Device) -> Result<Self, ModelError> {
+        load_timed(dir, dtype, device, Default::default()).map(|(model, _)| model)
+    }
+}
+
 /// [`Qwen3::load`] with the weights' bytes reaching the device as `copy` says, and where the
 /// time went.
 pub fn load_timed(dir: &Path, dtype: DType, device: &Device, copy: HostCopy) -> Result<(Qwen3, LoadPhases), ModelError> {
     let started = Instant::now();
     let config = ModelConfig::from_file(&dir.join("config.json"))?;
     let mapped = MappedWeights::open(dir)?;
-    let expected = config.expected_tensors();
+    let expected = super::names::expected_tensors(&config);
     let shapes: HashMap<String, Vec<usize>> = expected.iter().cloned().collect();
     // every tensor checked (presence, shape, finite values) before any goes to the device
     mapped.check_no_unexpected(&config)?;

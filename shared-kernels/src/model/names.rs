@@ -107,6 +107,13 @@ impl LayerTensor {
     }
 }
 
+impl ModelConfig {
+    /// Every tensor the checkpoint must hold, with its shape, in HF names (checkpoint order).
+    pub fn expected_tensors(&self) -> Vec<(String, Vec<usize>)> {
+        expected_tensors(self)
+    }
+}
+
 /// Every tensor a checkpoint of shape `c` holds, with its shape, in checkpoint order.
 pub fn expected_tensors(c: &ModelConfig) -> Vec<(String, Vec<usize>)> {
     let mut out = vec![(EMBED.to_string(), vec![c.vocab_size, c.hidden_size])];

@@ -11,7 +11,6 @@ use super::names::{LayerTensor, EMBED, FINAL_NORM, LM_HEAD};
 use super::{Checkpoint, KernelSet, ModelConfig, ModelError};
 use crate::{KernelError, RopeTables};
 use burn::tensor::{DType, Device, Tensor, TensorData};
-use std::path::Path;
 
 /// A weight of either rank, for code that walks all of them.
 #[derive(Clone, Debug)]
@@ -67,14 +66,6 @@ pub struct Qwen3 {
 }
 
 impl Qwen3 {
-    /// The HF checkpoint in `dir`, its shards memory-mapped and each weight sent to the device
-    /// in its stored dtype where that is `dtype` (no f32 host copy of the model); the same bits
-    /// as [`Self::from_checkpoint`] of [`load_checkpoint`] (a 16-bit value widened to f32 and
-    /// cast back is itself). Timed by phase: [`super::load::load_timed`].
-    pub fn load(dir: &Path, dtype: DType, device: &Device) -> Result<Self, ModelError> {
-        super::load::load_timed(dir, dtype, device, Default::default()).map(|(model, _)| model)
-    }
-
     pub fn from_checkpoint(ck: &Checkpoint, dtype: DType, device: &Device) -> Result<Self, ModelError> {
         let source = |name: &str| -> Result<Tensor<2>, ModelError> {
             let (shape, values) = &ck.tensors[name];

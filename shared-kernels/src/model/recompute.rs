@@ -7,7 +7,8 @@
 //! bits do not depend on the setting (the trainer's `optim.rs` test
 //! `recomputed_layers_give_the_one_graph_gradients_as_bits`).
 
-use super::forward::{int_tensor, Stream};
+use super::forward::int_tensor;
+use super::pass::Stream;
 use super::{LogprobDistribution, ModelError, Qwen3, Rows};
 use crate::embedding;
 use burn::tensor::{Int, Tensor};

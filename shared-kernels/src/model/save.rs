@@ -201,7 +201,7 @@ pub fn save_checkpoint(dir: &Path, checkpoint: &Checkpoint, dtype: DType, tokeni
 /// f32 value lives elsewhere (a sharded optimizer's master copy on the rank that owns it).
 pub fn save_model_f32_with(dir: &Path, model: &super::Qwen3, mut f32_bytes_of: impl FnMut(&str, &super::Weight) -> Result<burn::tensor::Bytes, ModelError>) -> Result<(), ModelError> {
     std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
-    let shapes: HashMap<String, Vec<usize>> = model.config.expected_tensors().into_iter().collect();
+    let shapes: HashMap<String, Vec<usize>> = super::names::expected_tensors(&model.config).into_iter().collect();
     let mut weights = model.named_tensors();
     weights.sort_by(|a, b| a.0.cmp(&b.0));
     let entries: Vec<(String, Dtype, Vec<usize>)> = weights.iter().map(|(n, _)| (n.clone(), Dtype::F32, shapes[n].clone())).collect();
@@ -214,7 +214,7 @@ pub fn save_model_f32_with(dir: &Path, model: &super::Qwen3, mut f32_bytes_of: i
 pub fn save_model(dir: &Path, model: &super::Qwen3, dtype: DType, tokenizer: Option<&Path>) -> Result<(), ModelError> {
     let st = stored_dtype(dir, dtype)?;
     std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
-    let shapes: HashMap<String, Vec<usize>> = model.config.expected_tensors().into_iter().collect();
+    let shapes: HashMap<String, Vec<usize>> = super::names::expected_tensors(&model.config).into_iter().collect();
     let mut weights = model.named_tensors();
     weights.sort_by(|a, b| a.0.cmp(&b.0)); // the order save_checkpoint writes (by name)
     let entries: Vec<(String, Dtype, Vec<usize>)> = weights.iter().map(|(n, _)| (n.clone(), st, shapes[n].clone())).collect();

@@ -65,7 +65,7 @@ pub fn load_checkpoint(dir: &Path) -> Result<Checkpoint, ModelError> {
         return Err(weights_err(&found[name].0, name, super::names::UNEXPECTED));
     }
     let mut tensors = BTreeMap::new();
-    for (name, shape) in config.expected_tensors() {
+    for (name, shape) in super::names::expected_tensors(&config) {
         let Some((file, got, values)) = found.remove(&name) else {
             return Err(weights_err(dir, &name, "missing from the checkpoint"));
         };
@@ -103,7 +103,7 @@ impl Checkpoint {
         };
         let half_width = std * 3.0f32.sqrt();
         let mut tensors = BTreeMap::new();
-        for (name, shape) in config.expected_tensors() {
+        for (name, shape) in super::names::expected_tensors(&config) {
             let n: usize = shape.iter().product();
             let values = if name.ends_with("norm.weight") {
                 (0..n).map(|_| 1.0 + 0.1 * next()).collect()

@@ -36,10 +36,7 @@ use burn_cubecl::cubecl::server::LaunchError;
 /// Cube size of every row-reduction kernel (rmsnorm, logprob, sampling). Fixed for all shapes:
 /// the reduction tree is part of the numerics, so it must never follow the batch size.
 pub const ROW_BLOCK: usize = 128;
-
-pub(crate) fn storage(dtype: burn::tensor::DType) -> ElemType {
-    burn_backend::cubecl::dtype_to_storage_type(dtype)
-}
+pub(crate) use crate::device::storage;
 
 /// Cube count for `n` independent work items of `per_cube` items each, folded into 2-D so no
 /// grid dimension exceeds the 65535 limit of some runtimes. Kernels recover the linear cube

@@ -15,7 +15,10 @@
 //! thousand tokens (docs/scale.md, the H100 section). One auto key takes what the set one
 //! leaves. A config that cannot fit is refused naming the keys with values that would.
 
-use super::{invalid, size, Config, MemoryPlan, Part, Purpose, Shape};
+use super::fixed::{check_pass_size, MemoryPlan};
+use super::shape::{size, Part, Purpose, Shape};
+use crate::config::Config;
+use crate::run::invalid;
 use crate::config::Sizing;
 use crate::run::RunError;
 use shared_kernels::model::ModelConfig;
@@ -267,7 +270,7 @@ pub fn resolve(c: &Config, device: &burn::tensor::Device, purpose: Purpose, rank
     };
     crate::run::check_sizes(&resolved, &shape)?;
     if purpose == Purpose::Train {
-        super::check_pass_size(&resolved, &shape)?;
+        check_pass_size(&resolved, &shape)?;
     }
     let plan = MemoryPlan::of_rank(&resolved, &shape, dtype_bytes, purpose, ranks);
     let total = mem.map(|m| m.total);

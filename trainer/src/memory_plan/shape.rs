@@ -1,9 +1,28 @@
 //! The model's sizes as the memory plan's arithmetic needs them: the fixed parts, the KV cache
 //! and one trainer pass's activation estimate.
 
-use super::{Part, Purpose};
 use crate::config::Config;
 use shared_kernels::model::ModelConfig;
+
+/// What the plan is for: `lockstep train` holds the optimizer state and the activations of a
+/// pass, `lockstep sample` only the weights and the KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    Train,
+    Sample,
+}
+
+pub struct Part {
+    pub what: &'static str,
+    pub bytes: u64,
+}
+
+pub(crate) const GB: f64 = 1e9;
+
+/// Bytes in GB, or MB below one GB.
+pub(crate) fn size(bytes: u64) -> String {
+    if bytes as f64 >= GB { format!("{:.1} GB", bytes as f64 / GB) } else { format!("{:.1} MB", bytes as f64 / 1e6) }
+}
 
 /// The model's sizes as the plan's arithmetic needs them (in f64: a config with absurd sizes,
 /// refused by name elsewhere, must not overflow here; `as u64` saturates).

@@ -11,49 +11,8 @@ use sampler::{Engine, EngineConfig, Request, SamplingParams};
 use shared_kernels::model::{Checkpoint, KernelSet, ModelConfig, Qwen3};
 use std::time::Instant;
 
-pub struct BenchOptions {
-    pub preset: String,
-    pub concurrency: Vec<usize>,
-    pub prompt_len: usize,
-    pub new_tokens: usize,
-    /// Request lengths spread over [new_tokens / 2, new_tokens] (a shrinking tail).
-    pub ragged_lengths: bool,
-    pub repeats: usize,
-    pub dtype: DType,
-    /// Sampler kernel sets to time: "matched", "sync", "graphs", "graphs-padded", "unfused", "fast",
-    /// "split_k", each optionally suffixed "+topp" or "+processed" (top-p 0.95 / top-k 20 sampling).
-    pub kernels: Vec<String>,
-    /// Skip the per-kernel table.
-    pub skip_ops: bool,
-    /// Kernel table without burn's column (its autotuner spends minutes on new shapes on CUDA).
-    pub no_burn: bool,
-    /// Kernel table: only the default matmul kernel's rows.
-    pub matmul_only: bool,
-    /// Kernel table: every warpgroup matmul tile at the preset's projection shapes.
-    pub tile_sweep: bool,
-    /// Skip the kernel table: only the trainer step.
-    pub trainer_only: bool,
-    pub attention_only: bool,
-    /// Kernel table: only the memory-bound rows.
-    pub memory_only: bool,
-    /// Kernel table: each op called once (for kernel profilers such as ncu).
-    pub single_call: bool,
-    /// Trainer step at these batch sizes (empty: 8 and 32 sequences).
-    pub trainer_batches: Vec<usize>,
-    /// Tokens per trainer-step sequence (0: 128).
-    pub trainer_len: usize,
-    /// Trainer step with and without per-layer recomputation, side by side.
-    pub trainer_recompute: bool,
-    /// Matmul rows at these M only (empty: the default sizes).
-    pub matmul_m: Vec<usize>,
-    /// Also write the kernel timings as JSON (read by experiments/torch_bench.py).
-    pub json: Option<std::path::PathBuf>,
-    /// Also save the bench model in HF layout (for transformers' generate on the same weights).
-    pub save_model: Option<std::path::PathBuf>,
-    /// With `save_model`: time loading that checkpoint (or the one already in that folder) by
-    /// each path, then stop.
-    pub load_bench: bool,
-}
+pub use super::bench_options::BenchOptions;
+use super::bench_options::{median, sync};
 
 /// How the sampler table's requests sample (a kernel set's suffix).
 #[derive(Clone, Copy, PartialEq)]
@@ -161,10 +120,6 @@ fn load_bench(dir: &std::path::Path, dtype: DType, device: &Device) -> Result<()
     Ok(())
 }
 
-pub(crate) fn sync(device: &Device) {
-    let _ = device.sync();
-}
-
 /// The bench and `check` build their model from a random f32 checkpoint on the host, and on a CPU runtime
 /// the device's copies live in host memory too: a preset past the host's free memory would be
 /// killed by the OS mid-run, so it is refused naming `--preset` and the sizes.
@@ -194,10 +149,6 @@ fn host_available_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
-pub(crate) fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(|a, b| a.total_cmp(b));
-    xs[xs.len() / 2]
-}
 
 
 pub fn run(o: &BenchOptions) -> Result<(), String> {

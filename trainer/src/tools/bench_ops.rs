@@ -4,7 +4,7 @@
 //! syncs (so launch latency is amortised as in a real forward). `--json` writes the rows for
 //! experiments/torch_bench.py, which adds torch's time for the same shapes in the same visit.
 
-use super::bench::{median, sync, BenchOptions};
+use super::bench_options::{median, sync, BenchOptions};
 use burn::tensor::{activation, DType, Device, Distribution, Int, Tensor, TensorData};
 use serde_json::json;
 use shared_kernels::model::{KernelSet, ModelConfig, Qwen3, Weight};

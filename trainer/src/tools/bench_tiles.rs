@@ -3,7 +3,7 @@
 //! the given M, in one run: time per call and TFLOP/s, the tile the process picks marked, and
 //! each tile's output checked against the pick's as bits (tiles are scheduling only).
 
-use super::bench::BenchOptions;
+use super::bench_options::BenchOptions;
 use super::bench_ops::{rand2, time_op};
 use burn::tensor::{Device, Tensor};
 use shared_kernels::model::ModelConfig;

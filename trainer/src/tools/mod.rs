@@ -3,6 +3,7 @@
 //! the host profiler. They belong to the `lockstep` binary, not to the trainer library.
 
 pub mod bench;
+pub mod bench_options;
 pub mod bench_ops;
 pub mod bench_tiles;
 pub mod check;

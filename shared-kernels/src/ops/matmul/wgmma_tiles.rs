@@ -162,10 +162,7 @@ fn tiles_by_waves_at(m: usize, n: usize, sms: usize, whole: bool, by_rows: bool)
 /// against 98.0; on the H200 (session 28's host-timed sweep) a tie: 41.7 against 40.7, 98.5
 /// against 99.6.
 const TWO_ROW_TILES: std::ops::RangeInclusive<usize> = 129..=256;
-
-pub(crate) fn multiprocessors(client: &Client) -> usize {
-    client.properties().hardware.num_streaming_multiprocessors.unwrap_or(132) as usize
-}
+pub(crate) use crate::device::client_multiprocessors as multiprocessors;
 
 /// How the warpgroup kernel walks its tiles (scheduling only: the same bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
