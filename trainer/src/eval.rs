@@ -6,7 +6,8 @@
 //! metrics.jsonl and TensorBoard under `eval/`.
 
 use crate::config::Config;
-use crate::run::{encode, Policy, RunError};
+use crate::error::RunError;
+use crate::policy::{encode, Policy};
 use crate::tasks::{Problem, Task};
 use sampler::{Engine, Request, SamplingParams};
 use serde::{Deserialize, Serialize};

@@ -7,7 +7,7 @@
 //! `task.reward_command` names (its words that are files, e.g. `python3 grade.py`'s script).
 
 use crate::config::Config;
-use crate::run::{invalid, RunError};
+use crate::error::{invalid, RunError};
 use std::io::Read;
 use std::path::Path;
 

@@ -1,15 +1,18 @@
 //! lockstep's trainer: GRPO on the shared model forward, with the sampler in the same process.
 
+pub mod backward;
 pub mod chat;
 pub mod checkpoint;
 pub mod child;
 pub mod jsonl;
-pub mod losses;
+pub mod objective;
 pub mod math_verify;
 pub mod memory_plan;
 pub mod parquet_rows;
+pub mod policy;
 pub mod config;
 pub mod distributed;
+pub mod error;
 pub mod eval;
 pub mod grpo;
 pub mod input_files;

@@ -5,9 +5,15 @@
 //! not repeat the uninterrupted run), and one on another build is named in a warning.
 
 use crate::config::ConfigError;
-use crate::run::RunError;
+use crate::error::RunError;
 use std::collections::BTreeMap;
 use std::path::Path;
+
+/// The lockstep commit this binary was built from (trainer/build.rs), "unknown" when it was
+/// built outside a git checkout.
+pub fn git_revision() -> String {
+    env!("BUILD_GIT_REVISION").to_string()
+}
 
 const FILE: &str = "environment.resolved.json";
 /// How a variable that does not apply on this device appears beside one that did.
@@ -15,7 +21,7 @@ const NOT_USED: &str = "(not used on this device)";
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Environment {
-    /// The lockstep commit the binary was built from (`run::git_revision`).
+    /// The lockstep commit the binary was built from ([`git_revision`]).
     pub lockstep_revision: String,
     /// Each arithmetic-changing variable that applies here, with its value.
     pub arithmetic: BTreeMap<String, String>,
@@ -25,7 +31,7 @@ impl Environment {
     /// This process's.
     pub fn current() -> Result<Environment, RunError> {
         let choice = shared_kernels::kernel_choice::KernelChoice::process().map_err(|e| RunError::Other(format!("the environment: {e}")))?;
-        Ok(Environment { lockstep_revision: crate::run::git_revision(), arithmetic: choice.arithmetic().into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() })
+        Ok(Environment { lockstep_revision: git_revision(), arithmetic: choice.arithmetic().into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect() })
     }
 }
 

@@ -4,7 +4,8 @@
 //! `--allow-config-change`), and the run's records (config, inputs, environment) are written.
 
 use crate::config::Config;
-use crate::run::{check_resume_config, run_dir, save_resolved, RunError};
+use crate::error::RunError;
+use crate::run::{check_resume_config, run_dir, save_resolved};
 use std::path::PathBuf;
 
 /// Checks `cfg`'s run folder for a fresh start or a `resume`, and writes a fresh run's records
@@ -24,7 +25,7 @@ pub fn open(cfg: &Config, resume: bool, allow_config_change: bool) -> Result<Opt
         let step = latest.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("step-")).and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
         // a run already past the steps asked for is named as such, before any config change
         if step > cfg.train.steps {
-            return Err(crate::run::invalid("train.steps", format!("is {} but the checkpoint {} is at step {step}", cfg.train.steps, latest.display())));
+            return Err(crate::error::invalid("train.steps", format!("is {} but the checkpoint {} is at step {step}", cfg.train.steps, latest.display())));
         }
         // the records are rewritten by `record` once the checkpoint has loaded: a resume
         // refused later (a checkpoint of another shape) leaves them as they were

@@ -4,7 +4,7 @@
 //! first holds an advisory lock on `<run>/.lockstep.lock` for its lifetime (the OS releases it
 //! when the process ends, also after a kill -9), and a second is refused naming the first's pid.
 
-use crate::run::RunError;
+use crate::error::RunError;
 use std::io::{Read, Seek, Write};
 use std::path::Path;
 

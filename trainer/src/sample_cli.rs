@@ -4,7 +4,8 @@
 //! prints the throughput.
 
 use crate::config::Config;
-use crate::run::{encode, Policy, RunError};
+use crate::error::RunError;
+use crate::policy::{encode, Policy};
 use sampler::{Request, SamplingParams};
 use std::io::Write;
 use std::path::Path;
@@ -22,20 +23,20 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
         eprintln!("note: {note}");
     }
     let lines = crate::jsonl::lines(Path::new(&s.input)).map_err(|(line, m)| match line {
-        0 => crate::run::invalid("sampler.input", format!("{:?}: {m}", s.input)),
+        0 => crate::error::invalid("sampler.input", format!("{:?}: {m}", s.input)),
         _ => RunError::Other(format!("{}:{line}: {m}", s.input)),
     })?;
     if lines.is_empty() {
-        return Err(crate::run::invalid("sampler.input", format!("{:?} holds no prompts (every line is blank)", s.input)));
+        return Err(crate::error::invalid("sampler.input", format!("{:?} holds no prompts (every line is blank)", s.input)));
     }
     // the output's folder must take a file before any sampling is spent
     let output = Path::new(&s.output);
     if output.is_dir() {
-        return Err(crate::run::invalid("sampler.output", format!("{:?} is a folder; name the result file", s.output)));
+        return Err(crate::error::invalid("sampler.output", format!("{:?} is a folder; name the result file", s.output)));
     }
     // written atomically (shared_kernels::model::save): a file is replaced whole, a symlink's
     // target rather than the link, and a pipe (`/dev/stdout`) is written into
-    shared_kernels::model::save::check_writable(output).map_err(|e| crate::run::invalid("sampler.output", format!("{:?} cannot be written ({e})", s.output)))?;
+    shared_kernels::model::save::check_writable(output).map_err(|e| crate::error::invalid("sampler.output", format!("{:?} cannot be written ({e})", s.output)))?;
     // a chat template only when some line holds messages (so plain prompt files need none)
     let mut chat: Option<crate::chat::ChatPrompts> = None;
     let mut requests = Vec::new();

@@ -3,10 +3,12 @@
 //! that sometimes earns reward.
 
 use crate::config::Config;
-use crate::optim::{clip, tracked_copy, weighted_backward, with_folded, AdamW};
+use crate::backward::{tracked_copy, weighted_backward, with_folded};
+use crate::optim::{clip, AdamW};
 use shared_kernels::grad_fold::GradFold;
 use crate::rng::SplitMix;
-use crate::run::{encode, Policy, RunError};
+use crate::error::RunError;
+use crate::policy::{encode, Policy};
 use crate::tasks::Task;
 
 /// Runs `cfg.train.sft_steps` steps; calls `report(step, loss)` after each.
@@ -41,7 +43,7 @@ pub fn warm_start(cfg: &Config, policy: &mut Policy, task: &Task, stop: &std::sy
             }
         }
         let mut fold = GradFold::new();
-        let (value, grads) = weighted_backward(&tracked, flat, &weights, &mut fold, &format!("sft step {step}"), &crate::optim::nonfinite_suspects(&cfg.model.path, "train.sft_lr"))?;
+        let (value, grads) = weighted_backward(&tracked, flat, &weights, &mut fold, &format!("sft step {step}"), &crate::backward::nonfinite_suspects(&cfg.model.path, "train.sft_lr"))?;
         let mut grads = with_folded(grads, fold);
         clip(&mut grads, c.grad_clip);
         let lr = crate::optim::learning_rate(c.sft_lr, step, c.warmup_steps, c.sft_steps, c.min_lr_ratio);

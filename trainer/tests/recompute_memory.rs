@@ -10,7 +10,7 @@ fn the_recomputed_forward_holds_a_fraction_of_the_one_graph_forward() {
     let model = Qwen3::from_checkpoint(&Checkpoint::random(tiny_config(97, true), 0.05, 3), burn::tensor::DType::F32, &device).unwrap();
     let sequences: Vec<Vec<u32>> = (0..8).map(|s| (0..200).map(|t| ((s * 31 + t * 7) % 97) as u32).collect()).collect();
     let held = |recompute: bool| {
-        let tracked = trainer::optim::tracked_copy(&model);
+        let tracked = trainer::backward::tracked_copy(&model);
         let before = device.memory_pool_usage().expect("the runtime reports memory").bytes_in_use;
         let (_, logprobs) = tracked.training_logprobs(&sequences, 1.0, recompute).unwrap();
         let _ = device.sync();

@@ -4,7 +4,7 @@
 //! layer's output (the trainer's `optim::weighted_backward`). The forward runs the same kernels
 //! on the same rows, so the re-run layer gives the first pass's bits, and each weight receives
 //! the same gradient contributions in the same order as in the one-graph backward: the update's
-//! bits do not depend on the setting (the trainer's `optim.rs` test
+//! bits do not depend on the setting (the trainer's `backward.rs` test
 //! `recomputed_layers_give_the_one_graph_gradients_as_bits`).
 
 use super::forward::int_tensor;

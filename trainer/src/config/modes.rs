@@ -59,7 +59,7 @@ config_mode! {
     Advantage { GroupStd = "group_std", GroupMean = "group_mean" }
 }
 config_mode! {
-    /// What a sequence's token terms are divided by (see `losses::aggregation_divisor`).
+    /// What a sequence's token terms are divided by (see `objective::aggregation_divisor`).
     LossAggregation { TokenMean = "token_mean", SequenceMean = "sequence_mean", Constant = "constant" }
 }
 config_mode! {

@@ -3,7 +3,7 @@
 //! launcher, torchrun or a cluster's own launcher) joins its group through NCCL.
 
 use super::{Communicator, Rendezvous};
-use crate::run::{invalid, RunError};
+use crate::error::{invalid, RunError};
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::process::{Child, Command};

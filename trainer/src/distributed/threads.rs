@@ -7,7 +7,8 @@
 use super::{local::local_group, Communicator};
 use crate::config::Config;
 use crate::grpo::{new_adamw, Trainer};
-use crate::run::{load_policy, load_task};
+use crate::policy::load_policy;
+use crate::run::load_task;
 use crate::telemetry::StepMetrics;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,9 +44,9 @@ pub fn train_ranks_from(configs: &[Config], timeout: Duration, resume: bool, max
 }
 
 /// `train --ranks-in-threads N`: every rank's steps, one line each, then an error if a rank failed.
-pub fn train_from_cli(cfg: Config, world: usize, resume: bool, max_steps: Option<usize>, allow_config_change: bool) -> Result<(), crate::run::RunError> {
+pub fn train_from_cli(cfg: Config, world: usize, resume: bool, max_steps: Option<usize>, allow_config_change: bool) -> Result<(), crate::error::RunError> {
     if world == 0 {
-        return Err(crate::run::invalid("--ranks-in-threads", "must be at least 1".into()));
+        return Err(crate::error::invalid("--ranks-in-threads", "must be at least 1".into()));
     }
     let timeout = super::launch::collective_timeout()?;
     let _run_lock = crate::run_lock::lock(&crate::run::run_dir(&cfg))?;
@@ -74,14 +75,14 @@ pub fn train_from_cli(cfg: Config, world: usize, resume: bool, max_steps: Option
             Err(e) => failed.push(e.clone()),
         }
     }
-    if failed.is_empty() { Ok(()) } else { Err(crate::run::RunError::Other(failed.join("; "))) }
+    if failed.is_empty() { Ok(()) } else { Err(crate::error::RunError::Other(failed.join("; "))) }
 }
 
-fn rank_run(cfg: &Config, comm: Arc<dyn Communicator>, resume: bool, max_steps: Option<usize>) -> Result<Vec<StepMetrics>, crate::run::RunError> {
+fn rank_run(cfg: &Config, comm: Arc<dyn Communicator>, resume: bool, max_steps: Option<usize>) -> Result<Vec<StepMetrics>, crate::error::RunError> {
     let device = shared_kernels::device::default_device();
     let (policy, opt, step) = if resume {
         let dir = crate::run::run_dir(cfg);
-        let latest = crate::checkpoint::list(&dir).pop().ok_or_else(|| crate::run::RunError::Other(format!("no checkpoint in {}", dir.display())))?;
+        let latest = crate::checkpoint::list(&dir).pop().ok_or_else(|| crate::error::RunError::Other(format!("no checkpoint in {}", dir.display())))?;
         let (policy, opt, step, _) = crate::run::resume_state(cfg, &latest, &device, |_| Ok(()))?;
         (policy, opt, step)
     } else {

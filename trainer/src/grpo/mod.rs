@@ -15,7 +15,9 @@
 use crate::checkpoint::{self, RunState};
 use crate::config::Config;
 use crate::optim::{learning_rate, AdamW};
-use crate::run::{run_dir, Policy, RunError};
+use crate::error::RunError;
+use crate::policy::Policy;
+use crate::run::run_dir;
 use crate::tasks::Task;
 use crate::telemetry::{PhaseTimes, StepMetrics, Telemetry};
 use burn::tensor::DType;
@@ -33,7 +35,7 @@ mod rollouts;
 mod score;
 mod update;
 
-pub use update::Correction;
+pub use crate::objective::Correction;
 
 pub struct Trainer {
     pub cfg: Config,
@@ -76,9 +78,7 @@ pub fn weights_fingerprint(model: &Qwen3, dtype: DType) -> Result<String, RunErr
     Ok(h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect())
 }
 
-pub fn new_adamw(c: &Config) -> AdamW {
-    AdamW::new(c.train.beta1, c.train.beta2, c.train.adam_eps, c.train.weight_decay)
-}
+pub use crate::optim::new_adamw;
 
 impl Trainer {
     pub fn new(cfg: Config, policy: Policy, opt: AdamW, step: usize) -> Result<Self, RunError> {
@@ -266,7 +266,7 @@ impl Trainer {
     /// Writes a checkpoint of this step (rank 0 writes it; with a sharded optimizer every rank
     /// must call this, as the state is gathered from its owners). Returns its folder.
     pub fn checkpoint(&self) -> Result<PathBuf, RunError> {
-        let state = RunState { step: self.step, adam_t: self.opt.t, git_revision: crate::run::git_revision() };
+        let state = RunState { step: self.step, adam_t: self.opt.t, git_revision: crate::run_environment::git_revision() };
         if let Some(shards) = self.shards() {
             return self.checkpoint_sharded(&shards, &state);
         }

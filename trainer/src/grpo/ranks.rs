@@ -5,7 +5,7 @@
 use super::Trainer;
 use crate::distributed::tree::pairwise_sum;
 use crate::distributed::{f32_bytes, f32s, f64_bytes, f64s, share, CommError, Communicator};
-use crate::run::RunError;
+use crate::error::RunError;
 use burn::tensor::{Tensor, TensorData};
 use sampler::{Completion, FinishReason};
 use std::collections::BTreeMap;

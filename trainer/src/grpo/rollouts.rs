@@ -2,9 +2,10 @@
 //! DAPO's dynamic sampling.
 
 use super::Trainer;
-use crate::losses::{group_advantages, overlong_penalty};
+use crate::objective::{group_advantages, overlong_penalty};
 use crate::rng::SplitMix;
-use crate::run::{encode, RunError};
+use crate::error::RunError;
+use crate::policy::encode;
 use sampler::Request;
 use std::time::Instant;
 
@@ -84,7 +85,7 @@ impl Trainer {
         // a non-finite logprob is a fault (weights or device), never a sample: named, not trained on
         for (r, comp) in requests[own.clone()].iter().zip(&completions) {
             if let Some(p) = comp.logprobs.iter().position(|l| !l.is_finite()) {
-                return Err(RunError::Other(format!("step {step}: request {}: the sampler's logprob at completion position {p} (token {}) is {}; stopping before the update (the last checkpoint is intact). Non-finite logprobs come from the weights: {}", r.id, comp.tokens[p], comp.logprobs[p], crate::optim::nonfinite_suspects(&c.model.path, "train.lr"))));
+                return Err(RunError::Other(format!("step {step}: request {}: the sampler's logprob at completion position {p} (token {}) is {}; stopping before the update (the last checkpoint is intact). Non-finite logprobs come from the weights: {}", r.id, comp.tokens[p], comp.logprobs[p], crate::backward::nonfinite_suspects(&c.model.path, "train.lr"))));
             }
         }
         let mut texts = Vec::with_capacity(completions.len());

@@ -2,12 +2,11 @@
 //! bits, and each scored token's loss weight.
 
 use super::rollouts::Rollouts;
-use super::update::Correction;
+use crate::objective::{correction_coefficients, token_weights, Correction};
 use super::Trainer;
 use crate::config::{OnMismatch, SamplerKernels};
-use crate::losses::aggregation_divisor;
-use crate::optim::{micro_batches, tracked_copy};
-use crate::run::RunError;
+use crate::backward::{micro_batches, tracked_copy};
+use crate::error::RunError;
 use crate::telemetry::Agreement;
 use sampler::Request;
 use shared_kernels::model::audit::first_divergence_in_batch;
@@ -106,8 +105,8 @@ impl Trainer {
     pub(super) fn weigh(&self, r: &Rollouts, batches: Vec<std::ops::Range<usize>>, blocks: Vec<std::ops::Range<usize>>, trainer_lp: Vec<Vec<f32>>, entropy: f64, agreement: Agreement, scoring: Instant, verify_in_update: bool) -> Result<Scored, RunError> {
         let c = &self.cfg;
         let (requests, completions, sequences) = (&r.requests, &r.completions, &r.sequences);
-        let coef_sampler_tokens: usize = completions.iter().map(|comp| comp.logprobs.len()).sum();
-        let (coef, corr) = self.coefficients(requests, completions, &trainer_lp, &r.advantages)?;
+        let prompt_lens: Vec<usize> = requests.iter().map(|q| q.prompt.len()).collect();
+        let (coef, corr) = correction_coefficients(&c.ablation, &prompt_lens, completions, &trainer_lp, &r.advantages);
         let ref_lp = match &self.reference {
             Some(m) => Some(self.logprobs_all(m, sequences, &batches, "reference logprobs").map_err(|e| match e {
                 Pass::Model(e) => RunError::Model(e),
@@ -116,27 +115,10 @@ impl Trainer {
             None => None,
         };
         let logprob_s = scoring.elapsed().as_secs_f64();
-        let n_tokens = coef_sampler_tokens.max(1) as f64;
-        let mut weights = Vec::with_capacity(coef.len());
-        let mut kl_ref = 0.0;
-        let mut at = 0;
-        for (s, seq) in sequences.iter().enumerate() {
-            let start = requests[s].prompt.len() - 1;
-            let divisor = aggregation_divisor(c.train.loss_aggregation, completions[s].tokens.len(), completions.len(), n_tokens, c.sampler.max_new_tokens);
-            for t in 0..seq.len() - 1 {
-                let mut w = 0.0;
-                if t >= start {
-                    w = -coef[at] / divisor;
-                    if let Some(rl) = &ref_lp {
-                        let d = (rl[s][t] - trainer_lp[s][t]) as f64;
-                        kl_ref += (d.exp() - d - 1.0) / n_tokens;
-                        w += c.train.kl_coef * (1.0 - d.exp()) / n_tokens;
-                    }
-                    at += 1;
-                }
-                weights.push(w as f32);
-            }
-        }
+        let n_tokens = completions.iter().map(|comp| comp.logprobs.len()).sum::<usize>().max(1) as f64;
+        let seq_lens: Vec<usize> = sequences.iter().map(Vec::len).collect();
+        let completion_lens: Vec<usize> = completions.iter().map(|comp| comp.tokens.len()).collect();
+        let (weights, kl_ref) = token_weights(&c.train, c.sampler.max_new_tokens, &seq_lens, &prompt_lens, &completion_lens, n_tokens, &coef, &trainer_lp, ref_lp.as_deref());
         Ok(Scored { batches, blocks, trainer_lp, entropy, agreement, corr, weights, kl_ref, logprob_s, verify_in_update })
     }
 

@@ -7,7 +7,7 @@ use super::Trainer;
 use crate::checkpoint::{self, OptimizerState, RunState};
 use crate::distributed::zero::Shards;
 use crate::distributed::Communicator;
-use crate::run::RunError;
+use crate::error::RunError;
 use burn::tensor::{Tensor, TensorData};
 use shared_kernels::model::{ModelError, Qwen3, Weight};
 use std::collections::BTreeMap;

@@ -4,10 +4,11 @@
 use super::rollouts::Rollouts;
 use super::score::{pass_error, Scored, Tracked};
 use super::Trainer;
-use crate::config::{Correction as CorrectionKind, RatioLevel};
-use crate::losses::{aggregation_divisor, surrogate_coefficients};
-use crate::optim::{accumulate, clip, micro_batches, nonfinite_suspects, tracked_copy, weighted_backward, with_folded};
-use crate::run::RunError;
+use crate::config::RatioLevel;
+use crate::objective::{aggregation_divisor, surrogate_coefficients, Correction};
+use crate::backward::{accumulate, micro_batches, nonfinite_suspects, tracked_copy, weighted_backward, with_folded};
+use crate::optim::clip;
+use crate::error::RunError;
 use crate::telemetry::Agreement;
 use sampler::Request;
 use shared_kernels::grad_fold::GradFold;
@@ -193,73 +194,6 @@ impl Trainer {
         let loss = self.sum_f64(&format!("step {step}: {kind}loss"), loss)?.unwrap_or(0.0);
         Ok((loss, self.sum_gradients(&format!("step {step}: {kind}gradients"), grads)?))
     }
-
-    /// Per completion token: the policy-gradient coefficient c_t·A (c_t from the correction).
-    pub(super) fn coefficients(&self, requests: &[Request], completions: &[sampler::Completion], trainer_lp: &[Vec<f32>], adv: &[f64]) -> Result<(Vec<f64>, Correction), RunError> {
-        let a = &self.cfg.ablation;
-        let mut out = Vec::new();
-        let mut corr = Correction { ratio_min: f64::INFINITY, ratio_max: 0.0, weight_min: f64::INFINITY, weight_max: 0.0, ..Default::default() };
-        let mut n = 0usize;
-        for (s, comp) in completions.iter().enumerate() {
-            let start = requests[s].prompt.len() - 1;
-            let log_ratios: Vec<f64> = comp.logprobs.iter().enumerate().map(|(t, &q)| trainer_lp[s][start + t] as f64 - q as f64).collect();
-            let seq_log_ratio: f64 = log_ratios.iter().sum();
-            let seq_mean_log_ratio = seq_log_ratio / log_ratios.len().max(1) as f64;
-            for &lr_t in &log_ratios {
-                let ratio = match (a.level, a.correction) {
-                    (RatioLevel::Sequence, CorrectionKind::PpoClip) => seq_mean_log_ratio.exp(),
-                    (RatioLevel::Sequence, _) => seq_log_ratio.exp(),
-                    (RatioLevel::Token, _) => lr_t.exp(),
-                };
-                corr.ratio_min = corr.ratio_min.min(ratio);
-                corr.ratio_max = corr.ratio_max.max(ratio);
-                corr.ratio_mean += ratio;
-                n += 1;
-                let weight = match a.correction {
-                    CorrectionKind::Tis => {
-                        if ratio > a.tis_cap {
-                            corr.truncated_frac += 1.0;
-                        }
-                        ratio.min(a.tis_cap)
-                    }
-                    CorrectionKind::Mis => {
-                        if ratio < 1.0 / a.mis_threshold || ratio > a.mis_threshold {
-                            corr.masked_frac += 1.0;
-                            0.0
-                        } else {
-                            ratio
-                        }
-                    }
-                    CorrectionKind::PpoClip => {
-                        let clipped = (adv[s] > 0.0 && ratio > 1.0 + a.ppo_clip) || (adv[s] < 0.0 && ratio < 1.0 - a.ppo_clip);
-                        if clipped {
-                            corr.masked_frac += 1.0;
-                            0.0
-                        } else {
-                            ratio
-                        }
-                    }
-                    CorrectionKind::None => 1.0,
-                };
-                corr.weight_min = corr.weight_min.min(weight);
-                corr.weight_max = corr.weight_max.max(weight);
-                corr.weight_mean += weight;
-                out.push(weight * adv[s]);
-            }
-        }
-        let n = n.max(1) as f64;
-        corr.ratio_mean /= n;
-        corr.weight_mean /= n;
-        if !corr.weight_min.is_finite() {
-            corr.weight_min = 1.0;
-        }
-        corr.truncated_frac /= n;
-        corr.masked_frac /= n;
-        if !corr.ratio_min.is_finite() {
-            corr.ratio_min = 1.0;
-        }
-        Ok((out, corr))
-    }
 }
 
 /// A loss and its weight gradients by name: a gradient block's, a rank's, or the step's.
@@ -271,15 +205,3 @@ fn add_partials(a: Partial, b: Partial) -> Partial {
     (loss + b.0, grads)
 }
 
-#[derive(Clone, Default)]
-pub struct Correction {
-    pub ratio_min: f64,
-    pub ratio_mean: f64,
-    pub ratio_max: f64,
-    /// The weights after truncation or masking.
-    pub weight_min: f64,
-    pub weight_mean: f64,
-    pub weight_max: f64,
-    pub truncated_frac: f64,
-    pub masked_frac: f64,
-}

@@ -18,9 +18,9 @@
 use super::fixed::{check_pass_size, MemoryPlan};
 use super::shape::{size, Part, Purpose, Shape};
 use crate::config::Config;
-use crate::run::invalid;
+use crate::error::invalid;
 use crate::config::Sizing;
-use crate::run::RunError;
+use crate::error::RunError;
 use shared_kernels::model::ModelConfig;
 
 /// Kept free beside the plan: the CUDA context and its modules and graphs, the pools' slack
@@ -250,10 +250,10 @@ fn refusal(c: &Config, room: &Room, mem: &DeviceMemory, fixed: f64, kv: f64, pas
 /// chosen. Without the device's size the autos mean what 0 means (the whole step, a full KV
 /// cache), as before sizing existed.
 pub fn resolve(c: &Config, device: &burn::tensor::Device, purpose: Purpose, ranks: usize, sharing: usize) -> Result<Config, RunError> {
-    let shape = crate::run::model_shape(c)?;
+    let shape = crate::policy::model_shape(c)?;
     // the kernels' index range first: it holds on every runtime, the binding limit below on some
-    crate::run::check_sizes(c, &shape)?;
-    let dtype_bytes = crate::run::dtype(c).size() as u64;
+    crate::policy::check_sizes(c, &shape)?;
+    let dtype_bytes = crate::policy::dtype(c).size() as u64;
     let mem = DeviceMemory::of(device, sharing);
     let (resolved, line) = match &mem {
         Some(mem) => choose(c, &shape, dtype_bytes, purpose, ranks, mem)?,
@@ -268,7 +268,7 @@ pub fn resolve(c: &Config, device: &burn::tensor::Device, purpose: Purpose, rank
             (out, "auto sizes: the device's memory is unknown, so the whole step in one pass and a full KV cache".to_string())
         }
     };
-    crate::run::check_sizes(&resolved, &shape)?;
+    crate::policy::check_sizes(&resolved, &shape)?;
     if purpose == Purpose::Train {
         check_pass_size(&resolved, &shape)?;
     }

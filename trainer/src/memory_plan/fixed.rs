@@ -4,7 +4,7 @@
 
 use super::shape::{size, Part, Purpose, Shape, GB};
 use crate::config::Config;
-use crate::run::{invalid, RunError};
+use crate::error::{invalid, RunError};
 use shared_kernels::model::ModelConfig;
 
 pub struct MemoryPlan {

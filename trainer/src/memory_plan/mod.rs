@@ -10,7 +10,7 @@
 //! naming the keys to change and values that would fit.
 
 use crate::config::Config;
-use crate::run::RunError;
+use crate::error::RunError;
 
 pub mod auto;
 mod fixed;

@@ -2,7 +2,8 @@
 //! key to change, instead of failing (or silently scoring nothing) at the step that samples it.
 
 use crate::config::Config;
-use crate::run::{Policy, RunError};
+use crate::error::RunError;
+use crate::policy::Policy;
 
 /// Every problem of a dataset task and of its eval split (`task.eval_path`, when
 /// `train.eval_every` is set) fits: a prompt of at least one token with an answer the built-in
@@ -26,7 +27,7 @@ fn check_problems(cfg: &Config, policy: &Policy, path: &str, problems: &[crate::
     let positions = policy.model.config.max_position_embeddings;
     for p in problems {
         let at = |m: String| RunError::Other(format!("{path}:{}: {m}", p.line));
-        let prompt = crate::run::encode(&policy.tokenizer, &p.prompt).map_err(|e| at(e.to_string()))?;
+        let prompt = crate::policy::encode(&policy.tokenizer, &p.prompt).map_err(|e| at(e.to_string()))?;
         if prompt.is_empty() {
             return Err(at(format!("the prompt (task.prompt_key `{}`) has no tokens", cfg.task.prompt_key)));
         }
@@ -35,10 +36,10 @@ fn check_problems(cfg: &Config, policy: &Policy, path: &str, problems: &[crate::
             return Err(at(format!("the answer (task.answer_key `{}`) is empty, so task.reward = \"{}\" has nothing to compare with (task.reward = \"command\" may ignore answers)", cfg.task.answer_key, cfg.task.reward)));
         }
         if prompt.len() + cfg.sampler.max_new_tokens > context {
-            return Err(crate::run::invalid("sampler.context", format!("is {context} tokens but {path}:{} has a {}-token prompt, which with sampler.max_new_tokens = {} needs {}", p.line, prompt.len(), cfg.sampler.max_new_tokens, prompt.len() + cfg.sampler.max_new_tokens)));
+            return Err(crate::error::invalid("sampler.context", format!("is {context} tokens but {path}:{} has a {}-token prompt, which with sampler.max_new_tokens = {} needs {}", p.line, prompt.len(), cfg.sampler.max_new_tokens, prompt.len() + cfg.sampler.max_new_tokens)));
         }
         if sft {
-            let answer = crate::run::encode(&policy.tokenizer, &p.answer).map_err(|e| at(e.to_string()))?;
+            let answer = crate::policy::encode(&policy.tokenizer, &p.answer).map_err(|e| at(e.to_string()))?;
             if prompt.len() + answer.len() + 1 > positions {
                 return Err(at(format!("prompt + answer + end-of-sequence is {} tokens, beyond the model's {positions} positions (the SFT warm start trains on it; train.sft_steps = 0 skips it)", prompt.len() + answer.len() + 1)));
             }

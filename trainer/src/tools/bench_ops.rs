@@ -360,14 +360,14 @@ fn trainer_step(o: &BenchOptions, config: &ModelConfig, device: &Device) -> Resu
             // the GRPO update's own path: every scored token weighted, weight gradients folded
             let held = std::cell::Cell::new(None);
             let step = || {
-                let tracked = trainer::optim::tracked_copy(&m);
+                let tracked = trainer::backward::tracked_copy(&m);
                 let (_, logprobs) = tracked.training_logprobs(&seqs, 1.0, recompute).expect("training path");
                 let _ = device.sync();
                 held.set(device.memory_pool_usage().map(|u| u.bytes_in_use));
                 let weights = vec![1.0f32; logprobs.flat.dims()[0]];
                 let mut fold = shared_kernels::grad_fold::GradFold::new();
-                let (_, grads) = trainer::optim::weighted_backward(&tracked, logprobs, &weights, &mut fold, "bench", "train.lr").expect("bench update");
-                drop(trainer::optim::with_folded(grads, fold));
+                let (_, grads) = trainer::backward::weighted_backward(&tracked, logprobs, &weights, &mut fold, "bench", "train.lr").expect("bench update");
+                drop(trainer::backward::with_folded(grads, fold));
             };
             let secs = time_op(device, o.repeats.min(5), 1, step);
             let tokens = batch * (len - 1);

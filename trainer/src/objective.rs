@@ -1,9 +1,15 @@
-//! The loss arithmetic of a GRPO step, as the papers define it: group-relative advantages
-//! (GRPO, Dr. GRPO), the loss aggregation divisors (token mean, sequence mean, constant), the
-//! clipped surrogate's coefficients (PPO, DAPO's clip-higher, GSPO's sequence ratio) and DAPO's
-//! overlong penalty. Plain functions of numbers; `grpo/` applies them to a step's rollouts.
+//! The objective of a GRPO step in one place, as the papers define it: group-relative advantages
+//! (GRPO, Dr. GRPO), DAPO's overlong penalty, the ablation's corrections (TIS, MIS, PPO-clip
+//! against the sampler), the clipped surrogate's coefficients of PPO epochs (PPO, DAPO's
+//! clip-higher, GSPO's sequence ratio), the loss aggregation divisors (token mean, sequence mean,
+//! constant) and the per-token loss weights with the reference model's KL term. Plain functions
+//! of numbers: `grpo/score.rs` gets the trainer's logprobs and calls them, `grpo/update.rs`
+//! backpropagates `sum(weight x logprob)` (`backward.rs`).
+//!
+//! The policy-gradient loss is `sum_t w_t logprob_t` with `w_t = -c_t A / divisor` (+ the KL
+//! term), so its gradient is the one of `-(1/divisor) sum_t c_t A logprob_t`.
 
-use crate::config::{Advantage, LossAggregation};
+use crate::config::{AblationSection, Advantage, Correction as CorrectionKind, LossAggregation, RatioLevel, TrainSection};
 
 /// Group-relative advantages: `group_std` (GRPO) divides by the group's std (+ 1e-6),
 /// `group_mean` (Dr. GRPO) only subtracts the group mean.
@@ -17,6 +23,121 @@ pub fn group_advantages(rewards: &[f64], group: usize, kind: Advantage) -> Vec<f
         }
     }
     out
+}
+
+/// The ablation's correction of a step, for telemetry: the sampler-to-trainer ratios and the
+/// weights they became (after truncation or masking), and the share of tokens truncated or masked.
+#[derive(Clone, Default)]
+pub struct Correction {
+    pub ratio_min: f64,
+    pub ratio_mean: f64,
+    pub ratio_max: f64,
+    /// The weights after truncation or masking.
+    pub weight_min: f64,
+    pub weight_mean: f64,
+    pub weight_max: f64,
+    pub truncated_frac: f64,
+    pub masked_frac: f64,
+}
+
+/// Per completion token the policy-gradient coefficient c_t·A, c_t from `ablation.correction`
+/// (1 with none; TIS the ratio capped at `tis_cap`; MIS the ratio, or 0 outside
+/// [1/threshold, threshold]; PPO-clip the ratio, or 0 where the clip holds), the ratio r =
+/// exp(trainer - sampler logprob) per token or per sequence (`ablation.level`). `prompt_lens[s]`
+/// is completion s's prompt length (its first logprob scores position prompt_len - 1).
+pub fn correction_coefficients(a: &AblationSection, prompt_lens: &[usize], completions: &[sampler::Completion], trainer_lp: &[Vec<f32>], adv: &[f64]) -> (Vec<f64>, Correction) {
+    let mut out = Vec::new();
+    let mut corr = Correction { ratio_min: f64::INFINITY, ratio_max: 0.0, weight_min: f64::INFINITY, weight_max: 0.0, ..Default::default() };
+    let mut n = 0usize;
+    for (s, comp) in completions.iter().enumerate() {
+        let start = prompt_lens[s] - 1;
+        let log_ratios: Vec<f64> = comp.logprobs.iter().enumerate().map(|(t, &q)| trainer_lp[s][start + t] as f64 - q as f64).collect();
+        let seq_log_ratio: f64 = log_ratios.iter().sum();
+        let seq_mean_log_ratio = seq_log_ratio / log_ratios.len().max(1) as f64;
+        for &lr_t in &log_ratios {
+            let ratio = match (a.level, a.correction) {
+                (RatioLevel::Sequence, CorrectionKind::PpoClip) => seq_mean_log_ratio.exp(),
+                (RatioLevel::Sequence, _) => seq_log_ratio.exp(),
+                (RatioLevel::Token, _) => lr_t.exp(),
+            };
+            corr.ratio_min = corr.ratio_min.min(ratio);
+            corr.ratio_max = corr.ratio_max.max(ratio);
+            corr.ratio_mean += ratio;
+            n += 1;
+            let weight = match a.correction {
+                CorrectionKind::Tis => {
+                    if ratio > a.tis_cap {
+                        corr.truncated_frac += 1.0;
+                    }
+                    ratio.min(a.tis_cap)
+                }
+                CorrectionKind::Mis => {
+                    if ratio < 1.0 / a.mis_threshold || ratio > a.mis_threshold {
+                        corr.masked_frac += 1.0;
+                        0.0
+                    } else {
+                        ratio
+                    }
+                }
+                CorrectionKind::PpoClip => {
+                    let clipped = (adv[s] > 0.0 && ratio > 1.0 + a.ppo_clip) || (adv[s] < 0.0 && ratio < 1.0 - a.ppo_clip);
+                    if clipped {
+                        corr.masked_frac += 1.0;
+                        0.0
+                    } else {
+                        ratio
+                    }
+                }
+                CorrectionKind::None => 1.0,
+            };
+            corr.weight_min = corr.weight_min.min(weight);
+            corr.weight_max = corr.weight_max.max(weight);
+            corr.weight_mean += weight;
+            out.push(weight * adv[s]);
+        }
+    }
+    let n = n.max(1) as f64;
+    corr.ratio_mean /= n;
+    corr.weight_mean /= n;
+    if !corr.weight_min.is_finite() {
+        corr.weight_min = 1.0;
+    }
+    corr.truncated_frac /= n;
+    corr.masked_frac /= n;
+    if !corr.ratio_min.is_finite() {
+        corr.ratio_min = 1.0;
+    }
+    (out, corr)
+}
+
+/// The loss weight of every position a sequence's logprobs score (`seq_lens[s] - 1` of them;
+/// 0 before the completion): `-coef / divisor` ([`aggregation_divisor`]), and with a reference
+/// model (`ref_lp`) the gradient of `train.kl_coef` x the k3 KL estimate, `kl_coef (1 - e^d) /
+/// n` for d = reference - trainer logprob. `completion_lens[s]` is completion s's token count,
+/// `n_tokens` the step's sampled tokens. Returns the weights and the mean k3 KL to the reference.
+#[allow(clippy::too_many_arguments)]
+pub fn token_weights(train: &TrainSection, max_new_tokens: usize, seq_lens: &[usize], prompt_lens: &[usize], completion_lens: &[usize], n_tokens: f64, coef: &[f64], trainer_lp: &[Vec<f32>], ref_lp: Option<&[Vec<f32>]>) -> (Vec<f32>, f64) {
+    let mut weights = Vec::with_capacity(coef.len());
+    let mut kl_ref = 0.0;
+    let mut at = 0;
+    for (s, &len) in seq_lens.iter().enumerate() {
+        let start = prompt_lens[s] - 1;
+        let divisor = aggregation_divisor(train.loss_aggregation, completion_lens[s], completion_lens.len(), n_tokens, max_new_tokens);
+        for t in 0..len - 1 {
+            let mut w = 0.0;
+            if t >= start {
+                w = -coef[at] / divisor;
+                if let Some(rl) = ref_lp {
+                    let d = (rl[s][t] - trainer_lp[s][t]) as f64;
+                    kl_ref += (d.exp() - d - 1.0) / n_tokens;
+                    w += train.kl_coef * (1.0 - d.exp()) / n_tokens;
+                }
+                at += 1;
+            }
+            weights.push(w as f32);
+        }
+    }
+    (weights, kl_ref)
 }
 
 /// What a sequence's token terms are divided by (`train.loss_aggregation`): every rollout token
@@ -105,7 +226,8 @@ mod tests {
     /// that sum (a flipped sign lowers it: checked by hand once).
     #[test]
     fn a_policy_gradient_step_raises_the_advantage_weighted_logprobs() {
-        use crate::optim::{tracked_copy, weighted_backward, with_folded, AdamW};
+        use crate::backward::{tracked_copy, weighted_backward, with_folded};
+        use crate::optim::AdamW;
         use shared_kernels::grad_fold::GradFold;
         use rand::{Rng, SeedableRng};
         use shared_kernels::model::{tiny_config, Checkpoint, Qwen3};
