@@ -4,6 +4,8 @@
 //! Kernel choices pick between kernels that are each batch invariant; a process's sampler and
 //! trainer share the choice, so the contract holds under any setting.
 
+use crate::kernel_choice::{AttentionKernel, MatmulKernel, NormPlanes, TcKernels};
+
 /// What a variable is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KnobKind {
@@ -31,11 +33,32 @@ impl KnobKind {
     }
 }
 
+/// What a variable accepts: a kernel choice's values (spelled once, with the choice:
+/// `kernel_choice/values.rs`), optionally after `auto`, or a description.
+#[derive(Clone, Copy, Debug)]
+pub enum Values {
+    Choices(&'static [&'static str]),
+    AutoOr(&'static [&'static str]),
+    Text(&'static str),
+}
+
+impl Values {
+    /// As docs/config.md's table shows it.
+    pub fn render(&self) -> String {
+        let listed = |v: &[&str]| v.iter().map(|x| format!("`{x}`")).collect::<Vec<_>>().join(", ");
+        match self {
+            Values::Choices(v) => listed(v),
+            Values::AutoOr(v) => listed(&[&["auto"][..], v].concat()),
+            Values::Text(t) => t.to_string(),
+        }
+    }
+}
+
 /// One environment variable.
 #[derive(Clone, Copy, Debug)]
 pub struct Knob {
     pub name: &'static str,
-    pub values: &'static str,
+    pub values: Values,
     pub default: &'static str,
     pub kind: KnobKind,
     pub effect: &'static str,
@@ -45,231 +68,231 @@ pub struct Knob {
 pub const KNOBS: &[Knob] = &[
     Knob {
         name: "LOCKSTEP_MATMUL",
-        values: "`scalar`, `tc`, `tc-tiles`, `tc-async`, `wgmma`, `pipelined`, `hybrid`",
+        values: Values::Choices(MatmulKernel::VALUES),
         default: "`wgmma` on CUDA compute capability 9.x (H100/H200), else `tc` where the device has bf16/f16 tensor cores, else `scalar`",
         kind: KnobKind::KernelChoice,
         effect: "bf16/f16 matmul kernel; `wgmma` runs `tc`'s decode kernel at decode sizes and the warpgroup tiles (`wgmma` + the Tensor Memory Accelerator) everywhere else that every row stride is a whole 16 bytes, `tc`'s tiles otherwise; `tc` runs the decode kernel at decode sizes, 128×128 tiles fed by asynchronous copies (`cp.async`) for outputs of at least 2^20 elements and 128×64 register-prefetch tiles between; `tc-tiles` the register-prefetch tiles at every M, `tc-async` the asynchronous tiles at every M; `wgmma`, `tc`, `tc-tiles`, `tc-async`, `pipelined` and `hybrid` give the same bits (battery: `wgmma = tc-tiles`, `f32 accumulators: wgmma = cmma chain`, `tc = pipelined`, `tc = tc-tiles`, `tc-async = tc-tiles`); `scalar` has other bits; `wgmma` asked for on a device without it runs `tc`",
     },
     Knob {
         name: "LOCKSTEP_TC_TILES",
-        values: "`warps_m/warps_n/frags_m/frags_n[/k_steps[/stages]]`, e.g. `4/4/2/2` or `2/2/4/4/4/2`",
+        values: Values::Text("`warps_m/warps_n/frags_m/frags_n[/k_steps[/stages]]`, e.g. `4/4/2/2` or `2/2/4/4/4/2`"),
         default: "register-prefetch tiles `4/2/2/2/2` (128×64 tile, 8 planes, k stage 32); asynchronous tiles `2/2/4/4/4/2` (128×128, 4 planes of 64×64, k stage 64, 2 shared-memory slots)",
         kind: KnobKind::Tuning,
         effect: "the tc tiles' cube shape, k stage depth (16 × k_steps) and the asynchronous kernel's slots (benchmark sweeps, `gpu_visit.sh tc-sweep`, `TC_SWEEP_KERNEL=tc-async`); one value sets both kernels; same bits for every shape; a shape over 16 planes, 16 fragments per plane, 48 KiB of shared memory for one stage or 96 KiB for all slots is an error naming the variable",
     },
     Knob {
         name: "LOCKSTEP_WGMMA_TILES",
-        values: "`wg_m/bn/stages`, e.g. `2/256/4`",
+        values: Values::Text("`wg_m/bn/stages`, e.g. `2/256/4`"),
         default: "by the output's size under `LOCKSTEP_WGMMA_PICK`",
         kind: KnobKind::Tuning,
         effect: "the warpgroup tiles' shape for every launch (benchmark sweeps); wg_m 1, 2 or 4, bn 64, 128 or 256 (the copy engine's boxes are powers of two: a 192-row box hung the kernel on the H200), stages 2-8, at most 224 KiB of shared memory, else an error naming the variable; same bits for every shape",
     },
     Knob {
         name: "LOCKSTEP_WGMMA_PICK",
-        values: "`waves`, `waves-compute-rates`, `coverage`",
+        values: Values::Text("`waves`, `waves-compute-rates`, `coverage`"),
         default: "`waves`",
         kind: KnobKind::Tuning,
         effect: "how the warpgroup tiles are picked by output size (same-run comparisons): `waves` weighs `2/256/4`, `1/256/5`, `2/128/7`, `1/128/8`, `2/64/8` and `1/64/6` by the tiles the busiest SM runs (ceil(tiles / SMs)) over each tile's measured throughput and takes the fastest (at a decode step's 256 rows it avoids a half-empty last round: Qwen3-8B's gate/up 116 -> 99 µs on the H200); where two 128-row tiles cover the output, 129-256 rows, `2/128/7` outweighs `1/256/5`, which re-reads each weight tile twice as often (H100 by ncu: q/k/v 32.1 -> 28.7 µs, gate/up 98.0 -> 93.5 µs); `waves-compute-rates` is the same rule without that (sessions 28-45); `coverage` is the earlier rule, the largest of `2/256/4`, `2/128/3`, `2/64/8` whose cubes fill 7/8 of the SMs, else `1/64/4`; a weight-gradient fold takes only tiles that divide its output; same bits (battery: each tile shape `= tc-tiles`); anything else is an error naming the variable",
     },
     Knob {
         name: "LOCKSTEP_WGMMA_SCHEDULE",
-        values: "`persistent`, `synced`",
+        values: Values::Text("`persistent`, `synced`"),
         default: "`persistent`",
         kind: KnobKind::Tuning,
         effect: "how the warpgroup kernel walks its tiles (benchmark comparisons): `persistent` launches as many cubes as the SMs hold at once, each walking several tiles, with a producer warp that stages k-tiles as soon as the consumers release a slot (full/empty mbarriers, no cube-wide sync); `synced` is one cube per tile with a cube-wide sync per k-tile; same bits (battery: each tile shape and schedule `= tc-tiles`); anything else is an error naming the variable",
     },
     Knob {
         name: "LOCKSTEP_ATTENTION_TC",
-        values: "`mma`, `cmma`",
+        values: Values::Choices(TcKernels::VALUES),
         default: "`mma`",
         kind: KnobKind::KernelChoice,
         effect: "which kernels run the tensor-core attention (`split_kv_tc`) on CUDA: `mma` = `mma.sync` fragments in registers (prefill tiles: 64 queries per cube, `ops/attention/mma_flash.rs`; decode rows: one warp per 16 queries, `ops/attention/mma_decode.rs`), `cmma` = the kernels through shared memory (`ops/attention/cmma_flash.rs`, `ops/attention/cmma.rs`); same bits (battery: each set's prefill tiles and rows alone = the other's rows alone), so it changes time only; off CUDA the `cmma` set runs whatever the value; anything else is an error naming the variable",
     },
     Knob {
         name: "LOCKSTEP_FLASH_WARPS",
-        values: "`4`, `8`",
+        values: Values::Text("`4`, `8`"),
         default: "`4`",
         kind: KnobKind::Tuning,
         effect: "warps per prefill cube of the `mma` attention kernels (16 queries each: 64 or 128 queries share a staged split); a launch shape only, same bits (battery 295/295 with 8, session 12 v11); 8 measured 1.08-1.10x faster at 16 x 1024-token prefill and within noise at 1-4 sequences, not the default because the end-to-end GPU runs used 4; anything else is an error naming the variable",
     },
     Knob {
         name: "LOCKSTEP_DECODE_LAUNCH",
-        values: "`auto`, `SxK` (S = 1-64 splits per cube, K = 1 or 2 stages or `n`, e.g. `8x1`)",
+        values: Values::Text("`auto`, `SxK` (S = 1-64 splits per cube, K = 1 or 2 stages or `n`, e.g. `8x1`)"),
         default: "`auto`",
         kind: KnobKind::Tuning,
         effect: "launch of the `mma` decode attention's partial kernel: consecutive 64-key splits per cube and whether K and V share one shared-memory stage (1) or have one each, refilled as soon as read (2), or the one-stage kernel with the queries on the `mma`'s narrow side (`n`, at most 8 query heads a KV head, an error past that); `auto` takes `n` where the heads fit (else one stage) and 1-8 splits a cube by the launch's size; a launch shape only, same bits (each split's partial is the same arithmetic wherever it runs); anything else is an error naming the variable",
     },
     Knob {
         name: "LOCKSTEP_COLLECTIVE_TIMEOUT_S",
-        values: "seconds > 0",
+        values: Values::Text("seconds > 0"),
         default: "`600`",
         kind: KnobKind::Diagnostic,
         effect: "data parallel: how long a collective (and the rendezvous at start) waits for the other ranks before failing with an error naming it, so a rank that died or hung stops the run in bounded time (docs/distributed.md); never changes a bit; anything else is an error naming the variable",
     },
     Knob {
         name: "LOCKSTEP_ATTENTION_BACKWARD",
-        values: "`tensor_cores`, `per_sequence`",
+        values: Values::Text("`tensor_cores`, `per_sequence`"),
         default: "`tensor_cores`",
         kind: KnobKind::KernelChoice,
         effect: "the training path's attention backward on CUDA in bf16/f16 with head_dim 64 or 128: `tensor_cores` = flash-attention-2-style tiles on `mma.sync` fragments, every sequence in one launch set, memory linear in the tokens (`ops/attention/mma_backward.rs`); `per_sequence` = the earlier paths (dense burn ops per sequence up to 2^29 scores, CUDA-core kernels past it), for comparisons. Different bits from each other; each sequence's gradients depend on that sequence alone under both; anything else is an error naming the variable. Elsewhere (f32, other runtimes) the per-sequence paths run",
     },
     Knob {
         name: "LOCKSTEP_BACKWARD_STATS",
-        values: "`forward`, `recompute`",
+        values: Values::Text("`forward`, `recompute`"),
         default: "`forward`",
         kind: KnobKind::KernelChoice,
         effect: "where the tensor-core attention backward gets each query's softmax statistics (running max and sum over its keys): `forward` = the training forward's flash kernel folds them in its first pass over the keys, with the backward's own functions on the same score fragments (`ops/attention/online_stats.rs`), and the backward's query kernel skips that pass; `recompute` = the query kernel's own pass. The same bits either way (H200, session 37: the battery's `backward statistics from the forward = recomputed` rows, and the 0.6B, 1.7B and 4B rungs' step 0 ending in their earlier weights). The 1.7B update of 4 x 4,096: 667.4-671.8 ms against 684.6-688.8 with `recompute` (alternating runs, one visit; the query kernel 3,183 µs a launch against 4,674, the forward 4,285 against 3,457, cubecl's profile); anything else is an error naming the variable",
     },
     Knob {
         name: "LOCKSTEP_BACKWARD_MATH",
-        values: "`fast`, `exact`",
+        values: Values::Text("`fast`, `exact`"),
         default: "`fast`",
         kind: KnobKind::KernelChoice,
         effect: "the tensor-core attention backward's probabilities p = e^(s - m) / l: `fast` = `2^(x log2 e)` on the multi-function unit (`ex2.approx`, ~2 ulp) times the row's reciprocal of l, `exact` = the accurate `exp` and an IEEE division per score. The two give other gradient bits (so other weights after a step; never another logprob bit, the forward is untouched), the same invariances (each score's arithmetic is its own) and the same worst error against the f32 reference (3.978e-3, the battery). `fast` is the default since session 41: on the H200 the 1.7B update of 4 x 4,096 takes 618.8-620.5 ms against 664.4-667.5 with `exact` (alternating runs, one visit), and the rungs' weights after step 0 are 0.6B 213f61dac13d4868, 1.7B cf069f65c6218e1b, 4B c5620477346cec59 (`exact`: ef4829e7211e1545, 4ff415b8dedb1350, 29f943f40ec64c89, docs/scale.md); anything else is an error naming the variable",
     },
     Knob {
         name: "LOCKSTEP_FOLD_KERNEL",
-        values: "`wgmma`, `cmma`",
+        values: Values::Text("`wgmma`, `cmma`"),
         default: "`wgmma`",
         kind: KnobKind::KernelChoice,
         effect: "the folded weight gradients' tensor-core kernel on CUDA in bf16/f16: `wgmma` = the persistent warpgroup matmul with its accumulators loaded from the f32 accumulator, where its tiles divide the gradient (else `cmma`); `cmma` = one plane per 16 x 16 accumulator block chaining 16-token steps (3.5x slower on the H200, docs/journal/scale-history.md); same bits either way; anything else is an error naming the variable",
     },
     Knob {
         name: "LOCKSTEP_HOST_PROFILE",
-        values: "a file path",
+        values: Values::Text("a file path"),
         default: "unset",
         kind: KnobKind::Diagnostic,
         effect: "`lockstep bench` built with `--features trainer/host-profile` (and symbols: `CARGO_PROFILE_GPU_STRIP=false`) samples every host thread at ~5 kHz and writes, per thread, the functions most often on the stack and on its top; ignored by binaries without the feature",
     },
     Knob {
         name: "LOCKSTEP_SKINNY",
-        values: "`group/wide/narrow/staged` or `.../direct`, e.g. `8/4/1/staged`",
+        values: Values::Text("`group/wide/narrow/staged` or `.../direct`, e.g. `8/4/1/staged`"),
         default: "`8/4/1/staged`",
         kind: KnobKind::Tuning,
         effect: "the decode matmul's launch shape (benchmark sweeps, `gpu_visit.sh skinny-sweep`): k-steps requested before the first multiply (1-32), planes per cube for N ≥ 8192 and below (1-8), wide weights through coalesced slabs or direct fragment loads; the k order, and so the bits, is the same for all; a shape that needs more than 48 KiB of shared memory is an error naming it",
     },
     Knob {
         name: "LOCKSTEP_PIPELINED_LARGE",
-        values: "`algo/kind/TMxTNxTK/PMxPNxPK/SMxSNx1`, e.g. `tma/cmma/16x16x16/2x8x2/4x1x1`",
+        values: Values::Text("`algo/kind/TMxTNxTK/PMxPNxPK/SMxSNx1`, e.g. `tma/cmma/16x16x16/2x8x2/4x1x1`"),
         default: "see `ops/matmul/pipelined.rs`",
         kind: KnobKind::Tuning,
         effect: "the pipelined kernel's configurations for M > 32 / M <= 32 (benchmark sweeps); pairs that would change the arithmetic between them are refused",
     },
     Knob {
         name: "LOCKSTEP_PIPELINED_SMALL",
-        values: "`algo/kind/TMxTNxTK/PMxPNxPK/SMxSNx1`, e.g. `tma/cmma/16x16x16/2x8x2/4x1x1`",
+        values: Values::Text("`algo/kind/TMxTNxTK/PMxPNxPK/SMxSNx1`, e.g. `tma/cmma/16x16x16/2x8x2/4x1x1`"),
         default: "see `ops/matmul/pipelined.rs`",
         kind: KnobKind::Tuning,
         effect: "the pipelined kernel's configurations for M > 32 / M <= 32 (benchmark sweeps); pairs that would change the arithmetic between them are refused",
     },
     Knob {
         name: "LOCKSTEP_ATTENTION",
-        values: "`auto`, `split_kv_tc`, `split_kv`, `sequential`",
+        values: Values::AutoOr(AttentionKernel::VALUES),
         default: "`auto`",
         kind: KnobKind::KernelChoice,
         effect: "attention kernel. `auto`: `split_kv_tc` where CUDA tensor cores run the dtype (bf16/f16) and head_dim is 32, 64, 96 or 128, else `split_kv` (a function of device, dtype and head size, so sampler and trainer always agree). `split_kv_tc` = 64-key splits with QK^T and PV on tensor cores (decode: one cube per row, KV head and split, then a fixed-order combine; prefill tiles of 2+ rows of a sequence: one cube walks all splits, same bits); asking for it where it cannot run is an error naming the variable. `split_kv` = the same splits on CUDA cores (on caches of at most 64 positions it runs the sequential kernel, which gives the same bits there); `sequential` = one cube per (row, head) walking the splits. The kernels give different bits from each other: a process uses one for sampler and trainer alike",
     },
     Knob {
         name: "LOCKSTEP_DECODE_FUSION",
-        values: "`on`, `off`",
+        values: Values::Text("`on`, `off`"),
         default: "`on`",
         kind: KnobKind::KernelChoice,
         effect: "the sampler's forward on fused launches (q/k/v and gate/up projections as one matmul each, norm + RoPE + cache write as one kernel, residual add + rmsnorm as one): 9 launches per layer instead of 19, the same bits (model contract)",
     },
     Knob {
         name: "LOCKSTEP_DECODE_GRAPHS",
-        values: "`on`, `off`",
+        values: Values::Text("`on`, `off`"),
         default: "`on`",
         kind: KnobKind::KernelChoice,
         effect: "the sampler replays a step whose rows are all sampled (decode steps) as a captured graph of its launches, one per row count (up to 4 kept), instead of enqueueing every launch; the same bits (engine check `replayed graphs = launched steps`). Matched kernels only (the ablation's sets launch). On the H200 the host's enqueue time of a decode step drops 7-19x: 0.6B decode at 64 requests 2.6x the tokens/s, at 256 1.5x; device-bound steps (8B, long contexts) gain 2-8%",
     },
     Knob {
         name: "LOCKSTEP_DECODE_GRAPH_PADDING",
-        values: "`on`, `off`",
+        values: Values::Text("`on`, `off`"),
         default: "`on`",
         kind: KnobKind::Tuning,
         effect: "replayed decode steps padded to 1, 2, 4, then multiples of 8 rows (never past `sampler.max_batch`) by stand-in rows repeating real rows in turn, so a batch shrinking through a tail of answers ending one by one stays on one graph for up to 8 steps; the same bits (batch invariance; engine checks). On the H200, 0.6B answers of 256-512 tokens: at 256 requests 41,255 tok/s padded against 26,581 exact and 35,409 launched (exact graphs capture at almost every step of the tail), at 64 requests 18,016 against 13,558 and 8,723",
     },
     Knob {
         name: "LOCKSTEP_NORM_PLANES",
-        values: "`on`, `off`, `force`",
+        values: Values::Choices(NormPlanes::VALUES),
         default: "`on`",
         kind: KnobKind::KernelChoice,
         effect: "rmsnorm and its backward over rows of 128 values (Qwen3's per-head q/k norms, sampler and trainer alike) with one plane a row (`ops/rmsnorm_planes.rs`: the cube kernels' tree on the plane's lanes) instead of one 128-unit cube a row; the same bits (CI on lavapipe's planes: `rmsnorm on planes = one cube a row`, the backward = its op chain; H200, session 36: the battery with them on 350/350, their rows in every batch size and across element 2^31, and the 1.7B rung's step 0 ending in its earlier weights 4ff415b8dedb1350). On the H200 the forward takes 64.6 µs a launch against the cube kernel's 173.1 and the backward 105.7 against 301.3 (cubecl's profile), the 1.7B update of 4 x 4,096 690.7-697.4 ms against 705.8-709.9 off (alternating runs, one visit). `on` uses them where plane operations are advertised (CUDA; lavapipe keeps the cube kernels), `force` also where planes of one size shuffle without that (CI's lavapipe: the end-to-end test that training on them changes no bit), `off` never",
     },
     Knob {
         name: "LOCKSTEP_KERNEL_CACHE",
-        values: "a directory, or `off`",
+        values: Values::Text("a directory, or `off`"),
         default: "`$XDG_CACHE_HOME/lockstep/kernels`, else `~/.cache/lockstep/kernels`",
         kind: KnobKind::Cache,
         effect: "where CUDA builds keep the kernels NVRTC compiled (cubecl's compilation cache), so a later process skips compiling them; an entry is keyed by the kernel's identity and compile-time settings, the binary's build id, the GPU architecture and the backend, so a hit is the PTX this binary would compile and never changes a bit (`experiments/seed_bench.sh` compares a cold and a warm run's logprobs as bits); `off` compiles every kernel afresh; ignored off CUDA",
     },
     Knob {
         name: "LOCKSTEP_NVRTC_PCH",
-        values: "`on`, `off`",
+        values: Values::Text("`on`, `off`"),
         default: "`on`",
         kind: KnobKind::Cache,
         effect: "CUDA builds compile each kernel with its `#include` block moved first and NVRTC's automatic precompiled headers (`-pch`, NVRTC 12.8 and later; cubecl-cuda patch `shared-kernels/patches/cubecl-cuda/src/includes_first.rs`), so a process parses each set of headers once instead of once a kernel (`cuda/barrier` and `cooperative_groups`: most of a TMA matmul kernel's compile). The PTX is the same but for line numbers (`experiments/nvrtc_timing.py` compares every kernel of a run); a compile that fails this way is retried as cubecl wrote it. Only the first process on a machine compiles (`LOCKSTEP_KERNEL_CACHE`); `off` compiles as cubecl writes",
     },
     Knob {
         name: "LOCKSTEP_DEBUG_SYNC",
-        values: "any value",
+        values: Values::Text("any value"),
         default: "unset",
         kind: KnobKind::Diagnostic,
         effect: "synchronise the device after every cache write (rules out ordering between launches; slow)",
     },
     Knob {
         name: "LOCKSTEP_FAULT_GRAPH_CAPTURE",
-        values: "`upload` (fails a wgpu capture; CUDA records it as a copy), `cross-stream` (fails a CUDA capture)",
+        values: Values::Text("`upload` (fails a wgpu capture; CUDA records it as a copy), `cross-stream` (fails a CUDA capture)"),
         default: "unset",
         kind: KnobKind::Test,
         effect: "fault injection for the sampler's engine tests: inside every graph capture window an upload, or a launch binding another thread's buffer, which fails the capture, to show the engine then launches those steps with the same bits",
     },
     Knob {
         name: "LOCKSTEP_FAULT_PANIC",
-        values: "an op name, e.g. `rmsnorm`",
+        values: Values::Text("an op name, e.g. `rmsnorm`"),
         default: "unset",
         kind: KnobKind::Test,
         effect: "fault injection for `trainer/tests/faults.rs`: a panic when that op is entered, to show it reaches the user as an error naming the launch",
     },
     Knob {
         name: "LOCKSTEP_FAULT_DEVICE_PANIC",
-        values: "an op name, e.g. `rmsnorm`",
+        values: Values::Text("an op name, e.g. `rmsnorm`"),
         default: "unset",
         kind: KnobKind::Test,
         effect: "fault injection for `trainer/tests/faults.rs`: a task that panics is queued on cubecl's device thread when that op is entered, to show the run stops there",
     },
     Knob {
         name: "LOCKSTEP_FAULT_COMPILE",
-        values: "any value",
+        values: Values::Text("any value"),
         default: "unset",
         kind: KnobKind::Test,
         effect: "fault injection for `trainer/tests/faults.rs`: `lockstep` logs the warning cubecl logs for a kernel that failed to compile, to show the run stops at once",
     },
     Knob {
         name: "LOCKSTEP_FAULT_SAMPLER_LOGPROB",
-        values: "a GRPO step number",
+        values: Values::Text("a GRPO step number"),
         default: "unset",
         kind: KnobKind::Test,
         effect: "fault injection for `trainer/tests/faults.rs`: at that step the first completion's first sampled logprob has its lowest bit flipped before the trainer sees it, to show a one-bit sampler/trainer difference stops the run (with and without micro-batches)",
     },
     Knob {
         name: "LOCKSTEP_FAKE_DEVICE_MEMORY",
-        values: "`FREE` or `FREE/TOTAL`, in bytes",
+        values: Values::Text("`FREE` or `FREE/TOTAL`, in bytes"),
         default: "unset (the device's own figures)",
         kind: KnobKind::Test,
         effect: "the device memory the memory plan sizes `\"auto\"` keys against and checks a run with, for tests of the sizing and its refusals on a CPU runtime; changes no bit (the sizes it picks do not)",
     },
     Knob {
         name: "LOCKSTEP_FAULT_OOM",
-        values: "`PHASE:STEP`, PHASE one of `sample`, `score`, `update`",
+        values: Values::Text("`PHASE:STEP`, PHASE one of `sample`, `score`, `update`"),
         default: "unset",
         kind: KnobKind::Test,
         effect: "fault injection for `trainer/tests/memory_sizing.rs`: that GRPO step's phase fails as cubecl reports a device allocation that did not fit, to show the run names it as out of device memory with the keys to change, saves the state before the step, and resumes bit-identically",
     },
     Knob {
         name: "LOCKSTEP_TEST_SEED",
-        values: "a u64",
+        values: Values::Text("a u64"),
         default: "a fresh seed, printed",
         kind: KnobKind::Test,
         effect: "the seed of the randomised tests and the battery (rerun a failure with the seed it printed)",
@@ -293,7 +316,7 @@ pub fn is_set(name: &str) -> bool {
 pub fn markdown_table() -> String {
     let mut s = String::from("| variable | values | default | kind | effect |\n|---|---|---|---|---|\n");
     for k in KNOBS {
-        s += &format!("| `{}` | {} | {} | {} | {} |\n", k.name, k.values, k.default, k.kind.name(), k.effect);
+        s += &format!("| `{}` | {} | {} | {} | {} |\n", k.name, k.values.render(), k.default, k.kind.name(), k.effect);
     }
     s
 }
@@ -320,7 +343,7 @@ mod tests {
         let mut offenders = Vec::new();
         let mut read = std::collections::BTreeSet::new();
         for krate in ["shared-kernels/src", "sampler/src", "trainer/src"] {
-            for (path, text) in crate::ops::layout_check::rust_sources(&workspace().join(krate)) {
+            for (path, text) in crate::layout_check::rust_sources(&workspace().join(krate)) {
                 if path.ends_with("knobs.rs") {
                     continue;
                 }

@@ -18,6 +18,8 @@ pub mod kernel_cache;
 pub mod kernel_choice;
 pub mod model;
 pub mod knobs;
+#[cfg(test)]
+mod layout_check;
 pub mod ops;
 pub mod reference;
 pub mod testing;

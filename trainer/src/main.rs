@@ -214,7 +214,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), RunError> {
     // parsed before any work, so a typo in a LOCKSTEP_* kernel variable stops the run at once
-    shared_kernels::kernel_choice::KernelChoice::process().map_err(|e| RunError::Other(format!("the environment: {e}")))?;
+    shared_kernels::ops::check_environment().map_err(|e| RunError::Other(format!("the environment: {e}")))?;
     match cli.command {
         Command::Train { gpus: Some(n), .. } if n != 1 => {
             let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();

@@ -27,9 +27,6 @@ pub mod swiglu_backward;
 pub mod unfused;
 pub mod weight_grad;
 
-#[cfg(test)]
-pub(crate) mod layout_check;
-
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::cubecl::server::LaunchError;
 
@@ -58,6 +55,22 @@ pub(crate) fn vector_width(dtype: burn::tensor::DType, multiple_of: usize) -> us
         vs /= 2;
     }
     vs
+}
+
+/// This process's kernel choice ([`crate::kernel_choice::KernelChoice::process`]) and every
+/// family's benchmark tuning variables, parsed now: `lockstep` calls it before any work, so a
+/// typo in any `LOCKSTEP_*` variable stops the run at its start with the variable named, on
+/// every device, rather than at the first launch that would read it.
+pub fn check_environment() -> Result<&'static crate::kernel_choice::KernelChoice, crate::KernelError> {
+    let choice = crate::kernel_choice::KernelChoice::process()?;
+    crate::ops::matmul::skinny::launch_shape()?;
+    crate::ops::matmul::tc::tile_shape(crate::ops::matmul::tc::Pipeline::AsyncCopies)?;
+    crate::ops::matmul::wgmma_tiles::wgmma_tiles()?;
+    crate::ops::matmul::wgmma_tiles::wgmma_schedule()?;
+    crate::ops::matmul::wgmma_tiles::wgmma_pick()?;
+    crate::ops::attention::mma_flash::flash_warps()?;
+    crate::ops::attention::mma_decode::DecodeLaunch::for_units(1, 1)?;
+    Ok(choice)
 }
 
 /// A benchmark-sweep setting: `var` parsed by `parse` once per process and kept in `cell`

@@ -1,4 +1,6 @@
-//! Split-KV attention on tensor cores (CUDA, bf16/f16): the default attention where it runs.
+//! Split-KV attention on tensor cores through shared memory (`cmma`; CUDA, bf16/f16): the
+//! `LOCKSTEP_ATTENTION_TC=cmma` set, and the arithmetic the default `mma` set (`mma.rs`,
+//! `mma_flash.rs`, `mma_decode*.rs`) follows step by step with the same bits.
 //!
 //! The scheme is [`crate::ops::attention::split_kv`]'s: keys in splits of 64 from key 0, one partial
 //! (split max m, sum l, unnormalised output o) per (query, split), then the same fixed-order
@@ -32,6 +34,7 @@
 //! constants.
 
 use crate::ops::attention::splits::{keys_in_split, KV_SPLIT};
+use crate::ops::attention::staging::{query_keys, stage_queries, valid_in_split, PAD};
 use crate::ops::kv_cache::cache_row;
 use crate::ops::reduce::{cube_linear, NEG_BIG};
 use burn_cubecl::cubecl::cmma::{self, MatrixIdent, MatrixLayout};
@@ -43,9 +46,6 @@ pub const TC_QUERIES: usize = 32;
 pub(crate) const PLANES: usize = 4;
 pub(crate) const PLANE_DIM: usize = 32;
 pub(crate) const UNITS: usize = PLANES * PLANE_DIM;
-/// Row padding of the 16-bit stages, in elements (16 bytes: keeps `mma` rows 16-byte aligned
-/// and shifts consecutive rows by 4 banks).
-pub(crate) const PAD: usize = 8;
 /// f32 score rows: 64 scores + 4.
 pub(crate) const LDS: usize = KV_SPLIT + 4;
 /// 16-bit p rows: 64 + PAD.
@@ -110,77 +110,6 @@ pub(crate) fn store_values<F: Float, N: Size>(regs: &Array<Vector<F, N>>, stage:
         let i = UNIT_POS as usize + it * comptime!(UNITS);
         if i < comptime!(KV_SPLIT * head_dim / vs) {
             stage[(i / hd_vecs) * ld_vecs + i % hd_vecs] = regs[it];
-        }
-    }
-}
-
-/// Every query's prefix length into `keys_sh` (`count` entries, 0 past `queries`; the cube has
-/// at least `count` units), read in parallel (a loop over the tile's rows would wait for one
-/// global load after another); ends with a cube sync and returns the longest.
-#[cube]
-pub(crate) fn query_keys<I: Int>(positions: &Tensor<I>, keys_sh: &mut Shared<[u32]>, first_row: usize, queries: usize, hpc: usize, #[comptime] count: usize) -> usize {
-    let unit = UNIT_POS as usize;
-    if unit < count {
-        let mut keys = 0usize;
-        if unit < queries {
-            keys = u32::cast_from(positions[first_row + unit / hpc]) as usize + 1;
-        }
-        keys_sh[unit] = keys as u32;
-    }
-    sync_cube();
-    let mut most_keys = 0usize;
-    #[unroll]
-    for t in 0..count {
-        let keys = keys_sh[t] as usize;
-        if keys > most_keys {
-            most_keys = keys;
-        }
-    }
-    most_keys
-}
-
-/// Keys of a query with `keys` keys in the split starting at `first` (0 when it has none there).
-#[cube]
-pub(crate) fn valid_in_split(keys: usize, first: usize) -> usize {
-    let mut valid = 0usize;
-    if first < keys {
-        valid = keys_in_split(keys, first);
-    }
-    valid
-}
-
-/// Query `qi` of a tile (up to `rows`): row `first_row + qi / hpc`, head `first_head + qi % hpc`.
-/// Queries as `[rows][head_dim + PAD]` from vector `base` of `q_sh`, zeros past `queries`;
-/// `units` units share the copy.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn stage_queries<F: Float, N: Size>(
-    q: &Tensor<Vector<F, N>>,
-    q_sh: &mut Shared<[Vector<F, N>]>,
-    first_row: usize,
-    queries: usize,
-    hpc: usize,
-    first_head: usize,
-    q_heads: usize,
-    base: usize,
-    #[comptime] head_dim: usize,
-    #[comptime] vs: usize,
-    #[comptime] rows: usize,
-    #[comptime] units: usize,
-) {
-    let hd_vecs = comptime!(head_dim / vs);
-    let ld_vecs = comptime!((head_dim + PAD) / vs);
-    #[unroll]
-    for it in 0..comptime!((rows * head_dim / vs).div_ceil(units)) {
-        let i = UNIT_POS as usize + it * units;
-        if i < comptime!(rows * head_dim / vs) {
-            let qi = i / hd_vecs;
-            let c = i % hd_vecs;
-            let mut val = Vector::<F, N>::new(F::from_int(0));
-            if qi < queries {
-                val = q[((first_row + qi / hpc) * q_heads + first_head + qi % hpc) * hd_vecs + c];
-            }
-            q_sh[base + qi * ld_vecs + c] = val;
         }
     }
 }

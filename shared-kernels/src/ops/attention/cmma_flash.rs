@@ -17,8 +17,9 @@
 use crate::ops::kv_cache::cache_row;
 use crate::ops::attention::splits::{keys_in_split, KV_SPLIT};
 use crate::ops::attention::cmma::{
-    load_values, quarter_max, quarter_probs, query_keys, query_max, query_sum, valid_in_split, score_stage_len, split_output, split_scores, stage_queries, stage_split, store_values, LDP, PAD, PLANE_DIM, SMEM_ALIGN, TC_QUERIES, UNITS, WINDOW,
+    load_values, quarter_max, quarter_probs, query_max, query_sum, score_stage_len, split_output, split_scores, stage_split, store_values, LDP, PLANE_DIM, SMEM_ALIGN, TC_QUERIES, UNITS, WINDOW,
 };
+use crate::ops::attention::staging::{query_keys, stage_queries, valid_in_split, PAD};
 use crate::ops::reduce::{cube_linear, NEG_BIG};
 use burn_cubecl::cubecl::prelude::*;
 

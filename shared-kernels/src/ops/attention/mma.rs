@@ -18,10 +18,9 @@
 //!   zero in chunks of 16.
 
 use crate::ops::attention::splits::KV_SPLIT;
-use crate::ops::attention::cmma::PAD;
+use crate::ops::attention::staging::PAD;
 pub(crate) use crate::ops::ptx::{commit_copies, wait_copies};
 use crate::ops::reduce::NEG_BIG;
-use burn_cubecl::cubecl::prelude::barrier::copy_async_checked;
 use burn_cubecl::cubecl::prelude::*;
 
 /// u32 words (two 16-bit p) per row of a warp's P stage: 32 + 4, so a quad's stores of 8 rows
@@ -101,46 +100,6 @@ pub(crate) fn unpack_half<F: Float>(w: u32, #[comptime] high: bool) -> f32 {
     }
     f32::cast_from(F::reinterpret(u16::cast_from(bits)))
 }
-
-/// Keys `first_pos .. first_pos + staged` of `kv_head` into the `[64][head_dim + PAD]` stage at
-/// vector `base`, asynchronously; rows past `staged` are zero-filled by the copy.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn stage_split_async<F: Float, N: Size>(
-    cache: &Tensor<Vector<F, N>>,
-    stage: &mut Shared<[Vector<F, N>]>,
-    base: usize,
-    first_pos: usize,
-    kv_heads: usize,
-    kv_head: usize,
-    staged: usize,
-    #[comptime] head_dim: usize,
-    #[comptime] vs: usize,
-    #[comptime] units: usize,
-) {
-    let hd_vecs = comptime!(head_dim / vs);
-    let ld_vecs = comptime!((head_dim + PAD) / vs);
-    #[unroll]
-    for it in 0..comptime!((KV_SPLIT * head_dim / vs).div_ceil(units)) {
-        let i = UNIT_POS as usize + it * units;
-        if i < comptime!(KV_SPLIT * head_dim / vs) {
-            let j = i / hd_vecs;
-            let mut from = 0usize;
-            let mut len = 0usize;
-            if j < staged {
-                from = ((first_pos + j) * kv_heads + kv_head) * hd_vecs + i % hd_vecs;
-                len = 1;
-            }
-            let to = base + j * ld_vecs + i % hd_vecs;
-            copy_async_checked(
-                &cache.slice(from, from + len),
-                &mut stage.slice_mut(to, to + 1),
-                comptime!(vs as u32),
-            );
-        }
-    }
-}
-
 
 /// S = Q Kᵀ for this warp's 16 queries against the 64 keys staged at byte address `k_addr`:
 /// `s[nt * 4 + c]` is fragment element c of key block nt (keys 8 nt ..), k over head_dim
@@ -365,7 +324,6 @@ pub(crate) fn query_fragments(stage: u32, qa: &mut Array<u32>, #[comptime] head_
         }
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -31,10 +31,10 @@
 
 use crate::ops::attention::splits::{keys_in_split, KV_SPLIT};
 use crate::ops::attention::mma::{
-    commit_copies, pack_pair, query_fragments, row_max, stage_split_async, value_lane_address,
+    commit_copies, pack_pair, query_fragments, row_max, value_lane_address,
     wait_copies, warp_scores, warp_values, SMEM_ALIGN,
 };
-use crate::ops::attention::cmma::{valid_in_split, PAD};
+use crate::ops::attention::staging::{stage_split_async, valid_in_split, PAD};
 use crate::ops::attention::online_stats::{empty_stats, exp2_approx, fold_split_stats, LOG2E};
 use crate::ops::ptx::shared_address;
 use crate::ops::reduce::cube_linear;

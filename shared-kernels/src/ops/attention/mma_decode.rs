@@ -16,13 +16,13 @@
 //! [`super::mma_decode_narrow`] instead: the same partials with the queries on the `mma`'s
 //! narrow side; this kernel serves larger groups and the comparisons.
 
-use crate::ops::kv_cache::cache_row;
-use crate::ops::attention::splits::{KV_SPLIT, keys_in_split};
+use crate::ops::attention::splits::KV_SPLIT;
 use crate::ops::attention::mma::{
-    LDPW, SMEM_ALIGN, commit_copies, query_fragments, row_max, row_sum, stage_split_async,
+    LDPW, SMEM_ALIGN, commit_copies, query_fragments, row_max, row_sum,
     value_lane_address, wait_copies, warp_probs, warp_scores, warp_values,
 };
-use crate::ops::attention::cmma::{query_keys, stage_queries, valid_in_split, PAD, TC_QUERIES};
+use crate::ops::attention::cmma::TC_QUERIES;
+use crate::ops::attention::staging::{issue_split, query_keys, stage_queries, valid_in_split, PAD};
 use crate::ops::ptx::shared_address;
 use crate::ops::reduce::cube_linear;
 use crate::KernelError;
@@ -124,30 +124,6 @@ pub fn with_decode_launch<R>(launch: DecodeLaunch, f: impl FnOnce() -> R) -> R {
     let out = f();
     OVERRIDE.with(|c| c.set(before));
     out
-}
-
-/// Copies split `split`'s keys (`cache` = k) or values into `stage`, zero-filling past the
-/// tile's longest prefix.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn issue_split<F: Float, N: Size, I: Int>(
-    cache: &Tensor<Vector<F, N>>,
-    stage: &mut Shared<[Vector<F, N>]>,
-    block_rows: &Tensor<I>,
-    slot: usize,
-    width: usize,
-    split: usize,
-    most_keys: usize,
-    kv_heads: usize,
-    kv_head: usize,
-    #[comptime] head_dim: usize,
-    #[comptime] vs: usize,
-    #[comptime] units: usize,
-) {
-    let first = split * comptime!(KV_SPLIT);
-    let staged = keys_in_split(most_keys, first);
-    let split_row = cache_row(block_rows, slot, width, first);
-    stage_split_async::<F, N>(cache, stage, 0, split_row, kv_heads, kv_head, staged, head_dim, vs, units);
 }
 
 /// O = P V (step 3 of a split's partial) from the V stage at byte address `v_stage`, written after the max and sum.

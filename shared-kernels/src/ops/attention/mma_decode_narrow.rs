@@ -21,11 +21,11 @@
 //! battery's decode rows with prefill tiles; f16 rests on the same argument, unmeasured.
 
 use crate::ops::attention::splits::KV_SPLIT;
-use crate::ops::attention::mma_decode::issue_split;
 use crate::ops::attention::mma::{
     ldmatrix_x4, mma16816, pack_pair, row_sum, wait_copies, commit_copies, LDPW, SMEM_ALIGN,
 };
-use crate::ops::attention::cmma::{query_keys, stage_queries, valid_in_split, PAD, TC_QUERIES};
+use crate::ops::attention::cmma::TC_QUERIES;
+use crate::ops::attention::staging::{issue_split, query_keys, stage_queries, valid_in_split, PAD};
 use crate::ops::ptx::shared_address;
 use crate::ops::reduce::{cube_linear, NEG_BIG};
 use burn_cubecl::cubecl::prelude::*;

@@ -21,10 +21,9 @@
 use crate::ops::kv_cache::cache_row;
 use crate::ops::attention::splits::{KV_SPLIT, keys_in_split};
 use crate::ops::attention::mma::{
-    LDPW, SMEM_ALIGN, commit_copies, query_fragments, row_max, row_sum, stage_split_async,
-    value_lane_address, wait_copies, warp_probs, warp_scores, warp_values,
+    LDPW, SMEM_ALIGN, commit_copies, query_fragments, row_max, row_sum, value_lane_address, wait_copies, warp_probs, warp_scores, warp_values,
 };
-use crate::ops::attention::cmma::{query_keys, stage_queries, valid_in_split, PAD};
+use crate::ops::attention::staging::{stage_split_async, query_keys, stage_queries, valid_in_split, PAD};
 use crate::ops::attention::online_stats::{empty_stats, fold_split_stats};
 use crate::ops::ptx::shared_address;
 use crate::ops::reduce::{NEG_BIG, cube_linear};

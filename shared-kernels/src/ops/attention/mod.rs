@@ -26,6 +26,7 @@ pub mod cmma;
 pub mod cmma_flash;
 pub mod split_kv;
 pub mod splits;
+pub mod staging;
 pub mod tensor_cores;
 
 use crate::ops::reduce::{cube_linear, NEG_BIG};
@@ -143,32 +144,8 @@ pub fn attention(
     attention_with(None, q, k_cache, v_cache, slots, positions, scale)
 }
 
-/// The attention kernels; all batch and chunk invariant, with different arithmetic, so one is
-/// chosen per process (`LOCKSTEP_ATTENTION`) and device, dtype and head size, never per call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AttentionKernel {
-    /// One cube per (row, head) walking the splits in order (this file's kernel).
-    Sequential,
-    /// One cube per (row, head, split), then a fixed-order combine ([`crate::ops::attention::split_kv`]).
-    SplitKv,
-    /// Split-KV with the split's products on tensor cores ([`crate::ops::attention::cmma`]; CUDA, bf16/f16).
-    SplitKvTensorCore,
-}
 
-impl AttentionKernel {
-    /// A `LOCKSTEP_ATTENTION` value: sequential | split_kv | split_kv_tc | auto (`Some(None)`:
-    /// split_kv_tc where [`crate::ops::attention::tensor_cores::tc_attention_available`] holds,
-    /// split_kv elsewhere, a function of device, dtype and head size only).
-    pub fn parse(text: &str) -> Option<Option<AttentionKernel>> {
-        Some(match text {
-            "sequential" => Some(AttentionKernel::Sequential),
-            "split_kv" => Some(AttentionKernel::SplitKv),
-            "split_kv_tc" => Some(AttentionKernel::SplitKvTensorCore),
-            "auto" => None,
-            _ => return None,
-        })
-    }
-}
+pub use crate::kernel_choice::AttentionKernel;
 
 /// The process's `LOCKSTEP_ATTENTION` ([`crate::kernel_choice::KernelChoice`]); `None`: auto.
 pub fn process_attention_kernel() -> Result<Option<AttentionKernel>, KernelError> {
@@ -200,16 +177,6 @@ pub fn attention_kernels_summary(device: &burn::tensor::Device, head_dim: usize)
         .map(|&d| format!("{d:?} {}", attention_kernel_on(device, d, head_dim).map_or("unavailable", |k| k.name())))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-impl AttentionKernel {
-    pub fn name(self) -> &'static str {
-        match self {
-            AttentionKernel::Sequential => "sequential",
-            AttentionKernel::SplitKv => "split_kv",
-            AttentionKernel::SplitKvTensorCore => "split_kv_tc",
-        }
-    }
 }
 
 /// [`attention`] on a named kernel instead of the process's choice (tests and benchmarks).

@@ -1,5 +1,6 @@
-//! Attention parallel over KV splits: the default (`LOCKSTEP_ATTENTION=sequential` picks the
-//! other kernel), 1.7-17x faster decode than the sequential kernel at 1k-4k keys on the H200.
+//! Attention parallel over KV splits on CUDA cores: `LOCKSTEP_ATTENTION=split_kv`, and `auto`'s
+//! kernel where the tensor-core one (`split_kv_tc`) cannot run (f32, other runtimes, other head
+//! sizes); 1.7-17x faster decode than the sequential kernel at 1k-4k keys on the H200.
 //!
 //! [`crate::ops::attention`]'s default kernel walks a query's KV prefix split after split inside one
 //! cube of `KV_SPLIT` units, so a 4k-token prefix is 64 sequential splits. Here every

@@ -214,54 +214,8 @@ fn backward_on_lockstep() -> bool {
     crate::device::runtime_name() == "cuda"
 }
 
-/// The matmul kernels, all batch invariant on their own; which one runs is fixed per process by
-/// dtype, device and `LOCKSTEP_MATMUL`, never by the call's shape, so the sampler and the
-/// trainer always share it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MatmulKernel {
-    /// One f32 accumulator per output, any dtype, any runtime.
-    Scalar,
-    /// lockstep's own cmma kernels: the decode-shaped one ([`crate::ops::matmul::skinny`]) where
-    /// M <= 64 and its shape rules hold, else tiles: 128x128 tiles fed by asynchronous copies
-    /// ([`crate::ops::matmul::tc_async`]) for outputs of at least [`ASYNC_MIN_OUTPUTS`] elements whose
-    /// vector width allows them, 128x64 register-prefetch tiles ([`crate::ops::matmul::tc`]) otherwise.
-    TensorCore,
-    /// [`crate::ops::matmul::tc`]'s register-prefetch tiles at every M (tc as it was before the
-    /// decode kernel and the asynchronous copies), for comparisons; same bits as `tc`.
-    TensorCoreTiles,
-    /// The asynchronous-copy tiles at every M, for comparisons; same bits as `tc`.
-    TensorCoreAsync,
-    /// The default where the device has it (CUDA compute capability 9.x; elsewhere the default
-    /// is `tc`): `tc`'s decode kernel where `tc` runs it (M <= 64), else warpgroup `wgmma`
-    /// tiles ([`crate::ops::matmul::wgmma`]) wherever every row stride is a whole 16 bytes (both
-    /// weight layouts, xᵀ read in place), `tc`'s tiles otherwise. Same bits as `tc`: the battery
-    /// compares them row by row and the f32 accumulators against a plain cmma chain.
-    Warpgroup,
-    /// cubek's double-buffered cmma kernel with frozen blueprints ([`crate::ops::matmul::pipelined`]).
-    Pipelined,
-    /// [`MatmulKernel::Pipelined`] for large outputs (M x N >= 3 * 2^20: prefill, training) and
-    /// for wide weights at any M (an lm_head's N >= 16384, where its 16-row tiles win), else
-    /// [`MatmulKernel::TensorCore`] (decode-sized launches, where its lower host cost per launch
-    /// wins; crossovers measured on the H200, docs/perf.md). Both run the same 16x16x16
-    /// instruction over k in ascending order from a zero accumulator, so a row's bits do not
-    /// depend on which of them ran: the battery checks tc rows against pipelined rows. Decode
-    /// shapes (M <= 64) run the skinny kernel, as under `tc`.
-    Hybrid,
-}
 
-impl MatmulKernel {
-    pub fn name(self) -> &'static str {
-        match self {
-            MatmulKernel::Scalar => "scalar",
-            MatmulKernel::TensorCore => "tc",
-            MatmulKernel::TensorCoreTiles => "tc-tiles",
-            MatmulKernel::TensorCoreAsync => "tc-async",
-            MatmulKernel::Warpgroup => "wgmma",
-            MatmulKernel::Pipelined => "pipelined",
-            MatmulKernel::Hybrid => "hybrid",
-        }
-    }
-}
+pub use crate::kernel_choice::MatmulKernel;
 
 /// Outputs with at least this many elements run the asynchronous-copy tiles under `tc` and
 /// `hybrid`; smaller ones the register-prefetch tiles. Their 128x128 cubes are too few to fill
@@ -303,22 +257,6 @@ pub(crate) fn route(kernel: MatmulKernel, layout: WeightLayout, m: usize, k: usi
 pub const HYBRID_WIDE_N: usize = 16384;
 /// Outputs with at least this many elements run the pipelined kernel under [`MatmulKernel::Hybrid`].
 pub const HYBRID_LARGE_OUTPUT: usize = 3 << 20;
-
-impl MatmulKernel {
-    /// A `LOCKSTEP_MATMUL` value: scalar | tc | tc-tiles | tc-async | wgmma | pipelined | hybrid.
-    pub fn parse(text: &str) -> Option<MatmulKernel> {
-        Some(match text {
-            "scalar" => MatmulKernel::Scalar,
-            "tc" => MatmulKernel::TensorCore,
-            "tc-tiles" => MatmulKernel::TensorCoreTiles,
-            "tc-async" => MatmulKernel::TensorCoreAsync,
-            "wgmma" => MatmulKernel::Warpgroup,
-            "pipelined" => MatmulKernel::Pipelined,
-            "hybrid" => MatmulKernel::Hybrid,
-            _ => return None,
-        })
-    }
-}
 
 /// The process's `LOCKSTEP_MATMUL` ([`crate::kernel_choice::KernelChoice`]); `None`: the device's default.
 fn requested_kernel() -> Result<Option<MatmulKernel>, KernelError> {

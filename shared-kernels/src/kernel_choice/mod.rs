@@ -6,13 +6,14 @@
 //! logprob's), which [`KernelChoice::arithmetic`] names so a run can record it. They are
 //! process-wide rather than per call: a row's result must not depend on which caller launched it.
 //!
-//! [`KernelChoice::process`] also checks the benchmark-only tuning variables (tile and launch
-//! shapes), so a typo in any of them stops a run at its start with the variable named, on every
-//! device, rather than at the first launch that would read it.
+//! The benchmark-only tuning variables (tile and launch shapes) are each family's own, checked
+//! with this choice by [`crate::ops::check_environment`], so a typo in any of them stops a run
+//! at its start with the variable named, on every device, rather than at the first launch that
+//! would read it. The choices' values are spelled once, in `values.rs`.
 
-use crate::ops::attention::tensor_cores::TcKernels;
-use crate::ops::attention::AttentionKernel;
-use crate::ops::matmul::MatmulKernel;
+mod values;
+
+pub use values::{AttentionKernel, MatmulKernel, NormPlanes, TcKernels};
 use crate::KernelError;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,47 +53,24 @@ pub struct KernelChoice {
     pub norm_planes: NormPlanes,
 }
 
-/// Where the rmsnorm plane kernels run (`ops/rmsnorm_planes.rs`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NormPlanes {
-    /// One cube a row everywhere.
-    Off,
-    /// On devices whose planes have one size and that advertise plane operations (CUDA).
-    On,
-    /// Also where planes of one size shuffle but no plane operations are advertised (CI's
-    /// lavapipe): the end-to-end tests' way to train on the plane kernels.
-    Force,
-}
-
-impl NormPlanes {
-    fn parse(text: &str) -> Option<NormPlanes> {
-        match text {
-            "off" => Some(NormPlanes::Off),
-            "on" => Some(NormPlanes::On),
-            "force" => Some(NormPlanes::Force),
-            _ => None,
-        }
-    }
-}
-
 impl Default for KernelChoice {
     fn default() -> Self {
         KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, backward_stats_from_forward: true, backward_fast_math: true, fold_on_wgmma: true, decode_fusion: true, decode_graphs: true, decode_graph_padding: true, norm_planes: NormPlanes::On }
     }
 }
 
-/// `var`'s value parsed by `parse`, `None` when unset; a bad value's error names the variable
-/// and the value.
-fn read<T>(var: &str, choices: &str, parse: impl Fn(&str) -> Option<T>) -> Result<Option<T>, String> {
+/// `var`'s value parsed by `parse`, `None` when unset; a bad value's error names the variable,
+/// the value and `choices`.
+fn read<T>(var: &str, choices: &[&str], parse: impl Fn(&str) -> Option<T>) -> Result<Option<T>, String> {
     match crate::knobs::var(var) {
         None => Ok(None),
-        Some(text) => parse(text.trim()).map(Some).ok_or_else(|| format!("{var}={text:?} is not one of {choices}")),
+        Some(text) => parse(text.trim()).map(Some).ok_or_else(|| format!("{var}={text:?} is not one of {}", choices.join(", "))),
     }
 }
 
 /// A two-valued variable: `Some(true)` for `yes`, `Some(false)` for `no`, `None` when unset.
 fn either(var: &str, yes: &str, no: &str) -> Result<Option<bool>, String> {
-    read(var, &format!("{yes}, {no}"), |t| if t == yes { Some(true) } else if t == no { Some(false) } else { None })
+    read(var, &[yes, no], |t| if t == yes { Some(true) } else if t == no { Some(false) } else { None })
 }
 
 impl KernelChoice {
@@ -100,9 +78,9 @@ impl KernelChoice {
     pub fn from_env() -> Result<KernelChoice, String> {
         let default = KernelChoice::default();
         let choice = KernelChoice {
-            matmul: read("LOCKSTEP_MATMUL", "scalar, tc, tc-tiles, tc-async, wgmma, pipelined, hybrid", MatmulKernel::parse)?,
-            attention: read("LOCKSTEP_ATTENTION", "auto, split_kv_tc, split_kv, sequential", AttentionKernel::parse)?.flatten(),
-            attention_tc: read("LOCKSTEP_ATTENTION_TC", "mma, cmma", |t| TcKernels::parse(t).ok())?.unwrap_or(default.attention_tc),
+            matmul: read("LOCKSTEP_MATMUL", MatmulKernel::VALUES, MatmulKernel::parse)?,
+            attention: read("LOCKSTEP_ATTENTION", &[&["auto"], AttentionKernel::VALUES].concat(), |t| if t == "auto" { Some(None) } else { AttentionKernel::parse(t).map(Some) })?.flatten(),
+            attention_tc: read("LOCKSTEP_ATTENTION_TC", TcKernels::VALUES, TcKernels::parse)?.unwrap_or(default.attention_tc),
             attention_backward_on_tensor_cores: either("LOCKSTEP_ATTENTION_BACKWARD", "tensor_cores", "per_sequence")?.unwrap_or(default.attention_backward_on_tensor_cores),
             backward_stats_from_forward: either("LOCKSTEP_BACKWARD_STATS", "forward", "recompute")?.unwrap_or(default.backward_stats_from_forward),
             backward_fast_math: either("LOCKSTEP_BACKWARD_MATH", "fast", "exact")?.unwrap_or(default.backward_fast_math),
@@ -110,18 +88,9 @@ impl KernelChoice {
             decode_fusion: either("LOCKSTEP_DECODE_FUSION", "on", "off")?.unwrap_or(default.decode_fusion),
             decode_graphs: either("LOCKSTEP_DECODE_GRAPHS", "on", "off")?.unwrap_or(default.decode_graphs),
             decode_graph_padding: either("LOCKSTEP_DECODE_GRAPH_PADDING", "on", "off")?.unwrap_or(default.decode_graph_padding),
-            norm_planes: read("LOCKSTEP_NORM_PLANES", "on, off, force", NormPlanes::parse)?.unwrap_or(default.norm_planes),
+            norm_planes: read("LOCKSTEP_NORM_PLANES", NormPlanes::VALUES, NormPlanes::parse)?.unwrap_or(default.norm_planes),
         };
-        // the benchmark-only tuning variables, checked with the choice (each family keeps its
-        // own parsed copy, read once per process)
         either("LOCKSTEP_NVRTC_PCH", "on", "off")?; // read by kernel_cache::enable
-        crate::ops::matmul::skinny::launch_shape().map_err(|e| e.message)?;
-        crate::ops::matmul::tc::tile_shape(crate::ops::matmul::tc::Pipeline::AsyncCopies).map_err(|e| e.message)?;
-        crate::ops::matmul::wgmma_tiles::wgmma_tiles().map_err(|e| e.message)?;
-        crate::ops::matmul::wgmma_tiles::wgmma_schedule().map_err(|e| e.message)?;
-        crate::ops::matmul::wgmma_tiles::wgmma_pick().map_err(|e| e.message)?;
-        crate::ops::attention::mma_flash::flash_warps().map_err(|e| e.message)?;
-        crate::ops::attention::mma_decode::DecodeLaunch::for_units(1, 1).map_err(|e| e.message)?;
         // a fault the engine tests inject: a misspelt one would silently inject nothing
         if let Some(v) = crate::knobs::var("LOCKSTEP_FAULT_GRAPH_CAPTURE").filter(|v| !["upload", "cross-stream"].contains(&v.as_str())) {
             return Err(format!("LOCKSTEP_FAULT_GRAPH_CAPTURE={v:?} is not one of upload, cross-stream"));
@@ -168,8 +137,12 @@ mod tests {
         for (text, want) in [("tc", Some(MatmulKernel::TensorCore)), ("wgmma", Some(MatmulKernel::Warpgroup)), ("pipelinedd", None)] {
             assert_eq!(MatmulKernel::parse(text), want, "{text}");
         }
-        for (text, want) in [("auto", Some(None)), ("split_kv", Some(Some(AttentionKernel::SplitKv))), ("flash", None)] {
+        for (text, want) in [("split_kv", Some(AttentionKernel::SplitKv)), ("split_kv_tc", Some(AttentionKernel::SplitKvTensorCore)), ("auto", None), ("flash", None)] {
             assert_eq!(AttentionKernel::parse(text), want, "{text}");
         }
+        for kernel in [MatmulKernel::Scalar, MatmulKernel::Warpgroup, MatmulKernel::Hybrid] {
+            assert_eq!(MatmulKernel::parse(kernel.name()), Some(kernel));
+        }
+        assert_eq!(TcKernels::VALUES, ["mma", "cmma"]);
     }
 }
