@@ -5,6 +5,9 @@
 #   auto06   0.6B 512 x 2048, 3 steps, no size key set (auto micro-batch and KV pool)
 #   hand06   0.6B 512 x 2048, 2 steps, hand-sized (MICRO tokens, KV MiB; the best of session 49)
 #   rung17   1.7B 256 x 4096, auto sizes, one step a call (checkpoint each step; RESUME=1 continues)
+#   quick    README line 1's run (configs/quickstart.toml) with this build and .gpu/lockstep-old.gz
+#            (a130335, before issues 60-62): every field and weight fingerprint compared
+#   battery  the kernel battery (.gpu-battery/lockstep-battery.gz): every kernel batch invariant
 set -uo pipefail
 O="${O:-${OUT:-.gpu/out}}"
 mkdir -p "$O"
@@ -28,6 +31,20 @@ make)
   done; ls /tmp/checkpoints ;;
 auto06) STEPS=3 rung auto06 qwen3-0.6b:512x2048:3 ;;
 hand06) STEPS=2 SCALE_KV_MIB=${KV:-49994} rung hand06 qwen3-0.6b:512x2048:3:${MICRO:-5120} ;;
+quick)
+  gunzip -c .gpu/lockstep-old.gz > /tmp/lockstep-old && chmod +x /tmp/lockstep-old
+  for bin in lockstep-old lockstep; do
+    start=$(date +%s)
+    /tmp/$bin train configs/quickstart.toml --set log.runs_dir=/tmp/qs-$bin --set log.progress=false > $O/quick-$bin.log 2>&1
+    echo "$bin quickstart: exit $? in $(( $(date +%s) - start )) s; $(tail -1 $O/quick-$bin.log)"
+  done
+  python3 experiments/compare_runs.py /tmp/qs-lockstep-old/quickstart /tmp/qs-lockstep/quickstart --label "quickstart a130335 vs this build"
+  grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"' /tmp/qs-lockstep/quickstart/metrics.jsonl | tail -1 ;;
+battery)
+  gunzip -c .gpu-battery/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery
+  start=$(date +%s)
+  timeout ${BATTERY_LIMIT:-300} /tmp/lockstep-battery --large --dtypes f32,bf16 > $O/battery.md 2>&1
+  echo "battery: exit $? in $(( $(date +%s) - start )) s, $(grep -c '| yes' $O/battery.md) rows bit-identical, $(grep -c '| no' $O/battery.md) not"; tail -3 $O/battery.md ;;
 rung17) SCALE_RESUME=${RESUME:-} STEPS=1 rung rung17 qwen3-1.7b:256x4096:3 --set train.checkpoint_every=1 ;;
 esac
 done
