@@ -6,7 +6,7 @@
 # SEED_ARMS picks the arms (default: matched-cold matched-warm graphs-warm fast-warm transformers
 # torch-graphs; the two matched arms always run);
 # "coverage-warm" adds the matched kernels under the earlier tile rule (LOCKSTEP_WGMMA_PICK=coverage);
-# "computerates-graphs": the graphs arm under the tile rule of sessions 28-45
+# "computerates-graphs": the graphs arm under the `waves-compute-rates` tile rule
 # (LOCKSTEP_WGMMA_PICK=waves-compute-rates), after a run that fills the kernel cache for its tiles.
 # "wide-warm" the matched kernels with every request admitted at once (max_batch WIDE, default 1024:
 # vLLM's max_num_seqs on GPUs of 70 GB and more), timed over all N after a run that fills the
@@ -67,7 +67,7 @@ wide=${WIDE:-1024}
 [[ "$arms" == *" wide-warm "* ]] && arm wide-fill --set "sampler.max_batch=$wide" && arm wide-warm --set "sampler.max_batch=$wide"
 # decode steps replayed as captured graphs, at both batch sizes
 [[ "$arms" == *" graphs-warm "* ]] && LOCKSTEP_DECODE_GRAPHS=on LOCKSTEP_DECODE_GRAPH_PADDING=on arm graphs-warm
-# the tile rule of sessions 28-45 (other tiles at 129-256 rows: a fill run, then the timed one)
+# the `waves-compute-rates` tile rule (other tiles at 129-256 rows: a fill run, then the timed one)
 [[ "$arms" == *" computerates-graphs "* ]] && LOCKSTEP_WGMMA_PICK=waves-compute-rates LOCKSTEP_DECODE_GRAPHS=on LOCKSTEP_DECODE_GRAPH_PADDING=on arm computerates-fill \
     && LOCKSTEP_WGMMA_PICK=waves-compute-rates LOCKSTEP_DECODE_GRAPHS=on LOCKSTEP_DECODE_GRAPH_PADDING=on arm computerates-graphs
 [[ "$arms" == *" wide-graphs "* ]] && LOCKSTEP_DECODE_GRAPHS=on LOCKSTEP_DECODE_GRAPH_PADDING=on arm wide-graphs --set "sampler.max_batch=$wide"

@@ -41,10 +41,10 @@ wide_limit = max(flop_s, wide_waves * m * 2 * matmul_params / hbm)
 
 rows, steadies = [], {}
 for arm, label in [("matched-cold", "lockstep matched, cold kernel cache"), ("matched-warm", "lockstep matched, warm kernel cache"),
-                   ("coverage-warm", "lockstep matched, warm, LOCKSTEP_WGMMA_PICK=coverage (the tile rule before session 28)"),
+                   ("coverage-warm", "lockstep matched, warm, LOCKSTEP_WGMMA_PICK=coverage (the earlier tile rule)"),
                    ("wide-warm", f"lockstep matched, warm, max_batch {wide} (all at once)"),
                    ("graphs-warm", "lockstep matched, warm, decode steps replayed as graphs"),
-                   ("computerates-graphs", "lockstep matched, warm, graphs, LOCKSTEP_WGMMA_PICK=waves-compute-rates (the tile rule of sessions 28-45)"),
+                   ("computerates-graphs", "lockstep matched, warm, graphs, LOCKSTEP_WGMMA_PICK=waves-compute-rates (the tile rule without the two-row preference)"),
                    ("wide-graphs", f"lockstep matched, warm, max_batch {wide}, decode steps replayed as graphs"),
                    ("fast-warm", "lockstep fast (not batch invariant), warm cache"), ("transformers", "transformers generate"),
                    ("torch-graphs", "torch reference, not batch invariant: cuBLAS, flash SDPA, compiled norms, every decode step a CUDA graph")]:

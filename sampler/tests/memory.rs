@@ -2,7 +2,7 @@
 //! from. cubecl sizes those pages to the largest allocation so far and, when a larger one comes,
 //! leaves the old pages behind and walks them on every later reservation until they empty; a
 //! model stranded there made each decode step's allocations slower for the engine's whole life
-//! (35% of cubecl's device-thread time at Qwen3-0.6B's shape, session 10).
+//! (35% of cubecl's device-thread time at Qwen3-0.6B's shape).
 //!
 //! Alone in its test binary: the pools are the process's, and other tests would grow them.
 

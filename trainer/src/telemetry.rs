@@ -70,7 +70,7 @@ pub struct StepMetrics {
     #[serde(default)]
     pub timing: PhaseTimes,
     /// [`crate::grpo`]'s weight fingerprint of the sampler's and the trainer's weights (runs
-    /// from before session 11 logged `*_weights_sha256`, a host hash of every value instead).
+    /// from older builds logged `*_weights_sha256`, a host hash of every value instead).
     #[serde(default)]
     pub sampler_weights_fingerprint: String,
     #[serde(default)]

@@ -2,7 +2,7 @@
 //! checked (names, shapes, dtypes, finite values), then each weight handed to the runtime
 //! ([`MappedWeights::upload`]), then the wait for the copies. `lockstep bench --load-bench`
 //! compares the host-copy paths (the same weights as bits). Handing weights over from 4 or 8
-//! threads was measured no faster (2.84 s and 3.08 s against 2.73 s for 16 GB, session 22).
+//! threads was measured no faster (2.84 s and 3.08 s against 2.73 s for 16 GB).
 
 use super::mapped::{HostCopy, MappedWeights};
 use super::{ModelConfig, ModelError, Qwen3};

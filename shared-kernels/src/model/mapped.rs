@@ -23,7 +23,7 @@ pub struct MappedWeights {
 
 /// How a memory-mapped tensor's bytes reach the device. On the H200 machine, a 16 GB bf16
 /// checkpoint (Qwen3-8B's shape, 4 shards) loads in 2.73 s `Direct` and 4.80 s `Staged`, the
-/// same weights as bits (`lockstep bench --load-bench`, session 22).
+/// same weights as bits (`lockstep bench --load-bench`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum HostCopy {
     /// cubecl's staging: every byte copied into its pinned memory pool on the runtime's
@@ -196,7 +196,7 @@ impl MappedWeights {
     /// A [`Self::check_all`]ed tensor on `device` as `dtype`, of `dims` (its element count),
     /// its bytes reaching the device as `copy` says. It is created in the dtype its bytes are
     /// stored in, then cast on the device: created without a dtype, burn would convert 16-bit
-    /// data to its default float dtype on the host, value by value (~1 GB/s, session 22).
+    /// data to its default float dtype on the host, value by value (~1 GB/s).
     pub fn upload<const D: usize>(&self, name: &str, dims: [usize; D], dtype: DType, device: &Device, copy: HostCopy) -> Result<Tensor<D>, ModelError> {
         let data = self.data(name, dims.to_vec(), dtype, copy)?;
         let stored = data.dtype();

@@ -57,7 +57,7 @@ pub struct KvCacheShape {
 
 /// One vector of a new row a unit (16 bytes on CUDA, 4 values on wgpu): a row's slot, position
 /// and block are read once per vector rather than once per value (one value a unit moved
-/// ~0.6 TB/s in the 1.7B update, 104 µs a launch by cubecl's profile of session 34's build).
+/// ~0.6 TB/s in the 1.7B update, 104 µs a launch by cubecl's profile).
 /// Vectors never straddle rows: the width divides the row (`kv_heads x head_dim`).
 #[cube(launch)]
 fn write_kv_kernel<F: Float, N: Size, I: Int>(

@@ -1,8 +1,8 @@
 //! RMSNorm and its backward over rows of exactly [`ROW_BLOCK`] values (Qwen3's per-head q/k
 //! norms, head_dim 128) with one plane a row, where the cube kernels give each 256-byte row a
 //! whole 128-unit cube and its syncs: 262,144 row cubes a norm in the 1.7B update of 4 x 4,096
-//! tokens, 173 µs a forward and 301 µs a backward launch, 26.6 ms an update (cubecl's profile of
-//! session 34's build; the 16,384 x 2,048 hidden-size norm takes 45 µs).
+//! tokens, 173 µs a forward and 301 µs a backward launch, 26.6 ms an update (cubecl's profile;
+//! the 16,384 x 2,048 hidden-size norm takes 45 µs).
 //!
 //! The bits are the cube kernels': their tree adds partial u + s into u for s = 64, 32, ..., 1
 //! over one partial a unit. Here lane l of a plane holds partials `per * l .. per * l + per`

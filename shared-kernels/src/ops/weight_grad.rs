@@ -152,7 +152,7 @@ pub fn zeroed_accumulator(like: &CubeTensor, shape: Vec<usize>) -> CubeTensor {
 /// divide the output) or "cmma" (always the plain chain, for comparisons). Both give the same
 /// bits (H200 battery: pieces = one pass; a 0.6B GRPO step in one pass = in 4,096-token
 /// micro-batches = on the cmma chain); the warpgroup fold ran a 1.7B 8 x 2,048 update in 832 ms
-/// against 2,878 ms (docs/journal/scale-history.md, session 16).
+/// against 2,878 ms (docs/journal/scale-history.md).
 fn fold_on_wgmma() -> Result<bool, KernelError> {
     Ok(crate::kernel_choice::KernelChoice::process()?.fold_on_wgmma)
 }

@@ -57,7 +57,7 @@ pub struct Trainer {
 /// The weights as `dtype` (the sampling dtype), fingerprinted: each tensor's device fingerprint
 /// (`ops::fingerprint`: 64 bits over every value and its position), all launched first and read
 /// back in one copy, then SHA-256 over (name, element count, fingerprint) per tensor, 16 hex
-/// digits. Hashing every value on the host (sessions 1-10) read all weights back twice a step:
+/// digits. Hashing every value on the host read all weights back twice a step:
 /// a third of a configs/h200.toml step, seconds at 0.6B parameters.
 pub fn weights_fingerprint(model: &Qwen3, dtype: DType) -> Result<String, RunError> {
     let failed = |e: String| RunError::Other(format!("weight fingerprint: {e}"));

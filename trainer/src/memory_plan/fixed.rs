@@ -209,7 +209,7 @@ mod tests {
     #[test]
     fn an_h200_kv_pool_on_an_80_gb_card_warns_naming_the_kv_budget_too() {
         // configs/qwen3-0.6b.toml's pool (62,000 MiB) beside a 16,384-token pass on an H100
-        // 80GB: 77.6 GB fixed + ~24.5 GB (session 41 ran out of memory in the update there)
+        // 80GB: 77.6 GB fixed + ~24.5 GB (a run ran out of memory in the update there)
         let mut c = Config::default();
         c.model.dtype = "bf16".into();
         c.train.prompts_per_step = 4;

@@ -126,7 +126,7 @@ fn load_bench(dir: &std::path::Path, dtype: DType, device: &Device) -> Result<()
 pub(crate) fn check_host_memory(config: &ModelConfig, preset: &str) -> Result<(), String> {
     let params: f64 = config.expected_tensors().iter().map(|(_, shape)| shape.iter().product::<usize>() as f64).sum();
     // bytes a parameter at the peak: on the CPU runtime qwen3-0.6b's 0.6e9 parameters peaked at
-    // 9.9 GB (session 28); on CUDA the f32 checkpoint and its staging
+    // 9.9 GB; on CUDA the f32 checkpoint and its staging
     let per_parameter = if shared_kernels::device::runtime_name() == "cuda" { 8.0 } else { 17.0 };
     let need = params * per_parameter;
     match host_available_bytes() {

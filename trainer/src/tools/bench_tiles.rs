@@ -13,7 +13,7 @@ use shared_kernels::WeightLayout;
 
 /// Every tile shape of one or two warpgroups, at the most k-tile slots that fit one cube a
 /// multiprocessor and, where smaller, the most that fit two. (Four warpgroups, 544 units,
-/// leave ptxas 96 registers a unit: too few for an m64n256 accumulator, H200 session 28.)
+/// leave ptxas 96 registers a unit: too few for an m64n256 accumulator, H200.)
 pub fn candidate_tiles() -> Vec<WgmmaTiles> {
     let mut out = Vec::new();
     for wg_m in [1, 2] {

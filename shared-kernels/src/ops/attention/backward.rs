@@ -309,7 +309,7 @@ pub fn sequence_backward(
     let dtype = q.dtype();
     let device = q.device();
     let ([_, q_heads, head_dim], [_, kv_heads, _]) = (q.dims(), k.dims());
-    if crate::ops::attention::mma_backward::tensor_core_backward_setting()? && crate::ops::attention::mma_backward::mma_backward_available(dtype, head_dim) {
+    if crate::ops::attention::mma_backward::backward_route(&q, head_dim, q_heads / kv_heads)? == crate::ops::attention::route::Kernel::MmaBackward {
         // every sequence at once on tensor cores: each tile reads its own sequence's rows only
         let fast = crate::kernel_choice::KernelChoice::process()?.backward_fast_math;
         let g = crate::ops::attention::mma_backward::mma_attention_backward(q, k, v, out, d_out, sequences, scale, forward_stats, fast)?;

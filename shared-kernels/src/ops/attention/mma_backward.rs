@@ -536,20 +536,22 @@ fn mma_backward_key_kernel<F: Float, N: Size, I: Int>(
     }
 }
 
-/// The process's `LOCKSTEP_ATTENTION_BACKWARD` ([`crate::kernel_choice::KernelChoice`]):
-/// "tensor_cores" (the default) or "per_sequence" (the per-sequence paths of
-/// [`crate::ops::attention::backward`], for comparisons).
-pub fn tensor_core_backward_setting() -> Result<bool, KernelError> {
-    Ok(crate::kernel_choice::KernelChoice::process()?.attention_backward_on_tensor_cores)
+/// The kernel the training backward runs for `q` ([`crate::ops::attention::route`]): this one,
+/// or the per-sequence paths of [`crate::ops::attention::backward`] (`LOCKSTEP_ATTENTION_BACKWARD
+/// = per_sequence`, the `cmma` set, f32, other head sizes, other runtimes).
+pub fn backward_route(q: &burn::tensor::Tensor<3>, head_dim: usize, group: usize) -> Result<crate::ops::attention::route::Kernel, KernelError> {
+    let probe = crate::bridge::float_in("attention backward", "q", q.clone())?;
+    let call = crate::ops::attention::tensor_cores::call_on(&probe.client, q.dtype(), head_dim, group, 0);
+    Ok(crate::ops::attention::route::route(crate::ops::attention::route::Phase::Backward, &call, &crate::ops::attention::tensor_cores::choices()?))
 }
 
-/// Whether [`mma_attention_backward`] takes these inputs: CUDA with the register-fragment
-/// attention kernels on, 16-bit inputs, head_dim 64 or 128.
+/// Whether [`mma_attention_backward`] takes these inputs (whatever `LOCKSTEP_ATTENTION_BACKWARD`
+/// says): CUDA with the register-fragment attention kernels on, 16-bit inputs, head_dim 64 or 128.
 pub fn mma_backward_available(dtype: DType, head_dim: usize) -> bool {
-    crate::device::runtime_name() == "cuda"
-        && matches!(dtype, DType::BF16 | DType::F16)
-        && (head_dim == 64 || head_dim == 128)
-        && matches!(crate::ops::attention::tensor_cores::tc_kernels(), Ok(crate::ops::attention::tensor_cores::TcKernels::Mma))
+    let call = crate::ops::attention::route::Call { cuda: crate::device::runtime_name() == "cuda", dtype, tensor_cores: true, head_dim, group: 1, max_len: 0 };
+    let Ok(mut choices) = crate::ops::attention::tensor_cores::choices() else { return false };
+    choices.backward_on_tensor_cores = true;
+    crate::ops::attention::route::route(crate::ops::attention::route::Phase::Backward, &call, &choices) == crate::ops::attention::route::Kernel::MmaBackward
 }
 
 /// The tile table for `sequences` (first row, length): per sequence, tiles of [`KV_SPLIT`]

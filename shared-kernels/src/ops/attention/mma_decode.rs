@@ -5,7 +5,7 @@
 //! Why this layout: decode streams K/V splits, and at long contexts the kernel is most of a
 //! decode step. A cube is one warp per 16 of the tile's queries (one for Qwen3's 2-4 heads per
 //! KV head) and walks `splits_per_cube` consecutive splits, writing one partial per split, so
-//! which cube computes a split never changes its bits. ncu (session 23) found the one-split
+//! which cube computes a split never changes its bits. ncu found the one-split
 //! cubes issue-bound: ~3,400 instructions a split, 5 warps a multiprocessor (shared memory),
 //! one instruction every 4.9 cycles a warp. The two launch levers, both bit-neutral:
 //! - staging: `Two` keeps K and V stages and refills each as soon as it is read (the next
@@ -42,17 +42,7 @@ pub struct DecodeLaunch {
     pub staging: Staging,
 }
 
-/// Which partial kernel and how it stages K and V (`LOCKSTEP_DECODE_LAUNCH`'s K: 2, 1, n).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Staging {
-    /// This kernel, a K and a V stage, each refilled as soon as it is read.
-    Two,
-    /// This kernel, K then V through one stage.
-    One,
-    /// [`super::mma_decode_narrow`]: one stage, the queries on the `mma`'s narrow side (at most
-    /// 8 heads a cube).
-    Narrow,
-}
+pub use crate::ops::attention::route::Staging;
 
 /// The automatic choice: enough cubes to fill the device several times over, then longer
 /// cubes; `None` in [`DecodeLaunch::parse`].
@@ -84,24 +74,31 @@ impl DecodeLaunch {
     }
 
     /// The automatic launch for `units` (tile, KV head, part, split) work items of
-    /// `heads_per_cube` query heads: the narrow kernel wherever they fit its 8 columns (3-8%
-    /// faster than one stage here at 16-256 rows x 1,024-4,096 keys, session 33), else one stage.
+    /// `heads_per_cube` query heads: the staging [`crate::ops::attention::route`] picks, and
+    /// [`Self::auto_splits`].
     pub fn auto(units: usize, heads_per_cube: usize) -> DecodeLaunch {
-        let narrow = heads_per_cube <= super::mma_decode_narrow::NARROW_QUERIES;
-        DecodeLaunch {
-            splits_per_cube: (units / AUTO_CUBES).clamp(1, MAX_SPLITS_PER_CUBE),
-            staging: if narrow { Staging::Narrow } else { Staging::One },
-        }
+        DecodeLaunch { splits_per_cube: Self::auto_splits(units), staging: crate::ops::attention::route::auto_decode_staging(heads_per_cube) }
     }
 
-    /// [`with_decode_launch`]'s, else the process's `LOCKSTEP_DECODE_LAUNCH`, else [`Self::auto`].
-    pub fn for_units(units: usize, heads_per_cube: usize) -> Result<DecodeLaunch, KernelError> {
+    /// Splits per cube for `units` work items: enough cubes to fill the device several times
+    /// over, then longer cubes.
+    pub fn auto_splits(units: usize) -> usize {
+        (units / AUTO_CUBES).clamp(1, MAX_SPLITS_PER_CUBE)
+    }
+
+    /// The launch asked for: [`with_decode_launch`]'s, else the process's
+    /// `LOCKSTEP_DECODE_LAUNCH`; `None` for `auto`.
+    pub fn requested() -> Result<Option<DecodeLaunch>, KernelError> {
         if let Some(l) = OVERRIDE.with(|c| c.get()) {
-            return Ok(l);
+            return Ok(Some(l));
         }
         static SETTING: std::sync::OnceLock<Result<Option<Option<DecodeLaunch>>, String>> = std::sync::OnceLock::new();
-        let chosen = crate::ops::env_setting(&SETTING, "attention", "LOCKSTEP_DECODE_LAUNCH", DecodeLaunch::parse)?;
-        Ok(chosen.flatten().unwrap_or_else(|| DecodeLaunch::auto(units, heads_per_cube)))
+        Ok(crate::ops::env_setting(&SETTING, "attention", "LOCKSTEP_DECODE_LAUNCH", DecodeLaunch::parse)?.flatten())
+    }
+
+    /// [`Self::requested`], else [`Self::auto`].
+    pub fn for_units(units: usize, heads_per_cube: usize) -> Result<DecodeLaunch, KernelError> {
+        Ok(Self::requested()?.unwrap_or_else(|| DecodeLaunch::auto(units, heads_per_cube)))
     }
 
     pub fn name(self) -> String {

@@ -7,7 +7,7 @@
 //! 4B-8B). As the 16 rows of the fragments (the prefill layout) 14 or 12 of them compute
 //! nothing; as the 8 columns, half the `mma`s, `ldmatrix`es and exponentials a split do the
 //! same work (32 + 32 `mma`s instead of 64 + 64 at head_dim 128).
-//! Measured on the H200 (session 33, `lockstep bench --attention-only`): 3-8% faster than the
+//! Measured on the H200 (`lockstep bench --attention-only`): 3-8% faster than the
 //! 16-row kernel at 16-256 rows x 1,024-4,096 keys, within noise at 128 keys; 1.07x the
 //! 1.7B shape's decode tokens/s at 256 requests x 1,024 tokens; the default
 //! wherever a KV head's query heads fit.
@@ -30,8 +30,7 @@ use crate::ops::ptx::shared_address;
 use crate::ops::reduce::{cube_linear, NEG_BIG};
 use burn_cubecl::cubecl::prelude::*;
 
-/// Queries a narrow cube holds: the N side of `mma.m16n8k16`.
-pub const NARROW_QUERIES: usize = 8;
+pub use crate::ops::attention::route::NARROW_QUERIES;
 
 /// This lane's B fragments of the queries, `qb[kc * 2 + r]`: query g, dims 16 kc + 8 r + 2t and
 /// + 1, from the `[queries][head_dim + PAD]` stage at byte address `stage`. Lane i addresses

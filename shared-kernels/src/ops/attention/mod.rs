@@ -25,6 +25,7 @@ mod online_stats;
 pub mod cmma;
 pub mod cmma_flash;
 pub mod split_kv;
+pub mod route;
 pub mod splits;
 pub mod staging;
 pub mod tensor_cores;
@@ -156,17 +157,17 @@ pub fn process_attention_kernel() -> Result<Option<AttentionKernel>, KernelError
 /// `LOCKSTEP_ATTENTION` (for report headers and the battery).
 pub fn attention_kernel_on(device: &burn::tensor::Device, dtype: DType, head_dim: usize) -> Result<AttentionKernel, KernelError> {
     let probe = float_in("attention", "probe", BTensor::<1>::zeros([1], device))?;
-    resolve_kernel(None, crate::ops::attention::tensor_cores::tc_attention_available(&probe.client, dtype, head_dim))
+    Ok(route::family(&crate::ops::attention::tensor_cores::call_on(&probe.client, dtype, head_dim, 1, 0), &choices_with(None)?))
 }
 
-/// The kernel a call runs: the one it names, else the process's `LOCKSTEP_ATTENTION`, else
-/// (`auto`) split_kv_tc where the tensor-core kernel runs (`tc_ok`) and split_kv elsewhere.
-fn resolve_kernel(requested: Option<AttentionKernel>, tc_ok: bool) -> Result<AttentionKernel, KernelError> {
-    Ok(match requested.map_or_else(process_attention_kernel, |k| Ok(Some(k)))? {
-        Some(k) => k,
-        None if tc_ok => AttentionKernel::SplitKvTensorCore,
-        None => AttentionKernel::SplitKv,
-    })
+/// This thread's choices ([`tensor_cores::choices`]) with `requested` in place of the process's
+/// `LOCKSTEP_ATTENTION` when a call names a kernel.
+fn choices_with(requested: Option<AttentionKernel>) -> Result<route::Choices, KernelError> {
+    let mut c = crate::ops::attention::tensor_cores::choices()?;
+    if requested.is_some() {
+        c.attention = requested;
+    }
+    Ok(c)
 }
 
 /// "F32 split_kv, BF16 split_kv_tc": the attention kernel each dtype runs on `device` at
@@ -254,10 +255,11 @@ pub fn attention_for_rows_with_stats(
     let [rows, q_heads, head_dim] = q.dims();
     let dtype = q.dtype();
     let probe = float_in("attention", "q", q.clone())?;
+    let call = crate::ops::attention::tensor_cores::call_on(&probe.client, dtype, head_dim, 1, 0);
+    let choices = choices_with(None)?;
     let wanted = crate::kernel_choice::KernelChoice::process()?.backward_stats_from_forward
-        && crate::ops::attention::mma_backward::tensor_core_backward_setting()?
-        && crate::ops::attention::mma_backward::mma_backward_available(dtype, head_dim)
-        && resolve_kernel(None, crate::ops::attention::tensor_cores::tc_attention_available(&probe.client, dtype, head_dim))? == AttentionKernel::SplitKvTensorCore;
+        && route::route(route::Phase::Backward, &call, &choices) == route::Kernel::MmaBackward
+        && route::family(&call, &choices) == AttentionKernel::SplitKvTensorCore;
     if !wanted {
         return Ok((attention_for_rows(q, k_cache, v_cache, slots, positions, host_slots, scale, pages)?, None));
     }
@@ -301,8 +303,10 @@ fn attention_impl(
     ensure!(q.dtype == k.dtype && k.dtype == v.dtype, OP, "dtypes differ: q {:?}, k {:?}, v {:?}", q.dtype, k.dtype, v.dtype);
     ensure!(scale.is_finite(), OP, "scale must be finite, got {scale}");
     ensure!(rows > 0, OP, "no query rows");
-    let tc_ok = crate::ops::attention::tensor_cores::tc_attention_available(&q.client, q.dtype, head_dim);
-    let kernel = resolve_kernel(kernel, tc_ok)?;
+    let choices = choices_with(kernel)?;
+    let call = |max_len| crate::ops::attention::tensor_cores::call_on(&q.client, q.dtype, head_dim, q_heads / shape.kv_heads, max_len);
+    let tc_ok = route::tensor_core_family_runs(&call(0));
+    let kernel = route::family(&call(0), &choices);
     ensure!(stats.is_none() || kernel == AttentionKernel::SplitKvTensorCore, OP, "softmax statistics for the backward come from the split_kv_tc kernel only, not {}", kernel.name());
     if let Some(h) = host_slots {
         ensure!(h.len() == rows, OP, "{} host slots for {rows} rows", h.len());
@@ -322,23 +326,22 @@ fn attention_impl(
         ensure!(tc_ok, OP, "the split_kv_tc attention kernel (LOCKSTEP_ATTENTION=split_kv_tc) needs CUDA tensor cores, bf16 or f16 and head_dim 32, 64, 96 or 128; got {:?}, head_dim {head_dim} on {}", q.dtype, crate::device::runtime_name());
         // every cache length: this kernel's bits differ from the sequential kernel's even
         // within one split
-        let kernels = crate::ops::attention::tensor_cores::tc_kernels()?;
-        let rows_per_tile = kernels.prefill_queries()? / crate::ops::attention::tensor_cores::heads_per_cube(q_heads / shape.kv_heads);
+        let (decode, prefill) = (route::route(route::Phase::Decode, &call(max_len), &choices), route::route(route::Phase::Prefill, &call(max_len), &choices));
+        let prefill_set = if prefill == route::Kernel::MmaFlash { crate::kernel_choice::TcKernels::Mma } else { crate::kernel_choice::TcKernels::Cmma };
+        let rows_per_tile = prefill_set.prefill_queries()? / crate::ops::attention::tensor_cores::heads_per_cube(q_heads / shape.kv_heads);
         let tiles = crate::ops::attention::tensor_cores::tc_tiles(host_slots, rows, rows_per_tile);
         let contiguous = |x: burn_cubecl::tensor::CubeTensor| if x.is_contiguous() { x } else { burn_cubecl::kernel::into_contiguous(x) };
         let q = contiguous(q);
-        return Ok(float_out(crate::ops::attention::tensor_cores::tc_split_kv_attention(&q, contiguous(k), contiguous(v), &slots, positions, &pages, dims, scale, &tiles, kernels, upload, stats)?));
+        return Ok(float_out(crate::ops::attention::tensor_cores::tc_split_kv_attention(&q, contiguous(k), contiguous(v), &slots, positions, &pages, dims, scale, &tiles, (decode, prefill), upload, stats)?));
     }
-    // With at most KV_SPLIT cache positions every prefix fits one split, where the two kernels
-    // give the same bits (tests/kernels/attention_chunking.rs, battery): the one-launch kernel
-    // then does split_kv's work. The rule depends on the cache shape only, never on the rows.
-    if kernel == AttentionKernel::SplitKv && max_len > KV_SPLIT {
+    if route::route(route::Phase::Decode, &call(max_len), &choices) == route::Kernel::SplitKv {
         let tiles = match host_slots.and_then(crate::ops::attention::split_kv::row_tiles) {
             Some(tiles) => Some((upload(tiles.iter().flat_map(|&(first, n)| [first as i32, n as i32]).collect())?, tiles.len())),
             None => None,
         };
         return Ok(float_out(crate::ops::attention::split_kv::split_kv_attention(&q, k, v, &slots, positions, &pages, dims, scale, tiles)));
     }
+    // route::Kernel::Sequential
     let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), qd.clone().into(), q.dtype);
     attention_kernel::launch(
         &q.client,

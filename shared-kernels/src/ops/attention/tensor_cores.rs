@@ -10,6 +10,7 @@ use crate::ops::attention::cmma_flash::tc_flash_kernel;
 use crate::ops::attention::mma_decode::{decode_warps, mma_partial_kernel, DecodeLaunch, Staging};
 use crate::ops::attention::mma_decode_narrow::{mma_partial_narrow_kernel, NARROW_QUERIES};
 use crate::ops::attention::mma_flash::mma_flash_kernel;
+use crate::ops::attention::route::{tensor_core_family_runs, Call, Choices, Kernel};
 use crate::ops::attention::split_kv::combine_rows;
 use crate::ops::kv_cache::BlockRows;
 use crate::ops::attention::splits::KV_SPLIT;
@@ -49,28 +50,33 @@ pub fn with_tc_kernels<R>(kernel: TcKernels, f: impl FnOnce() -> R) -> R {
 /// ([`crate::kernel_choice::KernelChoice`]: `mma` unless set); `cmma` off CUDA, where inline
 /// PTX does not exist.
 pub fn tc_kernels() -> Result<TcKernels, crate::KernelError> {
-    let chosen = match TC_OVERRIDE.with(|c| c.get()) {
-        Some(k) => k,
-        None => crate::kernel_choice::KernelChoice::process()?.attention_tc,
-    };
-    Ok(if crate::device::runtime_name() == "cuda" {
-        chosen
-    } else {
-        TcKernels::Cmma
-    })
+    Ok(if crate::device::runtime_name() == "cuda" { choices()?.set } else { TcKernels::Cmma })
 }
 
-/// Query heads per cube for a group of `group` query heads per KV head: the largest divisor of
-/// the group that fits [`TC_QUERIES`]. A property of the model, never of the batch.
-pub fn heads_per_cube(group: usize) -> usize {
-    (1..=group.min(TC_QUERIES)).rev().find(|h| group % h == 0).unwrap_or(1)
-}
+pub use crate::ops::attention::route::heads_per_cube;
 
 /// Whether this device runs the tensor-core attention for `dtype` and `head_dim`: CUDA-style
-/// 16x16x16 `cmma` for the dtype (bf16, f16), and a head size of 32, 64, 96 or 128 (the shared
-/// stages hold a 64-key split of whole head rows).
+/// 16x16x16 `cmma` for the dtype (bf16, f16), and a head size of 32, 64, 96 or 128
+/// ([`crate::ops::attention::route::tensor_core_family_runs`]).
 pub fn tc_attention_available(client: &burn_cubecl::cubecl::client::Client, dtype: DType, head_dim: usize) -> bool {
-    head_dim % 32 == 0 && (32..=128).contains(&head_dim) && tensor_cores_available_for(client, dtype)
+    tensor_core_family_runs(&call_on(client, dtype, head_dim, 1, 0))
+}
+
+/// The [`Call`] of an attention launch on `client`'s device.
+pub fn call_on(client: &burn_cubecl::cubecl::client::Client, dtype: DType, head_dim: usize, group: usize, max_len: usize) -> Call {
+    Call { cuda: crate::device::runtime_name() == "cuda", dtype, tensor_cores: tensor_cores_available_for(client, dtype), head_dim, group, max_len }
+}
+
+/// This thread's [`Choices`]: the process's kernel variables, with [`with_tc_kernels`]'s and
+/// [`crate::ops::attention::mma_decode::with_decode_launch`]'s scoped overrides.
+pub fn choices() -> Result<Choices, crate::KernelError> {
+    let process = crate::kernel_choice::KernelChoice::process()?;
+    Ok(Choices {
+        attention: process.attention,
+        set: TC_OVERRIDE.with(|c| c.get()).unwrap_or(process.attention_tc),
+        decode_staging: DecodeLaunch::requested()?.map(|l| l.staging),
+        backward_on_tensor_cores: process.attention_backward_on_tensor_cores,
+    })
 }
 
 /// Tiles for the tensor-core kernel: with the rows' slots on the host, runs of consecutive rows
@@ -157,7 +163,8 @@ fn partials_workspace(like: &CubeTensor, len: usize) -> CubeTensor {
 /// Runs the kernels for inputs `attention_impl` has checked, with [`tc_attention_available`]
 /// true: `q` [rows, q_heads, head_dim] and the caches laid out by `pages`, all contiguous;
 /// `tiles` from [`tc_tiles`], cut for [`heads_per_cube`]; `upload` puts a host table on the
-/// device in the slots' integer type; `kernels` picks the register-fragment or the cmma kernels;
+/// device in the slots' integer type; `decode` and `prefill` are the kernels
+/// [`crate::ops::attention::route`] picks for one-row tiles and for tiles of 2+ rows;
 /// `stats` (f32, 2 a (row, query head), `mma` only): every tile on the flash kernel, which also
 /// writes each row's softmax statistics for the training backward.
 #[allow(clippy::too_many_arguments)]
@@ -171,7 +178,7 @@ pub(crate) fn tc_split_kv_attention(
     (rows, q_heads, kv_heads, max_len, head_dim): (usize, usize, usize, usize, usize),
     scale: f32,
     tiles: &[(usize, usize)],
-    kernels: TcKernels,
+    (decode, prefill): (Kernel, Kernel),
     upload: impl Fn(Vec<i32>) -> Result<CubeTensor, KernelError>,
     stats: Option<&CubeTensor>,
 ) -> Result<CubeTensor, KernelError> {
@@ -180,10 +187,10 @@ pub(crate) fn tc_split_kv_attention(
     let parts = q_heads / kv_heads / hpc;
     let vs = 8;
     let dtypes = [storage(q.dtype), storage(slots.dtype)];
-    ensure!(stats.is_none() || kernels == TcKernels::Mma, "attention", "softmax statistics for the backward come from the mma flash kernel only (LOCKSTEP_ATTENTION_TC={kernels:?})");
+    ensure!(stats.is_none() || prefill == Kernel::MmaFlash, "attention", "softmax statistics for the backward come from the mma flash kernel only (this launch's prefill kernel is {prefill:?})");
     let TileLaunches { flash, single, single_rows } = if stats.is_some() { TileLaunches::with_min_rows(tiles, 1) } else { TileLaunches::of(tiles) };
     // the prefill cube's queries: the size `attention_impl` cut the tiles for
-    let cube_queries = kernels.prefill_queries()?;
+    let cube_queries = if prefill == Kernel::MmaFlash { TcKernels::Mma } else { TcKernels::Cmma }.prefill_queries()?;
     ensure!(flash.iter().all(|&(_, n)| n * hpc <= cube_queries), "attention", "a prefill tile holds more than the cube's {cube_queries} queries ({hpc} per row)");
     let flat = |t: &[(usize, usize)]| t.iter().flat_map(|&(first, n)| [first as i32, n as i32]).collect::<Vec<_>>();
     let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), [rows, q_heads, head_dim].into(), q.dtype);
@@ -194,9 +201,9 @@ pub(crate) fn tc_split_kv_attention(
         let units = single.len() * kv_heads * parts * splits;
         let decode_cubes = cube_count_for(units, 1);
         let single_table = if single.iter().enumerate().all(|(r, &(first, n))| first == r && n == 1) { single_row_tiles(rows, slots, &upload)? } else { upload(flat(&single))? };
-        if kernels == TcKernels::Mma {
+        if let Kernel::MmaPartials(staging) = decode {
             let warps = decode_warps(hpc);
-            let launch = DecodeLaunch::for_units(units, hpc)?;
+            let launch = DecodeLaunch { splits_per_cube: DecodeLaunch::requested()?.map_or_else(|| DecodeLaunch::auto_splits(units), |l| l.splits_per_cube), staging };
             let chunks = splits.div_ceil(launch.splits_per_cube);
             let cubes = cube_count_for(single.len() * kv_heads * parts * chunks, 1);
             ensure!(launch.staging != Staging::Narrow || hpc <= NARROW_QUERIES, "attention", "LOCKSTEP_DECODE_LAUNCH={}: the narrow kernel holds at most {NARROW_QUERIES} query heads a cube, this model's KV heads have {hpc}", launch.name());
@@ -271,7 +278,7 @@ pub(crate) fn tc_split_kv_attention(
         };
         combine_rows(&out, partials, positions.clone(), listed, (rows, q_heads, splits, head_dim));
     }
-    if !flash.is_empty() && kernels == TcKernels::Mma {
+    if !flash.is_empty() && prefill == Kernel::MmaFlash {
         let stats_arg = stats.cloned().unwrap_or_else(|| empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), [2].into(), DType::F32)); // unwritten
         mma_flash_kernel::launch(
             &q.client,

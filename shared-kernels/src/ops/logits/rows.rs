@@ -30,7 +30,7 @@ pub fn scaled_logit<F: Float>(logits: &Tensor<F>, i: usize, inv_t: f32) -> f32 {
 /// trainer's logprob forward and backward, the kept sets' thresholds) then starts from the same
 /// scaled value: NVRTC would otherwise contract the product into an FMA with whatever
 /// subtraction follows (`z - max`), unrounded in one kernel and rounded in another. With a
-/// plain product, the H100 battery (session 47) found the masked logprob kernels (a kept set
+/// plain product, the H100 battery found the masked logprob kernels (a kept set
 /// of the whole vocabulary) 1 ulp from the unmasked ones in 22 / 19 of 257 rows (bf16 / f32),
 /// all at T 0.8 or 1.2. At T = 1 and T = 0 the product is exact: no bit changes there.
 #[cube]

@@ -3,7 +3,7 @@
 //! same counts and sums in fewer passes over the row: 8 radix passes of exact counts for top-k,
 //! then top-p from top-k's survivors in shared memory or [`LEVELS`] steps a pass. The definition
 //! run as it reads, a pass a step, made Qwen3's top-p 0.95 / top-k 20 sampling 6.5x slower than
-//! full-vocabulary sampling at 64 requests (H100, session 45).
+//! full-vocabulary sampling at 64 requests.
 
 use crate::ops::logits::rows::{inv_temperature, order_key, scaled_logit};
 use crate::ops::reduce::{cube_linear, tree_max, tree_sum, NEG_BIG};
@@ -21,7 +21,7 @@ const DIGITS: usize = 16;
 const SURVIVORS: usize = 1024;
 /// Logits each unit loads before it uses them: loads in flight, so a pass is not one memory
 /// latency per element (a unit still uses its elements in ascending order). 16 against 4:
-/// top-p 0.95 / top-k 20 sampling 2.0-2.4% faster at 64 and 256 requests (H100, session 46).
+/// top-p 0.95 / top-k 20 sampling 2.0-2.4% faster at 64 and 256 requests.
 const LOADS: usize = 16;
 
 /// Words of the kernel's shared scratch at `block` units.

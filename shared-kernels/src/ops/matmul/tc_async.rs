@@ -2,7 +2,7 @@
 //! pipeline (`cp.async`, CUDA sm80+): global -> shared without passing through registers, with
 //! `stages - 1` k-tiles in flight while one is multiplied.
 //!
-//! Why: the register-prefetch kernel stalls on global loads (ncu, session 7: long-scoreboard
+//! Why: the register-prefetch kernel stalls on global loads (ncu: long-scoreboard
 //! 9.4-11.4 cycles per issue at 24% occupancy); asynchronous copies keep several k-tiles in
 //! flight and free the prefetch registers.
 //!

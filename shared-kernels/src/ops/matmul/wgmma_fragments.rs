@@ -60,7 +60,7 @@ pub(crate) fn zero_ptx(h: usize) -> String {
 /// addresses of this unit's first column in its two rows (row, row + 8), accumulator i at
 /// column offset (i / 4) * 8 + i % 2 of row (i % 4) / 2, as [`write_accumulators`] lays them
 /// out. The values never pass through a vector: the first fold kernel copied 128 of them into a
-/// local array beside the 128 accumulators and ran 8x slower than the cmma chain (docs/journal/scale-history.md, session 16).
+/// local array beside the 128 accumulators and ran 8x slower than the cmma chain (docs/journal/scale-history.md).
 pub(crate) fn load_ptx(h: usize) -> String {
     let mut s = String::from("{\n");
     for i in 0..h {

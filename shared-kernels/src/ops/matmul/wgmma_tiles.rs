@@ -28,7 +28,7 @@ impl WgmmaTiles {
     /// multiprocessor a 128 x 256 cube (at M = 1024 up to 1.5x the default's throughput, v9).
     pub const NARROW: WgmmaTiles = WgmmaTiles { wg_m: 2, bn: 128, stages: 3 };
     /// 128 x 64 tiles, 8 slots (192 KiB) for outputs of about a thousand rows: at 1024 x 1024
-    /// 128 cubes, and 1.16-1.4x the 64 x 64 tiles' throughput there (GPU time, session 10).
+    /// 128 cubes, and 1.16-1.4x the 64 x 64 tiles' throughput there (GPU time).
     pub const MEDIUM: WgmmaTiles = WgmmaTiles { wg_m: 2, bn: 64, stages: 8 };
     /// 64 x 64 tiles of one warpgroup (64 KiB) for small outputs (a few hundred rows): more
     /// cubes to spread a long K over.
@@ -49,7 +49,7 @@ impl WgmmaTiles {
         // the copy engine's boxes are powers of two of at most 256 rows (a 192-row box was
         // measured to hang the kernel), and an MN-major B takes whole 64-wide boxes
         // four warpgroups (544 units) leave 96 registers a unit: ptxas cannot hold an m64n256
-        // accumulator in them (H200, session 28)
+        // accumulator in them
         let registers = !(wg_m == 4 && bn == 256);
         let ok = [1, 2, 4].contains(&wg_m) && [64, 128, 256].contains(&bn) && (2..=8).contains(&stages) && t.shared_bytes() <= SHARED_LIMIT && registers;
         ok.then_some(t).ok_or_else(bad)
@@ -89,9 +89,9 @@ pub enum TilePick {
     /// [`tiles_by_waves`] (the default).
     Waves,
     /// [`tiles_by_waves`] with [`WEIGHED`]'s compute-bound rates at every row count (the rule
-    /// of sessions 28-45, before [`TWO_ROW_TILES`]).
+    /// before [`TWO_ROW_TILES`]).
     WavesComputeRates,
-    /// [`tiles_by_coverage`] (the rule before session 28, for same-run comparisons).
+    /// [`tiles_by_coverage`] (the earlier rule, for same-run comparisons).
     Coverage,
 }
 
@@ -109,7 +109,7 @@ pub(crate) fn wgmma_pick() -> Result<TilePick, KernelError> {
 
 /// The tiles [`tiles_by_waves`] weighs, each with two throughputs relative to the default's:
 /// where every multiprocessor runs many tiles (H200, `lockstep bench --preset qwen3-8b
-/// --tile-sweep`, gate/up at 8192 rows, session 28: 692, 624, 599, 468, 377 and 311 TFLOP/s),
+/// --tile-sweep`, gate/up at 8192 rows: 692, 624, 599, 468, 377 and 311 TFLOP/s),
 /// and at [`TWO_ROW_TILES`] rows. Smaller tiles re-read more of the operands per product. All
 /// but the last fill one multiprocessor's shared memory (deep pipelines beat two shallow cubes
 /// at 256 rows).
@@ -158,8 +158,8 @@ fn tiles_by_waves_at(m: usize, n: usize, sms: usize, whole: bool, by_rows: bool)
 /// matmul of 256 rows does 256 FLOP a byte of weight, below an H100's ~295 (memory-bound), so
 /// the 128 x 128 tile, which reads each weight tile for 2 row tiles where 64 x 256 reads it for
 /// 4, beats the 64 x 256 tile of the same area that the compute-bound rates prefer. ncu at 256 rows
-/// (H100, session 46, caches kept): Qwen3-8B's q/k/v 28.7 against 32.1 µs, gate/up 93.5
-/// against 98.0; on the H200 (session 28's host-timed sweep) a tie: 41.7 against 40.7, 98.5
+/// (H100, caches kept): Qwen3-8B's q/k/v 28.7 against 32.1 µs, gate/up 93.5
+/// against 98.0; on the H200 (a host-timed sweep) a tie: 41.7 against 40.7, 98.5
 /// against 99.6.
 const TWO_ROW_TILES: std::ops::RangeInclusive<usize> = 129..=256;
 pub(crate) use crate::device::client_multiprocessors as multiprocessors;
@@ -190,7 +190,7 @@ pub(crate) fn wgmma_schedule() -> Result<WgmmaSchedule, KernelError> {
     Ok(crate::ops::env_setting(&SCHEDULE, "matmul", "LOCKSTEP_WGMMA_SCHEDULE", WgmmaSchedule::parse)?.unwrap_or(WgmmaSchedule::Persistent))
 }
 
-/// The rule before session 28: the largest of [`WgmmaTiles::DEFAULT`], [`WgmmaTiles::NARROW`],
+/// The earlier rule: the largest of [`WgmmaTiles::DEFAULT`], [`WgmmaTiles::NARROW`],
 /// [`WgmmaTiles::MEDIUM`] whose cubes fill at least 7/8 of the multiprocessors (at 1024 x 1024,
 /// 128 128x64 cubes on 132 SMs beat 256 64x64 ones), else [`WgmmaTiles::SMALL`].
 pub fn tiles_by_coverage(m: usize, n: usize, sms: usize) -> WgmmaTiles {
@@ -252,7 +252,7 @@ mod tests {
         // many tiles a multiprocessor: the default, as before
         assert_eq!(tiles_by_waves(8192, 24576, 132, false), Some(WgmmaTiles::DEFAULT));
         assert_eq!(tiles_by_waves(16384, 151936, 132, false), Some(WgmmaTiles::DEFAULT));
-        // Qwen3-8B's decode step at 256 rows, each the fastest of the H100 ncu sweep (session 46)
+        // Qwen3-8B's decode step at 256 rows, each the fastest of the H100 ncu sweep
         assert_eq!(tiles_by_waves(256, 24576, 132, false), Some(t("2/128/7")));
         assert_eq!(tiles_by_waves(256, 6144, 132, false), Some(t("2/128/7")));
         assert_eq!(tiles_by_waves(256, 4096, 132, false), Some(t("1/128/8")));
