@@ -8,6 +8,9 @@
 //! re-exports are no edges of their own. A file may extend its own front door (`impl Engine` in
 //! `engine/graphs.rs` naming `super::Engine`, or a family's shared helper in its `mod.rs`): that
 //! is the folder's one concern split over files, not a circle. Every other use points down.
+//!
+//! Also: the patched cubecl crates under `shared-kernels/patches/` differ from the published
+//! ones only in the files their README lists.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -329,4 +332,50 @@ fn every_source_file_past_400_lines_says_why_at_its_top() {
     }
     assert!(seen >= 100, "only {seen} source files found: the scan would prove nothing");
     assert!(unexplained.is_empty(), "files past 400 lines whose header does not say why (\"One file past 400 lines: ...\"): {unexplained:?}");
+}
+
+/// The files `shared-kernels/patches/README.md` lists as changed or new, and the published files
+/// it says are left out.
+const PATCHED: [&str; 5] = ["cubecl-std/src/fast_math.rs", "cubecl-cuda/Cargo.toml", "cubecl-cuda/src/lib.rs", "cubecl-cuda/src/compute/context.rs", "cubecl-cuda/src/includes_first.rs"];
+const LEFT_OUT: [&str; 2] = ["cubecl-cuda/tests/", "cubecl-cuda/cubecl.toml"];
+
+#[test]
+fn patched_crates_differ_from_the_published_ones_only_where_this_readme_says() {
+    use sha2::Digest;
+    let patches = workspace().join("shared-kernels/patches");
+    let readme = std::fs::read_to_string(patches.join("README.md")).expect("patches/README.md");
+    for path in PATCHED {
+        assert!(readme.contains(path.split_once('/').expect("crate/file").1), "patches/README.md does not list {path}");
+    }
+    let manifest = std::fs::read_to_string(patches.join("published.sha256")).expect("patches/published.sha256");
+    let published: BTreeMap<&str, &str> = manifest.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).map(|l| {
+        let (hash, path) = l.split_once("  ").expect("hash  path");
+        (path, hash)
+    }).collect();
+    assert!(published.len() > 50, "{} published files: the manifest would prove nothing", published.len());
+    let sha = |p: &Path| format!("{:x}", sha2::Sha256::digest(std::fs::read(p).expect("a patched crate's file")));
+    for (path, hash) in &published {
+        let file = patches.join(path);
+        if LEFT_OUT.iter().any(|l| path.starts_with(l)) {
+            assert!(!file.exists(), "{path} is listed as left out but is there");
+        } else if PATCHED.contains(path) {
+            assert_ne!(&sha(&file), hash, "{path} is listed as patched but equals the published file");
+        } else {
+            assert_eq!(&sha(&file), hash, "{path} differs from the published crate's but patches/README.md does not list it");
+        }
+    }
+    for krate in ["cubecl-cuda", "cubecl-std"] {
+        let mut files = Vec::new();
+        let mut stack = vec![patches.join(krate)];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).expect("a patched crate's folder") {
+                let path = entry.expect("a folder entry").path();
+                if path.is_dir() { stack.push(path) } else { files.push(path) }
+            }
+        }
+        for file in files {
+            let rel = file.strip_prefix(&patches).expect("under patches").to_string_lossy().into_owned();
+            assert!(published.contains_key(rel.as_str()) || PATCHED.contains(&rel.as_str()), "{rel} is neither the published crate's nor listed in patches/README.md");
+        }
+    }
 }
