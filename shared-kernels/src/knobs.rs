@@ -225,14 +225,14 @@ pub const KNOBS: &[Knob] = &[
         values: Values::Text("a directory, or `off`"),
         default: "`$XDG_CACHE_HOME/lockstep/kernels`, else `~/.cache/lockstep/kernels`",
         kind: KnobKind::Cache,
-        effect: "where CUDA builds keep the kernels NVRTC compiled (cubecl's compilation cache), so a later process skips compiling them; an entry is keyed by the kernel's identity and compile-time settings, the binary's build id, the GPU architecture and the backend, so a hit is the PTX this binary would compile and never changes a bit (`experiments/seed_bench.sh` compares a cold and a warm run's logprobs as bits); `off` compiles every kernel afresh; ignored off CUDA",
+        effect: "where CUDA builds keep the kernels NVRTC compiled (cubecl's compilation cache), so a later process skips compiling them; an entry is keyed by the kernel's identity and compile-time settings, the binary's build id, the GPU architecture and the backend, so a hit is the PTX this binary would compile and never changes a bit (`experiments/bench/seed_bench.sh` compares a cold and a warm run's logprobs as bits); `off` compiles every kernel afresh; ignored off CUDA",
     },
     Knob {
         name: "LOCKSTEP_NVRTC_PCH",
         values: Values::Text("`on`, `off`"),
         default: "`on`",
         kind: KnobKind::Cache,
-        effect: "CUDA builds compile each kernel with its `#include` block moved first and NVRTC's automatic precompiled headers (`-pch`, NVRTC 12.8 and later; cubecl-cuda patch `shared-kernels/patches/cubecl-cuda/src/includes_first.rs`), so a process parses each set of headers once instead of once a kernel (`cuda/barrier` and `cooperative_groups`: most of a TMA matmul kernel's compile). The PTX is the same but for line numbers (`experiments/nvrtc_timing.py` compares every kernel of a run); a compile that fails this way is retried as cubecl wrote it. Only the first process on a machine compiles (`LOCKSTEP_KERNEL_CACHE`); `off` compiles as cubecl writes",
+        effect: "CUDA builds compile each kernel with its `#include` block moved first and NVRTC's automatic precompiled headers (`-pch`, NVRTC 12.8 and later; cubecl-cuda patch `shared-kernels/patches/cubecl-cuda/src/includes_first.rs`), so a process parses each set of headers once instead of once a kernel (`cuda/barrier` and `cooperative_groups`: most of a TMA matmul kernel's compile). The PTX is the same but for line numbers (`experiments/profile/nvrtc_timing.py` compares every kernel of a run); a compile that fails this way is retried as cubecl wrote it. Only the first process on a machine compiles (`LOCKSTEP_KERNEL_CACHE`); `off` compiles as cubecl writes",
     },
     Knob {
         name: "LOCKSTEP_DEBUG_SYNC",

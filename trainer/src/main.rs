@@ -115,7 +115,7 @@ enum Command {
         /// Matmul rows only at these M (comma-separated; default 1,16,64,256,1024,4096).
         #[arg(long, value_delimiter = ',')]
         matmul_m: Vec<usize>,
-        /// Also write the kernel timings as JSON (for experiments/torch_bench.py).
+        /// Also write the kernel timings as JSON (for experiments/bench/torch_bench.py).
         #[arg(long)]
         json: Option<PathBuf>,
         /// Also save the bench model in HF layout (for transformers' generate on the same weights).

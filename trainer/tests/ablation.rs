@@ -7,12 +7,12 @@ fn tiny_ablation_matrix_fills_every_cell() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
     let out = shared_kernels::testing::Scratch::new("ablation");
     let status = Command::new("bash")
-        .arg(root.join("experiments/ablation.sh"))
+        .arg(root.join("experiments/examples/ablation.sh"))
         .args(["--tiny", "--seeds", "0", "--out", out.to_str().unwrap()])
         .env("LOCKSTEP", env!("CARGO_BIN_EXE_lockstep"))
         .current_dir(&root)
         .status()
-        .expect("run experiments/ablation.sh");
+        .expect("run experiments/examples/ablation.sh");
     assert!(status.success());
     let table = std::fs::read_to_string(out.join("table.md")).unwrap();
     for kernels in ["matched", "fast"] {

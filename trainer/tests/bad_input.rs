@@ -184,7 +184,7 @@ fn a_verl_layout_dataset_trains_with_chat_prompts_and_its_faults_name_file_line_
     let chat = ["--set", "task.name=jsonl", "--set", "task.path=task.jsonl", "--set", "task.prompt_format=chat", "--set", "task.chat_template=t.jinja", "--set", "task.answer_key=reward_model.ground_truth", "--set", "train.sft_steps=2", "--set", "train.steps=1", "--set", "log.progress=false"];
     let out = lockstep(&[&["train"], &chat[..]].concat(), &dir);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    // the same layout as Parquet (written by pyarrow: experiments/make_parquet_fixture.py)
+    // the same layout as Parquet (written by pyarrow: experiments/fixtures/make_parquet_fixture.py)
     std::fs::copy(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/datasets/verl_math.parquet"), dir.join("math.parquet")).unwrap();
     let out = lockstep(&[&["train", "--set", "log.run_name=parquet"], &chat[..], &["--set", "task.name=dataset", "--set", "task.path=math.parquet"]].concat(), &dir);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

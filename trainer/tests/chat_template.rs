@@ -1,6 +1,6 @@
 //! lockstep's chat template rendering against transformers' own (`apply_chat_template`'s
 //! renderer), on the Qwen3 and Llama 3 templates: the expected strings were rendered by
-//! transformers (experiments/chat_template_fixtures.py) and are compared byte for byte.
+//! transformers (experiments/fixtures/chat_template_fixtures.py) and are compared byte for byte.
 
 use trainer::chat::ChatTemplate;
 

@@ -17,7 +17,7 @@ fields='"step":[0-9]*\|"bit_equal_frac":[0-9.e-]*\|"kl_k1":[0-9.e-]*\|"trainer_w
 defaults="--set task.reward=char_f1 --set train.on_mismatch=stop"
 rung() { # NAME RUNG [extra SCALE_SET]
   local name=$1 r=$2; shift 2
-  SCALE_SET="$defaults $*" SCALE_ARGS="--max-steps ${STEPS:-1}" O=$O/$name SCALE_LIMIT=${RUNG_LIMIT:-560} bash experiments/scale.sh "$r" 2>&1 | tail -1
+  SCALE_SET="$defaults $*" SCALE_ARGS="--max-steps ${STEPS:-1}" O=$O/$name SCALE_LIMIT=${RUNG_LIMIT:-560} bash experiments/bench/scale.sh "$r" 2>&1 | tail -1
   grep -h "memory plan\|auto sizes\|out of device memory\|error" $O/$name/*.log | head -6
   grep -o "$fields" $O/$name/*.metrics.jsonl | tr '\n' ' '; echo
   echo "peak memory MiB: $(sort -n $O/$name/*.mem | tail -1)"
@@ -27,7 +27,7 @@ case "$part" in
 make)
   for shape in qwen3-0.6b qwen3-1.7b; do
     ck=/tmp/checkpoints/$shape
-    [ -f $ck/config.json ] || python3 experiments/make_real_shape.py $shape $ck > $O/make-$shape.log 2>&1 || { tail -3 $O/make-$shape.log; exit 1; }
+    [ -f $ck/config.json ] || python3 experiments/fixtures/make_real_shape.py $shape $ck > $O/make-$shape.log 2>&1 || { tail -3 $O/make-$shape.log; exit 1; }
   done; ls /tmp/checkpoints ;;
 auto06) STEPS=3 rung auto06 qwen3-0.6b:512x2048:3 ;;
 hand06) STEPS=2 SCALE_KV_MIB=${KV:-49994} rung hand06 qwen3-0.6b:512x2048:3:${MICRO:-5120} ;;
@@ -38,7 +38,7 @@ quick)
     /tmp/$bin train configs/quickstart.toml --set log.runs_dir=/tmp/qs-$bin --set log.progress=false > $O/quick-$bin.log 2>&1
     echo "$bin quickstart: exit $? in $(( $(date +%s) - start )) s; $(tail -1 $O/quick-$bin.log)"
   done
-  python3 experiments/compare_runs.py /tmp/qs-lockstep-old/quickstart /tmp/qs-lockstep/quickstart --label "quickstart a130335 vs this build"
+  python3 experiments/bench/compare_runs.py /tmp/qs-lockstep-old/quickstart /tmp/qs-lockstep/quickstart --label "quickstart a130335 vs this build"
   grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"' /tmp/qs-lockstep/quickstart/metrics.jsonl | tail -1 ;;
 battery)
   gunzip -c .gpu-battery/lockstep-battery.gz > /tmp/lockstep-battery && chmod +x /tmp/lockstep-battery

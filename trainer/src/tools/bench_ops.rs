@@ -2,7 +2,7 @@
 //! shapes, then the trainer's step time and model FLOP utilisation. Timings are medians of
 //! `repeats` samples, each sample the mean of several back-to-back calls between two device
 //! syncs (so launch latency is amortised as in a real forward). `--json` writes the rows for
-//! experiments/torch_bench.py, which adds torch's time for the same shapes in the same visit.
+//! experiments/bench/torch_bench.py, which adds torch's time for the same shapes in the same visit.
 
 use super::bench_options::{median, sync, BenchOptions};
 use burn::tensor::{activation, DType, Device, Distribution, Int, Tensor, TensorData};

@@ -38,7 +38,7 @@ pub struct BenchOptions {
     pub trainer_recompute: bool,
     /// Matmul rows at these M only (empty: the default sizes).
     pub matmul_m: Vec<usize>,
-    /// Also write the kernel timings as JSON (read by experiments/torch_bench.py).
+    /// Also write the kernel timings as JSON (read by experiments/bench/torch_bench.py).
     pub json: Option<std::path::PathBuf>,
     /// Also save the bench model in HF layout (for transformers' generate on the same weights).
     pub save_model: Option<std::path::PathBuf>,

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # GPU check, in two halves because the H200 machine has no Rust toolchain.
 #
-#   bash experiments/gpu_check.sh build   # here (CPU machine): build the CUDA binaries into .gpu/
-#   bash experiments/gpu_check.sh build-autotune   # optional: lockstep-autotune (burn's autotuned ops)
-#   bash experiments/gpu_check.sh run     # there (H200), from the repo root: run the battery
+#   bash experiments/visit/gpu_check.sh build   # here (CPU machine): build the CUDA binaries into .gpu/
+#   bash experiments/visit/gpu_check.sh build-autotune   # optional: lockstep-autotune (burn's autotuned ops)
+#   bash experiments/visit/gpu_check.sh run     # there (H200), from the repo root: run the battery
 #
 # `run` prints one markdown table: lockstep's kernels and burn's default ops (autotune on,
 # fusion off) per op, dtype (f32, bf16) and batch size, bit-identical yes/no and max |diff|,
 # and exits non-zero if any lockstep kernel is not bitwise batch invariant.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 case "${1:-}" in
 build)  # lockstep's GPU binaries; burn's ops without autotune (autotune picks kernels by timing,
         # which makes the backward's bits differ between processes)

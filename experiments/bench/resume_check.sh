@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Stop-and-resume identity at a real shape, on the GPU machine (after experiments/scale.sh made
+# Stop-and-resume identity at a real shape, on the GPU machine (after experiments/bench/scale.sh made
 # the checkpoint, or it is made here):
-#   O=$OUT bash experiments/resume_check.sh SHAPE:ROLLOUTSxNEW:STEPS[:MICRO] [REFERENCE_METRICS]
+#   O=$OUT bash experiments/bench/resume_check.sh SHAPE:ROLLOUTSxNEW:STEPS[:MICRO] [REFERENCE_METRICS]
 # Runs STEPS steps stopped after STEPS/2 (--max-steps) and resumed, then compares every logged
 # field but wall-clock times with REFERENCE_METRICS (an uninterrupted run's metrics.jsonl, e.g.
 # from scale.sh with the same rung and SCALE_SET), or with an uninterrupted run made here.
@@ -13,7 +13,7 @@ IFS=: read -r shape size steps micro <<< "$1"
 reference="${2:-}"
 rollouts=${size%x*}; new=${size#*x}
 ck=/tmp/checkpoints/$shape
-[ -f "$ck/config.json" ] || python3 experiments/make_real_shape.py "$shape" "$ck" > "$O/make-$shape.log" 2>&1
+[ -f "$ck/config.json" ] || python3 experiments/fixtures/make_real_shape.py "$shape" "$ck" > "$O/make-$shape.log" 2>&1
 group=16; [ "$rollouts" -lt 16 ] && group=$rollouts
 args=(train "configs/$shape.toml" --set "model.path=$ck" --set "task.path=$ck/task.jsonl"
     --set "train.prompts_per_step=$(( rollouts / group ))" --set "train.group_size=$group" --set "train.steps=$steps"

@@ -3,7 +3,7 @@
 projections, to set beside `lockstep bench --tile-sweep` of the same visit: median µs a call and
 TFLOP/s per projection and M, and the sum over one layer's projections.
 
-    python3 experiments/cublas_decode_matmuls.py qwen3-8b 256,1024
+    python3 experiments/bench/cublas_decode_matmuls.py qwen3-8b 256,1024
 """
 import os
 import sys

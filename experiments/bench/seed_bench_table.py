@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The table of experiments/seed_bench.sh from its logs: per arm, steady-state seconds, whole-process
+"""The table of experiments/bench/seed_bench.sh from its logs: per arm, steady-state seconds, whole-process
 seconds, load seconds, tokens/s, and the ratio to the physical limit of the H200.
 
-    python3 experiments/seed_bench_table.py OUT_DIR CONFIG.json N M MAX_BATCH [WIDE]
+    python3 experiments/bench/seed_bench_table.py OUT_DIR CONFIG.json N M MAX_BATCH [WIDE]
 
 "all N s" is the sampling time of all N requests (first engine step to last completion; with a
 cold cache it includes compiling the kernels). The wide arm (max_batch WIDE) has one wave: its

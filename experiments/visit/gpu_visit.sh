@@ -1,29 +1,29 @@
 #!/usr/bin/env bash
 # Measurements for one H200 visit, run there from the repo root after
-# `bash experiments/gpu_check.sh build` here. Parts run in the order given; each has its own
+# `bash experiments/visit/gpu_check.sh build` here. Parts run in the order given; each has its own
 # time limit, cut to what is left of TOTAL_LIMIT (default 570 s, under the device tool's 600),
 # so one slow part cannot lose the others' output. Results are packed into $OUT/visit.tgz (the
 # device tool returns at most 8 files).
 #
-#   bash experiments/gpu_visit.sh battery check sampler kernels torch sampler-fast
-#   bash experiments/gpu_visit.sh battery-full check quickstart   # a change that must keep every bit
-#   bash experiments/gpu_visit.sh train ablation
-#   bash experiments/gpu_visit.sh repro repro-autotune   # run-to-run and resume, as bits
-#   bash experiments/gpu_visit.sh train-kernels          # GRPO step time under tc / hybrid / pipelined
-#   bash experiments/gpu_visit.sh compile-log            # kernel compilations in a short GRPO run, tc vs pipelined
-#   bash experiments/gpu_visit.sh profile                # per-kernel GPU time: trainer step and sampler decode
-#   UPDATE_SHAPES="qwen3-1.7b:8x2048" bash experiments/gpu_visit.sh profile-update   # the GRPO update's kernels by GPU time, per shape:sequences x tokens
+#   bash experiments/visit/gpu_visit.sh battery check sampler kernels torch sampler-fast
+#   bash experiments/visit/gpu_visit.sh battery-full check quickstart   # a change that must keep every bit
+#   bash experiments/visit/gpu_visit.sh train ablation
+#   bash experiments/visit/gpu_visit.sh repro repro-autotune   # run-to-run and resume, as bits
+#   bash experiments/visit/gpu_visit.sh train-kernels          # GRPO step time under tc / hybrid / pipelined
+#   bash experiments/visit/gpu_visit.sh compile-log            # kernel compilations in a short GRPO run, tc vs pipelined
+#   bash experiments/visit/gpu_visit.sh profile                # per-kernel GPU time: trainer step and sampler decode
+#   UPDATE_SHAPES="qwen3-1.7b:8x2048" bash experiments/visit/gpu_visit.sh profile-update   # the GRPO update's kernels by GPU time, per shape:sequences x tokens
 #                                                      (cubecl's profiler lists lockstep's kernels only, not burn's: ncu for the whole, as gpu-time or visit_s34.sh PART=ncuall)
-#   bash experiments/gpu_visit.sh memory               # memory-bound kernels only (norms, pointwise, rope, logprob) with torch beside them
-#   bash experiments/gpu_visit.sh bounds               # ncu: what bounds each kernel (BOUNDS_PARTS="matmul pipelined memory attention torch")
-#   bash experiments/gpu_visit.sh gpu-time             # ncu: GPU time per kernel of a trainer step and a sampler run vs wall time
-#   bash experiments/gpu_visit.sh resources            # ptxas registers/spills of the memory-bound kernels
-#   bash experiments/gpu_visit.sh attention            # attention kernels only (decode, prefill) with torch SDPA beside them
-#   bash experiments/gpu_visit.sh attention-ab           # split-KV vs sequential attention: trainer step, long-context sampler
-#   TC_SWEEP="4/2/2/2 2/2/4/4" bash experiments/gpu_visit.sh tc-sweep   # tc tile shapes (TC_SWEEP_KERNEL=tc-async: the asynchronous-copy tiles, shapes may end /k_steps/stages)
-#   SKINNY_SWEEP="8/8/1 16/8/1" bash experiments/gpu_visit.sh skinny-sweep   # decode matmul launch shapes
-#   MATMUL_SWEEP="cfg1 cfg2" bash experiments/gpu_visit.sh matmul-sweep   # pipelined configurations
-#   bash experiments/gpu_visit.sh train+ablation         # parts joined by + run at once
+#   bash experiments/visit/gpu_visit.sh memory               # memory-bound kernels only (norms, pointwise, rope, logprob) with torch beside them
+#   bash experiments/visit/gpu_visit.sh bounds               # ncu: what bounds each kernel (BOUNDS_PARTS="matmul pipelined memory attention torch")
+#   bash experiments/visit/gpu_visit.sh gpu-time             # ncu: GPU time per kernel of a trainer step and a sampler run vs wall time
+#   bash experiments/visit/gpu_visit.sh resources            # ptxas registers/spills of the memory-bound kernels
+#   bash experiments/visit/gpu_visit.sh attention            # attention kernels only (decode, prefill) with torch SDPA beside them
+#   bash experiments/visit/gpu_visit.sh attention-ab           # split-KV vs sequential attention: trainer step, long-context sampler
+#   TC_SWEEP="4/2/2/2 2/2/4/4" bash experiments/visit/gpu_visit.sh tc-sweep   # tc tile shapes (TC_SWEEP_KERNEL=tc-async: the asynchronous-copy tiles, shapes may end /k_steps/stages)
+#   SKINNY_SWEEP="8/8/1 16/8/1" bash experiments/visit/gpu_visit.sh skinny-sweep   # decode matmul launch shapes
+#   MATMUL_SWEEP="cfg1 cfg2" bash experiments/visit/gpu_visit.sh matmul-sweep   # pipelined configurations
+#   bash experiments/visit/gpu_visit.sh train+ablation         # parts joined by + run at once
 #
 # Env: TRAIN_ARGS, ABLATION_ARGS add arguments; <PART>_LIMIT overrides a part's limit (s);
 # LOCKSTEP_MATMUL / LOCKSTEP_ATTENTION pass through to every lockstep process (docs/config.md).
@@ -44,7 +44,7 @@ part_train() {  # the H200 config; metrics are written every step, so a cut run 
     /tmp/lockstep report /tmp/runs/h200 --out "$out/train-report" 2>&1 | tail -n 5
 }
 part_ablation() {  # the matrix on the H200 config: ABLATION_KERNELS x corrections x ABLATION_SEEDS, ABLATION_JOBS cells at once
-    LOCKSTEP=/tmp/lockstep timeout "$(limit "${ABLATION_LIMIT:-500}")" bash experiments/ablation.sh --config configs/h200.toml \
+    LOCKSTEP=/tmp/lockstep timeout "$(limit "${ABLATION_LIMIT:-500}")" bash experiments/examples/ablation.sh --config configs/h200.toml \
         --seeds "${ABLATION_SEEDS:-0}" --jobs "${ABLATION_JOBS:-8}" --kernels "${ABLATION_KERNELS:-matched fast split_k}" --out /tmp/abl -- ${ABLATION_ARGS:-} > "$out/ablation.log" 2>&1
     tail -n 12 "$out/ablation.log"
     /tmp/lockstep report /tmp/abl/runs/*/ --out "$out/ablation" 2>&1 | tail -n 22
@@ -69,8 +69,8 @@ part_repro() {  # does GPU training repeat bit for bit? two concurrent runs, and
         wait"
     echo "| runs ($bin) | steps | result |"
     echo "|---|---|---|"
-    python3 experiments/compare_runs.py $dir/a $dir/b --label "a vs b (same config, at the same time)"
-    python3 experiments/compare_runs.py $dir/a $dir/c --label "a vs c (c stopped at step 4, resumed)"
+    python3 experiments/bench/compare_runs.py $dir/a $dir/b --label "a vs b (same config, at the same time)"
+    python3 experiments/bench/compare_runs.py $dir/a $dir/c --label "a vs c (c stopped at step 4, resumed)"
     for r in a b c; do mkdir -p "$out/repro$tag-runs/$r"; cp $dir/$r/metrics.jsonl "$out/repro$tag-runs/$r/" 2>/dev/null; done
 }
 # one table row per run: steps after the first, mean step s, mean rollout tokens/s, last weight fingerprint
@@ -103,7 +103,7 @@ print('quickstart vs session 18:', len(a), 'steps;', 'EQUAL' if a == b else 'DIF
         gunzip -c .gpu/lockstep-autotune.gz > /tmp/lockstep-autotune && chmod +x /tmp/lockstep-autotune
         part_repro /tmp/lockstep-autotune -autotune 2>&1 | tee "$out/repro-autotune.md" ;;
     generate)  # transformers generate on the bench model alone (no kernel table)
-        PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py none \
+        PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/bench/torch_bench.py none \
             --model /tmp/bench-model --concurrency 1,8,64,256 2>&1 | grep -v Warning | tee "$out/generate.md" ;;
     sampler)  # sampler tokens/s, lockstep kernels; saves the model for transformers (afresh: bench refuses to overwrite a checkpoint)
         rm -rf /tmp/bench-model
@@ -122,36 +122,36 @@ print('quickstart vs session 18:', len(a), 'steps;', 'EQUAL' if a == b else 'DIF
     attention)  # attention rows only (decode and prefill, every kernel incl. split_kv_tc) and torch SDPA on them
         timeout "$(limit "${KERNELS_LIMIT:-150}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 5 \
             --attention-only --json "$out/attention.json" 2>&1 | tee "$out/attention.md"
-        PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py "$out/attention.json" 2>&1 | grep -v Warning | tee "$out/attention-torch.md" ;;
+        PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/bench/torch_bench.py "$out/attention.json" 2>&1 | grep -v Warning | tee "$out/attention-torch.md" ;;
     matmul-autotune)  # the matmul rows with burn's autotuned matmul (cubek's per-shape selector) as the burn column, and torch on them
         gunzip -c .gpu/lockstep-autotune.gz > /tmp/lockstep-autotune && chmod +x /tmp/lockstep-autotune
         timeout "$(limit "${KERNELS_LIMIT:-150}")" /tmp/lockstep-autotune bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 5 \
             --matmul-only --matmul-m ${AUTOTUNE_M:-256,4096} --json "$out/matmul-autotune.json" 2>&1 | tee "$out/matmul-autotune.md"
-        PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py "$out/matmul-autotune.json" 2>&1 | grep -v Warning | tee "$out/matmul-autotune-torch.md" ;;
+        PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/bench/torch_bench.py "$out/matmul-autotune.json" 2>&1 | grep -v Warning | tee "$out/matmul-autotune-torch.md" ;;
     memory)   # the memory-bound rows alone (streaming read, norms, pointwise, rope, logprob) and torch's
         timeout "$(limit "${MEMORY_LIMIT:-90}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 5 \
             --memory-only --json "$out/memory.json" 2>&1 | tee "$out/memory.md"
-        PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py "$out/memory.json" 2>&1 | grep -v Warning | tee "$out/memory-torch.md" ;;
+        PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/bench/torch_bench.py "$out/memory.json" 2>&1 | grep -v Warning | tee "$out/memory-torch.md" ;;
     resources)  # registers / spills / stack of the memory-bound kernels: ptxas on cubecl's logged CUDA sources (ncu readings: the bounds part)
         local dir=/tmp/resources; rm -rf "$dir"; mkdir -p "$dir"
         printf '[compilation.logger]\nlevel = "full"\nfile = "%s/compile.log"\n' "$dir" > "$dir/cubecl.toml"
         (cd "$dir" && timeout "$(limit "${RESOURCES_LIMIT:-60}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 1 \
             --single-call --no-burn --memory-only --matmul-m ${RESOURCES_M:-1024} 2>&1 | grep "^|")
-        python3 experiments/kernel_resources.py "$dir/compile.log" 2>&1 | tee "$out/resources.md" ;;
+        python3 experiments/profile/kernel_resources.py "$dir/compile.log" 2>&1 | tee "$out/resources.md" ;;
     bounds)   # Nsight Compute on one call of each kernel: what bounds lockstep's kernels and torch's on the same shapes
         local b=(/tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --repeats 1 --single-call --no-burn)
         {
             for what in ${BOUNDS_PARTS:-matmul pipelined memory attention torch}; do
                 echo; echo "### $what"
                 case $what in
-                matmul) timeout "$(limit 150)" python3 experiments/ncu_bounds.py --regex "${BOUNDS_REGEX:-matmul_tc|matmul_skinny|mma_peak}" --count 40 -- "${b[@]}" --matmul-only --matmul-m ${BOUNDS_M:-1,64,4096} ;;
-                pipelined) LOCKSTEP_MATMUL=pipelined timeout "$(limit 120)" python3 experiments/ncu_bounds.py --regex "matmul_entry" --count 20 -- "${b[@]}" --matmul-only --matmul-m 4096 ;;
-                memory) timeout "$(limit 150)" python3 experiments/ncu_bounds.py --regex "hbm_read|rmsnorm|add_kernel|swiglu|rope|logprob" --count 40 -- "${b[@]}" --memory-only --matmul-m 1,1024 ;;
-                attention) timeout "$(limit 150)" python3 experiments/ncu_bounds.py --regex "${ATT_REGEX:-tc_partial|tc_flash|mma_flash|mma_partial|split_combine}" --count 30 -- "${b[@]}" --attention-only --json /tmp/bounds-attention.json ;;
+                matmul) timeout "$(limit 150)" python3 experiments/profile/ncu_bounds.py --regex "${BOUNDS_REGEX:-matmul_tc|matmul_skinny|mma_peak}" --count 40 -- "${b[@]}" --matmul-only --matmul-m ${BOUNDS_M:-1,64,4096} ;;
+                pipelined) LOCKSTEP_MATMUL=pipelined timeout "$(limit 120)" python3 experiments/profile/ncu_bounds.py --regex "matmul_entry" --count 20 -- "${b[@]}" --matmul-only --matmul-m 4096 ;;
+                memory) timeout "$(limit 150)" python3 experiments/profile/ncu_bounds.py --regex "hbm_read|rmsnorm|add_kernel|swiglu|rope|logprob" --count 40 -- "${b[@]}" --memory-only --matmul-m 1,1024 ;;
+                attention) timeout "$(limit 150)" python3 experiments/profile/ncu_bounds.py --regex "${ATT_REGEX:-tc_partial|tc_flash|mma_flash|mma_partial|split_combine}" --count 30 -- "${b[@]}" --attention-only --json /tmp/bounds-attention.json ;;
                 torch)
                     "${b[@]}" --matmul-only --matmul-m ${BOUNDS_M:-1,64,4096} --json /tmp/bounds-matmul.json > /dev/null 2>&1
                     for j in /tmp/bounds-matmul.json /tmp/bounds-attention.json; do
-                        [ -f $j ] && timeout "$(limit 120)" python3 experiments/ncu_bounds.py --regex "gemm|nvjet|xmma|cutlass|flash|fmha|attention" --count 30 -- python3 experiments/torch_bench.py $j --once
+                        [ -f $j ] && timeout "$(limit 120)" python3 experiments/profile/ncu_bounds.py --regex "gemm|nvjet|xmma|cutlass|flash|fmha|attention" --count 30 -- python3 experiments/bench/torch_bench.py $j --once
                     done ;;
                 esac
             done
@@ -161,15 +161,15 @@ print('quickstart vs session 18:', len(a), 'steps;', 'EQUAL' if a == b else 'DIF
             local tb=${GPU_TIME_BATCH:-8} nt=${GPU_TIME_NEW:-8}
             echo "### trainer step, $tb sequences x 128 tokens: wall time without ncu, then the GPU time of one step under ncu"
             timeout "$(limit 60)" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --trainer-only --repeats 5 --trainer-batches $tb 2>&1 | grep "^|"
-            timeout "$(limit "${GPU_TIME_LIMIT:-240}")" python3 experiments/ncu_bounds.py --sum --count 100000 -- /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 \
+            timeout "$(limit "${GPU_TIME_LIMIT:-240}")" python3 experiments/profile/ncu_bounds.py --sum --count 100000 -- /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 \
                 --concurrency none --trainer-only --repeats 1 --single-call --trainer-batches $tb
             echo; echo "### sampler, 1 request, 32-token prompt, $nt new tokens: wall time without ncu, then GPU time under ncu (warm-up round + 1 round)"
             timeout "$(limit 60)" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --prompt-len 32 --new-tokens $nt --repeats 5 --kernels matched --concurrency 1 --skip-ops 2>&1 | grep "^|\|median"
-            timeout "$(limit "${GPU_TIME_LIMIT:-240}")" python3 experiments/ncu_bounds.py --sum --count 100000 -- /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 \
+            timeout "$(limit "${GPU_TIME_LIMIT:-240}")" python3 experiments/profile/ncu_bounds.py --sum --count 100000 -- /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 \
                 --prompt-len 32 --new-tokens $nt --repeats 1 --kernels matched --concurrency 1 --skip-ops
         } 2>&1 | tee "$out/gpu-time.md" ;;
     torch)    # torch on the same kernel shapes; transformers generate on the sampler's model
-        PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/torch_bench.py "$out/kernels.json" \
+        PYTHONUNBUFFERED=1 timeout "$(limit "${TORCH_LIMIT:-120}")" python3 experiments/bench/torch_bench.py "$out/kernels.json" \
             --model /tmp/bench-model --concurrency 1,8,64,256 2>&1 | grep -v Warning | tee "$out/torch.md" ;;
     tc-sweep)  # the tc tiles (TC_SWEEP_KERNEL: tc-tiles, or tc-async) under each TC_SWEEP warps_m/warps_n/frags_m/frags_n[/k_steps[/stages]] shape, rows at M = 256, 1024, 4096
         for c in ${TC_SWEEP:-4/2/2/2}; do
@@ -216,13 +216,13 @@ print('quickstart vs session 18:', len(a), 'steps;', 'EQUAL' if a == b else 'DIF
             if [[ " ${PROFILE_PARTS:-trainer decode} " == *" trainer "* ]]; then
                 echo "### trainer step (8 and 32 sequences x 128 tokens), kernels by GPU time"
                 (cd "$dir/trainer" && timeout "$(limit "${PROFILE_LIMIT:-120}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --concurrency none --trainer-only --repeats 2 2>&1 | grep "^|")
-                python3 experiments/profile_summary.py "$dir/trainer/profile.log" --top 30
+                python3 experiments/profile/profile_summary.py "$dir/trainer/profile.log" --top 30
             fi
             if [[ " ${PROFILE_PARTS:-trainer decode} " == *" decode "* ]]; then
                 echo; echo "### sampler (prompt ${PROFILE_PROMPT:-32}, ${PROFILE_NEW:-32} new tokens, concurrency ${PROFILE_CONCURRENCY:-1,64}), kernels by GPU time"
                 (cd "$dir/decode" && timeout "$(limit "${PROFILE_LIMIT:-120}")" /tmp/lockstep bench --preset qwen3-0.6b --dtype bf16 --prompt-len ${PROFILE_PROMPT:-32} --new-tokens ${PROFILE_NEW:-32} --repeats 1 \
                     --kernels matched --concurrency ${PROFILE_CONCURRENCY:-1,64} --skip-ops 2>&1 | grep "^|\|^bench")
-                python3 experiments/profile_summary.py "$dir/decode/profile.log" --top 30
+                python3 experiments/profile/profile_summary.py "$dir/decode/profile.log" --top 30
             fi
         } 2>&1 | tee "$out/profile.md" ;;
     profile-update)  # the GRPO update path (folded weight gradients) at real shapes and lengths: wall time, then kernels by GPU time
@@ -234,7 +234,7 @@ print('quickstart vs session 18:', len(a), 'steps;', 'EQUAL' if a == b else 'DIF
             echo "### update $shape $batch x $len: wall time (no profiler), then per kernel (profiler on)"
             timeout "$(limit "${UPDATE_LIMIT:-150}")" /tmp/lockstep bench --preset "$shape" --dtype bf16 --concurrency none --trainer-only --trainer-batches "$batch" --trainer-len "$len" --repeats 2 2>&1 | grep "^|\|rror"
             (cd "$dir" && timeout "$(limit "${UPDATE_LIMIT:-150}")" /tmp/lockstep bench --preset "$shape" --dtype bf16 --concurrency none --trainer-only --trainer-batches "$batch" --trainer-len "$len" --repeats 1 2>&1 | grep "rror")
-            python3 experiments/profile_summary.py "$dir/profile.log" --top 30
+            python3 experiments/profile/profile_summary.py "$dir/profile.log" --top 30
         done 2>&1 | tee "$out/profile-update.md" ;;
     attention-ab)  # default split-KV attention vs the sequential kernel: trainer step, and the sampler at a long context (Qwen3-0.6B shape)
         for a in ${AB_KERNELS:-split_kv sequential}; do

@@ -3,7 +3,7 @@
 setting, `ncu -k regex:matmul --launch-skip 145 --launch-count 145 --metrics gpu__time_duration.sum
 --csv`): GPU µs of qkv, o, gate/up and down averaged over the layers, lm_head, and the step's sum.
 
-    python3 experiments/ncu_decode_tiles.py LABEL=FILE.csv ...
+    python3 experiments/profile/ncu_decode_tiles.py LABEL=FILE.csv ...
 """
 import os
 import sys

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The seed's benchmark (issue 25, Thinking Machines' setting): Qwen3-8B's shape, N prompts of 32 ids,
 # M greedy new tokens, one GPU, every arm in one run. From the repo root on the GPU machine, after
-# `bash experiments/gpu_check.sh build` here and carrying .gpu/:
-#   O=$OUT bash experiments/seed_bench.sh [SHAPE [N [M [MAX_BATCH]]]]     # default qwen3-8b 1000 100 256
+# `bash experiments/visit/gpu_check.sh build` here and carrying .gpu/:
+#   O=$OUT bash experiments/bench/seed_bench.sh [SHAPE [N [M [MAX_BATCH]]]]     # default qwen3-8b 1000 100 256
 # SEED_ARMS picks the arms (default: matched-cold matched-warm graphs-warm fast-warm transformers
 # torch-graphs; the two matched arms always run);
 # "coverage-warm" adds the matched kernels under the earlier tile rule (LOCKSTEP_WGMMA_PICK=coverage);
@@ -14,15 +14,15 @@
 # "graphs-warm" and "wide-graphs": the same two batch sizes with decode steps replayed as captured
 # graphs, row counts padded (`lockstep sample`'s defaults); the matched arms launch every step
 # (LOCKSTEP_DECODE_GRAPHS=off). All completions must equal the cold arm's as bits.
-# Arms, each its own process on the same random-weight checkpoint (experiments/make_real_shape.py):
+# Arms, each its own process on the same random-weight checkpoint (experiments/fixtures/make_real_shape.py):
 #   matched (cold)   lockstep sample, batch-invariant kernels, empty kernel cache
 #   matched (warm)   the same command again: the kernel cache filled by the first
 #   fast (warm)      ablation.sampler_kernels = fast (cuBLAS-like split reductions), same cache
-#   transformers     `generate`, greedy, batches of MAX_BATCH (experiments/seed_bench_hf.py)
+#   transformers     `generate`, greedy, batches of MAX_BATCH (experiments/bench/seed_bench_hf.py)
 #   torch-graphs     (in SEED_ARMS) the tuned, not batch-invariant reference: Qwen3 in torch with
 #                    cuBLAS, flash SDPA, compiled norms and every decode step a CUDA graph
-#                    (experiments/seed_bench_torch_graphs.py): the fast arm that no host launch bounds
-# Prints one markdown table (experiments/seed_bench_table.py): steady-state seconds (from the end of
+#                    (experiments/bench/seed_bench_torch_graphs.py): the fast arm that no host launch bounds
+# Prints one markdown table (experiments/bench/seed_bench_table.py): steady-state seconds (from the end of
 # the first wave of MAX_BATCH requests to the last), whole-process seconds, load seconds, tokens/s,
 # ratio to the physical limit; and writes $O/seed-bench.md.
 set -uo pipefail
@@ -32,7 +32,7 @@ mkdir -p "$O"
 [ -x /tmp/lockstep ] || { gunzip -c .gpu/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }
 ck=/tmp/checkpoints/$shape
 if [ ! -f "$ck/config.json" ]; then
-    python3 experiments/make_real_shape.py "$shape" "$ck" > "$O/make-$shape.log" 2>&1 || { echo "make $shape failed"; tail -3 "$O/make-$shape.log"; exit 1; }
+    python3 experiments/fixtures/make_real_shape.py "$shape" "$ck" > "$O/make-$shape.log" 2>&1 || { echo "make $shape failed"; tail -3 "$O/make-$shape.log"; exit 1; }
 fi
 rm -f /tmp/seed-matched-*.jsonl /tmp/seed-coverage-*.jsonl /tmp/seed-wide-*.jsonl /tmp/seed-graphs-*.jsonl /tmp/seed-computerates-*.jsonl /tmp/seed-fast-*.jsonl /tmp/seed-torch-graphs.jsonl
 python3 - "$n" "$ck" > /tmp/seed-prompts.jsonl <<'PY'
@@ -80,9 +80,9 @@ python_arm() {  # name, then the command: its log and whole-process seconds, as 
     rc=$?
     echo "whole_process_s $(python3 -c "print($(date +%s.%N) - $start)") rc $rc" >> "$O/seed-$name.log"
 }
-[[ "$arms" == *" transformers "* ]] && python_arm transformers python3 experiments/seed_bench_hf.py "$ck" /tmp/seed-prompts.jsonl "$m" "$batch"
+[[ "$arms" == *" transformers "* ]] && python_arm transformers python3 experiments/bench/seed_bench_hf.py "$ck" /tmp/seed-prompts.jsonl "$m" "$batch"
 [[ "$arms" == *" torch-graphs "* ]] && TORCH_ARM_PROFILE=${TORCH_ARM_PROFILE:-on} python_arm torch-graphs \
-    python3 experiments/seed_bench_torch_graphs.py "$ck" /tmp/seed-prompts.jsonl "$m" "$batch" /tmp/seed-torch-graphs.jsonl
+    python3 experiments/bench/seed_bench_torch_graphs.py "$ck" /tmp/seed-prompts.jsonl "$m" "$batch" /tmp/seed-torch-graphs.jsonl
 # every matched arm must agree with the cold one token for token (same kernels and bits, whatever
 # the kernel cache or the tile schedule)
 python3 - /tmp/seed-matched-cold.jsonl /tmp/seed-matched-warm.jsonl /tmp/seed-coverage-warm.jsonl /tmp/seed-wide-warm.jsonl /tmp/seed-graphs-warm.jsonl /tmp/seed-computerates-graphs.jsonl /tmp/seed-wide-graphs.jsonl > "$O/seed-cache-bits.txt" <<'PY'
@@ -97,7 +97,7 @@ for other in sys.argv[2:]:
     same = len(a) == len(b) and all(x["token_ids"] == y["token_ids"] and bits(x["logprobs"]) == bits(y["logprobs"]) for x, y in zip(a, b))
     print(f"matched cold vs {os.path.basename(other)}: {'identical' if same else 'DIFFERENT'} token ids and logprob bits over {len(a)} completions")
 PY
-SEED_GPU="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" python3 experiments/seed_bench_table.py "$O" "$ck/config.json" "$n" "$m" "$batch" "$wide" | tee "$O/seed-bench.md"
+SEED_GPU="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" python3 experiments/bench/seed_bench_table.py "$O" "$ck/config.json" "$n" "$m" "$batch" "$wide" | tee "$O/seed-bench.md"
 cat "$O/seed-cache-bits.txt"
 # the other arithmetic's greedy tokens: how often the reference arm picks the matched arm's token
 # (random bf16 weights put near-ties everywhere: this shows the arms run one model, not bits)

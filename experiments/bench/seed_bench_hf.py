@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""transformers' arm of experiments/seed_bench.sh: the same checkpoint and prompts, greedy `generate`
+"""transformers' arm of experiments/bench/seed_bench.sh: the same checkpoint and prompts, greedy `generate`
 of exactly M new tokens in batches of MAX_BATCH (every prompt has the same length: no padding).
 
-    python3 experiments/seed_bench_hf.py CHECKPOINT PROMPTS.jsonl M MAX_BATCH
+    python3 experiments/bench/seed_bench_hf.py CHECKPOINT PROMPTS.jsonl M MAX_BATCH
 
 Prints `sample-timing {json}` with the same fields `lockstep sample` prints (load_s, first_wave_s,
 steady_s, steady_tokens, tokens)."""

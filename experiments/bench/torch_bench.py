@@ -2,7 +2,7 @@
 """torch / transformers side of `lockstep bench`, run in the same GPU visit.
 
     lockstep bench --preset P --dtype bf16 --json /tmp/k.json --save-model /tmp/bench-model ...
-    python3 experiments/torch_bench.py /tmp/k.json --model /tmp/bench-model --concurrency 1,8,64,256
+    python3 experiments/bench/torch_bench.py /tmp/k.json --model /tmp/bench-model --concurrency 1,8,64,256
 
 1. For every kernel row lockstep timed (op, M, N, K), times torch's op on the same shapes
    (bf16 torch.mm = cuBLAS; HF-style rmsnorm; float log_softmax + gather) and prints one table

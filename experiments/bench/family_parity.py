@@ -3,11 +3,11 @@
 Llama with scaled RoPE, ...): `lockstep sample` greedy-decodes random prompts, then transformers
 scores the same prompt + completion ids; prints the largest and mean |logprob difference| and how
 many greedy tokens transformers would have picked differently. On the GPU machine, after
-`bash experiments/gpu_check.sh build` here:
+`bash experiments/visit/gpu_check.sh build` here:
 
-    python3 experiments/family_parity.py CHECKPOINT OUT_DIR [--dtype f32|bf16] [--prompts 8] [--new 64]
+    python3 experiments/bench/family_parity.py CHECKPOINT OUT_DIR [--dtype f32|bf16] [--prompts 8] [--new 64]
 
-CHECKPOINT: an HF folder (experiments/make_real_shape.py makes random ones of real shapes).
+CHECKPOINT: an HF folder (experiments/fixtures/make_real_shape.py makes random ones of real shapes).
 Both sides run in --dtype (f32 by default: the parity measure; bf16 differs by rounding).
 """
 import argparse

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Scale rungs on one H200 (docs/scale.md). From the repo root on the GPU machine, after
-# `bash experiments/gpu_check.sh build` here and carrying .gpu/:
-#   O=$OUT bash experiments/scale.sh SHAPE:ROLLOUTSxNEW[:STEPS[:MICRO_TOKENS]] ...
+# `bash experiments/visit/gpu_check.sh build` here and carrying .gpu/:
+#   O=$OUT bash experiments/bench/scale.sh SHAPE:ROLLOUTSxNEW[:STEPS[:MICRO_TOKENS]] ...
 # e.g. `qwen3-0.6b:16x1024:2` or `qwen3-0.6b:512x2048:1:16384` (train.micro_batch_tokens; left
 # out: "auto", sized from the card's free memory).
-# Makes SHAPE's random checkpoint once (experiments/make_real_shape.py),
+# Makes SHAPE's random checkpoint once (experiments/fixtures/make_real_shape.py),
 # runs `lockstep train configs/SHAPE.toml` (configs/qwen3-1.7b.toml for a shape without its own:
 # the other families' shapes, whose settings below override it) with prompts_per_step = ROLLOUTS / 16 (group 16, or
 # ROLLOUTS when smaller) and max_new_tokens = NEW, samples GPU memory every 0.2 s, and appends one
@@ -22,7 +22,7 @@ for rung in "$@"; do
     rollouts=${size%x*}; new=${size#*x}; steps=${steps:-2}
     ck=/tmp/checkpoints/$shape
     if [ ! -f "$ck/config.json" ]; then
-        python3 experiments/make_real_shape.py "$shape" "$ck" > "$O/make-$shape.log" 2>&1 || { echo "make $shape failed"; tail -3 "$O/make-$shape.log"; continue; }
+        python3 experiments/fixtures/make_real_shape.py "$shape" "$ck" > "$O/make-$shape.log" 2>&1 || { echo "make $shape failed"; tail -3 "$O/make-$shape.log"; continue; }
     fi
     group=16; [ "$rollouts" -lt 16 ] && group=$rollouts
     prompts=$(( rollouts / group ))
@@ -42,6 +42,6 @@ for rung in "$@"; do
     kill $poll 2>/dev/null
     wall=$(( $(date +%s) - start ))
     cp "/tmp/runs/$name/metrics.jsonl" "$O/$name.metrics.jsonl" 2>/dev/null
-    python3 experiments/scale_row.py "$name" "$rc" "$wall" "$O/$name.mem" "/tmp/runs/$name/metrics.jsonl" "$ck/config.json" | tee -a "$O/scale.md"
+    python3 experiments/bench/scale_row.py "$name" "$rc" "$wall" "$O/$name.mem" "/tmp/runs/$name/metrics.jsonl" "$ck/config.json" | tee -a "$O/scale.md"
     [ "$rc" = 0 ] || grep -v "^\s*$" "$O/$name.log" | grep -iv "warn.*differ" | tail -n 4
 done

@@ -3,9 +3,9 @@
 # dataset with chat prompts, micro-batches with per-layer recomputation, the ablation's split-K
 # sampler with TIS) and their metrics without timings, one JSON line per step. Run it
 # before and after a change that must not change a bit, then `cmp` the two metrics.txt files.
-#   bash experiments/bits_compare.sh OUT_DIR [LOCKSTEP_BINARY]
+#   bash experiments/bench/bits_compare.sh OUT_DIR [LOCKSTEP_BINARY]
 set -euo pipefail
-repo="$(cd "$(dirname "$0")/.." && pwd)"
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
 B="${2:-${CARGO_TARGET_DIR:-$repo/target}/debug/lockstep}"
 D="$1"; rm -rf "$D"; mkdir -p "$D"; cd "$D"
 cp "$repo/trainer/tests/fixtures/datasets/verl_math.parquet" .

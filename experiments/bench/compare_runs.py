@@ -5,7 +5,7 @@ only one run logs (a metric renamed between versions) are named in the result. F
 as written (serde_json writes the shortest text that round-trips, so equal text = equal bits);
 the per-step weight fingerprints (hashes in older runs) cover every parameter.
 
-    python3 experiments/compare_runs.py RUN_A RUN_B [--label NAME]
+    python3 experiments/bench/compare_runs.py RUN_A RUN_B [--label NAME]
 
 Prints one markdown row and exits 1 when the runs differ or a file is missing."""
 import json

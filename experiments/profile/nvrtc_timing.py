@@ -6,8 +6,8 @@ kernel cache). Reads the CUDA C++ sources cubecl logged in one `lockstep sample`
 option set's PTX equals the baseline's byte for byte (an option that changes a byte is out: the
 bits are the contract).
 
-    python3 experiments/nvrtc_timing.py KERNEL_LOG [THREADS]      # on the GPU machine
-    NVRTC_TIMING_CPU=1 CUDA_PATH=... python3 experiments/nvrtc_timing.py KERNEL_LOG   # no GPU:
+    python3 experiments/profile/nvrtc_timing.py KERNEL_LOG [THREADS]      # on the GPU machine
+    NVRTC_TIMING_CPU=1 CUDA_PATH=... python3 experiments/profile/nvrtc_timing.py KERNEL_LOG   # no GPU:
         # NVRTC alone (pip's nvidia-cuda-nvrtc/-runtime/-cccl/-crt of the GPU machine's version,
         # their include/ as CUDA_PATH/include, LD_LIBRARY_PATH at their lib/), no driver JIT
 

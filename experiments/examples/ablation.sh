@@ -2,14 +2,14 @@
 # The ablation matrix: sampler kernels {matched, fast[, split_k]} x correction {none, tis, mis, ppo_clip}
 # x seeds, on a built-in task; then a table and plots read back from the TensorBoard files.
 #
-#   bash experiments/ablation.sh [--tiny] [--seeds "0 1 2"] [--jobs N] [--kernels "matched fast split_k"] [--config FILE] [--out DIR] [-- --set key=value ...]
+#   bash experiments/examples/ablation.sh [--tiny] [--seeds "0 1 2"] [--jobs N] [--kernels "matched fast split_k"] [--config FILE] [--out DIR] [-- --set key=value ...]
 #
 # --tiny: a few steps per cell (what CI runs). Extra `--set` overrides after `--` apply to every
 # cell (e.g. `-- --set model.dtype=bf16` on the H200). --jobs N runs N cells at once (on a GPU
 # they share the device, so compare step times only within one run). --config FILE starts every
 # cell from that TOML instead of the built-in defaults + the short-run settings below. Uses $LOCKSTEP (default: cargo run).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 tiny=0
 seeds="0 1"
 jobs=1

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""The fast reference arm of experiments/seed_bench.sh: the seed benchmark as a tuned, not batch
+"""The fast reference arm of experiments/bench/seed_bench.sh: the seed benchmark as a tuned, not batch
 invariant stack would run it on this GPU, to measure lockstep's invariance tax against a fast arm
 that is not bound by host launches, and to bound what the steady state can reach here.
 
-    python3 experiments/seed_bench_torch_graphs.py CHECKPOINT PROMPTS.jsonl M MAX_BATCH OUT.jsonl
+    python3 experiments/bench/seed_bench_torch_graphs.py CHECKPOINT PROMPTS.jsonl M MAX_BATCH OUT.jsonl
 
 What it is: Qwen3's forward written out in torch (the checkpoint loaded by transformers, its
 weights taken over), q/k/v and gate/up fused into one matmul each as vLLM fuses them, cuBLAS for

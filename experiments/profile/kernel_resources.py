@@ -10,7 +10,7 @@ NVRTC, runtime-header and ptxas wheels unpacked into one folder:
     pip download --no-deps nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12 nvidia-cuda-nvcc-cu12 -d W
     for w in W/*.whl; do python3 -m zipfile -e $w CUDA_DIR; done; chmod +x CUDA_DIR/nvidia/cuda_nvcc/bin/ptxas
 
-    python3 experiments/kernel_resources.py COMPILE_LOG [--match SUBSTRING] [--ptx DIR]
+    python3 experiments/profile/kernel_resources.py COMPILE_LOG [--match SUBSTRING] [--ptx DIR]
     (env CUDA_DIR: the unpacked wheels; default: the toolkit under /usr/local/cuda)
 """
 import ctypes

@@ -2,7 +2,7 @@
 """Sums cubecl's per-kernel profile tables (profiling logger level "basic": one table per device
 sync) over a whole log, and prints the kernels by total GPU time as a markdown table.
 
-    python3 experiments/profile_summary.py /tmp/profile/profile.log [--top 25]
+    python3 experiments/profile/profile_summary.py /tmp/profile/profile.log [--top 25]
 """
 import re
 import sys

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What bounds each kernel: Nsight Compute's counters for every launch of a command, one table.
 
-    python3 experiments/ncu_bounds.py --regex 'tc_|skinny' --count 40 -- /tmp/lockstep bench ... --single-call
+    python3 experiments/profile/ncu_bounds.py --regex 'tc_|skinny' --count 40 -- /tmp/lockstep bench ... --single-call
 
 Runs `ncu --clock-control none` (the clocks are left alone, as the machine's notes ask) with the
 SpeedOfLight, Occupancy, LaunchStats, WarpStateStats and ComputeWorkloadAnalysis sections on the
@@ -12,7 +12,7 @@ issued instruction). A kernel near 100% of one throughput is bound by it; one lo
 throughput is latency-bound, and the stalls say on what (barrier = syncs, long_scoreboard =
 global memory, short_scoreboard / mio_throttle = shared memory, math_pipe_throttle = a pipe).
 
-    python3 experiments/ncu_bounds.py --sum [--regex R] [--count N] -- COMMAND ...
+    python3 experiments/profile/ncu_bounds.py --sum [--regex R] [--count N] -- COMMAND ...
 
 --sum collects only each launch's GPU duration (one replay per launch, so whole training steps
 fit) and prints the GPU time per kernel, summed over the run, largest first, with the total: set

@@ -3,7 +3,7 @@
 markdown table by total GPU time.
 
     ncu --clock-control none --metrics gpu__time_duration.sum --csv PROGRAM > k.csv
-    python3 experiments/ncu_summary.py k.csv [--grids] [--top 30] [--steps N]
+    python3 experiments/profile/ncu_summary.py k.csv [--grids] [--top 30] [--steps N]
 
 --steps N divides the totals by N (per decode step, when the program ran N of them).
 --per-step KERNEL prints instead one line per step, a step ending after each launch of KERNEL
