@@ -95,7 +95,7 @@ impl Engine {
         // only handle (`lockstep sample`): give them back before the KV cache is allocated, so
         // the process holds one copy of the weights, not two
         model.embed.device().memory_cleanup();
-        let choice = shared_kernels::kernel_choice::KernelChoice::process().map_err(|e| e.to_string())?;
+        let choice = shared_kernels::kernel_choice::KernelChoice::current().map_err(|e| e.to_string())?;
         let graphs = graphs::StepGraphs::new(choice.decode_graphs, choice.decode_graph_padding);
         let device = model.embed.device();
         let blocks = if config.kv_blocks == 0 { config.max_batch * KvCache::blocks_for(config.context) } else { config.kv_blocks };
@@ -362,7 +362,7 @@ fn reserved_new_tokens(left: usize, reserve: f32) -> usize {
 /// `LOCKSTEP_DECODE_FUSION=off` (benchmarks compare the two); the ablation's kernel sets keep
 /// the unfused forward they were measured with.
 fn decode_ready(model: Qwen3) -> Result<Qwen3, String> {
-    let fuse = shared_kernels::kernel_choice::KernelChoice::process().map_err(|e| e.to_string())?.decode_fusion;
+    let fuse = shared_kernels::kernel_choice::KernelChoice::current().map_err(|e| e.to_string())?.decode_fusion;
     let fuse = fuse && model.kernels == KernelSet::Matched;
     model.into_resident(fuse).map_err(|e| format!("copying the weights for the engine: {e}"))
 }

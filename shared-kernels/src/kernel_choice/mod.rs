@@ -16,6 +16,11 @@ mod values;
 pub use values::{AttentionKernel, MatmulKernel, NormPlanes, TcKernels};
 use crate::KernelError;
 
+thread_local! {
+    /// [`KernelChoice::scoped`]'s choice on this thread.
+    static SCOPED: std::cell::Cell<Option<KernelChoice>> = const { std::cell::Cell::new(None) };
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelChoice {
     /// `LOCKSTEP_MATMUL`; `None`: the device's default (wgmma on compute capability 9.x, tc on
@@ -107,6 +112,27 @@ impl KernelChoice {
             out.push(("LOCKSTEP_BACKWARD_MATH", if self.backward_fast_math { "fast" } else { "exact" }));
         }
         out
+    }
+
+    /// The choice this thread runs under: [`Self::scoped`]'s inside one, else the process's.
+    /// Every family reads its kernel from here.
+    pub fn current() -> Result<KernelChoice, KernelError> {
+        match SCOPED.with(|c| c.get()) {
+            Some(choice) => Ok(choice),
+            None => Self::process().copied(),
+        }
+    }
+
+    /// Runs `f` with this thread's choice changed by `change` (the one scoped override: tests
+    /// and benchmarks compare, in one process, kernels whose bits are equal; e.g. the battery's
+    /// two tensor-core attention sets, the bench's unfused decode).
+    pub fn scoped<R>(change: impl FnOnce(&mut KernelChoice), f: impl FnOnce() -> R) -> Result<R, KernelError> {
+        let mut choice = Self::current()?;
+        change(&mut choice);
+        let before = SCOPED.with(|c| c.replace(Some(choice)));
+        let out = f();
+        SCOPED.with(|c| c.set(before));
+        Ok(out)
     }
 
     /// This process's choice, parsed on first use and kept; a bad variable is the same error on

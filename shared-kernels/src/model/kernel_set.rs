@@ -11,9 +11,6 @@ pub enum KernelSet {
     /// lockstep's batch-invariant kernels: the product.
     #[default]
     Matched,
-    /// The same kernels without the decode path's fused launches (see
-    /// [`super::FusedProjections`]): the same bits, for benchmarks of what fusion saves.
-    MatchedUnfused,
     /// burn's default matmul and an rmsnorm built from burn ops (autotuned, split reductions,
     /// not batch invariant): the ablation's "fast" sampler.
     Fast,
@@ -25,13 +22,13 @@ pub enum KernelSet {
 impl KernelSet {
     /// Whether this set is lockstep's batch-invariant arithmetic.
     pub fn is_matched(self) -> bool {
-        matches!(self, KernelSet::Matched | KernelSet::MatchedUnfused)
+        matches!(self, KernelSet::Matched)
     }
 
     /// `x @ w` (or `x @ w^T` for `[out, in]` weights) on this set's matmul.
     pub fn matmul(self, x: Tensor<2>, w: Tensor<2>, layout: WeightLayout) -> Result<Tensor<2>, KernelError> {
         match self {
-            KernelSet::Matched | KernelSet::MatchedUnfused => crate::matmul(x, w, layout),
+            KernelSet::Matched => crate::matmul(x, w, layout),
             KernelSet::SplitK => crate::ops::ablation::matmul_split_k::matmul_split_k(x, w, layout),
             KernelSet::Fast => Ok(match layout {
                 WeightLayout::OutIn => x.matmul(w.transpose()),
@@ -43,7 +40,7 @@ impl KernelSet {
     /// RMSNorm over the last dimension, scaled by `w`, on this set's kernel.
     pub fn rmsnorm<const D: usize>(self, x: Tensor<D>, w: Tensor<1>, eps: f32) -> Result<Tensor<D>, KernelError> {
         match self {
-            KernelSet::Matched | KernelSet::MatchedUnfused | KernelSet::SplitK => crate::rmsnorm(x, w, eps),
+            KernelSet::Matched | KernelSet::SplitK => crate::rmsnorm(x, w, eps),
             KernelSet::Fast => {
                 let dtype = x.dtype();
                 let x32 = x.cast(DType::F32);

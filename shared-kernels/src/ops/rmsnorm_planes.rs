@@ -197,7 +197,7 @@ pub(crate) fn fixed_plane(client: &burn_cubecl::cubecl::client::Client) -> Optio
 /// the process chose them (`LOCKSTEP_NORM_PLANES`) and the device has planes that fit.
 fn chosen_plane(client: &burn_cubecl::cubecl::client::Client, width: usize) -> Result<Option<usize>, crate::KernelError> {
     use crate::kernel_choice::{KernelChoice, NormPlanes};
-    Ok(match KernelChoice::process()?.norm_planes {
+    Ok(match KernelChoice::current()?.norm_planes {
         NormPlanes::Off => None,
         NormPlanes::On => plane_for_rows(client, width),
         NormPlanes::Force => fixed_plane(client).filter(|&p| plane_fits(p, width)),

@@ -154,7 +154,7 @@ pub fn zeroed_accumulator(like: &CubeTensor, shape: Vec<usize>) -> CubeTensor {
 /// micro-batches = on the cmma chain); the warpgroup fold ran a 1.7B 8 x 2,048 update in 832 ms
 /// against 2,878 ms (docs/journal/scale-history.md).
 fn fold_on_wgmma() -> Result<bool, KernelError> {
-    Ok(crate::kernel_choice::KernelChoice::process()?.fold_on_wgmma)
+    Ok(crate::kernel_choice::KernelChoice::current()?.fold_on_wgmma)
 }
 
 /// Whether `fold_matmul` runs cmma steps for these operands (the rest is the scalar kernel).

@@ -43,7 +43,7 @@ pub fn backward_stats_checks(dtype: DType, device: &Device, seed: u64) -> Result
         let (o, stats) = causal_attention_with_stats(q.clone(), k.clone(), v.clone(), &slots, &positions, scale)?;
         let Some(stats) = stats else {
             // only the variable turns them off where the tensor-core backward runs
-            let off = !crate::kernel_choice::KernelChoice::process()?.backward_stats_from_forward;
+            let off = !crate::kernel_choice::KernelChoice::current()?.backward_stats_from_forward;
             if !off {
                 out.push(Check { op: format!("the training forward returned no softmax statistics ({what})"), dtype: dtype_name(dtype), m: 1, rows_differing: 1, max_abs_diff: 0.0 });
             }

@@ -306,9 +306,9 @@ pub fn run_all(which: Impl, dtype: DType, dims: Dims, device: &Device, seed: u64
             use crate::ops::attention::tensor_cores::{tc_kernels, with_tc_kernels, TcKernels};
             let other = if tc_kernels()? == TcKernels::Mma { TcKernels::Cmma } else { TcKernels::Mma };
             if crate::device::runtime_name() == "cuda" {
-                let tiled_other = with_tc_kernels(other, || run(true))?;
+                let tiled_other = with_tc_kernels(other, || run(true))??;
                 checks.push(compare(&format!("attention split_kv_tc prefill tiles ({other:?} kernels) = rows alone"), dtype_name(dtype), rows, &tiled_other, &alone.iter().collect::<Vec<_>>()));
-                let alone_other = with_tc_kernels(other, || run(false))?;
+                let alone_other = with_tc_kernels(other, || run(false))??;
                 checks.push(compare(&format!("attention split_kv_tc rows alone ({other:?} kernels) = rows alone"), dtype_name(dtype), rows, &alone_other, &alone.iter().collect::<Vec<_>>()));
             }
         }

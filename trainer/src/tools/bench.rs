@@ -42,7 +42,7 @@ impl Sampling {
 }
 
 /// A `--kernels` name: (kernel set, overlapped steps, graphs, padded row counts, sampling).
-fn kernel_set(name: &str) -> Result<(KernelSet, bool, bool, bool, Sampling), String> {
+fn kernel_set(name: &str) -> Result<(KernelSet, bool, bool, bool, Sampling, bool), String> {
     let (set, sampling) = match name.split_once('+') {
         None => (name, Sampling::Full),
         Some((set, "topp")) => (set, Sampling::Truncated { processed: false }),
@@ -54,12 +54,13 @@ fn kernel_set(name: &str) -> Result<(KernelSet, bool, bool, bool, Sampling), Str
         "sync" => (KernelSet::Matched, false, false, false),
         "graphs" => (KernelSet::Matched, true, true, false),
         "graphs-padded" => (KernelSet::Matched, true, true, true),
-        "unfused" => (KernelSet::MatchedUnfused, true, false, false),
+        "unfused" => (KernelSet::Matched, true, false, false),
         "fast" => (KernelSet::Fast, true, false, false),
         "split_k" => (KernelSet::SplitK, true, false, false),
         other => return Err(format!("--kernels: unknown kernel set `{other}` (matched, sync, graphs, graphs-padded, unfused, fast, split_k; a suffix +topp or +processed samples with top-p 0.95 / top-k 20)")),
     };
-    Ok((kernels, overlap, graphs, padding, sampling))
+    // `unfused`: the matched kernels without the decode path's fused launches (the same bits)
+    Ok((kernels, overlap, graphs, padding, sampling, set != "unfused"))
 }
 
 pub fn preset(name: &str) -> Result<ModelConfig, String> {
@@ -211,7 +212,7 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
     // sets launch), `graphs-padded` the same with row counts padded (LOCKSTEP_DECODE_GRAPH_PADDING).
     // A `+topp` suffix samples with Qwen3's top-p 0.95 / top-k 20 (the truncation kernel's cost),
     // `+processed` the same with processed logprobs; without one, T = 1 over the full vocabulary.
-    let sets: Vec<(KernelSet, bool, bool, bool, Sampling)> = o.kernels.iter().map(|k| kernel_set(k)).collect::<Result<_, _>>()?;
+    let sets: Vec<(KernelSet, bool, bool, bool, Sampling, bool)> = o.kernels.iter().map(|k| kernel_set(k)).collect::<Result<_, _>>()?;
     // --trainer-only is the trainer step alone: no sampler table either
     if o.concurrency.is_empty() || o.trainer_only {
         return super::bench_ops::run(o, &config, &device);
@@ -236,10 +237,11 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
                 .collect()
         };
         let mut engines = Vec::new();
-        for &(kernels, overlap, graphs, padding, sampling) in &sets {
+        for &(kernels, overlap, graphs, padding, sampling, fused) in &sets {
             let mut m = model.clone();
             m.kernels = kernels;
-            let mut engine = Engine::new(m, EngineConfig { max_batch: c, kv_blocks: 0, context, chunk_size: o.prompt_len.max(1), share_prompt_prefix: true, overlap, reserve: 1.0 }).map_err(|e| e.to_string())?;
+            let config = EngineConfig { max_batch: c, kv_blocks: 0, context, chunk_size: o.prompt_len.max(1), share_prompt_prefix: true, overlap, reserve: 1.0 };
+            let mut engine = shared_kernels::kernel_choice::KernelChoice::scoped(|k| k.decode_fusion &= fused, || Engine::new(m, config)).map_err(|e| e.to_string())??;
             engine.set_decode_graphs(graphs);
             engine.set_decode_graph_padding(padding);
             let warm = Instant::now();

@@ -12,7 +12,7 @@ pub fn run(preset: &str, dtypes: &[DType], seed: u64, kernels: KernelSet) -> Res
     let config = super::bench::preset(preset)?;
     // the random checkpoint is built on the host as for the bench: refused by name if it cannot fit
     super::bench::check_host_memory(&config, preset)?;
-    println!("# lockstep check: sampler engine invariance, runtime {}, preset {preset}, kernels {}, seed {seed}", shared_kernels::device::runtime_name(), match kernels { KernelSet::Matched => "matched (lockstep)", KernelSet::MatchedUnfused => "matched (lockstep), unfused decode", KernelSet::Fast => "fast (burn defaults)", KernelSet::SplitK => "split_k (batch-size-dependent split-K matmul)" });
+    println!("# lockstep check: sampler engine invariance, runtime {}, preset {preset}, kernels {}, seed {seed}", shared_kernels::device::runtime_name(), match kernels { KernelSet::Matched => "matched (lockstep)", KernelSet::Fast => "fast (burn defaults)", KernelSet::SplitK => "split_k (batch-size-dependent split-K matmul)" });
     println!("matmul kernels: {}", shared_kernels::ops::matmul::matmul_kernels_summary(&shared_kernels::device::default_device()));
     println!("attention kernels (head_dim 32-128): {}\n", shared_kernels::ops::attention::attention_kernels_summary(&shared_kernels::device::default_device(), 128));
     println!("| dtype | check | result |");

@@ -311,7 +311,7 @@ pub fn sequence_backward(
     let ([_, q_heads, head_dim], [_, kv_heads, _]) = (q.dims(), k.dims());
     if crate::ops::attention::mma_backward::backward_route(&q, head_dim, q_heads / kv_heads)? == crate::ops::attention::route::Kernel::MmaBackward {
         // every sequence at once on tensor cores: each tile reads its own sequence's rows only
-        let fast = crate::kernel_choice::KernelChoice::process()?.backward_fast_math;
+        let fast = crate::kernel_choice::KernelChoice::current()?.backward_fast_math;
         let g = crate::ops::attention::mma_backward::mma_attention_backward(q, k, v, out, d_out, sequences, scale, forward_stats, fast)?;
         return Ok((g.d_q, g.d_k, g.d_v));
     }

@@ -150,7 +150,7 @@ pub use crate::kernel_choice::AttentionKernel;
 
 /// The process's `LOCKSTEP_ATTENTION` ([`crate::kernel_choice::KernelChoice`]); `None`: auto.
 pub fn process_attention_kernel() -> Result<Option<AttentionKernel>, KernelError> {
-    Ok(crate::kernel_choice::KernelChoice::process()?.attention)
+    Ok(crate::kernel_choice::KernelChoice::current()?.attention)
 }
 
 /// The kernel [`attention`] runs on `device` for `dtype` and `head_dim` under this process's
@@ -257,7 +257,7 @@ pub fn attention_for_rows_with_stats(
     let probe = float_in("attention", "q", q.clone())?;
     let call = crate::ops::attention::tensor_cores::call_on(&probe.client, dtype, head_dim, 1, 0);
     let choices = choices_with(None)?;
-    let wanted = crate::kernel_choice::KernelChoice::process()?.backward_stats_from_forward
+    let wanted = crate::kernel_choice::KernelChoice::current()?.backward_stats_from_forward
         && route::route(route::Phase::Backward, &call, &choices) == route::Kernel::MmaBackward
         && route::family(&call, &choices) == AttentionKernel::SplitKvTensorCore;
     if !wanted {

@@ -34,21 +34,14 @@ impl TcKernels {
     }
 }
 
-thread_local! {
-    static TC_OVERRIDE: std::cell::Cell<Option<TcKernels>> = const { std::cell::Cell::new(None) };
+/// Runs `f` with this thread's attention on `kernel` (the battery compares the two sets):
+/// [`crate::kernel_choice::KernelChoice::scoped`].
+pub fn with_tc_kernels<R>(kernel: TcKernels, f: impl FnOnce() -> R) -> Result<R, crate::KernelError> {
+    crate::kernel_choice::KernelChoice::scoped(|c| c.attention_tc = kernel, f)
 }
 
-/// Runs `f` with this thread's attention on `kernel` (the battery compares the two sets).
-pub fn with_tc_kernels<R>(kernel: TcKernels, f: impl FnOnce() -> R) -> R {
-    let before = TC_OVERRIDE.with(|c| c.replace(Some(kernel)));
-    let out = f();
-    TC_OVERRIDE.with(|c| c.set(before));
-    out
-}
-
-/// The kernel set: [`with_tc_kernels`]'s, else the process's `LOCKSTEP_ATTENTION_TC`
-/// ([`crate::kernel_choice::KernelChoice`]: `mma` unless set); `cmma` off CUDA, where inline
-/// PTX does not exist.
+/// The kernel set: this thread's `LOCKSTEP_ATTENTION_TC` ([`crate::kernel_choice::KernelChoice::current`]:
+/// `mma` unless set); `cmma` off CUDA, where inline PTX does not exist.
 pub fn tc_kernels() -> Result<TcKernels, crate::KernelError> {
     Ok(if crate::device::runtime_name() == "cuda" { choices()?.set } else { TcKernels::Cmma })
 }
@@ -67,13 +60,14 @@ pub fn call_on(client: &burn_cubecl::cubecl::client::Client, dtype: DType, head_
     Call { cuda: crate::device::runtime_name() == "cuda", dtype, tensor_cores: tensor_cores_available_for(client, dtype), head_dim, group, max_len }
 }
 
-/// This thread's [`Choices`]: the process's kernel variables, with [`with_tc_kernels`]'s and
-/// [`crate::ops::attention::mma_decode::with_decode_launch`]'s scoped overrides.
+/// This thread's [`Choices`]: its kernel choice ([`crate::kernel_choice::KernelChoice::current`])
+/// and the decode launch ([`crate::ops::attention::mma_decode::with_decode_launch`]'s, else
+/// `LOCKSTEP_DECODE_LAUNCH`).
 pub fn choices() -> Result<Choices, crate::KernelError> {
-    let process = crate::kernel_choice::KernelChoice::process()?;
+    let process = crate::kernel_choice::KernelChoice::current()?;
     Ok(Choices {
         attention: process.attention,
-        set: TC_OVERRIDE.with(|c| c.get()).unwrap_or(process.attention_tc),
+        set: process.attention_tc,
         decode_staging: DecodeLaunch::requested()?.map(|l| l.staging),
         backward_on_tensor_cores: process.attention_backward_on_tensor_cores,
     })

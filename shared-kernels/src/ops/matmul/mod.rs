@@ -260,7 +260,7 @@ pub const HYBRID_LARGE_OUTPUT: usize = 3 << 20;
 
 /// The process's `LOCKSTEP_MATMUL` ([`crate::kernel_choice::KernelChoice`]); `None`: the device's default.
 fn requested_kernel() -> Result<Option<MatmulKernel>, KernelError> {
-    Ok(crate::kernel_choice::KernelChoice::process()?.matmul)
+    Ok(crate::kernel_choice::KernelChoice::current()?.matmul)
 }
 
 /// The kernel `matmul` runs for `dtype` on this device: the requested tensor-core kernel for
