@@ -1,7 +1,9 @@
 //! `lockstep sample`: prompts from JSONL (`{"prompt": "text"}`, `{"messages": [..]}` rendered
 //! with the chat template, or `{"prompt_ids": [..]}`, each with an optional `"id"`) to JSONL
 //! completions with token ids and logprobs, on the kernel set `ablation.sampler_kernels` names;
-//! prints the throughput.
+//! prints the throughput. A line's sampling noise is keyed by its `seed` (else `sampler.seed`)
+//! and its own identity (its `id`, else its prompt and which repeat of it it is), never by its
+//! place in the file: a reordered file gives every line the same completion.
 
 use crate::config::Config;
 use crate::error::RunError;
@@ -40,9 +42,11 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
     // a chat template only when some line holds messages (so plain prompt files need none)
     let mut chat: Option<crate::chat::ChatPrompts> = None;
     let mut requests = Vec::new();
-    // the user's ids (strings or integers, echoed as given) by engine id = line index
+    // the user's ids (strings or integers, echoed as given), in line order
     let mut user_ids: Vec<serde_json::Value> = Vec::new();
     let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut prompt_repeats: std::collections::HashMap<Vec<u32>, usize> = std::collections::HashMap::new();
+    let mut noise_keys: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
     for (line_no, line) in &lines {
         let i = line_no - 1;
         let at = |m: String| RunError::Other(format!("{}:{line_no}: {m}", s.input));
@@ -77,12 +81,29 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
         };
         // "3" and 3 are different ids; an implicit id is the line's index from 0
         let key = user_id.to_string();
-        if let Some(first) = seen.insert(key, i + 1) {
+        if let Some(first) = seen.insert(key.clone(), i + 1) {
             return Err(at(format!("id {user_id} repeats line {first}'s (ids must be unique: each completion is written under its id)")));
         }
+        let seed = match v.get("seed") {
+            None => s.seed,
+            Some(x) => x.as_u64().ok_or_else(|| at(format!("`seed` must be a non-negative integer, got {x}")))?,
+        };
+        // the request's noise key: the line's own id, else its prompt (and which repeat of that
+        // prompt it is), never its place in the file, so a reordered file samples the same
+        let key = match v.get("id") {
+            Some(_) => format!("id {key}"),
+            None => {
+                let repeat = prompt_repeats.entry(prompt.clone()).or_insert(0usize);
+                *repeat += 1;
+                format!("prompt {:?} #{}", prompt, *repeat - 1)
+            }
+        };
+        let id = noise_key(&key);
+        if let Some(other) = noise_keys.insert(id, i + 1) {
+            return Err(at(format!("its noise key collides with line {other}'s (a 64-bit hash collision): give one of them an `id`")));
+        }
         user_ids.push(user_id);
-        let id = i as u64;
-        let request = Request { id, prompt, params: SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: policy.stop_tokens.clone(), stop: s.stop.clone(), seed: s.seed, processed_logprobs: s.logprobs_mode == crate::config::LogprobsMode::Processed } };
+        let request = Request { id, prompt, params: SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: policy.stop_tokens.clone(), stop: s.stop.clone(), seed, processed_logprobs: s.logprobs_mode == crate::config::LogprobsMode::Processed } };
         // a prompt the engine would refuse fails here, naming its line, before any sampling
         request.validate(policy.model.config.vocab_size, s.context).map_err(|e| at(refused_prompt(e)))?;
         requests.push(request);
@@ -210,11 +231,17 @@ fn check_line_keys(v: &serde_json::Value) -> Result<(), String> {
     if given.len() > 1 {
         return Err(format!("holds {}: give exactly one prompt per line", given.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(" and ")));
     }
-    const PER_REQUEST: [(&str, &str); 9] = [("max_tokens", "sampler.max_new_tokens"), ("max_new_tokens", "sampler.max_new_tokens"), ("temperature", "sampler.temperature"), ("top_p", "sampler.top_p"), ("top_k", "sampler.top_k"), ("stop", "sampler.stop"), ("seed", "sampler.seed"), ("n", "one line per completion (or train.group_size in GRPO)"), ("sampling_params", "the [sampler] keys")];
+    const PER_REQUEST: [(&str, &str); 8] = [("max_tokens", "sampler.max_new_tokens"), ("max_new_tokens", "sampler.max_new_tokens"), ("temperature", "sampler.temperature"), ("top_p", "sampler.top_p"), ("top_k", "sampler.top_k"), ("stop", "sampler.stop"), ("n", "one line per completion (or train.group_size in GRPO)"), ("sampling_params", "the [sampler] keys")];
     match PER_REQUEST.iter().find(|(k, _)| v.get(k).is_some()) {
         Some((k, instead)) => Err(format!("`{k}` is not read per line: the config's settings apply to every line; set {instead} instead")),
         None => Ok(()),
     }
+}
+
+/// A request's noise key from its identity (FNV-1a over the text: the same on every build and
+/// machine).
+fn noise_key(identity: &str) -> u64 {
+    identity.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// Whether `a` and `b` name one file (`b` need not exist yet: its folder is resolved).

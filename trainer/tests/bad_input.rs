@@ -228,6 +228,46 @@ fn a_verl_layout_dataset_trains_with_chat_prompts_and_its_faults_name_file_line_
     assert_refused(&out, 2, &["task.answer_key"]);
 }
 
+/// A line's sampling noise is keyed by its own identity (its `id`, else its prompt and which
+/// repeat of it it is) and its `seed`, never by its place in the file: at T = 1, a file sampled
+/// in reverse order gives every line the same completion and logprobs, as bytes.
+#[test]
+fn a_reordered_prompt_file_samples_each_line_as_before() {
+    let dir = scratch("sample-order");
+    let lines = [
+        "{\"id\": \"a\", \"prompt\": \"1+1=\"}",
+        "{\"prompt\": \"2+2=\"}",
+        "{\"id\": 7, \"prompt\": \"3+4=\", \"seed\": 11}",
+        "{\"prompt\": \"2+2=\"}",
+        "{\"id\": \"b\", \"prompt\": \"1+1=\"}",
+    ];
+    let sample = |name: &str, order: &[usize]| -> Vec<serde_json::Value> {
+        let text: String = order.iter().map(|&i| format!("{}\n", lines[i])).collect();
+        std::fs::write(dir.join(format!("{name}.jsonl")), text).unwrap();
+        let out = lockstep(&["sample", "--set", &format!("sampler.input={name}.jsonl"), "--set", &format!("sampler.output={name}-out.jsonl"), "--set", "sampler.max_new_tokens=12", "--set", "sampler.temperature=1.0"], &dir);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        std::fs::read_to_string(dir.join(format!("{name}-out.jsonl"))).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    let forward = sample("forward", &[0, 1, 2, 3, 4]);
+    let reverse = sample("reverse", &[4, 3, 2, 1, 0]);
+    // lines with ids: the same completion under the same id
+    for id in [serde_json::json!("a"), serde_json::json!("b"), serde_json::json!(7)] {
+        let find = |rows: &[serde_json::Value]| rows.iter().find(|r| r["id"] == id).cloned().unwrap();
+        let (f, r) = (find(&forward), find(&reverse));
+        assert_eq!((&f["token_ids"], &f["logprobs"]), (&r["token_ids"], &r["logprobs"]), "id {id}");
+    }
+    // the two repeats of one prompt without an id: the same pair of completions, the first
+    // repeat's first (their implicit ids are line numbers, which the reversal swaps)
+    let repeats = |rows: &[serde_json::Value], ids: [u64; 2]| ids.map(|i| rows.iter().find(|r| r["id"] == serde_json::json!(i)).unwrap()["token_ids"].clone());
+    assert_eq!(repeats(&forward, [1, 3]), repeats(&reverse, [1, 3]));
+    // the same prompt under two ids, and a line's own seed, are other draws
+    let tokens = |rows: &[serde_json::Value], id: serde_json::Value| rows.iter().find(|r| r["id"] == id).unwrap()["token_ids"].clone();
+    assert_ne!(tokens(&forward, serde_json::json!("a")), tokens(&forward, serde_json::json!("b")), "two ids drew the same 12 tokens");
+    std::fs::write(dir.join("badseed.jsonl"), "{\"prompt\": \"1+1=\", \"seed\": -1}\n").unwrap();
+    let out = lockstep(&["sample", "--set", "sampler.input=badseed.jsonl", "--set", "sampler.output=x.jsonl"], &dir);
+    assert_refused(&out, 1, &["badseed.jsonl:1", "`seed`"]);
+}
+
 #[test]
 fn sample_renders_message_prompts_reports_throughput_and_runs_the_ablation_kernels() {
     let dir = scratch("sample-chat");
