@@ -61,7 +61,7 @@ pub fn random_request(rng: &mut StdRng, id: u64, vocab: usize) -> Request {
             // none, or one or two strings of one or two letters (`letters_decoder`'s text)
             stop: (0..rng.random_range(0..3)).map(|_| (0..rng.random_range(1..3)).map(|_| (b'a' + rng.random_range(0..26u8)) as char).collect()).collect(),
             seed: rng.random(),
-            processed_logprobs: rng.random_bool(0.5),
+            noise_key: None, processed_logprobs: rng.random_bool(0.5),
         },
     }
 }

@@ -19,8 +19,12 @@ pub struct SamplingParams {
     /// token; the token that completes the string is the last one kept. Only the completion is
     /// searched, never the prompt.
     pub stop: Vec<String>,
-    /// With the request id and the position, the only input of the sampling noise.
+    /// With the request's noise key and the position, the only input of the sampling noise.
     pub seed: u64,
+    /// The request's identity in the sampling noise; `None`: its `id`. A server sets it from
+    /// what the request asks (prompt, parameters), so identical requests draw identical tokens
+    /// whatever their arrival order, while each keeps its own `id` in the engine.
+    pub noise_key: Option<u64>,
     /// Return each token's logprob under the distribution it was drawn from: softmax at the
     /// temperature restricted to the top-k / top-p set, renormalised (vLLM's
     /// `processed_logprobs`); else under the full softmax at the temperature (`raw_logprobs`).
@@ -42,12 +46,13 @@ impl SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        Self { temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 64, stop_tokens: Vec::new(), stop: Vec::new(), seed: 0, processed_logprobs: false }
+        Self { temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 64, stop_tokens: Vec::new(), stop: Vec::new(), seed: 0, noise_key: None, processed_logprobs: false }
     }
 }
 
-/// A rollout request. `id` keys the sampling noise together with `params.seed`: the same
-/// (id, seed, prompt) gives the same tokens and logprob bits however the batch around it looks.
+/// A rollout request. `id` (or `params.noise_key`) keys the sampling noise together with
+/// `params.seed`: the same (key, seed, prompt) gives the same tokens and logprob bits however the
+/// batch around it looks.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Request {
     pub id: u64,

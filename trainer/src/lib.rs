@@ -25,6 +25,7 @@ pub mod run_environment;
 pub mod run_folder;
 pub mod run_lock;
 pub mod sample_cli;
+pub mod serve;
 pub mod sft;
 pub mod special_stops;
 pub mod tasks;

@@ -152,6 +152,15 @@ enum Command {
         target_reward: f64,
     },
     /// Sample completions for prompts from sampler.input into sampler.output (JSONL).
+    /// Serve the policy over HTTP, OpenAI-compatible (docs/serve.md): `[serve]` host and port.
+    Serve {
+        /// TOML config (as for `train`); omitted = the embedded defaults.
+        #[arg(value_name = "CONFIG")]
+        config: Option<PathBuf>,
+        /// Override a key: --set serve.port=8080 (repeatable).
+        #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
+        overrides: Vec<String>,
+    },
     Sample {
         /// TOML config (as for `train`); omitted = the embedded defaults.
         #[arg(value_name = "CONFIG")]
@@ -235,7 +244,8 @@ fn run(cli: Cli) -> Result<(), RunError> {
             tools::check::run(&preset, &dtypes, seed, if fast { KernelSet::Fast } else if split_k { KernelSet::SplitK } else { KernelSet::Matched }).map_err(RunError::Other)
         }
         Command::Report { runs, out, target_reward } => tools::report::report(&runs, &out, target_reward).map(|md| println!("{md}")).map_err(RunError::Other),
-        Command::Sample { config_file, config, overrides } => Config::load(config_file.or(config).as_deref(), &overrides).map_err(RunError::from).and_then(sample),
+        Command::Sample { config_file, config, overrides } => Config::load(config_file.or(config).as_deref(), &overrides).map_err(RunError::from).and_then(trainer::sample_cli::main),
+        Command::Serve { config, overrides } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(trainer::serve::main),
     }
 }
 
@@ -253,18 +263,6 @@ fn parse_dtype(flag: &str, name: &str) -> Result<DType, RunError> {
     Ok(dtype)
 }
 
-fn sample(cfg: Config) -> Result<(), RunError> {
-    let device = shared_kernels::device::default_device();
-    let cfg = trainer::memory_plan::plan(&cfg, &device, trainer::memory_plan::Purpose::Sample)?;
-    let loading = std::time::Instant::now();
-    let policy = load_policy(&cfg, None, &device)?;
-    let load_s = loading.elapsed().as_secs_f64();
-    let failed = trainer::sample_cli::run(&cfg, policy, cfg.log.progress, load_s)?;
-    if failed > 0 {
-        return Err(RunError::Other(format!("{failed} request(s) failed; see their `error` in {}", cfg.sampler.output)));
-    }
-    Ok(())
-}
 
 fn train(cfg: Config, resume: bool, max_steps: Option<usize>, allow_config_change: bool) -> Result<(), RunError> {
     // a data-parallel rank (RANK etc. set) joins its group first: rank 0 alone writes the

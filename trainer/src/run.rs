@@ -71,7 +71,8 @@ pub fn config_changes(before: &Config, now: &Config) -> Vec<(String, String, Str
     let (a, b) = (table(before), table(now));
     let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
     keys.into_iter()
-        .filter(|k| !RESUME_NEUTRAL_KEYS.contains(&k.as_str()) && a.get(*k) != b.get(*k))
+        // (the server's keys never reach a training run)
+        .filter(|k| !RESUME_NEUTRAL_KEYS.contains(&k.as_str()) && !k.starts_with("serve.") && a.get(*k) != b.get(*k))
         .map(|k| (k.clone(), a.get(k).cloned().unwrap_or_else(|| "(unset)".into()), b.get(k).cloned().unwrap_or_else(|| "(unset)".into())))
         .collect()
 }

@@ -46,7 +46,6 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
     let mut user_ids: Vec<serde_json::Value> = Vec::new();
     let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut prompt_repeats: std::collections::HashMap<Vec<u32>, usize> = std::collections::HashMap::new();
-    let mut noise_keys: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
     for (line_no, line) in &lines {
         let i = line_no - 1;
         let at = |m: String| RunError::Other(format!("{}:{line_no}: {m}", s.input));
@@ -98,12 +97,8 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
                 format!("prompt {:?} #{}", prompt, *repeat - 1)
             }
         };
-        let id = noise_key(&key);
-        if let Some(other) = noise_keys.insert(id, i + 1) {
-            return Err(at(format!("its noise key collides with line {other}'s (a 64-bit hash collision): give one of them an `id`")));
-        }
         user_ids.push(user_id);
-        let request = Request { id, prompt, params: SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: policy.stop_tokens.clone(), stop: s.stop.clone(), seed, processed_logprobs: s.logprobs_mode == crate::config::LogprobsMode::Processed } };
+        let request = Request { id: i as u64, prompt, params: SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: policy.stop_tokens.clone(), stop: s.stop.clone(), seed, noise_key: Some(noise_key(&key)), processed_logprobs: s.logprobs_mode == crate::config::LogprobsMode::Processed } };
         // a prompt the engine would refuse fails here, naming its line, before any sampling
         request.validate(policy.model.config.vocab_size, s.context).map_err(|e| at(refused_prompt(e)))?;
         requests.push(request);
@@ -238,9 +233,23 @@ fn check_line_keys(v: &serde_json::Value) -> Result<(), String> {
     }
 }
 
+/// `lockstep sample`: the memory plan, the policy, then [`run`]; an error when a request failed.
+pub fn main(cfg: Config) -> Result<(), RunError> {
+    let device = shared_kernels::device::default_device();
+    let cfg = crate::memory_plan::plan(&cfg, &device, crate::memory_plan::Purpose::Sample)?;
+    let loading = std::time::Instant::now();
+    let policy = crate::policy::load_policy(&cfg, None, &device)?;
+    let load_s = loading.elapsed().as_secs_f64();
+    let failed = run(&cfg, policy, cfg.log.progress, load_s)?;
+    if failed > 0 {
+        return Err(RunError::Other(format!("{failed} request(s) failed; see their `error` in {}", cfg.sampler.output)));
+    }
+    Ok(())
+}
+
 /// A request's noise key from its identity (FNV-1a over the text: the same on every build and
 /// machine).
-fn noise_key(identity: &str) -> u64 {
+pub(crate) fn noise_key(identity: &str) -> u64 {
     identity.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 

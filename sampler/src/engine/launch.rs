@@ -28,7 +28,7 @@ impl Engine {
                 let act = &self.active[a];
                 let p = &act.request.params;
                 let position = (act.request.prompt.len() + act.tokens.len() + act.in_flight) as u32;
-                SamplingRow { temperature: p.temperature, top_k: p.top_k, top_p: p.top_p, rng_key: row_rng_key(p.seed, act.request.id, position), processed: p.processed_logprobs }
+                SamplingRow { temperature: p.temperature, top_k: p.top_k, top_p: p.top_p, rng_key: row_rng_key(p.seed, p.noise_key.unwrap_or(act.request.id), position), processed: p.processed_logprobs }
             })
             .collect();
         let graphed = if self.replayable(rows, sample_at) { self.launch_graphed(rows, &params, fed)? } else { None };

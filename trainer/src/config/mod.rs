@@ -20,6 +20,7 @@ pub struct Config {
     pub task: TaskSection,
     pub log: LogSection,
     pub ablation: AblationSection,
+    pub serve: ServeSection,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -273,6 +274,25 @@ impl TaskSection {
 impl Default for TaskSection {
     fn default() -> Self {
         Self { name: "addition".into(), digits: 1, count: 3, path: String::new(), reward: "exact".into(), reward_command: String::new(), reward_timeout_s: 60.0, prompt_key: "prompt".into(), answer_key: "answer".into(), prompt_format: PromptFormat::Raw, system_prompt: String::new(), chat_template: String::new(), chat_args: toml::Table::new(), eval_path: String::new(), format_score: 0.0 }
+    }
+}
+
+/// `lockstep serve` (docs/serve.md): where it listens and the model name it answers to.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServeSection {
+    /// The address to bind: the loopback interface unless set (`0.0.0.0` serves the network).
+    pub host: String,
+    /// 0: a free port, printed at start.
+    pub port: u16,
+    /// The `model` requests name (`GET /v1/models`); empty: the checkpoint folder's name, or
+    /// "lockstep-tiny" for the embedded model.
+    pub model_name: String,
+}
+
+impl Default for ServeSection {
+    fn default() -> Self {
+        Self { host: "127.0.0.1".into(), port: 8000, model_name: String::new() }
     }
 }
 

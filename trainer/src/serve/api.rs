@@ -1,0 +1,171 @@
+//! The OpenAI request and response bodies `lockstep serve` speaks: a request's JSON checked field
+//! by field into the sampler's [`Request`]s (an error names the field), and a completion
+//! written back with its token ids and the sampler's logprobs.
+
+use sampler::{Completion, FinishReason, Request, SamplingParams};
+use serde_json::{json, Value};
+
+/// An error as OpenAI's API writes it, with the HTTP status.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+    pub param: Option<String>,
+}
+
+impl ApiError {
+    pub fn bad(param: &str, message: impl Into<String>) -> Self {
+        ApiError { status: 400, message: message.into(), param: Some(param.into()) }
+    }
+
+    pub fn body(&self) -> Value {
+        let kind = match self.status {
+            404 => "not_found_error",
+            500..=599 => "server_error",
+            _ => "invalid_request_error",
+        };
+        json!({"error": {"message": self.message, "type": kind, "param": self.param, "code": null}})
+    }
+}
+
+/// What every request of the server shares: the defaults a request may override.
+pub struct Defaults {
+    pub model_name: String,
+    pub seed: u64,
+    pub stop_tokens: Vec<u32>,
+    pub processed_logprobs: bool,
+    pub context: usize,
+    pub vocab: usize,
+}
+
+/// The sampling fields common to both endpoints, read from `body`.
+pub struct Sampling {
+    pub params: SamplingParams,
+    pub n: usize,
+    /// Return the per-token logprobs.
+    pub logprobs: bool,
+}
+
+fn number(body: &Value, key: &str) -> Result<Option<f64>, ApiError> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_f64().map(Some).ok_or_else(|| ApiError::bad(key, format!("`{key}` must be a number, got {v}"))),
+    }
+}
+
+fn whole(body: &Value, key: &str) -> Result<Option<u64>, ApiError> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| ApiError::bad(key, format!("`{key}` must be a non-negative integer, got {v}"))),
+    }
+}
+
+/// The model named, which must be this server's.
+pub fn check_model(body: &Value, d: &Defaults) -> Result<(), ApiError> {
+    match body.get("model") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(m)) if *m == d.model_name => Ok(()),
+        Some(m) => Err(ApiError { status: 404, message: format!("the model {m} does not exist; this server serves \"{}\" (GET /v1/models)", d.model_name), param: Some("model".into()) }),
+    }
+}
+
+/// The request's sampling settings; `max_keys` names the fields that set the token budget.
+pub fn sampling(body: &Value, d: &Defaults, max_keys: &[&str]) -> Result<Sampling, ApiError> {
+    if body.get("stream").and_then(Value::as_bool) == Some(true) {
+        return Err(ApiError::bad("stream", "streaming is not served yet: send \"stream\": false (or leave it out)"));
+    }
+    let mut params = SamplingParams { stop_tokens: d.stop_tokens.clone(), seed: d.seed, processed_logprobs: d.processed_logprobs, max_new_tokens: 16, ..SamplingParams::default() };
+    for key in max_keys {
+        if let Some(m) = whole(body, key)? {
+            if m == 0 {
+                return Err(ApiError::bad(key, format!("`{key}` must be at least 1")));
+            }
+            params.max_new_tokens = m as usize;
+        }
+    }
+    if let Some(t) = number(body, "temperature")? {
+        if !(t.is_finite() && (0.0..=100.0).contains(&t)) {
+            return Err(ApiError::bad("temperature", format!("`temperature` must be in [0, 100], got {t}")));
+        }
+        params.temperature = t as f32;
+    }
+    if let Some(p) = number(body, "top_p")? {
+        if !(p > 0.0 && p <= 1.0) {
+            return Err(ApiError::bad("top_p", format!("`top_p` must be in (0, 1], got {p}")));
+        }
+        params.top_p = p as f32;
+    }
+    // vLLM's extension; -1 (and 0) disable it
+    match body.get("top_k") {
+        None | Some(Value::Null) => {}
+        Some(v) => match v.as_i64() {
+            Some(k) if k <= 0 => params.top_k = 0,
+            Some(k) if k <= u32::MAX as i64 => params.top_k = k as u32,
+            _ => return Err(ApiError::bad("top_k", format!("`top_k` must be an integer (-1 or 0: off), got {v}"))),
+        },
+    }
+    if let Some(seed) = whole(body, "seed")? {
+        params.seed = seed;
+    }
+    params.stop = match body.get("stop") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(list)) => list.iter().map(|s| s.as_str().map(str::to_string).ok_or_else(|| ApiError::bad("stop", format!("`stop` must be a string or a list of strings, got {s}")))).collect::<Result<_, _>>()?,
+        Some(v) => return Err(ApiError::bad("stop", format!("`stop` must be a string or a list of strings, got {v}"))),
+    };
+    if params.stop.iter().any(String::is_empty) {
+        return Err(ApiError::bad("stop", "`stop` holds an empty string"));
+    }
+    let n = whole(body, "n")?.unwrap_or(1);
+    if !(1..=64).contains(&n) {
+        return Err(ApiError::bad("n", format!("`n` must be in 1..=64, got {n}")));
+    }
+    let logprobs = match body.get("logprobs") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+        Some(Value::Bool(true)) => true,
+        Some(v) if v.as_u64().is_some() => true,
+        Some(v) => return Err(ApiError::bad("logprobs", format!("`logprobs` must be a boolean or a count, got {v}"))),
+    };
+    if whole(body, "top_logprobs")?.is_some_and(|k| k > 0) || body.get("logprobs").and_then(Value::as_u64).is_some_and(|k| k > 1) {
+        return Err(ApiError::bad("top_logprobs", "only the sampled token's logprob is returned (top_logprobs 0, logprobs 1 or true)"));
+    }
+    Ok(Sampling { params, n: n as usize, logprobs })
+}
+
+/// The noise key of choice `index` of a request for `prompt`: a function of what the request
+/// asks, never of when it came, so identical requests draw identical tokens under any load.
+pub fn noise_key(prompt: &[u32], index: usize) -> u64 {
+    let mut text = format!("serve #{index}");
+    for t in prompt {
+        text.push(' ');
+        text.push_str(&t.to_string());
+    }
+    crate::sample_cli::noise_key(&text)
+}
+
+/// The `n` engine requests of one API request (ids from `next_id`).
+pub fn requests(prompt: Vec<u32>, s: &Sampling, d: &Defaults, next_id: &mut dyn FnMut() -> u64) -> Result<Vec<Request>, ApiError> {
+    if prompt.is_empty() {
+        return Err(ApiError::bad("prompt", "the prompt is empty"));
+    }
+    if let Some((position, &token)) = prompt.iter().enumerate().find(|(_, t)| **t as usize >= d.vocab) {
+        return Err(ApiError::bad("prompt", format!("token id {token} at position {position} is out of range (vocabulary size {})", d.vocab)));
+    }
+    if prompt.len() + s.params.max_new_tokens > d.context {
+        return Err(ApiError { status: 400, message: format!("the prompt ({} tokens) + max_tokens ({}) exceeds the context of {} tokens (sampler.context)", prompt.len(), s.params.max_new_tokens, d.context), param: Some("max_tokens".into()) });
+    }
+    Ok((0..s.n).map(|i| Request { id: next_id(), prompt: prompt.clone(), params: SamplingParams { noise_key: Some(noise_key(&prompt, i)), ..s.params.clone() } }).collect())
+}
+
+pub fn finish_reason(f: &FinishReason) -> &'static str {
+    match f {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+    }
+}
+
+/// Prompt and completion token counts.
+pub fn usage(prompt: usize, completions: &[Completion]) -> Value {
+    let generated: usize = completions.iter().map(|c| c.tokens.len()).sum();
+    json!({"prompt_tokens": prompt, "completion_tokens": generated, "total_tokens": prompt + generated})
+}

@@ -1,0 +1,206 @@
+//! `lockstep serve`: an OpenAI-compatible HTTP server on the sampler's engine (axum on tokio;
+//! the engine steps on its own thread, `sampler::EngineHandle`). `POST /v1/completions`,
+//! `POST /v1/chat/completions` (the checkpoint's chat template, rendered as training renders
+//! it), `GET /v1/models`, `GET /health`. A request's tokens and logprobs depend only on the
+//! weights, its prompt, its sampling settings and its `seed` (default `sampler.seed`): its
+//! sampling noise is keyed by what it asks (`api::noise_key`), and the kernels are batch
+//! invariant, so the same request gives the same bits under any load (docs/serve.md).
+
+pub mod api;
+
+use crate::config::Config;
+use crate::error::RunError;
+use crate::policy::{encode, Policy};
+use api::{ApiError, Defaults};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokenizers::Tokenizer;
+
+struct Server {
+    engine: sampler::EngineHandle,
+    tokenizer: Tokenizer,
+    chat: Option<crate::chat::ChatPrompts>,
+    defaults: Defaults,
+    next_id: AtomicU64,
+}
+
+/// The name requests use for this server's model.
+fn model_name(cfg: &Config) -> String {
+    if !cfg.serve.model_name.is_empty() {
+        return cfg.serve.model_name.clone();
+    }
+    match std::path::Path::new(&cfg.model.path).file_name() {
+        Some(name) if !cfg.model.path.is_empty() => name.to_string_lossy().into_owned(),
+        _ => "lockstep-tiny".into(),
+    }
+}
+
+/// `lockstep serve`: the memory plan (as for sampling), the policy, then [`run`].
+pub fn main(cfg: Config) -> Result<(), RunError> {
+    let device = shared_kernels::device::default_device();
+    let cfg = crate::memory_plan::plan(&cfg, &device, crate::memory_plan::Purpose::Sample)?;
+    let policy = crate::policy::load_policy(&cfg, None, &device)?;
+    run(&cfg, policy)
+}
+
+/// Serves `policy` until SIGTERM or Ctrl-C, then lets the requests in flight finish.
+pub fn run(cfg: &Config, policy: Policy) -> Result<(), RunError> {
+    let s = &cfg.sampler;
+    // a chat template where one is at hand: the checkpoint's or task.chat_template
+    let over = (!cfg.task.chat_template.is_empty()).then(|| std::path::Path::new(&cfg.task.chat_template));
+    let chat = if cfg.model.path.is_empty() && over.is_none() {
+        None
+    } else {
+        match crate::chat::ChatTemplate::from_checkpoint(std::path::Path::new(&cfg.model.path), over) {
+            Ok(template) => Some(crate::chat::ChatPrompts::new(template, &cfg.task.system_prompt, &cfg.task.chat_args).map_err(|e| crate::error::invalid("task.chat_args", e))?),
+            Err(e) if over.is_some() => return Err(crate::error::invalid("task.chat_template", e)),
+            Err(_) => None,
+        }
+    };
+    let defaults = Defaults { model_name: model_name(cfg), seed: s.seed, stop_tokens: policy.stop_tokens.clone(), processed_logprobs: s.logprobs_mode == crate::config::LogprobsMode::Processed, context: s.context, vocab: policy.model.config.vocab_size };
+    let Policy { model, tokenizer, .. } = policy;
+    let mut model = model;
+    model.kernels = cfg.ablation.sampler_kernels.kernel_set();
+    let engine = crate::run::sampler_engine(cfg, &tokenizer, model)?;
+    let server = Arc::new(Server { engine: sampler::EngineHandle::spawn(engine), tokenizer, chat, defaults, next_id: AtomicU64::new(0) });
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| RunError::Other(format!("serve: the async runtime: {e}")))?;
+    runtime.block_on(async move {
+        let address = format!("{}:{}", cfg.serve.host, cfg.serve.port);
+        let listener = tokio::net::TcpListener::bind(&address).await.map_err(|e| crate::error::invalid("serve.port", format!("cannot listen on {address}: {e}")))?;
+        let bound = listener.local_addr().map_err(|e| RunError::Other(format!("serve: {e}")))?;
+        let name = server.defaults.model_name.clone();
+        let app = axum::Router::new()
+            .route("/health", get(|| async { "ok" }))
+            .route("/v1/models", get(models))
+            .route("/v1/completions", post(completions))
+            .route("/v1/chat/completions", post(chat_completions))
+            .fallback(|| async { error(ApiError { status: 404, message: "no such endpoint (POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health)".into(), param: None }) })
+            .with_state(server);
+        eprintln!("lockstep serve: listening on http://{bound} (model \"{name}\")");
+        axum::serve(listener, app).with_graceful_shutdown(stopped()).await.map_err(|e| RunError::Other(format!("serve: {e}")))
+    })
+}
+
+/// Resolves at SIGTERM or Ctrl-C.
+async fn stopped() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = interrupt => {}
+        _ = terminate => {}
+    }
+    eprintln!("lockstep serve: stopping (the requests in flight finish first)");
+}
+
+fn error(e: ApiError) -> Response {
+    (StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST), axum::Json(e.body())).into_response()
+}
+
+fn ok(body: Value) -> Response {
+    (StatusCode::OK, axum::Json(body)).into_response()
+}
+
+fn parse(bytes: &[u8]) -> Result<Value, ApiError> {
+    let v: Value = serde_json::from_slice(bytes).map_err(|e| ApiError { status: 400, message: format!("the body is not valid JSON: {e}"), param: None })?;
+    if !v.is_object() {
+        return Err(ApiError { status: 400, message: "the body must be a JSON object".into(), param: None });
+    }
+    Ok(v)
+}
+
+async fn models(State(server): State<Arc<Server>>) -> Response {
+    ok(json!({"object": "list", "data": [{"id": server.defaults.model_name, "object": "model", "owned_by": "lockstep"}]}))
+}
+
+/// Runs the request's choices on the engine, each as its own engine request.
+async fn generate(server: &Arc<Server>, requests: Vec<sampler::Request>) -> Result<Vec<sampler::Completion>, ApiError> {
+    let handles: Vec<_> = requests.into_iter().map(|r| {
+        let engine = server.engine.clone();
+        tokio::spawn(async move { engine.submit(r).await })
+    }).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        let done = h.await.map_err(|e| ApiError { status: 500, message: format!("the request's task failed: {e}"), param: None })?;
+        out.push(done.map_err(|e| ApiError { status: 500, message: e.to_string(), param: None })?);
+    }
+    Ok(out)
+}
+
+fn unix_time() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+fn text_of(server: &Server, tokens: &[u32]) -> String {
+    server.tokenizer.decode(tokens, true).unwrap_or_default()
+}
+
+async fn completions(State(server): State<Arc<Server>>, body: axum::body::Bytes) -> Response {
+    match completions_body(&server, &body).await {
+        Ok(v) => ok(v),
+        Err(e) => error(e),
+    }
+}
+
+async fn completions_body(server: &Arc<Server>, body: &[u8]) -> Result<Value, ApiError> {
+    let body = parse(body)?;
+    let d = &server.defaults;
+    api::check_model(&body, d)?;
+    let prompt: Vec<u32> = match body.get("prompt") {
+        Some(Value::String(text)) => encode(&server.tokenizer, text).map_err(|e| ApiError::bad("prompt", e.to_string()))?,
+        Some(Value::Array(ids)) if ids.iter().all(Value::is_u64) => ids.iter().map(|x| x.as_u64().filter(|&n| n <= u32::MAX as u64).map(|n| n as u32).ok_or_else(|| ApiError::bad("prompt", format!("{x} is not a token id")))).collect::<Result<_, _>>()?,
+        Some(Value::Array(_)) => return Err(ApiError::bad("prompt", "a list prompt must be token ids (one prompt a request)")),
+        Some(v) => return Err(ApiError::bad("prompt", format!("`prompt` must be a string or a list of token ids, got {v}"))),
+        None => return Err(ApiError::bad("prompt", "`prompt` is required")),
+    };
+    let sampling = api::sampling(&body, d, &["max_tokens"])?;
+    let requests = api::requests(prompt.clone(), &sampling, d, &mut || server.next_id.fetch_add(1, Ordering::Relaxed))?;
+    let done = generate(server, requests).await?;
+    let choices: Vec<Value> = done.iter().enumerate().map(|(i, c)| {
+        let logprobs = sampling.logprobs.then(|| json!({"tokens": c.tokens.iter().map(|&t| text_of(server, &[t])).collect::<Vec<_>>(), "token_logprobs": c.logprobs}));
+        json!({"index": i, "text": text_of(server, &c.tokens), "finish_reason": api::finish_reason(&c.finish), "logprobs": logprobs, "token_ids": c.tokens})
+    }).collect();
+    Ok(json!({"id": format!("cmpl-{}", done.first().map_or(0, |c| c.id)), "object": "text_completion", "created": unix_time(), "model": d.model_name, "choices": choices, "usage": api::usage(prompt.len(), &done), "prompt_token_ids": prompt, "logprobs_mode": if d.processed_logprobs { "processed_logprobs" } else { "raw_logprobs" }}))
+}
+
+async fn chat_completions(State(server): State<Arc<Server>>, body: axum::body::Bytes) -> Response {
+    match chat_body(&server, &body).await {
+        Ok(v) => ok(v),
+        Err(e) => error(e),
+    }
+}
+
+async fn chat_body(server: &Arc<Server>, body: &[u8]) -> Result<Value, ApiError> {
+    let body = parse(body)?;
+    let d = &server.defaults;
+    api::check_model(&body, d)?;
+    let Some(chat) = &server.chat else {
+        return Err(ApiError::bad("messages", "this server has no chat template (model.path with one, or task.chat_template); use /v1/completions"));
+    };
+    let Some(messages) = body.get("messages").and_then(Value::as_array).filter(|list| !list.is_empty() && list.iter().all(|m| m.get("role").is_some_and(Value::is_string) && m.get("content").is_some())) else {
+        return Err(ApiError::bad("messages", "`messages` must be a non-empty list of {\"role\", \"content\"} objects"));
+    };
+    let text = chat.render_messages(messages.clone()).map_err(|e| ApiError::bad("messages", format!("the chat template cannot render these messages: {e}")))?;
+    let prompt = encode(&server.tokenizer, &text).map_err(|e| ApiError::bad("messages", e.to_string()))?;
+    let sampling = api::sampling(&body, d, &["max_tokens", "max_completion_tokens"])?;
+    let requests = api::requests(prompt.clone(), &sampling, d, &mut || server.next_id.fetch_add(1, Ordering::Relaxed))?;
+    let done = generate(server, requests).await?;
+    let choices: Vec<Value> = done.iter().enumerate().map(|(i, c)| {
+        let logprobs = sampling.logprobs.then(|| json!({"content": c.tokens.iter().zip(&c.logprobs).map(|(&t, &lp)| json!({"token": text_of(server, &[t]), "logprob": lp, "top_logprobs": []})).collect::<Vec<_>>()}));
+        json!({"index": i, "message": {"role": "assistant", "content": text_of(server, &c.tokens)}, "finish_reason": api::finish_reason(&c.finish), "logprobs": logprobs, "token_ids": c.tokens})
+    }).collect();
+    Ok(json!({"id": format!("chatcmpl-{}", done.first().map_or(0, |c| c.id)), "object": "chat.completion", "created": unix_time(), "model": d.model_name, "choices": choices, "usage": api::usage(prompt.len(), &done), "prompt_token_ids": prompt, "logprobs_mode": if d.processed_logprobs { "processed_logprobs" } else { "raw_logprobs" }}))
+}

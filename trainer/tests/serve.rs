@@ -1,0 +1,151 @@
+//! `lockstep serve` through real HTTP on the CPU runtime (the embedded model): the same request
+//! gives the same bits alone and among concurrent neighbours, at T = 0 and at T > 0 with a seed;
+//! bad requests get OpenAI-style errors naming the field; SIGTERM stops it with exit 0.
+
+mod common;
+
+use common::scratch;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+use std::io::{BufRead, Read, Write};
+use std::process::{Child, Command, Stdio};
+
+struct Server {
+    child: Child,
+    address: String,
+}
+
+impl Server {
+    fn start(dir: &std::path::Path, extra: &[&str]) -> Server {
+        let mut args = vec!["serve", "--set", "serve.port=0", "--set", "sampler.max_batch=8"];
+        for s in extra {
+            args.extend(["--set", s]);
+        }
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lockstep")).args(&args).current_dir(dir).stderr(Stdio::piped()).spawn().expect("start lockstep serve");
+        let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let address = loop {
+            let line = lines.next().expect("the server printed its address").expect("stderr line");
+            if let Some(rest) = line.split("listening on http://").nth(1) {
+                break rest.split_whitespace().next().expect("address").to_string();
+            }
+        };
+        // keep reading stderr so the server never blocks on a full pipe
+        std::thread::spawn(move || for _ in lines {});
+        Server { child, address }
+    }
+
+    /// (status, body) of one request over a fresh connection.
+    fn call(&self, method: &str, path: &str, body: &str) -> (u16, Value) {
+        let mut stream = std::net::TcpStream::connect(&self.address).expect("connect");
+        write!(stream, "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", self.address, body.len()).expect("send");
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).expect("read the response");
+        let status: u16 = raw.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status line: {raw}"));
+        let text = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        (status, serde_json::from_str(text).unwrap_or(Value::String(text.to_string())))
+    }
+
+    fn complete(&self, body: Value) -> Value {
+        let (status, v) = self.call("POST", "/v1/completions", &body.to_string());
+        assert_eq!(status, 200, "{v}");
+        v
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The same request `copies` times on threads of their own, each beside random neighbours
+/// (other prompts, lengths and temperatures) sent at the same time: every copy's token ids and
+/// logprobs.
+fn under_load(server: &Server, request: &Value, copies: usize, seed: u64) -> Vec<(Value, Value)> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let neighbours: Vec<Value> = (0..12)
+        .map(|_| {
+            let prompt: String = (0..rng.random_range(1..20)).map(|_| char::from(b'a' + rng.random_range(0..26u8))).collect();
+            json!({"prompt": prompt, "max_tokens": rng.random_range(1..24), "temperature": rng.random_range(0.0..1.5), "seed": rng.random::<u32>()})
+        })
+        .collect();
+    std::thread::scope(|scope| {
+        for n in &neighbours {
+            scope.spawn(move || server.complete(n.clone()));
+        }
+        let copies: Vec<_> = (0..copies).map(|_| scope.spawn(|| server.complete(request.clone()))).collect();
+        copies.into_iter().map(|h| h.join().expect("a request thread")).map(|v| (v["choices"][0]["token_ids"].clone(), v["choices"][0]["logprobs"]["token_logprobs"].clone())).collect()
+    })
+}
+
+#[test]
+fn the_same_request_gives_the_same_bits_under_any_load() {
+    let dir = scratch("serve-bits");
+    let server = Server::start(&dir, &[]);
+    assert_eq!(server.call("GET", "/health", "").0, 200);
+    let (status, models) = server.call("GET", "/v1/models", "");
+    assert_eq!((status, models["data"][0]["id"].as_str()), (200, Some("lockstep-tiny")), "{models}");
+    for (name, request) in [
+        ("greedy", json!({"prompt": "sort 312:", "max_tokens": 12, "temperature": 0, "logprobs": 1})),
+        ("T 1, seed 7", json!({"prompt": "sort 312:", "max_tokens": 12, "temperature": 1.0, "seed": 7, "logprobs": 1})),
+    ] {
+        let alone = server.complete(request.clone());
+        let alone = (alone["choices"][0]["token_ids"].clone(), alone["choices"][0]["logprobs"]["token_logprobs"].clone());
+        assert_eq!(alone.0.as_array().map(Vec::len), Some(12), "{name}: {alone:?}");
+        let loaded = under_load(&server, &request, 6, 1);
+        let unique: std::collections::BTreeSet<String> = loaded.iter().map(|(t, l)| format!("{t} {l}")).collect();
+        assert_eq!(unique.len(), 1, "{name}: {} different answers under load", unique.len());
+        // logprobs as written: serde_json writes the shortest text that round-trips, so equal
+        // text is equal bits
+        assert_eq!(loaded[0], alone, "{name}: under load differs from alone");
+    }
+    // another seed draws another completion; n = 3 gives three draws, the first the n = 1 one
+    let seeded = |seed: u64, n: u64| server.complete(json!({"prompt": "sort 312:", "max_tokens": 12, "temperature": 1.0, "seed": seed, "n": n}));
+    let (a, b) = (seeded(7, 1), seeded(8, 1));
+    assert_ne!(a["choices"][0]["token_ids"], b["choices"][0]["token_ids"], "seeds 7 and 8 drew the same 12 tokens");
+    let three = seeded(7, 3);
+    assert_eq!(three["choices"].as_array().map(Vec::len), Some(3));
+    assert_eq!(three["choices"][0]["token_ids"], a["choices"][0]["token_ids"]);
+    assert_ne!(three["choices"][1]["token_ids"], three["choices"][0]["token_ids"]);
+    assert_eq!(three["usage"]["completion_tokens"], json!(36));
+}
+
+#[test]
+fn bad_requests_get_errors_naming_the_field_and_sigterm_stops_the_server() {
+    let dir = scratch("serve-errors");
+    let mut server = Server::start(&dir, &["sampler.context=48"]);
+    for (path, body, status, needle) in [
+        ("/v1/completions", "{bad json", 400, "not valid JSON"),
+        ("/v1/completions", "[1, 2]", 400, "JSON object"),
+        ("/v1/completions", r#"{"max_tokens": 4}"#, 400, "`prompt` is required"),
+        ("/v1/completions", r#"{"prompt": "1+1=", "temperature": -1}"#, 400, "temperature"),
+        ("/v1/completions", r#"{"prompt": "1+1=", "top_p": 0}"#, 400, "top_p"),
+        ("/v1/completions", r#"{"prompt": "1+1=", "max_tokens": 0}"#, 400, "max_tokens"),
+        ("/v1/completions", r#"{"prompt": "1+1=", "max_tokens": 100}"#, 400, "context of 48"),
+        ("/v1/completions", r#"{"prompt": [1, 2, 99999]}"#, 400, "token id 99999"),
+        ("/v1/completions", r#"{"prompt": "1+1=", "stop": [3]}"#, 400, "stop"),
+        ("/v1/completions", r#"{"prompt": "1+1=", "stream": true}"#, 400, "stream"),
+        ("/v1/completions", r#"{"prompt": "1+1=", "model": "gpt-4"}"#, 404, "lockstep-tiny"),
+        ("/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "hi"}]}"#, 400, "chat template"),
+        ("/v1/nothing", "{}", 404, "no such endpoint"),
+    ] {
+        let (got, v) = server.call("POST", path, body);
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(got, status, "{path} {body}: {v}");
+        assert!(message.contains(needle), "{path} {body}: {v}");
+    }
+    // still serving after every error
+    assert_eq!(server.complete(json!({"prompt": "1+1=", "max_tokens": 2}))["choices"][0]["token_ids"].as_array().map(Vec::len), Some(2));
+    let pid = server.child.id();
+    assert!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill").success());
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = server.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(started.elapsed().as_secs() < 30, "the server did not stop within 30 s of SIGTERM");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(status.success(), "{status}");
+}
