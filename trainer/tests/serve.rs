@@ -36,13 +36,19 @@ impl Server {
 
     /// (status, body) of one request over a fresh connection.
     fn call(&self, method: &str, path: &str, body: &str) -> (u16, Value) {
+        let (status, _, v) = self.call_with(method, path, body, "");
+        (status, v)
+    }
+
+    /// (status, headers, body), with `headers` (lines ending in \r\n) added to the request.
+    fn call_with(&self, method: &str, path: &str, body: &str, headers: &str) -> (u16, String, Value) {
         let mut stream = std::net::TcpStream::connect(&self.address).expect("connect");
-        write!(stream, "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", self.address, body.len()).expect("send");
+        write!(stream, "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{headers}Connection: close\r\n\r\n{body}", self.address, body.len()).expect("send");
         let mut raw = String::new();
         stream.read_to_string(&mut raw).expect("read the response");
         let status: u16 = raw.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status line: {raw}"));
-        let text = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-        (status, serde_json::from_str(text).unwrap_or(Value::String(text.to_string())))
+        let (head, text) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+        (status, head.to_ascii_lowercase(), serde_json::from_str(text).unwrap_or(Value::String(text.to_string())))
     }
 
     fn complete(&self, body: Value) -> Value {
@@ -148,4 +154,31 @@ fn bad_requests_get_errors_naming_the_field_and_sigterm_stops_the_server() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     };
     assert!(status.success(), "{status}");
+}
+
+#[test]
+fn an_api_key_is_required_when_set_and_past_the_queue_bound_requests_get_429() {
+    let dir = scratch("serve-limits");
+    let server = Server::start(&dir, &["serve.api_key=sesame", "serve.max_queue=1"]);
+    let body = json!({"prompt": "sort 312:", "max_tokens": 20}).to_string();
+    // /health is open; the API needs the key
+    assert_eq!(server.call("GET", "/health", "").0, 200);
+    let (status, _, v) = server.call_with("POST", "/v1/completions", &body, "");
+    assert_eq!(status, 401, "{v}");
+    let (status, _, v) = server.call_with("POST", "/v1/completions", &body, "Authorization: Bearer sesam\r\n");
+    assert_eq!(status, 401, "{v}");
+    let key = "Authorization: Bearer sesame\r\n";
+    let (status, _, v) = server.call_with("POST", "/v1/completions", &body, key);
+    assert_eq!(status, 200, "{v}");
+    // n = 2 alone passes a bound of 1; so do concurrent requests past it
+    let (status, head, v) = server.call_with("POST", "/v1/completions", &json!({"prompt": "sort 312:", "n": 2}).to_string(), key);
+    assert_eq!(status, 429, "{v}");
+    assert!(head.contains("retry-after: 1") && v["error"]["message"].as_str().unwrap_or("").contains("serve.max_queue"), "{head} {v}");
+    // (40 tokens each: the first admitted holds its place while the others arrive)
+    let long = json!({"prompt": "sort 312:", "max_tokens": 40}).to_string();
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let calls: Vec<_> = (0..6).map(|_| scope.spawn(|| server.call_with("POST", "/v1/completions", &long, key).0)).collect();
+        calls.into_iter().map(|h| h.join().expect("a request thread")).collect()
+    });
+    assert!(statuses.contains(&200) && statuses.contains(&429) && statuses.iter().all(|s| *s == 200 || *s == 429), "{statuses:?}");
 }

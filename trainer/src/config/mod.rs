@@ -288,11 +288,17 @@ pub struct ServeSection {
     /// The `model` requests name (`GET /v1/models`); empty: the checkpoint folder's name, or
     /// "lockstep-tiny" for the embedded model.
     pub model_name: String,
+    /// Requests (choices) in flight at most; past it a request is answered 429 with
+    /// `Retry-After`. 0: no bound.
+    pub max_queue: usize,
+    /// When set, every request but `GET /health` must carry `Authorization: Bearer <api_key>`
+    /// (compared in constant time); 401 without it.
+    pub api_key: String,
 }
 
 impl Default for ServeSection {
     fn default() -> Self {
-        Self { host: "127.0.0.1".into(), port: 8000, model_name: String::new() }
+        Self { host: "127.0.0.1".into(), port: 8000, model_name: String::new(), max_queue: 1024, api_key: String::new() }
     }
 }
 

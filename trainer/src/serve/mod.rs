@@ -27,6 +27,10 @@ struct Server {
     chat: Option<crate::chat::ChatPrompts>,
     defaults: Defaults,
     next_id: AtomicU64,
+    /// Choices in flight, against `serve.max_queue`.
+    in_flight: std::sync::atomic::AtomicUsize,
+    max_queue: usize,
+    api_key: String,
 }
 
 /// The name requests use for this server's model.
@@ -67,7 +71,7 @@ pub fn run(cfg: &Config, policy: Policy) -> Result<(), RunError> {
     let mut model = model;
     model.kernels = cfg.ablation.sampler_kernels.kernel_set();
     let engine = crate::run::sampler_engine(cfg, &tokenizer, model)?;
-    let server = Arc::new(Server { engine: sampler::EngineHandle::spawn(engine), tokenizer, chat, defaults, next_id: AtomicU64::new(0) });
+    let server = Arc::new(Server { engine: sampler::EngineHandle::spawn(engine), tokenizer, chat, defaults, next_id: AtomicU64::new(0), in_flight: Default::default(), max_queue: cfg.serve.max_queue, api_key: cfg.serve.api_key.clone() });
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| RunError::Other(format!("serve: the async runtime: {e}")))?;
     runtime.block_on(async move {
         let address = format!("{}:{}", cfg.serve.host, cfg.serve.port);
@@ -80,6 +84,7 @@ pub fn run(cfg: &Config, policy: Policy) -> Result<(), RunError> {
             .route("/v1/completions", post(completions))
             .route("/v1/chat/completions", post(chat_completions))
             .fallback(|| async { error(ApiError { status: 404, message: "no such endpoint (POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health)".into(), param: None }) })
+            .layer(axum::middleware::from_fn_with_state(server.clone(), authorised))
             .with_state(server);
         eprintln!("lockstep serve: listening on http://{bound} (model \"{name}\")");
         axum::serve(listener, app).with_graceful_shutdown(stopped()).await.map_err(|e| RunError::Other(format!("serve: {e}")))
@@ -106,8 +111,34 @@ async fn stopped() {
     eprintln!("lockstep serve: stopping (the requests in flight finish first)");
 }
 
+/// Refuses a request without the server's `api_key` (when one is set); `/health` is open.
+async fn authorised(State(server): State<Arc<Server>>, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    if server.api_key.is_empty() || request.uri().path() == "/health" {
+        return next.run(request).await;
+    }
+    let given = request.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
+    if constant_time_eq(given.as_bytes(), server.api_key.as_bytes()) {
+        return next.run(request).await;
+    }
+    error(ApiError { status: 401, message: "a valid API key is required: `Authorization: Bearer <serve.api_key>`".into(), param: None })
+}
+
+/// Equality whose time depends on the lengths only, not on where the bytes first differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut differ = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        differ |= (a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0)) as usize;
+    }
+    differ == 0
+}
+
 fn error(e: ApiError) -> Response {
-    (StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST), axum::Json(e.body())).into_response()
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut response = (status, axum::Json(e.body())).into_response();
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        response.headers_mut().insert("retry-after", axum::http::HeaderValue::from_static("1"));
+    }
+    response
 }
 
 fn ok(body: Value) -> Response {
@@ -126,8 +157,24 @@ async fn models(State(server): State<Arc<Server>>) -> Response {
     ok(json!({"object": "list", "data": [{"id": server.defaults.model_name, "object": "model", "owned_by": "lockstep"}]}))
 }
 
-/// Runs the request's choices on the engine, each as its own engine request.
+/// Counts a request's choices in flight while it lives.
+struct Admitted<'a>(&'a std::sync::atomic::AtomicUsize, usize);
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(self.1, Ordering::SeqCst);
+    }
+}
+
+/// Runs the request's choices on the engine, each as its own engine request; 429 past
+/// `serve.max_queue` choices in flight.
 async fn generate(server: &Arc<Server>, requests: Vec<sampler::Request>) -> Result<Vec<sampler::Completion>, ApiError> {
+    let n = requests.len();
+    let before = server.in_flight.fetch_add(n, Ordering::SeqCst);
+    let _admitted = Admitted(&server.in_flight, n);
+    if server.max_queue > 0 && before + n > server.max_queue {
+        return Err(ApiError { status: 429, message: format!("{before} requests are in flight and serve.max_queue is {}: retry later", server.max_queue), param: None });
+    }
     let handles: Vec<_> = requests.into_iter().map(|r| {
         let engine = server.engine.clone();
         tokio::spawn(async move { engine.submit(r).await })
