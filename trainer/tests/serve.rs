@@ -174,8 +174,8 @@ fn an_api_key_is_required_when_set_and_past_the_queue_bound_requests_get_429() {
     let (status, head, v) = server.call_with("POST", "/v1/completions", &json!({"prompt": "sort 312:", "n": 2}).to_string(), key);
     assert_eq!(status, 429, "{v}");
     assert!(head.contains("retry-after: 1") && v["error"]["message"].as_str().unwrap_or("").contains("serve.max_queue"), "{head} {v}");
-    // (40 tokens each: the first admitted holds its place while the others arrive)
-    let long = json!({"prompt": "sort 312:", "max_tokens": 40}).to_string();
+    // (36 tokens each, the context's most beside the prompt: the first admitted holds its place while the others arrive)
+    let long = json!({"prompt": "sort 312:", "max_tokens": 36}).to_string();
     let statuses: Vec<u16> = std::thread::scope(|scope| {
         let calls: Vec<_> = (0..6).map(|_| scope.spawn(|| server.call_with("POST", "/v1/completions", &long, key).0)).collect();
         calls.into_iter().map(|h| h.join().expect("a request thread")).collect()
