@@ -17,7 +17,7 @@ struct Server {
 
 impl Server {
     fn start(dir: &std::path::Path, extra: &[&str]) -> Server {
-        let mut args = vec!["serve", "--set", "serve.port=0", "--set", "sampler.max_batch=8"];
+        let mut args = vec!["serve", "--set", "serve.port=0", "--set", "sampler.max_batch=32"];
         for s in extra {
             args.extend(["--set", s]);
         }
@@ -115,6 +115,20 @@ fn the_same_request_gives_the_same_bits_under_any_load() {
     assert_eq!(three["choices"][0]["token_ids"], a["choices"][0]["token_ids"]);
     assert_ne!(three["choices"][1]["token_ids"], three["choices"][0]["token_ids"]);
     assert_eq!(three["usage"]["completion_tokens"], json!(36));
+}
+
+/// The negative control: the ablation's split-K sampler (a deterministic matmul whose K split
+/// follows the batch's rows) answers the same request differently alone and among neighbours,
+/// so the test above would see a kernel that is not batch invariant.
+#[test]
+fn a_sampler_that_is_not_batch_invariant_fails_the_same_test() {
+    let dir = scratch("serve-control");
+    let server = Server::start(&dir, &["ablation.sampler_kernels=split_k"]);
+    let request = json!({"prompt": "sort 312:", "max_tokens": 12, "temperature": 0, "logprobs": 1});
+    let alone = server.complete(request.clone());
+    let alone = (alone["choices"][0]["token_ids"].clone(), alone["choices"][0]["logprobs"]["token_logprobs"].clone());
+    let answers: std::collections::BTreeSet<String> = under_load(&server, &request, 6, 1).into_iter().chain([alone]).map(|(t, l)| format!("{t} {l}")).collect();
+    assert!(answers.len() > 1, "split-K gave one answer alone and under load: the test could not see a batch-dependent kernel");
 }
 
 #[test]
