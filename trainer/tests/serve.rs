@@ -196,3 +196,23 @@ fn an_api_key_is_required_when_set_and_past_the_queue_bound_requests_get_429() {
     });
     assert!(statuses.contains(&200) && statuses.contains(&429) && statuses.iter().all(|s| *s == 200 || *s == 429), "{statuses:?}");
 }
+
+/// The official `openai` Python client (installed by `.ci/setup`) against the server: what a
+/// user's code sees. The chat template is a file (the embedded model ships none).
+#[test]
+fn the_openai_python_client_gets_completions_chat_logprobs_and_typed_errors() {
+    let dir = scratch("serve-openai");
+    std::fs::write(dir.join("t.jinja"), "{% for m in messages %}{{ m.content }}{% endfor %}").unwrap();
+    let server = Server::start(&dir, &["task.chat_template=t.jinja"]);
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/openai_client.py");
+    let out = Command::new("python3").arg(&script).arg(&server.address).output().expect("run python3");
+    assert!(out.status.success(), "the client failed: {}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("the script's JSON");
+    assert_eq!(v["models"], json!(["lockstep-tiny"]), "{v}");
+    assert_eq!(v["completion"]["logprobs"].as_array().map(Vec::len), Some(8), "{v}");
+    assert_eq!(v["completion"]["usage"], json!(8), "{v}");
+    assert_eq!(v["same_again"], json!(true), "{v}");
+    assert_eq!(v["chat"]["role"], json!("assistant"), "{v}");
+    assert!(v["chat"]["logprobs"].as_array().is_some_and(|l| !l.is_empty() && l.len() <= 6), "{v}");
+    assert_eq!(v["error"], json!({"status": 400, "param": "temperature"}), "{v}");
+}
