@@ -17,19 +17,25 @@ const FILE: &str = "inputs.resolved.json";
 /// absent: a `chat_template.jinja` added later changes the prompts).
 const CHECKPOINT_FILES: [&str; 4] = ["tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja"];
 
+/// FNV-1a's start value.
+pub(crate) const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// `hash` (FNV-1a, from [`FNV_START`]) extended by `bytes`.
+pub(crate) fn fnv1a(hash: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(hash, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+}
+
 /// FNV-1a over the file's bytes (stable across builds and machines, unlike std's hasher) and
 /// its length, or `None` when it cannot be read.
 fn fingerprint(path: &Path) -> Option<(u64, String)> {
     let mut file = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(path).ok()?);
-    let (mut hash, mut len, mut buf) = (0xcbf2_9ce4_8422_2325u64, 0u64, vec![0u8; 1 << 20]);
+    let (mut hash, mut len, mut buf) = (FNV_START, 0u64, vec![0u8; 1 << 20]);
     loop {
         let n = file.read(&mut buf).ok()?;
         if n == 0 {
             return Some((len, format!("{hash:016x}")));
         }
-        for &b in &buf[..n] {
-            hash = (hash ^ b as u64).wrapping_mul(0x0100_0000_01b3);
-        }
+        hash = fnv1a(hash, &buf[..n]);
         len += n as u64;
     }
 }

@@ -45,7 +45,13 @@ pub fn save_resolved(c: &Config, dir: &Path) -> Result<(), RunError> {
 /// `sampler.kv_reserve` only decides when requests are admitted, which batch invariance makes
 /// irrelevant to every bit; the memory sizes neither (a resume after running out of memory
 /// may lower them).
-const RESUME_NEUTRAL_KEYS: [&str; 6] = ["log.progress", "log.tensorboard", "train.final_checkpoint", "sampler.kv_reserve", "train.micro_batch_tokens", "sampler.kv_budget_mib"];
+const RESUME_NEUTRAL_KEYS: [&str; 7] = ["log.progress", "log.tensorboard", "train.final_checkpoint", "sampler.kv_reserve", "train.micro_batch_tokens", "sampler.kv_budget_mib", "serve."];
+
+/// Whether `key` is resume-neutral: listed, or under a listed section (`serve.`: the server's
+/// keys never reach a training run).
+fn resume_neutral(key: &str) -> bool {
+    RESUME_NEUTRAL_KEYS.iter().any(|n| key == *n || (n.ends_with('.') && key.starts_with(n)))
+}
 
 /// `(key, before, now)` for every key whose value differs between the config a run was started
 /// with (its `config.resolved.toml`) and `now`, keys that cannot change a bit left out.
@@ -71,8 +77,7 @@ pub fn config_changes(before: &Config, now: &Config) -> Vec<(String, String, Str
     let (a, b) = (table(before), table(now));
     let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
     keys.into_iter()
-        // (the server's keys never reach a training run)
-        .filter(|k| !RESUME_NEUTRAL_KEYS.contains(&k.as_str()) && !k.starts_with("serve.") && a.get(*k) != b.get(*k))
+        .filter(|k| !resume_neutral(k) && a.get(*k) != b.get(*k))
         .map(|k| (k.clone(), a.get(k).cloned().unwrap_or_else(|| "(unset)".into()), b.get(k).cloned().unwrap_or_else(|| "(unset)".into())))
         .collect()
 }

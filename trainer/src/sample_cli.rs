@@ -250,7 +250,7 @@ pub fn main(cfg: Config) -> Result<(), RunError> {
 /// A request's noise key from its identity (FNV-1a over the text: the same on every build and
 /// machine).
 pub(crate) fn noise_key(identity: &str) -> u64 {
-    identity.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+    crate::input_files::fnv1a(crate::input_files::FNV_START, identity.as_bytes())
 }
 
 /// Whether `a` and `b` name one file (`b` need not exist yet: its folder is resolved).

@@ -195,11 +195,30 @@ fn text_of(server: &Server, tokens: &[u32]) -> String {
     server.tokenizer.decode(tokens, true).unwrap_or_default()
 }
 
-async fn completions(State(server): State<Arc<Server>>, body: axum::body::Bytes) -> Response {
-    match completions_body(&server, &body).await {
+/// A handler's answer: its body, or its error in OpenAI's shape.
+fn respond(result: Result<Value, ApiError>) -> Response {
+    match result {
         Ok(v) => ok(v),
         Err(e) => error(e),
     }
+}
+
+async fn completions(State(server): State<Arc<Server>>, body: axum::body::Bytes) -> Response {
+    respond(completions_body(&server, &body).await)
+}
+
+/// The request's sampling settings (`max_keys` name its token budget) and its choices' completions.
+async fn sample_choices(server: &Arc<Server>, body: &Value, prompt: &[u32], max_keys: &[&str]) -> Result<(api::Sampling, Vec<sampler::Completion>), ApiError> {
+    let sampling = api::sampling(body, &server.defaults, max_keys)?;
+    let requests = api::requests(prompt.to_vec(), &sampling, &server.defaults, &mut || server.next_id.fetch_add(1, Ordering::Relaxed))?;
+    let done = generate(server, requests).await?;
+    Ok((sampling, done))
+}
+
+/// The fields both endpoints answer with around their `choices`.
+fn envelope(d: &Defaults, prefix: &str, object: &str, choices: Vec<Value>, prompt: &[u32], done: &[sampler::Completion]) -> Value {
+    let mode = if d.processed_logprobs { "processed_logprobs" } else { "raw_logprobs" };
+    json!({"id": format!("{prefix}-{}", done.first().map_or(0, |c| c.id)), "object": object, "created": unix_time(), "model": d.model_name, "choices": choices, "usage": api::usage(prompt.len(), done), "prompt_token_ids": prompt, "logprobs_mode": mode})
 }
 
 async fn completions_body(server: &Arc<Server>, body: &[u8]) -> Result<Value, ApiError> {
@@ -213,21 +232,16 @@ async fn completions_body(server: &Arc<Server>, body: &[u8]) -> Result<Value, Ap
         Some(v) => return Err(ApiError::bad("prompt", format!("`prompt` must be a string or a list of token ids, got {v}"))),
         None => return Err(ApiError::bad("prompt", "`prompt` is required")),
     };
-    let sampling = api::sampling(&body, d, &["max_tokens"])?;
-    let requests = api::requests(prompt.clone(), &sampling, d, &mut || server.next_id.fetch_add(1, Ordering::Relaxed))?;
-    let done = generate(server, requests).await?;
+    let (sampling, done) = sample_choices(server, &body, &prompt, &["max_tokens"]).await?;
     let choices: Vec<Value> = done.iter().enumerate().map(|(i, c)| {
         let logprobs = sampling.logprobs.then(|| json!({"tokens": c.tokens.iter().map(|&t| text_of(server, &[t])).collect::<Vec<_>>(), "token_logprobs": c.logprobs}));
         json!({"index": i, "text": text_of(server, &c.tokens), "finish_reason": api::finish_reason(&c.finish), "logprobs": logprobs, "token_ids": c.tokens})
     }).collect();
-    Ok(json!({"id": format!("cmpl-{}", done.first().map_or(0, |c| c.id)), "object": "text_completion", "created": unix_time(), "model": d.model_name, "choices": choices, "usage": api::usage(prompt.len(), &done), "prompt_token_ids": prompt, "logprobs_mode": if d.processed_logprobs { "processed_logprobs" } else { "raw_logprobs" }}))
+    Ok(envelope(d, "cmpl", "text_completion", choices, &prompt, &done))
 }
 
 async fn chat_completions(State(server): State<Arc<Server>>, body: axum::body::Bytes) -> Response {
-    match chat_body(&server, &body).await {
-        Ok(v) => ok(v),
-        Err(e) => error(e),
-    }
+    respond(chat_body(&server, &body).await)
 }
 
 async fn chat_body(server: &Arc<Server>, body: &[u8]) -> Result<Value, ApiError> {
@@ -242,12 +256,10 @@ async fn chat_body(server: &Arc<Server>, body: &[u8]) -> Result<Value, ApiError>
     };
     let text = chat.render_messages(messages.clone()).map_err(|e| ApiError::bad("messages", format!("the chat template cannot render these messages: {e}")))?;
     let prompt = encode(&server.tokenizer, &text).map_err(|e| ApiError::bad("messages", e.to_string()))?;
-    let sampling = api::sampling(&body, d, &["max_tokens", "max_completion_tokens"])?;
-    let requests = api::requests(prompt.clone(), &sampling, d, &mut || server.next_id.fetch_add(1, Ordering::Relaxed))?;
-    let done = generate(server, requests).await?;
+    let (sampling, done) = sample_choices(server, &body, &prompt, &["max_tokens", "max_completion_tokens"]).await?;
     let choices: Vec<Value> = done.iter().enumerate().map(|(i, c)| {
         let logprobs = sampling.logprobs.then(|| json!({"content": c.tokens.iter().zip(&c.logprobs).map(|(&t, &lp)| json!({"token": text_of(server, &[t]), "logprob": lp, "top_logprobs": []})).collect::<Vec<_>>()}));
         json!({"index": i, "message": {"role": "assistant", "content": text_of(server, &c.tokens)}, "finish_reason": api::finish_reason(&c.finish), "logprobs": logprobs, "token_ids": c.tokens})
     }).collect();
-    Ok(json!({"id": format!("chatcmpl-{}", done.first().map_or(0, |c| c.id)), "object": "chat.completion", "created": unix_time(), "model": d.model_name, "choices": choices, "usage": api::usage(prompt.len(), &done), "prompt_token_ids": prompt, "logprobs_mode": if d.processed_logprobs { "processed_logprobs" } else { "raw_logprobs" }}))
+    Ok(envelope(d, "chatcmpl", "chat.completion", choices, &prompt, &done))
 }
