@@ -1,76 +1,203 @@
 //! The tokio front: the engine runs on its own thread (kernel launches block), requests come
-//! in over a channel from any number of tasks, each answered on its own oneshot.
+//! in over a channel from any number of tasks. A request is answered whole on a oneshot, or
+//! streamed: its new tokens after every engine step, then its completion. A request whose
+//! answer nobody awaits any more (the client went away) is cancelled, freeing its slot and cache.
 
-use crate::engine::Engine;
+use crate::engine::{Engine, Occupancy};
 use crate::request::{Completion, Request, SampleError};
 use std::collections::HashMap;
-use std::sync::mpsc;
-use tokio::sync::oneshot;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 
-type Reply = oneshot::Sender<Result<Completion, SampleError>>;
+/// What a streamed request hears: its tokens as they come (each once, in order), then its end.
+#[derive(Debug)]
+pub enum StreamEvent {
+    Tokens { tokens: Vec<u32>, logprobs: Vec<f32> },
+    Done(Result<Completion, SampleError>),
+}
+
+enum Reply {
+    Whole(oneshot::Sender<Result<Completion, SampleError>>),
+    Stream { events: tokio_mpsc::UnboundedSender<StreamEvent>, sent: Vec<u32> },
+}
+
+impl Reply {
+    fn abandoned(&self) -> bool {
+        match self {
+            Reply::Whole(tx) => tx.is_closed(),
+            Reply::Stream { events, .. } => events.is_closed(),
+        }
+    }
+
+    fn finish(self, result: Result<Completion, SampleError>) {
+        match self {
+            Reply::Whole(tx) => {
+                let _ = tx.send(result);
+            }
+            Reply::Stream { events, sent } => {
+                let result = result.and_then(|c| check_replay(&c.tokens, &sent, c.id).map(|()| c));
+                let _ = events.send(StreamEvent::Done(result));
+            }
+        }
+    }
+}
+
+/// A preempted request runs again from its prompt; the tokens it streams the second time must
+/// be those it streamed the first (they are: the same bits). Checked, never assumed.
+fn check_replay(tokens: &[u32], sent: &[u32], id: u64) -> Result<(), SampleError> {
+    let n = tokens.len().min(sent.len());
+    if tokens[..n] == sent[..n] {
+        Ok(())
+    } else {
+        Err(SampleError::Engine { id, message: "a preempted request sampled other tokens when it ran again than it had streamed (the sampler is not deterministic here)".into() })
+    }
+}
+
+/// Counters and gauges the engine thread keeps for `/metrics`.
+#[derive(Default)]
+pub struct EngineMetrics {
+    pub running: AtomicUsize,
+    pub waiting: AtomicUsize,
+    pub kv_blocks_used: AtomicUsize,
+    /// 0 for a contiguous cache.
+    pub kv_blocks: AtomicUsize,
+    pub steps: AtomicU64,
+    pub generated_tokens: AtomicU64,
+    pub prompt_tokens: AtomicU64,
+    pub preemptions: AtomicU64,
+    pub finished: AtomicU64,
+    pub failed: AtomicU64,
+    pub cancelled: AtomicU64,
+}
+
+impl EngineMetrics {
+    fn record(&self, o: Occupancy) {
+        self.running.store(o.running, Ordering::Relaxed);
+        self.waiting.store(o.waiting, Ordering::Relaxed);
+        self.kv_blocks_used.store(o.kv_blocks_used, Ordering::Relaxed);
+        self.kv_blocks.store(o.kv_blocks.unwrap_or(0), Ordering::Relaxed);
+    }
+}
 
 #[derive(Clone)]
 pub struct EngineHandle {
     tx: mpsc::Sender<(Request, Reply)>,
+    metrics: Arc<EngineMetrics>,
 }
 
 impl EngineHandle {
-    /// Moves `engine` onto a dedicated thread. The thread ends when every handle is dropped.
-    pub fn spawn(mut engine: Engine) -> Self {
+    /// Moves `engine` onto a dedicated thread. The thread ends when every handle is dropped
+    /// and the requests in flight are answered.
+    pub fn spawn(engine: Engine) -> Self {
         let (tx, rx) = mpsc::channel::<(Request, Reply)>();
-        std::thread::Builder::new()
-            .name("lockstep-sampler".into())
-            .spawn(move || {
-                let mut waiting: HashMap<u64, Vec<Reply>> = HashMap::new();
-                let mut open = true;
-                loop {
-                    // idle: block for work; busy: take whatever has arrived and keep stepping
-                    if engine.is_idle() && open {
-                        match rx.recv() {
-                            Ok((req, reply)) => {
-                                waiting.entry(req.id).or_default().push(reply);
-                                engine.add(req);
-                            }
-                            Err(_) => open = false,
-                        }
-                    }
-                    loop {
-                        match rx.try_recv() {
-                            Ok((req, reply)) => {
-                                waiting.entry(req.id).or_default().push(reply);
-                                engine.add(req);
-                            }
-                            Err(mpsc::TryRecvError::Empty) => break,
-                            Err(mpsc::TryRecvError::Disconnected) => {
-                                open = false;
-                                break;
-                            }
-                        }
-                    }
-                    engine.step();
-                    for (id, result) in engine.take_done() {
-                        if let Some(replies) = waiting.get_mut(&id) {
-                            if !replies.is_empty() {
-                                let _ = replies.remove(0).send(result);
-                            }
-                            if replies.is_empty() {
-                                waiting.remove(&id);
-                            }
-                        }
-                    }
-                    if !open && engine.is_idle() {
-                        break;
-                    }
-                }
-            })
-            .expect("spawn sampler thread");
-        Self { tx }
+        let metrics = Arc::new(EngineMetrics::default());
+        let shared = metrics.clone();
+        std::thread::Builder::new().name("lockstep-sampler".into()).spawn(move || serve_engine(engine, rx, &shared)).expect("spawn sampler thread");
+        Self { tx, metrics }
+    }
+
+    pub fn metrics(&self) -> &EngineMetrics {
+        &self.metrics
     }
 
     /// Submit a request and wait for its completion (or its error).
     pub async fn submit(&self, request: Request) -> Result<Completion, SampleError> {
         let (reply, answer) = oneshot::channel();
-        self.tx.send((request, reply)).map_err(|_| SampleError::Closed)?;
+        self.tx.send((request, Reply::Whole(reply))).map_err(|_| SampleError::Closed)?;
         answer.await.map_err(|_| SampleError::Closed)?
     }
+
+    /// Submit a request whose tokens arrive as they are sampled; the last event is `Done`.
+    /// Dropping the receiver cancels the request.
+    pub fn stream(&self, request: Request) -> Result<tokio_mpsc::UnboundedReceiver<StreamEvent>, SampleError> {
+        let (events, receiver) = tokio_mpsc::unbounded_channel();
+        self.tx.send((request, Reply::Stream { events, sent: Vec::new() })).map_err(|_| SampleError::Closed)?;
+        Ok(receiver)
+    }
+}
+
+/// The engine thread: take requests, step, hand out tokens and results, cancel the abandoned.
+fn serve_engine(mut engine: Engine, rx: mpsc::Receiver<(Request, Reply)>, metrics: &EngineMetrics) {
+    let mut waiting: HashMap<u64, Reply> = HashMap::new();
+    let mut open = true;
+    let accept = |engine: &mut Engine, waiting: &mut HashMap<u64, Reply>, (req, reply): (Request, Reply)| {
+        if waiting.contains_key(&req.id) {
+            reply.finish(Err(SampleError::Engine { id: req.id, message: "a request with this id is already running".into() }));
+            return;
+        }
+        metrics.prompt_tokens.fetch_add(req.prompt.len() as u64, Ordering::Relaxed);
+        waiting.insert(req.id, reply);
+        engine.add(req);
+    };
+    loop {
+        // idle: block for work; busy: take whatever has arrived and keep stepping
+        if engine.is_idle() && open {
+            metrics.record(engine.occupancy());
+            match rx.recv() {
+                Ok(submitted) => accept(&mut engine, &mut waiting, submitted),
+                Err(_) => open = false,
+            }
+        }
+        loop {
+            match rx.try_recv() {
+                Ok(submitted) => accept(&mut engine, &mut waiting, submitted),
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    open = false;
+                    break;
+                }
+            }
+        }
+        let gone: Vec<u64> = waiting.iter().filter(|(_, r)| r.abandoned()).map(|(&id, _)| id).collect();
+        for id in gone {
+            waiting.remove(&id);
+            if engine.cancel(id) {
+                metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let stats = engine.step();
+        metrics.steps.fetch_add(1, Ordering::Relaxed);
+        metrics.generated_tokens.fetch_add(stats.sampled as u64, Ordering::Relaxed);
+        metrics.preemptions.fetch_add(stats.preempted as u64, Ordering::Relaxed);
+        for id in stream_new_tokens(&engine, &mut waiting) {
+            engine.cancel(id);
+            metrics.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        for (id, result) in engine.take_done() {
+            if let Some(reply) = waiting.remove(&id) {
+                let counter = if result.is_ok() { &metrics.finished } else { &metrics.failed };
+                counter.fetch_add(1, Ordering::Relaxed);
+                reply.finish(result);
+            }
+        }
+        metrics.record(engine.occupancy());
+        if !open && engine.is_idle() {
+            break;
+        }
+    }
+}
+
+/// Sends each streamed request the tokens it has beyond those already sent. Returns the requests
+/// that failed the replay check (answered with their error, to be cancelled).
+fn stream_new_tokens(engine: &Engine, waiting: &mut HashMap<u64, Reply>) -> Vec<u64> {
+    let mut failed = Vec::new();
+    for (id, tokens, logprobs) in engine.partial() {
+        let Some(Reply::Stream { events, sent }) = waiting.get_mut(&id) else { continue };
+        if tokens.len() <= sent.len() {
+            continue; // rerunning after a preemption, not past what was sent yet
+        }
+        if let Err(e) = check_replay(tokens, sent, id) {
+            let _ = events.send(StreamEvent::Done(Err(e)));
+            failed.push(id);
+            continue;
+        }
+        let from = sent.len();
+        sent.extend_from_slice(&tokens[from..]);
+        let _ = events.send(StreamEvent::Tokens { tokens: tokens[from..].to_vec(), logprobs: logprobs[from..].to_vec() });
+    }
+    for id in &failed {
+        waiting.remove(id);
+    }
+    failed
 }

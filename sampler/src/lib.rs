@@ -15,6 +15,6 @@ mod front;
 pub mod invariance;
 mod request;
 
-pub use engine::{completes_stop_string, Decoder, Engine, EngineConfig, EnginePhaseTimes, StepStats};
-pub use front::EngineHandle;
+pub use engine::{completes_stop_string, Decoder, Engine, EngineConfig, EnginePhaseTimes, Occupancy, StepStats};
+pub use front::{EngineHandle, EngineMetrics, StreamEvent};
 pub use request::{Completion, FinishReason, Request, SampleError, SamplingParams, Timings};

@@ -191,3 +191,45 @@ fn a_stop_string_ends_a_request_at_its_first_occurrence_with_unchanged_bits() {
     }
     assert_eq!(checked, 6);
 }
+
+/// Cancelling a request (a server's client went away), running or queued, in overlap mode with
+/// a paged cache: it gives no result, its slot and blocks are free (none held once idle), and
+/// every other request keeps the bits it has without it; an unknown id is no request.
+#[test]
+fn cancelling_a_request_frees_its_cache_and_changes_no_other_bit() {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let model = model(rng.random());
+    let requests: Vec<Request> = (0..7u64).map(|id| {
+        let mut r = random_request(&mut rng, id, VOCAB);
+        (r.params.stop_tokens, r.params.max_new_tokens) = (Vec::new(), 20);
+        r
+    }).collect();
+    let alone: Vec<_> = engine(&model, 3, 4).generate(requests.clone()).into_iter().map(|r| bits(&r.unwrap())).collect();
+    let mut e = engine(&model, 3, 4);
+    for r in &requests {
+        e.add(r.clone());
+    }
+    for _ in 0..12 {
+        e.step();
+    }
+    let running: Vec<u64> = e.partial().map(|(id, _, _)| id).collect();
+    assert!(!running.is_empty() && running.len() < requests.len(), "{running:?} running");
+    let queued = requests.iter().map(|r| r.id).rev().find(|id| !running.contains(id)).expect("a queued request");
+    for id in [running[0], queued] {
+        assert!(e.cancel(id), "request {id} is in the engine");
+    }
+    assert!(!e.cancel(999) && !e.cancel(running[0]), "only requests in the engine can be cancelled, once");
+    let mut results = e.take_done();
+    while !e.is_idle() {
+        e.step();
+        results.extend(e.take_done());
+    }
+    results.extend(e.take_done());
+    let ids: std::collections::BTreeSet<u64> = results.iter().map(|(id, _)| *id).collect();
+    let expected: std::collections::BTreeSet<u64> = requests.iter().map(|r| r.id).filter(|id| *id != running[0] && *id != queued).collect();
+    assert_eq!(ids, expected, "the cancelled requests gave no result, the others one each");
+    for (id, r) in results {
+        assert_eq!(bits(&r.unwrap()), alone[id as usize], "request {id} changed beside the cancelled ones");
+    }
+    assert_eq!(e.occupancy().kv_blocks_used, 0, "cache blocks still held once idle");
+}

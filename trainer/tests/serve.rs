@@ -1,6 +1,7 @@
 //! `lockstep serve` through real HTTP on the CPU runtime (the embedded model): the same request
-//! gives the same bits alone and among concurrent neighbours, at T = 0 and at T > 0 with a seed;
-//! bad requests get OpenAI-style errors naming the field; SIGTERM stops it with exit 0.
+//! gives the same bits alone and among concurrent neighbours, at T = 0 and at T > 0 with a seed,
+//! streamed or whole; a client that goes away is cancelled; `/metrics` counts it all; bad
+//! requests get OpenAI-style errors naming the field; SIGTERM stops it with exit 0.
 
 mod common;
 
@@ -51,11 +52,90 @@ impl Server {
         (status, head.to_ascii_lowercase(), serde_json::from_str(text).unwrap_or(Value::String(text.to_string())))
     }
 
+    /// The data of each server-sent event of a streamed request, `[DONE]` as a string.
+    fn stream(&self, path: &str, body: &Value) -> Vec<Value> {
+        let (status, head, raw) = self.call_raw("POST", path, &body.to_string(), "");
+        assert_eq!(status, 200, "{raw}");
+        assert!(head.contains("content-type: text/event-stream"), "{head}");
+        let text = if head.contains("transfer-encoding: chunked") { dechunk(&raw) } else { raw };
+        text.split("\n\n").filter_map(|event| event.strip_prefix("data: ")).map(|d| serde_json::from_str(d).unwrap_or(Value::String(d.to_string()))).collect()
+    }
+
+    /// (status, lower-case head, body text).
+    fn call_raw(&self, method: &str, path: &str, body: &str, headers: &str) -> (u16, String, String) {
+        let mut stream = std::net::TcpStream::connect(&self.address).expect("connect");
+        write!(stream, "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{headers}Connection: close\r\n\r\n{body}", self.address, body.len()).expect("send");
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).expect("read the response");
+        let status: u16 = raw.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status line: {raw}"));
+        let (head, text) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+        (status, head.to_ascii_lowercase(), text.to_string())
+    }
+
+    /// `/metrics`' samples by name.
+    fn metrics(&self) -> std::collections::BTreeMap<String, f64> {
+        let (status, head, text) = self.call_raw("GET", "/metrics", "", "");
+        assert!(status == 200 && head.contains("text/plain"), "{head}");
+        text.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split_once(' ')).map(|(k, v)| (k.to_string(), v.trim().parse().expect("a number"))).collect()
+    }
+
     fn complete(&self, body: Value) -> Value {
         let (status, v) = self.call("POST", "/v1/completions", &body.to_string());
         assert_eq!(status, 200, "{v}");
         v
     }
+}
+
+/// HTTP/1.1 chunked transfer coding undone.
+fn dechunk(mut raw: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = raw.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or_else(|_| panic!("a chunk size, got {size:?}"));
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        raw = &rest[n + 2..];
+    }
+    out
+}
+
+/// Each choice's joined text, token ids, logprobs and last finish reason from a stream's chunks
+/// (`text_key` "text" or the chat delta's "content"), and the usage chunk's completion tokens.
+fn assemble(chunks: &[Value], chat: bool) -> (Vec<(String, Vec<u64>, Vec<f64>, String)>, Option<u64>) {
+    assert_eq!(chunks.last(), Some(&json!("[DONE]")), "the stream ends with [DONE]: {chunks:?}");
+    let mut choices: Vec<(String, Vec<u64>, Vec<f64>, String)> = Vec::new();
+    let mut usage = None;
+    for chunk in &chunks[..chunks.len() - 1] {
+        assert!(chunk.get("error").is_none(), "{chunk}");
+        if let Some(u) = chunk.get("usage") {
+            usage = u["completion_tokens"].as_u64();
+        }
+        for c in chunk["choices"].as_array().expect("choices") {
+            let i = c["index"].as_u64().expect("index") as usize;
+            if choices.len() <= i {
+                choices.resize(i + 1, Default::default());
+            }
+            let piece = if chat { &c["delta"]["content"] } else { &c["text"] };
+            choices[i].0.push_str(piece.as_str().expect("text"));
+            choices[i].1.extend(c["token_ids"].as_array().expect("token_ids").iter().map(|t| t.as_u64().expect("id")));
+            let logprobs = if chat { c["logprobs"]["content"].as_array().map(|l| l.iter().map(|t| t["logprob"].clone()).collect()) } else { c["logprobs"]["token_logprobs"].as_array().cloned() };
+            choices[i].2.extend(logprobs.unwrap_or_default().iter().map(|l| l.as_f64().expect("logprob")));
+            if let Some(f) = c["finish_reason"].as_str() {
+                choices[i].3 = f.to_string();
+            }
+        }
+    }
+    (choices, usage)
+}
+
+/// The same of a whole response.
+fn whole_choices(v: &Value, chat: bool) -> Vec<(String, Vec<u64>, Vec<f64>, String)> {
+    v["choices"].as_array().expect("choices").iter().map(|c| {
+        let text = if chat { &c["message"]["content"] } else { &c["text"] };
+        let logprobs: Vec<f64> = if chat { c["logprobs"]["content"].as_array().map(|l| l.iter().map(|t| t["logprob"].as_f64().expect("logprob")).collect()) } else { c["logprobs"]["token_logprobs"].as_array().map(|l| l.iter().map(|x| x.as_f64().expect("logprob")).collect()) }.unwrap_or_default();
+        (text.as_str().expect("text").to_string(), c["token_ids"].as_array().expect("ids").iter().map(|t| t.as_u64().expect("id")).collect(), logprobs, c["finish_reason"].as_str().expect("finish").to_string())
+    }).collect()
 }
 
 impl Drop for Server {
@@ -145,7 +225,8 @@ fn bad_requests_get_errors_naming_the_field_and_sigterm_stops_the_server() {
         ("/v1/completions", r#"{"prompt": "1+1=", "max_tokens": 100}"#, 400, "context of 48"),
         ("/v1/completions", r#"{"prompt": [1, 2, 99999]}"#, 400, "token id 99999"),
         ("/v1/completions", r#"{"prompt": "1+1=", "stop": [3]}"#, 400, "stop"),
-        ("/v1/completions", r#"{"prompt": "1+1=", "stream": true}"#, 400, "stream"),
+        ("/v1/completions", r#"{"prompt": "1+1=", "stream": "yes"}"#, 400, "stream"),
+        ("/v1/completions", r#"{"prompt": "1+1=", "stream_options": {"include_usage": true}}"#, 400, "stream_options"),
         ("/v1/completions", r#"{"prompt": "1+1=", "model": "gpt-4"}"#, 404, "lockstep-tiny"),
         ("/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "hi"}]}"#, 400, "chat template"),
         ("/v1/nothing", "{}", 404, "no such endpoint"),
@@ -214,5 +295,106 @@ fn the_openai_python_client_gets_completions_chat_logprobs_and_typed_errors() {
     assert_eq!(v["same_again"], json!(true), "{v}");
     assert_eq!(v["chat"]["role"], json!("assistant"), "{v}");
     assert!(v["chat"]["logprobs"].as_array().is_some_and(|l| !l.is_empty() && l.len() <= 6), "{v}");
+    assert_eq!(v["stream"], json!({"same": true, "usage": 8, "finish": "length"}), "{v}");
+    assert_eq!(v["chat_stream_same"], json!(true), "{v}");
     assert_eq!(v["error"], json!({"status": 400, "param": "temperature"}), "{v}");
+}
+
+/// A streamed answer is the whole answer in pieces: per choice the same text, token ids,
+/// logprobs (as written, so as bits) and finish reason, alone or among neighbours, with stop
+/// strings (the text ends where one begins, in both), for both endpoints; the usage chunk counts
+/// the tokens.
+#[test]
+fn a_streamed_answer_is_the_whole_answer_in_pieces_under_any_load() {
+    let dir = scratch("serve-stream");
+    std::fs::write(dir.join("t.jinja"), "{% for m in messages %}{{ m.content }}{% endfor %}").unwrap();
+    let server = Server::start(&dir, &["task.chat_template=t.jinja"]);
+    let greedy = server.complete(json!({"prompt": "sort 312:", "max_tokens": 16, "temperature": 0}));
+    let text = greedy["choices"][0]["text"].as_str().expect("text").to_string();
+    // a stop string from the middle of the greedy text: the answer ends where it first begins
+    let chars: Vec<char> = text.chars().collect();
+    assert!(chars.len() >= 8, "{text:?}");
+    let stop: String = chars[4..6].iter().collect();
+    let cut = &text[..text.find(&stop).expect("the stop string is in the text")];
+    for (name, path, request) in [
+        ("greedy", "/v1/completions", json!({"prompt": "sort 312:", "max_tokens": 16, "temperature": 0, "logprobs": 1})),
+        ("T 1, seed 5, n 3", "/v1/completions", json!({"prompt": "sort 312:", "max_tokens": 16, "temperature": 1.0, "seed": 5, "n": 3, "logprobs": 1})),
+        ("stop string", "/v1/completions", json!({"prompt": "sort 312:", "max_tokens": 16, "temperature": 0, "logprobs": 1, "stop": [stop.clone()]})),
+        ("chat", "/v1/chat/completions", json!({"messages": [{"role": "user", "content": "sort 312:"}], "max_tokens": 12, "temperature": 0.8, "seed": 2, "logprobs": true})),
+    ] {
+        let chat = path.contains("chat");
+        let (status, whole) = server.call("POST", path, &request.to_string());
+        assert_eq!(status, 200, "{name}: {whole}");
+        let expected = whole_choices(&whole, chat);
+        let mut streamed = request.clone();
+        streamed["stream"] = json!(true);
+        streamed["stream_options"] = json!({"include_usage": true});
+        let chunks = server.stream(path, &streamed);
+        let (choices, usage) = assemble(&chunks, chat);
+        assert_eq!(choices, expected, "{name}: streamed differs from whole");
+        assert_eq!(usage, whole["usage"]["completion_tokens"].as_u64(), "{name}");
+        assert!(chunks.len() > 2 + expected.len(), "{name}: {} chunks: not streamed token by token", chunks.len());
+        if chat {
+            assert_eq!(chunks[0]["choices"][0]["delta"]["role"], json!("assistant"), "{name}: {}", chunks[0]);
+            assert_eq!(chunks[0]["object"], json!("chat.completion.chunk"));
+        }
+        if name == "stop string" {
+            assert_eq!((expected[0].0.as_str(), expected[0].3.as_str()), (cut, "stop"), "{name}");
+        }
+        // among neighbours, four streamed copies at once: the same pieces joined
+        let server = &server;
+        let copies: Vec<_> = std::thread::scope(|scope| {
+            let neighbours: Vec<_> = (0..6).map(|i| scope.spawn(move || server.complete(json!({"prompt": "x".repeat(i + 1), "max_tokens": 3 + 2 * i, "temperature": 1.0})))).collect();
+            let copies: Vec<_> = (0..4).map(|_| scope.spawn(|| assemble(&server.stream(path, &streamed), chat).0)).collect();
+            neighbours.into_iter().for_each(|h| drop(h.join().expect("a neighbour")));
+            copies.into_iter().map(|h| h.join().expect("a copy")).collect()
+        });
+        assert!(copies.iter().all(|c| *c == expected), "{name}: a streamed copy under load differs");
+    }
+}
+
+/// A client that goes away mid-stream or mid-wait is cancelled (its slots and cache blocks
+/// freed, the rest of its choices never run), and `/metrics` counts requests, tokens and
+/// cancellations in Prometheus' text format.
+#[test]
+fn a_client_that_goes_away_is_cancelled_and_metrics_count_it() {
+    let dir = scratch("serve-cancel");
+    let server = Server::start(&dir, &["sampler.max_batch=4"]);
+    let m = server.metrics();
+    for name in ["lockstep:num_requests_running", "lockstep:num_requests_waiting", "lockstep:kv_cache_usage_perc", "lockstep:generation_tokens_total", "lockstep:num_preemptions_total", "lockstep:request_cancelled_total"] {
+        assert_eq!(m.get(name), Some(&0.0), "{name}: {m:?}");
+    }
+    assert!(m["lockstep:kv_cache_blocks_total"] > 0.0, "{m:?}");
+    server.complete(json!({"prompt": "sort 312:", "max_tokens": 5}));
+    let m = server.metrics();
+    assert_eq!((m["lockstep:generation_tokens_total"], m["lockstep:request_success_total"]), (5.0, 1.0), "{m:?}");
+    // 64 choices of 36 tokens, four at a time: far more work than the moment before each client leaves
+    let body = |stream: bool| json!({"prompt": "sort 312:", "max_tokens": 36, "n": 64, "temperature": 1.0, "stream": stream}).to_string();
+    for (stream, cancelled_before) in [(true, 0.0), (false, m["lockstep:request_cancelled_total"])] {
+        let mut socket = std::net::TcpStream::connect(&server.address).expect("connect");
+        let b = body(stream);
+        write!(socket, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}", b.len()).expect("send");
+        if stream {
+            let mut first = [0u8; 64];
+            let n = socket.read(&mut first).expect("the stream's first bytes");
+            assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"), "{}", String::from_utf8_lossy(&first[..n]));
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+        }
+        drop(socket);
+        let started = std::time::Instant::now();
+        let m = loop {
+            let m = server.metrics();
+            if m["lockstep:request_cancelled_total"] > cancelled_before && m["lockstep:num_requests_running"] == 0.0 && m["lockstep:num_requests_waiting"] == 0.0 {
+                break m;
+            }
+            assert!(started.elapsed().as_secs() < 30, "stream {stream}: the choices of a client that went away were not cancelled: {m:?}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert_eq!(m["lockstep:kv_cache_blocks_used"], 0.0, "stream {stream}: {m:?}");
+        assert_eq!(m["lockstep:num_choices_in_flight"], 0.0, "stream {stream}: {m:?}");
+        assert!(m["lockstep:request_success_total"] < 1.0 + 64.0, "stream {stream}: every choice ran: {m:?}");
+    }
+    // and the server goes on serving
+    assert_eq!(server.complete(json!({"prompt": "1+1=", "max_tokens": 2}))["choices"][0]["token_ids"].as_array().map(Vec::len), Some(2));
 }

@@ -10,12 +10,14 @@ mod graphs;
 mod launch;
 mod config;
 mod phases;
+mod progress;
 mod rows;
 mod stops;
 
 use launch::InFlight;
 pub use config::EngineConfig;
 pub use phases::EnginePhaseTimes;
+pub use progress::Occupancy;
 pub use stops::{completes_stop_string, Decoder};
 use rows::StepError;
 use crate::request::{Completion, FinishReason, Request, SampleError, Timings};

@@ -141,6 +141,11 @@ impl KvCache {
         self.blocks.as_ref().map(|b| b.free.len())
     }
 
+    /// Blocks of a paged cache in all (`None`: not paged).
+    pub fn total_blocks(&self) -> Option<usize> {
+        self.blocks.as_ref().map(|b| b.holders.len())
+    }
+
     /// Blocks `slot` holds (paged; 0 for a contiguous cache, whose slots hold their whole length).
     pub fn blocks_held(&self, slot: usize) -> usize {
         self.blocks.as_ref().map_or(0, |b| b.owned[slot].len())

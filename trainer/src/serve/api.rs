@@ -2,7 +2,7 @@
 //! by field into the sampler's [`Request`]s (an error names the field), and a completion
 //! written back with its token ids and the sampler's logprobs.
 
-use sampler::{Completion, FinishReason, Request, SamplingParams};
+use sampler::{FinishReason, Request, SamplingParams};
 use serde_json::{json, Value};
 
 /// An error as OpenAI's API writes it, with the HTTP status.
@@ -44,6 +44,9 @@ pub struct Sampling {
     pub n: usize,
     /// Return the per-token logprobs.
     pub logprobs: bool,
+    /// Answer as server-sent events, and whether a last chunk gives the usage.
+    pub stream: bool,
+    pub include_usage: bool,
 }
 
 fn number(body: &Value, key: &str) -> Result<Option<f64>, ApiError> {
@@ -71,9 +74,21 @@ pub fn check_model(body: &Value, d: &Defaults) -> Result<(), ApiError> {
 
 /// The request's sampling settings; `max_keys` names the fields that set the token budget.
 pub fn sampling(body: &Value, d: &Defaults, max_keys: &[&str]) -> Result<Sampling, ApiError> {
-    if body.get("stream").and_then(Value::as_bool) == Some(true) {
-        return Err(ApiError::bad("stream", "streaming is not served yet: send \"stream\": false (or leave it out)"));
-    }
+    let stream = match body.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => return Err(ApiError::bad("stream", format!("`stream` must be a boolean, got {v}"))),
+    };
+    let include_usage = match body.get("stream_options") {
+        None | Some(Value::Null) => false,
+        Some(o) if !stream => return Err(ApiError::bad("stream_options", format!("`stream_options` ({o}) is only for \"stream\": true"))),
+        Some(Value::Object(o)) => match o.get("include_usage") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(v) => return Err(ApiError::bad("stream_options", format!("`stream_options.include_usage` must be a boolean, got {v}"))),
+        },
+        Some(v) => return Err(ApiError::bad("stream_options", format!("`stream_options` must be an object, got {v}"))),
+    };
     let mut params = SamplingParams { stop_tokens: d.stop_tokens.clone(), seed: d.seed, processed_logprobs: d.processed_logprobs, max_new_tokens: 16, ..SamplingParams::default() };
     for key in max_keys {
         if let Some(m) = whole(body, key)? {
@@ -129,7 +144,7 @@ pub fn sampling(body: &Value, d: &Defaults, max_keys: &[&str]) -> Result<Samplin
     if whole(body, "top_logprobs")?.is_some_and(|k| k > 0) || body.get("logprobs").and_then(Value::as_u64).is_some_and(|k| k > 1) {
         return Err(ApiError::bad("top_logprobs", "only the sampled token's logprob is returned (top_logprobs 0, logprobs 1 or true)"));
     }
-    Ok(Sampling { params, n: n as usize, logprobs })
+    Ok(Sampling { params, n: n as usize, logprobs, stream, include_usage })
 }
 
 /// The noise key of choice `index` of a request for `prompt`: a function of what the request
@@ -165,7 +180,6 @@ pub fn finish_reason(f: &FinishReason) -> &'static str {
 }
 
 /// Prompt and completion token counts.
-pub fn usage(prompt: usize, completions: &[Completion]) -> Value {
-    let generated: usize = completions.iter().map(|c| c.tokens.len()).sum();
+pub fn usage(prompt: usize, generated: usize) -> Value {
     json!({"prompt_tokens": prompt, "completion_tokens": generated, "total_tokens": prompt + generated})
 }

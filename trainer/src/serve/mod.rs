@@ -1,17 +1,23 @@
 //! `lockstep serve`: an OpenAI-compatible HTTP server on the sampler's engine (axum on tokio;
 //! the engine steps on its own thread, `sampler::EngineHandle`). `POST /v1/completions`,
 //! `POST /v1/chat/completions` (the checkpoint's chat template, rendered as training renders
-//! it), `GET /v1/models`, `GET /health`. A request's tokens and logprobs depend only on the
-//! weights, its prompt, its sampling settings and its `seed` (default `sampler.seed`): its
-//! sampling noise is keyed by what it asks (`api::noise_key`), and the kernels are batch
-//! invariant, so the same request gives the same bits under any load (docs/serve.md).
+//! it), `GET /v1/models`, `GET /health`, `GET /metrics`; answers whole or streamed (SSE).
+//! A request's tokens and logprobs depend only on the weights, its prompt, its sampling
+//! settings and its `seed` (default `sampler.seed`): its sampling noise is keyed by what it
+//! asks (`api::noise_key`), and the kernels are batch invariant, so the same request gives the
+//! same bits under any load, streamed or not (docs/serve.md).
 
 pub mod api;
+mod detok;
+mod metrics;
+mod respond;
+mod stream;
 
 use crate::config::Config;
 use crate::error::RunError;
 use crate::policy::{encode, Policy};
 use api::{ApiError, Defaults};
+use respond::Endpoint;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -30,6 +36,9 @@ struct Server {
     /// Choices in flight, against `serve.max_queue`.
     in_flight: std::sync::atomic::AtomicUsize,
     max_queue: usize,
+    /// Requests answered 429.
+    rejected: AtomicU64,
+    rate: metrics::Rate,
     api_key: String,
 }
 
@@ -71,7 +80,7 @@ pub fn run(cfg: &Config, policy: Policy) -> Result<(), RunError> {
     let mut model = model;
     model.kernels = cfg.ablation.sampler_kernels.kernel_set();
     let engine = crate::run::sampler_engine(cfg, &tokenizer, model)?;
-    let server = Arc::new(Server { engine: sampler::EngineHandle::spawn(engine), tokenizer, chat, defaults, next_id: AtomicU64::new(0), in_flight: Default::default(), max_queue: cfg.serve.max_queue, api_key: cfg.serve.api_key.clone() });
+    let server = Arc::new(Server { engine: sampler::EngineHandle::spawn(engine), tokenizer, chat, defaults, next_id: AtomicU64::new(0), in_flight: Default::default(), max_queue: cfg.serve.max_queue, rejected: AtomicU64::new(0), rate: Default::default(), api_key: cfg.serve.api_key.clone() });
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| RunError::Other(format!("serve: the async runtime: {e}")))?;
     runtime.block_on(async move {
         let address = format!("{}:{}", cfg.serve.host, cfg.serve.port);
@@ -81,9 +90,10 @@ pub fn run(cfg: &Config, policy: Policy) -> Result<(), RunError> {
         let app = axum::Router::new()
             .route("/health", get(|| async { "ok" }))
             .route("/v1/models", get(models))
+            .route("/metrics", get(metrics))
             .route("/v1/completions", post(completions))
             .route("/v1/chat/completions", post(chat_completions))
-            .fallback(|| async { error(ApiError { status: 404, message: "no such endpoint (POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health)".into(), param: None }) })
+            .fallback(|| async { error(ApiError { status: 404, message: "no such endpoint (POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics)".into(), param: None }) })
             .layer(axum::middleware::from_fn_with_state(server.clone(), authorised))
             .with_state(server);
         eprintln!("lockstep serve: listening on http://{bound} (model \"{name}\")");
@@ -111,9 +121,10 @@ async fn stopped() {
     eprintln!("lockstep serve: stopping (the requests in flight finish first)");
 }
 
-/// Refuses a request without the server's `api_key` (when one is set); `/health` is open.
+/// Refuses a request without the server's `api_key` (when one is set); as vLLM's, the key
+/// guards `/v1/` only (`/health` and `/metrics` stay open to probes and scrapers).
 async fn authorised(State(server): State<Arc<Server>>, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    if server.api_key.is_empty() || request.uri().path() == "/health" {
+    if server.api_key.is_empty() || !request.uri().path().starts_with("/v1/") {
         return next.run(request).await;
     }
     let given = request.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
@@ -157,97 +168,88 @@ async fn models(State(server): State<Arc<Server>>) -> Response {
     ok(json!({"object": "list", "data": [{"id": server.defaults.model_name, "object": "model", "owned_by": "lockstep"}]}))
 }
 
-/// Counts a request's choices in flight while it lives.
-struct Admitted<'a>(&'a std::sync::atomic::AtomicUsize, usize);
+async fn metrics(State(server): State<Arc<Server>>) -> Response {
+    let text = metrics::text(server.engine.metrics(), &server.rate, server.in_flight.load(Ordering::SeqCst), server.rejected.load(Ordering::Relaxed));
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
 
-impl Drop for Admitted<'_> {
+/// A request's choices counted in flight while it lives (its stream's, for a streamed one).
+pub struct Admitted {
+    server: Arc<Server>,
+    n: usize,
+}
+
+impl Drop for Admitted {
     fn drop(&mut self) {
-        self.0.fetch_sub(self.1, Ordering::SeqCst);
+        self.server.in_flight.fetch_sub(self.n, Ordering::SeqCst);
     }
 }
 
-/// Runs the request's choices on the engine, each as its own engine request; 429 past
-/// `serve.max_queue` choices in flight.
-async fn generate(server: &Arc<Server>, requests: Vec<sampler::Request>) -> Result<Vec<sampler::Completion>, ApiError> {
-    let n = requests.len();
+/// Admits `n` choices, or 429 past `serve.max_queue` choices in flight.
+fn admit(server: &Arc<Server>, n: usize) -> Result<Admitted, ApiError> {
     let before = server.in_flight.fetch_add(n, Ordering::SeqCst);
-    let _admitted = Admitted(&server.in_flight, n);
+    let admitted = Admitted { server: server.clone(), n };
     if server.max_queue > 0 && before + n > server.max_queue {
+        server.rejected.fetch_add(1, Ordering::Relaxed);
         return Err(ApiError { status: 429, message: format!("{before} requests are in flight and serve.max_queue is {}: retry later", server.max_queue), param: None });
     }
-    let handles: Vec<_> = requests.into_iter().map(|r| {
-        let engine = server.engine.clone();
-        tokio::spawn(async move { engine.submit(r).await })
-    }).collect();
-    let mut out = Vec::new();
-    for h in handles {
-        let done = h.await.map_err(|e| ApiError { status: 500, message: format!("the request's task failed: {e}"), param: None })?;
-        out.push(done.map_err(|e| ApiError { status: 500, message: e.to_string(), param: None })?);
-    }
-    Ok(out)
+    Ok(admitted)
+}
+
+/// Runs the choices on the engine and waits for all of them. Awaited in the handler itself, so
+/// a client that goes away drops the waits, which cancels the choices in the engine.
+async fn generate(server: &Arc<Server>, requests: Vec<sampler::Request>) -> Result<Vec<sampler::Completion>, ApiError> {
+    let done = futures_util::future::join_all(requests.into_iter().map(|r| server.engine.submit(r))).await;
+    done.into_iter().map(|d| d.map_err(|e| ApiError { status: 500, message: e.to_string(), param: None })).collect()
 }
 
 fn unix_time() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-fn text_of(server: &Server, tokens: &[u32]) -> String {
-    server.tokenizer.decode(tokens, true).unwrap_or_default()
-}
-
-/// A handler's answer: its body, or its error in OpenAI's shape.
-fn respond(result: Result<Value, ApiError>) -> Response {
-    match result {
-        Ok(v) => ok(v),
-        Err(e) => error(e),
-    }
-}
-
 async fn completions(State(server): State<Arc<Server>>, body: axum::body::Bytes) -> Response {
-    respond(completions_body(&server, &body).await)
-}
-
-/// The request's sampling settings (`max_keys` name its token budget) and its choices' completions.
-async fn sample_choices(server: &Arc<Server>, body: &Value, prompt: &[u32], max_keys: &[&str]) -> Result<(api::Sampling, Vec<sampler::Completion>), ApiError> {
-    let sampling = api::sampling(body, &server.defaults, max_keys)?;
-    let requests = api::requests(prompt.to_vec(), &sampling, &server.defaults, &mut || server.next_id.fetch_add(1, Ordering::Relaxed))?;
-    let done = generate(server, requests).await?;
-    Ok((sampling, done))
-}
-
-/// The fields both endpoints answer with around their `choices`.
-fn envelope(d: &Defaults, prefix: &str, object: &str, choices: Vec<Value>, prompt: &[u32], done: &[sampler::Completion]) -> Value {
-    let mode = if d.processed_logprobs { "processed_logprobs" } else { "raw_logprobs" };
-    json!({"id": format!("{prefix}-{}", done.first().map_or(0, |c| c.id)), "object": object, "created": unix_time(), "model": d.model_name, "choices": choices, "usage": api::usage(prompt.len(), done), "prompt_token_ids": prompt, "logprobs_mode": mode})
-}
-
-async fn completions_body(server: &Arc<Server>, body: &[u8]) -> Result<Value, ApiError> {
-    let body = parse(body)?;
-    let d = &server.defaults;
-    api::check_model(&body, d)?;
-    let prompt: Vec<u32> = match body.get("prompt") {
-        Some(Value::String(text)) => encode(&server.tokenizer, text).map_err(|e| ApiError::bad("prompt", e.to_string()))?,
-        Some(Value::Array(ids)) if ids.iter().all(Value::is_u64) => ids.iter().map(|x| x.as_u64().filter(|&n| n <= u32::MAX as u64).map(|n| n as u32).ok_or_else(|| ApiError::bad("prompt", format!("{x} is not a token id")))).collect::<Result<_, _>>()?,
-        Some(Value::Array(_)) => return Err(ApiError::bad("prompt", "a list prompt must be token ids (one prompt a request)")),
-        Some(v) => return Err(ApiError::bad("prompt", format!("`prompt` must be a string or a list of token ids, got {v}"))),
-        None => return Err(ApiError::bad("prompt", "`prompt` is required")),
-    };
-    let (sampling, done) = sample_choices(server, &body, &prompt, &["max_tokens"]).await?;
-    let choices: Vec<Value> = done.iter().enumerate().map(|(i, c)| {
-        let logprobs = sampling.logprobs.then(|| json!({"tokens": c.tokens.iter().map(|&t| text_of(server, &[t])).collect::<Vec<_>>(), "token_logprobs": c.logprobs}));
-        json!({"index": i, "text": text_of(server, &c.tokens), "finish_reason": api::finish_reason(&c.finish), "logprobs": logprobs, "token_ids": c.tokens})
-    }).collect();
-    Ok(envelope(d, "cmpl", "text_completion", choices, &prompt, &done))
+    answer(server, Endpoint::Completions, &body).await
 }
 
 async fn chat_completions(State(server): State<Arc<Server>>, body: axum::body::Bytes) -> Response {
-    respond(chat_body(&server, &body).await)
+    answer(server, Endpoint::Chat, &body).await
 }
 
-async fn chat_body(server: &Arc<Server>, body: &[u8]) -> Result<Value, ApiError> {
-    let body = parse(body)?;
-    let d = &server.defaults;
-    api::check_model(&body, d)?;
+/// Either endpoint: the request checked, its choices run, the answer whole or streamed.
+async fn answer(server: Arc<Server>, endpoint: Endpoint, body: &[u8]) -> Response {
+    let result = async {
+        let body = parse(body)?;
+        api::check_model(&body, &server.defaults)?;
+        let prompt = match endpoint {
+            Endpoint::Completions => completion_prompt(&server, &body)?,
+            Endpoint::Chat => chat_prompt(&server, &body)?,
+        };
+        let sampling = api::sampling(&body, &server.defaults, endpoint.max_keys())?;
+        let requests = api::requests(prompt.clone(), &sampling, &server.defaults, &mut || server.next_id.fetch_add(1, Ordering::Relaxed))?;
+        let admitted = admit(&server, requests.len())?;
+        if sampling.stream {
+            return stream::respond(server.clone(), endpoint, prompt, sampling, requests, admitted);
+        }
+        let done = generate(&server, requests).await?;
+        drop(admitted);
+        Ok(ok(respond::whole(endpoint, &server.tokenizer, &server.defaults, &sampling, &prompt, &done, unix_time())))
+    };
+    result.await.unwrap_or_else(error)
+}
+
+/// `/v1/completions`' prompt: text, or token ids.
+fn completion_prompt(server: &Server, body: &Value) -> Result<Vec<u32>, ApiError> {
+    match body.get("prompt") {
+        Some(Value::String(text)) => encode(&server.tokenizer, text).map_err(|e| ApiError::bad("prompt", e.to_string())),
+        Some(Value::Array(ids)) if ids.iter().all(Value::is_u64) => ids.iter().map(|x| x.as_u64().filter(|&n| n <= u32::MAX as u64).map(|n| n as u32).ok_or_else(|| ApiError::bad("prompt", format!("{x} is not a token id")))).collect(),
+        Some(Value::Array(_)) => Err(ApiError::bad("prompt", "a list prompt must be token ids (one prompt a request)")),
+        Some(v) => Err(ApiError::bad("prompt", format!("`prompt` must be a string or a list of token ids, got {v}"))),
+        None => Err(ApiError::bad("prompt", "`prompt` is required")),
+    }
+}
+
+/// `/v1/chat/completions`' prompt: `messages` rendered with the chat template, then encoded.
+fn chat_prompt(server: &Server, body: &Value) -> Result<Vec<u32>, ApiError> {
     let Some(chat) = &server.chat else {
         return Err(ApiError::bad("messages", "this server has no chat template (model.path with one, or task.chat_template); use /v1/completions"));
     };
@@ -255,11 +257,5 @@ async fn chat_body(server: &Arc<Server>, body: &[u8]) -> Result<Value, ApiError>
         return Err(ApiError::bad("messages", "`messages` must be a non-empty list of {\"role\", \"content\"} objects"));
     };
     let text = chat.render_messages(messages.clone()).map_err(|e| ApiError::bad("messages", format!("the chat template cannot render these messages: {e}")))?;
-    let prompt = encode(&server.tokenizer, &text).map_err(|e| ApiError::bad("messages", e.to_string()))?;
-    let (sampling, done) = sample_choices(server, &body, &prompt, &["max_tokens", "max_completion_tokens"]).await?;
-    let choices: Vec<Value> = done.iter().enumerate().map(|(i, c)| {
-        let logprobs = sampling.logprobs.then(|| json!({"content": c.tokens.iter().zip(&c.logprobs).map(|(&t, &lp)| json!({"token": text_of(server, &[t]), "logprob": lp, "top_logprobs": []})).collect::<Vec<_>>()}));
-        json!({"index": i, "message": {"role": "assistant", "content": text_of(server, &c.tokens)}, "finish_reason": api::finish_reason(&c.finish), "logprobs": logprobs, "token_ids": c.tokens})
-    }).collect();
-    Ok(envelope(d, "chatcmpl", "chat.completion", choices, &prompt, &done))
+    encode(&server.tokenizer, &text).map_err(|e| ApiError::bad("messages", e.to_string()))
 }
