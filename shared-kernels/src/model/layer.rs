@@ -10,6 +10,7 @@
 
 use super::cache::take;
 use super::pass::{Pass, Stream};
+use super::lora::{add_adapter, LayerAdapters, Projection};
 use super::names::LayerTensor;
 use super::{ModelConfig, ModelError};
 use crate::ops::attention::attention_for_rows;
@@ -37,6 +38,8 @@ pub struct Layer {
     pub gate_proj: Tensor<2>,
     pub up_proj: Tensor<2>,
     pub down_proj: Tensor<2>,
+    /// LoRA adapters on some of the projections (`lora.rs`); a layer with them runs unfused.
+    pub adapters: Option<LayerAdapters>,
 }
 
 /// One layer's q/k/v and gate/up weights as one matrix each (`[q; k; v]` and `[gate; up]` by
@@ -83,7 +86,18 @@ impl Layer {
             gate_proj: matrix(LayerTensor::GateProj)?,
             up_proj: matrix(LayerTensor::UpProj)?,
             down_proj: matrix(LayerTensor::DownProj)?,
+            adapters: None,
         })
+    }
+
+    /// `x W^T (+ b)` of projection `p` (weight `w`), plus its adapter's term if it has one.
+    fn project(&self, p: Projection, x: Tensor<2>, w: &Tensor<2>, bias: &Option<Tensor<1>>, kernels: super::KernelSet) -> Result<Tensor<2>, ModelError> {
+        let adapter = self.adapters.as_ref().and_then(|a| a.get(p).map(|adapter| (adapter, a.scale)));
+        let y = with_bias(kernels.matmul(x.clone(), w.clone(), OutIn)?, bias)?;
+        match adapter {
+            Some((adapter, scale)) => add_adapter(y, x, adapter, scale, kernels),
+            None => Ok(y),
+        }
     }
 
     /// The weight `t`, if this layer has it.
@@ -135,6 +149,9 @@ impl Layer {
     pub(crate) fn forward(&self, i: usize, stream: Stream, fused: Option<&FusedProjections>, next_norm: &Tensor<1>, pass: &mut Pass) -> Result<Stream, ModelError> {
         let (k, eps, n) = (pass.kernels, pass.eps(), pass.rows.len());
         let (hq, d) = (pass.config.num_heads, pass.config.head_dim);
+        if fused.is_some() && self.adapters.is_some() {
+            return Err(ModelError::Input(format!("layer {i} has LoRA adapters and fused projections: an adapted layer runs unfused")));
+        }
         let x = match stream.normed {
             Some(x) => x,
             None => k.rmsnorm(stream.h.clone(), self.input_norm.clone(), eps)?,
@@ -145,7 +162,7 @@ impl Layer {
             None => self.attention(i, x, pass)?,
         };
         pass.record(|| format!("layer {i} attention"), &attn.clone().reshape([n, hq * d]));
-        let o = with_bias(k.matmul(attn.reshape([n, hq * d]), self.o_proj.clone(), OutIn)?, &self.o_bias)?;
+        let o = self.project(Projection::O, attn.reshape([n, hq * d]), &self.o_proj, &self.o_bias, k)?;
         pass.record(|| format!("layer {i} o_proj"), &o);
         let (h, x) = match residual(stream.h, o, &self.post_norm, fused.is_some(), eps)? {
             Stream { h, normed: Some(x) } => (h, x),
@@ -154,10 +171,10 @@ impl Layer {
         pass.record(|| format!("layer {i} post_norm"), &x);
         let act = match fused {
             Some(f) => swiglu_halves(k.matmul(x, f.gate_up.clone(), OutIn)?)?,
-            None => swiglu(k.matmul(x.clone(), self.gate_proj.clone(), OutIn)?, k.matmul(x, self.up_proj.clone(), OutIn)?)?,
+            None => swiglu(self.project(Projection::Gate, x.clone(), &self.gate_proj, &None, k)?, self.project(Projection::Up, x, &self.up_proj, &None, k)?)?,
         };
         pass.record(|| format!("layer {i} gate/up+swiglu"), &act);
-        let down = k.matmul(act, self.down_proj.clone(), OutIn)?;
+        let down = self.project(Projection::Down, act, &self.down_proj, &None, k)?;
         pass.record(|| format!("layer {i} down_proj"), &down);
         residual(h, down, next_norm, fused.is_some(), eps)
     }
@@ -168,9 +185,9 @@ impl Layer {
     fn attention(&self, i: usize, x: Tensor<2>, pass: &mut Pass) -> Result<Tensor<3>, ModelError> {
         let (k, eps, n) = (pass.kernels, pass.eps(), pass.rows.len());
         let (hq, hkv, d) = (pass.config.num_heads, pass.config.num_kv_heads, pass.config.head_dim);
-        let mut q = with_bias(k.matmul(x.clone(), self.q_proj.clone(), OutIn)?, &self.q_bias)?.reshape([n, hq, d]);
-        let mut kk = with_bias(k.matmul(x.clone(), self.k_proj.clone(), OutIn)?, &self.k_bias)?.reshape([n, hkv, d]);
-        let v = with_bias(k.matmul(x, self.v_proj.clone(), OutIn)?, &self.v_bias)?.reshape([n, hkv, d]);
+        let mut q = self.project(Projection::Q, x.clone(), &self.q_proj, &self.q_bias, k)?.reshape([n, hq, d]);
+        let mut kk = self.project(Projection::K, x.clone(), &self.k_proj, &self.k_bias, k)?.reshape([n, hkv, d]);
+        let v = self.project(Projection::V, x, &self.v_proj, &self.v_bias, k)?.reshape([n, hkv, d]);
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
             q = k.rmsnorm(q, qn.clone(), eps)?;
             kk = k.rmsnorm(kk, kn.clone(), eps)?;

@@ -7,6 +7,7 @@
 //! training path's scoring in `scoring.rs`, recomputation in `recompute.rs`.
 
 use super::layer::{FusedProjections, Layer, Slot};
+use super::lora::{LayerAdapters, LoraSpec};
 use super::names::{LayerTensor, EMBED, FINAL_NORM, LM_HEAD};
 use super::{Checkpoint, KernelSet, ModelConfig, ModelError};
 use crate::{KernelError, RopeTables};
@@ -63,6 +64,8 @@ pub struct Qwen3 {
     /// Per layer, the projections concatenated for the decode path (empty unless
     /// [`Qwen3::fuse_projections`] ran since the weights last changed).
     pub fused: Vec<FusedProjections>,
+    /// The LoRA adapters' shape, when the layers carry adapters (`lora.rs`).
+    pub lora: Option<LoraSpec>,
 }
 
 impl Qwen3 {
@@ -98,7 +101,26 @@ impl Qwen3 {
             rope: RopeTables::from_frequencies(c.head_dim, c.max_position_embeddings, &c.rope.inv_freq(c.head_dim), c.rope.attention_factor(), device)?,
             kernels: KernelSet::Matched,
             fused: Vec::new(),
+            lora: None,
         })
+    }
+
+    /// This model with `adapters` (one per layer, shaped by `spec`) on its projections.
+    pub fn with_adapters(mut self, spec: LoraSpec, adapters: Vec<LayerAdapters>) -> Result<Self, ModelError> {
+        if adapters.len() != self.layers.len() {
+            return Err(ModelError::Input(format!("{} layers of adapters for a model of {} layers", adapters.len(), self.layers.len())));
+        }
+        self.fused.clear(); // an adapted layer runs unfused
+        for (layer, a) in self.layers.iter_mut().zip(adapters) {
+            layer.adapters = Some(a);
+        }
+        self.lora = Some(spec);
+        Ok(self)
+    }
+
+    /// Whether `name` is an adapter's tensor (`...lora_A.weight` or `...lora_B.weight`).
+    pub fn is_adapter(name: &str) -> bool {
+        name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight")
     }
 
     /// This model with every weight cast to `dtype` on the device (the same rounding as
@@ -113,7 +135,8 @@ impl Qwen3 {
     pub fn to_checkpoint(&self) -> Checkpoint {
         let shapes: std::collections::HashMap<String, Vec<usize>> = self.config.expected_tensors().into_iter().collect();
         let mut tensors = std::collections::BTreeMap::new();
-        for (name, t) in self.named_tensors() {
+        // the base weights: adapters are saved apart, in PEFT's layout (`lora_files.rs`)
+        for (name, t) in self.named_tensors().into_iter().filter(|(n, _)| !Self::is_adapter(n)) {
             let shape = shapes[&name].clone();
             let values = t.to_host();
             tensors.insert(name, (shape, values));
@@ -155,6 +178,11 @@ impl Qwen3 {
                     None => {}
                 }
             }
+            for (p, a) in l.adapters.iter_mut().flat_map(|a| a.by_projection.iter_mut()) {
+                let [a_name, b_name] = p.tensor_names(i);
+                two(&a_name, &mut a.a, f);
+                two(&b_name, &mut a.b, f);
+            }
         }
         one(FINAL_NORM, &mut self.norm, f);
         if let Some(h) = self.lm_head.as_mut() {
@@ -180,6 +208,7 @@ impl Qwen3 {
     /// step walked them; in the persistent pool they are out of that walk. Same bits: a copy.
     pub fn into_resident(self, fuse: bool) -> Result<Self, KernelError> {
         let device = self.embed.device();
+        let fuse = fuse && self.lora.is_none(); // an adapted layer runs unfused
         device.memory_persistent_allocations(self, move |mut m| -> Result<Self, KernelError> {
             fn own<const D: usize>(t: &mut Tensor<D>) -> Result<(), KernelError> {
                 *t = crate::bridge::own_buffer(t.clone())?;
@@ -204,6 +233,10 @@ impl Qwen3 {
                 }
                 own(&mut l.o_proj)?;
                 own(&mut l.down_proj)?;
+                for (_, a) in l.adapters.iter_mut().flat_map(|a| a.by_projection.iter_mut()) {
+                    own(&mut a.a)?;
+                    own(&mut a.b)?;
+                }
                 if !fuse {
                     for t in [&mut l.q_proj, &mut l.k_proj, &mut l.v_proj, &mut l.gate_proj, &mut l.up_proj] {
                         own(t)?;
@@ -218,6 +251,9 @@ impl Qwen3 {
     /// sampler calls this whenever it receives weights); the separate weights become views of
     /// the fused ones. Any later [`Qwen3::visit_mut`] drops the fused copies again.
     pub fn fuse_projections(&mut self) {
+        if self.lora.is_some() {
+            return; // an adapted layer runs unfused
+        }
         self.fused = self.layers.iter_mut().map(Layer::fuse).collect();
     }
 

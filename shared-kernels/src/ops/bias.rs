@@ -36,7 +36,11 @@ pub fn bias_add(x: BTensor<2>, bias: BTensor<1>) -> Result<BTensor<2>, KernelErr
     let bp = plain::<1>(inner(&ba));
     let y = bias_add_plain(plain::<2>(inner(&xa)), bp.clone())?;
     let b_id = ba.id().value;
+    let b_frozen = !ba.is_tracked();
     Ok(from_tracked(tracked([&xa, &ba], cube(y), move |dy| {
+        if b_frozen {
+            return [Some(dy), None]; // a frozen bias (LoRA's base)
+        }
         let dyp = plain::<2>(dy.clone());
         if crate::grad_fold::folds(b_id) {
             crate::grad_fold::fold_into(b_id, crate::grad_fold::FoldUse::Bias, |acc| {

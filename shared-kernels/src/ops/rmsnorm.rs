@@ -224,12 +224,16 @@ pub fn rmsnorm<const D: usize>(x: BTensor<D>, weight: BTensor<1>, eps: f32) -> R
     let (xp, wp) = (plain::<D>(inner(&xa)), plain::<1>(inner(&wa)));
     let y = rmsnorm_plain(xp.clone(), wp.clone(), eps)?;
     let w_id = wa.id().value;
+    let w_frozen = !wa.is_tracked();
     Ok(from_tracked(tracked([&xa, &wa], cube(y), move |dy| {
         let shape = xp.shape();
         let rows = shape.num_elements() / shape[D - 1];
         let dtype = wp.dtype();
         let (dx, weighted) = crate::ops::rmsnorm_backward::rmsnorm_backward(xp, wp, plain::<D>(dy), eps).expect("rmsnorm backward: shapes and dtypes checked in forward");
         let dx = Some(cube::<D>(dx));
+        if w_frozen {
+            return [dx, None]; // a frozen weight (LoRA's base norms)
+        }
         if crate::grad_fold::folds(w_id) {
             // granules of FOLD_ROWS tokens: rows / shape[0] rows per token ([n, heads, d] inputs)
             let chunk_rows = crate::ops::weight_grad::FOLD_ROWS * (rows / shape[0]);

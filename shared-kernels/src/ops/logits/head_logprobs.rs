@@ -67,9 +67,12 @@ pub fn head_logprobs_chunked(x: BTensor<2>, head: BTensor<2>, targets: BTensor<1
     let out = forward(&spans, xp.clone(), wp.clone(), targets.clone(), temperatures.clone(), truncation.as_ref())?;
     let lp = cube(out.logprobs);
     let w_id = wa.id().value;
+    // a frozen head (LoRA) gets no gradient: only the input's is computed
+    let w_frozen = !wa.is_tracked();
     let logprobs = from_tracked(tracked([&xa, &wa], lp, move |dl| {
         let dl = plain::<1>(dl);
-        if crate::grad_fold::folds(w_id) {
+        let fold = !w_frozen && crate::grad_fold::folds(w_id);
+        if w_frozen || fold {
             // the head's weight gradient folded chunk after chunk into one accumulator
             let mut dx = Vec::with_capacity(spans.len());
             for &(a, b) in &spans {
@@ -78,7 +81,9 @@ pub fn head_logprobs_chunked(x: BTensor<2>, head: BTensor<2>, targets: BTensor<1
                 let dlogits = crate::ops::logits::logprob::token_logprobs_grad(logits, targets.clone().slice([a..b]), temperatures.clone().slice([a..b]), truncation.as_ref().map(|t| t.slice(a..b)).as_ref(), dl.clone().slice([a..b]))
                     .expect("head_logprobs backward: inputs checked in forward");
                 dx.push(matmul_input_grad(dlogits.clone(), wp.clone(), WeightLayout::OutIn));
-                crate::grad_fold::fold_into(w_id, crate::grad_fold::FoldUse::Head, |acc| fold_weight_grad(acc, dlogits, xc, WeightLayout::OutIn));
+                if fold {
+                    crate::grad_fold::fold_into(w_id, crate::grad_fold::FoldUse::Head, |acc| fold_weight_grad(acc, dlogits, xc, WeightLayout::OutIn));
+                }
             }
             let dx = if dx.len() == 1 { dx.pop().expect("one chunk") } else { BTensor::cat(dx, 0) };
             return [Some(cube(dx)), None];

@@ -84,8 +84,13 @@ pub fn matmul(x: BTensor<2>, w: BTensor<2>, layout: WeightLayout) -> Result<BTen
     let (xp, wp) = (plain::<2>(inner(&xa)), plain::<2>(inner(&wa)));
     let y = matmul_plain(xp.clone(), wp.clone(), layout)?;
     let w_id = wa.id().value;
+    // a frozen weight (LoRA's base) gets no gradient: only the input's is computed
+    let w_frozen = !wa.is_tracked();
     Ok(from_tracked(tracked([&xa, &wa], cube(y), move |dy| {
         let dy = plain::<2>(dy);
+        if w_frozen {
+            return [Some(cube(matmul_input_grad(dy, wp, layout))), None];
+        }
         if crate::grad_fold::folds(w_id) {
             let dx = matmul_input_grad(dy.clone(), wp, layout);
             crate::grad_fold::fold_into(w_id, crate::grad_fold::FoldUse::Linear, |acc| fold_weight_grad(acc, dy, xp, layout));
