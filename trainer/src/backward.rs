@@ -9,9 +9,22 @@ use shared_kernels::grad_fold::{node_id, GradFold};
 use shared_kernels::model::{Qwen3, TrackedLogprobs, Weight};
 use std::collections::BTreeMap;
 
-/// The weights as tracked leaves on `device`'s autodiff twin, for a training forward.
+/// The weights as tracked leaves on `device`'s autodiff twin, for a training forward. With LoRA
+/// adapters only they are tracked: the base weights join the graph frozen (no gradient is
+/// computed for them, and they are shared, not copied).
 pub fn tracked_copy(model: &Qwen3) -> Qwen3 {
-    model.map_weights(&mut |_, w| w.map(|v| Tensor::from_inner(v).require_grad(), |m| Tensor::from_inner(m).require_grad()))
+    let lora = model.lora.is_some();
+    model.map_weights(&mut |name, w| {
+        if lora && !Qwen3::is_adapter(name) {
+            return w.map(Tensor::from_inner, Tensor::from_inner);
+        }
+        w.map(|v| Tensor::from_inner(v).require_grad(), |m| Tensor::from_inner(m).require_grad())
+    })
+}
+
+/// Whether `name` is a weight the run trains: every weight, or with LoRA the adapters only.
+pub fn trained(model: &Qwen3, name: &str) -> bool {
+    model.lora.is_none() || Qwen3::is_adapter(name)
 }
 
 /// Gradients of `tracked` (from `tracked_copy`) as flat f32 tensors by name.

@@ -1,5 +1,6 @@
 //! Run checkpoints: `runs/<name>/checkpoints/step-NNNNNN/` holding the policy in HF layout
-//! (model.safetensors, config.json, tokenizer.json: loadable by transformers), the optimizer
+//! (model.safetensors, config.json, tokenizer.json: loadable by transformers), or with LoRA its
+//! adapters only in PEFT's layout (adapter_config.json, adapter_model.safetensors), the optimizer
 //! moments (optimizer.safetensors) and state.json. Written into a temp folder, fsynced, then
 //! renamed into place; the oldest beyond `keep` are removed after the new one is complete.
 
@@ -101,8 +102,13 @@ pub fn save_from(run_dir: &Path, model: &Qwen3, source: &mut dyn OptimizerState,
 fn write_folder(tmp: &Path, model: &Qwen3, source: &mut dyn OptimizerState, state: &RunState, tokenizer_json: &str) -> Result<(), ModelError> {
     std::fs::create_dir_all(tmp).map_err(|e| io(tmp, e))?;
     let moments = source.moment_names()?;
-    // f32 masters where the model runs narrower (bf16), so resume continues from them
-    save_model_f32_with(tmp, model, |name, weight| source.master(name, weight))?;
+    // f32 masters where the model runs narrower (bf16), so resume continues from them; with
+    // LoRA the adapters only (the base is frozen: the run's model.path or embedded model)
+    if model.lora.is_some() {
+        shared_kernels::model::lora_files::save_adapters_f32_with(tmp, model, None, "", |name, weight| source.master(name, weight))?;
+    } else {
+        save_model_f32_with(tmp, model, |name, weight| source.master(name, weight))?;
+    }
     write_atomic(&tmp.join("tokenizer.json"), tokenizer_json.as_bytes())?;
     // optimizer moments, `m.NAME` and `v.NAME` in name order
     let entries: Vec<(String, Dtype, Vec<usize>)> = moments.iter().flat_map(|(k, n)| [(format!("m.{k}"), Dtype::F32, vec![*n]), (format!("v.{k}"), Dtype::F32, vec![*n])]).collect();
@@ -135,9 +141,15 @@ pub fn list(run_dir: &Path) -> Vec<PathBuf> {
     out.into_iter().map(|(_, p)| p).collect()
 }
 
+/// What a checkpoint holds of the policy, on the device as stored: f32 (a narrower run's masters).
+pub enum SavedPolicy {
+    Model(Qwen3),
+    /// LoRA: the adapters (f32, in a model of the run's shape) and their values by name.
+    Adapters { spec: shared_kernels::model::LoraSpec, adapters: Vec<shared_kernels::model::lora::LayerAdapters>, masters: Vec<(String, Tensor<1>)> },
+}
+
 pub struct Loaded {
-    /// The saved policy on the device as stored: f32 (a narrower run's masters).
-    pub model: Qwen3,
+    pub policy: SavedPolicy,
     /// AdamW's first and second moments on the device, by weight name.
     pub moments: BTreeMap<String, (Tensor<1>, Tensor<1>)>,
     pub state: RunState,
@@ -146,11 +158,21 @@ pub struct Loaded {
 /// A checkpoint folder onto `device`: the weights and the moments memory-mapped and sent as
 /// stored (f32), one tensor at a time, after every tensor is checked (present, f32, as long as
 /// its parameter, finite values).
-pub fn load(dir: &Path, device: &Device) -> Result<Loaded, ModelError> {
+/// `shape`: the run's model (a LoRA checkpoint holds no config.json of its own).
+pub fn load(dir: &Path, device: &Device, shape: &shared_kernels::model::ModelConfig) -> Result<Loaded, ModelError> {
     let state_path = dir.join("state.json");
     let text = std::fs::read_to_string(&state_path).map_err(|e| io(&state_path, e))?;
     let state: RunState = serde_json::from_str(&text).map_err(|e| ModelError::Io { file: state_path.display().to_string(), message: format!("invalid run state: {e}") })?;
-    let model = Qwen3::load(dir, DType::F32, device)?;
+    use shared_kernels::model::lora_files;
+    let (policy, sizes): (SavedPolicy, BTreeMap<String, usize>) = if lora_files::is_adapter_folder(dir) {
+        let (spec, adapters, masters) = lora_files::load_adapters(dir, shape, DType::F32, device)?;
+        let sizes = lora_files::adapter_tensors(shape, &spec).into_iter().map(|(n, s)| (n, s.iter().product())).collect();
+        (SavedPolicy::Adapters { spec, adapters, masters }, sizes)
+    } else {
+        let model = Qwen3::load(dir, DType::F32, device)?;
+        let sizes = model.config.expected_tensors().into_iter().map(|(n, shape)| (n, shape.iter().product())).collect();
+        (SavedPolicy::Model(model), sizes)
+    };
     let opt_path = dir.join("optimizer.safetensors");
     let mapped = MappedWeights::open_files(vec![opt_path.clone()])?;
     let bad = |tensor: &str, message: String| ModelError::Weights { file: opt_path.display().to_string(), tensor: tensor.to_string(), message };
@@ -171,7 +193,6 @@ pub fn load(dir: &Path, device: &Device) -> Result<Loaded, ModelError> {
     }
     // after an update every parameter has both moments, each as long as the parameter: a
     // missing or short one would restart or misalign Adam without a word
-    let sizes: BTreeMap<String, usize> = model.config.expected_tensors().into_iter().map(|(n, shape)| (n, shape.iter().product())).collect();
     if state.adam_t > 0 || !names.is_empty() {
         for (name, size) in &sizes {
             let (m, v) = names.get(name).copied().unwrap_or_default();
@@ -200,7 +221,7 @@ pub fn load(dir: &Path, device: &Device) -> Result<Loaded, ModelError> {
     }
     // the runtime is done with the mapped bytes before the mapping goes (see `Qwen3::load`)
     device.sync().map_err(|e| ModelError::Io { file: opt_path.display().to_string(), message: format!("copying the moments to the device: {e:?}") })?;
-    Ok(Loaded { model, moments, state })
+    Ok(Loaded { policy, moments, state })
 }
 
 #[cfg(test)]
@@ -277,9 +298,9 @@ mod tests {
         for (what, edit, needle) in cases {
             let _ = std::fs::remove_dir_all(&run);
             let dir = save(&run, &model, &opt, &state, "{}", 1).unwrap();
-            assert!(load(&dir, &device).is_ok(), "{what}: the intact checkpoint loads");
+            assert!(load(&dir, &device, &model.config).is_ok(), "{what}: the intact checkpoint loads");
             rewrite_optimizer(&dir, edit);
-            let err = load(&dir, &device).err().unwrap_or_else(|| panic!("{what}: loaded")).to_string();
+            let err = load(&dir, &device, &model.config).err().unwrap_or_else(|| panic!("{what}: loaded")).to_string();
             assert!(err.contains("optimizer.safetensors") && err.contains(needle), "{what}: {err}");
         }
         let _ = std::fs::remove_dir_all(&run);

@@ -127,6 +127,8 @@ pub fn load_policy(c: &Config, from: Option<&Qwen3>, device: &Device) -> Result<
         };
         (model, tokenizer_json)
     };
+    // adapters: a run's own (resumed) come from its checkpoint; otherwise lora.path's or fresh
+    let model = if c.lora.enabled() && from.is_none() { attach_adapters(c, model, device)? } else { model };
     let tokenizer: Tokenizer = tokenizer_json.parse().map_err(|e| RunError::Other(format!("tokenizer: {e}")))?;
     if tokenizer.get_vocab_size(true) > model.config.vocab_size {
         return Err(RunError::Other(format!("the tokenizer has {} tokens but the model's vocabulary is {}", tokenizer.get_vocab_size(true), model.config.vocab_size)));
@@ -160,6 +162,40 @@ pub fn load_policy(c: &Config, from: Option<&Qwen3>, device: &Device) -> Result<
         }
     }
     Ok(Policy { model, tokenizer, tokenizer_json, eos, stop_tokens })
+}
+
+/// `model` with `[lora]`'s adapters: a PEFT folder's (`lora.path`, whose shape the set keys
+/// must agree with) or fresh ones (lora_A as `lora.init` draws it, lora_B zero).
+fn attach_adapters(c: &Config, model: Qwen3, device: &Device) -> Result<Qwen3, RunError> {
+    use shared_kernels::model::lora_files;
+    let l = &c.lora;
+    let (spec, adapters) = if l.path.is_empty() {
+        let spec = l.spec().map_err(|e| invalid("lora.target_modules", e))?;
+        let adapters = shared_kernels::model::lora::fresh_adapters(&model.config, &spec, l.init_mode(), l.init_seed, model.dtype, device);
+        (spec, adapters)
+    } else {
+        let dir = Path::new(&l.path);
+        if !lora_files::is_adapter_folder(dir) {
+            return Err(invalid("lora.path", format!("{} holds no {} (a PEFT adapter folder: adapter_config.json and adapter_model.safetensors)", dir.display(), lora_files::ADAPTER_CONFIG)));
+        }
+        let (spec, adapters, _) = lora_files::load_adapters(dir, &model.config, model.dtype, device)?;
+        let defaults = crate::config::LoraSection::default();
+        let differs = |key: &str, set: String, file: String| invalid(key, format!("is {set} but the adapter in {} has {file} (leave the key unset to take the adapter's)", dir.display()));
+        if l.rank != 0 && l.rank != spec.rank {
+            return Err(differs("lora.rank", l.rank.to_string(), format!("r = {}", spec.rank)));
+        }
+        if l.alpha != defaults.alpha && l.alpha != spec.alpha {
+            return Err(differs("lora.alpha", l.alpha.to_string(), format!("lora_alpha = {}", spec.alpha)));
+        }
+        if l.use_rslora != spec.rslora {
+            return Err(differs("lora.use_rslora", l.use_rslora.to_string(), format!("use_rslora = {}", spec.rslora)));
+        }
+        if l.target_modules != defaults.target_modules && l.targets().ok().as_ref() != Some(&spec.targets) {
+            return Err(differs("lora.target_modules", format!("{:?}", l.target_modules), format!("{:?}", spec.targets.iter().map(|p| p.module()).collect::<Vec<_>>())));
+        }
+        (spec, adapters)
+    };
+    Ok(model.with_adapters(spec, adapters)?)
 }
 
 /// tokenizer_config.json's `eos_token` (a string or `{"content": ..}`), if the file has one.

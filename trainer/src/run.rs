@@ -162,16 +162,41 @@ pub fn sampler_engine(c: &Config, tokenizer: &Tokenizer, model: Qwen3) -> Result
 /// config is refused naming its keys before the shapes are compared).
 pub fn resume_state(cfg: &Config, latest: &Path, device: &Device, check: impl FnOnce(usize) -> Result<(), RunError>) -> Result<(Policy, crate::optim::AdamW, usize, f64), RunError> {
     let loading = std::time::Instant::now();
-    let loaded = crate::checkpoint::load(latest, device)?;
+    let loaded = crate::checkpoint::load(latest, device, &crate::policy::model_shape(cfg)?)?;
     let load_s = loading.elapsed().as_secs_f64();
     if loaded.state.step > cfg.train.steps {
         return Err(invalid("train.steps", format!("is {} but the checkpoint {} is at step {}", cfg.train.steps, latest.display(), loaded.state.step)));
     }
     check(loaded.state.step)?;
-    let policy = load_policy(cfg, Some(&loaded.model), device)?;
     let mut opt = crate::optim::new_adamw(cfg);
+    let policy = match loaded.policy {
+        crate::checkpoint::SavedPolicy::Model(saved) => {
+            let policy = load_policy(cfg, Some(&saved), device)?;
+            opt.restore_masters(&policy.model, &saved);
+            policy
+        }
+        // LoRA: the base as the run began (model.path or the embedded model), the saved adapters
+        crate::checkpoint::SavedPolicy::Adapters { spec, adapters, masters } => {
+            if !cfg.lora.enabled() {
+                return Err(invalid("lora.rank", format!("is 0 but the checkpoint {} holds LoRA adapters (rank {}): resume with the run's [lora] section", latest.display(), spec.rank)));
+            }
+            let mut policy = load_policy(cfg, None, device)?;
+            let dtype = policy.model.dtype;
+            let adapters = adapters.into_iter().map(|mut l| {
+                for (_, a) in l.by_projection.iter_mut() {
+                    (a.a, a.b) = (a.a.clone().cast(dtype), a.b.clone().cast(dtype));
+                }
+                l
+            }).collect();
+            policy.model = policy.model.with_adapters(spec, adapters)?;
+            opt.masters.clear();
+            if dtype != burn::tensor::DType::F32 {
+                opt.masters = masters.into_iter().collect();
+            }
+            policy
+        }
+    };
     opt.moments = loaded.moments;
     opt.t = loaded.state.adam_t;
-    opt.restore_masters(&policy.model, &loaded.model);
     Ok((policy, opt, loaded.state.step, load_s))
 }

@@ -10,6 +10,7 @@ pub mod kernel_set;
 pub mod layer;
 pub mod load;
 pub mod lora;
+pub mod lora_files;
 pub mod mapped;
 pub mod names;
 pub mod pass;

@@ -202,7 +202,8 @@ pub fn save_checkpoint(dir: &Path, checkpoint: &Checkpoint, dtype: DType, tokeni
 pub fn save_model_f32_with(dir: &Path, model: &super::Qwen3, mut f32_bytes_of: impl FnMut(&str, &super::Weight) -> Result<burn::tensor::Bytes, ModelError>) -> Result<(), ModelError> {
     std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
     let shapes: HashMap<String, Vec<usize>> = super::names::expected_tensors(&model.config).into_iter().collect();
-    let mut weights = model.named_tensors();
+    // the base weights (adapters are written apart, in PEFT's layout: `lora_files.rs`)
+    let mut weights: Vec<_> = model.named_tensors().into_iter().filter(|(n, _)| !super::Qwen3::is_adapter(n)).collect();
     weights.sort_by(|a, b| a.0.cmp(&b.0));
     let entries: Vec<(String, Dtype, Vec<usize>)> = weights.iter().map(|(n, _)| (n.clone(), Dtype::F32, shapes[n].clone())).collect();
     write_safetensors(&dir.join("model.safetensors"), &entries, Some(&pt_metadata()), |i| f32_bytes_of(&weights[i].0, &weights[i].1))?;
@@ -215,7 +216,7 @@ pub fn save_model(dir: &Path, model: &super::Qwen3, dtype: DType, tokenizer: Opt
     let st = stored_dtype(dir, dtype)?;
     std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
     let shapes: HashMap<String, Vec<usize>> = super::names::expected_tensors(&model.config).into_iter().collect();
-    let mut weights = model.named_tensors();
+    let mut weights: Vec<_> = model.named_tensors().into_iter().filter(|(n, _)| !super::Qwen3::is_adapter(n)).collect();
     weights.sort_by(|a, b| a.0.cmp(&b.0)); // the order save_checkpoint writes (by name)
     let entries: Vec<(String, Dtype, Vec<usize>)> = weights.iter().map(|(n, _)| (n.clone(), st, shapes[n].clone())).collect();
     write_safetensors(&dir.join("model.safetensors"), &entries, Some(&pt_metadata()), |i| {

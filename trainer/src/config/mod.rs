@@ -4,12 +4,14 @@
 use serde::{Deserialize, Serialize};
 
 mod load;
+mod lora;
 mod modes;
 mod sizing;
 mod validate;
 
 pub use modes::*;
 pub use sizing::Sizing;
+pub use lora::{LoraSection, TargetModules};
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -21,6 +23,7 @@ pub struct Config {
     pub log: LogSection,
     pub ablation: AblationSection,
     pub serve: ServeSection,
+    pub lora: LoraSection,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -291,7 +294,7 @@ pub struct ServeSection {
     /// Requests (choices) in flight at most; past it a request is answered 429 with
     /// `Retry-After`. 0: no bound.
     pub max_queue: usize,
-    /// When set, every request but `GET /health` must carry `Authorization: Bearer <api_key>`
+    /// When set, every request under `/v1/` must carry `Authorization: Bearer <api_key>`
     /// (compared in constant time); 401 without it.
     pub api_key: String,
 }

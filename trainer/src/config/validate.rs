@@ -8,6 +8,7 @@ impl Config {
         let bad = |key: &str, message: String| Err(ConfigError::Invalid { key: key.into(), message });
         let one_of = |key: &str, value: &str, allowed: &[&str]| if allowed.contains(&value) { Ok(()) } else { bad(key, format!("`{value}` is not one of {allowed:?}")) };
         one_of("model.dtype", &self.model.dtype, &["f32", "bf16"])?;
+        self.lora.check().map_err(|(key, message)| ConfigError::Invalid { key: key.into(), message })?;
         if self.model.path.is_empty() {
             self.validate_embedded_shape()?;
         }

@@ -120,7 +120,8 @@ impl Trainer {
         // step 0 did not (AdamW's moments appeared at the first update and ran a card out of
         // memory there)
         let shards = trainer.shards();
-        trainer.opt.allocate_state(&trainer.policy.model, &|n| shards.as_ref().is_none_or(|s| s.owns(n)));
+        let model = &trainer.policy.model;
+        trainer.opt.allocate_state(model, &|n| crate::backward::trained(model, n) && shards.as_ref().is_none_or(|s| s.owns(n)));
         Ok(trainer)
     }
 
