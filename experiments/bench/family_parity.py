@@ -9,6 +9,9 @@ many greedy tokens transformers would have picked differently. On the GPU machin
 
 CHECKPOINT: an HF folder (experiments/fixtures/make_real_shape.py makes random ones of real shapes).
 Both sides run in --dtype (f32 by default: the parity measure; bf16 differs by rounding).
+--adapter DIR: a PEFT LoRA folder on top (lockstep's `lora.path`, PEFT's `PeftModel.from_pretrained`):
+experiments/fixtures/make_peft_adapter.py makes a random one with PEFT, or a lockstep LoRA
+checkpoint folder is one.
 """
 import argparse
 import json
@@ -27,6 +30,7 @@ ap.add_argument("--prompts", type=int, default=8)
 ap.add_argument("--new", type=int, default=64)
 ap.add_argument("--max-prompt", type=int, default=200)
 ap.add_argument("--lockstep", default="/tmp/lockstep")
+ap.add_argument("--adapter", default="")
 args = ap.parse_args()
 os.makedirs(args.out, exist_ok=True)
 
@@ -41,7 +45,7 @@ longest = max(len(p) for p in prompts) + args.new
 run = subprocess.run([args.lockstep, "sample", "--set", f"model.path={args.checkpoint}", "--set", f"model.dtype={args.dtype}",
                       "--set", f"sampler.input={inp}", "--set", f"sampler.output={outp}", "--set", "sampler.temperature=0",
                       "--set", f"sampler.max_new_tokens={args.new}", "--set", f"sampler.context={longest + 64}",
-                      "--set", "log.progress=false"], capture_output=True, text=True)
+                      "--set", "log.progress=false"] + (["--set", f"lora.path={args.adapter}"] if args.adapter else []), capture_output=True, text=True)
 open(os.path.join(args.out, "lockstep.log"), "w").write(run.stdout + run.stderr)
 if run.returncode != 0:
     raise SystemExit(f"lockstep sample exited {run.returncode}: {run.stderr[-2000:]}")
@@ -50,6 +54,9 @@ done = {r["id"]: r for r in map(json.loads, open(outp))}
 dtype = torch.float32 if args.dtype == "f32" else torch.bfloat16
 device = "cuda" if torch.cuda.is_available() else "cpu"
 model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=dtype, attn_implementation="eager").to(device).eval()
+if args.adapter:
+    from peft import PeftModel
+    model = PeftModel.from_pretrained(model, args.adapter, torch_dtype=dtype).to(device).eval()
 worst, total, count, flips = 0.0, 0.0, 0, 0
 for i, ids in enumerate(prompts):
     r = done[str(i)]
@@ -65,7 +72,7 @@ for i, ids in enumerate(prompts):
         worst, total, count = max(worst, d), total + d, count + 1
         flips += int(row.argmax().item() != tok)
 summary = {"checkpoint": args.checkpoint, "dtype": args.dtype, "prompts": len(prompts), "tokens": count,
-           "max_abs_dlogprob": worst, "mean_abs_dlogprob": total / max(count, 1), "greedy_tokens_transformers_picks_differently": flips,
+           "adapter": args.adapter or None, "max_abs_dlogprob": worst, "mean_abs_dlogprob": total / max(count, 1), "greedy_tokens_transformers_picks_differently": flips,
            "architecture": json.load(open(os.path.join(args.checkpoint, "config.json")))["architectures"][0]}
 print(json.dumps(summary))
 json.dump(summary, open(os.path.join(args.out, "parity.json"), "w"))
