@@ -142,6 +142,38 @@ impl Engine {
         Ok(())
     }
 
+    /// Replace the LoRA adapters only (after an optimizer step of a LoRA run), with resident
+    /// copies of `from`'s; the frozen base stays as it is. Only between rollouts.
+    pub fn set_adapters(&mut self, from: &Qwen3) -> Result<(), String> {
+        if !self.is_idle() {
+            return Err("set_adapters while requests are running".into());
+        }
+        if self.model.lora != from.lora {
+            return Err(format!("set_adapters: the engine's adapters are {:?}, the new ones {:?}", self.model.lora, from.lora));
+        }
+        let adapters: std::collections::HashMap<String, shared_kernels::model::Weight> = from.named_tensors().into_iter().filter(|(n, _)| Qwen3::is_adapter(n)).collect();
+        let stream = self.stream;
+        let device = self.model.embed.device();
+        let mut failed = None;
+        self.model = stream.enter(|| {
+            self.model.map_weights(&mut |name, w| {
+                let Some(new) = adapters.get(name) else { return w };
+                match device.memory_persistent_allocations(new.clone(), |n| resident(n)) {
+                    Ok(copy) => copy,
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                        w
+                    }
+                }
+            })
+        });
+        if let Some(e) = failed {
+            return Err(format!("copying the adapters for the engine: {e}"));
+        }
+        self.graphs.clear();
+        Ok(())
+    }
+
     /// The phase times accumulated since the last call, and a fresh start.
     pub fn take_phase_times(&mut self) -> EnginePhaseTimes {
         std::mem::take(&mut self.phase)
@@ -352,6 +384,16 @@ impl Engine {
         }
         order.iter().map(|id| results.remove(id).unwrap_or(Err(SampleError::Engine { id: *id, message: "duplicate request id in one batch".into() }))).collect()
     }
+}
+
+/// A copy of `w` in a buffer of its own (in the persistent pool where the caller allocates so).
+fn resident(w: shared_kernels::model::Weight) -> Result<shared_kernels::model::Weight, String> {
+    use shared_kernels::bridge::own_buffer;
+    use shared_kernels::model::Weight;
+    Ok(match w {
+        Weight::Vector(v) => Weight::Vector(own_buffer(v).map_err(|e| e.to_string())?),
+        Weight::Matrix(m) => Weight::Matrix(own_buffer(m).map_err(|e| e.to_string())?),
+    })
 }
 
 /// New tokens a request is reserved blocks for: `reserve` of `left`, rounded up.

@@ -88,7 +88,7 @@ impl Trainer {
     /// [`Self::new`] as one rank of a data-parallel group: every rank's resolved config must be
     /// rank 0's (compared by hash before anything runs); ranks past 0 keep their metrics in
     /// `rank-N` under the run folder (rank 0 writes the run's own, and its checkpoints).
-    pub fn new_rank(cfg: Config, policy: Policy, opt: AdamW, step: usize, comm: Option<std::sync::Arc<dyn crate::distributed::Communicator>>) -> Result<Self, RunError> {
+    pub fn new_rank(cfg: Config, mut policy: Policy, opt: AdamW, step: usize, comm: Option<std::sync::Arc<dyn crate::distributed::Communicator>>) -> Result<Self, RunError> {
         let mut run_dir = run_dir(&cfg);
         if let Some(c) = &comm {
             // the memory sizes each rank chose for its own device change no bit: not compared
@@ -107,7 +107,22 @@ impl Trainer {
         }
         let task = crate::run::load_task(&cfg)?;
         let telemetry = Telemetry::open(&run_dir, cfg.log.tensorboard, step).map_err(|e| RunError::Other(format!("{}: {e}", run_dir.display())))?;
-        let engine = crate::run::sampler_engine(&cfg, &policy.tokenizer, sampler_model(&cfg, &policy.model))?;
+        let engine = if policy.model.lora.is_some() {
+            // LoRA: the frozen base is held once. The engine takes the policy's only handle (its
+            // resident copy replaces the loaded weights tensor by tensor), and the trainer then
+            // computes on the engine's base with its own adapters: the same values, as bits.
+            let mut model = policy.model;
+            let kernels = model.kernels;
+            let adapters: std::collections::BTreeMap<String, shared_kernels::model::Weight> = model.named_tensors().into_iter().filter(|(n, _)| shared_kernels::model::Qwen3::is_adapter(n)).collect();
+            model.kernels = cfg.ablation.sampler_kernels.kernel_set();
+            let engine = crate::run::sampler_engine(&cfg, &policy.tokenizer, model)?;
+            let mut shared = engine.model().map_weights(&mut |name, w| adapters.get(name).cloned().unwrap_or(w));
+            shared.kernels = kernels;
+            policy.model = shared;
+            engine
+        } else {
+            crate::run::sampler_engine(&cfg, &policy.tokenizer, sampler_model(&cfg, &policy.model))?
+        };
         let reference = (cfg.train.kl_coef > 0.0).then(|| policy.model.clone());
         let eval_problems = if cfg.train.eval_every > 0 { crate::eval::load_eval_problems(&cfg, &task)? } else { Vec::new() };
         let mut trainer = Self { cfg, policy, opt, engine, task, reference, telemetry, run_dir, step, eval_problems, comm };
@@ -205,7 +220,11 @@ impl Trainer {
     /// Phase 6: the sampler gets the new weights; both fingerprints must agree.
     pub(super) fn sync_weights(&mut self, step: usize) -> Result<(String, String), RunError> {
         let sampling_dtype = self.policy.model.dtype;
-        self.engine.set_model(sampler_model(&self.cfg, &self.policy.model)).map_err(RunError::Other)?;
+        if self.policy.model.lora.is_some() {
+            self.engine.set_adapters(&self.policy.model).map_err(RunError::Other)?; // the base is shared
+        } else {
+            self.engine.set_model(sampler_model(&self.cfg, &self.policy.model)).map_err(RunError::Other)?;
+        }
         let trainer_hash = weights_fingerprint(&self.policy.model, sampling_dtype)?;
         let sampler_hash = weights_fingerprint(self.engine.model(), sampling_dtype)?;
         if trainer_hash != sampler_hash {
