@@ -172,6 +172,24 @@ mod tests {
     }
 
     #[test]
+    fn lora_on_8b_holds_the_frozen_base_once_and_fits_an_80_gb_card() {
+        let mut c = Config::default();
+        c.model.dtype = "bf16".into();
+        (c.sampler.max_batch, c.sampler.context) = (128, 2112);
+        c.sampler.kv_budget_mib = Sizing::Set(20_000.0);
+        c.lora.rank = 32;
+        let plan = MemoryPlan::of(&c, &qwen3_8b(), 2, Purpose::Train);
+        // 8.19e9 x 2 bytes of base once; 87.3e6 adapter parameters (r 32 on every projection of
+        // 36 layers) x (2 copies x 2 + 4 + 8 + 4) bytes; a 20,000 MiB pool (20.97 GB)
+        let summary = plan.summary(Some(80_000_000_000));
+        assert!((plan.fixed_bytes() as f64 / GB - 39.1).abs() < 0.3, "{summary}");
+        assert!(summary.contains("frozen base weights (shared by sampler and trainer) 16.4 GB") && !summary.contains("AdamW moments 65"), "{summary}");
+        assert!(plan.check(Some(80_000_000_000)).is_ok(), "{summary}");
+        c.lora.rank = 0;
+        assert!(MemoryPlan::of(&c, &qwen3_8b(), 2, Purpose::Train).check(Some(80_000_000_000)).is_err(), "full-parameter 8B fits 80 GB?");
+    }
+
+    #[test]
     fn a_kv_cache_that_cannot_fit_names_the_sampler_keys_and_a_budget_fixes_it() {
         let mut c = Config::default();
         c.model.dtype = "bf16".into();

@@ -39,10 +39,12 @@ pub(crate) struct Shape {
     pub(crate) dtype: f64,
     /// One KV block's bytes (every layer's K and V for `BLOCK` positions).
     pub(crate) per_block: f64,
+    /// The LoRA adapters' parameters (0 without `[lora]`): then only they are trained.
+    pub(crate) adapter_params: f64,
 }
 
 impl Shape {
-    pub(crate) fn of(_c: &Config, m: &ModelConfig, dtype_bytes: u64) -> Self {
+    pub(crate) fn of(c: &Config, m: &ModelConfig, dtype_bytes: u64) -> Self {
         let n = |x: usize| x as f64;
         let sizes: Vec<f64> = m.expected_tensors().iter().map(|(_, shape)| shape.iter().map(|&d| n(d)).product::<f64>()).collect();
         let block = shared_kernels::ops::attention::BLOCK as f64;
@@ -59,7 +61,22 @@ impl Shape {
             vocab: m.vocab_size,
             dtype,
             per_block: 2.0 * n(m.num_layers) * block * n(m.num_kv_heads) * n(m.head_dim) * dtype,
+            adapter_params: Self::adapter_params(c, m),
         }
+    }
+
+    /// r x (in + out) per adapted projection and layer: `[lora]`'s shape, or `lora.path`'s.
+    fn adapter_params(c: &Config, m: &ModelConfig) -> f64 {
+        if !c.lora.enabled() {
+            return 0.0;
+        }
+        let from_file = (!c.lora.path.is_empty()).then(|| shared_kernels::model::lora_files::read_adapter_config(std::path::Path::new(&c.lora.path)).ok()).flatten();
+        let Some(spec) = from_file.or_else(|| c.lora.spec().ok()) else { return 0.0 };
+        let per_layer: usize = spec.targets.iter().map(|p| {
+            let (out, inp) = p.dims(m);
+            spec.rank * (out + inp)
+        }).sum();
+        (per_layer * m.num_layers) as f64
     }
 
     /// KV blocks one request of `sampler.context` positions takes.
@@ -86,6 +103,21 @@ impl Shape {
         if purpose == Purpose::Sample {
             // the engine takes the loaded weights and keeps them resident: one copy
             return vec![Part { what: "weights", bytes: sat(params * dtype) }];
+        }
+        if self.adapter_params > 0.0 {
+            // LoRA: the frozen base once (the trainer computes on the engine's resident copy);
+            // the adapters in both, and only they carry masters, moments and gradients
+            let a = self.adapter_params;
+            let mut fixed = vec![Part { what: "frozen base weights (shared by sampler and trainer)", bytes: sat(params * dtype) }, Part { what: "LoRA adapters (trainer and sampler)", bytes: sat(2.0 * a * dtype) }];
+            if dtype < 4.0 {
+                fixed.push(Part { what: "adapters' f32 masters", bytes: sat(a * 4.0) });
+            }
+            fixed.push(Part { what: "adapters' AdamW moments", bytes: sat(a * 8.0) });
+            fixed.push(Part { what: "adapters' f32 gradients", bytes: sat(a * 4.0) });
+            if c.train.kl_coef > 0.0 {
+                fixed.push(Part { what: "KL reference adapters", bytes: sat(a * dtype) });
+            }
+            return fixed;
         }
         let mut fixed = vec![Part { what: "weights (trainer)", bytes: sat(params * dtype) }, Part { what: "weights (sampler's resident copy)", bytes: sat(params * dtype) }];
         let owned = if ranks > 1 && c.train.shard_optimizer { (params / ranks as f64 + self.largest).min(params) } else { params };
