@@ -147,3 +147,38 @@ pub fn load_adapters(dir: &Path, c: &ModelConfig, dtype: DType, device: &Device)
     device.sync().map_err(|e| ModelError::Io { file: file.display().to_string(), message: format!("copying the adapters to the device: {e:?}") })?;
     Ok((spec, layers, masters))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{lora, tiny_config, Checkpoint, LogprobDistribution};
+
+    #[test]
+    fn saved_adapters_load_back_to_the_same_logprob_bits_and_unsupported_peft_fields_are_named() {
+        let device = crate::device::default_device();
+        let base = Qwen3::from_checkpoint(&Checkpoint::random(tiny_config(29, false), 0.3, 4), DType::F32, &device).unwrap();
+        let spec = LoraSpec { rank: 3, alpha: 6.0, rslora: true, targets: vec![Projection::Q, Projection::V, Projection::Down] };
+        let adapters = lora::fresh_adapters(&base.config, &spec, LoraInit::Gaussian, 9, DType::F32, &device);
+        // lora_B away from zero, so the adapters matter
+        let model = base.clone().with_adapters(spec.clone(), adapters).unwrap().map_weights(&mut |name, w| if name.ends_with("lora_B.weight") { w.with_flat(w.flat().ones_like().mul_scalar(0.05)) } else { w });
+        let dir = crate::testing::Scratch::new("peft-files");
+        save_adapters(&dir, &model, "base").unwrap();
+        let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join(ADAPTER_CONFIG)).unwrap()).unwrap();
+        assert_eq!((config["r"].as_u64(), config["use_rslora"].as_bool(), config["target_modules"].clone()), (Some(3), Some(true), serde_json::json!(["q_proj", "v_proj", "down_proj"])), "{config}");
+        let (read, layers, _) = load_adapters(&dir, &base.config, DType::F32, &device).unwrap();
+        assert_eq!(read, spec);
+        let loaded = base.clone().with_adapters(read, layers).unwrap();
+        let seq: Vec<u32> = (0..14).map(|i| (i * 7 % 29) as u32).collect();
+        let lp = |m: &Qwen3| m.sequence_logprobs(&[seq.clone()], LogprobDistribution::full(1.0)).unwrap().per_sequence[0].iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(lp(&loaded), lp(&model), "loaded adapters give other logprob bits");
+        assert_ne!(lp(&loaded), lp(&base), "the adapters changed nothing");
+        // what lockstep does not compute is refused naming PEFT's field
+        for (field, value) in [("use_dora", serde_json::json!(true)), ("bias", serde_json::json!("all")), ("rank_pattern", serde_json::json!({"q_proj": 8})), ("target_modules", serde_json::json!(".*proj")), ("layers_to_transform", serde_json::json!([0]))] {
+            let mut bad = config.clone();
+            bad[field] = value;
+            std::fs::write(dir.join(ADAPTER_CONFIG), bad.to_string()).unwrap();
+            let e = read_adapter_config(&dir).unwrap_err().to_string();
+            assert!(e.contains(field) && e.contains(ADAPTER_CONFIG), "{field}: {e}");
+        }
+    }
+}

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Session 51's device visit (issue 60's last targets on an 80 GB H100): from the repo root on the
+# GPU machine with .gpu/ carried, `O=$OUT PART=... bash docs/journal/visit-scripts/visit_s51.sh`.
+#   rung17    configs/qwen3-1.7b.toml (256 x 4096, no size key set) one step a call with a checkpoint
+#             after each (RESUME=1 continues): scale.sh's row, the plan's line, the peak
+#   readme06  README's real-shape commands as written: make_real_shape.py into checkpoints/qwen3-0.6b,
+#             then `lockstep train configs/qwen3-0.6b.toml` (--max-steps 1)
+#   serve     experiments/bench/serve_bench.sh at the 0.6B shape: 1-256 streaming clients, bits
+#             against lockstep sample, 1000 identical requests among 1000 neighbours
+#   lora      (after a build with LoRA, unpacked afresh) a random PEFT adapter on the 0.6B shape:
+#             lockstep's logprobs against PEFT + transformers (f32), then a LoRA GRPO run's
+#             saved adapter loaded by PEFT and compared the same way
+#   sample8b  `lockstep sample configs/qwen3-8b.toml` greedy (64 prompts x 128 tokens, a 20,000 MiB
+#             pool) with this build and ${G:-.gpu}/lockstep-old.gz (a130335, two copies of the weights):
+#             each one's peak and the outputs compared byte for byte; then the config with its
+#             auto pool (256 prompts, 256 new tokens)
+set -uo pipefail
+O="${O:-${OUT:-.gpu/out}}"
+mkdir -p "$O"
+[ -x /tmp/lockstep ] || { gunzip -c ${G:-.gpu}/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }
+nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader | tee -a "$O/gpu.txt"
+fields='"step":[0-9]*\|"bit_equal_frac":[0-9.e-]*\|"kl_k1":[0-9.e-]*\|"trainer_weights_fingerprint":"[0-9a-f]*"\|"step_s":[0-9.]*\|"gen_s":[0-9.]*\|"update_s":[0-9.]*\|"gen_preempted":[0-9]*'
+poll() { ( while true; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; sleep 0.2; done ) > "$1" 2>/dev/null & echo $!; }
+for part in ${PART:-rung17}; do
+case "$part" in
+rung17)
+  SCALE_RESUME=${RESUME:-} SCALE_SET="--set task.reward=char_f1 --set train.on_mismatch=stop --set train.checkpoint_every=1" \
+    SCALE_ARGS="--max-steps 1" O=$O/rung17 SCALE_LIMIT=${RUNG_LIMIT:-570} bash experiments/bench/scale.sh qwen3-1.7b:256x4096:3 2>&1 | tail -1
+  grep -h "memory plan\|auto sizes\|out of device memory\|error\|resum" $O/rung17/*.log | head -8
+  grep -o "$fields" $O/rung17/*.metrics.jsonl | tr '\n' ' '; echo
+  echo "peak memory MiB: $(sort -n $O/rung17/*.mem | tail -1)"; ls /tmp/runs/*/checkpoints 2>/dev/null | tail -3 ;;
+readme06)
+  t=$(date +%s)
+  python3 experiments/fixtures/make_real_shape.py qwen3-0.6b checkpoints/qwen3-0.6b > $O/make06.log 2>&1 || { tail -3 $O/make06.log; exit 1; }
+  echo "made in $(( $(date +%s) - t )) s"
+  p=$(poll $O/readme06.mem); t=$(date +%s)
+  timeout 400 /tmp/lockstep train configs/qwen3-0.6b.toml --max-steps 1 > $O/readme06.log 2>&1
+  echo "lockstep train configs/qwen3-0.6b.toml --max-steps 1: exit $? in $(( $(date +%s) - t )) s, peak $(sort -n $O/readme06.mem | tail -1) MiB"; kill $p
+  grep -h "memory plan\|auto sizes\|out of device memory\|error" $O/readme06.log | head -6
+  grep -o "$fields" runs/qwen3-0.6b/metrics.jsonl | tr '\n' ' '; echo ;;
+sample8b)
+  ck=/tmp/checkpoints/qwen3-8b; t=$(date +%s)
+  [ -f $ck/config.json ] || python3 experiments/fixtures/make_real_shape.py qwen3-8b $ck > $O/make-8b.log 2>&1 || { tail -3 $O/make-8b.log; exit 1; }
+  echo "8B made in $(( $(date +%s) - t )) s"
+  head -64 $ck/task.jsonl > /tmp/p8b.jsonl
+  gunzip -c ${G:-.gpu}/lockstep-old.gz > /tmp/lockstep-old && chmod +x /tmp/lockstep-old
+  for bin in lockstep-old lockstep; do
+    p=$(poll $O/$bin-8b.mem)
+    timeout 200 /tmp/$bin sample configs/qwen3-8b.toml --set model.path=$ck --set sampler.input=/tmp/p8b.jsonl --set sampler.output=/tmp/$bin-8b.jsonl \
+      --set sampler.temperature=0 --set sampler.max_new_tokens=128 --set sampler.max_batch=64 --set sampler.kv_budget_mib=20000 > $O/$bin-8b.log 2>&1
+    echo "$bin: exit $?, peak $(sort -n $O/$bin-8b.mem | tail -1) MiB"; kill $p
+    grep -h "memory plan\|sampled" $O/$bin-8b.log | head -3
+  done
+  cmp /tmp/lockstep-old-8b.jsonl /tmp/lockstep-8b.jsonl && echo "outputs identical byte for byte ($(wc -l < /tmp/lockstep-8b.jsonl) completions)"
+  head -256 $ck/task.jsonl > /tmp/p8b-256.jsonl
+  p=$(poll $O/auto-8b.mem); t=$(date +%s)
+  timeout 200 /tmp/lockstep sample configs/qwen3-8b.toml --set model.path=$ck --set sampler.input=/tmp/p8b-256.jsonl --set sampler.output=/tmp/auto-8b.jsonl \
+    --set sampler.max_new_tokens=256 > $O/auto-8b.log 2>&1
+  echo "configs/qwen3-8b.toml as written (256 prompts, 256 new tokens): exit $? in $(( $(date +%s) - t )) s, peak $(sort -n $O/auto-8b.mem | tail -1) MiB"; kill $p
+  grep -h "memory plan\|auto\|sampled" $O/auto-8b.log | head -4 ;;
+serve) O=$O/serve bash experiments/bench/serve_bench.sh qwen3-0.6b ${SERVE_PROMPTS:-256} ${SERVE_TOKENS:-128} ${SERVE_IDENTICAL:-1000} 2>&1 | tail -16 ;;
+lora)
+  gunzip -c ${G:-.gpu}/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep
+  ck=/tmp/checkpoints/qwen3-0.6b
+  [ -f $ck/config.json ] || python3 experiments/fixtures/make_real_shape.py qwen3-0.6b $ck > $O/make06.log 2>&1 || { tail -3 $O/make06.log; exit 1; }
+  python3 experiments/fixtures/make_peft_adapter.py $ck /tmp/peft-adapter --rank 16 --alpha 32 2>&1 | tail -1
+  python3 experiments/bench/family_parity.py $ck $O/lora-peft --adapter /tmp/peft-adapter --prompts 8 --new 32 2>&1 | tail -2
+  python3 experiments/bench/family_parity.py $ck $O/lora-peft-bf16 --adapter /tmp/peft-adapter --prompts 8 --new 32 --dtype bf16 2>&1 | tail -1
+  timeout 300 /tmp/lockstep train configs/qwen3-0.6b.toml --set model.path=$ck --set task.path=$ck/task.jsonl --set lora.rank=16 --set lora.alpha=32 \
+    --set task.reward=char_f1 --set train.prompts_per_step=4 --set train.steps=2 --set sampler.max_new_tokens=256 --set sampler.context=320 \
+    --set log.runs_dir=/tmp/runs --set log.run_name=lora06 --set train.checkpoint_every=1 > $O/lora06.log 2>&1
+  echo "LoRA GRPO 0.6B 64 x 256, 2 steps: exit $?"; grep -h "memory plan\|error" $O/lora06.log | head -4
+  grep -o "$fields" /tmp/runs/lora06/metrics.jsonl | tr '\n' ' '; echo
+  python3 experiments/bench/family_parity.py $ck $O/lora-lockstep --adapter /tmp/runs/lora06/checkpoints/step-000002 --prompts 8 --new 32 2>&1 | tail -1 ;;
+esac
+done
