@@ -266,3 +266,18 @@ fn adapters_keep_sampler_equal_to_trainer_and_batch_invariant() {
     let (with, without) = (model.sequence_logprobs(&[seq.clone()], dist).unwrap().per_sequence, base.sequence_logprobs(&[seq], dist).unwrap().per_sequence);
     assert_ne!(with, without, "the adapters changed no logprob");
 }
+
+/// A mixture-of-experts model (Qwen3-MoE: a dense layer, then a sparse one of 8 experts, 2 a
+/// token) keeps the contract: sampler = trainer as bits, and a request's bits alone, among
+/// others, under any batch or chunk size, with preemption in a small paged cache: a token's
+/// routing and its experts' arithmetic do not depend on which tokens share the launch.
+#[test]
+fn a_mixture_of_experts_model_keeps_sampler_equal_to_trainer_and_batch_invariant() {
+    let mut rng = StdRng::seed_from_u64(seed());
+    let device = shared_kernels::device::default_device();
+    let model = Qwen3::from_checkpoint(&Checkpoint::random(shared_kernels::model::tiny_moe_config(VOCAB), 0.3, rng.random()), DType::F32, &device).unwrap();
+    assert!(model.layers[0].moe.is_none() && model.layers[1].moe.as_ref().is_some_and(|m| m.experts.len() == 8));
+    assert_passed(&[invariance::sampler_equals_trainer(&model, &mut rng, 8)]);
+    assert_passed(&invariance::alone_vs_among(&model, &mut rng));
+    assert_passed(&[invariance::small_paged_cache_matches_full(&model, &mut rng)]);
+}

@@ -70,3 +70,32 @@ fn grpo_on_qwen2_llama_bias_and_llama31_checkpoints_is_bit_exact_and_micro_batch
         assert_eq!(saved.config.rope, shared_kernels::model::ModelConfig::from_json(&std::fs::read_to_string(ck.join("config.json")).unwrap(), "x").unwrap().rope, "{name}");
     }
 }
+
+/// A Qwen3-MoE checkpoint (a dense layer, then 8 experts of which 2 a token) as a user brings
+/// it: `lockstep sample` and `lockstep serve` load and run it, the same answers twice; training
+/// it is refused before loading, naming the key and what is missing (the router's gradient).
+#[test]
+fn a_mixture_of_experts_checkpoint_samples_and_training_it_is_refused_naming_why() {
+    let dir = scratch("moe-family");
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    let ck = family_checkpoint(&dir, "moe", "Qwen3MoeForCausalLM", serde_json::json!({
+        "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": true,
+        "decoder_sparse_step": 1, "mlp_only_layers": [0]
+    }));
+    let saved = shared_kernels::model::load_checkpoint(&ck).unwrap();
+    assert!(saved.tensors.contains_key("model.layers.1.mlp.experts.7.down_proj.weight") && !saved.tensors.contains_key("model.layers.1.mlp.gate_proj.weight"));
+    std::fs::write(dir.join("p.jsonl"), "{\"prompt\": \"12+7=\"}\n{\"prompt\": \"3+4=\"}\n{\"prompt\": \"sort 31:\"}\n").unwrap();
+    let path = format!("model.path={}", ck.display());
+    let sample = |out: &str| {
+        let o = lockstep(&["sample", "--set", &path, "--set", "sampler.input=p.jsonl", "--set", &format!("sampler.output={out}"), "--set", "sampler.max_new_tokens=12", "--set", "log.progress=false"], &dir);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::read_to_string(dir.join(out)).unwrap()
+    };
+    let (a, b) = (sample("a.jsonl"), sample("b.jsonl"));
+    assert_eq!(a, b);
+    assert_eq!(a.lines().filter(|l| l.contains("\"token_ids\"")).count(), 3, "{a}");
+    let o = lockstep(&["train", "small.toml", "--set", &path, "--set", "log.run_name=moe"], &dir);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("model.path") && err.contains("mixture-of-experts") && err.contains("router"), "{err}");
+}

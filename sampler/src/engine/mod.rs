@@ -13,6 +13,7 @@ mod phases;
 mod progress;
 mod rows;
 mod stops;
+mod weights;
 
 use launch::InFlight;
 pub use config::EngineConfig;
@@ -21,7 +22,7 @@ pub use progress::Occupancy;
 pub use stops::{completes_stop_string, Decoder};
 use rows::StepError;
 use crate::request::{Completion, FinishReason, Request, SampleError, Timings};
-use shared_kernels::model::{KernelSet, KvCache, Qwen3};
+use shared_kernels::model::{KvCache, Qwen3};
 use shared_kernels::ops::attention::BLOCK;
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -92,13 +93,14 @@ impl Engine {
         if config.context > model.config.max_position_embeddings {
             return Err(format!("context {} exceeds the model's max_position_embeddings {}", config.context, model.config.max_position_embeddings));
         }
-        let model = decode_ready(model)?;
+        let model = weights::decode_ready(model)?;
         // the pages the weights were loaded into are empty now where the caller handed over its
         // only handle (`lockstep sample`): give them back before the KV cache is allocated, so
         // the process holds one copy of the weights, not two
         model.embed.device().memory_cleanup();
         let choice = shared_kernels::kernel_choice::KernelChoice::current().map_err(|e| e.to_string())?;
-        let graphs = graphs::StepGraphs::new(choice.decode_graphs, choice.decode_graph_padding);
+        // a mixture-of-experts step reads its routing on the host mid-forward: no graph can hold it
+        let graphs = graphs::StepGraphs::new(choice.decode_graphs && model.config.moe.is_none(), choice.decode_graph_padding);
         let device = model.embed.device();
         let blocks = if config.kv_blocks == 0 { config.max_batch * KvCache::blocks_for(config.context) } else { config.kv_blocks };
         let cache = KvCache::paged(&model.config, config.max_batch, config.context, blocks, model.dtype, &device).map_err(|e| e.to_string())?;
@@ -127,51 +129,6 @@ impl Engine {
 
     pub fn model(&self) -> &Qwen3 {
         &self.model
-    }
-
-    /// Replace the weights (after an optimizer step); only between rollouts.
-    pub fn set_model(&mut self, model: Qwen3) -> Result<(), String> {
-        if !self.is_idle() {
-            return Err("set_model while requests are running".into());
-        }
-        // copied on the engine's stream, so its launches bind no other thread's buffers
-        let stream = self.stream;
-        self.model = stream.enter(|| decode_ready(model))?;
-        // a graph reads the weights it was captured with
-        self.graphs.clear();
-        Ok(())
-    }
-
-    /// Replace the LoRA adapters only (after an optimizer step of a LoRA run), with resident
-    /// copies of `from`'s; the frozen base stays as it is. Only between rollouts.
-    pub fn set_adapters(&mut self, from: &Qwen3) -> Result<(), String> {
-        if !self.is_idle() {
-            return Err("set_adapters while requests are running".into());
-        }
-        if self.model.lora != from.lora {
-            return Err(format!("set_adapters: the engine's adapters are {:?}, the new ones {:?}", self.model.lora, from.lora));
-        }
-        let adapters: std::collections::HashMap<String, shared_kernels::model::Weight> = from.named_tensors().into_iter().filter(|(n, _)| Qwen3::is_adapter(n)).collect();
-        let stream = self.stream;
-        let device = self.model.embed.device();
-        let mut failed = None;
-        self.model = stream.enter(|| {
-            self.model.map_weights(&mut |name, w| {
-                let Some(new) = adapters.get(name) else { return w };
-                match device.memory_persistent_allocations(new.clone(), |n| resident(n)) {
-                    Ok(copy) => copy,
-                    Err(e) => {
-                        failed.get_or_insert(e);
-                        w
-                    }
-                }
-            })
-        });
-        if let Some(e) = failed {
-            return Err(format!("copying the adapters for the engine: {e}"));
-        }
-        self.graphs.clear();
-        Ok(())
     }
 
     /// The phase times accumulated since the last call, and a fresh start.
@@ -386,27 +343,7 @@ impl Engine {
     }
 }
 
-/// A copy of `w` in a buffer of its own (in the persistent pool where the caller allocates so).
-fn resident(w: shared_kernels::model::Weight) -> Result<shared_kernels::model::Weight, String> {
-    use shared_kernels::bridge::own_buffer;
-    use shared_kernels::model::Weight;
-    Ok(match w {
-        Weight::Vector(v) => Weight::Vector(own_buffer(v).map_err(|e| e.to_string())?),
-        Weight::Matrix(m) => Weight::Matrix(own_buffer(m).map_err(|e| e.to_string())?),
-    })
-}
-
 /// New tokens a request is reserved blocks for: `reserve` of `left`, rounded up.
 fn reserved_new_tokens(left: usize, reserve: f32) -> usize {
     (left as f64 * reserve as f64).ceil() as usize
-}
-
-/// The engine's copy of the weights: in cubecl's persistent pool (see [`Qwen3::into_resident`]),
-/// and, for the invariant kernel set, with fused projections (fewer launches, same bits) unless
-/// `LOCKSTEP_DECODE_FUSION=off` (benchmarks compare the two); the ablation's kernel sets keep
-/// the unfused forward they were measured with.
-fn decode_ready(model: Qwen3) -> Result<Qwen3, String> {
-    let fuse = shared_kernels::kernel_choice::KernelChoice::current().map_err(|e| e.to_string())?.decode_fusion;
-    let fuse = fuse && model.kernels == KernelSet::Matched;
-    model.into_resident(fuse).map_err(|e| format!("copying the weights for the engine: {e}"))
 }

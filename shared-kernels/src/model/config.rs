@@ -6,8 +6,9 @@ use serde_json::Value;
 use std::path::Path;
 
 /// Architectures this forward implements, by their `architectures[0]` name: Qwen3 (q/k norms),
-/// Qwen2 (q/k/v biases), Llama and Mistral (neither; Mistral without a sliding window).
-pub const SUPPORTED: [&str; 4] = ["Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM"];
+/// Qwen3-MoE (q/k norms, sparse MLPs: `moe.rs`), Qwen2 (q/k/v biases), Llama and Mistral
+/// (neither; Mistral without a sliding window).
+pub const SUPPORTED: [&str; 5] = ["Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM"];
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
@@ -30,6 +31,8 @@ pub struct ModelConfig {
     pub qkv_bias: bool,
     /// o_proj with a bias (`attention_bias` outside Qwen2, whose o_proj has none).
     pub o_bias: bool,
+    /// Qwen3-MoE: the experts and which layers are sparse.
+    pub moe: Option<MoeConfig>,
     /// The file as read, so a saved checkpoint keeps every key transformers wrote.
     pub raw: Value,
 }
@@ -120,15 +123,20 @@ impl ModelConfig {
         }
         let max_position_embeddings = usize_key("max_position_embeddings")?;
         let rope = Rope::from_config(&raw, max_position_embeddings).map_err(|e| err(&e.key, e.message))?;
+        let num_layers = usize_key("num_hidden_layers")?;
+        let moe = (arch == "Qwen3MoeForCausalLM").then(|| MoeConfig::from_raw(&raw, num_layers, &err)).transpose()?;
+        // a dense layer of a MoE model uses intermediate_size; one with none has no dense layer
+        let every_layer_sparse = moe.as_ref().is_some_and(|m| (0..num_layers).all(|i| m.is_sparse(i)));
         Ok(Self {
-            qk_norm: arch == "Qwen3ForCausalLM",
+            qk_norm: arch == "Qwen3ForCausalLM" || arch == "Qwen3MoeForCausalLM",
+            moe,
             qkv_bias: qwen2 || attention_bias,
             o_bias: attention_bias && !qwen2,
             architecture: arch,
             vocab_size: usize_key("vocab_size")?,
             hidden_size,
-            intermediate_size: usize_key("intermediate_size")?,
-            num_layers: usize_key("num_hidden_layers")?,
+            intermediate_size: if every_layer_sparse { raw.get("intermediate_size").and_then(Value::as_u64).unwrap_or(0) as usize } else { usize_key("intermediate_size")? },
+            num_layers,
             num_heads,
             num_kv_heads,
             head_dim,
@@ -140,6 +148,60 @@ impl ModelConfig {
         })
     }
 }
+
+/// The MoE keys of a Qwen3-MoE `config.json`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeConfig {
+    pub num_experts: usize,
+    /// `num_experts_per_tok`.
+    pub top_k: usize,
+    /// Each expert's SwiGLU width (`moe_intermediate_size`).
+    pub expert_intermediate: usize,
+    pub norm_topk_prob: bool,
+    /// Every `decoder_sparse_step`-th layer is sparse (layer i with (i + 1) % step == 0) ...
+    pub sparse_step: usize,
+    /// ... unless listed here (those keep the dense MLP of `intermediate_size`).
+    pub mlp_only_layers: Vec<usize>,
+    /// The load-balancing loss's weight (training).
+    pub router_aux_loss_coef: f64,
+}
+
+impl MoeConfig {
+    /// The MoE keys of `raw`; `err(key, message)` names a bad one.
+    pub fn from_raw(raw: &Value, num_layers: usize, err: &dyn Fn(&str, String) -> ModelError) -> Result<Self, ModelError> {
+        let positive = |key: &str, default: Option<usize>| -> Result<usize, ModelError> {
+            match raw.get(key).filter(|v| !v.is_null()) {
+                Some(v) => v.as_u64().filter(|&n| n > 0).map(|n| n as usize).ok_or_else(|| err(key, format!("must be a positive integer, got {v}"))),
+                None => default.ok_or_else(|| err(key, "missing (a Qwen3-MoE config.json has it)".into())),
+            }
+        };
+        let num_experts = positive("num_experts", None)?;
+        let top_k = positive("num_experts_per_tok", None)?;
+        if top_k > num_experts {
+            return Err(err("num_experts_per_tok", format!("{top_k} experts per token of {num_experts}")));
+        }
+        let mlp_only_layers = match raw.get("mlp_only_layers").filter(|v| !v.is_null()) {
+            None => Vec::new(),
+            Some(Value::Array(list)) => list.iter().map(|v| v.as_u64().map(|n| n as usize).filter(|&n| n < num_layers).ok_or_else(|| err("mlp_only_layers", format!("{v} is not a layer index below num_hidden_layers {num_layers}")))).collect::<Result<_, _>>()?,
+            Some(v) => return Err(err("mlp_only_layers", format!("must be a list of layer indices, got {v}"))),
+        };
+        let norm_topk_prob = match raw.get("norm_topk_prob") {
+            None | Some(Value::Null) => false,
+            Some(v) => v.as_bool().ok_or_else(|| err("norm_topk_prob", format!("must be true or false, got {v}")))?,
+        };
+        let router_aux_loss_coef = match raw.get("router_aux_loss_coef").filter(|v| !v.is_null()) {
+            None => 0.001,
+            Some(v) => v.as_f64().filter(|f| f.is_finite() && *f >= 0.0).ok_or_else(|| err("router_aux_loss_coef", format!("must be a number >= 0, got {v}")))?,
+        };
+        Ok(Self { num_experts, top_k, expert_intermediate: positive("moe_intermediate_size", None)?, norm_topk_prob, sparse_step: positive("decoder_sparse_step", Some(1))?, mlp_only_layers, router_aux_loss_coef })
+    }
+
+    /// Whether layer `layer` has the sparse MLP.
+    pub fn is_sparse(&self, layer: usize) -> bool {
+        !self.mlp_only_layers.contains(&layer) && (layer + 1) % self.sparse_step == 0
+    }
+}
+
 
 #[cfg(test)]
 mod tests {
@@ -176,6 +238,9 @@ mod tests {
             ("Qwen3ForCausalLM", serde_json::json!({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}), "config key `quantization_config`: a fp8-quantized"),
             ("LlamaForCausalLM", serde_json::json!({"attention_bias": "yes"}), "config key `attention_bias`: must be true or false"),
             ("GemmaForCausalLM", serde_json::json!({}), "config key `architectures`: `GemmaForCausalLM` is not supported"),
+            ("Qwen3MoeForCausalLM", serde_json::json!({"num_experts": 4, "num_experts_per_tok": 8, "moe_intermediate_size": 32}), "config key `num_experts_per_tok`: 8 experts per token of 4"),
+            ("Qwen3MoeForCausalLM", serde_json::json!({"num_experts_per_tok": 2, "moe_intermediate_size": 32}), "config key `num_experts`: missing"),
+            ("Qwen3MoeForCausalLM", serde_json::json!({"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "mlp_only_layers": [5]}), "config key `mlp_only_layers`: 5 is not a layer index"),
         ];
         for (arch, extra, want) in cases {
             let e = config(arch, extra.clone()).unwrap_err();

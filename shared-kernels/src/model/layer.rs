@@ -11,6 +11,7 @@
 use super::cache::take;
 use super::pass::{Pass, Stream};
 use super::lora::{add_adapter, LayerAdapters, Projection};
+use super::moe::{self, Expert, MoeBlock};
 use super::names::LayerTensor;
 use super::{ModelConfig, ModelError};
 use crate::ops::attention::attention_for_rows;
@@ -35,9 +36,12 @@ pub struct Layer {
     pub q_norm: Option<Tensor<1>>,
     pub k_norm: Option<Tensor<1>>,
     pub post_norm: Tensor<1>,
-    pub gate_proj: Tensor<2>,
-    pub up_proj: Tensor<2>,
-    pub down_proj: Tensor<2>,
+    /// The dense MLP (`None` in a sparse MoE layer, which has `moe` instead).
+    pub gate_proj: Option<Tensor<2>>,
+    pub up_proj: Option<Tensor<2>>,
+    pub down_proj: Option<Tensor<2>>,
+    /// A Qwen3-MoE sparse layer's router and experts (`moe.rs`).
+    pub moe: Option<MoeBlock>,
     /// LoRA adapters on some of the projections (`lora.rs`); a layer with them runs unfused.
     pub adapters: Option<LayerAdapters>,
 }
@@ -51,7 +55,8 @@ pub struct FusedProjections {
     pub qkv: Tensor<2>,
     /// `[q; k; v]` biases, where the layer has them.
     pub qkv_bias: Option<Tensor<1>>,
-    pub gate_up: Tensor<2>,
+    /// `[gate; up]` of a dense MLP (`None` in a sparse layer).
+    pub gate_up: Option<Tensor<2>>,
 }
 
 /// One weight of a layer, borrowed for the weight walk.
@@ -83,9 +88,21 @@ impl Layer {
             q_norm: c.qk_norm.then(|| vector(LayerTensor::QNorm)).transpose()?,
             k_norm: c.qk_norm.then(|| vector(LayerTensor::KNorm)).transpose()?,
             post_norm: vector(LayerTensor::PostNorm)?,
-            gate_proj: matrix(LayerTensor::GateProj)?,
-            up_proj: matrix(LayerTensor::UpProj)?,
-            down_proj: matrix(LayerTensor::DownProj)?,
+            gate_proj: LayerTensor::GateProj.present_in(c, i).then(|| matrix(LayerTensor::GateProj)).transpose()?,
+            up_proj: LayerTensor::UpProj.present_in(c, i).then(|| matrix(LayerTensor::UpProj)).transpose()?,
+            down_proj: LayerTensor::DownProj.present_in(c, i).then(|| matrix(LayerTensor::DownProj)).transpose()?,
+            moe: match c.moe.as_ref().filter(|m| m.is_sparse(i)) {
+                None => None,
+                Some(m) => Some(MoeBlock {
+                    router: source(&moe::router_name(i))?,
+                    experts: (0..m.num_experts).map(|e| {
+                        let [g, u, d] = moe::expert_names(i, e);
+                        Ok(Expert { gate: source(&g)?, up: source(&u)?, down: source(&d)? })
+                    }).collect::<Result<_, ModelError>>()?,
+                    top_k: m.top_k,
+                    norm_topk_prob: m.norm_topk_prob,
+                }),
+            },
             adapters: None,
         })
     }
@@ -115,9 +132,9 @@ impl Layer {
             LayerTensor::QNorm => Slot::Vector(self.q_norm.as_mut()?),
             LayerTensor::KNorm => Slot::Vector(self.k_norm.as_mut()?),
             LayerTensor::PostNorm => Slot::Vector(&mut self.post_norm),
-            LayerTensor::GateProj => Slot::Matrix(&mut self.gate_proj),
-            LayerTensor::UpProj => Slot::Matrix(&mut self.up_proj),
-            LayerTensor::DownProj => Slot::Matrix(&mut self.down_proj),
+            LayerTensor::GateProj => Slot::Matrix(self.gate_proj.as_mut()?),
+            LayerTensor::UpProj => Slot::Matrix(self.up_proj.as_mut()?),
+            LayerTensor::DownProj => Slot::Matrix(self.down_proj.as_mut()?),
         })
     }
 
@@ -129,16 +146,21 @@ impl Layer {
             (Some(q), Some(k), Some(v)) => Some(Tensor::cat(vec![q.clone(), k.clone(), v.clone()], 0)),
             _ => None,
         };
-        let gate_up = Tensor::cat(vec![self.gate_proj.clone(), self.up_proj.clone()], 0);
+        let gate_up = match (&self.gate_proj, &self.up_proj) {
+            (Some(g), Some(u)) => Some(Tensor::cat(vec![g.clone(), u.clone()], 0)),
+            _ => None,
+        };
         let mut at = 0;
         for w in [&mut self.q_proj, &mut self.k_proj, &mut self.v_proj] {
             let [out, inp] = w.dims();
             *w = qkv.clone().slice([at..at + out, 0..inp]);
             at += out;
         }
-        let [ffn, hidden] = self.gate_proj.dims();
-        self.gate_proj = gate_up.clone().slice([0..ffn, 0..hidden]);
-        self.up_proj = gate_up.clone().slice([ffn..2 * ffn, 0..hidden]);
+        if let (Some(gu), Some(g)) = (&gate_up, &self.gate_proj) {
+            let [ffn, hidden] = g.dims();
+            self.gate_proj = Some(gu.clone().slice([0..ffn, 0..hidden]));
+            self.up_proj = Some(gu.clone().slice([ffn..2 * ffn, 0..hidden]));
+        }
         FusedProjections { qkv, qkv_bias, gate_up }
     }
 
@@ -169,12 +191,19 @@ impl Layer {
             Stream { h, normed: None } => (h.clone(), k.rmsnorm(h, self.post_norm.clone(), eps)?),
         };
         pass.record(|| format!("layer {i} post_norm"), &x);
-        let act = match fused {
-            Some(f) => swiglu_halves(k.matmul(x, f.gate_up.clone(), OutIn)?)?,
-            None => swiglu(self.project(Projection::Gate, x.clone(), &self.gate_proj, &None, k)?, self.project(Projection::Up, x, &self.up_proj, &None, k)?)?,
+        let down = match (&self.moe, fused.and_then(|f| f.gate_up.as_ref())) {
+            (Some(moe), _) => moe.forward(x, k)?.0,
+            (None, gate_up) => {
+                let missing = || ModelError::Input(format!("layer {i} has neither a dense MLP nor experts"));
+                let (gate, up, down_w) = (self.gate_proj.as_ref().ok_or_else(missing)?, self.up_proj.as_ref().ok_or_else(missing)?, self.down_proj.as_ref().ok_or_else(missing)?);
+                let act = match gate_up {
+                    Some(gu) => swiglu_halves(k.matmul(x, gu.clone(), OutIn)?)?,
+                    None => swiglu(self.project(Projection::Gate, x.clone(), gate, &None, k)?, self.project(Projection::Up, x, up, &None, k)?)?,
+                };
+                pass.record(|| format!("layer {i} gate/up+swiglu"), &act);
+                self.project(Projection::Down, act, down_w, &None, k)?
+            }
         };
-        pass.record(|| format!("layer {i} gate/up+swiglu"), &act);
-        let down = self.project(Projection::Down, act, &self.down_proj, &None, k)?;
         pass.record(|| format!("layer {i} down_proj"), &down);
         residual(h, down, next_norm, fused.is_some(), eps)
     }

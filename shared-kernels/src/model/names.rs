@@ -88,6 +88,13 @@ impl LayerTensor {
         }
     }
 
+    /// Whether layer `layer` of a model of shape `c` has this tensor (a sparse MoE layer has
+    /// the router and experts instead of the dense gate/up/down).
+    pub fn present_in(self, c: &ModelConfig, layer: usize) -> bool {
+        let dense_mlp = matches!(self, LayerTensor::GateProj | LayerTensor::UpProj | LayerTensor::DownProj);
+        self.present(c) && !(dense_mlp && c.moe.as_ref().is_some_and(|m| m.is_sparse(layer)))
+    }
+
     /// Its shape in HF layout (`[out, in]` for projections).
     pub fn shape(self, c: &ModelConfig) -> Vec<usize> {
         let (h, f, d) = (c.hidden_size, c.intermediate_size, c.head_dim);
@@ -118,7 +125,10 @@ impl ModelConfig {
 pub fn expected_tensors(c: &ModelConfig) -> Vec<(String, Vec<usize>)> {
     let mut out = vec![(EMBED.to_string(), vec![c.vocab_size, c.hidden_size])];
     for i in 0..c.num_layers {
-        out.extend(LayerTensor::ALL.iter().filter(|t| t.present(c)).map(|t| (t.name(i), t.shape(c))));
+        out.extend(LayerTensor::ALL.iter().filter(|t| t.present_in(c, i)).map(|t| (t.name(i), t.shape(c))));
+        if let Some(m) = c.moe.as_ref().filter(|m| m.is_sparse(i)) {
+            out.extend(super::moe::sparse_tensors(c, m, i));
+        }
     }
     out.push((FINAL_NORM.to_string(), vec![c.hidden_size]));
     if !c.tie_word_embeddings {

@@ -107,6 +107,9 @@ impl Qwen3 {
 
     /// This model with `adapters` (one per layer, shaped by `spec`) on its projections.
     pub fn with_adapters(mut self, spec: LoraSpec, adapters: Vec<LayerAdapters>) -> Result<Self, ModelError> {
+        if self.config.moe.is_some() && spec.targets.iter().any(|p| matches!(p, super::lora::Projection::Gate | super::lora::Projection::Up | super::lora::Projection::Down)) {
+            return Err(ModelError::Input("LoRA on a mixture-of-experts model's MLP projections (its experts) is not built yet: target the attention projections (q_proj, k_proj, v_proj, o_proj)".into()));
+        }
         if adapters.len() != self.layers.len() {
             return Err(ModelError::Input(format!("{} layers of adapters for a model of {} layers", adapters.len(), self.layers.len())));
         }
@@ -178,6 +181,15 @@ impl Qwen3 {
                     None => {}
                 }
             }
+            if let Some(moe) = l.moe.as_mut() {
+                two(&super::moe::router_name(i), &mut moe.router, f);
+                for (e, x) in moe.experts.iter_mut().enumerate() {
+                    let [g, u, d] = super::moe::expert_names(i, e);
+                    two(&g, &mut x.gate, f);
+                    two(&u, &mut x.up, f);
+                    two(&d, &mut x.down, f);
+                }
+            }
             for (p, a) in l.adapters.iter_mut().flat_map(|a| a.by_projection.iter_mut()) {
                 let [a_name, b_name] = p.tensor_names(i);
                 two(&a_name, &mut a.a, f);
@@ -232,13 +244,29 @@ impl Qwen3 {
                     own(t)?;
                 }
                 own(&mut l.o_proj)?;
-                own(&mut l.down_proj)?;
+                if let Some(d) = l.down_proj.as_mut() {
+                    own(d)?;
+                }
+                if let Some(moe) = l.moe.as_mut() {
+                    own(&mut moe.router)?;
+                    for x in moe.experts.iter_mut() {
+                        own(&mut x.gate)?;
+                        own(&mut x.up)?;
+                        own(&mut x.down)?;
+                    }
+                }
                 for (_, a) in l.adapters.iter_mut().flat_map(|a| a.by_projection.iter_mut()) {
                     own(&mut a.a)?;
                     own(&mut a.b)?;
                 }
                 if !fuse {
-                    for t in [&mut l.q_proj, &mut l.k_proj, &mut l.v_proj, &mut l.gate_proj, &mut l.up_proj] {
+                    for t in [&mut l.q_proj, &mut l.k_proj, &mut l.v_proj] {
+                        own(t)?;
+                    }
+                }
+                // a sparse layer's gate/up are not fused: they are its experts'
+                if !fuse || l.moe.is_some() {
+                    for t in [l.gate_proj.as_mut(), l.up_proj.as_mut()].into_iter().flatten() {
                         own(t)?;
                     }
                 }

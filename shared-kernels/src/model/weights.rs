@@ -116,6 +116,21 @@ impl Checkpoint {
     }
 }
 
+/// A tiny Qwen3-MoE config for tests: 8 experts of width 32, 2 per token (renormalised), layer 0
+/// dense (`mlp_only_layers`), layer 1 sparse.
+pub fn tiny_moe_config(vocab: usize) -> ModelConfig {
+    let json = serde_json::json!({
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+        "vocab_size": vocab, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": true,
+        "decoder_sparse_step": 1, "mlp_only_layers": [0], "router_aux_loss_coef": 0.001,
+        "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+        "tie_word_embeddings": false, "torch_dtype": "float32"
+    });
+    ModelConfig::from_json(&json.to_string(), "tiny_moe_config").expect("valid tiny MoE config")
+}
+
 /// A tiny Qwen3 config for tests and the quickstart.
 pub fn tiny_config(vocab: usize, tied: bool) -> ModelConfig {
     let json = serde_json::json!({

@@ -1,0 +1,212 @@
+//! Mixture-of-experts MLP (transformers' `Qwen3MoeSparseMoeBlock`), on the same kernels for the
+//! sampler and the trainer, with every token's arithmetic independent of which other tokens
+//! share the launch or an expert:
+//!
+//! - the router's logits `x R^T` [rows, experts] on the batch-invariant matmul;
+//! - per token on the host, in f32: the softmax (max, then the exponentials summed in expert
+//!   order), the top-k by probability with ties to the lower expert index, the k weights
+//!   renormalised to sum 1 when `norm_topk_prob` (the sum in top-k order), cast to the model's
+//!   dtype, as transformers does;
+//! - each expert's SwiGLU over the rows routed to it (gathered in row order), on the
+//!   batch-invariant matmul, whose rows do not depend on how many rows the expert got, times
+//!   each row's weight;
+//! - each token's k outputs added in ascending expert order, starting from the first (the order
+//!   of transformers' `index_add_` over a zero start, so the same sum).
+
+use super::config::MoeConfig;
+use super::{KernelSet, ModelError};
+use crate::WeightLayout::OutIn;
+use burn::tensor::{DType, Int, Tensor, TensorData};
+
+/// The router's tensor name in layer `layer`.
+pub fn router_name(layer: usize) -> String {
+    format!("model.layers.{layer}.mlp.gate.weight")
+}
+
+/// Expert `e`'s gate, up and down tensor names in layer `layer`.
+pub fn expert_names(layer: usize, e: usize) -> [String; 3] {
+    let base = format!("model.layers.{layer}.mlp.experts.{e}");
+    [format!("{base}.gate_proj.weight"), format!("{base}.up_proj.weight"), format!("{base}.down_proj.weight")]
+}
+
+/// A sparse layer's tensors with their shapes (HF layout), in checkpoint order.
+pub fn sparse_tensors(c: &super::ModelConfig, m: &MoeConfig, layer: usize) -> Vec<(String, Vec<usize>)> {
+    let (h, f) = (c.hidden_size, m.expert_intermediate);
+    let mut out = vec![(router_name(layer), vec![m.num_experts, h])];
+    for e in 0..m.num_experts {
+        let [g, u, d] = expert_names(layer, e);
+        out.extend([(g, vec![f, h]), (u, vec![f, h]), (d, vec![h, f])]);
+    }
+    out
+}
+
+/// One expert's SwiGLU weights, HF layout.
+#[derive(Clone, Debug)]
+pub struct Expert {
+    pub gate: Tensor<2>,
+    pub up: Tensor<2>,
+    pub down: Tensor<2>,
+}
+
+/// A sparse MLP's weights: the router `[experts, hidden]` and the experts.
+#[derive(Clone, Debug)]
+pub struct MoeBlock {
+    pub router: Tensor<2>,
+    pub experts: Vec<Expert>,
+    pub top_k: usize,
+    pub norm_topk_prob: bool,
+}
+
+/// Each row's k experts, ascending by index, with their weights (f32 as computed).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Routing {
+    pub experts: Vec<u32>,
+    pub weights: Vec<f32>,
+}
+
+/// The routing of `logits` (`rows` x `experts`, row-major f32), per row alone (module docs).
+pub fn route(logits: &[f32], experts: usize, top_k: usize, norm_topk_prob: bool) -> Routing {
+    let rows = logits.len() / experts.max(1);
+    let (mut chosen, mut weights) = (Vec::with_capacity(rows * top_k), Vec::with_capacity(rows * top_k));
+    for row in logits.chunks_exact(experts) {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let exps: Vec<f32> = row.iter().map(|&l| (l - max).exp()).collect();
+        let mut sum = 0.0f32;
+        for &e in &exps {
+            sum += e;
+        }
+        let probs: Vec<f32> = exps.iter().map(|&e| e / sum).collect();
+        let mut order: Vec<u32> = (0..experts as u32).collect();
+        // highest probability first; ties to the lower index (a stable sort on the index order)
+        order.sort_by(|&a, &b| probs[b as usize].total_cmp(&probs[a as usize]));
+        let top = &order[..top_k];
+        let mut total = 0.0f32;
+        for &e in top {
+            total += probs[e as usize];
+        }
+        let mut picked: Vec<(u32, f32)> = top.iter().map(|&e| (e, if norm_topk_prob { probs[e as usize] / total } else { probs[e as usize] })).collect();
+        picked.sort_by_key(|&(e, _)| e);
+        for (e, w) in picked {
+            chosen.push(e);
+            weights.push(w);
+        }
+    }
+    Routing { experts: chosen, weights }
+}
+
+fn int_rows(rows: &[usize], device: &burn::tensor::Device) -> Tensor<1, Int> {
+    Tensor::<1, Int>::from_data(TensorData::new(rows.iter().map(|&r| r as i32).collect::<Vec<_>>(), [rows.len()]), device)
+}
+
+impl MoeBlock {
+    /// The block's output `[rows, hidden]` for the normed rows `x`, and the routing it used.
+    pub fn forward(&self, x: Tensor<2>, kernels: KernelSet) -> Result<(Tensor<2>, Routing), ModelError> {
+        let [n, hidden] = x.dims();
+        let (experts, k) = (self.experts.len(), self.top_k);
+        let device = x.device();
+        let logits = kernels.matmul(x.clone(), self.router.clone(), OutIn)?;
+        let plain = if logits.is_autodiff() { logits.inner() } else { logits };
+        let host = plain.cast(DType::F32).into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| ModelError::Input(format!("reading the router's logits: {e:?}")))?;
+        let routing = route(&host, experts, k, self.norm_topk_prob);
+        // each expert's rows (ascending), and where each (row, slot) output lands in their concatenation
+        let mut at = vec![0usize; n * k];
+        let mut outputs = Vec::new();
+        let mut offset = 0;
+        for (e, expert) in self.experts.iter().enumerate() {
+            let pairs: Vec<usize> = (0..n * k).filter(|&p| routing.experts[p] as usize == e).collect();
+            if pairs.is_empty() {
+                continue;
+            }
+            let rows: Vec<usize> = pairs.iter().map(|p| p / k).collect();
+            let xe = x.clone().select(0, int_rows(&rows, &device));
+            let act = crate::swiglu(kernels.matmul(xe.clone(), expert.gate.clone(), OutIn)?, kernels.matmul(xe, expert.up.clone(), OutIn)?)?;
+            let h = kernels.matmul(act, expert.down.clone(), OutIn)?;
+            let w: Vec<f32> = pairs.iter().map(|&p| routing.weights[p]).collect();
+            let w = Tensor::<2>::from_data(TensorData::new(w, [pairs.len(), 1]), &device).cast(h.dtype());
+            let w = if h.is_autodiff() { Tensor::from_inner(w) } else { w };
+            outputs.push(h * w);
+            for (j, &p) in pairs.iter().enumerate() {
+                at[p] = offset + j;
+            }
+            offset += pairs.len();
+        }
+        let all = Tensor::cat(outputs, 0).select(0, int_rows(&at, &device)).reshape([n, k, hidden]);
+        let mut out = all.clone().slice([0..n, 0..1, 0..hidden]).reshape([n, hidden]);
+        for s in 1..k {
+            out = crate::add(out, all.clone().slice([0..n, s..s + 1, 0..hidden]).reshape([n, hidden]))?;
+        }
+        Ok((out, routing))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The block against an f64 host computation of transformers' `Qwen3MoeSparseMoeBlock`
+    /// (softmax, top-2 renormalised, each expert's SwiGLU, the weighted sum) on random inputs.
+    #[test]
+    fn the_block_matches_an_f64_reference() {
+        let device = crate::device::default_device();
+        let (n, h, f, experts) = (7, 16, 8, 4);
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut rand = |len: usize, scale: f32| -> Vec<f32> {
+            (0..len).map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                ((state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+            }).collect()
+        };
+        let t = |v: &Vec<f32>, dims: [usize; 2]| Tensor::<2>::from_data(TensorData::new(v.clone(), dims), &device);
+        let (x, router) = (rand(n * h, 1.0), rand(experts * h, 0.8));
+        let weights: Vec<[Vec<f32>; 3]> = (0..experts).map(|_| [rand(f * h, 0.5), rand(f * h, 0.5), rand(h * f, 0.5)]).collect();
+        let block = MoeBlock { router: t(&router, [experts, h]), experts: weights.iter().map(|[g, u, d]| Expert { gate: t(g, [f, h]), up: t(u, [f, h]), down: t(d, [h, f]) }).collect(), top_k: 2, norm_topk_prob: true };
+        let (out, routing) = block.forward(t(&x, [n, h]), KernelSet::Matched).unwrap();
+        let out = out.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+        let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(&p, &q)| p as f64 * q as f64).sum::<f64>();
+        for r in 0..n {
+            let xr = &x[r * h..(r + 1) * h];
+            let logits: Vec<f64> = (0..experts).map(|e| dot(xr, &router[e * h..(e + 1) * h])).collect();
+            let mut order: Vec<usize> = (0..experts).collect();
+            order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+            let mut top = order[..2].to_vec();
+            top.sort();
+            assert_eq!(routing.experts[2 * r..2 * r + 2], [top[0] as u32, top[1] as u32], "row {r}");
+            let z: f64 = top.iter().map(|&e| logits[e].exp()).sum();
+            for c in 0..h {
+                let mut want = 0.0;
+                for &e in &top {
+                    let [g, u, d] = &weights[e];
+                    let act: Vec<f64> = (0..f).map(|j| {
+                        let (gv, uv) = (dot(xr, &g[j * h..(j + 1) * h]), dot(xr, &u[j * h..(j + 1) * h]));
+                        gv / (1.0 + (-gv).exp()) * uv
+                    }).collect();
+                    let y: f64 = (0..f).map(|j| act[j] * d[c * f + j] as f64).sum();
+                    want += logits[e].exp() / z * y;
+                }
+                let got = out[r * h + c] as f64;
+                assert!((got - want).abs() <= 1e-5 * (1.0 + want.abs()), "row {r} column {c}: {got} vs {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn routing_takes_the_top_k_with_ties_to_the_lower_index_and_renormalises() {
+        // row 0: experts 2 and 0 highest; row 1: a tie between 1 and 3 for second place
+        let logits = [1.0, -1.0, 2.0, 0.5, 0.0, 3.0, 1.0, 3.0];
+        let r = route(&logits, 4, 2, true);
+        assert_eq!(r.experts, vec![0, 2, 1, 3]);
+        let w = |l: &[f32], a: usize, b: usize| {
+            let (ea, eb) = ((l[a] as f64).exp(), (l[b] as f64).exp());
+            (ea / (ea + eb), eb / (ea + eb))
+        };
+        let (w0, w2) = w(&logits[..4], 0, 2);
+        assert!((r.weights[0] as f64 - w0).abs() < 1e-6 && (r.weights[1] as f64 - w2).abs() < 1e-6, "{:?}", r.weights);
+        assert!((r.weights[2] - 0.5).abs() < 1e-6 && (r.weights[3] - 0.5).abs() < 1e-6, "{:?}", r.weights);
+        // without renormalisation the weights are the softmax's own
+        let raw = route(&logits, 4, 2, false);
+        let total: f64 = logits[..4].iter().map(|&l| (l as f64).exp()).sum();
+        assert!((raw.weights[1] as f64 - (2.0f64).exp() / total).abs() < 1e-6);
+    }
+}
