@@ -106,7 +106,7 @@ pub const KNOBS: &[Knob] = &[
         values: Values::Choices(TcKernels::VALUES),
         default: "`mma`",
         kind: KnobKind::KernelChoice,
-        effect: "which kernels run the tensor-core attention (`split_kv_tc`) on CUDA: `mma` = `mma.sync` fragments in registers (prefill tiles: 64 queries per cube, `ops/attention/mma_flash.rs`; decode rows: one warp per 16 queries, `ops/attention/mma_decode.rs`), `cmma` = the kernels through shared memory (`ops/attention/cmma_flash.rs`, `ops/attention/cmma.rs`); same bits (battery: each set's prefill tiles and rows alone = the other's rows alone), so it changes time only; off CUDA the `cmma` set runs whatever the value; anything else is an error naming the variable",
+        effect: "which kernels run the tensor-core attention (`split_kv_tc`) on CUDA: `mma` = `mma.sync` fragments in registers (prefill tiles: 64 queries per cube, `ops/attention/prefill/mma_flash.rs`; decode rows: one warp per 16 queries, `ops/attention/decode/mma_decode.rs`), `cmma` = the kernels through shared memory (`ops/attention/prefill/cmma_flash.rs`, `ops/attention/decode/cmma.rs`); same bits (battery: each set's prefill tiles and rows alone = the other's rows alone), so it changes time only; off CUDA the `cmma` set runs whatever the value; anything else is an error naming the variable",
     },
     Knob {
         name: "LOCKSTEP_FLASH_WARPS",
@@ -134,14 +134,14 @@ pub const KNOBS: &[Knob] = &[
         values: Values::Text("`tensor_cores`, `per_sequence`"),
         default: "`tensor_cores`",
         kind: KnobKind::KernelChoice,
-        effect: "the training path's attention backward on CUDA in bf16/f16 with head_dim 64 or 128: `tensor_cores` = flash-attention-2-style tiles on `mma.sync` fragments, every sequence in one launch set, memory linear in the tokens (`ops/attention/mma_backward.rs`); `per_sequence` = the earlier paths (dense burn ops per sequence up to 2^29 scores, CUDA-core kernels past it), for comparisons. Different bits from each other; each sequence's gradients depend on that sequence alone under both; anything else is an error naming the variable. Elsewhere (f32, other runtimes) the per-sequence paths run",
+        effect: "the training path's attention backward on CUDA in bf16/f16 with head_dim 64 or 128: `tensor_cores` = flash-attention-2-style tiles on `mma.sync` fragments, every sequence in one launch set, memory linear in the tokens (`ops/attention/backward/mma_backward.rs`); `per_sequence` = the earlier paths (dense burn ops per sequence up to 2^29 scores, CUDA-core kernels past it), for comparisons. Different bits from each other; each sequence's gradients depend on that sequence alone under both; anything else is an error naming the variable. Elsewhere (f32, other runtimes) the per-sequence paths run",
     },
     Knob {
         name: "LOCKSTEP_BACKWARD_STATS",
         values: Values::Text("`forward`, `recompute`"),
         default: "`forward`",
         kind: KnobKind::KernelChoice,
-        effect: "where the tensor-core attention backward gets each query's softmax statistics (running max and sum over its keys): `forward` = the training forward's flash kernel folds them in its first pass over the keys, with the backward's own functions on the same score fragments (`ops/attention/online_stats.rs`), and the backward's query kernel skips that pass; `recompute` = the query kernel's own pass. The same bits either way (the battery's `backward statistics from the forward = recomputed` rows); anything else is an error naming the variable; timings in docs/scale.md",
+        effect: "where the tensor-core attention backward gets each query's softmax statistics (running max and sum over its keys): `forward` = the training forward's flash kernel folds them in its first pass over the keys, with the backward's own functions on the same score fragments (`ops/attention/common/online_stats.rs`), and the backward's query kernel skips that pass; `recompute` = the query kernel's own pass. The same bits either way (the battery's `backward statistics from the forward = recomputed` rows); anything else is an error naming the variable; timings in docs/scale.md",
     },
     Knob {
         name: "LOCKSTEP_BACKWARD_MATH",

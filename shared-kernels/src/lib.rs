@@ -28,7 +28,7 @@ pub use bridge::contiguous;
 pub use error::KernelError;
 pub use ops::{
     attention::{attention, causal_attention, write_kv_cache, KvCacheShape},
-    attention::inputs::{attention_inputs, attention_inputs_with_planes, fixed_plane_size, QkNorm},
+    attention::decode::inputs::{attention_inputs, attention_inputs_with_planes, fixed_plane_size, QkNorm},
     bias::bias_add,
     embedding::embedding,
     logits::head_logprobs::{head_logprobs, head_logprobs_chunked, head_chunk_rows, truncated_head_logprobs},

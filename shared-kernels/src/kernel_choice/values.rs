@@ -75,9 +75,9 @@ spelled! {
 /// chosen per process (`LOCKSTEP_ATTENTION`) and device, dtype and head size, never per call.
 /// (`LOCKSTEP_ATTENTION` also takes `auto`: [`super::KernelChoice::attention`] `None`.)
 pub enum AttentionKernel {
-    /// Split-KV with the split's products on tensor cores ([`crate::ops::attention::cmma`]; CUDA, bf16/f16).
+    /// Split-KV with the split's products on tensor cores ([`crate::ops::attention::decode::cmma`]; CUDA, bf16/f16).
     SplitKvTensorCore = "split_kv_tc",
-    /// One cube per (row, head, split), then a fixed-order combine ([`crate::ops::attention::split_kv`]).
+    /// One cube per (row, head, split), then a fixed-order combine ([`crate::ops::attention::decode::split_kv`]).
     SplitKv = "split_kv",
     /// One cube per (row, head) walking the splits in order (`ops/attention/mod.rs`'s kernel).
     Sequential = "sequential",
@@ -86,8 +86,8 @@ pub enum AttentionKernel {
 
 spelled! {
 /// Which kernels run the tensor-core attention: the register-fragment ones (prefill tiles:
-/// [`crate::ops::attention::mma_flash`], decode rows: [`crate::ops::attention::mma_decode`]) or the `cmma`
-/// ones ([`crate::ops::attention::cmma_flash`], [`crate::ops::attention::cmma`]'s partial kernel). All give the
+/// [`crate::ops::attention::prefill::mma_flash`], decode rows: [`crate::ops::attention::decode::mma_decode`]) or the `cmma`
+/// ones ([`crate::ops::attention::prefill::cmma_flash`], [`crate::ops::attention::decode::cmma`]'s partial kernel). All give the
 /// same bits, so the choice changes time only.
 pub enum TcKernels {
     /// `mma.sync` fragments in registers (CUDA only); 64 queries per prefill cube.

@@ -15,7 +15,7 @@ use super::moe::{self, Expert, MoeBlock};
 use super::names::LayerTensor;
 use super::{ModelConfig, ModelError};
 use crate::ops::attention::attention_for_rows;
-use crate::ops::attention::inputs::attention_inputs;
+use crate::ops::attention::decode::inputs::attention_inputs;
 use crate::ops::kv_cache::write_kv_cache_paged;
 use crate::{add, add_rmsnorm, bias_add, causal_attention, rope, swiglu, swiglu_halves, QkNorm, WeightLayout::OutIn};
 use burn::tensor::Tensor;

@@ -9,9 +9,9 @@ use crate::{ensure, KernelError};
 use burn::tensor::{Int as BInt, Tensor as BTensor};
 use burn_cubecl::cubecl::prelude::*;
 
-/// Positions per cache block: the attention split ([`crate::ops::attention::splits::KV_SPLIT`]), so a split
+/// Positions per cache block: the attention split ([`crate::ops::attention::common::splits::KV_SPLIT`]), so a split
 /// never crosses a block.
-pub const BLOCK: usize = crate::ops::attention::splits::KV_SPLIT;
+pub const BLOCK: usize = crate::ops::attention::common::splits::KV_SPLIT;
 
 /// Where every sequence's positions live in a cache tensor (`[units, rows_per_unit, kv_heads,
 /// head_dim]` read as rows): `table[slot * width + b]` is the first row of positions
@@ -41,7 +41,7 @@ impl BlockRows {
         let width = shape.max_len.div_ceil(BLOCK);
         let values: Vec<i32> = (0..shape.slots).flat_map(|s| (0..width).map(move |b| (s * shape.max_len + b * BLOCK) as i32)).collect();
         ensure!(shape.slots * shape.max_len <= i32::MAX as usize, "kv cache", "{} x {} cache rows exceed the block table's 31-bit range", shape.slots, shape.max_len);
-        let table = crate::ops::attention::splits::device_table("kv cache", values, int_dtype, device)?;
+        let table = crate::ops::attention::common::splits::device_table("kv cache", values, int_dtype, device)?;
         Ok(Self { table, slots: shape.slots, width })
     }
 }

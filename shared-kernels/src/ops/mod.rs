@@ -68,8 +68,8 @@ pub fn check_environment() -> Result<&'static crate::kernel_choice::KernelChoice
     crate::ops::matmul::wgmma_tiles::wgmma_tiles()?;
     crate::ops::matmul::wgmma_tiles::wgmma_schedule()?;
     crate::ops::matmul::wgmma_tiles::wgmma_pick()?;
-    crate::ops::attention::mma_flash::flash_warps()?;
-    crate::ops::attention::mma_decode::DecodeLaunch::for_units(1, 1)?;
+    crate::ops::attention::prefill::mma_flash::flash_warps()?;
+    crate::ops::attention::decode::mma_decode::DecodeLaunch::for_units(1, 1)?;
     Ok(choice)
 }
 

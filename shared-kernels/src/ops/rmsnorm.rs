@@ -34,7 +34,7 @@ pub(crate) fn load_strided<F: Float>(x: &Tensor<F>, vals: &mut Array<F>, base: u
 }
 
 /// The unit's sum of squares over its strided elements, in order: the one fold every rmsnorm
-/// (plain, fused with the residual add, per head in [`crate::ops::attention::inputs`]) runs, so all
+/// (plain, fused with the residual add, per head in [`crate::ops::attention::decode::inputs`]) runs, so all
 /// give the same bits for the same row.
 #[cube]
 pub(crate) fn squares_sum<F: Float>(vals: &Array<F>, hidden: usize, #[comptime] block: usize, #[comptime] per_unit: usize) -> f32 {

@@ -73,7 +73,7 @@ pub fn default_inv_freq(head_dim: usize, theta: f64) -> Vec<f64> {
 }
 
 /// The rotation of the pair (a, b) = (x[i], x[i + half]), shared with the fused decode kernel
-/// ([`crate::ops::attention::inputs`]) so both compile the same expression.
+/// ([`crate::ops::attention::decode::inputs`]) so both compile the same expression.
 #[cube]
 pub(crate) fn rotated_low(a: f32, b: f32, c: f32, s: f32) -> f32 {
     a * c - b * s

@@ -5,7 +5,7 @@
 //! (batch invariant as bits, accurate to the f32 reference's bound).
 
 use crate::ops::attention::causal::causal_attention_with_stats;
-use crate::ops::attention::mma_backward::{mma_attention_backward, mma_backward_available};
+use crate::ops::attention::backward::mma_backward::{mma_attention_backward, mma_backward_available};
 use crate::testing::rows::{differing_rows, dtype_name, float_tensor, host, random_vec, Check};
 use crate::KernelError;
 use burn::tensor::{DType, Device};
@@ -79,7 +79,7 @@ pub fn backward_stats_checks(dtype: DType, device: &Device, seed: u64) -> Result
 /// largest |difference| over the largest |reference| value).
 pub fn backward_math_checks(dtype: DType, device: &Device, seed: u64, fast: bool) -> Result<Vec<Check>, KernelError> {
     use crate::ops::attention::backward::dense_sequence;
-    use crate::ops::attention::mma_backward::mma_attention_backward;
+    use crate::ops::attention::backward::mma_backward::mma_attention_backward;
     let (heads, kv_heads, d) = (16usize, 8usize, 128usize);
     if !mma_backward_available(dtype, d) {
         return Ok(vec![]);

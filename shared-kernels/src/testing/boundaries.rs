@@ -232,7 +232,7 @@ fn training_backward(dtype: DType, device: &Device, rng: &mut StdRng) -> Result<
 /// the check's value is that relative error, its failing rows the gradients past the bound.
 fn tensor_core_backward_accuracy(dtype: DType, device: &Device, rng: &mut StdRng) -> Result<Vec<Check>, KernelError> {
     use crate::ops::attention::backward::dense_sequence;
-    use crate::ops::attention::mma_backward::{mma_attention_backward, mma_backward_available};
+    use crate::ops::attention::backward::mma_backward::{mma_attention_backward, mma_backward_available};
     let (heads, kv_heads, d) = (16usize, 8usize, 128usize);
     if !mma_backward_available(dtype, d) {
         return Ok(vec![]);

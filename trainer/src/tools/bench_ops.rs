@@ -260,7 +260,7 @@ fn decode_launch_rows(
     bytes: f64,
     emit: &mut impl FnMut(&str, [usize; 3], f64, f64, f64, f64),
 ) -> Result<(), String> {
-    use shared_kernels::ops::attention::mma_decode::{with_decode_launch, DecodeLaunch, Staging};
+    use shared_kernels::ops::attention::decode::mma_decode::{with_decode_launch, DecodeLaunch, Staging};
     use shared_kernels::ops::attention::AttentionKernel::SplitKvTensorCore;
     let bits = |t: Tensor<3>| t.into_data().as_bytes().to_vec();
     let reference = DecodeLaunch { splits_per_cube: 1, staging: Staging::Two };

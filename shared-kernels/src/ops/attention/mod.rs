@@ -13,21 +13,11 @@
 //!   denominator, running output), always the same sequence of operations for a given p.
 
 pub mod backward;
+pub mod common;
+pub mod decode;
+pub mod prefill;
 pub mod causal;
-pub mod inputs;
-mod inputs_planes;
-pub mod mma;
-pub mod mma_backward;
-pub mod mma_decode;
-pub mod mma_decode_narrow;
-pub mod mma_flash;
-mod online_stats;
-pub mod cmma;
-pub mod cmma_flash;
-pub mod split_kv;
 pub mod route;
-pub mod splits;
-pub mod staging;
 pub mod tensor_cores;
 
 use crate::ops::reduce::{cube_linear, NEG_BIG};
@@ -35,8 +25,8 @@ pub use crate::ops::kv_cache::{copy_cache_rows, write_kv_cache, KvCacheShape};
 pub(crate) use crate::ops::kv_cache::{cache_row, cache_shape};
 pub use crate::ops::kv_cache::{BlockRows, BLOCK};
 pub use causal::causal_attention;
-pub use splits::KV_SPLIT;
-pub(crate) use splits::{device_table, keys_in_split, load_query, split_max, split_scores};
+pub use common::splits::KV_SPLIT;
+pub(crate) use common::splits::{device_table, keys_in_split, load_query, split_max, split_scores};
 use crate::ops::{cube_count_for, storage};
 use crate::bridge::{dims, float_in, float_out, int_in, same_device};
 use crate::{ensure, KernelError};
@@ -195,7 +185,7 @@ pub fn attention_with(
 
 /// [`attention_with`] for rows whose slots the caller also has on the host (`host_slots`, equal
 /// to `slots`): runs of rows of one sequence (prefill) then share each staged KV split
-/// ([`crate::ops::attention::split_kv`]'s tiled kernel). The same bits as without.
+/// ([`crate::ops::attention::decode::split_kv`]'s tiled kernel). The same bits as without.
 pub fn attention_rows(
     kernel: Option<AttentionKernel>,
     q: BTensor<3>,
@@ -213,7 +203,7 @@ pub fn attention_rows(
 /// one sequence (`host_slots`). The kernels build their tile tables from the host's slots, and a
 /// captured graph keeps its capture's tables, so only steps tiled this way replay for any rows.
 pub fn one_row_per_tile(host_slots: &[u32]) -> bool {
-    split_kv::sequence_runs(host_slots, 2).len() == host_slots.len()
+    decode::split_kv::sequence_runs(host_slots, 2).len() == host_slots.len()
 }
 
 /// The forward's attention for rows known on the host: split-KV's prefill tiles where they
@@ -237,7 +227,7 @@ pub fn attention_for_rows(
 }
 
 /// [`attention_for_rows`] for the training forward: where the training backward runs on tensor
-/// cores ([`crate::ops::attention::mma_backward`]) and `LOCKSTEP_BACKWARD_STATS` is `forward`,
+/// cores ([`crate::ops::attention::backward::mma_backward`]) and `LOCKSTEP_BACKWARD_STATS` is `forward`,
 /// the flash kernel also returns every (row, query head)'s softmax statistics (f32 `[rows *
 /// q_heads * 2]`), folded as the backward folds them, so the backward skips its own pass over
 /// the keys. The output's bits are [`attention_for_rows`]'s either way.
@@ -335,11 +325,11 @@ fn attention_impl(
         return Ok(float_out(crate::ops::attention::tensor_cores::tc_split_kv_attention(&q, contiguous(k), contiguous(v), &slots, positions, &pages, dims, scale, &tiles, (decode, prefill), upload, stats)?));
     }
     if route::route(route::Phase::Decode, &call(max_len), &choices) == route::Kernel::SplitKv {
-        let tiles = match host_slots.and_then(crate::ops::attention::split_kv::row_tiles) {
+        let tiles = match host_slots.and_then(crate::ops::attention::decode::split_kv::row_tiles) {
             Some(tiles) => Some((upload(tiles.iter().flat_map(|&(first, n)| [first as i32, n as i32]).collect())?, tiles.len())),
             None => None,
         };
-        return Ok(float_out(crate::ops::attention::split_kv::split_kv_attention(&q, k, v, &slots, positions, &pages, dims, scale, tiles)));
+        return Ok(float_out(crate::ops::attention::decode::split_kv::split_kv_attention(&q, k, v, &slots, positions, &pages, dims, scale, tiles)));
     }
     // route::Kernel::Sequential
     let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), qd.clone().into(), q.dtype);

@@ -2,12 +2,13 @@
 //! decode row, a prefill tile, the training backward), where (runtime, dtype, head size, query
 //! heads per KV head, cache length) and the process's choices (`LOCKSTEP_ATTENTION`,
 //! `LOCKSTEP_ATTENTION_TC`, `LOCKSTEP_DECODE_LAUNCH`, `LOCKSTEP_ATTENTION_BACKWARD`) to the
-//! kernel, named by its file. The dispatch (`mod.rs`, `tensor_cores.rs`, `backward.rs`) asks it
+//! kernel, named by its file (under `ops/attention/`: `decode/`, `prefill/`, `backward/`, with
+//! what they share in `common/`). The dispatch (`mod.rs`, `tensor_cores.rs`, `backward/mod.rs`) asks it
 //! and launches what it answers. Every answer is batch and chunk invariant; answers with other
 //! arithmetic (the families) are fixed per process, never per call.
 
 use crate::kernel_choice::{AttentionKernel, TcKernels};
-use crate::ops::attention::splits::KV_SPLIT;
+use crate::ops::attention::common::splits::KV_SPLIT;
 use burn::tensor::DType;
 
 /// Query heads the narrow decode kernel holds in a cube (the `mma`'s 8 columns).
@@ -54,11 +55,11 @@ pub struct Choices {
 /// How the `mma` decode partials stage K and V (`LOCKSTEP_DECODE_LAUNCH`'s K: 2, 1, n).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Staging {
-    /// `mma_decode.rs`, a K and a V stage, each refilled as soon as it is read.
+    /// `decode/mma_decode.rs`, a K and a V stage, each refilled as soon as it is read.
     Two,
-    /// `mma_decode.rs`, K then V through one stage.
+    /// `decode/mma_decode.rs`, K then V through one stage.
     One,
-    /// `mma_decode_narrow.rs`: one stage, the queries on the `mma`'s narrow side (at most
+    /// `decode/mma_decode_narrow.rs`: one stage, the queries on the `mma`'s narrow side (at most
     /// [`NARROW_QUERIES`] heads a cube).
     Narrow,
 }
@@ -68,20 +69,20 @@ pub enum Staging {
 pub enum Kernel {
     /// `mod.rs`'s kernel: one cube per (row, head) walking the 64-key splits in order.
     Sequential,
-    /// `split_kv.rs`: one cube per (row, head, split) on CUDA cores, then the fixed-order combine.
+    /// `decode/split_kv.rs`: one cube per (row, head, split) on CUDA cores, then the fixed-order combine.
     SplitKv,
-    /// `cmma.rs`: decode partials on `cmma` through shared memory, then the combine.
+    /// `decode/cmma.rs`: decode partials on `cmma` through shared memory, then the combine.
     CmmaPartials,
-    /// `cmma_flash.rs`: a prefill tile walking its splits in one cube on `cmma`.
+    /// `prefill/cmma_flash.rs`: a prefill tile walking its splits in one cube on `cmma`.
     CmmaFlash,
-    /// `mma_decode.rs` (`Two`, `One`) or `mma_decode_narrow.rs` (`Narrow`): decode partials on
+    /// `decode/mma_decode.rs` (`Two`, `One`) or `decode/mma_decode_narrow.rs` (`Narrow`): decode partials on
     /// `mma.sync` fragments in registers, then the combine.
     MmaPartials(Staging),
-    /// `mma_flash.rs`: a prefill tile on `mma.sync` fragments.
+    /// `prefill/mma_flash.rs`: a prefill tile on `mma.sync` fragments.
     MmaFlash,
-    /// `mma_backward.rs`: every sequence's backward in one launch set on `mma.sync` tiles.
+    /// `backward/mma_backward.rs`: every sequence's backward in one launch set on `mma.sync` tiles.
     MmaBackward,
-    /// `backward.rs`: the backward a sequence at a time (dense burn ops, or CUDA-core kernels
+    /// `backward/mod.rs`: the backward a sequence at a time (dense burn ops, or CUDA-core kernels
     /// past 2^29 scores).
     PerSequenceBackward,
 }

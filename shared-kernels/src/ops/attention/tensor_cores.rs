@@ -4,16 +4,16 @@
 //! their fixed-order combine. Every choice here depends on the model's shape and the device,
 //! never on the batch, so the sampler and the trainer run the same kernels row for row.
 
-use crate::ops::attention::cmma::*;
-use crate::ops::attention::cmma::PLANE_DIM;
-use crate::ops::attention::cmma_flash::tc_flash_kernel;
-use crate::ops::attention::mma_decode::{decode_warps, mma_partial_kernel, DecodeLaunch, Staging};
-use crate::ops::attention::mma_decode_narrow::{mma_partial_narrow_kernel, NARROW_QUERIES};
-use crate::ops::attention::mma_flash::mma_flash_kernel;
+use crate::ops::attention::decode::cmma::*;
+use crate::ops::attention::decode::cmma::PLANE_DIM;
+use crate::ops::attention::prefill::cmma_flash::tc_flash_kernel;
+use crate::ops::attention::decode::mma_decode::{decode_warps, mma_partial_kernel, DecodeLaunch, Staging};
+use crate::ops::attention::decode::mma_decode_narrow::{mma_partial_narrow_kernel, NARROW_QUERIES};
+use crate::ops::attention::prefill::mma_flash::mma_flash_kernel;
 use crate::ops::attention::route::{tensor_core_family_runs, Call, Choices, Kernel};
-use crate::ops::attention::split_kv::combine_rows;
+use crate::ops::attention::decode::split_kv::combine_rows;
 use crate::ops::kv_cache::BlockRows;
-use crate::ops::attention::splits::KV_SPLIT;
+use crate::ops::attention::common::splits::KV_SPLIT;
 use crate::ops::matmul::tc::tensor_cores_available_for;
 use crate::ops::{cube_count_for, storage};
 pub use crate::kernel_choice::TcKernels;
@@ -28,8 +28,8 @@ impl TcKernels {
     /// Queries one prefill cube holds: a prefill tile's rows times the heads per cube.
     pub fn prefill_queries(self) -> Result<usize, crate::KernelError> {
         Ok(match self {
-            TcKernels::Mma => 16 * crate::ops::attention::mma_flash::flash_warps()?,
-            TcKernels::Cmma => crate::ops::attention::cmma::TC_QUERIES,
+            TcKernels::Mma => 16 * crate::ops::attention::prefill::mma_flash::flash_warps()?,
+            TcKernels::Cmma => crate::ops::attention::decode::cmma::TC_QUERIES,
         })
     }
 }
@@ -61,7 +61,7 @@ pub fn call_on(client: &burn_cubecl::cubecl::client::Client, dtype: DType, head_
 }
 
 /// This thread's [`Choices`]: its kernel choice ([`crate::kernel_choice::KernelChoice::current`])
-/// and the decode launch ([`crate::ops::attention::mma_decode::with_decode_launch`]'s, else
+/// and the decode launch ([`crate::ops::attention::decode::mma_decode::with_decode_launch`]'s, else
 /// `LOCKSTEP_DECODE_LAUNCH`).
 pub fn choices() -> Result<Choices, crate::KernelError> {
     let process = crate::kernel_choice::KernelChoice::current()?;
@@ -77,7 +77,7 @@ pub fn choices() -> Result<Choices, crate::KernelError> {
 /// of one sequence cut every `rows_per_tile`; without, one row per tile. `(first row, rows)`.
 pub(crate) fn tc_tiles(host_slots: Option<&[u32]>, rows: usize, rows_per_tile: usize) -> Vec<(usize, usize)> {
     match host_slots {
-        Some(slots) => crate::ops::attention::split_kv::sequence_runs(slots, rows_per_tile),
+        Some(slots) => crate::ops::attention::decode::split_kv::sequence_runs(slots, rows_per_tile),
         None => (0..rows).map(|r| (r, 1)).collect(),
     }
 }
@@ -102,7 +102,7 @@ fn single_row_tiles(rows: usize, like: &CubeTensor, upload: &impl Fn(Vec<i32>) -
 }
 
 /// Rows of one sequence that make a flash tile: prefill tiles of at least this many rows run
-/// [`crate::ops::attention::cmma_flash`]'s kernel, smaller ones (decode rows) the per-split partials and
+/// [`crate::ops::attention::prefill::cmma_flash`]'s kernel, smaller ones (decode rows) the per-split partials and
 /// the combine. Both give the same bits, so this only trades parallelism over splits (decode)
 /// for fewer passes over memory (prefill).
 pub const FLASH_MIN_ROWS: usize = 2;

@@ -1,11 +1,11 @@
 //! Building blocks of the register-fragment attention kernels (CUDA, sm_80+): `mma.sync`,
 //! `ldmatrix` and `cp.async` through inline PTX, and the steps of one split for a warp of 16
-//! queries, which [`crate::ops::attention::mma_flash`] (prefill) and [`crate::ops::attention::mma_decode`]
+//! queries, which [`crate::ops::attention::prefill::mma_flash`] (prefill) and [`crate::ops::attention::decode::mma_decode`]
 //! (decode partials) share, so that both compute a split operation for operation alike.
 //!
 //! A warp's 16 queries are the rows of `mma.m16n8k16` fragments: lane l holds rows g = l / 4
 //! and g + 8, columns 2t, 2t + 1 (t = l % 4) of every 8-column block. Their arithmetic is the
-//! cmma partial kernel's ([`crate::ops::attention::cmma`]), step by step:
+//! cmma partial kernel's ([`crate::ops::attention::decode::cmma`]), step by step:
 //! - S = Q Kᵀ: `mma.m16n8k16` chains over head_dim, k ascending from zero, f32 accumulators. A
 //!   `cmma` 16x16x16 is two such instructions on the same fragments (battery: the two prefill
 //!   kernels against the decode path);
@@ -17,8 +17,8 @@
 //! - O = P V: the rounded P as the A fragment straight from registers, keys ascending from
 //!   zero in chunks of 16.
 
-use crate::ops::attention::splits::KV_SPLIT;
-use crate::ops::attention::staging::PAD;
+use crate::ops::attention::common::splits::KV_SPLIT;
+use crate::ops::attention::common::staging::PAD;
 pub(crate) use crate::ops::ptx::{commit_copies, wait_copies};
 use crate::ops::reduce::NEG_BIG;
 use burn_cubecl::cubecl::prelude::*;

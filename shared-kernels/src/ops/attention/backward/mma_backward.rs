@@ -1,6 +1,6 @@
 //! The training path's causal attention backward on tensor cores (CUDA, sm_80+, bf16/f16,
 //! head_dim 64 or 128): flash attention 2's backward without atomics, built from
-//! [`crate::ops::attention::mma`]'s warp steps (`mma.sync` fragments, `ldmatrix` from padded stages).
+//! [`crate::ops::attention::common::mma`]'s warp steps (`mma.sync` fragments, `ldmatrix` from padded stages).
 //! Memory is linear in the tokens; every sequence's gradients come from its own rows alone, in
 //! an order fixed by the sequence (tiles of 64 rows from its first row), so they do not depend
 //! on the other sequences of the batch or micro-batch.
@@ -29,13 +29,13 @@
 //! One file past 400 lines: the three kernels and their launcher share the warp-step helpers,
 //! the tile constants and the stage layout, and are read together to check the fixed order.
 
-use crate::ops::attention::splits::{keys_in_split, KV_SPLIT};
-use crate::ops::attention::mma::{
+use crate::ops::attention::common::splits::{keys_in_split, KV_SPLIT};
+use crate::ops::attention::common::mma::{
     commit_copies, pack_pair, query_fragments, row_max, value_lane_address,
     wait_copies, warp_scores, warp_values, SMEM_ALIGN,
 };
-use crate::ops::attention::staging::{stage_split_async, valid_in_split, PAD};
-use crate::ops::attention::online_stats::{empty_stats, exp2_approx, fold_split_stats, LOG2E};
+use crate::ops::attention::common::staging::{stage_split_async, valid_in_split, PAD};
+use crate::ops::attention::common::online_stats::{empty_stats, exp2_approx, fold_split_stats, LOG2E};
 use crate::ops::ptx::shared_address;
 use crate::ops::reduce::cube_linear;
 use crate::ops::{cube_count_for, storage};

@@ -1,8 +1,8 @@
 //! The online softmax statistics of the training path's attention backward, per query row:
 //! `m` the running max of `q . k * scale` over the row's keys and `l` the sum of
 //! `e^(q . k * scale - m)`, folded split by split in key order. The backward's query kernel
-//! computes them itself ([`crate::ops::attention::mma_backward`]), or the training forward
-//! computes them in its first pass over the keys ([`crate::ops::attention::mma_flash`]) with
+//! computes them itself ([`crate::ops::attention::backward::mma_backward`]), or the training forward
+//! computes them in its first pass over the keys ([`crate::ops::attention::prefill::mma_flash`]) with
 //! these same functions on the same score fragments, so both give the same bits and the
 //! backward may skip its own pass. Also the approximate `2^x` of `LOCKSTEP_BACKWARD_MATH=fast`.
 
@@ -33,7 +33,7 @@ pub(crate) fn row_exp_sum(s: &Array<f32>, valid: usize, scale: f32, m: f32, #[co
 /// Folds one split into this lane's rows' statistics `ml` = [m_lo, l_lo, m_hi, l_hi] (rows g
 /// and g + 8 of the warp's 16): `m' = max(m, split max)`, `l = l e^(m - m') + sum_j
 /// e^(s_j scale - m')` ([`row_exp_sum`]'s order); a row with no key in the split keeps its
-/// values. `split_lo` / `split_hi`: the rows' split maxima ([`crate::ops::attention::mma::row_max`]).
+/// values. `split_lo` / `split_hi`: the rows' split maxima ([`crate::ops::attention::common::mma::row_max`]).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fold_split_stats(s: &Array<f32>, ml: &mut Array<f32>, split_lo: f32, split_hi: f32, valid_lo: usize, valid_hi: usize, scale: f32) {

@@ -21,7 +21,7 @@
 //! staged in shared memory once per tile, and each row then does the per-row arithmetic above.
 
 use crate::ops::kv_cache::{cache_row, BlockRows};
-use crate::ops::attention::splits::{keys_in_split, load_query, split_max, split_scores, KV_SPLIT};
+use crate::ops::attention::common::splits::{keys_in_split, load_query, split_max, split_scores, KV_SPLIT};
 use crate::ops::reduce::{cube_linear, NEG_BIG};
 use crate::ops::{cube_count_for, storage};
 use burn::tensor::DType;

@@ -5,7 +5,7 @@
 //! length, the keys of a split a query sees, and a split's keys or values copied in. One copy of
 //! each, so every kernel stages a split the same way.
 
-use crate::ops::attention::splits::{keys_in_split, KV_SPLIT};
+use crate::ops::attention::common::splits::{keys_in_split, KV_SPLIT};
 use crate::ops::kv_cache::cache_row;
 use burn_cubecl::cubecl::prelude::barrier::copy_async_checked;
 use burn_cubecl::cubecl::prelude::*;

@@ -2,7 +2,7 @@
 //! part) walks every split of its queries and writes the attention output itself, with no
 //! partials in global memory and no combine launch.
 //!
-//! It must give the bits of [`crate::ops::attention::cmma`]'s partial kernel followed by the combine
+//! It must give the bits of [`crate::ops::attention::decode::cmma`]'s partial kernel followed by the combine
 //! kernel (which decode rows run), so it does their arithmetic, operation for operation, in
 //! their order:
 //! 1. pass 1, split by split: S on `cmma`, each query's split max m_s ([`quarter_max`]); the
@@ -15,11 +15,11 @@
 //! long prefill (f32, head_dim + 2 per query and split) never travel through memory.
 
 use crate::ops::kv_cache::cache_row;
-use crate::ops::attention::splits::{keys_in_split, KV_SPLIT};
-use crate::ops::attention::cmma::{
+use crate::ops::attention::common::splits::{keys_in_split, KV_SPLIT};
+use crate::ops::attention::decode::cmma::{
     load_values, quarter_max, quarter_probs, query_max, query_sum, score_stage_len, split_output, split_scores, stage_split, store_values, LDP, PLANE_DIM, SMEM_ALIGN, TC_QUERIES, UNITS, WINDOW,
 };
-use crate::ops::attention::staging::{query_keys, stage_queries, valid_in_split, PAD};
+use crate::ops::attention::common::staging::{query_keys, stage_queries, valid_in_split, PAD};
 use crate::ops::reduce::{cube_linear, NEG_BIG};
 use burn_cubecl::cubecl::prelude::*;
 

@@ -5,7 +5,7 @@
 //! training layout, [`crate::model::Rows::whole_padded`]).
 //!
 //! [`sequence_backward`] runs every sequence on tensor cores where
-//! [`crate::ops::attention::mma_backward`] takes the inputs (CUDA, 16-bit, head_dim 64 or 128), else
+//! [`crate::ops::attention::backward::mma_backward`] takes the inputs (CUDA, 16-bit, head_dim 64 or 128), else
 //! picks per sequence, by its length and head count alone:
 //! - dense attention in burn's f32 ops (`[1, heads, t, t]` scores, tensor-core matmuls) where
 //!   `heads * t * t` is within [`DENSE_SEQUENCE_SCORES`]: the fast path, t up to 5,792 at 16
@@ -26,7 +26,9 @@
 //! One file past 400 lines: the per-sequence dispatch and the CUDA-core fallback kernels it
 //! picks between share the sequence layout checks (`contiguous_sequences`).
 
-use crate::ops::attention::splits::{keys_in_split, split_max, KV_SPLIT};
+pub mod mma_backward;
+
+use crate::ops::attention::common::splits::{keys_in_split, split_max, KV_SPLIT};
 use crate::ops::reduce::{cube_linear, NEG_BIG};
 use burn::tensor::{Bool, TensorData};
 use crate::ops::{cube_count_for, storage};
@@ -309,10 +311,10 @@ pub fn sequence_backward(
     let dtype = q.dtype();
     let device = q.device();
     let ([_, q_heads, head_dim], [_, kv_heads, _]) = (q.dims(), k.dims());
-    if crate::ops::attention::mma_backward::backward_route(&q, head_dim, q_heads / kv_heads)? == crate::ops::attention::route::Kernel::MmaBackward {
+    if crate::ops::attention::backward::mma_backward::backward_route(&q, head_dim, q_heads / kv_heads)? == crate::ops::attention::route::Kernel::MmaBackward {
         // every sequence at once on tensor cores: each tile reads its own sequence's rows only
         let fast = crate::kernel_choice::KernelChoice::current()?.backward_fast_math;
-        let g = crate::ops::attention::mma_backward::mma_attention_backward(q, k, v, out, d_out, sequences, scale, forward_stats, fast)?;
+        let g = crate::ops::attention::backward::mma_backward::mma_attention_backward(q, k, v, out, d_out, sequences, scale, forward_stats, fast)?;
         return Ok((g.d_q, g.d_k, g.d_v));
     }
     let (mut dqs, mut dks, mut dvs) = (Vec::new(), Vec::new(), Vec::new());

@@ -1,6 +1,6 @@
-//! Decode partials with the scores in registers (CUDA, sm_80+): [`crate::ops::attention::cmma`]'s
+//! Decode partials with the scores in registers (CUDA, sm_80+): [`crate::ops::attention::decode::cmma`]'s
 //! partial kernel (one split's max, sum and P V per query, then the fixed-order combine) on
-//! `mma.sync` fragments, through [`crate::ops::attention::mma`]'s steps, so the same bits.
+//! `mma.sync` fragments, through [`crate::ops::attention::common::mma`]'s steps, so the same bits.
 //!
 //! Why this layout: decode streams K/V splits, and at long contexts the kernel is most of a
 //! decode step. A cube is one warp per 16 of the tile's queries (one for Qwen3's 2-4 heads per
@@ -16,13 +16,13 @@
 //! [`super::mma_decode_narrow`] instead: the same partials with the queries on the `mma`'s
 //! narrow side; this kernel serves larger groups and the comparisons.
 
-use crate::ops::attention::splits::KV_SPLIT;
-use crate::ops::attention::mma::{
+use crate::ops::attention::common::splits::KV_SPLIT;
+use crate::ops::attention::common::mma::{
     LDPW, SMEM_ALIGN, commit_copies, query_fragments, row_max, row_sum,
     value_lane_address, wait_copies, warp_probs, warp_scores, warp_values,
 };
-use crate::ops::attention::cmma::TC_QUERIES;
-use crate::ops::attention::staging::{issue_split, query_keys, stage_queries, valid_in_split, PAD};
+use crate::ops::attention::decode::cmma::TC_QUERIES;
+use crate::ops::attention::common::staging::{issue_split, query_keys, stage_queries, valid_in_split, PAD};
 use crate::ops::ptx::shared_address;
 use crate::ops::reduce::cube_linear;
 use crate::KernelError;

@@ -1,12 +1,12 @@
 //! Flash prefill with the scores in registers (CUDA, sm_80+): the arithmetic of
-//! [`crate::ops::attention::cmma_flash`], operation for operation, so the bits of the decode path
+//! [`crate::ops::attention::prefill::cmma_flash`], operation for operation, so the bits of the decode path
 //! (per-split partials + combine), with the work laid out as flash attention lays it out.
 //!
 //! Why: the `cmma` flash kernel passes every product through shared memory (`cmma` fragments
 //! have no register layout a kernel may read) and syncs the whole cube five times per split,
 //! with 32 queries per cube (ncu: 17% occupancy, stalled on shared memory; 11-13x torch's SDPA).
 //! Here each warp owns 16 queries and keeps S, P and O in `mma.sync` fragments
-//! ([`crate::ops::attention::mma`]'s steps); the cube syncs only to refill the K/V stages, which
+//! ([`crate::ops::attention::common::mma`]'s steps); the cube syncs only to refill the K/V stages, which
 //! `cp.async` fills one split ahead.
 //!
 //! As in the cmma flash kernel: pass 1 walks the splits for each query's M (the largest split
@@ -15,16 +15,16 @@
 //! acc += O_s exp(m_s - M); out = acc / total.
 //!
 //! For the training path (`with_stats`), pass 1 also folds each query's softmax statistics as
-//! the backward's query kernel folds them ([`crate::ops::attention::online_stats`], the same
+//! the backward's query kernel folds them ([`crate::ops::attention::common::online_stats`], the same
 //! functions on the same score fragments), so the backward skips its own pass over the keys.
 
 use crate::ops::kv_cache::cache_row;
-use crate::ops::attention::splits::{KV_SPLIT, keys_in_split};
-use crate::ops::attention::mma::{
+use crate::ops::attention::common::splits::{KV_SPLIT, keys_in_split};
+use crate::ops::attention::common::mma::{
     LDPW, SMEM_ALIGN, commit_copies, query_fragments, row_max, row_sum, value_lane_address, wait_copies, warp_probs, warp_scores, warp_values,
 };
-use crate::ops::attention::staging::{stage_split_async, query_keys, stage_queries, valid_in_split, PAD};
-use crate::ops::attention::online_stats::{empty_stats, fold_split_stats};
+use crate::ops::attention::common::staging::{stage_split_async, query_keys, stage_queries, valid_in_split, PAD};
+use crate::ops::attention::common::online_stats::{empty_stats, fold_split_stats};
 use crate::ops::ptx::shared_address;
 use crate::ops::reduce::{NEG_BIG, cube_linear};
 use burn_cubecl::cubecl::prelude::*;

@@ -20,12 +20,12 @@
 //! On the H200 the bench's launch rows compare it with the 16-row kernel as bits (bf16) and the
 //! battery's decode rows with prefill tiles; f16 rests on the same argument, unmeasured.
 
-use crate::ops::attention::splits::KV_SPLIT;
-use crate::ops::attention::mma::{
+use crate::ops::attention::common::splits::KV_SPLIT;
+use crate::ops::attention::common::mma::{
     ldmatrix_x4, mma16816, pack_pair, row_sum, wait_copies, commit_copies, LDPW, SMEM_ALIGN,
 };
-use crate::ops::attention::cmma::TC_QUERIES;
-use crate::ops::attention::staging::{issue_split, query_keys, stage_queries, valid_in_split, PAD};
+use crate::ops::attention::decode::cmma::TC_QUERIES;
+use crate::ops::attention::common::staging::{issue_split, query_keys, stage_queries, valid_in_split, PAD};
 use crate::ops::ptx::shared_address;
 use crate::ops::reduce::{cube_linear, NEG_BIG};
 use burn_cubecl::cubecl::prelude::*;
@@ -52,7 +52,7 @@ fn query_b_fragments(stage: u32, qb: &mut Array<u32>, #[comptime] head_dim: usiz
 
 /// Sᵀ = K Qᵀ for the 64 keys staged at byte address `k_addr`: `s[kb * 4 + c]` is the score of
 /// key 16 kb + g (c < 2) or 16 kb + g + 8 and query 2t + c % 2, k over head_dim ascending from
-/// zero in chunks of 16, as [`super::mma::warp_scores`] chains it.
+/// zero in chunks of 16, as [`crate::ops::attention::common::mma::warp_scores`] chains it.
 #[cube]
 fn narrow_scores(qb: &Array<u32>, k_addr: u32, s: &mut Array<f32>, #[comptime] head_dim: usize, #[comptime] f16: bool) {
     let lane = UNIT_POS_X;
@@ -122,7 +122,7 @@ fn narrow_max(s: &Array<f32>, valid: usize, scale: f32, #[comptime] e: usize) ->
 }
 
 /// p for this lane's scores (0 past a query's `valid` keys) into the P stage as `[query][LDPW]`
-/// words of two keys (word w: keys 2w, 2w + 1, as [`super::mma::warp_probs`] lays them out).
+/// words of two keys (word w: keys 2w, 2w + 1, as [`crate::ops::attention::common::mma::warp_probs`] lays them out).
 /// Lanes g and g ^ 1 hold neighbouring keys: they swap values, and the even one writes query
 /// 2t's word, the odd one query 2t + 1's. The caller syncs the warp before the stage is read.
 #[cube]
@@ -164,7 +164,7 @@ fn narrow_probs<F: Float>(
 }
 
 /// Oᵀ = Vᵀ Pᵀ for the split, one block of 16 dims at a time, keys ascending from zero in chunks
-/// of 16 (each output the chain [`super::mma::warp_values`] computes), written as the partials
+/// of 16 (each output the chain [`crate::ops::attention::common::mma::warp_values`] computes), written as the partials
 /// of queries 2t (`base0`) and 2t + 1 (`base1`): element c of dim block db is dim 16 db + g
 /// (c < 2) or + 8, query 2t + c % 2. `pb[kc * 2 + r]`: query g's p of keys 16 kc + 8 r + 2t, + 1.
 #[cube]

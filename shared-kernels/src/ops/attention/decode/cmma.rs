@@ -2,7 +2,7 @@
 //! `LOCKSTEP_ATTENTION_TC=cmma` set, and the arithmetic the default `mma` set (`mma.rs`,
 //! `mma_flash.rs`, `mma_decode*.rs`) follows step by step with the same bits.
 //!
-//! The scheme is [`crate::ops::attention::split_kv`]'s: keys in splits of 64 from key 0, one partial
+//! The scheme is [`crate::ops::attention::decode::split_kv`]'s: keys in splits of 64 from key 0, one partial
 //! (split max m, sum l, unnormalised output o) per (query, split), then the same fixed-order
 //! combine kernel. Only the partial changes: the split's two products run on `cmma`
 //! 16x16x16 instructions with f32 accumulators, k ascending from a zero accumulator:
@@ -33,8 +33,8 @@
 //! One file past 400 lines: the split kernel and its launcher share the split and fragment
 //! constants.
 
-use crate::ops::attention::splits::{keys_in_split, KV_SPLIT};
-use crate::ops::attention::staging::{query_keys, stage_queries, valid_in_split, PAD};
+use crate::ops::attention::common::splits::{keys_in_split, KV_SPLIT};
+use crate::ops::attention::common::staging::{query_keys, stage_queries, valid_in_split, PAD};
 use crate::ops::kv_cache::cache_row;
 use crate::ops::reduce::{cube_linear, NEG_BIG};
 use burn_cubecl::cubecl::cmma::{self, MatrixIdent, MatrixLayout};
