@@ -5,6 +5,7 @@ pub mod chat;
 pub mod checkpoint;
 pub mod child;
 pub mod jsonl;
+pub mod lora_merge;
 pub mod objective;
 pub mod math_verify;
 pub mod memory_plan;

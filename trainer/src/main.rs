@@ -151,7 +151,6 @@ enum Command {
         #[arg(long, default_value_t = 0.5)]
         target_reward: f64,
     },
-    /// Sample completions for prompts from sampler.input into sampler.output (JSONL).
     /// Serve the policy over HTTP, OpenAI-compatible (docs/serve.md): `[serve]` host and port.
     Serve {
         /// TOML config (as for `train`); omitted = the embedded defaults.
@@ -161,6 +160,20 @@ enum Command {
         #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
         overrides: Vec<String>,
     },
+    /// Write the base model with the LoRA adapter of `lora.path` merged in (W + s B A) as a
+    /// Hugging Face folder (docs/lora.md); a merged model no longer gives the training bits.
+    MergeLora {
+        /// TOML config (as for `train`: the base in `[model]`, the adapter in `lora.path`).
+        #[arg(value_name = "CONFIG")]
+        config: Option<PathBuf>,
+        /// Override a key: --set lora.path=runs/NAME/checkpoints/step-000008 (repeatable).
+        #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
+        overrides: Vec<String>,
+        /// The new folder to write.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// Sample completions for prompts from sampler.input into sampler.output (JSONL).
     Sample {
         /// TOML config (as for `train`); omitted = the embedded defaults.
         #[arg(value_name = "CONFIG")]
@@ -245,6 +258,7 @@ fn run(cli: Cli) -> Result<(), RunError> {
         }
         Command::Report { runs, out, target_reward } => tools::report::report(&runs, &out, target_reward).map(|md| println!("{md}")).map_err(RunError::Other),
         Command::Sample { config_file, config, overrides } => Config::load(config_file.or(config).as_deref(), &overrides).map_err(RunError::from).and_then(trainer::sample_cli::main),
+        Command::MergeLora { config, overrides, out } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(|c| trainer::lora_merge::main(c, &out)),
         Command::Serve { config, overrides } => Config::load(config.as_deref(), &overrides).map_err(RunError::from).and_then(trainer::serve::main),
     }
 }

@@ -81,6 +81,17 @@ fn an_adapter_samples_after_training_and_bad_lora_keys_are_refused_naming_the_ke
     let (a, b, base) = (sample("a.jsonl", &["--set", adapter]), sample("b.jsonl", &["--set", adapter]), sample("base.jsonl", &[]));
     assert_eq!(a, b);
     assert_ne!(a, base, "the trained adapter changed no logprob");
+    // merged into the base as an HF folder: the adapted model's logprobs up to rounding
+    let o = lockstep(&["merge-lora", "--set", adapter, "--out", "merged"], &dir);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(dir.join("merged/model.safetensors").exists() && dir.join("merged/tokenizer.json").exists());
+    let merged = sample("merged.jsonl", &["--set", "model.path=merged"]);
+    let logprobs = |text: &str| -> Vec<f64> { text.lines().flat_map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["logprobs"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect::<Vec<_>>()).collect() };
+    let (la, lm) = (logprobs(&a), logprobs(&merged));
+    assert_eq!(la.len(), lm.len(), "{a}\n{merged}");
+    assert!(la.iter().zip(&lm).all(|(x, y)| (x - y).abs() < 1e-4), "merged logprobs are not the adapted model's: {la:?} vs {lm:?}");
+    let o = lockstep(&["merge-lora", "--out", "merged-again"], &dir);
+    assert!(o.status.code() == Some(2) && String::from_utf8_lossy(&o.stderr).contains("lora.path"), "{}", String::from_utf8_lossy(&o.stderr));
     for (set, key) in [
         ("lora.dropout=0.05", "lora.dropout"),
         ("lora.target_modules=[\"x_proj\"]", "lora.target_modules"),
