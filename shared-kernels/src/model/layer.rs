@@ -192,7 +192,12 @@ impl Layer {
         };
         pass.record(|| format!("layer {i} post_norm"), &x);
         let down = match (&self.moe, fused.and_then(|f| f.gate_up.as_ref())) {
-            (Some(moe), _) => moe.forward(x, k)?.0,
+            (Some(moe), _) => {
+                // the training layout's sequences (each starts at position 0 or a new slot)
+                let rows = pass.rows;
+                let starts: Vec<usize> = (0..rows.len()).filter(|&r| r == 0 || rows.positions[r] == 0 || rows.slots[r] != rows.slots[r - 1]).collect();
+                moe.forward(x, k, Some(&starts))?.0
+            }
             (None, gate_up) => {
                 let missing = || ModelError::Input(format!("layer {i} has neither a dense MLP nor experts"));
                 let (gate, up, down_w) = (self.gate_proj.as_ref().ok_or_else(missing)?, self.up_proj.as_ref().ok_or_else(missing)?, self.down_proj.as_ref().ok_or_else(missing)?);

@@ -13,6 +13,7 @@ pub mod lora;
 pub mod lora_files;
 pub mod mapped;
 pub mod moe;
+pub mod moe_train;
 pub mod names;
 pub mod pass;
 pub mod qwen3;

@@ -100,15 +100,26 @@ fn int_rows(rows: &[usize], device: &burn::tensor::Device) -> Tensor<1, Int> {
 
 impl MoeBlock {
     /// The block's output `[rows, hidden]` for the normed rows `x`, and the routing it used.
-    pub fn forward(&self, x: Tensor<2>, kernels: KernelSet) -> Result<(Tensor<2>, Routing), ModelError> {
+    /// `sequence_starts` (the training path: the rows where each sequence begins) lays the
+    /// experts' rows out for micro-batch-independent weight gradients (`moe_train.rs`).
+    pub fn forward(&self, x: Tensor<2>, kernels: KernelSet, sequence_starts: Option<&[usize]>) -> Result<(Tensor<2>, Routing), ModelError> {
         let [n, hidden] = x.dims();
         let (experts, k) = (self.experts.len(), self.top_k);
         let device = x.device();
         let logits = kernels.matmul(x.clone(), self.router.clone(), OutIn)?;
-        let plain = if logits.is_autodiff() { logits.inner() } else { logits };
+        let training = logits.is_autodiff();
+        let plain = if training { logits.clone().inner() } else { logits.clone() };
         let host = plain.cast(DType::F32).into_data().convert::<f32>().try_to_vec::<f32>().map_err(|e| ModelError::Input(format!("reading the router's logits: {e:?}")))?;
         let routing = route(&host, experts, k, self.norm_topk_prob);
-        // each expert's rows (ascending), and where each (row, slot) output lands in their concatenation
+        // the weights: constants when sampling, an op of the logits when training (the router's
+        // gradient); a zero row and weight past the end for the training layout's padding
+        let (xs, ws) = if training {
+            let w = super::moe_train::routing_weights(logits, &host, &routing.experts, &routing.weights, k, self.norm_topk_prob)?;
+            (Tensor::cat(vec![x.clone(), Tensor::zeros([1, hidden], (&device, x.dtype()))], 0), Tensor::cat(vec![w, Tensor::zeros([1], (&device, x.dtype()))], 0))
+        } else {
+            (x.clone(), Tensor::<1>::from_data(TensorData::new(routing.weights.clone(), [n * k]), &device).cast(x.dtype()))
+        };
+        // each expert's rows, and where each (row, slot) output lands in their concatenation
         let mut at = vec![0usize; n * k];
         let mut outputs = Vec::new();
         let mut offset = 0;
@@ -117,18 +128,23 @@ impl MoeBlock {
             if pairs.is_empty() {
                 continue;
             }
-            let rows: Vec<usize> = pairs.iter().map(|p| p / k).collect();
-            let xe = x.clone().select(0, int_rows(&rows, &device));
+            let laid: Vec<Option<usize>> = match (training, sequence_starts) {
+                (true, Some(starts)) => super::moe_train::padded_pairs(&pairs, k, starts),
+                _ => pairs.iter().map(|&p| Some(p)).collect(),
+            };
+            let rows: Vec<usize> = laid.iter().map(|p| p.map_or(n, |p| p / k)).collect();
+            let slots: Vec<usize> = laid.iter().map(|p| p.unwrap_or(n * k)).collect();
+            let xe = xs.clone().select(0, int_rows(&rows, &device));
             let act = crate::swiglu(kernels.matmul(xe.clone(), expert.gate.clone(), OutIn)?, kernels.matmul(xe, expert.up.clone(), OutIn)?)?;
             let h = kernels.matmul(act, expert.down.clone(), OutIn)?;
-            let w: Vec<f32> = pairs.iter().map(|&p| routing.weights[p]).collect();
-            let w = Tensor::<2>::from_data(TensorData::new(w, [pairs.len(), 1]), &device).cast(h.dtype());
-            let w = if h.is_autodiff() { Tensor::from_inner(w) } else { w };
-            outputs.push(h * w);
-            for (j, &p) in pairs.iter().enumerate() {
-                at[p] = offset + j;
+            let we = ws.clone().select(0, int_rows(&slots, &device)).reshape([laid.len(), 1]);
+            outputs.push(if training { super::moe_train::weighted(h, we)? } else { h * we });
+            for (j, p) in laid.iter().enumerate() {
+                if let Some(p) = p {
+                    at[*p] = offset + j;
+                }
             }
-            offset += pairs.len();
+            offset += laid.len();
         }
         let all = Tensor::cat(outputs, 0).select(0, int_rows(&at, &device)).reshape([n, k, hidden]);
         let mut out = all.clone().slice([0..n, 0..1, 0..hidden]).reshape([n, hidden]);
@@ -162,7 +178,7 @@ mod tests {
         let (x, router) = (rand(n * h, 1.0), rand(experts * h, 0.8));
         let weights: Vec<[Vec<f32>; 3]> = (0..experts).map(|_| [rand(f * h, 0.5), rand(f * h, 0.5), rand(h * f, 0.5)]).collect();
         let block = MoeBlock { router: t(&router, [experts, h]), experts: weights.iter().map(|[g, u, d]| Expert { gate: t(g, [f, h]), up: t(u, [f, h]), down: t(d, [h, f]) }).collect(), top_k: 2, norm_topk_prob: true };
-        let (out, routing) = block.forward(t(&x, [n, h]), KernelSet::Matched).unwrap();
+        let (out, routing) = block.forward(t(&x, [n, h]), KernelSet::Matched, None).unwrap();
         let out = out.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
         let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(&p, &q)| p as f64 * q as f64).sum::<f64>();
         for r in 0..n {

@@ -251,9 +251,8 @@ fn refusal(c: &Config, room: &Room, mem: &DeviceMemory, fixed: f64, kv: f64, pas
 /// cache), as before sizing existed.
 pub fn resolve(c: &Config, device: &burn::tensor::Device, purpose: Purpose, ranks: usize, sharing: usize) -> Result<Config, RunError> {
     let shape = crate::policy::model_shape(c)?;
-    if purpose == Purpose::Train && shape.moe.is_some() {
-        // the router would get no gradient (its routing weights are computed on the host)
-        return Err(crate::error::invalid("model.path", format!("{} is a mixture-of-experts model ({}): lockstep samples and serves it, but training one (the router's gradient through the top-k weights, the load-balancing loss, the experts' gradients folded per token) is not built yet", c.model.path, shape.architecture)));
+    if purpose == Purpose::Train && shape.moe.as_ref().is_some_and(|m| m.router_aux_loss_coef > 0.0) {
+        eprintln!("note: {} sets router_aux_loss_coef = {}; lockstep's GRPO does not add the load-balancing loss (docs/moe.md)", c.model.path, shape.moe.as_ref().map_or(0.0, |m| m.router_aux_loss_coef));
     }
     // the kernels' index range first: it holds on every runtime, the binding limit below on some
     crate::policy::check_sizes(c, &shape)?;
