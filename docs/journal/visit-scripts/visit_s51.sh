@@ -10,6 +10,9 @@
 #   lora      (after a build with LoRA, unpacked afresh) a random PEFT adapter on the 0.6B shape:
 #             lockstep's logprobs against PEFT + transformers (f32), then a LoRA GRPO run's
 #             saved adapter loaded by PEFT and compared the same way
+#   moe       (a build with MoE) qwen3-moe-small: the checkpoint's tensor names, lockstep's logprobs
+#             against transformers (f32), GRPO 64 x 256 for 2 steps in one pass and in 4,096-token
+#             micro-batches (bit_equal, KL, the same weights)
 #   sample8b  `lockstep sample configs/qwen3-8b.toml` greedy (64 prompts x 128 tokens, a 20,000 MiB
 #             pool) with this build and ${G:-.gpu}/lockstep-old.gz (a130335, two copies of the weights):
 #             each one's peak and the outputs compared byte for byte; then the config with its
@@ -72,5 +75,19 @@ lora)
   echo "LoRA GRPO 0.6B 64 x 256, 2 steps: exit $?"; grep -h "memory plan\|error" $O/lora06.log | head -4
   grep -o "$fields" /tmp/runs/lora06/metrics.jsonl | tr '\n' ' '; echo
   python3 experiments/bench/family_parity.py $ck $O/lora-lockstep --adapter /tmp/runs/lora06/checkpoints/step-000002 --prompts 8 --new 32 2>&1 | tail -1 ;;
+moe)
+  gunzip -c ${G:-.gpu}/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep
+  ck=/tmp/checkpoints/qwen3-moe-small
+  [ -f $ck/config.json ] || python3 experiments/fixtures/make_real_shape.py qwen3-moe-small $ck > $O/make-moe.log 2>&1 || { tail -5 $O/make-moe.log; exit 1; }
+  tail -1 $O/make-moe.log | cut -c1-300
+  python3 -c "import json,sys; m=json.load(open('$ck/model.safetensors.index.json'))['weight_map'] if __import__('os').path.exists('$ck/model.safetensors.index.json') else None; print(sorted(m)[:3] if m else 'single file')"
+  python3 experiments/bench/family_parity.py $ck $O/moe-parity --prompts 8 --new 32 2>&1 | tail -2
+  for mb in auto 4096; do
+    timeout 200 /tmp/lockstep train configs/qwen3-1.7b.toml --set model.path=$ck --set task.path=$ck/task.jsonl --set task.reward=char_f1 \
+      --set train.prompts_per_step=4 --set train.steps=2 --set sampler.max_new_tokens=256 --set sampler.context=320 --set sampler.max_batch=64 \
+      --set train.micro_batch_tokens=$mb --set log.runs_dir=/tmp/runs --set log.run_name=moe-$mb > $O/moe-$mb.log 2>&1
+    echo "MoE GRPO 64 x 256, micro_batch_tokens $mb: exit $?"; grep -h "memory plan\|error\|note" $O/moe-$mb.log | head -3
+    grep -o "$fields" /tmp/runs/moe-$mb/metrics.jsonl | tr '\n' ' '; echo
+  done ;;
 esac
 done
