@@ -264,6 +264,24 @@ impl Telemetry {
     }
 }
 
+/// The end of a `lockstep train`: the reward's first and last quarter, the sampler-trainer
+/// agreement over every step, and the final checkpoint.
+pub fn print_summary(history: &[StepMetrics], checkpoint: Option<&std::path::Path>) {
+    let (Some(first), Some(last)) = (history.first(), history.last()) else { return };
+    let window = |ms: &[StepMetrics]| ms.iter().map(|m| m.reward_mean).sum::<f64>() / ms.len().max(1) as f64;
+    let k = (history.len() / 4).max(1);
+    let kl_max = history.iter().map(|m| m.agreement.kl_k1.abs()).fold(0.0, f64::max);
+    let diff_max = history.iter().map(|m| m.agreement.logprob_abs_diff_max).fold(0.0, f64::max);
+    let bit_equal_min = history.iter().map(|m| m.agreement.bit_equal_frac).fold(1.0, f64::min);
+    let tokens: usize = history.iter().map(|m| m.agreement.tokens).sum();
+    println!("steps {}..={}: reward {:.3} (first {k} steps) -> {:.3} (last {k} steps)", first.step, last.step, window(&history[..k]), window(&history[history.len() - k..]));
+    println!("sampler vs trainer over {tokens} rollout tokens: max |KL k1| {kl_max:.3e}, max |dlogprob| {diff_max:.3e}, min bit-equal fraction {bit_equal_min:.4}");
+    match checkpoint {
+        Some(path) => println!("checkpoint: {}", path.display()),
+        None => println!("checkpoint: none at the end (train.final_checkpoint = false)"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{StepMetrics, Telemetry};

@@ -172,33 +172,3 @@ pub fn fresh_adapters(c: &super::ModelConfig, spec: &LoraSpec, init: LoraInit, s
         })
         .collect()
 }
-
-impl super::Qwen3 {
-    /// The model with its adapters folded into the base weights, W' = W + s (B A), computed in
-    /// f32 and cast to the model's dtype, and no adapters: for export (transformers, other
-    /// engines). Its outputs are the adapted model's up to rounding, not its bits.
-    pub fn merged(&self) -> Result<super::Qwen3, ModelError> {
-        let mut out = self.clone();
-        out.fused.clear();
-        for (i, layer) in out.layers.iter_mut().enumerate() {
-            let Some(adapters) = layer.adapters.take() else { continue };
-            for (p, a) in &adapters.by_projection {
-                let w = match p {
-                    Projection::Q => Some(&mut layer.q_proj),
-                    Projection::K => Some(&mut layer.k_proj),
-                    Projection::V => Some(&mut layer.v_proj),
-                    Projection::O => Some(&mut layer.o_proj),
-                    Projection::Gate => layer.gate_proj.as_mut(),
-                    Projection::Up => layer.up_proj.as_mut(),
-                    Projection::Down => layer.down_proj.as_mut(),
-                };
-                let w = w.ok_or_else(|| ModelError::Input(format!("layer {i} has an adapter on {} but no such projection", p.module())))?;
-                let dtype = w.dtype();
-                let delta = a.b.clone().cast(DType::F32).matmul(a.a.clone().cast(DType::F32)).mul_scalar(adapters.scale);
-                *w = (w.clone().cast(DType::F32) + delta).cast(dtype);
-            }
-        }
-        out.lora = None;
-        Ok(out)
-    }
-}

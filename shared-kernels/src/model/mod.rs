@@ -11,6 +11,7 @@ pub mod layer;
 pub mod load;
 pub mod lora;
 pub mod lora_files;
+pub mod lora_merge;
 pub mod mapped;
 pub mod moe;
 pub mod moe_train;
