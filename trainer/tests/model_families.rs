@@ -108,6 +108,12 @@ fn a_mixture_of_experts_checkpoint_samples_and_trains_bit_exact_and_micro_batch_
         }
     }
     assert!(one_pass.iter().filter(|m| m["grad_norm"].as_f64().unwrap() > 0.0).count() >= 2, "no real update: {one_pass:?}");
+    // LoRA on the attention projections of the MoE model: bit-exact; on its experts: refused by key
+    let lora = train(&dir, &ck, "moe-lora", &["lora.rank=4", "lora.target_modules=[\"q_proj\", \"v_proj\"]"]);
+    assert!(lora.iter().all(|m| m["agreement"]["bit_equal_frac"].as_f64() == Some(1.0)), "{lora:?}");
+    let o = lockstep(&["train", "small.toml", "--set", &path, "--set", "lora.rank=4", "--set", "log.run_name=moe-lora-mlp"], &dir);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.code() == Some(2) && err.contains("lora.target_modules") && err.contains("experts"), "{err}");
     // the router and the experts were trained: the last checkpoint's differ from the start's
     let last = shared_kernels::model::load_checkpoint(&dir.join("runs/moe-one-pass/checkpoints/step-000003")).unwrap();
     for name in ["model.layers.1.mlp.gate.weight", "model.layers.1.mlp.experts.0.up_proj.weight"] {

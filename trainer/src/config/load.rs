@@ -103,7 +103,8 @@ fn apply_override(doc: &mut toml::Table, spec: &str) -> Result<(), ConfigError> 
         return Err(err(format!("`{section}.{key}` takes a value, not entries")));
     }
     let wants_string = inner.is_empty() && defaults.as_ref().and_then(|d| d.get(section)?.get(key)).is_some_and(toml::Value::is_str);
-    if wants_string && !value.is_str() {
+    // (a list stays a list: `lora.target_modules` takes a string or a list of them)
+    if wants_string && !value.is_str() && !value.is_array() {
         value = toml::Value::String(raw.trim().to_string());
     }
     let table = doc.entry(section.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
@@ -161,6 +162,11 @@ mod tests {
     fn a_string_key_takes_an_override_as_written_even_when_it_reads_as_a_number() {
         let c = Config::load(None, &["log.run_name=nan".into(), "log.runs_dir=1e3".into(), "train.steps=3".into()]).unwrap();
         assert_eq!((c.log.run_name.as_str(), c.log.runs_dir.as_str(), c.train.steps), ("nan", "1e3", 3));
+        // a key that takes a string or a list (lora.target_modules) keeps a list as a list
+        let c = Config::load(None, &["lora.target_modules=[\"q_proj\", \"v_proj\"]".into(), "lora.rank=4".into()]).unwrap();
+        assert_eq!(c.lora.target_modules, crate::config::TargetModules::Many(vec!["q_proj".into(), "v_proj".into()]));
+        let c = Config::load(None, &["lora.target_modules=q_proj".into(), "lora.rank=4".into()]).unwrap();
+        assert_eq!(c.lora.target_modules, crate::config::TargetModules::One("q_proj".into()));
     }
 
     #[test]
