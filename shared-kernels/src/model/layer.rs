@@ -193,10 +193,11 @@ impl Layer {
         pass.record(|| format!("layer {i} post_norm"), &x);
         let down = match (&self.moe, fused.and_then(|f| f.gate_up.as_ref())) {
             (Some(moe), _) => {
-                // the training layout's sequences (each starts at position 0 or a new slot)
+                // the training layout's sequences (each starts at position 0 or a new slot);
+                // sampling needs none
                 let rows = pass.rows;
-                let starts: Vec<usize> = (0..rows.len()).filter(|&r| r == 0 || rows.positions[r] == 0 || rows.slots[r] != rows.slots[r - 1]).collect();
-                moe.forward(x, k, Some(&starts))?.0
+                let starts: Option<Vec<usize>> = x.is_autodiff().then(|| (0..rows.len()).filter(|&r| r == 0 || rows.positions[r] == 0 || rows.slots[r] != rows.slots[r - 1]).collect());
+                moe.forward(x, k, starts.as_deref())?.0
             }
             (None, gate_up) => {
                 let missing = || ModelError::Input(format!("layer {i} has neither a dense MLP nor experts"));

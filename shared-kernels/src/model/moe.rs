@@ -123,13 +123,17 @@ impl MoeBlock {
         let mut at = vec![0usize; n * k];
         let mut outputs = Vec::new();
         let mut offset = 0;
-        for (e, expert) in self.experts.iter().enumerate() {
-            let pairs: Vec<usize> = (0..n * k).filter(|&p| routing.experts[p] as usize == e).collect();
+        // each expert's (row, slot) pairs, ascending, in one pass over the routing
+        let mut by_expert: Vec<Vec<usize>> = vec![Vec::new(); experts];
+        for (p, &e) in routing.experts.iter().enumerate() {
+            by_expert[e as usize].push(p);
+        }
+        for (expert, pairs) in self.experts.iter().zip(&by_expert) {
             if pairs.is_empty() {
                 continue;
             }
             let laid: Vec<Option<usize>> = match (training, sequence_starts) {
-                (true, Some(starts)) => super::moe_train::padded_pairs(&pairs, k, starts),
+                (true, Some(starts)) => super::moe_train::padded_pairs(pairs, k, starts),
                 _ => pairs.iter().map(|&p| Some(p)).collect(),
             };
             let rows: Vec<usize> = laid.iter().map(|p| p.map_or(n, |p| p / k)).collect();
