@@ -89,12 +89,26 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// Moves `engine` onto a dedicated thread. The thread ends when every handle is dropped
     /// and the requests in flight are answered.
-    pub fn spawn(engine: Engine) -> Self {
+    pub fn spawn(mut engine: Engine) -> Self {
         let (tx, rx) = mpsc::channel::<(Request, Reply)>();
         let metrics = Arc::new(EngineMetrics::default());
         let shared = metrics.clone();
-        std::thread::Builder::new().name("lockstep-sampler".into()).spawn(move || serve_engine(engine, rx, &shared)).expect("spawn sampler thread");
+        std::thread::Builder::new().name("lockstep-sampler".into()).spawn(move || serve_engine(&mut engine, rx, &shared)).expect("spawn sampler thread");
         Self { tx, metrics }
+    }
+
+    /// Runs `body` with a handle on `engine`, which steps on a scoped thread of its own
+    /// meanwhile (the trainer lends its engine to the episodes' server this way and has it
+    /// back after). Returns once `body` has returned, every clone of the handle is dropped and
+    /// the requests in flight are answered.
+    pub fn lend<R>(engine: &mut Engine, body: impl FnOnce(EngineHandle) -> R) -> R {
+        let (tx, rx) = mpsc::channel::<(Request, Reply)>();
+        let metrics = Arc::new(EngineMetrics::default());
+        let shared = metrics.clone();
+        std::thread::scope(|scope| {
+            std::thread::Builder::new().name("lockstep-sampler".into()).spawn_scoped(scope, move || serve_engine(engine, rx, &shared)).expect("spawn sampler thread");
+            body(Self { tx, metrics })
+        })
     }
 
     pub fn metrics(&self) -> &EngineMetrics {
@@ -118,7 +132,7 @@ impl EngineHandle {
 }
 
 /// The engine thread: take requests, step, hand out tokens and results, cancel the abandoned.
-fn serve_engine(mut engine: Engine, rx: mpsc::Receiver<(Request, Reply)>, metrics: &EngineMetrics) {
+fn serve_engine(engine: &mut Engine, rx: mpsc::Receiver<(Request, Reply)>, metrics: &EngineMetrics) {
     let mut waiting: HashMap<u64, Reply> = HashMap::new();
     let mut open = true;
     let accept = |engine: &mut Engine, waiting: &mut HashMap<u64, Reply>, (req, reply): (Request, Reply)| {
@@ -135,13 +149,13 @@ fn serve_engine(mut engine: Engine, rx: mpsc::Receiver<(Request, Reply)>, metric
         if engine.is_idle() && open {
             metrics.record(engine.occupancy());
             match rx.recv() {
-                Ok(submitted) => accept(&mut engine, &mut waiting, submitted),
+                Ok(submitted) => accept(engine, &mut waiting, submitted),
                 Err(_) => open = false,
             }
         }
         loop {
             match rx.try_recv() {
-                Ok(submitted) => accept(&mut engine, &mut waiting, submitted),
+                Ok(submitted) => accept(engine, &mut waiting, submitted),
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => {
                     open = false;
@@ -160,7 +174,7 @@ fn serve_engine(mut engine: Engine, rx: mpsc::Receiver<(Request, Reply)>, metric
         metrics.steps.fetch_add(1, Ordering::Relaxed);
         metrics.generated_tokens.fetch_add(stats.sampled as u64, Ordering::Relaxed);
         metrics.preemptions.fetch_add(stats.preempted as u64, Ordering::Relaxed);
-        for id in stream_new_tokens(&engine, &mut waiting) {
+        for id in stream_new_tokens(engine, &mut waiting) {
             engine.cancel(id);
             metrics.failed.fetch_add(1, Ordering::Relaxed);
         }

@@ -124,13 +124,32 @@ impl ChatPrompts {
     }
 
     /// `messages` rendered, the configured system message first when they have none.
-    pub fn render_messages(&self, mut messages: Vec<serde_json::Value>) -> Result<String, String> {
+    pub fn render_messages(&self, messages: Vec<serde_json::Value>) -> Result<String, String> {
+        self.render_with_tools(messages, None)
+    }
+
+    /// [`Self::render_messages`] with OpenAI's `tools` (function schemas) handed to the
+    /// template as its `tools` variable, as transformers' `apply_chat_template(tools=...)` does.
+    pub fn render_with_tools(&self, mut messages: Vec<serde_json::Value>, tools: Option<&serde_json::Value>) -> Result<String, String> {
         use serde_json::{json, Value as J};
         let has_system = messages.first().and_then(|m| m.get("role")?.as_str()) == Some("system");
         if !self.system.is_empty() && !has_system {
             messages.insert(0, json!({"role": "system", "content": self.system}));
         }
-        self.template.render(&J::Array(messages), true, &self.extra)
+        match tools {
+            Some(tools) => {
+                let mut extra = self.extra.clone();
+                extra.insert("tools".into(), tools.clone());
+                self.template.render(&J::Array(messages), true, &extra)
+            }
+            None => self.template.render(&J::Array(messages), true, &self.extra),
+        }
+    }
+
+    /// Whether the template writes Hermes-style `<tool_call>` blocks (Qwen's), the format whose
+    /// calls the episodes' server parses into `tool_calls`.
+    pub fn writes_tool_call_blocks(&self) -> bool {
+        self.template.env.templates().any(|(_, t)| t.source().contains("<tool_call>"))
     }
 }
 

@@ -34,8 +34,9 @@ pub enum Failure {
     TimedOut { stderr: Vec<u8> },
 }
 
-/// The process groups of the child programs running now, for [`end_all`] (a slot is 0 when free).
-static LIVE: [AtomicI32; 32] = [const { AtomicI32::new(0) }; 32];
+/// The process groups of the child programs running now, for [`end_all`] (a slot is 0 when free;
+/// enough for `environment.concurrency` episodes' programs at once).
+static LIVE: [AtomicI32; 1024] = [const { AtomicI32::new(0) }; 1024];
 
 /// Ends every child program's group now (SIGKILL): for lockstep's own abrupt exits. Only
 /// async-signal-safe calls, so a signal handler may call it.
@@ -54,7 +55,7 @@ struct Group(i32);
 
 impl Group {
     fn register(group: i32) -> Self {
-        // the first free slot takes it (past 32 programs at once the rest go unregistered, and
+        // the first free slot takes it (past 1024 programs at once the rest go unregistered, and
         // are still ended by their own drop)
         let _ = LIVE.iter().any(|s| s.compare_exchange(0, group, Ordering::SeqCst, Ordering::SeqCst).is_ok());
         Group(group)
@@ -78,8 +79,13 @@ impl Drop for Group {
 /// Runs `command` through `sh -c` with `input` on its stdin, and waits at most `timeout` for it
 /// to exit and for its stdout and stderr to close.
 pub fn run(command: &str, input: Vec<u8>, timeout: Duration) -> Result<Finished, Failure> {
+    run_with_env(command, &[], input, timeout)
+}
+
+/// [`run`] with `env` added to the program's environment.
+pub fn run_with_env(command: &str, env: &[(&str, String)], input: Vec<u8>, timeout: Duration) -> Result<Finished, Failure> {
     let deadline = Instant::now() + timeout;
-    let mut child = Command::new("sh").args(["-c", command]).process_group(0).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(Failure::Start)?;
+    let mut child = Command::new("sh").args(["-c", command]).envs(env.iter().map(|(k, v)| (*k, v.as_str()))).process_group(0).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(Failure::Start)?;
     let group = Group::register(child.id() as i32);
     // stdin written and stdout/stderr drained on their own threads, so a program that answers
     // before reading everything (or fills a pipe) cannot deadlock with us; a thread still

@@ -1,5 +1,6 @@
 //! lockstep's trainer: GRPO on the shared model forward, with the sampler in the same process.
 
+pub mod agents;
 pub mod backward;
 pub mod chat;
 pub mod checkpoint;

@@ -43,15 +43,15 @@ pub struct Correction {
 /// Per completion token the policy-gradient coefficient c_t·A, c_t from `ablation.correction`
 /// (1 with none; TIS the ratio capped at `tis_cap`; MIS the ratio, or 0 outside
 /// [1/threshold, threshold]; PPO-clip the ratio, or 0 where the clip holds), the ratio r =
-/// exp(trainer - sampler logprob) per token or per sequence (`ablation.level`). `prompt_lens[s]`
-/// is completion s's prompt length (its first logprob scores position prompt_len - 1).
-pub fn correction_coefficients(a: &AblationSection, prompt_lens: &[usize], completions: &[sampler::Completion], trainer_lp: &[Vec<f32>], adv: &[f64]) -> (Vec<f64>, Correction) {
+/// exp(trainer - sampler logprob) per token or per sequence (`ablation.level`). `positions[s][t]`
+/// is the row of sequence s's logprobs that scores its sampled token t (one turn: the rows from
+/// prompt_len - 1 on; an episode's: its sampled turns' rows only).
+pub fn correction_coefficients(a: &AblationSection, positions: &[Vec<usize>], completions: &[sampler::Completion], trainer_lp: &[Vec<f32>], adv: &[f64]) -> (Vec<f64>, Correction) {
     let mut out = Vec::new();
     let mut corr = Correction { ratio_min: f64::INFINITY, ratio_max: 0.0, weight_min: f64::INFINITY, weight_max: 0.0, ..Default::default() };
     let mut n = 0usize;
     for (s, comp) in completions.iter().enumerate() {
-        let start = prompt_lens[s] - 1;
-        let log_ratios: Vec<f64> = comp.logprobs.iter().enumerate().map(|(t, &q)| trainer_lp[s][start + t] as f64 - q as f64).collect();
+        let log_ratios: Vec<f64> = comp.logprobs.iter().zip(&positions[s]).map(|(&q, &row)| trainer_lp[s][row] as f64 - q as f64).collect();
         let seq_log_ratio: f64 = log_ratios.iter().sum();
         let seq_mean_log_ratio = seq_log_ratio / log_ratios.len().max(1) as f64;
         for &lr_t in &log_ratios {
@@ -111,33 +111,38 @@ pub fn correction_coefficients(a: &AblationSection, prompt_lens: &[usize], compl
 }
 
 /// The loss weight of every position a sequence's logprobs score (`seq_lens[s] - 1` of them;
-/// 0 before the completion): `-coef / divisor` ([`aggregation_divisor`]), and with a reference
+/// 0 except at the sampled tokens' rows `positions[s]`, so prompts, tool results and template
+/// text weigh nothing): `-coef / divisor` ([`aggregation_divisor`]), and with a reference
 /// model (`ref_lp`) the gradient of `train.kl_coef` x the k3 KL estimate, `kl_coef (1 - e^d) /
 /// n` for d = reference - trainer logprob. `completion_lens[s]` is completion s's token count,
 /// `n_tokens` the step's sampled tokens. Returns the weights and the mean k3 KL to the reference.
 #[allow(clippy::too_many_arguments)]
-pub fn token_weights(train: &TrainSection, max_new_tokens: usize, seq_lens: &[usize], prompt_lens: &[usize], completion_lens: &[usize], n_tokens: f64, coef: &[f64], trainer_lp: &[Vec<f32>], ref_lp: Option<&[Vec<f32>]>) -> (Vec<f32>, f64) {
+pub fn token_weights(train: &TrainSection, max_new_tokens: usize, seq_lens: &[usize], positions: &[Vec<usize>], n_tokens: f64, coef: &[f64], trainer_lp: &[Vec<f32>], ref_lp: Option<&[Vec<f32>]>) -> (Vec<f32>, f64) {
     let mut weights = Vec::with_capacity(coef.len());
     let mut kl_ref = 0.0;
     let mut at = 0;
     for (s, &len) in seq_lens.iter().enumerate() {
-        let start = prompt_lens[s] - 1;
-        let divisor = aggregation_divisor(train.loss_aggregation, completion_lens[s], completion_lens.len(), n_tokens, max_new_tokens);
-        for t in 0..len - 1 {
-            let mut w = 0.0;
-            if t >= start {
-                w = -coef[at] / divisor;
-                if let Some(rl) = ref_lp {
-                    let d = (rl[s][t] - trainer_lp[s][t]) as f64;
-                    kl_ref += (d.exp() - d - 1.0) / n_tokens;
-                    w += train.kl_coef * (1.0 - d.exp()) / n_tokens;
-                }
-                at += 1;
+        let divisor = aggregation_divisor(train.loss_aggregation, positions[s].len(), positions.len(), n_tokens, max_new_tokens);
+        let mut rows = vec![0.0f64; len - 1];
+        for &t in &positions[s] {
+            let mut w = -coef[at] / divisor;
+            if let Some(rl) = ref_lp {
+                let d = (rl[s][t] - trainer_lp[s][t]) as f64;
+                kl_ref += (d.exp() - d - 1.0) / n_tokens;
+                w += train.kl_coef * (1.0 - d.exp()) / n_tokens;
             }
-            weights.push(w as f32);
+            rows[t] = w;
+            at += 1;
         }
+        weights.extend(rows.iter().map(|&w| w as f32));
     }
     (weights, kl_ref)
+}
+
+/// The rows of a single-turn sequence's logprobs that score its completion's `completion_len`
+/// tokens: from `prompt_len - 1` on.
+pub fn completion_rows(prompt_len: usize, completion_len: usize) -> Vec<usize> {
+    (prompt_len - 1..prompt_len - 1 + completion_len).collect()
 }
 
 /// What a sequence's token terms are divided by (`train.loss_aggregation`): every rollout token

@@ -81,6 +81,64 @@ pub struct StepMetrics {
     /// DAPO's dynamic sampling (`train.dynamic_sampling_rounds`): groups trained on and sampled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dynamic_sampling: Option<DynamicSampling>,
+    /// Agent episodes (`task.name = "environment"`): the step's means (each episode's own
+    /// line is in episodes.jsonl).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub episodes: Option<EpisodeMeans>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct EpisodeMeans {
+    pub episodes: usize,
+    pub turns_mean: f64,
+    pub turns_max: usize,
+    pub tool_calls_mean: f64,
+    /// Sampled tokens per episode (the loss's), and whole-episode tokens.
+    pub sampled_tokens_mean: f64,
+    pub episode_tokens_mean: f64,
+    /// The environment programs' seconds per episode (their generations included).
+    pub program_s_mean: f64,
+}
+
+impl EpisodeMeans {
+    pub fn of(stats: &[crate::agents::EpisodeStats]) -> Self {
+        let n = stats.len().max(1) as f64;
+        let mean = |f: &dyn Fn(&crate::agents::EpisodeStats) -> f64| stats.iter().map(f).sum::<f64>() / n;
+        EpisodeMeans {
+            episodes: stats.len(),
+            turns_mean: mean(&|e| e.turns as f64),
+            turns_max: stats.iter().map(|e| e.turns).max().unwrap_or(0),
+            tool_calls_mean: mean(&|e| e.tool_calls as f64),
+            sampled_tokens_mean: mean(&|e| e.sampled_tokens as f64),
+            episode_tokens_mean: mean(&|e| e.episode_tokens as f64),
+            program_s_mean: mean(&|e| e.program_s),
+        }
+    }
+}
+
+/// Each agent episode's line (`crate::agents::EpisodeStats`), beside metrics.jsonl.
+const EPISODES: &str = "episodes.jsonl";
+
+/// Appends a step's episodes to the run's episodes.jsonl.
+pub fn append_episodes(run_dir: &Path, stats: &[crate::agents::EpisodeStats]) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(run_dir.join(EPISODES))?;
+    let text: String = stats.iter().map(|e| format!("{}\n", serde_json::to_string(e).expect("episode stats serialise"))).collect();
+    f.write_all(text.as_bytes())
+}
+
+/// Rewrites a JSON-lines log (atomically) with only its lines of steps before `from` (a
+/// resumed run drops what a killed run logged past its checkpoint); returns them.
+fn keep_steps_before(path: &Path, from: usize) -> std::io::Result<Vec<String>> {
+    let kept: Vec<String> = std::fs::read_to_string(path)
+        // by the line's `step` alone, so lines another version of lockstep wrote (other
+        // fields) are kept; only a line cut short by a kill is not JSON and goes
+        .map(|text| text.lines().filter(|l| serde_json::from_str::<serde_json::Value>(l).ok().and_then(|v| v.get("step")?.as_u64()).is_some_and(|step| step < from as u64)).map(str::to_string).collect())
+        .unwrap_or_default();
+    if path.exists() {
+        let text: String = kept.iter().map(|l| format!("{l}\n")).collect();
+        shared_kernels::model::save::write_atomic(path, text.as_bytes()).map_err(|e| std::io::Error::other(e.to_string()))?;
+    }
+    Ok(kept)
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -167,6 +225,7 @@ impl StepMetrics {
         ]
         .into_iter()
         .chain(self.dynamic_sampling.iter().flat_map(|d| [("rollout/groups_kept", d.groups_kept as f64), ("rollout/groups_sampled", d.groups_sampled as f64)]))
+        .chain(self.episodes.iter().flat_map(|e| [("episode/turns_mean", e.turns_mean), ("episode/tool_calls_mean", e.tool_calls_mean), ("episode/sampled_tokens_mean", e.sampled_tokens_mean), ("episode/tokens_mean", e.episode_tokens_mean), ("episode/program_s_mean", e.program_s_mean)]))
         .chain(self.eval.iter().flat_map(|e| [("eval/pass1_greedy", e.pass1_greedy), ("eval/pass_at_k", e.pass_at_k), ("eval/sampled_accuracy", e.sampled_accuracy), ("eval/sampled_reward_mean", e.sampled_reward_mean)]))
         .chain(self.aliases())
         .collect()
@@ -202,15 +261,8 @@ impl Telemetry {
     pub fn open(run_dir: &Path, tensorboard: bool, from: usize) -> std::io::Result<Self> {
         std::fs::create_dir_all(run_dir)?;
         let metrics_path = run_dir.join("metrics.jsonl");
-        let kept: Vec<String> = std::fs::read_to_string(&metrics_path)
-            // by the line's `step` alone, so lines another version of lockstep wrote (other
-            // fields) are kept; only a line cut short by a kill is not JSON and goes
-            .map(|text| text.lines().filter(|l| serde_json::from_str::<serde_json::Value>(l).ok().and_then(|v| v.get("step")?.as_u64()).is_some_and(|step| step < from as u64)).map(str::to_string).collect())
-            .unwrap_or_default();
-        if metrics_path.exists() {
-            let text: String = kept.iter().map(|l| format!("{l}\n")).collect();
-            shared_kernels::model::save::write_atomic(&metrics_path, text.as_bytes()).map_err(|e| std::io::Error::other(e.to_string()))?;
-        }
+        let kept = keep_steps_before(&metrics_path, from)?;
+        keep_steps_before(&run_dir.join(EPISODES), from)?;
         let tb_dir = run_dir.join("tb");
         if let Ok(entries) = std::fs::read_dir(&tb_dir) {
             for e in entries.flatten() {

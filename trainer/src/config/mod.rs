@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 mod load;
+mod environment;
 mod lora;
 mod modes;
 mod sizing;
@@ -11,6 +12,7 @@ mod validate;
 
 pub use modes::*;
 pub use sizing::Sizing;
+pub use environment::EnvironmentSection;
 pub use lora::{LoraSection, TargetModules};
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
@@ -24,6 +26,7 @@ pub struct Config {
     pub ablation: AblationSection,
     pub serve: ServeSection,
     pub lora: LoraSection,
+    pub environment: EnvironmentSection,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -260,6 +263,11 @@ impl TaskSection {
     /// than generating them.
     pub fn is_dataset(&self) -> bool {
         matches!(self.name.as_str(), "dataset" | "jsonl")
+    }
+
+    /// Whether the task reads `task.path`: a dataset's problems or an environment's records.
+    pub fn reads_path(&self) -> bool {
+        self.is_dataset() || self.name == "environment"
     }
 
     /// A generated task's size setting and the range it must lie in: `(key, value, range)`.

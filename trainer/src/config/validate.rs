@@ -9,16 +9,28 @@ impl Config {
         let one_of = |key: &str, value: &str, allowed: &[&str]| if allowed.contains(&value) { Ok(()) } else { bad(key, format!("`{value}` is not one of {allowed:?}")) };
         one_of("model.dtype", &self.model.dtype, &["f32", "bf16"])?;
         self.lora.check().map_err(|(key, message)| ConfigError::Invalid { key: key.into(), message })?;
+        self.environment.check(&self.task.name).map_err(|(key, message)| ConfigError::Invalid { key: key.into(), message })?;
         if self.model.path.is_empty() {
             self.validate_embedded_shape()?;
         }
-        one_of("task.name", &self.task.name, &["addition", "sort", "countdown", "word_problems", "dataset", "jsonl"])?;
+        one_of("task.name", &self.task.name, &["addition", "sort", "countdown", "word_problems", "dataset", "jsonl", "environment"])?;
         one_of("task.reward", &self.task.reward, &["exact", "char_f1", "math", "command"])?;
         if self.task.reward == "command" && self.task.reward_command.trim().is_empty() {
             return bad("task.reward_command", "task.reward = \"command\" needs the command that prints the rewards".into());
         }
         if !(self.task.reward_timeout_s.is_finite() && self.task.reward_timeout_s > 0.0 && self.task.reward_timeout_s <= crate::child::MAX_TIMEOUT_S) {
             return bad("task.reward_timeout_s", format!("must be a finite number of seconds > 0 and at most {} (a week), got {}", crate::child::MAX_TIMEOUT_S, self.task.reward_timeout_s));
+        }
+        if self.task.name == "environment" {
+            if self.train.sft_steps > 0 && self.task.prompt_format != PromptFormat::Chat {
+                return bad("task.prompt_format", "the SFT warm start of an environment task renders each record's demo with the chat template: set task.prompt_format = \"chat\"".into());
+            }
+            if self.train.eval_every > 0 {
+                return bad("train.eval_every", "an environment task's reward comes from its episodes; the single-turn evaluation does not apply (set 0)".into());
+            }
+            if self.task.reward != super::TaskSection::default().reward {
+                return bad("task.reward", "is set but an environment task's reward is the one environment.command reports; leave it out".into());
+            }
         }
         let rollouts = self.train.prompts_per_step * self.train.group_size;
         if self.train.ppo_epochs == 0 || self.train.ppo_epochs > 64 {
@@ -127,7 +139,7 @@ impl Config {
             return bad("task.prompt_format", "\"chat\" needs a chat template: model.path (a checkpoint with one) or task.chat_template".into());
         }
         // keys a run would read nothing from: set, they mean the user expects something else
-        if !self.task.is_dataset() && !self.task.path.is_empty() {
+        if !self.task.reads_path() && !self.task.path.is_empty() {
             return bad("task.path", format!("is set ({:?}) but task.name = \"{}\" generates its problems and would never read it; set task.name = \"jsonl\" to train on the file", self.task.path, self.task.name));
         }
         if self.task.reward != "command" && !self.task.reward_command.trim().is_empty() {
@@ -164,8 +176,8 @@ impl Config {
         if let Some((key, _, _)) = settings.iter().find(|(_, set, readers)| *set && !readers.contains(&a.correction)) {
             return bad(key, format!("is set but ablation.correction = \"{}\" does not use it", a.correction.as_str()));
         }
-        if self.task.is_dataset() && self.task.path.is_empty() {
-            return bad("task.path", "task `jsonl` needs a path to a JSONL file".into());
+        if self.task.reads_path() && self.task.path.is_empty() {
+            return bad("task.path", format!("task `{}` needs a path to a JSONL (or Parquet) file", self.task.name));
         }
         if let Some((key, value, range)) = self.task.generated_size().filter(|(_, v, r)| !r.contains(v)) {
             return bad(key, format!("must be in {}..={} for task `{}`, got {value}", range.start(), range.end(), self.task.name));

@@ -29,6 +29,7 @@ use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 use std::time::Instant;
 
+mod episodes;
 mod ranks;
 mod shard;
 mod rollouts;
@@ -212,6 +213,7 @@ impl Trainer {
             trainer_weights_fingerprint: trainer_hash,
             eval,
             dynamic_sampling: rollouts.groups.map(|(groups_kept, groups_sampled)| crate::telemetry::DynamicSampling { groups_kept, groups_sampled }),
+            episodes: rollouts.episodes.as_deref().map(crate::telemetry::EpisodeMeans::of),
         };
         self.telemetry.record(&metrics).map_err(|e| RunError::Other(format!("metrics: {e}")))?;
         Ok(metrics)

@@ -2,7 +2,7 @@
 //! DAPO's dynamic sampling.
 
 use super::Trainer;
-use crate::objective::{group_advantages, overlong_penalty};
+use crate::objective::{completion_rows, group_advantages, overlong_penalty};
 use crate::rng::SplitMix;
 use crate::error::RunError;
 use crate::policy::encode;
@@ -53,6 +53,9 @@ impl Trainer {
     /// One round of rollouts: `prompts_per_step` problems of round `round`'s stream (round 0:
     /// the step's own, keyed by (seed, step)), sampled, rewarded, with group advantages.
     pub(super) fn sample_round(&mut self, step: usize, round: usize) -> Result<Rollouts, RunError> {
+        if self.task.records().is_some() {
+            return self.episode_round(step, round);
+        }
         let c = self.cfg.clone();
         let (p, g) = (c.train.prompts_per_step, c.train.group_size);
         // refill rounds draw from their own keyed streams, apart from the step's
@@ -128,12 +131,15 @@ impl Trainer {
                 *lp = f32::from_bits(lp.to_bits() ^ 1); // fault injection (faults.rs): one bit
             }
         }
-        Ok(Rollouts { requests, completions, rewards, advantages, sequences, sample_s, engine_phases, groups: None })
+        let positions = requests.iter().zip(&completions).map(|(r, comp)| completion_rows(r.prompt.len(), comp.logprobs.len())).collect();
+        Ok(Rollouts { requests, completions, rewards, advantages, sequences, positions, sample_s, engine_phases, groups: None, episodes: None })
     }
 }
 
 /// A step's rollouts: requests, completions, rewards and advantages, and the scored sequences
-/// (prompt + completion).
+/// (prompt + completion). An agent episode is one rollout: its request is the first turn's, its
+/// completion holds every sampled token of every turn (tokens and sampler logprobs, in order),
+/// its sequence the whole episode (prompts, tool results and template text between the turns).
 #[derive(Clone)]
 pub(super) struct Rollouts {
     pub(super) requests: Vec<Request>,
@@ -141,6 +147,11 @@ pub(super) struct Rollouts {
     pub(super) rewards: Vec<f64>,
     pub(super) advantages: Vec<f64>,
     pub(super) sequences: Vec<Vec<u32>>,
+    /// Per rollout, the row of its sequence's logprobs that scores each sampled token (row r
+    /// scores token r + 1): the loss, the corrections and the bit check read these rows only.
+    pub(super) positions: Vec<Vec<usize>>,
+    /// Agent episodes: each one's telemetry (turns, tool calls, tokens).
+    pub(super) episodes: Option<Vec<crate::agents::EpisodeStats>>,
     pub(super) sample_s: f64,
     pub(super) engine_phases: sampler::EnginePhaseTimes,
     /// Dynamic sampling: (groups kept, groups sampled over every round).
@@ -163,6 +174,10 @@ impl Rollouts {
         by_group(&mut self.rewards, &keep, g);
         by_group(&mut self.advantages, &keep, g);
         by_group(&mut self.sequences, &keep, g);
+        by_group(&mut self.positions, &keep, g);
+        if let Some(e) = self.episodes.as_mut() {
+            by_group(e, &keep, g);
+        }
     }
 
     fn extend(&mut self, more: Rollouts) {
@@ -171,6 +186,10 @@ impl Rollouts {
         self.rewards.extend(more.rewards);
         self.advantages.extend(more.advantages);
         self.sequences.extend(more.sequences);
+        self.positions.extend(more.positions);
+        if let (Some(e), Some(more)) = (self.episodes.as_mut(), more.episodes) {
+            e.extend(more);
+        }
     }
 
     /// The first `groups` groups of `g` rollouts.
@@ -181,5 +200,9 @@ impl Rollouts {
         self.rewards.truncate(n);
         self.advantages.truncate(n);
         self.sequences.truncate(n);
+        self.positions.truncate(n);
+        if let Some(e) = self.episodes.as_mut() {
+            e.truncate(n);
+        }
     }
 }

@@ -8,7 +8,6 @@ use crate::config::{OnMismatch, SamplerKernels};
 use crate::backward::{micro_batches, tracked_copy};
 use crate::error::RunError;
 use crate::telemetry::Agreement;
-use sampler::Request;
 use shared_kernels::model::audit::first_divergence_in_batch;
 use shared_kernels::model::Qwen3;
 use std::time::Instant;
@@ -20,7 +19,7 @@ impl Trainer {
     /// graph then serves the update), else a scoring pass per micro-batch without autodiff.
     pub(super) fn score(&self, step: usize, r: &Rollouts) -> Result<(Scored, Option<Tracked>), RunError> {
         let c = &self.cfg;
-        let (requests, completions, sequences) = (&r.requests, &r.completions, &r.sequences);
+        let (completions, sequences) = (&r.completions, &r.sequences);
         let (batches, blocks) = self.own_micro_batches(sequences);
         // the path is every rank's (and one rank's) choice: by the whole step's micro-batches
         let step_batches = self.step_micro_batches(sequences);
@@ -36,9 +35,10 @@ impl Trainer {
                 .iter()
                 .enumerate()
                 .map(|(s, seq)| {
-                    let start = requests[s].prompt.len() - 1;
                     let mut lp = vec![f32::NAN; seq.len() - 1];
-                    lp[start..].copy_from_slice(&completions[s].logprobs);
+                    for (&row, &q) in r.positions[s].iter().zip(&completions[s].logprobs) {
+                        lp[row] = q;
+                    }
                     lp
                 })
                 .collect();
@@ -62,9 +62,8 @@ impl Trainer {
         let mut sampler_all = Vec::new();
         let mut trainer_all = Vec::new();
         for (s, comp) in completions.iter().enumerate() {
-            let start = requests[s].prompt.len() - 1;
             sampler_all.extend_from_slice(&comp.logprobs);
-            trainer_all.extend_from_slice(&trainer_lp[s][start..]);
+            trainer_all.extend(r.positions[s].iter().map(|&row| trainer_lp[s][row]));
         }
         let agreement = Agreement::of(&sampler_all, &trainer_all);
         if c.ablation.sampler_kernels == SamplerKernels::Matched && agreement.bit_equal_frac < 1.0 {
@@ -90,12 +89,12 @@ impl Trainer {
     /// inside the micro-batch `within(s)` it ran in (the same launch sizes).
     pub(super) fn mismatch_report(&self, step: usize, r: &Rollouts, lp: &[Vec<f32>], first: usize, agreement: &Agreement, within: impl Fn(usize) -> std::ops::Range<usize>) -> Result<String, RunError> {
         let n = lp.len();
-        let (requests, completions, sequences) = (&r.requests[first..first + n], &r.completions[first..first + n], &r.sequences);
-        let (k, t) = first_mismatch(completions, lp, requests);
+        let (completions, sequences) = (&r.completions[first..first + n], &r.sequences);
+        let (k, t) = first_mismatch(completions, lp, &r.positions[first..first + n]);
         let s = first + k;
         let sampled = completions[k].logprobs[t];
         let within = within(s);
-        let report = first_divergence_in_batch(&self.policy.model, self.engine.model(), &sequences[within.clone()], s - within.start, r.requests[s].prompt.len() - 1 + t, Some((sampled, self.cfg.sampler.logprob_distribution())))?;
+        let report = first_divergence_in_batch(&self.policy.model, self.engine.model(), &sequences[within.clone()], s - within.start, r.positions[s][t], Some((sampled, self.cfg.sampler.logprob_distribution())))?;
         Ok(format!("step {step}: sampler and trainer logprobs differ in bits for {} of {} tokens (request {}, token {t}); {report}", agreement.tokens - (agreement.bit_equal_frac * agreement.tokens as f64).round() as usize, agreement.tokens, r.requests[s].id))
     }
 
@@ -104,9 +103,8 @@ impl Trainer {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn weigh(&self, r: &Rollouts, batches: Vec<std::ops::Range<usize>>, blocks: Vec<std::ops::Range<usize>>, trainer_lp: Vec<Vec<f32>>, entropy: f64, agreement: Agreement, scoring: Instant, verify_in_update: bool) -> Result<Scored, RunError> {
         let c = &self.cfg;
-        let (requests, completions, sequences) = (&r.requests, &r.completions, &r.sequences);
-        let prompt_lens: Vec<usize> = requests.iter().map(|q| q.prompt.len()).collect();
-        let (coef, corr) = correction_coefficients(&c.ablation, &prompt_lens, completions, &trainer_lp, &r.advantages);
+        let (completions, sequences) = (&r.completions, &r.sequences);
+        let (coef, corr) = correction_coefficients(&c.ablation, &r.positions, completions, &trainer_lp, &r.advantages);
         let ref_lp = match &self.reference {
             Some(m) => Some(self.logprobs_all(m, sequences, &batches, "reference logprobs").map_err(|e| match e {
                 Pass::Model(e) => RunError::Model(e),
@@ -117,8 +115,7 @@ impl Trainer {
         let logprob_s = scoring.elapsed().as_secs_f64();
         let n_tokens = completions.iter().map(|comp| comp.logprobs.len()).sum::<usize>().max(1) as f64;
         let seq_lens: Vec<usize> = sequences.iter().map(Vec::len).collect();
-        let completion_lens: Vec<usize> = completions.iter().map(|comp| comp.tokens.len()).collect();
-        let (weights, kl_ref) = token_weights(&c.train, c.sampler.max_new_tokens, &seq_lens, &prompt_lens, &completion_lens, n_tokens, &coef, &trainer_lp, ref_lp.as_deref());
+        let (weights, kl_ref) = token_weights(&c.train, c.sampler.max_new_tokens, &seq_lens, &r.positions, n_tokens, &coef, &trainer_lp, ref_lp.as_deref());
         Ok(Scored { batches, blocks, trainer_lp, entropy, agreement, corr, weights, kl_ref, logprob_s, verify_in_update })
     }
 
@@ -216,11 +213,10 @@ pub(super) fn pass_error(step: usize, e: shared_kernels::model::ModelError) -> R
     RunError::Other(format!("step {step}: {e} (if the device ran out of memory: lower train.micro_batch_tokens, or sampler.kv_budget_mib / sampler.max_batch, which size the sampler's KV cache held during training)"))
 }
 
-fn first_mismatch(completions: &[sampler::Completion], trainer_lp: &[Vec<f32>], requests: &[Request]) -> (usize, usize) {
+fn first_mismatch(completions: &[sampler::Completion], trainer_lp: &[Vec<f32>], positions: &[Vec<usize>]) -> (usize, usize) {
     for (s, comp) in completions.iter().enumerate() {
-        let start = requests[s].prompt.len() - 1;
-        for (t, &q) in comp.logprobs.iter().enumerate() {
-            if q.to_bits() != trainer_lp[s][start + t].to_bits() {
+        for (t, (&q, &row)) in comp.logprobs.iter().zip(&positions[s]).enumerate() {
+            if q.to_bits() != trainer_lp[s][row].to_bits() {
                 return (s, t);
             }
         }

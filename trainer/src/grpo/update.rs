@@ -10,7 +10,6 @@ use crate::backward::{accumulate, micro_batches, nonfinite_suspects, tracked_cop
 use crate::optim::clip;
 use crate::error::RunError;
 use crate::telemetry::Agreement;
-use sampler::Request;
 use shared_kernels::grad_fold::GradFold;
 use crate::distributed::tree::PairwiseSum;
 
@@ -21,7 +20,7 @@ impl Trainer {
     /// With `scored.verify_in_update`, also the agreement and entropy its forward measured.
     pub(super) fn update(&mut self, step: usize, r: &Rollouts, single: Option<Tracked>, scored: &Scored, lr: f64) -> Result<(f64, f64, Correction, Option<(Agreement, f64)>), RunError> {
         if self.ppo() {
-            return self.ppo_updates(step, &r.sequences, &r.requests, &r.completions, &r.advantages, lr).map(|(l, g, c)| (l, g, c, None));
+            return self.ppo_updates(step, &r.sequences, &r.positions, &r.completions, &r.advantages, lr).map(|(l, g, c)| (l, g, c, None));
         }
         let c = self.cfg.clone();
         let (sequences, weights, trainer_lp) = (&r.sequences, &scored.weights, &scored.trainer_lp);
@@ -56,7 +55,7 @@ impl Trainer {
                             let (mut q, mut p) = (Vec::new(), Vec::new());
                             for (k, s) in range.clone().enumerate() {
                                 q.extend_from_slice(&r.completions[s].logprobs);
-                                p.extend_from_slice(&lp[k][r.requests[s].prompt.len() - 1..]);
+                                p.extend(r.positions[s].iter().map(|&row| lp[k][row]));
                             }
                             let part = Agreement::of(&q, &p);
                             if part.bit_equal_frac < 1.0 {
@@ -108,7 +107,7 @@ impl Trainer {
     /// each mini-batch's weight gradients folded over its micro-batches as in the single update.
     /// Returns the first update's loss, the last one's gradient norm, and the ratio statistics
     /// over every update (`masked_frac`: the clipped fraction of tokens).
-    pub(super) fn ppo_updates(&mut self, step: usize, sequences: &[Vec<u32>], requests: &[Request], completions: &[sampler::Completion], adv: &[f64], lr: f64) -> Result<(f64, f64, Correction), RunError> {
+    pub(super) fn ppo_updates(&mut self, step: usize, sequences: &[Vec<u32>], positions: &[Vec<usize>], completions: &[sampler::Completion], adv: &[f64], lr: f64) -> Result<(f64, f64, Correction), RunError> {
         let c = self.cfg.clone();
         let (n, m) = (sequences.len(), c.train.mini_batches);
         let ranges: Vec<std::ops::Range<usize>> = (0..m).map(|b| b * n / m..(b + 1) * n / m).filter(|r| !r.is_empty()).collect();
@@ -138,9 +137,9 @@ impl Trainer {
                         let mut weights = Vec::new();
                         for (k, seq_lp) in lp.iter().enumerate() {
                             let s = range.start + b.start + k;
-                            let start = requests[s].prompt.len() - 1;
                             let old = &completions[s].logprobs;
-                            let (coefs, ratios, clipped) = surrogate_coefficients(&seq_lp[start..], old, adv[s], c.train.clip_low, c.train.clip_high, sequence_level);
+                            let new: Vec<f32> = positions[s].iter().map(|&row| seq_lp[row]).collect();
+                            let (coefs, ratios, clipped) = surrogate_coefficients(&new, old, adv[s], c.train.clip_low, c.train.clip_high, sequence_level);
                             for &r in &ratios {
                                 corr.ratio_min = corr.ratio_min.min(r);
                                 corr.ratio_max = corr.ratio_max.max(r);
@@ -150,8 +149,11 @@ impl Trainer {
                             seen += ratios.len();
                             // GSPO averages sequences (its coefficients carry 1 / length already)
                             let divisor = if sequence_level { divide_by } else { aggregation_divisor(c.train.loss_aggregation, old.len(), divide_by as usize, mini_tokens, c.sampler.max_new_tokens) };
-                            weights.extend(std::iter::repeat_n(0.0f32, start));
-                            weights.extend(coefs.iter().map(|&x| (-x / divisor) as f32));
+                            let mut rows = vec![0.0f32; seq_lp.len()];
+                            for (&row, &x) in positions[s].iter().zip(&coefs) {
+                                rows[row] = (-x / divisor) as f32;
+                            }
+                            weights.extend(rows);
                         }
                         let (part, grads) = weighted_backward(&tracked, flat, &weights, &mut fold, &format!("step {step}"), &nonfinite_suspects(&c.model.path, "train.lr"))?;
                         loss += part;

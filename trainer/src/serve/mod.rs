@@ -8,9 +8,9 @@
 //! same bits under any load, streamed or not (docs/serve.md).
 
 pub mod api;
-mod detok;
+pub(crate) mod detok;
 mod metrics;
-mod respond;
+pub(crate) mod respond;
 mod stream;
 
 use crate::config::Config;
@@ -42,8 +42,22 @@ struct Server {
     api_key: String,
 }
 
+/// A chat template where one is at hand: `task.chat_template` (an error names it), else the
+/// checkpoint's; `None` without either (the chat endpoint then says so).
+pub(crate) fn chat_prompts(cfg: &Config) -> Result<Option<crate::chat::ChatPrompts>, RunError> {
+    let over = (!cfg.task.chat_template.is_empty()).then(|| std::path::Path::new(&cfg.task.chat_template));
+    if cfg.model.path.is_empty() && over.is_none() {
+        return Ok(None);
+    }
+    match crate::chat::ChatTemplate::from_checkpoint(std::path::Path::new(&cfg.model.path), over) {
+        Ok(template) => Ok(Some(crate::chat::ChatPrompts::new(template, &cfg.task.system_prompt, &cfg.task.chat_args).map_err(|e| crate::error::invalid("task.chat_args", e))?)),
+        Err(e) if over.is_some() => Err(crate::error::invalid("task.chat_template", e)),
+        Err(_) => Ok(None),
+    }
+}
+
 /// The name requests use for this server's model.
-fn model_name(cfg: &Config) -> String {
+pub(crate) fn model_name(cfg: &Config) -> String {
     if !cfg.serve.model_name.is_empty() {
         return cfg.serve.model_name.clone();
     }
@@ -64,17 +78,7 @@ pub fn main(cfg: Config) -> Result<(), RunError> {
 /// Serves `policy` until SIGTERM or Ctrl-C, then lets the requests in flight finish.
 pub fn run(cfg: &Config, policy: Policy) -> Result<(), RunError> {
     let s = &cfg.sampler;
-    // a chat template where one is at hand: the checkpoint's or task.chat_template
-    let over = (!cfg.task.chat_template.is_empty()).then(|| std::path::Path::new(&cfg.task.chat_template));
-    let chat = if cfg.model.path.is_empty() && over.is_none() {
-        None
-    } else {
-        match crate::chat::ChatTemplate::from_checkpoint(std::path::Path::new(&cfg.model.path), over) {
-            Ok(template) => Some(crate::chat::ChatPrompts::new(template, &cfg.task.system_prompt, &cfg.task.chat_args).map_err(|e| crate::error::invalid("task.chat_args", e))?),
-            Err(e) if over.is_some() => return Err(crate::error::invalid("task.chat_template", e)),
-            Err(_) => None,
-        }
-    };
+    let chat = chat_prompts(cfg)?;
     let defaults = Defaults { model_name: model_name(cfg), seed: s.seed, stop_tokens: policy.stop_tokens.clone(), processed_logprobs: s.logprobs_mode == crate::config::LogprobsMode::Processed, context: s.context, vocab: policy.model.config.vocab_size };
     let Policy { model, tokenizer, .. } = policy;
     let mut model = model;
@@ -143,7 +147,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     differ == 0
 }
 
-fn error(e: ApiError) -> Response {
+pub(crate) fn error(e: ApiError) -> Response {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
     let mut response = (status, axum::Json(e.body())).into_response();
     if status == StatusCode::TOO_MANY_REQUESTS {
@@ -152,11 +156,11 @@ fn error(e: ApiError) -> Response {
     response
 }
 
-fn ok(body: Value) -> Response {
+pub(crate) fn ok(body: Value) -> Response {
     (StatusCode::OK, axum::Json(body)).into_response()
 }
 
-fn parse(bytes: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn parse(bytes: &[u8]) -> Result<Value, ApiError> {
     let v: Value = serde_json::from_slice(bytes).map_err(|e| ApiError { status: 400, message: format!("the body is not valid JSON: {e}"), param: None })?;
     if !v.is_object() {
         return Err(ApiError { status: 400, message: "the body must be a JSON object".into(), param: None });
@@ -203,7 +207,7 @@ async fn generate(server: &Arc<Server>, requests: Vec<sampler::Request>) -> Resu
     done.into_iter().map(|d| d.map_err(|e| ApiError { status: 500, message: e.to_string(), param: None })).collect()
 }
 
-fn unix_time() -> u64 {
+pub(crate) fn unix_time() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 

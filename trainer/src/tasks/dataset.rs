@@ -25,6 +25,21 @@ fn at_path<'a>(v: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::V
 /// its line in errors), JSON lines otherwise.
 pub(super) fn load_dataset(path: &Path, c: &TaskSection) -> Result<Vec<Problem>, TaskError> {
     let file = path.display().to_string();
+    let records = load_records(path)?;
+    let mut out = Vec::new();
+    for (line, v) in records {
+        out.push(problem_of(&v, c).map_err(|message| TaskError { file: file.clone(), line, message })?);
+        out.last_mut().expect("just pushed").line = line;
+    }
+    if out.is_empty() {
+        return Err(TaskError { file, line: 0, message: "no problems in the file".into() });
+    }
+    Ok(out)
+}
+
+/// A dataset file's records with their lines (Parquet: row numbers), as JSON values.
+pub(super) fn load_records(path: &Path) -> Result<Vec<(usize, serde_json::Value)>, TaskError> {
+    let file = path.display().to_string();
     let records: Vec<(usize, serde_json::Value)> = if path.extension().is_some_and(|e| e == "parquet") {
         crate::parquet_rows::rows(path).map_err(|(line, message)| TaskError { file: file.clone(), line, message })?
     } else {
@@ -36,15 +51,7 @@ pub(super) fn load_dataset(path: &Path, c: &TaskSection) -> Result<Vec<Problem>,
         }
         out
     };
-    let mut out = Vec::new();
-    for (line, v) in records {
-        out.push(problem_of(&v, c).map_err(|message| TaskError { file: file.clone(), line, message })?);
-        out.last_mut().expect("just pushed").line = line;
-    }
-    if out.is_empty() {
-        return Err(TaskError { file, line: 0, message: "no problems in the file".into() });
-    }
-    Ok(out)
+    Ok(records)
 }
 
 /// One record's problem: the prompt under `task.prompt_key`, the answer under

@@ -15,6 +15,12 @@ pub fn check_fits(cfg: &Config, policy: &Policy) -> Result<(), RunError> {
     if let crate::tasks::Task::Dataset { problems } = &task {
         check_problems(cfg, policy, &cfg.task.path, problems, cfg.train.sft_steps > 0)?;
     }
+    // an environment's SFT warm start imitates every record's demo: each must have one
+    if let (Some(records), true) = (task.records(), cfg.train.sft_steps > 0) {
+        if let Some((line, _)) = records.iter().find(|(_, r)| r.get("demo").is_none()) {
+            return Err(RunError::Other(format!("{}:{line}: the record has no `demo` (the episode as chat messages), which the SFT warm start imitates; add one to every record, or set train.sft_steps = 0", cfg.task.path)));
+        }
+    }
     if cfg.train.eval_every > 0 && !cfg.task.eval_path.is_empty() {
         let eval = crate::eval::load_eval_problems(cfg, &task)?;
         check_problems(cfg, policy, &cfg.task.eval_path, &eval, false)?;

@@ -9,6 +9,7 @@ use std::path::Path;
 mod dataset;
 pub mod fit;
 mod problem;
+pub mod records;
 
 pub use dataset::epoch_permutation;
 pub use problem::{Problem, TaskError};
@@ -22,6 +23,8 @@ pub enum Task {
     /// verifier, `task.reward = "math"`).
     WordProblems { digits: usize },
     Dataset { problems: Vec<Problem> },
+    /// Agent episodes: records handed to `environment.command` (`records.rs`).
+    Environment { records: Vec<(usize, serde_json::Value)>, file: String },
     /// Another task whose prompts the chat template renders as they are drawn.
     Chat { inner: Box<Task>, chat: crate::chat::ChatPrompts },
 }
@@ -37,6 +40,7 @@ impl Task {
             "sort" => Task::Sort { count: c.count },
             "countdown" => Task::Countdown { count: c.count },
             "word_problems" => Task::WordProblems { digits: c.digits },
+            "environment" => Task::Environment { records: records::load(Path::new(&c.path))?, file: c.path.clone() },
             _ => Task::Dataset { problems: load_dataset(Path::new(&c.path), c)? },
         })
     }
@@ -54,6 +58,8 @@ impl Task {
                 Ok(Task::Dataset { problems })
             }
             Task::Chat { inner, .. } => inner.with_chat(chat, file),
+            // records without demos are fine until an SFT warm start asks for one
+            environment @ Task::Environment { .. } => Ok(Task::Chat { inner: Box::new(environment), chat }),
             generator => {
                 let task = Task::Chat { inner: Box::new(generator), chat };
                 task.sample(&mut SplitMix::new(0))?;
@@ -96,6 +102,10 @@ impl Task {
                 Problem { prompt: format!("{list}>{value}:"), answer: expr, numbers, target: value, line: 0, messages: None }
             }
             Task::Dataset { problems } => problems[rng.below(problems.len() as u64) as usize].clone(),
+            Task::Environment { records, file } => {
+                let (line, v) = &records[rng.below(records.len() as u64) as usize];
+                records::demo_problem(file, *line, v, &mut |n| rng.below(n))?
+            }
             Task::Chat { inner, chat } => {
                 let mut p = inner.sample(rng)?;
                 p.prompt = chat.render(&p).map_err(|message| TaskError { file: "task.chat_template".into(), line: 0, message })?;
@@ -119,6 +129,25 @@ impl Task {
             }
             _ => self.sample(rng),
         }
+    }
+
+    /// An environment task's records (through a chat wrapper too); `None` for other tasks.
+    pub fn records(&self) -> Option<&[(usize, serde_json::Value)]> {
+        match self {
+            Task::Environment { records, .. } => Some(records),
+            Task::Chat { inner, .. } => inner.records(),
+            _ => None,
+        }
+    }
+
+    /// Record `index` of an environment task's stream, in the dataset's order (epochs of
+    /// permutations keyed by (seed, epoch)): its line and the record.
+    pub fn record_at(&self, seed: u64, index: u64) -> Option<(usize, &serde_json::Value)> {
+        let records = self.records()?;
+        let n = records.len() as u64;
+        let (epoch, position) = (index / n, index % n);
+        let (line, v) = &records[epoch_permutation(seed, epoch, records.len())[position as usize]];
+        Some((*line, v))
     }
 
     /// The reward `[task]` configures: `reward_of(task.reward)`, and with `task.format_score`

@@ -1,0 +1,159 @@
+//! One episode's exact trajectory: every turn's prompt ids (as the sampler was given them) and
+//! the ids and logprobs it sampled. A turn's prompt is built from the earlier turns' ids, never
+//! from re-tokenised text: the session keeps what the model saw and sampled, and only the text
+//! the chat template adds after the last sampled token (tool results, the next user message,
+//! the template's own markers) is tokenised anew.
+//!
+//! The rule, for a turn whose messages render to text `T` (docs/agents.md): with `P` the last
+//! turn's rendered prompt and `S` the text of its sampled ids (special tokens kept), `T` must
+//! begin with `P + S`; the prompt ids are then the last prompt's ids, the sampled ids, and the
+//! rest of `T` tokenised. A turn cut by a stop string keeps its sampled tokens (the stop text
+//! included) when `T` begins with `P` + the text returned. Anything else (a template that
+//! rewrites history, as Qwen3's drops earlier `<think>` blocks, or a client that edited the
+//! reply) is refused, naming the first character that differs: never a trajectory whose
+//! sampled tokens are not the ones in its context.
+
+/// One model turn: what the sampler was given and what it drew.
+#[derive(Clone, Debug)]
+pub struct Turn {
+    pub prompt: Vec<u32>,
+    /// The rendered text the prompt ids stand for.
+    pub prompt_text: String,
+    pub tokens: Vec<u32>,
+    pub logprobs: Vec<f32>,
+    /// The sampled ids' text with special tokens kept (the end-of-turn token's text included).
+    pub sampled_text: String,
+    /// The text returned to the client (special tokens dropped, cut at a stop string).
+    pub reply_text: String,
+    /// Whether a stop string ended the turn.
+    pub cut_by_stop_string: bool,
+    pub tool_calls: usize,
+}
+
+#[derive(Default, Debug)]
+pub struct Session {
+    pub turns: Vec<Turn>,
+    /// The first request this session refused, as said to the client: the episode fails with it.
+    pub refused: Option<String>,
+    /// A request is being generated (one at a time per session).
+    pub busy: bool,
+}
+
+impl Session {
+    /// The prompt ids of a turn whose messages render to `text` (the module's rule);
+    /// `encode` tokenises the text after the earlier turns. An error says where `text`
+    /// stops extending the session.
+    pub fn next_prompt(&self, text: &str, encode: &dyn Fn(&str) -> Result<Vec<u32>, String>) -> Result<Vec<u32>, String> {
+        let Some(last) = self.turns.last() else { return encode(text) };
+        let kept = |rest: &str| -> Result<Vec<u32>, String> { Ok([last.prompt.as_slice(), &last.tokens, &encode(rest)?].concat()) };
+        let full = format!("{}{}", last.prompt_text, last.sampled_text);
+        if let Some(rest) = text.strip_prefix(full.as_str()) {
+            return kept(rest);
+        }
+        if last.cut_by_stop_string {
+            if let Some(rest) = text.strip_prefix(format!("{}{}", last.prompt_text, last.reply_text).as_str()) {
+                return kept(rest);
+            }
+        }
+        let at = text.chars().zip(full.chars()).take_while(|(a, b)| a == b).count();
+        let snippet = |s: &str| s.chars().skip(at.saturating_sub(20)).take(60).collect::<String>();
+        let whose = if at < last.prompt_text.chars().count() { "an earlier message (the chat template rewrote history, e.g. Qwen3 drops earlier <think> blocks; render with a template that keeps it, or start a new session)" } else { "the model's last reply (it must be sent back as returned)" };
+        Err(format!(
+            "turn {} does not extend the session's earlier tokens: at character {at} the conversation renders as {:?} where the session holds {:?}, in {whose}",
+            self.turns.len(),
+            snippet(text),
+            snippet(&full)
+        ))
+    }
+
+    /// The episode as one training sequence: the last turn's prompt and sampled ids, and each
+    /// sampled token's row in its logprobs (row r scores token r + 1), the turns' ids and
+    /// logprobs in order.
+    pub fn trajectory(&self) -> Option<Trajectory> {
+        let last = self.turns.last()?;
+        let sequence = [last.prompt.as_slice(), &last.tokens].concat();
+        let (mut positions, mut tokens, mut logprobs) = (Vec::new(), Vec::new(), Vec::new());
+        for turn in &self.turns {
+            positions.extend((0..turn.tokens.len()).map(|t| turn.prompt.len() + t - 1));
+            tokens.extend_from_slice(&turn.tokens);
+            logprobs.extend_from_slice(&turn.logprobs);
+        }
+        Some(Trajectory { first_prompt: self.turns[0].prompt.clone(), sequence, positions, tokens, logprobs })
+    }
+}
+
+/// An episode's training data (see [`Session::trajectory`]).
+pub struct Trajectory {
+    pub first_prompt: Vec<u32>,
+    pub sequence: Vec<u32>,
+    pub positions: Vec<usize>,
+    pub tokens: Vec<u32>,
+    pub logprobs: Vec<f32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chars(s: &str) -> Result<Vec<u32>, String> {
+        Ok(s.chars().map(|c| c as u32).collect())
+    }
+
+    fn turn(prompt: &str, sampled: &str, reply: &str, cut: bool, session: &Session) -> Turn {
+        let ids = session.next_prompt(prompt, &chars).unwrap();
+        let tokens = chars(sampled).unwrap();
+        Turn { prompt: ids, prompt_text: prompt.into(), logprobs: tokens.iter().map(|&t| -(t as f32) / 100.0).collect(), tokens, sampled_text: sampled.into(), reply_text: reply.into(), cut_by_stop_string: cut, tool_calls: 0 }
+    }
+
+    #[test]
+    fn each_turn_extends_the_sampled_ids_and_only_the_new_text_is_tokenised() {
+        let mut s = Session::default();
+        let t0 = turn("Q:2*3.A:", "calc(2*3)$", "calc(2*3)", false, &s);
+        s.turns.push(t0);
+        // the client's echo renders the reply, then the tool's result and the next opening
+        let next = "Q:2*3.A:calc(2*3)$R:6.A:";
+        // a tokeniser that would re-split the earlier text differently is never asked to
+        let encode_new_only = |text: &str| -> Result<Vec<u32>, String> {
+            assert_eq!(text, "R:6.A:", "only the text after the sampled ids is tokenised");
+            chars(text)
+        };
+        let ids = s.next_prompt(next, &encode_new_only).unwrap();
+        assert_eq!(ids, chars(next).unwrap());
+        let t1 = Turn { prompt: ids, prompt_text: next.into(), tokens: chars("answer 6$").unwrap(), logprobs: vec![-0.5; 9], sampled_text: "answer 6$".into(), reply_text: "answer 6".into(), cut_by_stop_string: false, tool_calls: 0 };
+        s.turns.push(t1);
+        let tr = s.trajectory().unwrap();
+        assert_eq!(tr.sequence, chars("Q:2*3.A:calc(2*3)$R:6.A:answer 6$").unwrap());
+        // the rows scoring the sampled tokens: "calc(2*3)$" after 8 prompt chars, "answer 6$" after 24
+        let want: Vec<usize> = (7..17).chain(23..32).collect();
+        assert_eq!(tr.positions, want);
+        for (&row, &t) in tr.positions.iter().zip(&tr.tokens) {
+            assert_eq!(tr.sequence[row + 1], t, "row {row} scores the sampled token");
+        }
+        assert_eq!(tr.logprobs.len(), tr.tokens.len());
+    }
+
+    #[test]
+    fn a_rewritten_history_or_an_edited_reply_is_refused_where_it_differs() {
+        let mut s = Session::default();
+        let t0 = turn("U:hi.A:", "<think>x</think>ok$", "<think>x</think>ok", false, &s);
+        s.turns.push(t0);
+        // the template dropped the earlier <think> block
+        let err = s.next_prompt("U:hi.A:ok$U:more.A:", &chars).unwrap_err();
+        assert!(err.contains("turn 1") && err.contains("character 7") && err.contains("last reply"), "{err}");
+        let err = s.next_prompt("U:HI.A:<think>x</think>ok$", &chars).unwrap_err();
+        assert!(err.contains("character 2") && err.contains("earlier message"), "{err}");
+    }
+
+    #[test]
+    fn a_turn_cut_by_a_stop_string_keeps_its_sampled_stop_text() {
+        let mut s = Session::default();
+        // sampled "calc(1)</call>", the client got "calc(1)" and the template closes with "$"
+        let t0 = turn("A:", "calc(1)</call>", "calc(1)", true, &s);
+        s.turns.push(t0);
+        let ids = s.next_prompt("A:calc(1)$R:1.A:", &chars).unwrap();
+        assert_eq!(ids, chars("A:calc(1)</call>$R:1.A:").unwrap(), "the sampled stop text stays in the context");
+        // without the cut the same echo is an edited reply
+        s.turns[0].cut_by_stop_string = false;
+        assert!(s.next_prompt("A:calc(1)$R:1.A:", &chars).is_err());
+    }
+}

@@ -1,0 +1,69 @@
+//! Tool calls in a model's reply, in the Hermes format Qwen's chat templates write and read
+//! (`<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`), as OpenAI's `tool_calls`.
+//! The arguments are returned as the exact text the model wrote, so the template renders an
+//! echoed call back to the same characters and the session's next turn extends the sampled
+//! ids (a reformatted call would be refused there).
+
+use serde_json::{json, Value};
+
+const OPEN: &str = "<tool_call>";
+const CLOSE: &str = "</tool_call>";
+
+#[derive(serde::Deserialize)]
+struct Call<'a> {
+    name: String,
+    #[serde(borrow)]
+    arguments: &'a serde_json::value::RawValue,
+}
+
+/// The reply's content before its first call (without the newline the template puts back)
+/// and its calls as OpenAI's `tool_calls` (ids `call_<prefix>_<k>`); `None` when the reply
+/// holds no well-formed call, so it stays plain content.
+pub fn parse(reply: &str, id_prefix: &str) -> Option<(String, Vec<Value>)> {
+    let first = reply.find(OPEN)?;
+    let mut calls = Vec::new();
+    let mut rest = &reply[first..];
+    while let Some(start) = rest.find(OPEN) {
+        let body_start = start + OPEN.len();
+        let end = rest[body_start..].find(CLOSE)? + body_start;
+        let call: Call = serde_json::from_str(rest[body_start..end].trim()).ok()?;
+        let k = calls.len();
+        calls.push(json!({"id": format!("call_{id_prefix}_{k}"), "type": "function", "function": {"name": call.name, "arguments": call.arguments.get()}}));
+        rest = &rest[end + CLOSE.len()..];
+    }
+    Some((reply[..first].trim_end_matches('\n').to_string(), calls))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_parse_with_their_arguments_as_written_and_malformed_ones_stay_content() {
+        let reply = "Let me compute.\n<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"b\": 2, \"a\": \"3*4\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"done\", \"arguments\": {}}\n</tool_call>";
+        let (content, calls) = parse(reply, "7_1").unwrap();
+        assert_eq!(content, "Let me compute.");
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0]["function"]["arguments"], "{\"b\": 2, \"a\": \"3*4\"}", "the model's key order and spacing");
+        assert_eq!(calls[1]["id"], "call_7_1_1");
+        assert!(parse("no calls here", "x").is_none());
+        assert!(parse("<tool_call>{\"name\": \"calc\"", "x").is_none(), "unclosed");
+        assert!(parse("<tool_call>not json</tool_call>", "x").is_none());
+    }
+
+    /// Qwen3's template renders a parsed reply, echoed back, to the very text the model wrote.
+    #[test]
+    fn an_echoed_call_renders_back_to_the_sampled_text_with_qwen3s_template() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/chat_templates/qwen3.jinja");
+        let template = crate::chat::ChatTemplate::new("qwen3.jinja", std::fs::read_to_string(path).unwrap(), None, Some("<|im_end|>".into())).unwrap();
+        let user = json!({"role": "user", "content": "What is 12*34?"});
+        let prompt = template.render(&json!([user]), true, &Default::default()).unwrap();
+        for sampled in ["<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expression\": \"12*34\"}}\n</tool_call>", "I will call it.\n<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expression\": \"12*34\"}}\n</tool_call>"] {
+            let (content, calls) = parse(sampled, "0_0").unwrap();
+            let echoed = json!([user, {"role": "assistant", "content": content, "tool_calls": calls}, {"role": "tool", "content": "408"}]);
+            let next = template.render(&echoed, true, &Default::default()).unwrap();
+            let want = format!("{prompt}{sampled}<|im_end|>");
+            assert!(next.starts_with(&want), "{next:?}\ndoes not begin with\n{want:?}");
+        }
+    }
+}
