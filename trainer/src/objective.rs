@@ -207,6 +207,27 @@ mod tests {
         assert!(c == vec![0.0, 0.0] && n == 2, "the sequence's ratio 1.3 is clipped: {c:?}");
     }
 
+    /// An agent episode: rows 2, 3 and 7 of a 10-token sequence score sampled tokens; the
+    /// prompt, tool-result and template rows in between weigh nothing, and the correction's
+    /// ratios are read at the sampled rows.
+    #[test]
+    fn only_the_sampled_rows_of_an_episode_carry_loss_and_ratios() {
+        let train = TrainSection::default();
+        let positions = vec![vec![2, 3, 7]];
+        let (w, _) = token_weights(&train, 8, &[10], &positions, 3.0, &[1.0, 2.0, 3.0], &[vec![0.0; 9]], None);
+        let want: Vec<f32> = (0..9).map(|r| match r { 2 => -1.0 / 3.0, 3 => -2.0 / 3.0, 7 => -1.0, _ => 0.0 } as f32).collect();
+        assert_eq!(w, want);
+        let comp = sampler::Completion { id: 0, prompt_len: 3, tokens: vec![5, 6, 7], logprobs: vec![-1.0, -2.0, -3.0], finish: sampler::FinishReason::Stop, timings: Default::default() };
+        let mut trainer_lp = vec![f32::NAN; 9];
+        for (&row, lp) in [2usize, 3, 7].iter().zip([-1.0f32, -2.0, -3.0 + 0.5]) {
+            trainer_lp[row] = lp;
+        }
+        let ablation = AblationSection { correction: CorrectionKind::Tis, ..Default::default() };
+        let (coef, corr) = correction_coefficients(&ablation, &positions, &[comp], &[trainer_lp], &[1.0]);
+        assert_eq!(coef[..2], [1.0, 1.0]);
+        assert!((coef[2] - ablation.tis_cap.min(0.5f64.exp())).abs() < 1e-6 && corr.ratio_min == 1.0, "{coef:?}");
+    }
+
     #[test]
     fn advantages_aggregation_and_the_overlong_penalty_follow_their_papers() {
         let a = group_advantages(&[1.0, 0.0, 0.0, 2.0, 2.0, 2.0], 3, Advantage::GroupStd);

@@ -98,7 +98,7 @@ mod tests {
 
     #[test]
     fn programs_run_concurrently_with_their_record_and_session_and_faults_are_named() {
-        let cfg = |command: &str, timeout_s: f64| EnvironmentSection { command: command.into(), concurrency: 4, timeout_s, max_turns: 4, max_tokens: 0 };
+        let cfg = |command: &str, timeout_s: f64| EnvironmentSection { command: command.into(), concurrency: 4, timeout_s, max_turns: 4, max_tokens: 0, save_trajectories: false };
         let episodes: Vec<Episode> = (0..6).map(|i| Episode { session: format!("s0-r0-e{i}"), line: i + 1, record: serde_json::json!({"x": i}) }).collect();
         // the record comes on stdin, the session in the environment; 6 sleeps of 0.3 s on 4 at once
         let started = Instant::now();

@@ -23,11 +23,14 @@ pub struct EnvironmentSection {
     /// Tokens one episode may reach (prompts, observations and sampled tokens); 0: the
     /// sampler's context (`sampler.context`).
     pub max_tokens: usize,
+    /// Write each step's episodes as trained on (token ids, the rows of the sampled tokens,
+    /// the sampler's logprobs) to `trajectories/step-NNNNNN.jsonl` in the run folder.
+    pub save_trajectories: bool,
 }
 
 impl Default for EnvironmentSection {
     fn default() -> Self {
-        Self { command: String::new(), concurrency: 64, timeout_s: 600.0, max_turns: 16, max_tokens: 0 }
+        Self { command: String::new(), concurrency: 64, timeout_s: 600.0, max_turns: 16, max_tokens: 0, save_trajectories: false }
     }
 }
 

@@ -90,8 +90,27 @@ impl Trainer {
             return Err(RunError::Other(format!("step {step}: group {k} has rewards {:?}, whose mean or spread is not a finite number; environment.command must report finite rewards small enough to add (stopping before the update)", &out.rewards[k * g..(k + 1) * g])));
         }
         out.advantages = group_advantages(&out.rewards, g, c.train.advantage);
+        if c.environment.save_trajectories {
+            save_trajectories(&self.run_dir, step, round, &out, &stats)?;
+        }
         crate::telemetry::append_episodes(&self.run_dir, &stats).map_err(|e| RunError::Other(format!("episodes.jsonl: {e}")))?;
         out.episodes = Some(stats);
         Ok(out)
     }
+}
+
+/// The round's episodes as trained on, one JSON line each (`environment.save_trajectories`):
+/// the session, the whole sequence's ids, the rows that score its sampled tokens and the
+/// sampler's logprobs of those tokens, written atomically.
+fn save_trajectories(run_dir: &std::path::Path, step: usize, round: usize, r: &Rollouts, stats: &[EpisodeStats]) -> Result<(), RunError> {
+    let dir = run_dir.join("trajectories");
+    std::fs::create_dir_all(&dir).map_err(|e| RunError::Other(format!("environment.save_trajectories: {}: {e}", dir.display())))?;
+    let mut text = String::new();
+    for (i, e) in stats.iter().enumerate() {
+        let line = serde_json::json!({"step": step, "episode": e.episode, "session": e.session, "reward": r.rewards[i], "sequence": r.sequences[i], "sampled_rows": r.positions[i], "logprobs": r.completions[i].logprobs});
+        text += &format!("{line}\n");
+    }
+    let name = if round == 0 { format!("step-{step:06}.jsonl") } else { format!("step-{step:06}-round-{round}.jsonl") };
+    shared_kernels::model::save::write_atomic(&dir.join(name), text.as_bytes())?;
+    Ok(())
 }
