@@ -4,7 +4,8 @@
 //! template, tokenizer or reward program is not the uninterrupted run. Recorded: `task.path`,
 //! `task.eval_path`, `task.chat_template`; the checkpoint folder's tokenizer and template files
 //! (a resume reads them from `model.path`, the weights from the run's checkpoint); the files
-//! `task.reward_command` names (its words that are files, e.g. `python3 grade.py`'s script).
+//! `task.reward_command` and `environment.command` name (their words that are files, e.g.
+//! `python3 grade.py`'s script).
 
 use crate::config::Config;
 use crate::error::{invalid, RunError};
@@ -59,12 +60,18 @@ fn reward_files(c: &Config) -> Vec<String> {
     if c.task.reward != "command" {
         return Vec::new();
     }
-    let words = shlex::split(&c.task.reward_command).unwrap_or_else(|| c.task.reward_command.split_whitespace().map(str::to_string).collect());
+    command_files(&c.task.reward_command)
+}
+
+/// The words of a shell command that name files.
+fn command_files(command: &str) -> Vec<String> {
+    let words = shlex::split(command).unwrap_or_else(|| command.split_whitespace().map(str::to_string).collect());
     words.into_iter().filter(|w| Path::new(w).is_file()).collect()
 }
 
 /// Every recorded input of `c`, by record name (`task.path`, `model.path:tokenizer.json`,
-/// `task.reward_command:grade.py`): the config key is the part before `:`.
+/// `task.reward_command:grade.py`, `environment.command:env.py`): the config key is the part
+/// before `:`.
 fn current(c: &Config) -> serde_json::Map<String, serde_json::Value> {
     let mut out = serde_json::Map::new();
     for (key, file) in file_keys(c).into_iter().filter(|(_, f)| !f.is_empty()) {
@@ -77,6 +84,10 @@ fn current(c: &Config) -> serde_json::Map<String, serde_json::Value> {
     }
     for file in reward_files(c) {
         out.insert(format!("task.reward_command:{file}"), entry(&file));
+    }
+    // an environment program, like a reward program, is part of what the run computes
+    for file in command_files(&c.environment.command) {
+        out.insert(format!("environment.command:{file}"), entry(&file));
     }
     out
 }

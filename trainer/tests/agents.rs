@@ -180,7 +180,8 @@ fn faulty(mode: &str, extra: &[&str], says: &[&str], resumes: bool) {
     if !resumes {
         return;
     }
-    args.push("--resume");
+    // the program fixed, with time to spare (a deadline changes no bit: a resume may change it)
+    args.extend(["--resume", "--set", "environment.timeout_s=120"]);
     let out = lockstep(&args, &dir);
     assert!(out.status.success(), "{mode}: the fixed run did not resume: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(metrics(&dir.join("runs/f")).len(), 2, "{mode}: a step was lost");
@@ -203,4 +204,32 @@ fn a_crash_a_hang_a_bad_call_and_a_hang_up_each_stop_the_step_by_name() {
 fn the_turn_and_token_limits_are_named_when_an_episode_passes_them() {
     faulty("", &["--set", "environment.max_turns=2"], &["environment.max_turns"], false);
     faulty("", &["--set", "environment.max_tokens=20"], &["environment.max_tokens"], false);
+}
+
+#[test]
+fn environment_keys_that_cannot_work_are_refused_by_name() {
+    let dir = setup("agents-config");
+    for (set, says) in [
+        (vec!["environment.command="], "environment.command"),
+        (vec!["environment.concurrency=0"], "environment.concurrency"),
+        (vec!["environment.timeout_s=0"], "environment.timeout_s"),
+        (vec!["environment.max_turns=0"], "environment.max_turns"),
+        (vec!["task.reward=math"], "task.reward"),
+        (vec!["train.sft_steps=5", "task.prompt_format=raw"], "task.prompt_format"),
+        (vec!["train.overlong_buffer=2"], "train.overlong_buffer"),
+        (vec!["task.name=sort", "task.path="], "[environment] is set"),
+        (vec!["task.path=missing.jsonl"], "missing.jsonl"),
+    ] {
+        let mut args = vec!["train", "config.toml"];
+        for s in &set {
+            args.extend(["--set", s]);
+        }
+        let out = lockstep(&args, &dir);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && !err.contains("panicked") && err.contains(says), "{set:?}: {err}");
+    }
+    // SFT imitates demos: a record without one is named by line
+    let out = lockstep(&["train", "config.toml", "--set", "train.sft_steps=2"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("records.jsonl:1") && err.contains("demo"), "{err}");
 }

@@ -171,13 +171,20 @@ async fn turn(server: &Arc<EpisodeServer>, id: &str, endpoint: Endpoint, bytes: 
         (prompt, session.turns.len(), text)
     };
     let mut busy = Busy { server, id, done: false };
-    let params = SamplingParams { max_new_tokens: max_new, stop: asked.params.stop.clone(), noise_key: Some(crate::sample_cli::noise_key(&format!("episode {id} turn {turn_index}"))), ..server.params.clone() };
+    // the run's stop strings (`sampler.stop`) and the request's
+    let mut stop = server.params.stop.clone();
+    stop.extend(asked.params.stop.iter().filter(|s| !server.params.stop.contains(s)).cloned());
+    let params = SamplingParams { max_new_tokens: max_new, stop: stop.clone(), noise_key: Some(crate::sample_cli::noise_key(&format!("episode {id} turn {turn_index}"))), ..server.params.clone() };
     let request = Request { id: server.next_id.fetch_add(1, Ordering::Relaxed), prompt: prompt.clone(), params };
     let done = server.engine.submit(request).await.map_err(|e| ApiError { status: 500, message: format!("the sampler failed this turn: {e}"), param: None })?;
     let tokenizer = &server.tokenizer;
     let sampled_text = tokenizer.decode(&done.tokens, false).unwrap_or_default();
-    let reply_text = crate::serve::detok::text(tokenizer, &done.tokens, &asked.params.stop);
-    let cut_by_stop_string = !asked.params.stop.is_empty() && reply_text != tokenizer.decode(&done.tokens, true).unwrap_or_default();
+    let reply_text = crate::serve::detok::text(tokenizer, &done.tokens, &stop);
+    // the text of the stop token that ended the turn, if one did
+    let end_text = match done.tokens.last() {
+        Some(&t) if server.params.stop_tokens.contains(&t) => tokenizer.decode(&[t], false).unwrap_or_default(),
+        _ => String::new(),
+    };
     let calls = (tools.is_some() && server.chat.as_ref().is_some_and(|c| c.writes_tool_call_blocks())).then(|| tool_calls::parse(&reply_text, &format!("{turn_index}"))).flatten();
     let finish = match (&calls, api::finish_reason(&done.finish)) {
         (Some(_), "stop") => "tool_calls",
@@ -193,7 +200,7 @@ async fn turn(server: &Arc<EpisodeServer>, id: &str, endpoint: Endpoint, bytes: 
     {
         let mut sessions = server.sessions.lock().expect("sessions");
         let session = sessions.get_mut(id).expect("the session was open");
-        session.turns.push(Turn { prompt, prompt_text, tokens: done.tokens, logprobs: done.logprobs, sampled_text, reply_text, cut_by_stop_string, tool_calls: calls.map_or(0, |(_, l)| l.len()) });
+        session.turns.push(Turn { prompt, prompt_text, tokens: done.tokens, logprobs: done.logprobs, sampled_text, reply_text, end_text, tool_calls: calls.map_or(0, |(_, l)| l.len()) });
     }
     busy.done = true;
     Ok(v)

@@ -7,11 +7,12 @@
 //! The rule, for a turn whose messages render to text `T` (docs/agents.md): with `P` the last
 //! turn's rendered prompt and `S` the text of its sampled ids (special tokens kept), `T` must
 //! begin with `P + S`; the prompt ids are then the last prompt's ids, the sampled ids, and the
-//! rest of `T` tokenised. A turn cut by a stop string keeps its sampled tokens (the stop text
-//! included) when `T` begins with `P` + the text returned. Anything else (a template that
-//! rewrites history, as Qwen3's drops earlier `<think>` blocks, or a client that edited the
-//! reply) is refused, naming the first character that differs: never a trajectory whose
-//! sampled tokens are not the ones in its context.
+//! rest of `T` tokenised. Else `T` may begin with `P` + the text returned to the client + the
+//! text of the stop token that ended the turn (if one did): the reply as the client saw it,
+//! whose hidden parts (special tokens inside it, a stop string's text) stay in the context as
+//! they were sampled. Anything else (a template that rewrites history, as Qwen3's drops earlier
+//! `<think>` blocks, or a client that edited the reply) is refused, naming the first character
+//! that differs: never a trajectory whose sampled tokens are not the ones in its context.
 
 /// One model turn: what the sampler was given and what it drew.
 #[derive(Clone, Debug)]
@@ -25,8 +26,8 @@ pub struct Turn {
     pub sampled_text: String,
     /// The text returned to the client (special tokens dropped, cut at a stop string).
     pub reply_text: String,
-    /// Whether a stop string ended the turn.
-    pub cut_by_stop_string: bool,
+    /// The text of the stop token that ended the turn ("" when none did).
+    pub end_text: String,
     pub tool_calls: usize,
 }
 
@@ -50,10 +51,8 @@ impl Session {
         if let Some(rest) = text.strip_prefix(full.as_str()) {
             return kept(rest);
         }
-        if last.cut_by_stop_string {
-            if let Some(rest) = text.strip_prefix(format!("{}{}", last.prompt_text, last.reply_text).as_str()) {
-                return kept(rest);
-            }
+        if let Some(rest) = text.strip_prefix(format!("{}{}{}", last.prompt_text, last.reply_text, last.end_text).as_str()) {
+            return kept(rest);
         }
         let at = text.chars().zip(full.chars()).take_while(|(a, b)| a == b).count();
         let snippet = |s: &str| s.chars().skip(at.saturating_sub(20)).take(60).collect::<String>();
@@ -99,16 +98,18 @@ mod tests {
         Ok(s.chars().map(|c| c as u32).collect())
     }
 
-    fn turn(prompt: &str, sampled: &str, reply: &str, cut: bool, session: &Session) -> Turn {
+    /// A turn that sampled `sampled` (a final `$` is the stop token) and returned `reply`.
+    fn turn(prompt: &str, sampled: &str, reply: &str, session: &Session) -> Turn {
         let ids = session.next_prompt(prompt, &chars).unwrap();
         let tokens = chars(sampled).unwrap();
-        Turn { prompt: ids, prompt_text: prompt.into(), logprobs: tokens.iter().map(|&t| -(t as f32) / 100.0).collect(), tokens, sampled_text: sampled.into(), reply_text: reply.into(), cut_by_stop_string: cut, tool_calls: 0 }
+        let end_text = if sampled.ends_with('$') { "$" } else { "" };
+        Turn { prompt: ids, prompt_text: prompt.into(), logprobs: tokens.iter().map(|&t| -(t as f32) / 100.0).collect(), tokens, sampled_text: sampled.into(), reply_text: reply.into(), end_text: end_text.into(), tool_calls: 0 }
     }
 
     #[test]
     fn each_turn_extends_the_sampled_ids_and_only_the_new_text_is_tokenised() {
         let mut s = Session::default();
-        let t0 = turn("Q:2*3.A:", "calc(2*3)$", "calc(2*3)", false, &s);
+        let t0 = turn("Q:2*3.A:", "calc(2*3)$", "calc(2*3)", &s);
         s.turns.push(t0);
         // the client's echo renders the reply, then the tool's result and the next opening
         let next = "Q:2*3.A:calc(2*3)$R:6.A:";
@@ -119,7 +120,7 @@ mod tests {
         };
         let ids = s.next_prompt(next, &encode_new_only).unwrap();
         assert_eq!(ids, chars(next).unwrap());
-        let t1 = Turn { prompt: ids, prompt_text: next.into(), tokens: chars("answer 6$").unwrap(), logprobs: vec![-0.5; 9], sampled_text: "answer 6$".into(), reply_text: "answer 6".into(), cut_by_stop_string: false, tool_calls: 0 };
+        let t1 = Turn { prompt: ids, prompt_text: next.into(), tokens: chars("answer 6$").unwrap(), logprobs: vec![-0.5; 9], sampled_text: "answer 6$".into(), reply_text: "answer 6".into(), end_text: "$".into(), tool_calls: 0 };
         s.turns.push(t1);
         let tr = s.trajectory().unwrap();
         assert_eq!(tr.sequence, chars("Q:2*3.A:calc(2*3)$R:6.A:answer 6$").unwrap());
@@ -135,7 +136,7 @@ mod tests {
     #[test]
     fn a_rewritten_history_or_an_edited_reply_is_refused_where_it_differs() {
         let mut s = Session::default();
-        let t0 = turn("U:hi.A:", "<think>x</think>ok$", "<think>x</think>ok", false, &s);
+        let t0 = turn("U:hi.A:", "<think>x</think>ok$", "<think>x</think>ok", &s);
         s.turns.push(t0);
         // the template dropped the earlier <think> block
         let err = s.next_prompt("U:hi.A:ok$U:more.A:", &chars).unwrap_err();
@@ -145,15 +146,19 @@ mod tests {
     }
 
     #[test]
-    fn a_turn_cut_by_a_stop_string_keeps_its_sampled_stop_text() {
+    fn hidden_parts_of_a_reply_stay_in_the_context_as_sampled() {
+        // a stop string: sampled "calc(1)</call>", the client got "calc(1)", the template closes with "$"
         let mut s = Session::default();
-        // sampled "calc(1)</call>", the client got "calc(1)" and the template closes with "$"
-        let t0 = turn("A:", "calc(1)</call>", "calc(1)", true, &s);
+        let t0 = turn("A:", "calc(1)</call>", "calc(1)", &s);
         s.turns.push(t0);
         let ids = s.next_prompt("A:calc(1)$R:1.A:", &chars).unwrap();
         assert_eq!(ids, chars("A:calc(1)</call>$R:1.A:").unwrap(), "the sampled stop text stays in the context");
-        // without the cut the same echo is an edited reply
-        s.turns[0].cut_by_stop_string = false;
-        assert!(s.next_prompt("A:calc(1)$R:1.A:", &chars).is_err());
+        assert!(s.next_prompt("A:calc(2)$R:1.A:", &chars).unwrap_err().contains("last reply"), "an edited reply");
+        // a special token inside the reply ("#", dropped from the text returned), then the stop token "$"
+        let mut s = Session::default();
+        let t0 = turn("A:", "ab#cd$", "abcd", &s);
+        s.turns.push(t0);
+        let ids = s.next_prompt("A:abcd$R:x.A:", &chars).unwrap();
+        assert_eq!(ids, chars("A:ab#cd$R:x.A:").unwrap(), "one stop token, the special token kept");
     }
 }

@@ -28,6 +28,9 @@ impl Config {
             if self.train.eval_every > 0 {
                 return bad("train.eval_every", "an environment task's reward comes from its episodes; the single-turn evaluation does not apply (set 0)".into());
             }
+            if self.train.overlong_buffer > 0 {
+                return bad("train.overlong_buffer", "DAPO's overlong penalty is for single completions; an environment's program reports the episode's reward, so fold any length penalty into it (set 0)".into());
+            }
             if self.task.reward != super::TaskSection::default().reward {
                 return bad("task.reward", "is set but an environment task's reward is the one environment.command reports; leave it out".into());
             }

@@ -40,9 +40,11 @@ impl Trainer {
         let engine_phases = self.engine.take_phase_times();
         // the first failed episode fails the step, before any weight moves
         for (i, (e, played)) in episodes.iter().zip(&played).enumerate() {
+            // the program's own failure first: a program stopped at its deadline also hangs up
             let failure = match (&played.report, &played.session.refused) {
-                (_, Some(refused)) => Some(format!("the server refused its request ({refused})")),
+                (Err(e), Some(refused)) => Some(format!("{e} (and the server: {refused})")),
                 (Err(e), None) => Some(e.clone()),
+                (Ok(_), Some(refused)) => Some(format!("the server refused its request ({refused})")),
                 (Ok(_), None) if played.session.turns.is_empty() => Some("its program reported a reward without asking the model anything (no turn)".into()),
                 _ => None,
             };
