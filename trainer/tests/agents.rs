@@ -185,6 +185,14 @@ fn faulty(mode: &str, extra: &[&str], says: &[&str], resumes: bool) {
     let out = lockstep(&args, &dir);
     assert!(out.status.success(), "{mode}: the fixed run did not resume: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(metrics(&dir.join("runs/f")).len(), 2, "{mode}: a step was lost");
+    if mode == "crash" {
+        // the resumed run is the uninterrupted one, token for token and weight for weight
+        let out = lockstep(&["train", "config.toml", "--set", "log.run_name=clean"], &dir);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(trajectories(&dir.join("runs/f")), trajectories(&dir.join("runs/clean")));
+        let weights = |run: &str| metrics(&dir.join(run)).iter().map(|m| m["trainer_weights_fingerprint"].clone()).collect::<Vec<_>>();
+        assert_eq!(weights("runs/f"), weights("runs/clean"));
+    }
 }
 
 #[test]
@@ -232,4 +240,34 @@ fn environment_keys_that_cannot_work_are_refused_by_name() {
     let out = lockstep(&["train", "config.toml", "--set", "train.sft_steps=2"], &dir);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("records.jsonl:1") && err.contains("demo"), "{err}");
+}
+
+/// The loss variants train on episodes as on single turns: PPO epochs, the original GRPO's
+/// sequence mean with a KL penalty, DAPO's dynamic sampling, the ablation's mismatched sampler
+/// with TIS; and micro-batches of 64 tokens give the one-pass update's weights as bits.
+#[test]
+fn every_loss_variant_trains_on_episodes_and_micro_batches_change_no_bit() {
+    let dir = setup("agents-variants");
+    let run = |name: &str, sets: &[&str]| {
+        let mut args = vec!["train", "config.toml", "--set", "environment.save_trajectories=false"];
+        let name = format!("log.run_name={name}");
+        args.extend(["--set", &name]);
+        for s in sets {
+            args.extend(["--set", s]);
+        }
+        let out = lockstep(&args, &dir);
+        assert!(out.status.success(), "{sets:?}: {}", String::from_utf8_lossy(&out.stderr));
+        metrics(&dir.join("runs").join(&name[13..]))
+    };
+    for (name, sets) in [("ppo", &["train.ppo_epochs=2", "train.mini_batches=2"][..]), ("seqmean", &["train.loss_aggregation=sequence_mean", "train.kl_coef=0.01"][..]), ("dapo", &["train.dynamic_sampling_rounds=1"][..])] {
+        for m in run(name, sets) {
+            assert_eq!(m["agreement"]["bit_equal_frac"], 1.0, "{name}: {m}");
+            assert!(m["loss"].as_f64().unwrap().is_finite(), "{name}: {m}");
+        }
+    }
+    for m in run("fast", &["ablation.sampler_kernels=fast", "ablation.correction=tis"]) {
+        assert!(m["is_weight_mean"].as_f64().unwrap().is_finite() && m["episodes"]["episodes"] == 6, "{m}");
+    }
+    let weights = |ms: Vec<serde_json::Value>| ms.iter().map(|m| m["trainer_weights_fingerprint"].clone()).collect::<Vec<_>>();
+    assert_eq!(weights(run("whole", &[])), weights(run("micro", &["train.micro_batch_tokens=64"])), "micro-batches changed the update");
 }
