@@ -271,3 +271,20 @@ fn every_loss_variant_trains_on_episodes_and_micro_batches_change_no_bit() {
     let weights = |ms: Vec<serde_json::Value>| ms.iter().map(|m| m["trainer_weights_fingerprint"].clone()).collect::<Vec<_>>();
     assert_eq!(weights(run("whole", &[])), weights(run("micro", &["train.micro_batch_tokens=64"])), "micro-batches changed the update");
 }
+
+/// The shipped calculator example runs from its config as the README gives it (shortened): its
+/// SFT warm start on the demos, then episodes of the Python environment, bits equal.
+#[test]
+fn the_calculator_example_runs_from_its_config() {
+    let dir = scratch("agents-calculator");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let runs = format!("log.runs_dir={}", dir.display());
+    let out = lockstep(&["train", "configs/agents-calculator.toml", "--set", "train.sft_steps=5", "--set", "train.steps=2", "--set", &runs, "--set", "train.prompts_per_step=2"], &root);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m = metrics(&dir.join("agents-calculator"));
+    assert_eq!(m.len(), 2);
+    for step in &m {
+        assert_eq!(step["agreement"]["bit_equal_frac"], 1.0, "{step}");
+        assert!(step["episodes"]["episodes"] == 16 && step["episodes"]["turns_mean"].as_f64().unwrap() >= 1.0, "{step}");
+    }
+}
