@@ -83,7 +83,7 @@ moe)
   ck=/tmp/checkpoints/qwen3-moe-small
   [ -f $ck/config.json ] || python3 experiments/fixtures/make_real_shape.py qwen3-moe-small $ck > $O/make-moe.log 2>&1 || { tail -5 $O/make-moe.log; exit 1; }
   tail -1 $O/make-moe.log | cut -c1-300
-  python3 -c "import json,sys; m=json.load(open('$ck/model.safetensors.index.json'))['weight_map'] if __import__('os').path.exists('$ck/model.safetensors.index.json') else None; print(sorted(m)[:3] if m else 'single file')"
+  python3 -c "from safetensors import safe_open; k=sorted(safe_open('$ck/model.safetensors', 'pt').keys()); e=[n for n in k if 'experts' in n]; print(len(k), 'tensors,', len(e), 'expert tensors, e.g.', e[:3])"
   python3 experiments/bench/family_parity.py $ck $O/moe-parity --prompts 8 --new 32 2>&1 | tail -2
   for mb in auto 4096; do
     timeout 200 /tmp/lockstep train configs/qwen3-1.7b.toml --set model.path=$ck --set task.path=$ck/task.jsonl --set task.reward=char_f1 \

@@ -175,7 +175,12 @@ impl MoeConfig {
                 None => default.ok_or_else(|| err(key, "missing (a Qwen3-MoE config.json has it)".into())),
             }
         };
-        let num_experts = positive("num_experts", None)?;
+        // checkpoints on the Hub write `num_experts`; transformers 5 saves `num_local_experts`
+        let num_experts = match (raw.get("num_experts").filter(|v| !v.is_null()), raw.get("num_local_experts").filter(|v| !v.is_null())) {
+            (None, Some(_)) => positive("num_local_experts", None)?,
+            (Some(_), Some(b)) if raw.get("num_experts") != Some(b) => return Err(err("num_local_experts", format!("{b} disagrees with num_experts {}", raw["num_experts"]))),
+            _ => positive("num_experts", None)?,
+        };
         let top_k = positive("num_experts_per_tok", None)?;
         if top_k > num_experts {
             return Err(err("num_experts_per_tok", format!("{top_k} experts per token of {num_experts}")));
@@ -225,6 +230,11 @@ mod tests {
         assert_eq!(shape(config("Qwen2ForCausalLM", serde_json::json!({"use_sliding_window": false, "sliding_window": 131072})).unwrap()), (false, true, false));
         assert_eq!(shape(config("LlamaForCausalLM", serde_json::json!({"attention_bias": true})).unwrap()), (false, true, true));
         assert_eq!(shape(config("MistralForCausalLM", serde_json::json!({"sliding_window": null})).unwrap()), (false, false, false));
+        // a Qwen3-MoE config as the Hub's checkpoints write it and as transformers 5 saves it
+        for key in ["num_experts", "num_local_experts"] {
+            let c = config("Qwen3MoeForCausalLM", serde_json::json!({key: 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32})).unwrap();
+            assert_eq!(c.moe.map(|m| (m.num_experts, m.top_k)), Some((8, 2)), "{key}");
+        }
     }
 
     #[test]
@@ -240,6 +250,7 @@ mod tests {
             ("GemmaForCausalLM", serde_json::json!({}), "config key `architectures`: `GemmaForCausalLM` is not supported"),
             ("Qwen3MoeForCausalLM", serde_json::json!({"num_experts": 4, "num_experts_per_tok": 8, "moe_intermediate_size": 32}), "config key `num_experts_per_tok`: 8 experts per token of 4"),
             ("Qwen3MoeForCausalLM", serde_json::json!({"num_experts_per_tok": 2, "moe_intermediate_size": 32}), "config key `num_experts`: missing"),
+            ("Qwen3MoeForCausalLM", serde_json::json!({"num_experts": 4, "num_local_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32}), "config key `num_local_experts`: 8 disagrees with num_experts 4"),
             ("Qwen3MoeForCausalLM", serde_json::json!({"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "mlp_only_layers": [5]}), "config key `mlp_only_layers`: 5 is not a layer index"),
         ];
         for (arch, extra, want) in cases {
