@@ -1,7 +1,11 @@
 //! `lockstep serve` through real HTTP on the CPU runtime (the embedded model): the same request
 //! gives the same bits alone and among concurrent neighbours, at T = 0 and at T > 0 with a seed,
 //! streamed or whole; a client that goes away is cancelled; `/metrics` counts it all; bad
-//! requests get OpenAI-style errors naming the field; SIGTERM stops it with exit 0.
+//! requests get OpenAI-style errors naming the field; `tools` reach the template; SIGTERM stops
+//! it with exit 0.
+//!
+//! One file past 400 lines: every test here drives the same server harness (`Server`: start,
+//! HTTP calls, streams, metrics), which would otherwise be split from the tests that need it.
 
 mod common;
 
@@ -397,4 +401,33 @@ fn a_client_that_goes_away_is_cancelled_and_metrics_count_it() {
     }
     // and the server goes on serving
     assert_eq!(server.complete(json!({"prompt": "1+1=", "max_tokens": 2}))["choices"][0]["token_ids"].as_array().map(Vec::len), Some(2));
+}
+
+/// OpenAI's `tools` reach the chat template as its `tools` variable; an assistant message that
+/// only calls tools may leave out its content; `tools` that are not a list are refused by name.
+/// (Parsing Hermes `<tool_call>` blocks into `tool_calls` is unit-tested in `serve::tool_calls`.)
+#[test]
+fn tools_reach_the_chat_template_and_bad_tools_are_refused() {
+    let dir = scratch("serve-tools");
+    std::fs::write(dir.join("t.jinja"), "{# writes <tool_call> blocks #}{% if tools %}T{{ tools | length }}:{% endif %}{% for m in messages %}{{ m.content or 'c' }}{% endfor %}").unwrap();
+    let server = Server::start(&dir, &["task.chat_template=t.jinja"]);
+    let ask = |extra: Value| {
+        let mut body = json!({"messages": [{"role": "user", "content": "sort 312:"}], "max_tokens": 4, "temperature": 0});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        server.call("POST", "/v1/chat/completions", &body.to_string())
+    };
+    let (status, plain) = ask(json!({}));
+    assert_eq!(status, 200, "{plain}");
+    let tool = json!({"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}});
+    let (status, with_tools) = ask(json!({"tools": [tool.clone(), tool]}));
+    assert_eq!(status, 200, "{with_tools}");
+    let ids = |v: &Value| v["prompt_token_ids"].as_array().unwrap().len();
+    assert_eq!(ids(&with_tools), ids(&plain) + 3, "the template saw two tools (\"T2:\"): {with_tools}");
+    let (status, called) = ask(json!({"messages": [{"role": "user", "content": "sort 312:"}, {"role": "assistant", "tool_calls": [{"id": "c0", "type": "function", "function": {"name": "calc", "arguments": "{}"}}]}, {"role": "tool", "content": "1"}]}));
+    assert_eq!(status, 200, "an assistant message without content: {called}");
+    let (status, bad) = ask(json!({"tools": 5}));
+    assert_eq!(status, 400, "{bad}");
+    assert!(bad["error"]["message"].as_str().unwrap().contains("`tools`"), "{bad}");
 }

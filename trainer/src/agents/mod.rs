@@ -5,12 +5,11 @@
 //! - `environment.rs`: the programs, run concurrently, one per episode;
 //! - `server.rs`: the per-episode sessions' endpoints;
 //! - `session.rs`: a session's exact trajectory and the rule that extends it turn by turn;
-//! - `tool_calls.rs`: Hermes `<tool_call>` blocks as OpenAI's `tool_calls`.
+//! tool calls are `lockstep serve`'s (`crate::serve::tool_calls`).
 
 pub mod environment;
 pub mod server;
 pub mod session;
-pub mod tool_calls;
 
 use crate::config::EnvironmentSection;
 use environment::{Episode, Report};

@@ -7,9 +7,9 @@
 //! fails with it even when the program swallows the HTTP error.
 
 use super::session::{Session, Turn};
-use super::tool_calls;
 use crate::serve::api::{self, ApiError, Defaults};
 use crate::serve::respond::{self, Endpoint, Piece};
+use crate::serve::tool_calls;
 use axum::extract::{Path, State};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -185,22 +185,15 @@ async fn turn(server: &Arc<EpisodeServer>, id: &str, endpoint: Endpoint, bytes: 
         Some(&t) if server.params.stop_tokens.contains(&t) => tokenizer.decode(&[t], false).unwrap_or_default(),
         _ => String::new(),
     };
-    let calls = (tools.is_some() && server.chat.as_ref().is_some_and(|c| c.writes_tool_call_blocks())).then(|| tool_calls::parse(&reply_text, &format!("{turn_index}"))).flatten();
-    let finish = match (&calls, api::finish_reason(&done.finish)) {
-        (Some(_), "stop") => "tool_calls",
-        (_, f) => f,
-    };
-    let piece = Piece { index: 0, text: calls.as_ref().map_or(reply_text.clone(), |(content, _)| content.clone()), tokens: &done.tokens, logprobs: &done.logprobs, finish: Some(finish) };
+    let piece = Piece { index: 0, text: reply_text.clone(), tokens: &done.tokens, logprobs: &done.logprobs, finish: Some(api::finish_reason(&done.finish)) };
     let mut choice = respond::choice(endpoint, tokenizer, piece, asked.logprobs, false, false);
-    if let Some((_, list)) = &calls {
-        choice["message"]["tool_calls"] = json!(list);
-    }
+    let calls = if endpoint == Endpoint::Chat && tools.is_some() && server.chat.as_ref().is_some_and(|c| c.writes_tool_call_blocks()) { tool_calls::into_choice(&mut choice, &format!("{turn_index}")) } else { 0 };
     let mut v = respond::envelope(endpoint, &server.defaults, done.id, crate::serve::unix_time(), false, vec![choice], &prompt);
     v["usage"] = api::usage(prompt.len(), done.tokens.len());
     {
         let mut sessions = server.sessions.lock().expect("sessions");
         let session = sessions.get_mut(id).expect("the session was open");
-        session.turns.push(Turn { prompt, prompt_text, tokens: done.tokens, logprobs: done.logprobs, sampled_text, reply_text, end_text, tool_calls: calls.map_or(0, |(_, l)| l.len()) });
+        session.turns.push(Turn { prompt, prompt_text, tokens: done.tokens, logprobs: done.logprobs, sampled_text, reply_text, end_text, tool_calls: calls });
     }
     busy.done = true;
     Ok(v)

@@ -12,6 +12,7 @@ pub(crate) mod detok;
 mod metrics;
 pub(crate) mod respond;
 mod stream;
+pub mod tool_calls;
 
 use crate::config::Config;
 use crate::error::RunError;
@@ -236,7 +237,15 @@ async fn answer(server: Arc<Server>, endpoint: Endpoint, body: &[u8]) -> Respons
         }
         let done = generate(&server, requests).await?;
         drop(admitted);
-        Ok(ok(respond::whole(endpoint, &server.tokenizer, &server.defaults, &sampling, &prompt, &done, unix_time())))
+        let mut v = respond::whole(endpoint, &server.tokenizer, &server.defaults, &sampling, &prompt, &done, unix_time());
+        // OpenAI's tools: a template that writes Hermes <tool_call> blocks gets its calls parsed
+        if endpoint == Endpoint::Chat && body.get("tools").is_some_and(|t| !t.is_null()) && server.chat.as_ref().is_some_and(|c| c.writes_tool_call_blocks()) {
+            let id = v["id"].as_str().unwrap_or("").to_string();
+            for (i, choice) in v["choices"].as_array_mut().into_iter().flatten().enumerate() {
+                tool_calls::into_choice(choice, &format!("{id}_{i}"));
+            }
+        }
+        Ok(ok(v))
     };
     result.await.unwrap_or_else(error)
 }
@@ -257,9 +266,14 @@ fn chat_prompt(server: &Server, body: &Value) -> Result<Vec<u32>, ApiError> {
     let Some(chat) = &server.chat else {
         return Err(ApiError::bad("messages", "this server has no chat template (model.path with one, or task.chat_template); use /v1/completions"));
     };
-    let Some(messages) = body.get("messages").and_then(Value::as_array).filter(|list| !list.is_empty() && list.iter().all(|m| m.get("role").is_some_and(Value::is_string) && m.get("content").is_some())) else {
+    // an assistant message that only calls tools may leave out its content (OpenAI's rule)
+    let Some(messages) = body.get("messages").and_then(Value::as_array).filter(|list| !list.is_empty() && list.iter().all(|m| m.get("role").is_some_and(Value::is_string) && (m.get("content").is_some() || m.get("tool_calls").is_some()))) else {
         return Err(ApiError::bad("messages", "`messages` must be a non-empty list of {\"role\", \"content\"} objects"));
     };
-    let text = chat.render_messages(messages.clone()).map_err(|e| ApiError::bad("messages", format!("the chat template cannot render these messages: {e}")))?;
+    let tools = body.get("tools").filter(|t| !t.is_null());
+    if tools.is_some_and(|t| !t.is_array()) {
+        return Err(ApiError::bad("tools", "`tools` must be a list of function schemas"));
+    }
+    let text = chat.render_with_tools(messages.clone(), tools).map_err(|e| ApiError::bad("messages", format!("the chat template cannot render these messages: {e}")))?;
     encode(&server.tokenizer, &text).map_err(|e| ApiError::bad("messages", e.to_string()))
 }

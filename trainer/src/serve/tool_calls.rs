@@ -34,6 +34,21 @@ pub fn parse(reply: &str, id_prefix: &str) -> Option<(String, Vec<Value>)> {
     Some((reply[..first].trim_end_matches('\n').to_string(), calls))
 }
 
+/// Rewrites a whole chat response's choice whose content holds calls: the content before them,
+/// `message.tool_calls`, and `finish_reason` "tool_calls" where it was "stop". Returns how many
+/// calls it found.
+pub fn into_choice(choice: &mut Value, id_prefix: &str) -> usize {
+    let Some(text) = choice["message"]["content"].as_str() else { return 0 };
+    let Some((content, calls)) = parse(text, id_prefix) else { return 0 };
+    choice["message"]["content"] = content.into();
+    let n = calls.len();
+    choice["message"]["tool_calls"] = Value::Array(calls);
+    if choice["finish_reason"] == "stop" {
+        choice["finish_reason"] = "tool_calls".into();
+    }
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,6 +64,13 @@ mod tests {
         assert!(parse("no calls here", "x").is_none());
         assert!(parse("<tool_call>{\"name\": \"calc\"", "x").is_none(), "unclosed");
         assert!(parse("<tool_call>not json</tool_call>", "x").is_none());
+        // a whole response's choice rewritten in place
+        let mut choice = json!({"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply}});
+        assert_eq!(into_choice(&mut choice, "c"), 2);
+        assert_eq!((choice["finish_reason"].as_str(), choice["message"]["content"].as_str()), (Some("tool_calls"), Some("Let me compute.")));
+        let mut plain = json!({"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": "no calls"}});
+        assert_eq!(into_choice(&mut plain, "c"), 0);
+        assert!(plain["message"].get("tool_calls").is_none() && plain["finish_reason"] == "length");
     }
 
     /// Qwen3's template renders a parsed reply, echoed back, to the very text the model wrote.
