@@ -7,11 +7,11 @@ use tokenizers::Tokenizer;
 pub const EOS: &str = "<eos>";
 const CHARS: &str = "0123456789+-*/=()<>:,.?! abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
 
-/// Characters a task's text needs beyond the base set: LaTeX's `\boxed{}` for the word problems'
-/// solutions. They come after the base characters, so every other task keeps its ids, its
-/// vocabulary size and therefore its random model's bits.
+/// Characters a task's text needs beyond the base set: LaTeX's `\boxed{}` for the solutions of
+/// the word problems and the long arithmetic chains. They come after the base characters, so
+/// every other task keeps its ids, its vocabulary size and therefore its random model's bits.
 pub fn extra_chars(task_name: &str) -> &'static str {
-    if task_name == "word_problems" { "\\{}" } else { "" }
+    if matches!(task_name, "word_problems" | "long_arithmetic") { "\\{}" } else { "" }
 }
 
 /// The tokenizer.json text: id 0 is `<eos>`, 1 is `<unk>`, then one id per character of the

@@ -277,6 +277,7 @@ impl TaskSection {
             "word_problems" => Some(("task.digits", self.digits, 1..=3)),
             "sort" => Some(("task.count", self.count, 2..=9)),
             "countdown" => Some(("task.count", self.count, 2..=5)),
+            "long_arithmetic" => Some(("task.count", self.count, 2..=64)),
             _ => None,
         }
     }

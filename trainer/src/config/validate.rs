@@ -13,7 +13,7 @@ impl Config {
         if self.model.path.is_empty() {
             self.validate_embedded_shape()?;
         }
-        one_of("task.name", &self.task.name, &["addition", "sort", "countdown", "word_problems", "dataset", "jsonl", "environment"])?;
+        one_of("task.name", &self.task.name, &["addition", "sort", "countdown", "word_problems", "dataset", "jsonl", "environment", "long_arithmetic"])?;
         one_of("task.reward", &self.task.reward, &["exact", "char_f1", "math", "command"])?;
         if self.task.reward == "command" && self.task.reward_command.trim().is_empty() {
             return bad("task.reward_command", "task.reward = \"command\" needs the command that prints the rewards".into());

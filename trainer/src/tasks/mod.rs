@@ -6,6 +6,7 @@ use crate::config::TaskSection;
 use crate::rng::SplitMix;
 use std::path::Path;
 
+mod chains;
 mod dataset;
 pub mod fit;
 mod problem;
@@ -22,6 +23,8 @@ pub enum Task {
     /// Grade-school word problems with a worked solution ending `\boxed{N}` (graded by the math
     /// verifier, `task.reward = "math"`).
     WordProblems { digits: usize },
+    /// A chain of + and - worked one step at a time, ending `\boxed{N}` (`chains.rs`).
+    LongArithmetic { terms: usize, digits: usize },
     Dataset { problems: Vec<Problem> },
     /// Agent episodes: records handed to `environment.command` (`records.rs`).
     Environment { records: Vec<(usize, serde_json::Value)>, file: String },
@@ -40,6 +43,12 @@ impl Task {
             "sort" => Task::Sort { count: c.count },
             "countdown" => Task::Countdown { count: c.count },
             "word_problems" => Task::WordProblems { digits: c.digits },
+            "long_arithmetic" => {
+                if !(1..=4).contains(&c.digits) {
+                    return Err(TaskError { file: "config".into(), line: 0, message: format!("task.digits must be in 1..=4 for long_arithmetic, got {}", c.digits) });
+                }
+                Task::LongArithmetic { terms: c.count, digits: c.digits }
+            }
             "environment" => Task::Environment { records: records::load(Path::new(&c.path))?, file: c.path.clone() },
             _ => Task::Dataset { problems: load_dataset(Path::new(&c.path), c)? },
         })
@@ -84,6 +93,7 @@ impl Task {
                 plain(format!("sort {}:", s(&digits)), s(&sorted))
             }
             Task::WordProblems { digits } => word_problem(rng, *digits),
+            Task::LongArithmetic { terms, digits } => chains::long_arithmetic(rng, *terms, *digits),
             Task::Countdown { count } => {
                 let numbers: Vec<i64> = (0..*count).map(|_| 1 + rng.below(9) as i64).collect();
                 let mut expr = numbers[0].to_string();
