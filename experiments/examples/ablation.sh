@@ -2,7 +2,14 @@
 # The ablation matrix: sampler kernels {matched, fast[, split_k]} x correction {none, tis, mis, ppo_clip}
 # x seeds, on a built-in task; then a table and plots read back from the TensorBoard files.
 #
-#   bash experiments/examples/ablation.sh [--tiny] [--seeds "0 1 2"] [--jobs N] [--kernels "matched fast split_k"] [--config FILE] [--out DIR] [-- --set key=value ...]
+#   bash experiments/examples/ablation.sh [--tiny] [--seeds "0 1 2"] [--jobs N] [--kernels "matched fast split_k"] [--config FILE] [--out DIR] [--runs DIR] [--resume] [-- --set key=value ...]
+#
+# Long matrices across several sessions or device calls: --runs DIR keeps the cells' run folders
+# (checkpoints) outside --out, so --out holds only what comes back (the report and each cell's
+# metrics.jsonl); --resume continues every cell from its last checkpoint (a finished cell does
+# nothing, a cell without one starts); `-- --max-steps N` ends each cell's call after N more steps
+# with a checkpoint. E.g. on a warm GPU machine, one call after another:
+#   bash experiments/examples/ablation.sh --config C.toml --jobs 12 --runs /tmp/abl --out $OUT --resume -- --max-steps 50
 #
 # --tiny: a few steps per cell (what CI runs). Extra `--set` overrides after `--` apply to every
 # cell (e.g. `-- --set model.dtype=bf16` on the H200). --jobs N runs N cells at once (on a GPU
@@ -16,6 +23,8 @@ jobs=1
 kernel_sets="matched fast"
 config=()
 out="experiments/ablation-out"
+runs=""
+resume=0
 extra=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -25,6 +34,8 @@ while [ $# -gt 0 ]; do
         --kernels) kernel_sets="$2"; shift 2 ;;
         --config) config=("$2"); shift 2 ;;
         --out) out="$2"; shift 2 ;;
+        --runs) runs="$2"; shift 2 ;;
+        --resume) resume=1; shift ;;
         --) shift; extra=("$@"); break ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
@@ -33,9 +44,9 @@ if [ -z "${LOCKSTEP:-}" ]; then
     cargo build --locked -q -p trainer --bin lockstep
     LOCKSTEP="${CARGO_TARGET_DIR:-target}/debug/lockstep"
 fi
-runs="$out/runs"
-rm -rf "$runs"
-mkdir -p "$runs"
+runs="${runs:-$out/runs}"
+[ "$resume" = 1 ] || rm -rf "$runs"
+mkdir -p "$runs" "$out"
 if [ "$tiny" = 1 ]; then
     base=(--set train.steps=3 --set train.sft_steps=4 --set train.sft_batch=8 --set train.prompts_per_step=2
           --set train.group_size=4 --set sampler.max_new_tokens=4 --set train.checkpoint_every=0)
@@ -47,8 +58,13 @@ else
 fi
 run_cell() {
     local name="$1"; shift
+    local again=()
+    rm -f "$runs/$name.failed"
+    if [ "$resume" = 1 ] && ls "$runs/$name"/checkpoints/step-*/state.json > /dev/null 2>&1; then again=(--resume); fi
     "$LOCKSTEP" train "${config[@]}" "${base[@]}" "$@" --set log.progress=false --set "log.runs_dir=$runs" --set "log.run_name=$name" \
-        "${extra[@]}" > "$runs/$name.log" 2>&1 || { echo "cell $name failed:" >&2; tail -5 "$runs/$name.log" >&2; touch "$runs/$name.failed"; }
+        "${again[@]}" "${extra[@]}" >> "$runs/$name.log" 2>&1 || { echo "cell $name failed:" >&2; tail -5 "$runs/$name.log" >&2; touch "$runs/$name.failed"; }
+    mkdir -p "$out/metrics"
+    cp "$runs/$name/metrics.jsonl" "$out/metrics/$name.jsonl" 2> /dev/null || true
 }
 # each seed draws its own embedded model; a checkpoint (model.path, in --config or after --)
 # brings its weights, and lockstep refuses model.init_seed beside it
