@@ -90,4 +90,4 @@ if ls "$runs"/*.failed > /dev/null 2>&1; then
     exit 1
 fi
 "$LOCKSTEP" report "${dirs[@]}" --out "$out" --target-reward 0.5
-echo "wrote $out/table.md, $out/reward.png, $out/kl.png, $out/logprob_abs_diff_max.png" >&2
+echo "wrote $out/table.md, $out/reward.png, $out/kl.png, $out/logprob_abs_diff_max.png; by arm (seeds thin, their mean bold, matched grey): $out/arms.md, $out/arms_{reward,kl,grad_norm,entropy}.png" >&2

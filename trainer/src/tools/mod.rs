@@ -9,3 +9,4 @@ pub mod bench_tiles;
 pub mod check;
 pub mod host_profile;
 pub mod report;
+pub mod report_arms;

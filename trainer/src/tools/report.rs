@@ -82,7 +82,7 @@ pub fn table(runs: &[(String, Scalars)], target_reward: f64) -> String {
     s
 }
 
-fn font() -> bool {
+pub(super) fn font() -> bool {
     for path in ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"] {
         if let Ok(bytes) = std::fs::read(path) {
             let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
@@ -157,7 +157,8 @@ pub fn read_metrics_jsonl(path: &Path) -> Result<Scalars, String> {
 }
 
 /// Reads `run_dirs` (each with a `tb` folder, or else a `metrics.jsonl`), writes
-/// `out/table.md`, `out/reward.png`, `out/kl.png`.
+/// `out/table.md`, `out/reward.png`, `out/kl.png`, `out/logprob_abs_diff_max.png`, and by arm
+/// (`report_arms.rs`) `out/arms.md` and `out/arms_{reward,kl,grad_norm,entropy}.png`.
 pub fn report(run_dirs: &[PathBuf], out: &Path, target_reward: f64) -> Result<String, String> {
     if run_dirs.is_empty() {
         return Err("name at least one run folder (runs/<log.run_name>)".into());
@@ -187,7 +188,13 @@ pub fn report(run_dirs: &[PathBuf], out: &Path, target_reward: f64) -> Result<St
     plot(&runs, "rollout/reward_mean", &out.join("reward.png"))?;
     plot(&runs, "rollout/kl_k1", &out.join("kl.png"))?;
     plot(&runs, "rollout/logprob_abs_diff_max", &out.join("logprob_abs_diff_max.png"))?;
-    Ok(md)
+    // by arm (runs named <arm>-s<seed>): panels and the seed spread of the final rewards
+    let by_arm = super::report_arms::arm_table(&runs);
+    shared_kernels::model::save::write_atomic(&out.join("arms.md"), by_arm.as_bytes()).map_err(|e| e.to_string())?;
+    for (tag, name) in [("rollout/reward_mean", "arms_reward.png"), ("rollout/kl_k1", "arms_kl.png"), ("train/grad_norm", "arms_grad_norm.png"), ("train/entropy", "arms_entropy.png")] {
+        super::report_arms::plot_arms(&runs, tag, &out.join(name))?;
+    }
+    Ok(format!("{md}\n{by_arm}"))
 }
 
 #[cfg(test)]
@@ -237,11 +244,11 @@ mod tests {
         }
         // a run without steps yet gives a table that says so
         let md = super::report(&[run], &out, 0.5).unwrap();
-        assert_eq!(std::fs::read_to_string(out.join("table.md")).unwrap(), md);
+        assert!(md.starts_with(&std::fs::read_to_string(out.join("table.md")).unwrap()) && md.ends_with(&std::fs::read_to_string(out.join("arms.md")).unwrap()), "{md}");
         // every file renamed into place: the plots and the table, no temp file beside them
         let mut names: Vec<String> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         names.sort();
-        assert_eq!(names, ["kl.png", "logprob_abs_diff_max.png", "reward.png", "table.md"]);
+        assert_eq!(names, ["arms.md", "arms_entropy.png", "arms_grad_norm.png", "arms_kl.png", "arms_reward.png", "kl.png", "logprob_abs_diff_max.png", "reward.png", "table.md"]);
     }
 
     #[test]
