@@ -10,3 +10,4 @@ pub mod check;
 pub mod host_profile;
 pub mod report;
 pub mod report_arms;
+pub mod scalars;

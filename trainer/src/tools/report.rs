@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use tensorboard_proto::event::{Event, Event_oneof_what};
 use tensorboard_proto::summary::Summary_Value_oneof_value;
 
-/// tag -> (step, value), sorted by step.
-pub type Scalars = BTreeMap<String, Vec<(i64, f32)>>;
+pub use super::scalars::Scalars;
+use super::scalars::font;
 
 /// Every scalar in the event files of `tb_dir` (TFRecord framing: u64 length, u32 crc,
 /// payload, u32 crc; payloads are `Event` protobufs).
@@ -80,16 +80,6 @@ pub fn table(runs: &[(String, Scalars)], target_reward: f64) -> String {
         );
     }
     s
-}
-
-pub(super) fn font() -> bool {
-    for path in ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf"] {
-        if let Ok(bytes) = std::fs::read(path) {
-            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-            return plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok();
-        }
-    }
-    false
 }
 
 /// One PNG per tag, a line per run.

@@ -3,7 +3,7 @@
 //! matched arm's mean (`matched-none`, else the first `matched` arm) in grey in every other panel
 //! for reference; and the table of each arm's final reward with its seed spread.
 
-use super::report::Scalars;
+use super::scalars::{font, Scalars};
 use plotters::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -84,7 +84,7 @@ pub fn plot_arms(runs: &[(String, Scalars)], tag: &str, file: &Path) -> Result<(
     }
     let cols = arms.len().clamp(1, 4);
     let rows = arms.len().div_ceil(cols).max(1);
-    let labels = super::report::font();
+    let labels = font();
     let tmp = file.with_file_name(format!(".{}.{}.png", file.file_stem().and_then(|n| n.to_str()).unwrap_or("plot"), std::process::id()));
     let drawn = (|| -> Result<(), String> {
         let root = BitMapBackend::new(&tmp, (360 * cols as u32, 280 * rows as u32)).into_drawing_area();
