@@ -95,11 +95,8 @@ pub fn plot(runs: &[(String, Scalars)], tag: &str, file: &Path) -> Result<(), St
         hi = lo + 1e-3;
         lo -= 1e-3;
     }
-    // drawn beside the target (still .png: the backend picks the format by extension) and
-    // renamed over it, so a failed or killed report leaves the earlier plot whole
-    let tmp = file.with_file_name(format!(".{}.{}.png", file.file_stem().and_then(|n| n.to_str()).unwrap_or("plot"), std::process::id()));
-    let drawn = (|| -> Result<(), String> {
-        let root = BitMapBackend::new(&tmp, (900, 520)).into_drawing_area();
+    super::scalars::png_atomically(file, |tmp| {
+        let root = BitMapBackend::new(tmp, (900, 520)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let mut builder = ChartBuilder::on(&root);
         builder.margin(12).x_label_area_size(if labels { 36 } else { 0 }).y_label_area_size(if labels { 70 } else { 0 });
@@ -121,14 +118,6 @@ pub fn plot(runs: &[(String, Scalars)], tag: &str, file: &Path) -> Result<(), St
             chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).position(SeriesLabelPosition::LowerRight).draw().map_err(|e| e.to_string())?;
         }
         root.present().map_err(|e| format!("{}: {e}", file.display()))
-    })();
-    if let Err(e) = drawn {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    std::fs::rename(&tmp, file).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("{}: {e}", file.display())
     })
 }
 

@@ -85,9 +85,8 @@ pub fn plot_arms(runs: &[(String, Scalars)], tag: &str, file: &Path) -> Result<(
     let cols = arms.len().clamp(1, 4);
     let rows = arms.len().div_ceil(cols).max(1);
     let labels = font();
-    let tmp = file.with_file_name(format!(".{}.{}.png", file.file_stem().and_then(|n| n.to_str()).unwrap_or("plot"), std::process::id()));
-    let drawn = (|| -> Result<(), String> {
-        let root = BitMapBackend::new(&tmp, (360 * cols as u32, 280 * rows as u32)).into_drawing_area();
+    super::scalars::png_atomically(file, |tmp| {
+        let root = BitMapBackend::new(tmp, (360 * cols as u32, 280 * rows as u32)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         for (panel, (arm, seeds)) in root.split_evenly((rows, cols)).iter().zip(&arms) {
             let mut builder = ChartBuilder::on(panel);
@@ -110,14 +109,6 @@ pub fn plot_arms(runs: &[(String, Scalars)], tag: &str, file: &Path) -> Result<(
             chart.draw_series(LineSeries::new(seed_mean(seeds, tag), color.stroke_width(3))).map_err(|e| e.to_string())?;
         }
         root.present().map_err(|e| format!("{}: {e}", file.display()))
-    })();
-    if let Err(e) = drawn {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    std::fs::rename(&tmp, file).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("{}: {e}", file.display())
     })
 }
 

@@ -17,3 +17,17 @@ pub fn font() -> bool {
     }
     false
 }
+
+/// Draws a PNG beside `file` with `draw(temp path)` and renames it over `file`, so a failed or
+/// killed report leaves the earlier plot whole (the backend picks the format by extension).
+pub fn png_atomically(file: &std::path::Path, draw: impl FnOnce(&std::path::Path) -> Result<(), String>) -> Result<(), String> {
+    let tmp = file.with_file_name(format!(".{}.{}.png", file.file_stem().and_then(|n| n.to_str()).unwrap_or("plot"), std::process::id()));
+    if let Err(e) = draw(&tmp) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    std::fs::rename(&tmp, file).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("{}: {e}", file.display())
+    })
+}
