@@ -19,6 +19,8 @@ pub enum KnobKind {
     Cache,
     /// Fault injection and seeds for the test suites.
     Test,
+    /// A secret kept out of config files (which runs copy into their folders).
+    Credential,
 }
 
 impl KnobKind {
@@ -29,6 +31,7 @@ impl KnobKind {
             KnobKind::Diagnostic => "diagnostic",
             KnobKind::Cache => "compilation cache",
             KnobKind::Test => "tests",
+            KnobKind::Credential => "credential",
         }
     }
 }
@@ -285,10 +288,17 @@ pub const KNOBS: &[Knob] = &[
     },
     Knob {
         name: "LOCKSTEP_FAULT_OOM",
-        values: Values::Text("`PHASE:STEP`, PHASE one of `sample`, `score`, `update`"),
+        values: Values::Text("`PHASE:STEP`, PHASE one of `sample`, `score`, `update`; or `engine`"),
         default: "unset",
         kind: KnobKind::Test,
-        effect: "fault injection for `trainer/tests/memory_sizing.rs`: that GRPO step's phase fails as cubecl reports a device allocation that did not fit, to show the run names it as out of device memory with the keys to change, saves the state before the step, and resumes bit-identically",
+        effect: "fault injection for `trainer/tests/memory_sizing.rs`: that GRPO step's phase fails as cubecl reports a device allocation that did not fit, to show the run names it as out of device memory with the keys to change, saves the state before the step, and resumes bit-identically; `engine`: every step of the sampler's engine fails so (`lockstep sample` names it with the sampler's keys)",
+    },
+    Knob {
+        name: "LOCKSTEP_API_KEY",
+        values: Values::Text("any text"),
+        default: "unset",
+        kind: KnobKind::Credential,
+        effect: "the API key `lockstep serve` requires (`Authorization: Bearer <key>`, compared in constant time) when `serve.api_key` is empty, so the key need not be written in a config file or on a command line; `serve.api_key` wins when both are set",
     },
     Knob {
         name: "LOCKSTEP_TEST_SEED",

@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::Path;
 
 /// `load_s`: the seconds the checkpoint took to load, for the timing line.
-pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<usize, RunError> {
+pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<Failed, RunError> {
     let s = &cfg.sampler;
     if s.input.is_empty() || s.output.is_empty() {
         return Err(RunError::Other("config keys `sampler.input` and `sampler.output` must name the prompt and result JSONL files".into()));
@@ -160,7 +160,7 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
     all_phases.absorb(&steady_phases);
     // one machine-readable line for benchmark scripts (experiments/bench/seed_bench.sh)
     eprintln!("sample-timing {}", serde_json::json!({"load_s": load_s, "first_wave_s": first_wave_s, "steady_s": steady_s, "steady_tokens": steady_tokens, "tokens": generated, "sample_s": seconds, "kernels": cfg.ablation.sampler_kernels, "steady_engine_steps": steady_phases.steps, "steady_launch_s": steady_phases.launch_s, "steady_wait_s": steady_phases.wait_s, "all_engine_steps": all_phases.steps, "all_launch_s": all_phases.launch_s, "all_wait_s": all_phases.wait_s, "all_replayed_steps": all_phases.replayed_steps}));
-    let mut failed = 0;
+    let mut failed = Failed::default();
     shared_kernels::model::save::write_atomic_with(output, |out| {
         failed = write_results(out, order, &mut results, &tokenizer).map_err(|e| shared_kernels::model::ModelError::io(output, e))?;
         Ok(())
@@ -169,31 +169,41 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
     Ok(failed)
 }
 
-/// The results in `order` as JSON lines into `out`; returns how many failed.
-fn write_results(out: &mut dyn Write, order: Vec<(u64, serde_json::Value)>, results: &mut std::collections::HashMap<u64, Result<sampler::Completion, sampler::SampleError>>, tokenizer: &tokenizers::Tokenizer) -> std::io::Result<usize> {
-    let mut failed = 0;
+/// The requests that failed: how many, and whether the device ran out of memory (with the
+/// bytes asked, where cubecl says).
+#[derive(Debug, Default)]
+pub struct Failed {
+    pub count: usize,
+    pub out_of_memory: Option<Option<u64>>,
+}
+
+/// The results in `order` as JSON lines into `out`; returns what failed.
+fn write_results(out: &mut dyn Write, order: Vec<(u64, serde_json::Value)>, results: &mut std::collections::HashMap<u64, Result<sampler::Completion, sampler::SampleError>>, tokenizer: &tokenizers::Tokenizer) -> std::io::Result<Failed> {
+    let mut failed = Failed::default();
     for (engine_id, id) in order {
         let line = match results.remove(&engine_id) {
             Some(Ok(c)) => match c.logprobs.iter().position(|l| !l.is_finite()) {
                 // a NaN or infinite logprob is a device or model fault, never a result
                 Some(k) => {
-                    failed += 1;
+                    failed.count += 1;
                     serde_json::json!({"id": id, "error": format!("non-finite logprob {} at completion position {k} (token {})", c.logprobs[k], c.tokens[k])})
                 }
                 None => match tokenizer.decode(&c.tokens, true) {
                     Ok(text) => serde_json::json!({"id": id, "completion": text, "token_ids": c.tokens, "logprobs": c.logprobs, "finish_reason": format!("{:?}", c.finish).to_lowercase()}),
                     Err(e) => {
-                        failed += 1;
+                        failed.count += 1;
                         serde_json::json!({"id": id, "error": format!("decoding its tokens: {e}"), "token_ids": c.tokens})
                     }
                 },
             },
             Some(Err(e)) => {
-                failed += 1;
-                serde_json::json!({"id": id, "error": e.to_string()})
+                failed.count += 1;
+                let text = e.to_string();
+                failed.out_of_memory = failed.out_of_memory.or(crate::out_of_memory::reported(&text));
+                serde_json::json!({"id": id, "error": text})
             }
             None => {
-                failed += 1;
+                failed.count += 1;
                 serde_json::json!({"id": id, "error": "the engine returned no result for this request"})
             }
         };
@@ -241,10 +251,27 @@ pub fn main(cfg: Config) -> Result<(), RunError> {
     let policy = crate::policy::load_policy(&cfg, None, &device)?;
     let load_s = loading.elapsed().as_secs_f64();
     let failed = run(&cfg, policy, cfg.log.progress, load_s)?;
-    if failed > 0 {
-        return Err(RunError::Other(format!("{failed} request(s) failed; see their `error` in {}", cfg.sampler.output)));
+    if let Some(asked) = failed.out_of_memory {
+        return Err(RunError::Other(out_of_memory_message(&cfg, &device, asked, failed.count)));
+    }
+    if failed.count > 0 {
+        return Err(RunError::Other(format!("{} request(s) failed; see their `error` in {}", failed.count, cfg.sampler.output)));
     }
     Ok(())
+}
+
+/// The device ran out of memory in a sampling step: the sizes, and the keys that shrink a step
+/// or the KV cache.
+fn out_of_memory_message(cfg: &Config, device: &burn::tensor::Device, asked: Option<u64>, failed: usize) -> String {
+    let gb = |b: u64| format!("{:.2} GB", b as f64 / 1e9);
+    let free = shared_kernels::device::memory_free(device).map_or("free memory unknown".to_string(), |f| format!("{} free", gb(f)));
+    let asked = asked.map_or("an allocation".to_string(), |a| format!("{} asked", gb(a)));
+    let s = &cfg.sampler;
+    let kv = s.kv_budget_mib.set().map_or("auto".to_string(), |m| m.to_string());
+    format!(
+        "out of device memory in a sampling step ({asked}, {free}); {failed} request(s) failed (their `error` in {}): lower sampler.kv_budget_mib (now {kv}), sampler.max_batch (now {}) or sampler.chunk_size (now {}), or leave sampler.kv_budget_mib \"auto\" if another process took the memory",
+        s.output, s.max_batch, s.chunk_size
+    )
 }
 
 /// A request's noise key from its identity (FNV-1a over the text: the same on every build and

@@ -158,3 +158,24 @@ fn auto_is_the_default_and_explicit_sizes_round_trip_through_the_resolved_config
     let e = Config::load(None, &["train.micro_batch_tokens=lots".into()]).unwrap_err().to_string();
     assert!(e.contains("train.micro_batch_tokens") && e.contains("\"auto\""), "{e}");
 }
+
+/// `lockstep sample` whose engine runs out of device memory: exit 1 naming it with the sizes and
+/// the sampler's keys (never cubecl's "An IO error happened"), and every request's error kept in
+/// the output file.
+#[test]
+fn out_of_device_memory_while_sampling_is_named_with_the_samplers_keys() {
+    let dir = scratch("sizing-oom-sample");
+    std::fs::write(dir.join("prompts.jsonl"), "{\"prompt\": \"sort 312:\"}\n{\"prompt\": \"1+1=\"}\n").unwrap();
+    let args = ["sample", "--set", "sampler.input=prompts.jsonl", "--set", "sampler.output=out.jsonl", "--set", "sampler.max_new_tokens=4"];
+    let out = lockstep_env(&args, &dir, &[("LOCKSTEP_FAULT_OOM", "engine".to_string())]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("out of device memory in a sampling step") && err.contains("6.89 GB asked") && err.contains("2 request(s) failed"), "{err}");
+    assert!(err.contains("sampler.kv_budget_mib (now ") && err.contains("sampler.max_batch") && err.contains("sampler.chunk_size"), "{err}");
+    assert!(!err.contains("An IO error happened") && !err.contains("panicked"), "{err}");
+    let lines = std::fs::read_to_string(dir.join("out.jsonl")).unwrap();
+    assert_eq!(lines.lines().filter(|l| l.contains("out of device memory")).count(), 2, "{lines}");
+    // without the fault the same command samples both
+    let out = lockstep_env(&args, &dir, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -22,11 +22,15 @@ struct Server {
 
 impl Server {
     fn start(dir: &std::path::Path, extra: &[&str]) -> Server {
+        Self::start_with_env(dir, extra, &[])
+    }
+
+    fn start_with_env(dir: &std::path::Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut args = vec!["serve", "--set", "serve.port=0", "--set", "sampler.max_batch=32"];
         for s in extra {
             args.extend(["--set", s]);
         }
-        let mut child = Command::new(env!("CARGO_BIN_EXE_lockstep")).args(&args).current_dir(dir).stderr(Stdio::piped()).spawn().expect("start lockstep serve");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lockstep")).args(&args).envs(env.iter().copied()).current_dir(dir).stderr(Stdio::piped()).spawn().expect("start lockstep serve");
         let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
         let address = loop {
             let line = lines.next().expect("the server printed its address").expect("stderr line");
@@ -258,7 +262,8 @@ fn bad_requests_get_errors_naming_the_field_and_sigterm_stops_the_server() {
 #[test]
 fn an_api_key_is_required_when_set_and_past_the_queue_bound_requests_get_429() {
     let dir = scratch("serve-limits");
-    let server = Server::start(&dir, &["serve.api_key=sesame", "serve.max_queue=1"]);
+    // the key from the environment (serve.api_key left empty), as a deployment keeps it out of files
+    let server = Server::start_with_env(&dir, &["serve.max_queue=1"], &[("LOCKSTEP_API_KEY", "sesame")]);
     let body = json!({"prompt": "sort 312:", "max_tokens": 20}).to_string();
     // /health is open; the API needs the key
     assert_eq!(server.call("GET", "/health", "").0, 200);
@@ -430,4 +435,84 @@ fn tools_reach_the_chat_template_and_bad_tools_are_refused() {
     let (status, bad) = ask(json!({"tools": 5}));
     assert_eq!(status, 400, "{bad}");
     assert!(bad["error"]["message"].as_str().unwrap().contains("`tools`"), "{bad}");
+}
+
+/// Waits (at most 30 s) until no request runs or waits and no cache block is held.
+fn wait_idle(server: &Server, what: &str) -> std::collections::BTreeMap<String, f64> {
+    let started = std::time::Instant::now();
+    loop {
+        let m = server.metrics();
+        if m["lockstep:num_requests_running"] == 0.0 && m["lockstep:num_requests_waiting"] == 0.0 && m["lockstep:num_choices_in_flight"] == 0.0 && m["lockstep:kv_cache_blocks_used"] == 0.0 {
+            return m;
+        }
+        assert!(started.elapsed().as_secs() < 30, "{what}: still busy 30 s later: {m:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// `serve.request_timeout_s`: a request past it is answered 504 (a stream: an error event, then
+/// `[DONE]`) and its choices are cancelled; a short request still passes. `serve.shutdown_grace_s`:
+/// SIGTERM with a request that outlives the grace cancels it and exits 0.
+#[test]
+fn a_request_past_its_deadline_is_cancelled_and_sigterm_cancels_what_outlives_the_grace() {
+    let dir = scratch("serve-deadline");
+    // one sequence at a time: 64 choices of 36 tokens take far longer than the deadline
+    let server = Server::start(&dir, &["sampler.max_batch=1", "serve.request_timeout_s=0.3"]);
+    let long = |stream: bool| json!({"prompt": "sort 312:", "max_tokens": 36, "n": 64, "temperature": 1.0, "stream": stream});
+    // a short request passes once the first steps' kernels are compiled (a cold first step may
+    // itself take longer than the deadline), and the long ones below then run steps
+    let started = std::time::Instant::now();
+    loop {
+        let (status, v) = server.call("POST", "/v1/completions", &json!({"prompt": "1+1=", "max_tokens": 2}).to_string());
+        if status == 200 {
+            assert_eq!(v["choices"][0]["token_ids"].as_array().map(Vec::len), Some(2), "{v}");
+            break;
+        }
+        assert!(status == 504 && started.elapsed().as_secs() < 60, "{status}: {v}");
+    }
+    let mut cancelled = 0.0;
+    for stream in [false, true] {
+        if stream {
+            let events = server.stream("/v1/completions", &long(true));
+            assert_eq!(events.last(), Some(&Value::String("[DONE]".into())), "{events:?}");
+            let error = &events[events.len() - 2];
+            assert!(error["error"]["message"].as_str().unwrap_or("").contains("serve.request_timeout_s"), "{events:?}");
+        } else {
+            let (status, v) = server.call("POST", "/v1/completions", &long(false).to_string());
+            assert_eq!(status, 504, "{v}");
+            assert!(v["error"]["message"].as_str().unwrap_or("").contains("serve.request_timeout_s"), "{v}");
+        }
+        let started = std::time::Instant::now();
+        while server.metrics()["lockstep:request_cancelled_total"] <= cancelled {
+            assert!(started.elapsed().as_secs() < 30, "stream {stream}: the choices of a request past its deadline were not cancelled");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let m = wait_idle(&server, "a request past its deadline");
+        assert!(m["lockstep:request_success_total"] < 1.0 + 64.0, "stream {stream}: every choice ran: {m:?}");
+        cancelled = m["lockstep:request_cancelled_total"];
+    }
+
+    let dir = scratch("serve-grace");
+    let mut server = Server::start(&dir, &["sampler.max_batch=1", "serve.shutdown_grace_s=0.5"]);
+    let mut socket = std::net::TcpStream::connect(&server.address).expect("connect");
+    socket.set_read_timeout(Some(std::time::Duration::from_secs(60))).expect("a read timeout");
+    let b = long(true).to_string();
+    write!(socket, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}", b.len()).expect("send");
+    let mut first = [0u8; 64];
+    let n = socket.read(&mut first).expect("the stream's first bytes");
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"), "{}", String::from_utf8_lossy(&first[..n]));
+    assert!(Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().expect("kill").success());
+    let signalled = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = server.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(signalled.elapsed().as_secs() < 30, "the server did not stop within 30 s of SIGTERM with a 0.5 s grace");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    // the stream was cut, not finished: no [DONE] reached the client
+    let mut rest = Vec::new();
+    let _ = socket.read_to_end(&mut rest);
+    assert!(!String::from_utf8_lossy(&rest).contains("[DONE]"), "the request finished inside the grace period: make it longer");
 }

@@ -64,6 +64,9 @@ impl Engine {
         // A failed launch anywhere in the forward surfaces here, at the first read: an error for
         // this step's requests, not a panic of the engine.
         let mut data = step.copy.wait().map_err(|e| format!("the device failed while computing this step: {e}"))?.into_iter();
+        if shared_kernels::knobs::var("LOCKSTEP_FAULT_OOM").as_deref() == Some("engine") {
+            return Err("the device failed while computing this step: An IO error happened\nCaused by:\n  out of device memory allocating 6890192896 bytes (fault injection: LOCKSTEP_FAULT_OOM=engine)".into());
+        }
         let (Some(logprobs), Some(tokens)) = (data.next(), data.next()) else {
             return Err("the step's read-back returned fewer tensors than asked".into());
         };

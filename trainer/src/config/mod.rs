@@ -304,13 +304,19 @@ pub struct ServeSection {
     /// `Retry-After`. 0: no bound.
     pub max_queue: usize,
     /// When set, every request under `/v1/` must carry `Authorization: Bearer <api_key>`
-    /// (compared in constant time); 401 without it.
+    /// (compared in constant time); 401 without it. Empty: `LOCKSTEP_API_KEY`, if set.
     pub api_key: String,
+    /// Seconds a request may run before its choices are cancelled and it is answered 504 (a
+    /// stream: an error event, then `[DONE]`). 0: no deadline.
+    pub request_timeout_s: f64,
+    /// Seconds the requests in flight get to finish after SIGTERM or Ctrl-C before they are
+    /// cancelled and the server exits (0 when it stopped cleanly).
+    pub shutdown_grace_s: f64,
 }
 
 impl Default for ServeSection {
     fn default() -> Self {
-        Self { host: "127.0.0.1".into(), port: 8000, model_name: String::new(), max_queue: 1024, api_key: String::new() }
+        Self { host: "127.0.0.1".into(), port: 8000, model_name: String::new(), max_queue: 1024, api_key: String::new(), request_timeout_s: 0.0, shutdown_grace_s: 30.0 }
     }
 }
 

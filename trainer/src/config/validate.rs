@@ -85,6 +85,11 @@ impl Config {
         if self.sampler.max_new_tokens >= self.sampler.context {
             return bad("sampler.context", format!("is {} tokens, which leaves no room for a prompt beside sampler.max_new_tokens = {} (a request needs prompt + max_new_tokens positions)", self.sampler.context, self.sampler.max_new_tokens));
         }
+        for (key, v) in [("serve.request_timeout_s", self.serve.request_timeout_s), ("serve.shutdown_grace_s", self.serve.shutdown_grace_s)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return bad(key, format!("must be finite and >= 0 seconds, got {v}"));
+            }
+        }
         if !(0.0..=1.0).contains(&self.sampler.kv_reserve) {
             return bad("sampler.kv_reserve", format!("must be in [0, 1] (the fraction of each running request's remaining max_new_tokens kept in KV blocks), got {}", self.sampler.kv_reserve));
         }
@@ -307,7 +312,7 @@ mod tests {
 
     #[test]
     fn non_finite_values_are_refused_naming_the_key_and_that_they_must_be_finite() {
-        for key in ["sampler.temperature", "train.weight_decay", "train.grad_clip", "train.kl_coef"] {
+        for key in ["sampler.temperature", "train.weight_decay", "train.grad_clip", "train.kl_coef", "serve.request_timeout_s", "serve.shutdown_grace_s"] {
             for v in ["inf", "nan", "-1"] {
                 let e = Config::load_training(None, &[format!("{key}={v}")]).unwrap_err().to_string();
                 assert!(e.contains(key) && e.contains("must be finite and >= 0"), "{key}={v}: {e}");

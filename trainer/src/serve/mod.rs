@@ -41,6 +41,8 @@ struct Server {
     rejected: AtomicU64,
     rate: metrics::Rate,
     api_key: String,
+    /// `serve.request_timeout_s`; `None`: no deadline.
+    pub(crate) deadline: Option<std::time::Duration>,
 }
 
 /// A chat template where one is at hand: `task.chat_template` (an error names it), else the
@@ -85,7 +87,10 @@ pub fn run(cfg: &Config, policy: Policy) -> Result<(), RunError> {
     let mut model = model;
     model.kernels = cfg.ablation.sampler_kernels.kernel_set();
     let engine = crate::run::sampler_engine(cfg, &tokenizer, model)?;
-    let server = Arc::new(Server { engine: sampler::EngineHandle::spawn(engine), tokenizer, chat, defaults, next_id: AtomicU64::new(0), in_flight: Default::default(), max_queue: cfg.serve.max_queue, rejected: AtomicU64::new(0), rate: Default::default(), api_key: cfg.serve.api_key.clone() });
+    let api_key = if cfg.serve.api_key.is_empty() { shared_kernels::knobs::var("LOCKSTEP_API_KEY").unwrap_or_default() } else { cfg.serve.api_key.clone() };
+    let deadline = (cfg.serve.request_timeout_s > 0.0).then(|| std::time::Duration::from_secs_f64(cfg.serve.request_timeout_s));
+    let server = Arc::new(Server { engine: sampler::EngineHandle::spawn(engine), tokenizer, chat, defaults, next_id: AtomicU64::new(0), in_flight: Default::default(), max_queue: cfg.serve.max_queue, rejected: AtomicU64::new(0), rate: Default::default(), api_key, deadline });
+    let grace = std::time::Duration::from_secs_f64(cfg.serve.shutdown_grace_s);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| RunError::Other(format!("serve: the async runtime: {e}")))?;
     runtime.block_on(async move {
         let address = format!("{}:{}", cfg.serve.host, cfg.serve.port);
@@ -102,12 +107,29 @@ pub fn run(cfg: &Config, policy: Policy) -> Result<(), RunError> {
             .layer(axum::middleware::from_fn_with_state(server.clone(), authorised))
             .with_state(server);
         eprintln!("lockstep serve: listening on http://{bound} (model \"{name}\")");
-        axum::serve(listener, app).with_graceful_shutdown(stopped()).await.map_err(|e| RunError::Other(format!("serve: {e}")))
+        let (signalled, mut heard) = tokio::sync::watch::channel(false);
+        let serving = axum::serve(listener, app).with_graceful_shutdown(async move {
+            stopped(grace).await;
+            let _ = signalled.send(true);
+        });
+        // past the grace period the requests still in flight are cancelled: leaving block_on
+        // drops the runtime, whose tasks' engine receivers cancel their choices
+        let grace_over = async move {
+            let _ = heard.wait_for(|stopping| *stopping).await;
+            tokio::time::sleep(grace).await;
+        };
+        tokio::select! {
+            served = serving.into_future() => served.map_err(|e| RunError::Other(format!("serve: {e}"))),
+            () = grace_over => {
+                eprintln!("lockstep serve: the grace period (serve.shutdown_grace_s = {}) is over: cancelling the requests still in flight", grace.as_secs_f64());
+                Ok(())
+            }
+        }
     })
 }
 
 /// Resolves at SIGTERM or Ctrl-C.
-async fn stopped() {
+async fn stopped(grace: std::time::Duration) {
     let interrupt = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -123,7 +145,7 @@ async fn stopped() {
         _ = interrupt => {}
         _ = terminate => {}
     }
-    eprintln!("lockstep serve: stopping (the requests in flight finish first)");
+    eprintln!("lockstep serve: stopping: no new connections; the requests in flight have {} s to finish (serve.shutdown_grace_s)", grace.as_secs_f64());
 }
 
 /// Refuses a request without the server's `api_key` (when one is set); as vLLM's, the key
@@ -203,9 +225,20 @@ fn admit(server: &Arc<Server>, n: usize) -> Result<Admitted, ApiError> {
 
 /// Runs the choices on the engine and waits for all of them. Awaited in the handler itself, so
 /// a client that goes away drops the waits, which cancels the choices in the engine.
+/// Past `serve.request_timeout_s` the waits are dropped (cancelling the choices) and the
+/// request is answered 504.
 async fn generate(server: &Arc<Server>, requests: Vec<sampler::Request>) -> Result<Vec<sampler::Completion>, ApiError> {
-    let done = futures_util::future::join_all(requests.into_iter().map(|r| server.engine.submit(r))).await;
+    let all = futures_util::future::join_all(requests.into_iter().map(|r| server.engine.submit(r)));
+    let done = match server.deadline {
+        Some(limit) => tokio::time::timeout(limit, all).await.map_err(|_| timed_out(limit))?,
+        None => all.await,
+    };
     done.into_iter().map(|d| d.map_err(|e| ApiError { status: 500, message: e.to_string(), param: None })).collect()
+}
+
+/// The answer to a request that ran past `serve.request_timeout_s`.
+pub(crate) fn timed_out(limit: std::time::Duration) -> ApiError {
+    ApiError { status: 504, message: format!("the request did not finish within {} s (serve.request_timeout_s); its choices were cancelled", limit.as_secs_f64()), param: None }
 }
 
 pub(crate) fn unix_time() -> u64 {

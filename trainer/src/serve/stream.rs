@@ -2,7 +2,8 @@
 //! new tokens go out after every engine step that samples them (text held while it may end
 //! mid-character or begin a stop string), its last chunk carries `finish_reason`, then a usage
 //! chunk when `stream_options.include_usage` asks, then `data: [DONE]`. A client that goes
-//! away cancels its choices in the engine.
+//! away cancels its choices in the engine; so does `serve.request_timeout_s` (an error event,
+//! then `[DONE]`).
 
 use super::api::{ApiError, Sampling};
 use super::detok::Detokenizer;
@@ -47,10 +48,23 @@ async fn drive(server: &Server, endpoint: Endpoint, id: u64, prompt: &[u32], sam
     let mut sent = vec![0usize; n];
     let mut first = vec![true; n];
     let mut merged = stream::select_all(receivers.into_iter().enumerate().map(|(i, rx)| stream::unfold(rx, move |mut rx| async move { rx.recv().await.map(|e| ((i, e), rx)) }).boxed()));
+    let deadline = async {
+        match server.deadline {
+            Some(limit) => tokio::time::sleep(limit).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(deadline);
     loop {
         let next = tokio::select! {
             next = merged.next() => next,
             () = out.closed() => return,
+            () = &mut deadline => {
+                // returning drops the receivers, which cancels the choices still running
+                let _ = out.send(data(&super::timed_out(server.deadline.unwrap_or_default()).body()));
+                let _ = out.send(Event::default().data("[DONE]"));
+                return;
+            }
         };
         let Some((i, event)) = next else { break };
         let (tokens, logprobs, finish) = match &event {
