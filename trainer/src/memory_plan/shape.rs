@@ -34,7 +34,8 @@ pub(crate) struct Shape {
     pub(crate) layers: f64,
     pub(crate) hidden: f64,
     pub(crate) intermediate: f64,
-    heads: f64,
+    pub(crate) heads: f64,
+    pub(crate) head_dim: f64,
     pub(crate) vocab: usize,
     pub(crate) dtype: f64,
     /// One KV block's bytes (every layer's K and V for `BLOCK` positions).
@@ -58,6 +59,7 @@ impl Shape {
             hidden: n(m.hidden_size),
             intermediate: n(m.intermediate_size),
             heads: n(m.num_heads),
+            head_dim: n(m.head_dim),
             vocab: m.vocab_size,
             dtype,
             per_block: 2.0 * n(m.num_layers) * block * n(m.num_kv_heads) * n(m.head_dim) * dtype,
