@@ -17,8 +17,12 @@ def fmt(x, p=2):
     return f"{x:.{p}f}"
 
 
+# nvidia-smi samples MiB; the plan and docs/scale.md count GB (10^9 bytes)
+peak_gb = max(mem, default=0) * 1048576 / 1e9
+
+
 if not steps:
-    print(f"| {name} | exit {rc}, {wall} s | - | - | - | {max(mem, default=0) / 1024:.1f} | - | - |")
+    print(f"| {name} | exit {rc}, {wall} s | - | - | - | {peak_gb:.1f} | - | - |")
     sys.exit(0)
 bit = " ".join(f"{s['agreement']['bit_equal_frac']:.4f}" for s in steps)
 kl = max(abs(s["agreement"]["kl_k1"]) for s in steps)
@@ -37,4 +41,4 @@ mean_len = max(last.get("response_len_mean", 0.0), 1.0)
 attention = 6 * L * q * d * (rows / mean_len) * mean_len * (mean_len + 1)
 mfu_attention = (6 * matmul_params * rows + attention) / update_s / 989e12
 print(f"| {name} | exit {rc}, {len(steps)} steps, {wall} s | {bit} | {kl:.1e} | {fmt(last['step_s'], 1)} s: gen {fmt(t['gen_s'], 1)} / logprob {fmt(t['logprob_s'], 1)} / update {fmt(t['update_s'], 1)} / sync {fmt(t['sync_s'], 2)} "
-      f"| {max(mem, default=0) / 1024:.1f} | {gen_tps:,.0f} | {100 * mfu:.1f}% ({100 * mfu_attention:.1f}% with attention) |")
+      f"| {peak_gb:.1f} | {gen_tps:,.0f} | {100 * mfu:.1f}% ({100 * mfu_attention:.1f}% with attention) |")
