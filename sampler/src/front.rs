@@ -13,7 +13,7 @@ use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 /// What a streamed request hears: its tokens as they come (each once, in order), then its end.
 #[derive(Debug)]
 pub enum StreamEvent {
-    Tokens { tokens: Vec<u32>, logprobs: Vec<f32> },
+    Tokens { tokens: Vec<u32>, logprobs: Vec<f32>, top_logprobs: Vec<Vec<(u32, f32)>> },
     Done(Result<Completion, SampleError>),
 }
 
@@ -196,7 +196,7 @@ fn serve_engine(engine: &mut Engine, rx: mpsc::Receiver<(Request, Reply)>, metri
 /// that failed the replay check (answered with their error, to be cancelled).
 fn stream_new_tokens(engine: &Engine, waiting: &mut HashMap<u64, Reply>) -> Vec<u64> {
     let mut failed = Vec::new();
-    for (id, tokens, logprobs) in engine.partial() {
+    for (id, tokens, logprobs, top) in engine.partial() {
         let Some(Reply::Stream { events, sent }) = waiting.get_mut(&id) else { continue };
         if tokens.len() <= sent.len() {
             continue; // rerunning after a preemption, not past what was sent yet
@@ -208,7 +208,8 @@ fn stream_new_tokens(engine: &Engine, waiting: &mut HashMap<u64, Reply>) -> Vec<
         }
         let from = sent.len();
         sent.extend_from_slice(&tokens[from..]);
-        let _ = events.send(StreamEvent::Tokens { tokens: tokens[from..].to_vec(), logprobs: logprobs[from..].to_vec() });
+        let top_logprobs = top.get(from..).map_or_else(Vec::new, <[_]>::to_vec);
+        let _ = events.send(StreamEvent::Tokens { tokens: tokens[from..].to_vec(), logprobs: logprobs[from..].to_vec(), top_logprobs });
     }
     for id in &failed {
         waiting.remove(id);

@@ -9,8 +9,8 @@
 //! (f)–(i) the engine's modes give the plain engine's bits: shared prompt KV, overlapped steps,
 //!         a paged cache too small for the running requests, steps replayed as graphs.
 //!
-//! Every request draws its own prompt, length, temperature, top-k/top-p, stop token, seed and
-//! logprob mode (raw or processed).
+//! Every request draws its own prompt, length, temperature, top-k/top-p, stop token, seed,
+//! logprob mode (raw or processed) and `top_logprobs` (0 or 3).
 //! The graphs check is in `invariance/graphs.rs`; [`run_all`] is the one list `lockstep check`
 //! and the CI tests run.
 
@@ -23,7 +23,12 @@ use shared_kernels::model::{KernelSet, Qwen3};
 /// Tokens per cache slot in the checks (prompts up to 39 tokens, up to 23 new ones).
 pub const CONTEXT: usize = 80;
 
+mod bits;
 mod graphs;
+mod top_lists;
+
+pub use bits::{bits, Bits};
+use bits::first_difference;
 pub use graphs::graphs_replay_the_launched_steps;
 
 /// (max_batch, chunk_size, neighbours) of the "among others" scenarios.
@@ -62,13 +67,10 @@ pub fn random_request(rng: &mut StdRng, id: u64, vocab: usize) -> Request {
             stop: (0..rng.random_range(0..3)).map(|_| (0..rng.random_range(1..3)).map(|_| (b'a' + rng.random_range(0..26u8)) as char).collect()).collect(),
             seed: rng.random(),
             noise_key: None, processed_logprobs: rng.random_bool(0.5),
+            // most ask for no alternatives; some for a few (their logits then skip the graphs)
+            top_logprobs: [0, 0, 3][rng.random_range(0..3)],
         },
     }
-}
-
-/// Tokens, logprob bits and finish reason: what must not change.
-pub fn bits(c: &Completion) -> (Vec<u32>, Vec<u32>, FinishReason) {
-    (c.tokens.clone(), c.logprobs.iter().map(|v| v.to_bits()).collect(), c.finish)
 }
 
 pub fn engine(model: &Qwen3, max_batch: usize, chunk_size: usize) -> Engine {
@@ -146,16 +148,6 @@ pub fn alone_vs_among(model: &Qwen3, rng: &mut StdRng) -> Vec<EngineCheck> {
         .collect()
 }
 
-/// Where two runs of one request part: `labels` name the `want` and `got` runs.
-fn first_difference(want: &(Vec<u32>, Vec<u32>, FinishReason), got: &(Vec<u32>, Vec<u32>, FinishReason), labels: [&str; 2]) -> String {
-    let n = want.0.len().min(got.0.len());
-    let [a, b] = labels;
-    match (0..n).find(|&i| want.0[i] != got.0[i] || want.1[i] != got.1[i]) {
-        Some(i) => format!("generated position {i}: {a} token {} logprob bits {:#010x}, {b} token {} bits {:#010x}", want.0[i], want.1[i], got.0[i], got.1[i]),
-        None => format!("lengths/finish differ: {a} {} tokens {:?}, {b} {} tokens {:?}", want.0.len(), want.2, got.0.len(), got.2),
-    }
-}
-
 /// (d): sampler logprob bits = training-path logprob bits for `n` random requests. The trainer
 /// always scores on lockstep's kernels, whatever kernel set the sampler's model runs.
 pub fn sampler_equals_trainer(model: &Qwen3, rng: &mut StdRng, n: usize) -> EngineCheck {
@@ -187,6 +179,9 @@ pub fn sampler_matches_scorer(model: &Qwen3, trainer_model: &Qwen3, rng: &mut St
             let (p, kind) = (&req.params, if req.params.processed_logprobs { "processed" } else { "raw" });
             let detail = format!("request {} token {} (id {}; T {} top-k {} top-p {} {kind} logprobs): sampler bits {:#010x}, trainer {:?}", req.id, i, c.tokens[i], p.temperature, p.top_k, p.top_p, sampled[i], trainer.get(i).map(|b| format!("{b:#010x}")));
             return EngineCheck::new("sampler = trainer".into(), Some(detail));
+        }
+        if let Some(problem) = top_lists::problem(req, &c, &trainer) {
+            return EngineCheck::new("sampler = trainer".into(), Some(problem));
         }
         let finish_ok = match c.finish {
             FinishReason::Stop => req.params.stop_tokens.contains(c.tokens.last().unwrap_or(&u32::MAX)) || completes_stop_string(&c.tokens, &req.params.stop, &letters_decoder()),

@@ -30,6 +30,10 @@ pub struct SamplingParams {
     /// `processed_logprobs`); else under the full softmax at the temperature (`raw_logprobs`).
     /// The same when the request does not truncate.
     pub processed_logprobs: bool,
+    /// Also return, for each sampled token, the this many most likely tokens and their
+    /// logprobs under the full softmax at the temperature (OpenAI's `top_logprobs`; at most
+    /// [`shared_kernels::ops::logits::top_tokens::MAX_TOP`]). 0: none.
+    pub top_logprobs: usize,
 }
 
 impl SamplingParams {
@@ -46,7 +50,7 @@ impl SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        Self { temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 64, stop_tokens: Vec::new(), stop: Vec::new(), seed: 0, noise_key: None, processed_logprobs: false }
+        Self { temperature: 1.0, top_k: 0, top_p: 1.0, max_new_tokens: 64, stop_tokens: Vec::new(), stop: Vec::new(), seed: 0, noise_key: None, processed_logprobs: false, top_logprobs: 0 }
     }
 }
 
@@ -85,6 +89,9 @@ pub struct Completion {
     pub tokens: Vec<u32>,
     /// `logprobs[i]` belongs to `tokens[i]` (see the crate docs for the distribution).
     pub logprobs: Vec<f32>,
+    /// With `top_logprobs` asked, `top_logprobs[i]`: the most likely tokens at `tokens[i]`'s
+    /// position, best first, with their logprobs (empty otherwise).
+    pub top_logprobs: Vec<Vec<(u32, f32)>>,
     pub finish: FinishReason,
     pub timings: Timings,
 }
@@ -108,6 +115,8 @@ pub enum SampleError {
     EmptyStop { id: u64, index: usize },
     #[error("request {id}: stop strings need a decoder, and this engine has none (Engine::set_decoder)")]
     NoDecoder { id: u64 },
+    #[error("request {id}: top_logprobs must be at most {max}, got {asked}")]
+    TooManyTopLogprobs { id: u64, asked: usize, max: usize },
     #[error("request {id}: the engine failed: {message}")]
     Engine { id: u64, message: String },
     #[error("the engine has stopped")]
@@ -119,6 +128,9 @@ impl Request {
     pub fn validate(&self, vocab: usize, context: usize) -> Result<(), SampleError> {
         let id = self.id;
         let p = &self.params;
+        if p.top_logprobs > shared_kernels::ops::logits::top_tokens::MAX_TOP.min(vocab) {
+            return Err(SampleError::TooManyTopLogprobs { id, asked: p.top_logprobs, max: shared_kernels::ops::logits::top_tokens::MAX_TOP.min(vocab) });
+        }
         if self.prompt.is_empty() {
             return Err(SampleError::EmptyPrompt { id });
         }

@@ -212,7 +212,7 @@ fn cancelling_a_request_frees_its_cache_and_changes_no_other_bit() {
     for _ in 0..12 {
         e.step();
     }
-    let running: Vec<u64> = e.partial().map(|(id, _, _)| id).collect();
+    let running: Vec<u64> = e.partial().map(|(id, _, _, _)| id).collect();
     assert!(!running.is_empty() && running.len() < requests.len(), "{running:?} running");
     let queued = requests.iter().map(|r| r.id).rev().find(|id| !running.contains(id)).expect("a queued request");
     for id in [running[0], queued] {

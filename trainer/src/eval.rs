@@ -47,7 +47,7 @@ pub fn load_eval_problems(cfg: &Config, task: &Task) -> Result<Vec<Problem>, Run
 pub fn evaluate(cfg: &Config, policy: &Policy, task: &Task, engine: &mut Engine, problems: &[Problem], step: usize) -> Result<EvalMetrics, RunError> {
     let s = &cfg.sampler;
     let k = cfg.train.eval_samples;
-    let params = |temperature: f32, seed: u64| SamplingParams { temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: policy.stop_tokens.clone(), stop: s.stop.clone(), seed, noise_key: None, processed_logprobs: s.logprobs_mode == crate::config::LogprobsMode::Processed };
+    let params = |temperature: f32, seed: u64| SamplingParams { temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: policy.stop_tokens.clone(), stop: s.stop.clone(), seed, noise_key: None, processed_logprobs: s.logprobs_mode == crate::config::LogprobsMode::Processed, top_logprobs: 0 };
     let mut requests = Vec::new();
     for (p, problem) in problems.iter().enumerate() {
         let prompt = encode(&policy.tokenizer, &problem.prompt)?;

@@ -98,7 +98,7 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
             }
         };
         user_ids.push(user_id);
-        let request = Request { id: i as u64, prompt, params: SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: policy.stop_tokens.clone(), stop: s.stop.clone(), seed, noise_key: Some(noise_key(&key)), processed_logprobs: s.logprobs_mode == crate::config::LogprobsMode::Processed } };
+        let request = Request { id: i as u64, prompt, params: SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: policy.stop_tokens.clone(), stop: s.stop.clone(), seed, noise_key: Some(noise_key(&key)), processed_logprobs: s.logprobs_mode == crate::config::LogprobsMode::Processed, top_logprobs: 0 } };
         // a prompt the engine would refuse fails here, naming its line, before any sampling
         request.validate(policy.model.config.vocab_size, s.context).map_err(|e| at(refused_prompt(e)))?;
         requests.push(request);

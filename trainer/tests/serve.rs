@@ -157,6 +157,11 @@ impl Drop for Server {
 /// (other prompts, lengths and temperatures) sent at the same time: every copy's token ids and
 /// logprobs.
 fn under_load(server: &Server, request: &Value, copies: usize, seed: u64) -> Vec<(Value, Value)> {
+    under_load_choices(server, request, copies, seed).into_iter().map(|c| (c["token_ids"].clone(), c["logprobs"]["token_logprobs"].clone())).collect()
+}
+
+/// [`under_load`]'s copies' first choices, whole.
+fn under_load_choices(server: &Server, request: &Value, copies: usize, seed: u64) -> Vec<Value> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let neighbours: Vec<Value> = (0..12)
         .map(|_| {
@@ -169,7 +174,7 @@ fn under_load(server: &Server, request: &Value, copies: usize, seed: u64) -> Vec
             scope.spawn(move || server.complete(n.clone()));
         }
         let copies: Vec<_> = (0..copies).map(|_| scope.spawn(|| server.complete(request.clone()))).collect();
-        copies.into_iter().map(|h| h.join().expect("a request thread")).map(|v| (v["choices"][0]["token_ids"].clone(), v["choices"][0]["logprobs"]["token_logprobs"].clone())).collect()
+        copies.into_iter().map(|h| h.join().expect("a request thread")).map(|v| v["choices"][0].clone()).collect()
     })
 }
 
@@ -515,4 +520,70 @@ fn a_request_past_its_deadline_is_cancelled_and_sigterm_cancels_what_outlives_th
     let mut rest = Vec::new();
     let _ = socket.read_to_end(&mut rest);
     assert!(!String::from_utf8_lossy(&rest).contains("[DONE]"), "the request finished inside the grace period: make it longer");
+}
+
+/// `top_logprobs` (completions' `logprobs: k`, chat's `top_logprobs: k`): k alternatives a
+/// token, best first, the sampled token's entry its logprob's bits, the first the greedy token;
+/// the same bits among neighbours and streamed; bad counts refused by name.
+#[test]
+fn top_logprobs_list_the_most_likely_tokens_with_the_same_bits_under_load_and_streamed() {
+    let dir = scratch("serve-top");
+    std::fs::write(dir.join("t.jinja"), "{% for m in messages %}{{ m.content }}{% endfor %}").unwrap();
+    let server = Server::start(&dir, &["task.chat_template=t.jinja"]);
+    for request in [json!({"prompt": "sort 312:", "max_tokens": 10, "temperature": 0, "logprobs": 5}), json!({"prompt": "sort 312:", "max_tokens": 10, "temperature": 1.0, "seed": 3, "logprobs": 5})] {
+        let alone = server.complete(request.clone())["choices"][0].clone();
+        let (ids, lp) = (alone["token_ids"].as_array().expect("token_ids").clone(), &alone["logprobs"]);
+        let top = lp["top_token_ids"].as_array().expect("top_token_ids");
+        assert_eq!((ids.len(), top.len()), (10, 10), "{alone}");
+        let mut listed = 0;
+        for (i, list) in top.iter().enumerate() {
+            let list = list.as_array().expect("a list");
+            let values: Vec<f64> = list.iter().map(|e| e[1].as_f64().expect("a logprob")).collect();
+            assert!(list.len() == 5 && values.windows(2).all(|w| w[0] >= w[1]), "position {i}: {list:?}");
+            if let Some(e) = list.iter().find(|e| e[0] == ids[i]) {
+                // serde_json writes the shortest text that round-trips: equal text, equal bits
+                assert_eq!(e[1], lp["token_logprobs"][i], "position {i}");
+                listed += 1;
+            }
+            if request["temperature"] == 0 {
+                assert_eq!(list[0][0], ids[i], "position {i}: the greedy token is not first");
+            }
+            assert!(lp["top_logprobs"][i].as_object().is_some_and(|m| (1..=5).contains(&m.len())), "{}", lp["top_logprobs"][i]);
+        }
+        assert!(listed > 0, "no sampled token among its top 5: {alone}");
+        for copy in under_load_choices(&server, &request, 4, 2) {
+            assert_eq!(copy["logprobs"], alone["logprobs"], "under load");
+        }
+        let mut streamed = request.clone();
+        streamed["stream"] = json!(true);
+        let chunks = server.stream("/v1/completions", &streamed);
+        let joined: Vec<Value> = chunks.iter().filter_map(|c| c["choices"][0]["logprobs"]["top_token_ids"].as_array()).flatten().cloned().collect();
+        assert_eq!(&joined, top, "streamed");
+    }
+    // chat: logprobs true with top_logprobs 3, each entry with its id
+    let chat = |extra: Value| {
+        let mut body = json!({"messages": [{"role": "user", "content": "sort 312:"}], "max_tokens": 6, "temperature": 0, "logprobs": true});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        server.call("POST", "/v1/chat/completions", &body.to_string())
+    };
+    let (status, v) = chat(json!({"top_logprobs": 3}));
+    assert_eq!(status, 200, "{v}");
+    let content = v["choices"][0]["logprobs"]["content"].as_array().expect("content");
+    assert_eq!(content.len(), 6);
+    for (i, entry) in content.iter().enumerate() {
+        let top = entry["top_logprobs"].as_array().expect("top_logprobs");
+        assert_eq!(top.len(), 3, "{entry}");
+        assert_eq!((top[0]["token_id"].clone(), top[0]["logprob"].clone()), (entry["token_id"].clone(), entry["logprob"].clone()), "position {i}: greedy");
+    }
+    for (extra, status, needle) in [(json!({"top_logprobs": 21}), 400, "at most 20"), (json!({"top_logprobs": 2, "logprobs": false}), 400, "needs `logprobs: true`")] {
+        let (got, v) = chat(extra.clone());
+        assert!(got == status && v["error"]["message"].as_str().unwrap_or("").contains(needle) && v["error"]["param"] == "top_logprobs", "{extra}: {got} {v}");
+    }
+    let (got, v) = server.call("POST", "/v1/completions", &json!({"prompt": "1+1=", "logprobs": 30}).to_string());
+    assert!(got == 400 && v["error"]["param"] == "logprobs", "{got} {v}");
+    // a server of processed logprobs cannot list alternatives of the full softmax beside them
+    let dir = scratch("serve-top-processed");
+    let processed = Server::start(&dir, &["sampler.logprobs_mode=processed_logprobs"]);
+    let (got, v) = processed.call("POST", "/v1/completions", &json!({"prompt": "1+1=", "logprobs": 2}).to_string());
+    assert!(got == 400 && v["error"]["message"].as_str().unwrap_or("").contains("processed"), "{got} {v}");
 }

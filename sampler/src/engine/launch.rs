@@ -3,6 +3,7 @@
 use super::Engine;
 use burn::tensor::{DType, Int, Tensor};
 use shared_kernels::model::{Forward, Rows, Tokens};
+use shared_kernels::ops::logits::top_tokens::top_tokens;
 use shared_kernels::{bridge::ReadBack, row_rng_key, sample, SamplingRow};
 use std::time::Instant;
 
@@ -14,6 +15,10 @@ pub(super) struct InFlight {
     pub(super) copy: ReadBack,
     /// The request each sampled row belongs to, in row order.
     pub(super) owners: Vec<u64>,
+    /// The sampled rows that asked for `top_logprobs` (their index among the sampled rows and
+    /// how many), in order, and the most any asked (each row's share of the copy).
+    pub(super) top: Vec<(usize, usize)>,
+    pub(super) top_n: usize,
 }
 
 /// What one step did, for progress bars and benchmarks.
@@ -31,7 +36,11 @@ impl Engine {
                 SamplingRow { temperature: p.temperature, top_k: p.top_k, top_p: p.top_p, rng_key: row_rng_key(p.seed, p.noise_key.unwrap_or(act.request.id), position), processed: p.processed_logprobs }
             })
             .collect();
-        let graphed = if self.replayable(rows, sample_at) { self.launch_graphed(rows, &params, fed)? } else { None };
+        // rows that asked for their most likely tokens: the logits are needed, so no graph
+        let top: Vec<(usize, usize)> = sample_at.iter().enumerate().map(|(i, &(a, _))| (i, self.active[a].request.params.top_logprobs)).filter(|&(_, n)| n > 0).collect();
+        let top_n = top.iter().map(|&(_, n)| n).max().unwrap_or(0);
+        let graphed = if top.is_empty() && self.replayable(rows, sample_at) { self.launch_graphed(rows, &params, fed)? } else { None };
+        let mut alternatives = None;
         let (tokens, logprobs) = match graphed {
             Some(sampled) => sampled,
             None => {
@@ -43,19 +52,29 @@ impl Engine {
                     self.phase.launch_s += launching.elapsed().as_secs_f64();
                     return Ok(None);
                 };
+                if !top.is_empty() {
+                    let device = picked.device();
+                    let which = Tensor::<1, Int>::from_data(burn::tensor::TensorData::new(top.iter().map(|&(i, _)| i as i32).collect::<Vec<_>>(), [top.len()]), &device);
+                    let temps = Tensor::<1>::from_data(burn::tensor::TensorData::new(top.iter().map(|&(i, _)| params[i].temperature).collect::<Vec<_>>(), [top.len()]), &device);
+                    alternatives = Some(top_tokens(picked.clone().select(0, which), temps, top_n).map_err(|e| e.to_string())?);
+                }
                 let (tokens, logprobs) = sample(picked, &params).map_err(|e| e.to_string())?;
                 (tokens, logprobs.cast(DType::F32))
             }
         };
         // the copy to the host is queued right behind this step, so a later step enqueued
         // before the wait does not delay it
-        let copy = ReadBack::start(vec![logprobs], vec![tokens.clone()]).map_err(|e| e.to_string())?;
+        let copy = match alternatives {
+            Some((ids, lps)) => ReadBack::start(vec![logprobs, lps], vec![tokens.clone(), ids]),
+            None => ReadBack::start(vec![logprobs], vec![tokens.clone()]),
+        }
+        .map_err(|e| e.to_string())?;
         let owners = sample_at.iter().map(|&(a, _)| self.active[a].request.id).collect();
         for &(a, _) in sample_at {
             self.active[a].in_flight += 1;
         }
         self.phase.launch_s += launching.elapsed().as_secs_f64();
-        Ok(Some(InFlight { tokens, copy, owners }))
+        Ok(Some(InFlight { tokens, copy, owners, top, top_n }))
     }
 
     /// Waits for a step's tokens and logprobs and hands them to the requests still active.
@@ -67,11 +86,23 @@ impl Engine {
         if shared_kernels::knobs::var("LOCKSTEP_FAULT_OOM").as_deref() == Some("engine") {
             return Err("the device failed while computing this step: An IO error happened\nCaused by:\n  out of device memory allocating 6890192896 bytes (fault injection: LOCKSTEP_FAULT_OOM=engine)".into());
         }
-        let (Some(logprobs), Some(tokens)) = (data.next(), data.next()) else {
-            return Err("the step's read-back returned fewer tensors than asked".into());
-        };
+        let short = || "the step's read-back returned fewer tensors than asked".to_string();
+        let logprobs = data.next().ok_or_else(short)?;
+        let top_lps = if step.top.is_empty() { None } else { Some(data.next().ok_or_else(short)?) };
+        let tokens = data.next().ok_or_else(short)?;
+        let top_ids = if step.top.is_empty() { None } else { Some(data.next().ok_or_else(short)?) };
         let tokens = tokens.convert::<i64>().try_to_vec::<i64>().map_err(|e| format!("{e:?}"))?;
         let logprobs = logprobs.try_to_vec::<f32>().map_err(|e| format!("{e:?}"))?;
+        // each asking row's alternatives, by its index among the sampled rows
+        let mut alternatives: std::collections::HashMap<usize, Vec<(u32, f32)>> = Default::default();
+        if let (Some(ids), Some(lps)) = (top_ids, top_lps) {
+            let ids = ids.convert::<i64>().try_to_vec::<i64>().map_err(|e| format!("{e:?}"))?;
+            let lps = lps.try_to_vec::<f32>().map_err(|e| format!("{e:?}"))?;
+            for (k, &(i, n)) in step.top.iter().enumerate() {
+                let at = k * step.top_n;
+                alternatives.insert(i, (at..at + n).map(|j| (ids[j] as u32, lps[j])).collect());
+            }
+        }
         self.phase.wait_s += waiting.elapsed().as_secs_f64();
         let now = Instant::now();
         let index: std::collections::HashMap<u64, usize> = self.active.iter().enumerate().map(|(a, act)| (act.request.id, a)).collect();
@@ -80,6 +111,9 @@ impl Engine {
                 let act = &mut self.active[a];
                 act.tokens.push(tokens[i] as u32);
                 act.logprobs.push(logprobs[i]);
+                if let Some(listed) = alternatives.remove(&i) {
+                    act.top.push(listed);
+                }
                 act.in_flight -= 1;
                 act.first_token.get_or_insert(now);
             }

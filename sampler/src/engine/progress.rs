@@ -15,11 +15,12 @@ pub struct Occupancy {
 }
 
 impl Engine {
-    /// Every running request's id with the tokens and logprobs it has so far. A preempted request
-    /// starts again from its prompt and samples the same tokens again (same bits), so its list
-    /// may shrink between steps and then regrow to the same values.
-    pub fn partial(&self) -> impl Iterator<Item = (u64, &[u32], &[f32])> {
-        self.active.iter().map(|a| (a.request.id, a.tokens.as_slice(), a.logprobs.as_slice()))
+    /// Every running request's id with the tokens, logprobs and top alternatives (empty unless
+    /// asked) it has so far. A preempted request starts again from its prompt and samples the
+    /// same tokens again (same bits), so its list may shrink between steps and then regrow to
+    /// the same values.
+    pub fn partial(&self) -> impl Iterator<Item = (u64, &[u32], &[f32], &[Vec<(u32, f32)>])> {
+        self.active.iter().map(|a| (a.request.id, a.tokens.as_slice(), a.logprobs.as_slice(), a.top.as_slice()))
     }
 
     pub fn occupancy(&self) -> Occupancy {

@@ -82,6 +82,6 @@ pub fn graphs_replay_the_launched_steps(model: &Qwen3, rng: &mut StdRng, n: usiz
     EngineCheck::new(format!("replayed graphs = launched steps ({n} requests, chunk {chunk}): {}", report.join("; ")), None)
 }
 
-fn shown(result: &Option<Result<crate::Completion, crate::SampleError>>) -> Option<Result<(Vec<u32>, Vec<u32>, crate::FinishReason), String>> {
+fn shown(result: &Option<Result<crate::Completion, crate::SampleError>>) -> Option<Result<super::Bits, String>> {
     result.as_ref().map(|r| r.as_ref().map(bits).map_err(|e| e.to_string()))
 }

@@ -14,6 +14,7 @@ mod head_logprobs;
 mod index_range;
 mod invariance;
 mod split_k;
+mod top_tokens;
 mod truncation;
 mod weight_grad;
 

@@ -174,7 +174,8 @@ async fn turn(server: &Arc<EpisodeServer>, id: &str, endpoint: Endpoint, bytes: 
     // the run's stop strings (`sampler.stop`) and the request's
     let mut stop = server.params.stop.clone();
     stop.extend(asked.params.stop.iter().filter(|s| !server.params.stop.contains(s)).cloned());
-    let params = SamplingParams { max_new_tokens: max_new, stop: stop.clone(), noise_key: Some(crate::sample_cli::noise_key(&format!("episode {id} turn {turn_index}"))), ..server.params.clone() };
+    // a turn may list each token's alternatives (computed beside the draw: no bit changes)
+    let params = SamplingParams { max_new_tokens: max_new, stop: stop.clone(), noise_key: Some(crate::sample_cli::noise_key(&format!("episode {id} turn {turn_index}"))), top_logprobs: asked.params.top_logprobs, ..server.params.clone() };
     let request = Request { id: server.next_id.fetch_add(1, Ordering::Relaxed), prompt: prompt.clone(), params };
     let done = server.engine.submit(request).await.map_err(|e| ApiError { status: 500, message: format!("the sampler failed this turn: {e}"), param: None })?;
     let tokenizer = &server.tokenizer;
@@ -185,7 +186,7 @@ async fn turn(server: &Arc<EpisodeServer>, id: &str, endpoint: Endpoint, bytes: 
         Some(&t) if server.params.stop_tokens.contains(&t) => tokenizer.decode(&[t], false).unwrap_or_default(),
         _ => String::new(),
     };
-    let piece = Piece { index: 0, text: reply_text.clone(), tokens: &done.tokens, logprobs: &done.logprobs, finish: Some(api::finish_reason(&done.finish)) };
+    let piece = Piece { index: 0, text: reply_text.clone(), tokens: &done.tokens, logprobs: &done.logprobs, top: &done.top_logprobs, finish: Some(api::finish_reason(&done.finish)) };
     let mut choice = respond::choice(endpoint, tokenizer, piece, asked.logprobs, false, false);
     let calls = if endpoint == Endpoint::Chat && tools.is_some() && server.chat.as_ref().is_some_and(|c| c.writes_tool_call_blocks()) { tool_calls::into_choice(&mut choice, &format!("{turn_index}")) } else { 0 };
     let mut v = respond::envelope(endpoint, &server.defaults, done.id, crate::serve::unix_time(), false, vec![choice], &prompt);

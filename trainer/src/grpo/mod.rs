@@ -143,7 +143,7 @@ impl Trainer {
 
     pub(super) fn params(&self, seed: u64) -> SamplingParams {
         let s = &self.cfg.sampler;
-        SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: self.policy.stop_tokens.clone(), stop: s.stop.clone(), seed, noise_key: None, processed_logprobs: s.logprobs_mode == crate::config::LogprobsMode::Processed }
+        SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, max_new_tokens: s.max_new_tokens, stop_tokens: self.policy.stop_tokens.clone(), stop: s.stop.clone(), seed, noise_key: None, processed_logprobs: s.logprobs_mode == crate::config::LogprobsMode::Processed, top_logprobs: 0 }
     }
 
     /// One GRPO step (see the module docs): its phases in order.

@@ -135,15 +135,30 @@ pub fn sampling(body: &Value, d: &Defaults, max_keys: &[&str]) -> Result<Samplin
     if !(1..=64).contains(&n) {
         return Err(ApiError::bad("n", format!("`n` must be in 1..=64, got {n}")));
     }
-    let logprobs = match body.get("logprobs") {
-        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
-        Some(Value::Bool(true)) => true,
-        Some(v) if v.as_u64().is_some() => true,
+    // chat: `logprobs: true` and `top_logprobs: k`; completions: `logprobs: k` (the k most
+    // likely tokens beside the sampled one's logprob)
+    let (logprobs, counted) = match body.get("logprobs") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => (false, None),
+        Some(Value::Bool(true)) => (true, None),
+        Some(v) if v.as_u64().is_some() => (true, v.as_u64()),
         Some(v) => return Err(ApiError::bad("logprobs", format!("`logprobs` must be a boolean or a count, got {v}"))),
     };
-    if whole(body, "top_logprobs")?.is_some_and(|k| k > 0) || body.get("logprobs").and_then(Value::as_u64).is_some_and(|k| k > 1) {
-        return Err(ApiError::bad("top_logprobs", "only the sampled token's logprob is returned (top_logprobs 0, logprobs 1 or true)"));
+    let (key, top) = match (whole(body, "top_logprobs")?, counted) {
+        (Some(k), _) => ("top_logprobs", k),
+        (None, Some(k)) => ("logprobs", k),
+        (None, None) => ("top_logprobs", 0),
+    };
+    let most = shared_kernels::ops::logits::top_tokens::MAX_TOP.min(d.vocab);
+    if top > most as u64 {
+        return Err(ApiError::bad(key, format!("`{key}` must be at most {most}, got {top}")));
     }
+    if top > 0 && !logprobs {
+        return Err(ApiError::bad("top_logprobs", "`top_logprobs` needs `logprobs: true`"));
+    }
+    if top > 0 && d.processed_logprobs {
+        return Err(ApiError::bad(key, "the most likely tokens are listed under the full softmax, and this server returns processed logprobs (sampler.logprobs_mode = \"processed_logprobs\"): ask without them, or serve with raw logprobs"));
+    }
+    params.top_logprobs = top as usize;
     Ok(Sampling { params, n: n as usize, logprobs, stream, include_usage })
 }
 

@@ -265,14 +265,15 @@ async fn answer(server: Arc<Server>, endpoint: Endpoint, body: &[u8]) -> Respons
         let sampling = api::sampling(&body, &server.defaults, endpoint.max_keys())?;
         let requests = api::requests(prompt.clone(), &sampling, &server.defaults, &mut || server.next_id.fetch_add(1, Ordering::Relaxed))?;
         let admitted = admit(&server, requests.len())?;
+        // OpenAI's tools: a template that writes Hermes <tool_call> blocks gets its calls parsed
+        let split_calls = endpoint == Endpoint::Chat && body.get("tools").is_some_and(|t| !t.is_null()) && server.chat.as_ref().is_some_and(|c| c.writes_tool_call_blocks());
         if sampling.stream {
-            return stream::respond(server.clone(), endpoint, prompt, sampling, requests, admitted);
+            return stream::respond(server.clone(), endpoint, prompt, sampling, requests, admitted, split_calls);
         }
         let done = generate(&server, requests).await?;
         drop(admitted);
         let mut v = respond::whole(endpoint, &server.tokenizer, &server.defaults, &sampling, &prompt, &done, unix_time());
-        // OpenAI's tools: a template that writes Hermes <tool_call> blocks gets its calls parsed
-        if endpoint == Endpoint::Chat && body.get("tools").is_some_and(|t| !t.is_null()) && server.chat.as_ref().is_some_and(|c| c.writes_tool_call_blocks()) {
+        if split_calls {
             let id = v["id"].as_str().unwrap_or("").to_string();
             for (i, choice) in v["choices"].as_array_mut().into_iter().flatten().enumerate() {
                 tool_calls::into_choice(choice, &format!("{id}_{i}"));

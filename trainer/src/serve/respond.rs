@@ -43,6 +43,8 @@ pub struct Piece<'a> {
     pub text: String,
     pub tokens: &'a [u32],
     pub logprobs: &'a [f32],
+    /// Each token's most likely alternatives, when asked (else empty).
+    pub top: &'a [Vec<(u32, f32)>],
     pub finish: Option<&'static str>,
 }
 
@@ -53,9 +55,22 @@ fn token_text(tokenizer: &Tokenizer, t: u32) -> String {
 /// A choice of a whole response (`chunk` false) or of a stream's chunk; `first` (chat streams)
 /// adds the assistant's role to the delta.
 pub fn choice(endpoint: Endpoint, tokenizer: &Tokenizer, p: Piece, with_logprobs: bool, chunk: bool, first: bool) -> Value {
+    let alternatives = |i: usize| p.top.get(i).map_or(&[][..], Vec::as_slice);
     let logprobs = with_logprobs.then(|| match endpoint {
-        Endpoint::Completions => json!({"tokens": p.tokens.iter().map(|&t| token_text(tokenizer, t)).collect::<Vec<_>>(), "token_logprobs": p.logprobs}),
-        Endpoint::Chat => json!({"content": p.tokens.iter().zip(p.logprobs).map(|(&t, &lp)| json!({"token": token_text(tokenizer, t), "logprob": lp, "top_logprobs": []})).collect::<Vec<_>>()}),
+        Endpoint::Completions => {
+            let mut v = json!({"tokens": p.tokens.iter().map(|&t| token_text(tokenizer, t)).collect::<Vec<_>>(), "token_logprobs": p.logprobs});
+            if !p.top.is_empty() {
+                // OpenAI's legacy shape (text -> logprob; two ids with one text keep the first),
+                // and the ids beside it
+                v["top_logprobs"] = p.top.iter().map(|list| list.iter().rev().map(|&(t, lp)| (token_text(tokenizer, t), json!(lp))).collect::<serde_json::Map<_, _>>().into()).collect::<Vec<Value>>().into();
+                v["top_token_ids"] = p.top.iter().map(|list| list.iter().map(|&(t, lp)| json!([t, lp])).collect::<Vec<_>>()).collect::<Vec<_>>().into();
+            }
+            v
+        }
+        Endpoint::Chat => json!({"content": p.tokens.iter().zip(p.logprobs).enumerate().map(|(i, (&t, &lp))| {
+            let top: Vec<Value> = alternatives(i).iter().map(|&(a, alp)| json!({"token": token_text(tokenizer, a), "logprob": alp, "token_id": a})).collect();
+            json!({"token": token_text(tokenizer, t), "logprob": lp, "token_id": t, "top_logprobs": top})
+        }).collect::<Vec<_>>()}),
     });
     let mut c = json!({"index": p.index, "finish_reason": p.finish, "logprobs": logprobs, "token_ids": p.tokens});
     match (endpoint, chunk) {
@@ -81,7 +96,7 @@ pub fn envelope(endpoint: Endpoint, d: &Defaults, id: u64, created: u64, chunk: 
 pub fn whole(endpoint: Endpoint, tokenizer: &Tokenizer, d: &Defaults, sampling: &api::Sampling, prompt: &[u32], done: &[sampler::Completion], created: u64) -> Value {
     let choices = done.iter().enumerate().map(|(index, c)| {
         let text = super::detok::text(tokenizer, &c.tokens, &sampling.params.stop);
-        choice(endpoint, tokenizer, Piece { index, text, tokens: &c.tokens, logprobs: &c.logprobs, finish: Some(api::finish_reason(&c.finish)) }, sampling.logprobs, false, false)
+        choice(endpoint, tokenizer, Piece { index, text, tokens: &c.tokens, logprobs: &c.logprobs, top: &c.top_logprobs, finish: Some(api::finish_reason(&c.finish)) }, sampling.logprobs, false, false)
     }).collect();
     let mut v = envelope(endpoint, d, done.first().map_or(0, |c| c.id), created, false, choices, prompt);
     v["usage"] = api::usage(prompt.len(), done.iter().map(|c| c.tokens.len()).sum());

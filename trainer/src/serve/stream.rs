@@ -3,11 +3,13 @@
 //! mid-character or begin a stop string), its last chunk carries `finish_reason`, then a usage
 //! chunk when `stream_options.include_usage` asks, then `data: [DONE]`. A client that goes
 //! away cancels its choices in the engine; so does `serve.request_timeout_s` (an error event,
-//! then `[DONE]`).
+//! then `[DONE]`). With `tools`, a choice's Hermes `<tool_call>` blocks come in its last chunk
+//! as `delta.tool_calls`, split from the content as the whole response splits them.
 
 use super::api::{ApiError, Sampling};
 use super::detok::Detokenizer;
 use super::respond::{choice, envelope, Endpoint, Piece};
+use super::tool_calls::{delta_calls, StreamSplit};
 use super::{Admitted, Server};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
@@ -18,7 +20,9 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 /// Starts the choices on the engine and answers with their event stream.
-pub fn respond(server: Arc<Server>, endpoint: Endpoint, prompt: Vec<u32>, sampling: Sampling, requests: Vec<Request>, admitted: Admitted) -> Result<Response, ApiError> {
+/// `split_calls`: a chat request with `tools` on a template that writes Hermes `<tool_call>`
+/// blocks, whose calls come as `delta.tool_calls` (as the whole response's `message.tool_calls`).
+pub fn respond(server: Arc<Server>, endpoint: Endpoint, prompt: Vec<u32>, sampling: Sampling, requests: Vec<Request>, admitted: Admitted, split_calls: bool) -> Result<Response, ApiError> {
     let id = requests.first().map_or(0, |r| r.id);
     let mut receivers = Vec::new();
     for r in requests {
@@ -27,7 +31,7 @@ pub fn respond(server: Arc<Server>, endpoint: Endpoint, prompt: Vec<u32>, sampli
     let (events, out) = mpsc::unbounded_channel::<Event>();
     tokio::spawn(async move {
         let _admitted = admitted;
-        drive(&server, endpoint, id, &prompt, &sampling, receivers, &events).await;
+        drive(&server, endpoint, id, &prompt, &sampling, receivers, &events, split_calls).await;
     });
     let body = stream::unfold(out, |mut out| async move { out.recv().await.map(|e| (Ok::<_, std::convert::Infallible>(e), out)) });
     Ok(Sse::new(body).into_response())
@@ -39,7 +43,8 @@ fn data(v: &Value) -> Event {
 
 /// Forwards the choices' engine events as chunks until all are done or the client is gone
 /// (then returning drops the engine's receivers, which cancels what still runs).
-async fn drive(server: &Server, endpoint: Endpoint, id: u64, prompt: &[u32], sampling: &Sampling, receivers: Vec<mpsc::UnboundedReceiver<StreamEvent>>, out: &mpsc::UnboundedSender<Event>) {
+#[allow(clippy::too_many_arguments)]
+async fn drive(server: &Server, endpoint: Endpoint, id: u64, prompt: &[u32], sampling: &Sampling, receivers: Vec<mpsc::UnboundedReceiver<StreamEvent>>, out: &mpsc::UnboundedSender<Event>, split_calls: bool) {
     let n = receivers.len();
     let created = super::unix_time();
     let d = &server.defaults;
@@ -47,6 +52,7 @@ async fn drive(server: &Server, endpoint: Endpoint, id: u64, prompt: &[u32], sam
     let mut text: Vec<Detokenizer> = (0..n).map(|_| Detokenizer::new(&server.tokenizer, stop)).collect();
     let mut sent = vec![0usize; n];
     let mut first = vec![true; n];
+    let mut calls: Vec<StreamSplit> = (0..n).map(|_| StreamSplit::default()).collect();
     let mut merged = stream::select_all(receivers.into_iter().enumerate().map(|(i, rx)| stream::unfold(rx, move |mut rx| async move { rx.recv().await.map(|e| ((i, e), rx)) }).boxed()));
     let deadline = async {
         match server.deadline {
@@ -67,18 +73,29 @@ async fn drive(server: &Server, endpoint: Endpoint, id: u64, prompt: &[u32], sam
             }
         };
         let Some((i, event)) = next else { break };
-        let (tokens, logprobs, finish) = match &event {
-            StreamEvent::Tokens { tokens, logprobs } => (tokens.as_slice(), logprobs.as_slice(), None),
+        let (tokens, logprobs, top, finish) = match &event {
+            StreamEvent::Tokens { tokens, logprobs, top_logprobs } => (tokens.as_slice(), logprobs.as_slice(), top_logprobs.as_slice(), None),
             // the tokens of the step that finished it have not been streamed yet
-            StreamEvent::Done(Ok(c)) => (&c.tokens[sent[i].min(c.tokens.len())..], &c.logprobs[sent[i].min(c.logprobs.len())..], Some(super::api::finish_reason(&c.finish))),
+            StreamEvent::Done(Ok(c)) => (&c.tokens[sent[i].min(c.tokens.len())..], &c.logprobs[sent[i].min(c.logprobs.len())..], c.top_logprobs.get(sent[i].min(c.top_logprobs.len())..).unwrap_or_default(), Some(super::api::finish_reason(&c.finish))),
             StreamEvent::Done(Err(e)) => {
                 let _ = out.send(data(&ApiError { status: 500, message: format!("choice {i}: {e}"), param: None }.body()));
                 continue;
             }
         };
         sent[i] += tokens.len();
-        let piece = text[i].push(tokens, finish.is_some());
-        let c = choice(endpoint, &server.tokenizer, Piece { index: i, text: piece, tokens, logprobs, finish }, sampling.logprobs, true, first[i]);
+        let mut piece = text[i].push(tokens, finish.is_some());
+        let mut found = Vec::new();
+        if split_calls {
+            let released = calls[i].push(&piece, finish.is_some(), &format!("chatcmpl-{id}_{i}"));
+            (piece, found) = (released.content, released.calls);
+        }
+        let mut c = choice(endpoint, &server.tokenizer, Piece { index: i, text: piece, tokens, logprobs, top, finish }, sampling.logprobs, true, first[i]);
+        if !found.is_empty() {
+            c["delta"]["tool_calls"] = delta_calls(found);
+            if c["finish_reason"] == "stop" {
+                c["finish_reason"] = "tool_calls".into();
+            }
+        }
         first[i] = false;
         if out.send(data(&envelope(endpoint, d, id, created, true, vec![c], prompt))).is_err() {
             return;

@@ -49,6 +49,70 @@ pub fn into_choice(choice: &mut Value, id_prefix: &str) -> usize {
     n
 }
 
+/// A streamed chat choice's text split as [`parse`] splits the whole reply: content streams
+/// until a `<tool_call>` begins (text that may be the start of one, or the newlines before it,
+/// held back), then the rest is held to the end, where it becomes `tool_calls` if the whole
+/// reply parses, else content. So a stream's joined content and calls are the whole response's.
+#[derive(Default)]
+pub struct StreamSplit {
+    /// Everything pushed so far: the whole reply at the end.
+    reply: String,
+    /// Bytes of `reply` already sent as content.
+    sent: usize,
+    /// A `<tool_call>` has begun: nothing more streams until the end.
+    calling: bool,
+}
+
+/// What a push lets out.
+#[derive(Debug, Default, PartialEq)]
+pub struct Released {
+    pub content: String,
+    /// The reply's calls, at the end only.
+    pub calls: Vec<Value>,
+}
+
+impl StreamSplit {
+    /// Adds `text`; at the `end` of the choice releases the rest (`id_prefix` names the calls).
+    pub fn push(&mut self, text: &str, end: bool, id_prefix: &str) -> Released {
+        self.reply.push_str(text);
+        if end {
+            return match parse(&self.reply, id_prefix) {
+                Some((content, calls)) => Released { content: content.get(self.sent.min(content.len())..).unwrap_or_default().to_string(), calls },
+                None => Released { content: self.reply[self.sent..].to_string(), calls: Vec::new() },
+            };
+        }
+        if self.calling {
+            return Released::default();
+        }
+        let unsent = &self.reply[self.sent..];
+        let keep = match unsent.find(OPEN) {
+            Some(at) => {
+                self.calling = true;
+                at
+            }
+            // hold a tail that may begin a call: newlines, then a prefix of `<tool_call>`
+            None => {
+                let partial = (1..OPEN.len()).rev().find(|&k| unsent.ends_with(&OPEN[..k])).unwrap_or(0);
+                let before = &unsent[..unsent.len() - partial];
+                before.trim_end_matches('\n').len()
+            }
+        };
+        // before a call the newlines the template puts back are not content
+        let keep = if self.calling { unsent[..keep].trim_end_matches('\n').len() } else { keep };
+        let content = unsent[..keep].to_string();
+        self.sent += keep;
+        Released { content, calls: Vec::new() }
+    }
+}
+
+/// The `tool_calls` of a stream's delta: each call with its index among the choice's calls.
+pub fn delta_calls(calls: Vec<Value>) -> Value {
+    Value::Array(calls.into_iter().enumerate().map(|(index, mut call)| {
+        call["index"] = index.into();
+        call
+    }).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +135,46 @@ mod tests {
         let mut plain = json!({"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": "no calls"}});
         assert_eq!(into_choice(&mut plain, "c"), 0);
         assert!(plain["message"].get("tool_calls").is_none() && plain["finish_reason"] == "length");
+    }
+
+    /// Streamed in pieces split anywhere, a reply gives the whole response's content and calls.
+    #[test]
+    fn a_reply_streamed_in_any_pieces_splits_as_the_whole_reply_parses() {
+        let replies = [
+            "Let me compute.\n<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"a\": 1}}\n</tool_call>\n<tool_call>\n{\"name\": \"done\", \"arguments\": {}}\n</tool_call>",
+            "<tool_call>\n{\"name\": \"calc\", \"arguments\": {}}\n</tool_call>",
+            "no calls, but a < sign and <tool at the end <tool",
+            "text\n\n",
+            "broken <tool_call>{\"name\": 1}</tool_call> stays content",
+            "unclosed\n<tool_call>{\"name\": \"calc\"",
+            "",
+        ];
+        for reply in replies {
+            let whole = parse(reply, "p");
+            let (want_content, want_calls) = whole.clone().unwrap_or((reply.to_string(), Vec::new()));
+            let cuts: Vec<usize> = (0..=reply.len()).filter(|&i| reply.is_char_boundary(i)).collect();
+            // every two-piece split and one-character pieces
+            let mut splits: Vec<Vec<&str>> = cuts.iter().map(|&i| vec![&reply[..i], &reply[i..]]).collect();
+            splits.push(cuts.windows(2).map(|w| &reply[w[0]..w[1]]).collect());
+            for pieces in splits {
+                let mut split = StreamSplit::default();
+                let (mut content, mut calls) = (String::new(), Vec::new());
+                for (k, piece) in pieces.iter().enumerate() {
+                    let out = split.push(piece, k + 1 == pieces.len(), "p");
+                    assert!(out.calls.is_empty() || k + 1 == pieces.len(), "calls before the end");
+                    content += &out.content;
+                    calls.extend(out.calls);
+                }
+                if pieces.is_empty() {
+                    let out = split.push("", true, "p");
+                    content += &out.content;
+                    calls.extend(out.calls);
+                }
+                assert_eq!((&content, &calls), (&want_content, &want_calls), "{reply:?} in {pieces:?}");
+            }
+        }
+        let numbered = delta_calls(vec![json!({"id": "a"}), json!({"id": "b"})]);
+        assert_eq!((numbered[0]["index"].as_u64(), numbered[1]["index"].as_u64()), (Some(0), Some(1)));
     }
 
     /// Qwen3's template renders a parsed reply, echoed back, to the very text the model wrote.

@@ -29,7 +29,7 @@ impl Sampling {
             Sampling::Full => (0, 1.0, false),
             Sampling::Truncated { processed } => (20, 0.95, processed),
         };
-        SamplingParams { temperature: 1.0, top_k, top_p, max_new_tokens, stop_tokens: vec![], stop: vec![], seed: 1, noise_key: None, processed_logprobs }
+        SamplingParams { temperature: 1.0, top_k, top_p, max_new_tokens, stop_tokens: vec![], stop: vec![], seed: 1, noise_key: None, processed_logprobs, top_logprobs: 0 }
     }
 
     fn label(self) -> &'static str {
