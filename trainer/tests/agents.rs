@@ -45,9 +45,16 @@ progress = false
 /// Plays 3 turns: each reply comes back with a tool result made from it, the server's ids and
 /// logprobs logged per session (`MODE` changes one thing to make a fault).
 const ENV: &str = r#"
-import json, os, random, sys, time, urllib.request, urllib.error
+import json, os, random, subprocess, sys, time, urllib.request, urllib.error
 mode = os.environ.get("MODE", "")
 record = json.loads(sys.stdin.readline())
+if mode in ("slow", "stuck"):
+    # the program and a helper it leaves running, by pid, for the signal test to look for
+    os.makedirs("pids", exist_ok=True)
+    helper = subprocess.Popen(["sleep", "300"])
+    for pid in (os.getpid(), helper.pid):
+        open("pids/%d" % pid, "w").close()
+    time.sleep(600 if mode == "stuck" else 1.0)
 url = os.environ["LOCKSTEP_BASE_URL"] + "/chat/completions"
 messages = [{"role": "user", "content": record["q"]}]
 log = []
@@ -287,4 +294,57 @@ fn the_calculator_example_runs_from_its_config() {
         assert_eq!(step["agreement"]["bit_equal_frac"], 1.0, "{step}");
         assert!(step["episodes"]["episodes"] == 16 && step["episodes"]["turns_mean"].as_f64().unwrap() >= 1.0, "{step}");
     }
+}
+
+/// Whether process `pid` still exists (a zombie not yet reaped counts as gone).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+}
+
+/// Starts a run whose programs record their pids, and sends SIGTERM `signals` times once the
+/// first episode has begun; returns the run's output and the pids the programs recorded.
+fn signalled(dir: &Path, mode: &str, run_name: &str, signals: usize) -> (std::process::Output, Vec<u32>) {
+    let args = ["train", "config.toml", "--set", &format!("log.run_name={run_name}")];
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_lockstep")).args(args).env("MODE", mode).current_dir(dir).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let started = std::time::Instant::now();
+    while std::fs::read_dir(dir.join("pids")).map_or(true, |d| d.count() == 0) {
+        assert!(started.elapsed().as_secs() < 120, "no episode began");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for _ in 0..signals {
+        assert!(std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let out = child.wait_with_output().unwrap();
+    let pids = std::fs::read_dir(dir.join("pids")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().parse().unwrap()).collect();
+    (out, pids)
+}
+
+/// SIGTERM in the episode phase: the step's episodes finish, its update runs, its checkpoint is
+/// written, no program or helper it started is left, and the resumed run is the uninterrupted
+/// one. A second SIGTERM (episodes stuck) ends every program's group at once (exit 130).
+#[test]
+fn sigterm_in_the_episode_phase_finishes_the_step_ends_every_program_and_resumes_bit_identically() {
+    let dir = setup("agents-sigterm");
+    let (out, pids) = signalled(&dir, "slow", "t", 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("stopped by a signal after step 0") && err.contains("--resume"), "{err}");
+    assert!(pids.len() >= 2 && pids.iter().all(|&p| !alive(p)), "programs or their helpers outlived the run: {pids:?}");
+    assert_eq!(metrics(&dir.join("runs/t")).len(), 1, "{err}");
+    let out = lockstep(&["train", "config.toml", "--set", "log.run_name=t", "--resume"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = lockstep(&["train", "config.toml", "--set", "log.run_name=clean"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(trajectories(&dir.join("runs/t")), trajectories(&dir.join("runs/clean")));
+    let weights = |run: &str| metrics(&dir.join(run)).iter().map(|m| m["trainer_weights_fingerprint"].clone()).collect::<Vec<_>>();
+    assert_eq!(weights("runs/t"), weights("runs/clean"));
+
+    let dir = setup("agents-sigterm-twice");
+    let started = std::time::Instant::now();
+    let (out, pids) = signalled(&dir, "stuck", "s", 2);
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(started.elapsed().as_secs() < 50, "the second SIGTERM did not stop the run at once");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(pids.len() >= 2 && pids.iter().all(|&p| !alive(p)), "stuck programs or their helpers outlived the run: {pids:?}");
 }
