@@ -11,10 +11,15 @@ and logprobs (as written: equal text is equal bits) of `lockstep sample`'s outpu
 prompts (--sample-output, greedy), or else of the last level. --identical N:
 N identical greedy requests sent at once among N random neighbours (other prompts, T = 1, seeds):
 the number of unique completions (Thinking Machines' test; 1 expected). Exits 1 on a mismatch.
+--whole: each level's requests answered whole (no stream; TTFT is then the whole answer's time
+and ITL is not measured), to tell the SSE path's cost from the engine's. --processes P: each
+level's clients spread over P processes (threads within each), so the clients' own parsing is
+not one interpreter's. Requests ask `"logprobs": 0`: the sampled token's logprob, no alternatives.
 """
 import argparse
 import http.client
 import json
+import multiprocessing
 import random
 import statistics
 import sys
@@ -29,10 +34,17 @@ def post(address, body, stream):
     return conn, conn.getresponse()
 
 
+def answered(address, prompt_ids, max_tokens):
+    """(token ids, logprobs, whole-answer s, no gaps) of one whole greedy request."""
+    sent = time.perf_counter()
+    c = whole(address, {"prompt": prompt_ids, "max_tokens": max_tokens, "temperature": 0, "logprobs": 0})["choices"][0]
+    return c["token_ids"], c["logprobs"]["token_logprobs"], time.perf_counter() - sent, []
+
+
 def streamed(address, prompt_ids, max_tokens):
     """(token ids, logprobs, TTFT s, inter-token gaps s) of one streamed greedy request."""
     sent = time.perf_counter()
-    conn, resp = post(address, {"prompt": prompt_ids, "max_tokens": max_tokens, "temperature": 0, "logprobs": 1, "stream": True}, True)
+    conn, resp = post(address, {"prompt": prompt_ids, "max_tokens": max_tokens, "temperature": 0, "logprobs": 0, "stream": True}, True)
     if resp.status != 200:
         raise SystemExit(f"HTTP {resp.status}: {resp.read()[:300]!r}")
     ids, logprobs, arrivals = [], [], []
@@ -64,24 +76,44 @@ def whole(address, body):
     return v
 
 
-def level(address, prompts, clients, max_tokens):
-    results, lock, next_index = {}, threading.Lock(), [0]
+def threads_run(args):
+    """`clients` threads sending `prompts` (index -> ids) in turn; their results by index."""
+    address, prompts, clients, max_tokens, whole_answers, start_at = args
+    one = answered if whole_answers else streamed
+    while time.time() < start_at:  # every process starts its clients at the same moment
+        time.sleep(0.001)
+    results, lock, queue = {}, threading.Lock(), list(prompts.items())
 
     def worker():
         while True:
             with lock:
-                i = next_index[0]
-                next_index[0] += 1
-            if i >= len(prompts):
-                return
-            results[i] = streamed(address, prompts[i], max_tokens)
+                if not queue:
+                    return
+                i, ids = queue.pop(0)
+            r = one(address, ids, max_tokens)
+            with lock:
+                results[i] = r
 
-    start = time.perf_counter()
     threads = [threading.Thread(target=worker) for _ in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    return results
+
+
+def level(address, prompts, clients, max_tokens, whole_answers=False, processes=1):
+    processes = max(1, min(processes, clients))
+    start_at = time.time() + (1.0 if processes > 1 else 0.0)
+    shares = [({i: p for i, p in enumerate(prompts) if i % processes == k}, clients // processes + (k < clients % processes)) for k in range(processes)]
+    jobs = [(address, share, n, max_tokens, whole_answers, start_at) for share, n in shares]
+    start = time.perf_counter() + (start_at - time.time())
+    if processes == 1:
+        parts = [threads_run(jobs[0])]
+    else:
+        with multiprocessing.Pool(processes) as pool:
+            parts = pool.map(threads_run, jobs)
+    results = {i: r for part in parts for i, r in part.items()}
     return results, time.perf_counter() - start
 
 
@@ -92,7 +124,7 @@ def pct(values, q):
 
 def identical(address, prompts, n, max_tokens):
     rng = random.Random(20261207)
-    needle = {"prompt": prompts[0], "max_tokens": max_tokens, "temperature": 0, "logprobs": 1}
+    needle = {"prompt": prompts[0], "max_tokens": max_tokens, "temperature": 0, "logprobs": 0}
     jobs = [needle] * n + [{"prompt": rng.choice(prompts)[: rng.randrange(1, len(prompts[0]) + 1)], "max_tokens": rng.randrange(1, max_tokens + 1), "temperature": 1.0, "seed": rng.randrange(2**31)} for _ in range(n)]
     rng.shuffle(jobs)
     answers, lock, it = [], threading.Lock(), iter(jobs)
@@ -126,6 +158,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--identical", type=int, default=0)
     ap.add_argument("--sample-output", default="")
+    ap.add_argument("--whole", action="store_true")
+    ap.add_argument("--processes", type=int, default=1)
     a = ap.parse_args()
     prompts = [json.loads(l)["prompt_ids"] for l in open(a.prompts)]
     ok = True
@@ -136,7 +170,7 @@ def main():
             reference[v["id"]] = json.dumps([v["token_ids"], v["logprobs"]])
     rows = []
     for clients in [int(c) for c in a.clients.split(",")]:
-        results, wall = level(a.address, prompts[: 4 * clients], clients, a.max_tokens)
+        results, wall = level(a.address, prompts[: 4 * clients], clients, a.max_tokens, a.whole, a.processes)
         tokens = sum(len(r[0]) for r in results.values())
         gaps = [g for r in results.values() for g in r[3]]
         ttft = [r[2] for r in results.values()]

@@ -5,6 +5,7 @@
 # identical requests among N random neighbours (1 unique completion expected). From the repo
 # root on the GPU machine with .gpu/ carried:
 #   O=$OUT bash experiments/bench/serve_bench.sh [SHAPE [PROMPTS [MAX_TOKENS [IDENTICAL]]]]   # qwen3-0.6b 256 128 1000
+# SERVE_BENCH_ARGS="--whole" or "--processes 8" pass through to serve_bench.py.
 set -uo pipefail
 O="${O:-${OUT:-.gpu/out}}"
 shape=${1:-qwen3-0.6b}; n=${2:-256}; m=${3:-128}; identical=${4:-1000}
@@ -38,7 +39,7 @@ for _ in $(seq 1 600); do
 done
 [ -n "$address" ] || { echo "the server did not start"; tail -5 "$O/serve.log"; exit 1; }
 python3 experiments/bench/serve_bench.py "$address" /tmp/serve-prompts.jsonl --clients "${SERVE_CLIENTS:-1,16,64,256}" --max-tokens "$m" \
-    --identical "$identical" --sample-output /tmp/serve-sample.jsonl | tee "$O/serve-bench.md"
+    --identical "$identical" --sample-output /tmp/serve-sample.jsonl ${SERVE_BENCH_ARGS:-} | tee "$O/serve-bench.md"
 rc=${PIPESTATUS[0]}
 curl -s "http://$address/metrics" > "$O/serve-metrics.txt" 2>/dev/null
 exit $rc

@@ -7,6 +7,7 @@
 #   battery   experiments/visit/gpu_check.sh run (every kernel row after the attention folder moves)
 #   lora8b    configs/qwen3-8b-lora.toml, 128 x 2048, 3 steps (one a call, RESUME=1): bit_equal, KL, peak
 #   h200      (kind nvidia-h200) the README's real-shape command and configs/qwen3-8b.toml as written
+#   servegap  the 0.6B serve benchmark three ways: as before, clients over 8 processes, whole answers
 set -uo pipefail
 O="${O:-${OUT:-.gpu/out}}"
 mkdir -p "$O"
@@ -36,5 +37,9 @@ h200)
   echo "configs/qwen3-0.6b.toml --max-steps 1: exit $?, peak $(sort -n $O/readme06.mem | tail -1) MiB"; kill $p
   grep -h "memory plan\|auto sizes" $O/readme06.log | head -2; grep -o "$fields" runs/qwen3-0.6b/metrics.jsonl | tr '\n' ' '; echo
   O=$O bash experiments/bench/sample_8b.sh 2>&1 | tail -5 ;;
+servegap)
+  for args in "" "--processes 8" "--whole --processes 8"; do
+    echo "### SERVE_BENCH_ARGS=$args"; SERVE_BENCH_ARGS="$args" O=$O/servegap bash experiments/bench/serve_bench.sh qwen3-0.6b 256 128 0 2>&1 | tail -7
+  done ;;
 esac
 done
