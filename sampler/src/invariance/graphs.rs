@@ -28,6 +28,9 @@ pub fn graphs_replay_the_launched_steps(model: &Qwen3, rng: &mut StdRng, n: usiz
             let mut r = random_request(rng, 500 + i, vocab);
             r.prompt.truncate(rng.random_range(1..6));
             r.params.max_new_tokens = lengths[i as usize];
+            // a step with a row asking for alternatives is launched, not replayed: only the
+            // first request asks, so most steps still replay while its steps are mixed in
+            r.params.top_logprobs = if i == 0 { 3 } else { 0 };
             r
         })
         .collect();
