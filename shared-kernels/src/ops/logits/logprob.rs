@@ -223,26 +223,7 @@ impl Inputs {
         let (rows, vocab) = (*rows, *vocab);
         let client = logits.client.clone();
         let out = |n| empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [n].into(), burn::tensor::DType::F32);
-        let chunks = vocab.div_ceil(VOCAB_CHUNK);
-        let (chunk_max, chunk_sum, chunk_dot) = (out(rows * chunks), out(rows * chunks), out(rows * chunks));
-        logprob_partials_kernel::launch(
-            &client,
-            cube_count_for(rows * chunks, 1),
-            CubeDim::new_1d(ROW_BLOCK as u32),
-            logits.clone().into_tensor_arg(),
-            temps.clone().into_tensor_arg(),
-            thresholds.clone().into_tensor_arg(),
-            chunk_max.clone().into_tensor_arg(),
-            chunk_sum.clone().into_tensor_arg(),
-            chunk_dot.clone().into_tensor_arg(),
-            rows as u32,
-            vocab as u32,
-            chunks as u32,
-            ROW_BLOCK,
-            VOCAB_CHUNK,
-            masked,
-            storage(logits.dtype),
-        );
+        let (chunk_max, chunk_sum, chunk_dot, chunks) = launch_partials(logits, temps, &thresholds, masked);
         let (lp, ent) = (out(rows), out(rows));
         logprob_combine_kernel::launch(
             &client,
@@ -266,4 +247,42 @@ impl Inputs {
         );
         (lp, ent, ChunkStats { max: chunk_max, sum: chunk_sum, chunks })
     }
+}
+
+/// Pass 1 of the logprob: per (row, chunk) the max, `sum exp(z - m)` and `sum exp(z - m)(z - m)`
+/// of the scaled logits (only the kept set's with `masked`): (max, sum, dot, chunks a row).
+fn launch_partials(logits: &CubeTensor, temps: &CubeTensor, thresholds: &CubeTensor, masked: bool) -> (CubeTensor, CubeTensor, CubeTensor, usize) {
+    let ld = dims(logits);
+    let (rows, vocab) = (ld[0], ld[1]);
+    let client = logits.client.clone();
+    let out = |n| empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [n].into(), burn::tensor::DType::F32);
+    let chunks = vocab.div_ceil(VOCAB_CHUNK);
+    let (chunk_max, chunk_sum, chunk_dot) = (out(rows * chunks), out(rows * chunks), out(rows * chunks));
+    logprob_partials_kernel::launch(
+        &client,
+        cube_count_for(rows * chunks, 1),
+        CubeDim::new_1d(ROW_BLOCK as u32),
+        logits.clone().into_tensor_arg(),
+        temps.clone().into_tensor_arg(),
+        thresholds.clone().into_tensor_arg(),
+        chunk_max.clone().into_tensor_arg(),
+        chunk_sum.clone().into_tensor_arg(),
+        chunk_dot.clone().into_tensor_arg(),
+        rows as u32,
+        vocab as u32,
+        chunks as u32,
+        ROW_BLOCK,
+        VOCAB_CHUNK,
+        masked,
+        storage(logits.dtype),
+    );
+    (chunk_max, chunk_sum, chunk_dot, chunks)
+}
+
+/// The full distribution's chunk statistics of `logits` [rows, vocab] at `temps` [rows] (f32):
+/// the logprob's own pass 1, so a row's normaliser from them is the logprob's bits.
+pub(crate) fn full_chunk_stats(logits: &CubeTensor, temps: &CubeTensor) -> ChunkStats {
+    let unread = empty_device_contiguous_dtype(logits.client.clone(), logits.device.clone(), [1].into(), burn::tensor::DType::U32);
+    let (max, sum, _, chunks) = launch_partials(logits, temps, &unread, false);
+    ChunkStats { max, sum, chunks }
 }

@@ -1,8 +1,8 @@
 //! A row's most likely tokens and their logprobs (OpenAI's `top_logprobs`), batch invariant.
 //!
 //! The distribution is the sampler's raw one, `softmax(logits / T)` over the whole vocabulary,
-//! normalised by the same chunk statistics and fold as [`crate::ops::logits::sampling`] and
-//! [`crate::ops::logits::logprob`] (pass 1 per (row, chunk), then [`row_normaliser`]), and each
+//! normalised by the logprob's own pass 1 ([`full_chunk_stats`], whose max and sum the sampler's
+//! pass 1 equals as bits) and [`row_normaliser`], and each
 //! logprob is the same expression on the same values: so the sampled token's logprob, where it
 //! is among the top, is the same bits here as in the sampler's answer and the trainer's.
 //!
@@ -11,7 +11,8 @@
 //! exact in any reduction order and for any batch.
 
 use crate::bridge::{dims, float_in, float_out, int_in, int_out};
-use crate::ops::logits::rows::{chunk_span, chunk_stats, inv_temperature, load_chunk, order_key, row_normaliser, scaled_logit, VOCAB_CHUNK};
+use crate::ops::logits::logprob::full_chunk_stats;
+use crate::ops::logits::rows::{inv_temperature, order_key, row_normaliser, scaled_logit};
 use crate::ops::reduce::cube_linear;
 use crate::ops::{cube_count_for, storage, ROW_BLOCK};
 use crate::{ensure, KernelError};
@@ -24,38 +25,6 @@ pub const MAX_TOP: usize = 20;
 
 /// No token: a unit that saw nothing eligible.
 const NONE: u32 = 0xffff_ffff;
-
-/// Pass 1, one cube per (row, chunk): the chunk's max and `sum exp(z - m)`, the calls the
-/// sampler's pass 1 makes.
-#[cube(launch)]
-fn top_partials_kernel<F: Float>(
-    logits: &Tensor<F>,
-    temperatures: &Tensor<f32>,
-    chunk_max: &mut Tensor<f32>,
-    chunk_sum: &mut Tensor<f32>,
-    rows_arg: u32,
-    vocab_arg: u32,
-    chunks_arg: u32,
-    #[comptime] block: usize,
-    #[comptime] chunk_len: usize,
-    #[define(F)] _d: ElemType,
-) {
-    let (vocab, chunks) = (vocab_arg as usize, chunks_arg as usize);
-    let slot = cube_linear();
-    if slot < rows_arg as usize * chunks {
-        let row = slot / chunks;
-        let (base, len) = chunk_span(row, slot % chunks, vocab, chunk_len);
-        let inv_t = inv_temperature(temperatures[row]);
-        let mut shared = Shared::new_slice(block);
-        let mut vals = Array::<f32>::new(comptime!(chunk_len / block));
-        load_chunk(logits, &mut vals, base, len, inv_t, block, comptime!(chunk_len / block));
-        let (max, sum, _) = chunk_stats(&vals, len, 0u32, &mut shared, block, comptime!(chunk_len / block), false, false);
-        if UNIT_POS_X == 0 {
-            chunk_max[slot] = max;
-            chunk_sum[slot] = sum;
-        }
-    }
-}
 
 /// Whether (key, token) ranks above (best_key, best) (higher key, then lower token).
 #[cube]
@@ -167,23 +136,7 @@ pub fn top_tokens(logits: BTensor<2>, temperatures: BTensor<1>, n: usize) -> Res
     let temps = float_in(OP, "temperatures", temperatures)?;
     let client = logits.client.clone();
     let alloc = |len: usize, dtype| empty_device_contiguous_dtype(client.clone(), logits.device.clone(), [len].into(), dtype);
-    let chunks = vocab.div_ceil(VOCAB_CHUNK);
-    let (chunk_max, chunk_sum) = (alloc(rows * chunks, DType::F32), alloc(rows * chunks, DType::F32));
-    top_partials_kernel::launch(
-        &client,
-        cube_count_for(rows * chunks, 1),
-        CubeDim::new_1d(ROW_BLOCK as u32),
-        logits.clone().into_tensor_arg(),
-        temps.clone().into_tensor_arg(),
-        chunk_max.clone().into_tensor_arg(),
-        chunk_sum.clone().into_tensor_arg(),
-        rows as u32,
-        vocab as u32,
-        chunks as u32,
-        ROW_BLOCK,
-        VOCAB_CHUNK,
-        storage(logits.dtype),
-    );
+    let stats = full_chunk_stats(&logits, &temps);
     let (tokens, logprobs) = (alloc(rows * n, int_dtype), alloc(rows * n, DType::F32));
     top_tokens_kernel::launch(
         &client,
@@ -191,13 +144,13 @@ pub fn top_tokens(logits: BTensor<2>, temperatures: BTensor<1>, n: usize) -> Res
         CubeDim::new_1d(ROW_BLOCK as u32),
         logits.clone().into_tensor_arg(),
         temps.into_tensor_arg(),
-        chunk_max.into_tensor_arg(),
-        chunk_sum.into_tensor_arg(),
+        stats.max.into_tensor_arg(),
+        stats.sum.into_tensor_arg(),
         tokens.clone().into_tensor_arg(),
         logprobs.clone().into_tensor_arg(),
         rows as u32,
         vocab as u32,
-        chunks as u32,
+        stats.chunks as u32,
         n as u32,
         ROW_BLOCK,
         [storage(logits.dtype), storage(int_dtype)],
