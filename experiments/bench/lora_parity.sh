@@ -5,12 +5,7 @@
 # From the repo root on the GPU machine, after `bash experiments/visit/gpu_check.sh build` here
 # and carrying .gpu/: `O=$OUT bash experiments/bench/lora_parity.sh`. Makes the random checkpoint once.
 set -uo pipefail
-O="${O:-${OUT:-.gpu/out}}"
-mkdir -p "$O"
-[ -x /tmp/lockstep ] || { gunzip -c ${G:-.gpu}/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }
-nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader | tee -a "$O/gpu.txt"
-fields='"step":[0-9]*\|"bit_equal_frac":[0-9.e-]*\|"kl_k1":[0-9.e-]*\|"trainer_weights_fingerprint":"[0-9a-f]*"\|"step_s":[0-9.]*\|"gen_s":[0-9.]*\|"update_s":[0-9.]*\|"gen_preempted":[0-9]*'
-poll() { ( while true; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; sleep 0.2; done ) > "$1" 2>/dev/null & echo $!; }
+source "$(dirname "$0")/gpu_env.sh"
 ck=/tmp/checkpoints/qwen3-0.6b
 [ -f $ck/config.json ] || python3 experiments/fixtures/make_real_shape.py qwen3-0.6b $ck > $O/make06.log 2>&1 || { tail -3 $O/make06.log; exit 1; }
 python3 experiments/fixtures/make_peft_adapter.py $ck /tmp/peft-adapter --rank 16 --alpha 32 2>&1 | tail -1

@@ -14,6 +14,16 @@ pub fn reported(error: &str) -> Option<Option<u64>> {
     Some(asked)
 }
 
+/// "<bytes> asked, <free> free" for an allocation of `asked` bytes (where cubecl said) that did
+/// not fit on the default device, as the out-of-memory errors name it.
+pub fn sizes(asked: Option<u64>) -> String {
+    let gb = |b: u64| format!("{:.2} GB", b as f64 / 1e9);
+    let device = shared_kernels::device::default_device();
+    let free = shared_kernels::device::memory_free(&device).map_or("free memory unknown".to_string(), |f| format!("{} free", gb(f)));
+    let asked = asked.map_or("an allocation".to_string(), |a| format!("{} asked", gb(a)));
+    format!("{asked}, {free}")
+}
+
 /// `LOCKSTEP_FAULT_OOM=PHASE:STEP`: the error cubecl gives when an allocation of that phase of
 /// that GRPO step does not fit (fault injection for the tests), else `Ok`.
 pub fn injected(phase: &str, step: usize) -> Result<(), String> {

@@ -252,7 +252,7 @@ pub fn main(cfg: Config) -> Result<(), RunError> {
     let load_s = loading.elapsed().as_secs_f64();
     let failed = run(&cfg, policy, cfg.log.progress, load_s)?;
     if let Some(asked) = failed.out_of_memory {
-        return Err(RunError::Other(out_of_memory_message(&cfg, &device, asked, failed.count)));
+        return Err(RunError::Other(out_of_memory_message(&cfg, asked, failed.count)));
     }
     if failed.count > 0 {
         return Err(RunError::Other(format!("{} request(s) failed; see their `error` in {}", failed.count, cfg.sampler.output)));
@@ -262,14 +262,12 @@ pub fn main(cfg: Config) -> Result<(), RunError> {
 
 /// The device ran out of memory in a sampling step: the sizes, and the keys that shrink a step
 /// or the KV cache.
-fn out_of_memory_message(cfg: &Config, device: &burn::tensor::Device, asked: Option<u64>, failed: usize) -> String {
-    let gb = |b: u64| format!("{:.2} GB", b as f64 / 1e9);
-    let free = shared_kernels::device::memory_free(device).map_or("free memory unknown".to_string(), |f| format!("{} free", gb(f)));
-    let asked = asked.map_or("an allocation".to_string(), |a| format!("{} asked", gb(a)));
+fn out_of_memory_message(cfg: &Config, asked: Option<u64>, failed: usize) -> String {
+    let sizes = crate::out_of_memory::sizes(asked);
     let s = &cfg.sampler;
     let kv = s.kv_budget_mib.set().map_or("auto".to_string(), |m| m.to_string());
     format!(
-        "out of device memory in a sampling step ({asked}, {free}); {failed} request(s) failed (their `error` in {}): lower sampler.kv_budget_mib (now {kv}), sampler.max_batch (now {}) or sampler.chunk_size (now {}), or leave sampler.kv_budget_mib \"auto\" if another process took the memory",
+        "out of device memory in a sampling step ({sizes}); {failed} request(s) failed (their `error` in {}): lower sampler.kv_budget_mib (now {kv}), sampler.max_batch (now {}) or sampler.chunk_size (now {}), or leave sampler.kv_budget_mib \"auto\" if another process took the memory",
         s.output, s.max_batch, s.chunk_size
     )
 }

@@ -261,10 +261,7 @@ impl Trainer {
     /// saved first, so `--resume --set train.micro_batch_tokens=...` continues with the same bits.
     fn failed(&self, step: usize, phase: &str, updates_before: u64, e: RunError) -> RunError {
         let Some(asked) = crate::out_of_memory::reported(&e.to_string()) else { return e };
-        let device = shared_kernels::device::default_device();
-        let gb = |b: u64| format!("{:.2} GB", b as f64 / 1e9);
-        let free = shared_kernels::device::memory_free(&device).map_or("free memory unknown".to_string(), |f| format!("{} free", gb(f)));
-        let asked = asked.map_or("an allocation".to_string(), |a| format!("{} asked", gb(a)));
+        let sizes = crate::out_of_memory::sizes(asked);
         let (t, s) = (&self.cfg.train, &self.cfg.sampler);
         let now = |v: String| if v == "0" { "0, the whole step".to_string() } else { v };
         let keys = format!(
@@ -282,7 +279,7 @@ impl Trainer {
         } else {
             "the optimizer had begun this step, so the last checkpoint is the state to resume from".to_string()
         };
-        RunError::Other(format!("step {step}: out of device memory in {phase} ({asked}, {free}): {keys}; {saved}"))
+        RunError::Other(format!("step {step}: out of device memory in {phase} ({sizes}): {keys}; {saved}"))
     }
 
     /// Writes a checkpoint of this step (rank 0 writes it; with a sharded optimizer every rank
