@@ -15,6 +15,10 @@ the number of unique completions (Thinking Machines' test; 1 expected). Exits 1 
 and ITL is not measured), to tell the SSE path's cost from the engine's. --processes P: each
 level's clients spread over P processes (threads within each), so the clients' own parsing is
 not one interpreter's. Requests ask `"logprobs": 0`: the sampled token's logprob, no alternatives.
+--warmup: before each timed level, the same level runs untimed on the next 4 C prompts, so the
+timed one finds the kernels compiled and the step graphs captured (as `lockstep sample`'s
+steady rate does). --sample-rates C=TPS,...: `lockstep sample`'s tokens/s with
+sampler.max_batch = C on the same prompts, printed beside each level with the ratio.
 """
 import argparse
 import http.client
@@ -82,15 +86,20 @@ def threads_run(args):
     one = answered if whole_answers else streamed
     while time.time() < start_at:  # every process starts its clients at the same moment
         time.sleep(0.001)
-    results, lock, queue = {}, threading.Lock(), list(prompts.items())
+    results, errors, lock, queue = {}, [], threading.Lock(), list(prompts.items())
 
     def worker():
         while True:
             with lock:
-                if not queue:
+                if not queue or errors:
                     return
                 i, ids = queue.pop(0)
-            r = one(address, ids, max_tokens)
+            try:
+                r = one(address, ids, max_tokens)
+            except BaseException as e:  # SystemExit too: a thread would drop it silently
+                with lock:
+                    errors.append(f"prompt {i}: {e}")
+                return
             with lock:
                 results[i] = r
 
@@ -99,6 +108,8 @@ def threads_run(args):
         t.start()
     for t in threads:
         t.join()
+    if errors:
+        raise SystemExit(f"{len(errors)} request(s) failed; the first: {errors[0]}")
     return results
 
 
@@ -127,7 +138,7 @@ def identical(address, prompts, n, max_tokens):
     needle = {"prompt": prompts[0], "max_tokens": max_tokens, "temperature": 0, "logprobs": 0}
     jobs = [needle] * n + [{"prompt": rng.choice(prompts)[: rng.randrange(1, len(prompts[0]) + 1)], "max_tokens": rng.randrange(1, max_tokens + 1), "temperature": 1.0, "seed": rng.randrange(2**31)} for _ in range(n)]
     rng.shuffle(jobs)
-    answers, lock, it = [], threading.Lock(), iter(jobs)
+    answers, failures, lock, it = [], [], threading.Lock(), iter(jobs)
 
     def worker():
         while True:
@@ -135,7 +146,12 @@ def identical(address, prompts, n, max_tokens):
                 job = next(it, None)
             if job is None:
                 return
-            v = whole(address, job)
+            try:
+                v = whole(address, job)
+            except BaseException as e:  # SystemExit too: a thread would drop it silently
+                with lock:
+                    failures.append(str(e))
+                return
             if job is needle:
                 c = v["choices"][0]
                 with lock:
@@ -147,6 +163,8 @@ def identical(address, prompts, n, max_tokens):
         t.start()
     for t in threads:
         t.join()
+    if failures:
+        raise SystemExit(f"{len(failures)} of the identical test's requests failed; the first: {failures[0]}")
     return len(set(answers)), len(answers), time.perf_counter() - start
 
 
@@ -160,7 +178,10 @@ def main():
     ap.add_argument("--sample-output", default="")
     ap.add_argument("--whole", action="store_true")
     ap.add_argument("--processes", type=int, default=1)
+    ap.add_argument("--warmup", action="store_true")
+    ap.add_argument("--sample-rates", default="")
     a = ap.parse_args()
+    rates = {int(c): float(t) for c, t in (kv.split("=") for kv in a.sample_rates.split(",") if kv)}
     prompts = [json.loads(l)["prompt_ids"] for l in open(a.prompts)]
     ok = True
     reference = {}
@@ -170,16 +191,22 @@ def main():
             reference[v["id"]] = json.dumps([v["token_ids"], v["logprobs"]])
     rows = []
     for clients in [int(c) for c in a.clients.split(",")]:
+        if a.warmup:
+            if len(prompts) < 8 * clients:
+                raise SystemExit(f"--warmup at {clients} clients needs {8 * clients} prompts, {a.prompts} has {len(prompts)}")
+            level(a.address, prompts[4 * clients : 8 * clients], clients, a.max_tokens, a.whole, a.processes)
         results, wall = level(a.address, prompts[: 4 * clients], clients, a.max_tokens, a.whole, a.processes)
         tokens = sum(len(r[0]) for r in results.values())
         gaps = [g for r in results.values() for g in r[3]]
         ttft = [r[2] for r in results.values()]
-        rows.append((clients, results, f"| {clients} | {len(results)} | {wall:.1f} | {tokens / wall:,.0f} | {pct(ttft, 0.5):.0f} / {pct(ttft, 0.99):.0f} | {pct(gaps, 0.5):.1f} / {pct(gaps, 0.99):.1f} |"))
+        rate = rates.get(clients)
+        against_sample = f" {rate:,.0f} | {tokens / wall / rate:.2f} |" if rate else " - | - |"
+        rows.append((clients, results, f"| {clients} | {len(results)} | {wall:.1f} | {tokens / wall:,.0f} |{against_sample} {pct(ttft, 0.5):.0f} / {pct(ttft, 0.99):.0f} | {pct(gaps, 0.5):.1f} / {pct(gaps, 0.99):.1f} |"))
         print(rows[-1][2], flush=True)
     reference = reference or {i: json.dumps([r[0], r[1]]) for i, r in rows[-1][1].items()}
     against = "`lockstep sample`'s" if a.sample_output else "the last level's"
-    print(f"\n| clients | requests | wall s | tokens/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | completions equal to {against} as bits |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"\n| clients | requests | wall s | tokens/s | `lockstep sample` tokens/s (max_batch = clients) | serve / sample | TTFT p50 / p99 ms | ITL p50 / p99 ms | completions equal to {against} as bits |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for clients, results, row in rows:
         same = sum(json.dumps([r[0], r[1]]) == reference.get(i) for i, r in results.items())
         ok &= same == len(results)

@@ -4,11 +4,18 @@
 # the same prompts (timed too: the offline throughput the server is compared with), and N
 # identical requests among N random neighbours (1 unique completion expected). From the repo
 # root on the GPU machine with .gpu/ carried:
-#   O=$OUT bash experiments/bench/serve_bench.sh [SHAPE [PROMPTS [MAX_TOKENS [IDENTICAL]]]]   # qwen3-0.6b 256 128 1000
-# SERVE_BENCH_ARGS="--whole" or "--processes 8" pass through to serve_bench.py.
+#   O=$OUT bash experiments/bench/serve_bench.sh [SHAPE [PROMPTS [MAX_TOKENS [IDENTICAL]]]]   # qwen3-0.6b 0 128 1000
+# PROMPTS 0: 8 x the largest client count (each level times 4 C prompts after 4 C untimed ones).
+# Each level is compared with `lockstep sample` at sampler.max_batch = C on the same prompts (its
+# steady rate: after the first wave, which compiles the kernels); the clients run in 8
+# processes, the server warmed by each level's untimed half. SERVE_CLIENTS (1,16,64,256) and
+# SERVE_BENCH_ARGS (e.g. "--whole" or "--processes 1") pass through to serve_bench.py.
 set -uo pipefail
 O="${O:-${OUT:-.gpu/out}}"
-shape=${1:-qwen3-0.6b}; n=${2:-256}; m=${3:-128}; identical=${4:-1000}
+shape=${1:-qwen3-0.6b}; n=${2:-0}; m=${3:-128}; identical=${4:-1000}
+clients=${SERVE_CLIENTS:-1,16,64,256}
+largest=$(tr ',' '\n' <<< "$clients" | sort -n | tail -1)
+[ "$n" -gt 0 ] || n=$(( 8 * largest ))
 mkdir -p "$O"
 [ -x /tmp/lockstep ] || { gunzip -c .gpu/lockstep.gz > /tmp/lockstep && chmod +x /tmp/lockstep; }
 ck=/tmp/checkpoints/$shape
@@ -26,7 +33,15 @@ PY
 common=(--set "model.path=$ck" --set model.dtype=bf16 --set sampler.max_batch=256 --set "sampler.context=$(( m + 64 ))" --set "sampler.max_new_tokens=$m" --set log.progress=false)
 start=$(date +%s.%N)
 /tmp/lockstep sample "${common[@]}" --set sampler.temperature=0 --set sampler.input=/tmp/serve-prompts.jsonl --set sampler.output=/tmp/serve-sample.jsonl > "$O/serve-sample.log" 2>&1 || { echo "lockstep sample failed"; tail -5 "$O/serve-sample.log"; exit 1; }
-echo "lockstep sample, $n prompts x $m greedy tokens, whole process: $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s ($(grep -o 'tokens/s[^,]*' "$O/serve-sample.log" | tail -1))"
+echo "lockstep sample, $n prompts x $m greedy tokens, whole process: $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s ($(grep -o 'sampled .*tokens/s' "$O/serve-sample.log" | tail -1))"
+rates=""
+for c in ${clients//,/ }; do  # lockstep sample at each level's concurrency, on the level's prompts
+    head -$(( 4 * c )) /tmp/serve-prompts.jsonl > /tmp/serve-level.jsonl
+    /tmp/lockstep sample "${common[@]}" --set sampler.max_batch=$c --set sampler.temperature=0 --set sampler.input=/tmp/serve-level.jsonl --set sampler.output=/tmp/serve-level-out.jsonl > "$O/serve-sample-$c.log" 2>&1 || { echo "lockstep sample at max_batch $c failed"; tail -5 "$O/serve-sample-$c.log"; exit 1; }
+    rate=$(grep -o 'sample-timing .*' "$O/serve-sample-$c.log" | sed 's/^sample-timing //' | python3 -c "import json,sys; v=json.load(sys.stdin); print(round(v['steady_tokens'] / v['steady_s']) if v['steady_s'] > 0 else round(v['tokens'] / v['sample_s']))")
+    rates="$rates${rates:+,}$c=$rate"
+done
+echo "lockstep sample's steady tokens/s by sampler.max_batch: $rates"
 /tmp/lockstep serve "${common[@]}" --set serve.port=0 > "$O/serve.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT
@@ -38,8 +53,8 @@ for _ in $(seq 1 600); do
     sleep 0.5
 done
 [ -n "$address" ] || { echo "the server did not start"; tail -5 "$O/serve.log"; exit 1; }
-python3 experiments/bench/serve_bench.py "$address" /tmp/serve-prompts.jsonl --clients "${SERVE_CLIENTS:-1,16,64,256}" --max-tokens "$m" \
-    --identical "$identical" --sample-output /tmp/serve-sample.jsonl ${SERVE_BENCH_ARGS:-} | tee "$O/serve-bench.md"
+python3 experiments/bench/serve_bench.py "$address" /tmp/serve-prompts.jsonl --clients "$clients" --max-tokens "$m" \
+    --identical "$identical" --sample-output /tmp/serve-sample.jsonl --warmup --processes 8 --sample-rates "$rates" ${SERVE_BENCH_ARGS:-} | tee "$O/serve-bench.md"
 rc=${PIPESTATUS[0]}
 curl -s "http://$address/metrics" > "$O/serve-metrics.txt" 2>/dev/null
 exit $rc
