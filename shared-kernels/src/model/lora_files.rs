@@ -89,7 +89,7 @@ pub fn read_adapter_config(dir: &Path) -> Result<LoraSpec, ModelError> {
             let mut out = Vec::new();
             for m in list {
                 let name = m.as_str().unwrap_or_default();
-                out.push(Projection::from_module(name).ok_or_else(|| bad("target_modules", format!("{m} is not a projection lockstep adapts (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)")))?);
+                out.push(targeted_projection(name).ok_or_else(|| bad("target_modules", format!("{m} is not a projection lockstep adapts (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or a layer's full path such as model.layers.0.self_attn.q_proj)")))?);
             }
             out.sort();
             out.dedup();
@@ -117,6 +117,18 @@ pub fn read_adapter_config(dir: &Path) -> Result<LoraSpec, ModelError> {
         }
     }
     Ok(LoraSpec { rank, alpha, rslora: flag("use_rslora"), targets })
+}
+
+/// The projection a `target_modules` entry names: its module name (`q_proj`), or one layer's full
+/// path as PEFT writes "all-linear" out (`model.layers.3.self_attn.q_proj`). A projection listed
+/// for some layers only is caught when the weights are read: the other layers' tensors are missing.
+fn targeted_projection(name: &str) -> Option<Projection> {
+    Projection::from_module(name).or_else(|| {
+        Projection::ALL.into_iter().find(|p| {
+            let layer = name.strip_suffix(p.path()).and_then(|s| s.strip_suffix('.')).and_then(|s| s.rsplit_once("layers."));
+            layer.is_some_and(|(_, i)| i.parse::<usize>().is_ok())
+        })
+    })
 }
 
 /// The adapters of a PEFT folder for a model of shape `c`, in `dtype` on `device`, with the

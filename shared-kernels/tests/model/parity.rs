@@ -74,3 +74,49 @@ fn other_families_logits_match_transformers() {
         eprintln!("{name}: worst |logit diff| vs transformers: {worst:.3e}");
     }
 }
+
+/// Qwen3-MoE against transformers' `Qwen3MoeForCausalLM` (fixtures from
+/// tests/fixtures/make_tiny_moe_and_lora.py, f32, eager attention): 8, 16 and 64 experts, top-2,
+/// -4 and -8, `norm_topk_prob` on and off, a dense layer by `mlp_only_layers` and by
+/// `decoder_sparse_step` 2, each config read as transformers reads it.
+#[test]
+fn mixture_of_experts_logits_match_transformers() {
+    let cases: [(&str, (usize, usize, bool), &[bool]); 3] = [
+        ("tiny-qwen3-moe-a", (8, 2, true), &[false, true, true]),
+        ("tiny-qwen3-moe-b", (16, 4, false), &[false, true, false, false]),
+        ("tiny-qwen3-moe-c", (64, 8, true), &[true, true]),
+    ];
+    for (name, (experts, top_k, norm), sparse) in cases {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+        let parity: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("parity.json")).unwrap()).unwrap();
+        let model = Qwen3::load(&dir, DType::F32, &crate::device()).unwrap();
+        let m = model.config.moe.as_ref().unwrap_or_else(|| panic!("{name}: read as a dense model"));
+        assert_eq!((m.num_experts, m.top_k, m.norm_topk_prob), (experts, top_k, norm), "{name}: (experts, top-k, norm_topk_prob)");
+        let read: Vec<bool> = model.layers.iter().map(|l| l.moe.is_some()).collect();
+        assert_eq!(read, sparse, "{name}: which layers are sparse");
+        let worst = worst_logit_diff(name, &model, &parity);
+        eprintln!("{name}: worst |logit diff| vs transformers: {worst:.3e}");
+    }
+}
+
+/// A LoRA adapter made and saved by PEFT (`get_peft_model` + `save_pretrained`, rank 4 on every
+/// linear projection of tiny-qwen3, tests/fixtures/make_tiny_moe_and_lora.py) loads onto the base
+/// and gives `PeftModel`'s logits.
+#[test]
+fn a_peft_adapter_gives_peft_logits() {
+    use shared_kernels::model::lora_files::load_adapters;
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let dir = fixtures.join("tiny-qwen3-lora");
+    let parity: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("parity.json")).unwrap()).unwrap();
+    let base = Qwen3::load(&fixtures.join("tiny-qwen3"), DType::F32, &crate::device()).unwrap();
+    let (spec, adapters, _) = load_adapters(&dir, &base.config, DType::F32, &crate::device()).unwrap();
+    assert_eq!((spec.rank, spec.targets.len()), (4, 7), "rank and projections read from PEFT's adapter_config.json");
+    let adapted = base.clone().with_adapters(spec, adapters).unwrap();
+    let worst = worst_logit_diff("tiny-qwen3-lora", &adapted, &parity);
+    eprintln!("tiny-qwen3-lora: worst |logit diff| vs PEFT: {worst:.3e}");
+    // the adapter matters: the base alone is far from PeftModel's logits somewhere
+    let ids = record_ids(&parity["records"][0]);
+    let plain = base.forward(&Rows::whole(&[ids.clone()]), None).unwrap().into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+    let want: Vec<f64> = parity["records"][0]["logits"].as_array().unwrap().iter().flat_map(|r| r.as_array().unwrap().iter().map(|v| v.as_f64().unwrap())).collect();
+    assert!(plain.iter().zip(&want).any(|(&g, &w)| (g as f64 - w).abs() > 1e-2), "the base model alone gives PEFT's logits: the fixture's adapter tests nothing");
+}
