@@ -92,6 +92,10 @@ pub struct Completion {
     /// With `top_logprobs` asked, `top_logprobs[i]`: the most likely tokens at `tokens[i]`'s
     /// position, best first, with their logprobs (empty otherwise).
     pub top_logprobs: Vec<Vec<(u32, f32)>>,
+    /// For a mixture-of-experts model, `routing[i]`: a digest of the experts every sparse layer
+    /// chose at the row that sampled `tokens[i]` (`shared_kernels::model::moe::RoutingLog::row_digests`),
+    /// which the trainer compares with its own routing of that row; empty for a dense model.
+    pub routing: Vec<u64>,
     pub finish: FinishReason,
     pub timings: Timings,
 }

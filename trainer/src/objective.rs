@@ -217,7 +217,7 @@ mod tests {
         let (w, _) = token_weights(&train, 8, &[10], &positions, 3.0, &[1.0, 2.0, 3.0], &[vec![0.0; 9]], None);
         let want: Vec<f32> = (0..9).map(|r| match r { 2 => -1.0 / 3.0, 3 => -2.0 / 3.0, 7 => -1.0, _ => 0.0 } as f32).collect();
         assert_eq!(w, want);
-        let comp = sampler::Completion { id: 0, prompt_len: 3, tokens: vec![5, 6, 7], logprobs: vec![-1.0, -2.0, -3.0], top_logprobs: Vec::new(), finish: sampler::FinishReason::Stop, timings: Default::default() };
+        let comp = sampler::Completion { id: 0, prompt_len: 3, tokens: vec![5, 6, 7], logprobs: vec![-1.0, -2.0, -3.0], top_logprobs: Vec::new(), routing: Vec::new(), finish: sampler::FinishReason::Stop, timings: Default::default() };
         let mut trainer_lp = vec![f32::NAN; 9];
         for (&row, lp) in [2usize, 3, 7].iter().zip([-1.0f32, -2.0, -3.0 + 0.5]) {
             trainer_lp[row] = lp;

@@ -85,6 +85,44 @@ pub struct StepMetrics {
     /// line is in episodes.jsonl).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub episodes: Option<EpisodeMeans>,
+    /// A mixture-of-experts model's routing: agreement with the sampler and expert load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<MoeTelemetry>,
+}
+
+/// `crate::grpo`'s routing pass over a step's rollouts (a mixture-of-experts model).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct MoeTelemetry {
+    /// Of the sampled tokens, the fraction whose row the trainer sent to the same experts as the
+    /// sampler did in every sparse layer (1 by construction with the matched kernels).
+    pub routing_agreement: f64,
+    pub routed_tokens: usize,
+    /// The largest of the layers' `max_over_mean`.
+    pub load_max_over_mean: f64,
+    pub layers: Vec<LayerLoad>,
+    pub routing_s: f64,
+}
+
+/// One sparse layer's load over a step's sequences (prompts and completions).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct LayerLoad {
+    pub layer: usize,
+    pub tokens_per_expert: Vec<u64>,
+    /// The busiest expert's tokens over the mean (1 = balanced; the number of experts when one
+    /// takes every token).
+    pub max_over_mean: f64,
+    /// Experts that took no token.
+    pub unused_experts: usize,
+}
+
+impl LayerLoad {
+    pub fn of(layer: usize, tokens_per_expert: Vec<u64>) -> Self {
+        let total: u64 = tokens_per_expert.iter().sum();
+        let mean = total as f64 / tokens_per_expert.len().max(1) as f64;
+        let max = tokens_per_expert.iter().copied().max().unwrap_or(0) as f64;
+        let unused_experts = tokens_per_expert.iter().filter(|&&c| c == 0).count();
+        LayerLoad { layer, max_over_mean: if mean > 0.0 { max / mean } else { 0.0 }, unused_experts, tokens_per_expert }
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -226,6 +264,7 @@ impl StepMetrics {
         .into_iter()
         .chain(self.dynamic_sampling.iter().flat_map(|d| [("rollout/groups_kept", d.groups_kept as f64), ("rollout/groups_sampled", d.groups_sampled as f64)]))
         .chain(self.episodes.iter().flat_map(|e| [("episode/turns_mean", e.turns_mean), ("episode/tool_calls_mean", e.tool_calls_mean), ("episode/sampled_tokens_mean", e.sampled_tokens_mean), ("episode/tokens_mean", e.episode_tokens_mean), ("episode/program_s_mean", e.program_s_mean)]))
+        .chain(self.moe.iter().flat_map(|m| [("moe/routing_agreement", m.routing_agreement), ("moe/load_max_over_mean", m.load_max_over_mean)]))
         .chain(self.eval.iter().flat_map(|e| [("eval/pass1_greedy", e.pass1_greedy), ("eval/pass_at_k", e.pass_at_k), ("eval/sampled_accuracy", e.sampled_accuracy), ("eval/sampled_reward_mean", e.sampled_reward_mean)]))
         .chain(self.aliases())
         .collect()

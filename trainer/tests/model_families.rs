@@ -108,6 +108,26 @@ fn a_mixture_of_experts_checkpoint_samples_and_trains_bit_exact_and_micro_batch_
         }
     }
     assert!(one_pass.iter().filter(|m| m["grad_norm"].as_f64().unwrap() > 0.0).count() >= 2, "no real update: {one_pass:?}");
+    // the routing telemetry: every sampled token compared, the same experts on both sides, and
+    // each sparse layer's load over the step's rows (k = 2 experts a row) the same however the
+    // step is micro-batched
+    for (x, y) in one_pass.iter().zip(&micro) {
+        for m in [x, y] {
+            let moe = &m["moe"];
+            assert_eq!(moe["routing_agreement"].as_f64(), Some(1.0), "{m}");
+            assert_eq!(moe["routed_tokens"], m["agreement"]["tokens"], "every sampled token compared: {m}");
+            let layers = moe["layers"].as_array().unwrap();
+            assert_eq!(layers.iter().map(|l| l["layer"].as_u64().unwrap()).collect::<Vec<_>>(), vec![1], "the sparse layers: {m}");
+            let routed: u64 = layers[0]["tokens_per_expert"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).sum();
+            assert!(routed % 2 == 0 && routed > 2 * moe["routed_tokens"].as_u64().unwrap(), "two experts for every row, prompts included: {m}");
+        }
+        assert_eq!(x["moe"]["layers"], y["moe"]["layers"], "step {}: expert load differs between one pass and micro-batches", x["step"]);
+    }
+    // the ablation's fast kernels in the sampler: the routing is still compared token by token
+    for m in train(&dir, &ck, "moe-fast", &["ablation.sampler_kernels=fast", "ablation.correction=tis"]) {
+        let agreement = m["moe"]["routing_agreement"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&agreement) && m["moe"]["routed_tokens"] == m["agreement"]["tokens"], "{m}");
+    }
     // LoRA on the attention projections of the MoE model: bit-exact; on its experts: refused by key
     let lora = train(&dir, &ck, "moe-lora", &["lora.rank=4", "lora.target_modules=[\"q_proj\", \"v_proj\"]"]);
     assert!(lora.iter().all(|m| m["agreement"]["bit_equal_frac"].as_f64() == Some(1.0)), "{lora:?}");

@@ -2,6 +2,7 @@
 
 use super::Engine;
 use burn::tensor::{DType, Int, Tensor};
+use shared_kernels::model::moe::RoutingLog;
 use shared_kernels::model::{Forward, Rows, Tokens};
 use shared_kernels::ops::logits::top_tokens::top_tokens;
 use shared_kernels::{bridge::ReadBack, row_rng_key, sample, SamplingRow};
@@ -19,6 +20,9 @@ pub(super) struct InFlight {
     /// how many), in order, and the most any asked (each row's share of the copy).
     pub(super) top: Vec<(usize, usize)>,
     pub(super) top_n: usize,
+    /// Each sampled row's routing digest (`RoutingLog::row_digests`; a mixture-of-experts
+    /// model only, else empty).
+    pub(super) routing: Vec<u64>,
 }
 
 /// What one step did, for progress bars and benchmarks.
@@ -41,13 +45,18 @@ impl Engine {
         let top_n = top.iter().map(|&(_, n)| n).max().unwrap_or(0);
         let graphed = if top.is_empty() && self.replayable(rows, sample_at) { self.launch_graphed(rows, &params, fed)? } else { None };
         let mut alternatives = None;
+        let mut routing = Vec::new();
         let (tokens, logprobs) = match graphed {
             Some(sampled) => sampled,
             None => {
                 // logits only for the rows that are sampled (the last row of a prompt, decode rows)
                 let at: Vec<usize> = sample_at.iter().map(|&(_, r)| r).collect();
                 let tokens = fed.map_or(Tokens::Host, |(sampled, index)| Tokens::Device { sampled, index });
-                let logits = self.model.run(Forward::rows(rows).cache(&mut self.cache).logits_at(&at).tokens(tokens));
+                let mut log = RoutingLog::default();
+                let forward = Forward::rows(rows).cache(&mut self.cache).logits_at(&at).tokens(tokens);
+                let logits = self.model.run(if self.model.config.moe.is_some() { forward.routing(&mut log) } else { forward });
+                let digests = log.row_digests(rows.len());
+                routing = if digests.is_empty() { Vec::new() } else { at.iter().map(|&r| digests[r]).collect() };
                 let Some(picked) = logits.map_err(|e| e.to_string())? else {
                     self.phase.launch_s += launching.elapsed().as_secs_f64();
                     return Ok(None);
@@ -74,7 +83,7 @@ impl Engine {
             self.active[a].in_flight += 1;
         }
         self.phase.launch_s += launching.elapsed().as_secs_f64();
-        Ok(Some(InFlight { tokens, copy, owners, top, top_n }))
+        Ok(Some(InFlight { tokens, copy, owners, top, top_n, routing }))
     }
 
     /// Waits for a step's tokens and logprobs and hands them to the requests still active.
@@ -113,6 +122,9 @@ impl Engine {
                 act.logprobs.push(logprobs[i]);
                 if let Some(listed) = alternatives.remove(&i) {
                     act.top.push(listed);
+                }
+                if let Some(&digest) = step.routing.get(i) {
+                    act.routing.push(digest);
                 }
                 act.in_flight -= 1;
                 act.first_token.get_or_insert(now);

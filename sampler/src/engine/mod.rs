@@ -41,6 +41,8 @@ struct Active {
     logprobs: Vec<f32>,
     /// Each token's most likely alternatives (`top_logprobs` asked), else empty.
     top: Vec<Vec<(u32, f32)>>,
+    /// Each sampled token's routing digest (a mixture-of-experts model).
+    routing: Vec<u64>,
     /// Tokens sampled for it by a step that has not been read yet (0 or 1 between steps).
     in_flight: usize,
     added: Instant,
@@ -236,7 +238,7 @@ impl Engine {
 
     fn take_waiting(&mut self, slot: u32, now: Instant) {
         let p = self.waiting.pop_front().expect("front exists");
-        self.active.push(Active { request: p.request, slot, prefilled: 0, tokens: Vec::new(), logprobs: Vec::new(), top: Vec::new(), in_flight: 0, added: p.added, admitted: now, first_token: None });
+        self.active.push(Active { request: p.request, slot, prefilled: 0, tokens: Vec::new(), logprobs: Vec::new(), top: Vec::new(), routing: Vec::new(), in_flight: 0, added: p.added, admitted: now, first_token: None });
     }
 
     /// Blocks a running request does not hold yet but is reserved: up to its prompt plus the
@@ -307,7 +309,7 @@ impl Engine {
                         total: end - act.added,
                     };
                     let id = act.request.id;
-                    self.done.push((id, Ok(Completion { id, prompt_len: act.request.prompt.len(), tokens: act.tokens, logprobs: act.logprobs, top_logprobs: act.top, finish, timings })));
+                    self.done.push((id, Ok(Completion { id, prompt_len: act.request.prompt.len(), tokens: act.tokens, logprobs: act.logprobs, top_logprobs: act.top, routing: act.routing, finish, timings })));
                 }
                 None => still.push(act),
             }

@@ -50,6 +50,8 @@ pub struct Forward<'a> {
     /// training path, differentiable on an autodiff device).
     pub cache: Option<&'a mut KvCache>,
     pub trace: Option<&'a mut Trace>,
+    /// Each sparse layer's routing of the rows is pushed here (a mixture-of-experts model).
+    pub routing: Option<&'a mut super::moe::RoutingLog>,
     /// The rows' slots and positions already on the device (`[rows]` each, equal to
     /// `rows.slots` / `rows.positions`, which host-side checks still read); else uploaded from
     /// `rows`. A captured graph must upload nothing.
@@ -80,6 +82,10 @@ impl<'a> Forward<'a> {
         self.trace = Some(trace);
         self
     }
+    pub fn routing(mut self, log: &'a mut super::moe::RoutingLog) -> Self {
+        self.routing = Some(log);
+        self
+    }
 }
 
 /// The rows' sequence, position (or token) ids as a device tensor.
@@ -97,7 +103,7 @@ impl Qwen3 {
 
     /// The forward as `args` asks: the logits of the rows it names (`None` when it names none).
     pub fn run(&self, args: Forward) -> Result<Option<Tensor<2>>, ModelError> {
-        let Forward { rows, tokens, logits, cache, mut trace, device_rows } = args;
+        let Forward { rows, tokens, logits, cache, mut trace, routing, device_rows } = args;
         let rows = rows.ok_or_else(|| ModelError::Input("a forward needs rows".into()))?;
         if let Logits::At(at) = logits {
             if let Some(&r) = at.iter().find(|&&r| r >= rows.len()) {
@@ -111,7 +117,7 @@ impl Qwen3 {
         }
         // a trace of one row needs that row's logits only (a batch's [rows, vocab] may not fit)
         let only_row = trace.as_deref().and_then(|t| t.only_row).filter(|_| matches!(logits, Logits::All));
-        let x = self.final_hidden(rows, tokens, device_rows, cache, trace.as_deref_mut())?;
+        let x = self.final_hidden(rows, tokens, device_rows, cache, trace.as_deref_mut(), routing)?;
         let (at, one_row) = match (only_row, logits) {
             (Some(r), _) => (vec![r], true),
             (None, Logits::At(at)) => (at.to_vec(), false),
@@ -143,7 +149,7 @@ impl Qwen3 {
 
     /// Every decoder layer and the final norm: the rows' hidden states `[rows, hidden]` that the
     /// LM head reads.
-    pub(crate) fn final_hidden(&self, rows: &Rows, tokens: Tokens, device_rows: Option<(&Tensor<1, Int>, &Tensor<1, Int>)>, cache: Option<&mut KvCache>, trace: Option<&mut Trace>) -> Result<Tensor<2>, ModelError> {
+    pub(crate) fn final_hidden(&self, rows: &Rows, tokens: Tokens, device_rows: Option<(&Tensor<1, Int>, &Tensor<1, Int>)>, cache: Option<&mut KvCache>, trace: Option<&mut Trace>, routing: Option<&mut super::moe::RoutingLog>) -> Result<Tensor<2>, ModelError> {
         self.check_rows(rows)?;
         let device = self.embed.device();
         let n = rows.len();
@@ -171,7 +177,7 @@ impl Qwen3 {
         }
         // the decode path's fused launches: lockstep's kernels, a cache, fused weights
         let fused = (cache.is_some() && self.kernels == KernelSet::Matched && self.fused.len() == self.layers.len()).then_some(&self.fused[..]);
-        let mut pass = Pass { rows, slots, positions, cache, trace, kernels: self.kernels, config: &self.config, rope: &self.rope };
+        let mut pass = Pass { rows, slots, positions, cache, trace, routing, kernels: self.kernels, config: &self.config, rope: &self.rope };
         let h = embedding(self.embed.clone(), ids)?;
         pass.record(|| "embedding".into(), &h);
         let stream = self.layers_forward(Stream { h, normed: None }, 0..self.layers.len(), fused, &mut pass)?;
@@ -186,7 +192,7 @@ impl Qwen3 {
     /// A pass over whole-sequence rows without a cache or a trace (the training path's layers
     /// run one at a time, as recomputation does).
     pub(crate) fn training_pass<'a>(&'a self, rows: &'a Rows, slots: Tensor<1, Int>, positions: Tensor<1, Int>) -> Pass<'a> {
-        Pass { rows, slots, positions, cache: None, trace: None, kernels: self.kernels, config: &self.config, rope: &self.rope }
+        Pass { rows, slots, positions, cache: None, trace: None, routing: None, kernels: self.kernels, config: &self.config, rope: &self.rope }
     }
 
     /// Layers `range` on the pass's rows, each fused when `fused` has its weights.

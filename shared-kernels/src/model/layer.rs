@@ -197,7 +197,11 @@ impl Layer {
                 // sampling needs none
                 let rows = pass.rows;
                 let starts: Option<Vec<usize>> = x.is_autodiff().then(|| (0..rows.len()).filter(|&r| r == 0 || rows.positions[r] == 0 || rows.slots[r] != rows.slots[r - 1]).collect());
-                moe.forward(x, k, starts.as_deref())?.0
+                let (out, routing) = moe.forward(x, k, starts.as_deref())?;
+                if let Some(log) = pass.routing.as_deref_mut() {
+                    log.layers.push((i, routing));
+                }
+                out
             }
             (None, gate_up) => {
                 let missing = || ModelError::Input(format!("layer {i} has neither a dense MLP nor experts"));

@@ -64,6 +64,51 @@ pub struct Routing {
     pub weights: Vec<f32>,
 }
 
+/// Every sparse layer's routing of one forward's rows, in layer order (`Forward::routing`): what
+/// the telemetry compares between the sampler and the trainer and counts per expert.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RoutingLog {
+    pub layers: Vec<(usize, Routing)>,
+}
+
+impl RoutingLog {
+    /// One number per row naming the experts every sparse layer chose for it (FNV-1a over the
+    /// layer and expert indices): equal for rows routed alike; rows routed differently collide
+    /// with a chance of about 2^-64. Empty for a dense model.
+    pub fn row_digests(&self, rows: usize) -> Vec<u64> {
+        if self.layers.is_empty() {
+            return Vec::new();
+        }
+        let mut out = vec![0xcbf2_9ce4_8422_2325u64; rows];
+        for (layer, routing) in &self.layers {
+            let k = routing.experts.len() / rows.max(1);
+            for (r, h) in out.iter_mut().enumerate() {
+                for v in std::iter::once(*layer as u32).chain(routing.experts[r * k..(r + 1) * k].iter().copied()) {
+                    for b in v.to_le_bytes() {
+                        *h = (*h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Each sparse layer's tokens per expert over the rows `rows` of a pass of `total` rows.
+    pub fn expert_load(&self, rows: std::ops::Range<usize>, total: usize, experts: usize) -> Vec<(usize, Vec<u64>)> {
+        self.layers
+            .iter()
+            .map(|(layer, routing)| {
+                let k = routing.experts.len() / total.max(1);
+                let mut counts = vec![0u64; experts];
+                for &e in &routing.experts[rows.start * k..rows.end * k] {
+                    counts[e as usize] += 1;
+                }
+                (*layer, counts)
+            })
+            .collect()
+    }
+}
+
 /// The routing of `logits` (`rows` x `experts`, row-major f32), per row alone (module docs).
 pub fn route(logits: &[f32], experts: usize, top_k: usize, norm_topk_prob: bool) -> Routing {
     let rows = logits.len() / experts.max(1);
@@ -228,5 +273,24 @@ mod tests {
         let raw = route(&logits, 4, 2, false);
         let total: f64 = logits[..4].iter().map(|&l| (l as f64).exp()).sum();
         assert!((raw.weights[1] as f64 - (2.0f64).exp() / total).abs() < 1e-6);
+    }
+
+    /// Rows routed alike in every sparse layer share a digest; a row that differs in one layer
+    /// does not; a dense model has none; the load counts each row's k experts.
+    #[test]
+    fn routing_digests_tell_rows_apart_by_every_layer_and_load_counts_the_rows_asked() {
+        // 3 rows, top-2: rows 0 and 2 alike in layer 1; in layer 3 row 2 differs from row 0
+        let layer1 = Routing { experts: vec![0, 3, 1, 2, 0, 3], weights: vec![0.5; 6] };
+        let layer3 = Routing { experts: vec![1, 2, 1, 2, 0, 2], weights: vec![0.5; 6] };
+        let one = RoutingLog { layers: vec![(1, layer1.clone())] };
+        let d = one.row_digests(3);
+        assert_eq!((d[0] == d[2], d[0] == d[1]), (true, false));
+        let both = RoutingLog { layers: vec![(1, layer1.clone()), (3, layer3)] };
+        let d = both.row_digests(3);
+        assert_ne!(d[0], d[2], "a difference in the second sparse layer changed no digest");
+        // the same experts under another layer index are another routing
+        assert_ne!(RoutingLog { layers: vec![(2, layer1)] }.row_digests(3), one.row_digests(3));
+        assert!(RoutingLog::default().row_digests(3).is_empty());
+        assert_eq!(both.expert_load(1..3, 3, 4), vec![(1, vec![1, 1, 1, 1]), (3, vec![1, 1, 2, 0])]);
     }
 }

@@ -33,6 +33,8 @@ pub(crate) struct Pass<'a> {
     pub positions: Tensor<1, Int>,
     pub cache: Option<&'a mut KvCache>,
     pub trace: Option<&'a mut Trace>,
+    /// Where the sparse layers leave their routing, when asked (`Forward::routing`).
+    pub routing: Option<&'a mut super::moe::RoutingLog>,
     pub kernels: KernelSet,
     pub config: &'a ModelConfig,
     pub rope: &'a RopeTables,

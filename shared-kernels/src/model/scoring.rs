@@ -46,7 +46,7 @@ impl Qwen3 {
     /// The training path's logprobs of `sequences` (see the module doc).
     pub fn sequence_logprobs(&self, sequences: &[Vec<u32>], distribution: impl Into<LogprobDistribution>) -> Result<Scores, ModelError> {
         let rows = self.training_rows(sequences)?;
-        let x = self.final_hidden(&rows, Tokens::Host, None, None, None)?;
+        let x = self.final_hidden(&rows, Tokens::Host, None, None, None, None)?;
         self.score_rows(x, &rows, sequences, distribution.into())
     }
 

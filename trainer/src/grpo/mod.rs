@@ -33,6 +33,7 @@ mod episodes;
 mod ranks;
 mod shard;
 mod rollouts;
+mod routing;
 mod score;
 mod update;
 
@@ -154,6 +155,7 @@ impl Trainer {
         let inject = |phase: &str| crate::out_of_memory::injected(phase, step).map_err(RunError::Other);
         let rollouts = inject("sample").and_then(|_| self.rollouts(step)).map_err(|e| self.failed(step, "sampling the rollouts", updates_before, e))?;
         let (scored, tracked) = inject("score").and_then(|_| self.score(step, &rollouts)).map_err(|e| self.failed(step, "the scoring pass", updates_before, e))?;
+        let moe = self.routing_telemetry(step, &rollouts, &scored.batches).map_err(|e| self.failed(step, "the routing pass (mixture-of-experts telemetry)", updates_before, e))?;
         let lr = learning_rate(self.cfg.train.lr, step, self.cfg.train.warmup_steps, self.cfg.train.steps, self.cfg.train.min_lr_ratio);
         let updating = Instant::now();
         let (loss, grad_norm, corr, verified) = inject("update").and_then(|_| self.update(step, &rollouts, tracked, &scored, lr)).map_err(|e| self.failed(step, "the update's forward and backward passes", updates_before, e))?;
@@ -214,6 +216,7 @@ impl Trainer {
             eval,
             dynamic_sampling: rollouts.groups.map(|(groups_kept, groups_sampled)| crate::telemetry::DynamicSampling { groups_kept, groups_sampled }),
             episodes: rollouts.episodes.as_deref().map(crate::telemetry::EpisodeMeans::of),
+            moe,
         };
         self.telemetry.record(&metrics).map_err(|e| RunError::Other(format!("metrics: {e}")))?;
         Ok(metrics)

@@ -135,7 +135,7 @@ impl Trainer {
                 let finish = if r.len() == 1 { FinishReason::Length } else { FinishReason::Stop };
                 let tokens = r.u32s();
                 let logprobs = r.f32s();
-                completions.push(Completion { id, prompt_len, tokens, logprobs, top_logprobs: Vec::new(), finish, timings: Default::default() });
+                completions.push(Completion { id, prompt_len, tokens, logprobs, top_logprobs: Vec::new(), routing: Vec::new(), finish, timings: Default::default() });
             }
             raw.extend(r.f64s());
         }
