@@ -99,6 +99,10 @@ pub struct MoeTelemetry {
     pub routed_tokens: usize,
     /// The largest of the layers' `max_over_mean`.
     pub load_max_over_mean: f64,
+    /// transformers' `load_balancing_loss_func` over the step's sequences (`num_experts_per_tok`
+    /// when perfectly balanced), and what the update adds: `train.router_aux_loss_coef` times it.
+    pub load_balancing_loss: f64,
+    pub aux_loss: f64,
     pub layers: Vec<LayerLoad>,
     pub routing_s: f64,
 }
@@ -264,7 +268,7 @@ impl StepMetrics {
         .into_iter()
         .chain(self.dynamic_sampling.iter().flat_map(|d| [("rollout/groups_kept", d.groups_kept as f64), ("rollout/groups_sampled", d.groups_sampled as f64)]))
         .chain(self.episodes.iter().flat_map(|e| [("episode/turns_mean", e.turns_mean), ("episode/tool_calls_mean", e.tool_calls_mean), ("episode/sampled_tokens_mean", e.sampled_tokens_mean), ("episode/tokens_mean", e.episode_tokens_mean), ("episode/program_s_mean", e.program_s_mean)]))
-        .chain(self.moe.iter().flat_map(|m| [("moe/routing_agreement", m.routing_agreement), ("moe/load_max_over_mean", m.load_max_over_mean)]))
+        .chain(self.moe.iter().flat_map(|m| [("moe/routing_agreement", m.routing_agreement), ("moe/load_max_over_mean", m.load_max_over_mean), ("moe/load_balancing_loss", m.load_balancing_loss)]))
         .chain(self.eval.iter().flat_map(|e| [("eval/pass1_greedy", e.pass1_greedy), ("eval/pass_at_k", e.pass_at_k), ("eval/sampled_accuracy", e.sampled_accuracy), ("eval/sampled_reward_mean", e.sampled_reward_mean)]))
         .chain(self.aliases())
         .collect()

@@ -123,6 +123,20 @@ fn a_mixture_of_experts_checkpoint_samples_and_trains_bit_exact_and_micro_batch_
         }
         assert_eq!(x["moe"]["layers"], y["moe"]["layers"], "step {}: expert load differs between one pass and micro-batches", x["step"]);
     }
+    // the load-balancing loss: the same weights in one pass and in micro-batches, other
+    // weights than without it, and its value logged
+    let aux = train(&dir, &ck, "moe-aux", &["train.steps=3", "train.router_aux_loss_coef=0.5"]);
+    let aux_micro = train(&dir, &ck, "moe-aux-micro", &["train.steps=3", "train.router_aux_loss_coef=0.5", "train.micro_batch_tokens=16"]);
+    for ((x, y), plain) in aux.iter().zip(&aux_micro).zip(&one_pass) {
+        assert_eq!((x["agreement"]["bit_equal_frac"].as_f64(), y["agreement"]["bit_equal_frac"].as_f64()), (Some(1.0), Some(1.0)), "{x}");
+        assert_eq!(x["trainer_weights_fingerprint"], y["trainer_weights_fingerprint"], "step {}: the load-balancing loss's update differs between one pass and micro-batches", x["step"]);
+        assert_ne!(x["trainer_weights_fingerprint"], plain["trainer_weights_fingerprint"], "step {}: the load-balancing loss changed no weight", x["step"]);
+        let lbl = x["moe"]["load_balancing_loss"].as_f64().unwrap();
+        assert!(lbl > 0.0 && x["moe"]["aux_loss"].as_f64() == Some(0.5 * lbl), "{x}");
+    }
+    let dense = lockstep(&["train", "small.toml", "--set", &format!("model.path={}", Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared-kernels/tests/fixtures/tiny-qwen3").display()), "--set", "train.router_aux_loss_coef=0.1", "--set", "log.run_name=dense-aux"], &dir);
+    let err = String::from_utf8_lossy(&dense.stderr);
+    assert!(dense.status.code() == Some(2) && err.contains("train.router_aux_loss_coef") && err.contains("dense"), "{err}");
     // the ablation's fast kernels in the sampler: the routing is still compared token by token
     for m in train(&dir, &ck, "moe-fast", &["ablation.sampler_kernels=fast", "ablation.correction=tis"]) {
         let agreement = m["moe"]["routing_agreement"].as_f64().unwrap();

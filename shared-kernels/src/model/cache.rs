@@ -21,6 +21,9 @@ pub struct Rows {
     pub tokens: Vec<u32>,
     pub slots: Vec<u32>,
     pub positions: Vec<u32>,
+    /// Which rows are [`Rows::whole_padded`]'s stand-ins (ascending; empty for other rows): the
+    /// load-balancing loss leaves them out.
+    pub padding: Vec<usize>,
 }
 
 impl Rows {
@@ -49,6 +52,7 @@ impl Rows {
             let pad = padding_rows(seq.len(), granule);
             let (slot, first) = if seq.len() + pad <= max_positions { (s as u32, seq.len()) } else { (post_inc(&mut extra), 0) };
             for p in first..first + pad {
+                rows.padding.push(rows.len());
                 rows.push(0, slot, p as u32);
             }
         }

@@ -101,6 +101,7 @@ impl Layer {
                     }).collect::<Result<_, ModelError>>()?,
                     top_k: m.top_k,
                     norm_topk_prob: m.norm_topk_prob,
+                    aux: None,
                 }),
             },
             adapters: None,
@@ -197,7 +198,7 @@ impl Layer {
                 // sampling needs none
                 let rows = pass.rows;
                 let starts: Option<Vec<usize>> = x.is_autodiff().then(|| (0..rows.len()).filter(|&r| r == 0 || rows.positions[r] == 0 || rows.slots[r] != rows.slots[r - 1]).collect());
-                let (out, routing) = moe.forward(x, k, starts.as_deref())?;
+                let (out, routing) = moe.forward(x, k, starts.as_deref(), &rows.padding)?;
                 if let Some(log) = pass.routing.as_deref_mut() {
                     log.layers.push((i, routing));
                 }

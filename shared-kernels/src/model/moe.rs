@@ -48,6 +48,38 @@ pub struct Expert {
     pub down: Tensor<2>,
 }
 
+/// The load-balancing loss's constants for one GRPO step (transformers'
+/// `load_balancing_loss_func` over every sparse layer's rows at once): its value is
+/// `scale * sum_e counts[e] * P[e]`, with `counts[e]` the rows (of every sparse layer) routed to
+/// expert e and `P[e]` the sum of their softmax probabilities; `scale = coef * experts /
+/// (layers * rows)^2`. The counts are the step's, fixed before the update (the top-k has no
+/// gradient), so each row's gradient is its own: the same bits under any micro-batching.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouterAux {
+    pub scale: f32,
+    pub counts: Vec<f32>,
+}
+
+impl RouterAux {
+    /// The gradient of the loss by one row's router logits `row`, added into `out`:
+    /// `scale * p_j (counts_j - sum_e counts_e p_e)`.
+    pub fn add_row_gradient(&self, row: &[f32], out: &mut [f32]) {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let exps: Vec<f32> = row.iter().map(|&l| (l - max).exp()).collect();
+        let mut sum = 0.0f32;
+        for &e in &exps {
+            sum += e;
+        }
+        let mut mean = 0.0f32;
+        for (e, c) in exps.iter().zip(&self.counts) {
+            mean += e / sum * c;
+        }
+        for ((o, e), c) in out.iter_mut().zip(&exps).zip(&self.counts) {
+            *o += self.scale * (e / sum) * (c - mean);
+        }
+    }
+}
+
 /// A sparse MLP's weights: the router `[experts, hidden]` and the experts.
 #[derive(Clone, Debug)]
 pub struct MoeBlock {
@@ -55,6 +87,9 @@ pub struct MoeBlock {
     pub experts: Vec<Expert>,
     pub top_k: usize,
     pub norm_topk_prob: bool,
+    /// The load-balancing loss's constants while a GRPO step trains with one (its gradient
+    /// joins the router's in the training path; sampling and scoring ignore it).
+    pub aux: Option<std::sync::Arc<RouterAux>>,
 }
 
 /// Each row's k experts, ascending by index, with their weights (f32 as computed).
@@ -62,6 +97,9 @@ pub struct MoeBlock {
 pub struct Routing {
     pub experts: Vec<u32>,
     pub weights: Vec<f32>,
+    /// Each expert's softmax probability summed over the rows, in row order (the
+    /// load-balancing loss's `P`).
+    pub prob_sums: Vec<f64>,
 }
 
 /// Every sparse layer's routing of one forward's rows, in layer order (`Forward::routing`): what
@@ -93,6 +131,22 @@ impl RoutingLog {
         out
     }
 
+    /// The load-balancing loss's sums over this pass's rows, every sparse layer's together
+    /// (transformers concatenates the layers' router logits): (rows routed to each expert,
+    /// each expert's summed softmax probability, rows times sparse layers).
+    pub fn load_balancing_sums(&self, rows: usize, experts: usize) -> (Vec<u64>, Vec<f64>, usize) {
+        let (mut counts, mut probs) = (vec![0u64; experts], vec![0.0f64; experts]);
+        for (_, routing) in &self.layers {
+            for &e in &routing.experts {
+                counts[e as usize] += 1;
+            }
+            for (p, s) in probs.iter_mut().zip(&routing.prob_sums) {
+                *p += s;
+            }
+        }
+        (counts, probs, rows * self.layers.len())
+    }
+
     /// Each sparse layer's tokens per expert over the rows `rows` of a pass of `total` rows.
     pub fn expert_load(&self, rows: std::ops::Range<usize>, total: usize, experts: usize) -> Vec<(usize, Vec<u64>)> {
         self.layers
@@ -109,10 +163,18 @@ impl RoutingLog {
     }
 }
 
+/// transformers' `load_balancing_loss_func` (unweighted; `top_k` when perfectly balanced) from
+/// [`RoutingLog::load_balancing_sums`] over a step: `experts * sum_e (counts_e / N) (P_e / N)`.
+pub fn load_balancing_loss(counts: &[u64], prob_sums: &[f64], layer_rows: usize) -> f64 {
+    let n = layer_rows.max(1) as f64;
+    counts.len() as f64 / (n * n) * counts.iter().zip(prob_sums).map(|(&c, &p)| c as f64 * p).sum::<f64>()
+}
+
 /// The routing of `logits` (`rows` x `experts`, row-major f32), per row alone (module docs).
 pub fn route(logits: &[f32], experts: usize, top_k: usize, norm_topk_prob: bool) -> Routing {
     let rows = logits.len() / experts.max(1);
     let (mut chosen, mut weights) = (Vec::with_capacity(rows * top_k), Vec::with_capacity(rows * top_k));
+    let mut prob_sums = vec![0.0f64; experts];
     for row in logits.chunks_exact(experts) {
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let exps: Vec<f32> = row.iter().map(|&l| (l - max).exp()).collect();
@@ -121,6 +183,9 @@ pub fn route(logits: &[f32], experts: usize, top_k: usize, norm_topk_prob: bool)
             sum += e;
         }
         let probs: Vec<f32> = exps.iter().map(|&e| e / sum).collect();
+        for (t, &p) in prob_sums.iter_mut().zip(&probs) {
+            *t += p as f64;
+        }
         let mut order: Vec<u32> = (0..experts as u32).collect();
         // highest probability first; ties to the lower index (a stable sort on the index order)
         order.sort_by(|&a, &b| probs[b as usize].total_cmp(&probs[a as usize]));
@@ -136,7 +201,7 @@ pub fn route(logits: &[f32], experts: usize, top_k: usize, norm_topk_prob: bool)
             weights.push(w);
         }
     }
-    Routing { experts: chosen, weights }
+    Routing { experts: chosen, weights, prob_sums }
 }
 
 fn int_rows(rows: &[usize], device: &burn::tensor::Device) -> Tensor<1, Int> {
@@ -146,8 +211,9 @@ fn int_rows(rows: &[usize], device: &burn::tensor::Device) -> Tensor<1, Int> {
 impl MoeBlock {
     /// The block's output `[rows, hidden]` for the normed rows `x`, and the routing it used.
     /// `sequence_starts` (the training path: the rows where each sequence begins) lays the
-    /// experts' rows out for micro-batch-independent weight gradients (`moe_train.rs`).
-    pub fn forward(&self, x: Tensor<2>, kernels: KernelSet, sequence_starts: Option<&[usize]>) -> Result<(Tensor<2>, Routing), ModelError> {
+    /// experts' rows out for micro-batch-independent weight gradients (`moe_train.rs`);
+    /// `padding` (the training rows' stand-ins) get no load-balancing gradient.
+    pub fn forward(&self, x: Tensor<2>, kernels: KernelSet, sequence_starts: Option<&[usize]>, padding: &[usize]) -> Result<(Tensor<2>, Routing), ModelError> {
         let [n, hidden] = x.dims();
         let (experts, k) = (self.experts.len(), self.top_k);
         let device = x.device();
@@ -159,7 +225,8 @@ impl MoeBlock {
         // the weights: constants when sampling, an op of the logits when training (the router's
         // gradient); a zero row and weight past the end for the training layout's padding
         let (xs, ws) = if training {
-            let w = super::moe_train::routing_weights(logits, &host, &routing.experts, &routing.weights, k, self.norm_topk_prob)?;
+            let aux = self.aux.as_ref().map(|a| (a.clone(), padding.to_vec()));
+            let w = super::moe_train::routing_weights(logits, &host, &routing.experts, &routing.weights, k, self.norm_topk_prob, aux)?;
             (Tensor::cat(vec![x.clone(), Tensor::zeros([1, hidden], (&device, x.dtype()))], 0), Tensor::cat(vec![w, Tensor::zeros([1], (&device, x.dtype()))], 0))
         } else {
             (x.clone(), Tensor::<1>::from_data(TensorData::new(routing.weights.clone(), [n * k]), &device).cast(x.dtype()))
@@ -226,8 +293,8 @@ mod tests {
         let t = |v: &Vec<f32>, dims: [usize; 2]| Tensor::<2>::from_data(TensorData::new(v.clone(), dims), &device);
         let (x, router) = (rand(n * h, 1.0), rand(experts * h, 0.8));
         let weights: Vec<[Vec<f32>; 3]> = (0..experts).map(|_| [rand(f * h, 0.5), rand(f * h, 0.5), rand(h * f, 0.5)]).collect();
-        let block = MoeBlock { router: t(&router, [experts, h]), experts: weights.iter().map(|[g, u, d]| Expert { gate: t(g, [f, h]), up: t(u, [f, h]), down: t(d, [h, f]) }).collect(), top_k: 2, norm_topk_prob: true };
-        let (out, routing) = block.forward(t(&x, [n, h]), KernelSet::Matched, None).unwrap();
+        let block = MoeBlock { router: t(&router, [experts, h]), experts: weights.iter().map(|[g, u, d]| Expert { gate: t(g, [f, h]), up: t(u, [f, h]), down: t(d, [h, f]) }).collect(), top_k: 2, norm_topk_prob: true, aux: None };
+        let (out, routing) = block.forward(t(&x, [n, h]), KernelSet::Matched, None, &[]).unwrap();
         let out = out.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
         let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(&p, &q)| p as f64 * q as f64).sum::<f64>();
         for r in 0..n {
@@ -280,8 +347,8 @@ mod tests {
     #[test]
     fn routing_digests_tell_rows_apart_by_every_layer_and_load_counts_the_rows_asked() {
         // 3 rows, top-2: rows 0 and 2 alike in layer 1; in layer 3 row 2 differs from row 0
-        let layer1 = Routing { experts: vec![0, 3, 1, 2, 0, 3], weights: vec![0.5; 6] };
-        let layer3 = Routing { experts: vec![1, 2, 1, 2, 0, 2], weights: vec![0.5; 6] };
+        let layer1 = Routing { experts: vec![0, 3, 1, 2, 0, 3], weights: vec![0.5; 6], prob_sums: Vec::new() };
+        let layer3 = Routing { experts: vec![1, 2, 1, 2, 0, 2], weights: vec![0.5; 6], prob_sums: Vec::new() };
         let one = RoutingLog { layers: vec![(1, layer1.clone())] };
         let d = one.row_digests(3);
         assert_eq!((d[0] == d[2], d[0] == d[1]), (true, false));

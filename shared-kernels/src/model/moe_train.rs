@@ -18,7 +18,9 @@ use burn::tensor::{DType, Tensor, TensorData};
 
 /// The routing weights `[rows * k]` (rows' slots in ascending expert order) as a tracked op of
 /// `logits` `[rows, experts]`; `host` holds the logits in f32, `chosen` / `weights` the routing.
-pub fn routing_weights(logits: Tensor<2>, host: &[f32], chosen: &[u32], weights: &[f32], k: usize, norm_topk_prob: bool) -> Result<Tensor<1>, crate::KernelError> {
+/// With `aux` (the load-balancing loss's constants and the rows it leaves out, ascending), the
+/// backward adds each other row's gradient of that loss.
+pub fn routing_weights(logits: Tensor<2>, host: &[f32], chosen: &[u32], weights: &[f32], k: usize, norm_topk_prob: bool, aux: Option<(std::sync::Arc<crate::model::moe::RouterAux>, Vec<usize>)>) -> Result<Tensor<1>, crate::KernelError> {
     let la = tracked_in("moe routing", "logits", logits)?;
     let lp = plain::<2>(inner(&la));
     let [rows, experts] = lp.dims();
@@ -49,6 +51,11 @@ pub fn routing_weights(logits: Tensor<2>, host: &[f32], chosen: &[u32], weights:
                 }
                 for i in 0..k {
                     out[sel[i] as usize] += ww[i] * gw[i];
+                }
+            }
+            if let Some((aux, padding)) = &aux {
+                if padding.binary_search(&r).is_err() {
+                    aux.add_row_gradient(&host[r * experts..(r + 1) * experts], out);
                 }
             }
         }
@@ -110,12 +117,15 @@ mod tests {
     }
 
     /// The router's and the experts' gradients through the block (the routing weights' softmax
-    /// backward, the weighting's row sums) against central finite differences of the loss
-    /// sum(out * g) in f64-accurate steps: the routing itself does not move for these steps.
+    /// backward, the weighting's row sums, and with the load-balancing loss its gradient on every
+    /// row but the padding's) against central finite differences of the loss sum(out * g) (+ the
+    /// load-balancing value) in f64-accurate steps: the routing itself does not move for these
+    /// steps.
     #[test]
     fn the_blocks_gradients_match_finite_differences() {
-        use crate::model::moe::{Expert, MoeBlock};
+        use crate::model::moe::{Expert, MoeBlock, RouterAux};
         use crate::model::KernelSet;
+        use std::sync::Arc;
         let device = crate::device::default_device();
         let (n, h, f, experts) = (6, 8, 4, 4);
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
@@ -129,32 +139,47 @@ mod tests {
         };
         let (x, router, g) = (rand(n * h, 1.0), rand(experts * h, 1.0), rand(n * h, 1.0));
         let weights: Vec<[Vec<f32>; 3]> = (0..experts).map(|_| [rand(f * h, 0.7), rand(f * h, 0.7), rand(h * f, 0.7)]).collect();
+        // a large scale, so the load-balancing gradient is not lost in the tolerance; row 5 pads
+        let aux = RouterAux { scale: 0.8, counts: rand(experts, 1.0).iter().map(|c| 3.0 + 2.0 * c).collect() };
+        let padding = [5usize];
         let t = |v: &Vec<f32>, dims: [usize; 2]| Tensor::<2>::from_data(TensorData::new(v.clone(), dims), &device);
-        let block = |router: &Vec<f32>, up0: &Vec<f32>, track: bool| {
-            let w = |v: &Vec<f32>, dims| if track { Tensor::from_inner(t(v, dims)).require_grad() } else { t(v, dims) };
-            MoeBlock {
-                router: w(router, [experts, h]),
-                experts: weights.iter().enumerate().map(|(e, [gt, u, d])| Expert { gate: w(gt, [f, h]), up: w(if e == 0 { up0 } else { u }, [f, h]), down: w(d, [h, f]) }).collect(),
-                top_k: 2,
-                norm_topk_prob: true,
-            }
-        };
-        let loss = |router: &Vec<f32>, up0: &Vec<f32>| -> f64 {
-            let (out, _) = block(router, up0, false).forward(t(&x, [n, h]), KernelSet::Matched, None).unwrap();
-            out.into_data().convert::<f32>().try_to_vec::<f32>().unwrap().iter().zip(&g).map(|(o, g)| *o as f64 * *g as f64).sum()
-        };
-        let tracked = block(&router, &weights[0][1], true);
-        let (out, _) = tracked.forward(Tensor::from_inner(t(&x, [n, h])), KernelSet::Matched, Some(&[0, 3])).unwrap();
-        let grads = (out * Tensor::from_inner(t(&g, [n, h]))).sum().backward();
-        let grad_of = |w: &Tensor<2>| w.grad(&grads).expect("a gradient").into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
-        for (name, analytic, base, which) in [("router", grad_of(&tracked.router), router.clone(), 0), ("expert 0 up", grad_of(&tracked.experts[0].up), weights[0][1].clone(), 1)] {
-            let eps = 1e-3f32;
-            for i in (0..base.len()).step_by(3) {
-                let (mut plus, mut minus) = (base.clone(), base.clone());
-                plus[i] += eps;
-                minus[i] -= eps;
-                let fd = if which == 0 { (loss(&plus, &weights[0][1]) - loss(&minus, &weights[0][1])) / (2.0 * eps as f64) } else { (loss(&router, &plus) - loss(&router, &minus)) / (2.0 * eps as f64) };
-                assert!((analytic[i] as f64 - fd).abs() <= 2e-3 + 2e-2 * fd.abs(), "{name}[{i}]: autodiff {} vs finite differences {fd}", analytic[i]);
+        for with_aux in [false, true] {
+            let block = |router: &Vec<f32>, up0: &Vec<f32>, track: bool| {
+                let w = |v: &Vec<f32>, dims| if track { Tensor::from_inner(t(v, dims)).require_grad() } else { t(v, dims) };
+                MoeBlock {
+                    router: w(router, [experts, h]),
+                    experts: weights.iter().enumerate().map(|(e, [gt, u, d])| Expert { gate: w(gt, [f, h]), up: w(if e == 0 { up0 } else { u }, [f, h]), down: w(d, [h, f]) }).collect(),
+                    top_k: 2,
+                    norm_topk_prob: true,
+                    aux: with_aux.then(|| Arc::new(aux.clone())),
+                }
+            };
+            let loss = |router: &Vec<f32>, up0: &Vec<f32>| -> f64 {
+                let (out, _) = block(router, up0, false).forward(t(&x, [n, h]), KernelSet::Matched, None, &padding).unwrap();
+                let mut total: f64 = out.into_data().convert::<f32>().try_to_vec::<f32>().unwrap().iter().zip(&g).map(|(o, g)| *o as f64 * *g as f64).sum();
+                if with_aux {
+                    // scale * sum_e counts_e * sum_(rows but the padding) p_e, in f64
+                    for r in (0..n).filter(|r| !padding.contains(r)) {
+                        let logits: Vec<f64> = (0..experts).map(|e| (0..h).map(|i| x[r * h + i] as f64 * router[e * h + i] as f64).sum()).collect();
+                        let z: f64 = logits.iter().map(|l| l.exp()).sum();
+                        total += aux.scale as f64 * logits.iter().zip(&aux.counts).map(|(l, c)| l.exp() / z * *c as f64).sum::<f64>();
+                    }
+                }
+                total
+            };
+            let tracked = block(&router, &weights[0][1], true);
+            let (out, _) = tracked.forward(Tensor::from_inner(t(&x, [n, h])), KernelSet::Matched, Some(&[0, 3]), &padding).unwrap();
+            let grads = (out * Tensor::from_inner(t(&g, [n, h]))).sum().backward();
+            let grad_of = |w: &Tensor<2>| w.grad(&grads).expect("a gradient").into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+            for (name, analytic, base, which) in [("router", grad_of(&tracked.router), router.clone(), 0), ("expert 0 up", grad_of(&tracked.experts[0].up), weights[0][1].clone(), 1)] {
+                let eps = 1e-3f32;
+                for i in (0..base.len()).step_by(3) {
+                    let (mut plus, mut minus) = (base.clone(), base.clone());
+                    plus[i] += eps;
+                    minus[i] -= eps;
+                    let fd = if which == 0 { (loss(&plus, &weights[0][1]) - loss(&minus, &weights[0][1])) / (2.0 * eps as f64) } else { (loss(&router, &plus) - loss(&router, &minus)) / (2.0 * eps as f64) };
+                    assert!((analytic[i] as f64 - fd).abs() <= 2e-3 + 2e-2 * fd.abs(), "{name}[{i}] (load-balancing loss {with_aux}): autodiff {} vs finite differences {fd}", analytic[i]);
+                }
             }
         }
     }

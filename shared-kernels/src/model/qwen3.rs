@@ -121,6 +121,15 @@ impl Qwen3 {
         Ok(self)
     }
 
+    /// Trains the sparse layers' routers with the load-balancing loss of `aux` from now on
+    /// (`None`: without); sampling and scoring passes do not see it.
+    pub fn set_router_aux(&mut self, aux: Option<super::moe::RouterAux>) {
+        let aux = aux.map(std::sync::Arc::new);
+        for moe in self.layers.iter_mut().filter_map(|l| l.moe.as_mut()) {
+            moe.aux = aux.clone();
+        }
+    }
+
     /// Whether `name` is an adapter's tensor (`...lora_A.weight` or `...lora_B.weight`).
     pub fn is_adapter(name: &str) -> bool {
         name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight")

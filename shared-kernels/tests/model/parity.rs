@@ -3,7 +3,8 @@
 //! biased Llama checkpoints made by tests/fixtures/make_tiny_families.py; f32, eager attention.
 
 use burn::tensor::DType;
-use shared_kernels::model::{load_tokenizer, Qwen3, Rows};
+use shared_kernels::model::moe::{load_balancing_loss, RoutingLog};
+use shared_kernels::model::{load_tokenizer, Forward, Qwen3, Rows};
 use std::path::PathBuf;
 
 fn fixture() -> PathBuf {
@@ -96,6 +97,17 @@ fn mixture_of_experts_logits_match_transformers() {
         assert_eq!(read, sparse, "{name}: which layers are sparse");
         let worst = worst_logit_diff(name, &model, &parity);
         eprintln!("{name}: worst |logit diff| vs transformers: {worst:.3e}");
+        // the load-balancing loss over each record: transformers' value (output_router_logits)
+        for record in parity["records"].as_array().unwrap() {
+            let ids = record_ids(record);
+            let rows = Rows::whole(&[ids.clone()]);
+            let mut log = RoutingLog::default();
+            model.run(Forward::rows(&rows).logits_at(&[]).routing(&mut log)).unwrap();
+            let (counts, probs, layer_rows) = log.load_balancing_sums(rows.len(), experts);
+            let got = load_balancing_loss(&counts, &probs, layer_rows);
+            let want = record["load_balancing_loss"].as_f64().unwrap();
+            assert!((got - want).abs() <= 1e-5 * want.abs(), "{name}, {} ids: load-balancing loss {got} vs transformers {want}", ids.len());
+        }
     }
 }
 

@@ -131,6 +131,9 @@ pub struct TrainSection {
     pub grad_clip: f64,
     /// KL-to-reference (k3) penalty coefficient; 0 disables.
     pub kl_coef: f64,
+    /// A mixture-of-experts model's load-balancing loss (transformers' `router_aux_loss_coef`
+    /// term, over each step's sequences); 0 disables.
+    pub router_aux_loss_coef: f64,
     pub seed: u64,
     /// What a sampler/trainer logprob that differs in bits does in matched mode: "stop" or "warn".
     pub on_mismatch: OnMismatch,
@@ -206,7 +209,7 @@ impl Default for TrainSection {
     fn default() -> Self {
         Self {
             steps: 20, prompts_per_step: 8, group_size: 8, lr: 2e-3, warmup_steps: 2, min_lr_ratio: 0.1, weight_decay: 0.0,
-            beta1: 0.9, beta2: 0.99, adam_eps: 1e-8, grad_clip: 1.0, kl_coef: 0.0, seed: 0, on_mismatch: OnMismatch::Stop,
+            beta1: 0.9, beta2: 0.99, adam_eps: 1e-8, grad_clip: 1.0, kl_coef: 0.0, router_aux_loss_coef: 0.0, seed: 0, on_mismatch: OnMismatch::Stop,
             checkpoint_every: 10, keep_checkpoints: 2, final_checkpoint: true, recompute_layers: false, sft_steps: 150, sft_lr: 3e-3, sft_batch: 32, micro_batch_tokens: Sizing::Auto, gradient_blocks: 0, shard_optimizer: true, advantage: Advantage::GroupStd, loss_aggregation: LossAggregation::TokenMean, overlong_buffer: 0, overlong_penalty: 1.0,
             ppo_epochs: 1, mini_batches: 1, clip_low: 0.2, clip_high: 0.2, ratio_level: RatioLevel::Token,
             eval_every: 0, eval_samples: 4, eval_problems: 64, dynamic_sampling_rounds: 0,

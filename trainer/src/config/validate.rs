@@ -123,7 +123,7 @@ impl Config {
         if !(0.0..=1.0).contains(&self.train.min_lr_ratio) {
             return bad("train.min_lr_ratio", format!("must be in [0, 1], got {}", self.train.min_lr_ratio));
         }
-        for (key, v) in [("train.weight_decay", self.train.weight_decay), ("train.grad_clip", self.train.grad_clip), ("train.kl_coef", self.train.kl_coef)] {
+        for (key, v) in [("train.weight_decay", self.train.weight_decay), ("train.grad_clip", self.train.grad_clip), ("train.kl_coef", self.train.kl_coef), ("train.router_aux_loss_coef", self.train.router_aux_loss_coef)] {
             if !(v.is_finite() && v >= 0.0) {
                 return bad(key, format!("must be finite and >= 0, got {v}"));
             }

@@ -154,11 +154,19 @@ impl Trainer {
         let updates_before = self.opt.t;
         let inject = |phase: &str| crate::out_of_memory::injected(phase, step).map_err(RunError::Other);
         let rollouts = inject("sample").and_then(|_| self.rollouts(step)).map_err(|e| self.failed(step, "sampling the rollouts", updates_before, e))?;
+        // a mixture-of-experts model's routing, on the weights that sampled; the update (and a
+        // tracked scoring pass) then trains with the load-balancing loss it asks for
+        let (moe, router_aux) = self.routing_telemetry(step, &rollouts).map_err(|e| self.failed(step, "the routing pass (mixture-of-experts telemetry)", updates_before, e))?.map_or((None, None), |(m, a)| (Some(m), a));
+        let training_aux = router_aux.is_some();
+        self.policy.model.set_router_aux(router_aux);
         let (scored, tracked) = inject("score").and_then(|_| self.score(step, &rollouts)).map_err(|e| self.failed(step, "the scoring pass", updates_before, e))?;
-        let moe = self.routing_telemetry(step, &rollouts, &scored.batches).map_err(|e| self.failed(step, "the routing pass (mixture-of-experts telemetry)", updates_before, e))?;
         let lr = learning_rate(self.cfg.train.lr, step, self.cfg.train.warmup_steps, self.cfg.train.steps, self.cfg.train.min_lr_ratio);
         let updating = Instant::now();
-        let (loss, grad_norm, corr, verified) = inject("update").and_then(|_| self.update(step, &rollouts, tracked, &scored, lr)).map_err(|e| self.failed(step, "the update's forward and backward passes", updates_before, e))?;
+        let updated = inject("update").and_then(|_| self.update(step, &rollouts, tracked, &scored, lr));
+        if training_aux {
+            self.policy.model.set_router_aux(None);
+        }
+        let (loss, grad_norm, corr, verified) = updated.map_err(|e| self.failed(step, "the update's forward and backward passes", updates_before, e))?;
         let (agreement, entropy) = verified.unwrap_or_else(|| (scored.agreement.clone(), scored.entropy));
         let update_s = updating.elapsed().as_secs_f64();
         let syncing = Instant::now();

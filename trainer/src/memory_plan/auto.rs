@@ -257,8 +257,14 @@ fn refusal(c: &Config, room: &Room, mem: &DeviceMemory, fixed: f64, kv: f64, pas
 /// cache), as before sizing existed.
 pub fn resolve(c: &Config, device: &burn::tensor::Device, purpose: Purpose, ranks: usize, sharing: usize) -> Result<Config, RunError> {
     let shape = crate::policy::model_shape(c)?;
-    if purpose == Purpose::Train && shape.moe.as_ref().is_some_and(|m| m.router_aux_loss_coef > 0.0) {
-        eprintln!("note: {} sets router_aux_loss_coef = {}; lockstep's GRPO does not add the load-balancing loss (docs/moe.md)", c.model.path, shape.moe.as_ref().map_or(0.0, |m| m.router_aux_loss_coef));
+    if purpose == Purpose::Train {
+        match (shape.moe.as_ref(), c.train.router_aux_loss_coef) {
+            (None, coef) if coef > 0.0 => return Err(invalid("train.router_aux_loss_coef", format!("is {coef}, but {} is a dense model (no mixture-of-experts router to balance); set it to 0", c.model.path))),
+            (Some(m), coef) if m.router_aux_loss_coef > 0.0 && coef == 0.0 => {
+                eprintln!("note: {} sets router_aux_loss_coef = {}; lockstep adds the load-balancing loss only with train.router_aux_loss_coef set (as transformers adds it only with output_router_logits; docs/moe.md)", c.model.path, m.router_aux_loss_coef)
+            }
+            _ => {}
+        }
     }
     // the kernels' index range first: it holds on every runtime, the binding limit below on some
     crate::policy::check_sizes(c, &shape)?;
