@@ -55,14 +55,17 @@ fn mean(xs: &[(i64, f32)]) -> f64 {
     xs.iter().map(|p| p.1 as f64).sum::<f64>() / xs.len().max(1) as f64
 }
 
-/// Markdown table: one row per run.
+/// Markdown table: one row per run; with a mixture-of-experts run among them, a column of each
+/// run's lowest `moe/routing_agreement` too.
 pub fn table(runs: &[(String, Scalars)], target_reward: f64) -> String {
-    let mut s = format!("| run | steps | final reward (mean of last 3) | first step with reward ≥ {target_reward} | mean KL k1 | max abs KL k1 | max abs Δlogprob | bit-equal frac (min) | IS ratio range | truncated/masked frac (mean) | mean step s |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let moe = runs.iter().any(|(_, sc)| sc.contains_key("moe/routing_agreement"));
+    let (moe_head, moe_rule) = if moe { (" routing agreement (min) |", "---|") } else { ("", "") };
+    let mut s = format!("| run | steps | final reward (mean of last 3) | first step with reward ≥ {target_reward} | mean KL k1 | max abs KL k1 | max abs Δlogprob | bit-equal frac (min) | IS ratio range | truncated/masked frac (mean) | mean step s |{moe_head}\n|---|---|---|---|---|---|---|---|---|---|---|{moe_rule}\n");
     for (name, sc) in runs {
         let get = |t: &str| sc.get(t).cloned().unwrap_or_default();
         let reward = get("rollout/reward_mean");
         if reward.is_empty() {
-            s += &format!("| {name} | 0 | no GRPO step logged (the run failed or was cut before its first step; see its log) | | | | | | | | |\n");
+            s += &format!("| {name} | 0 | no GRPO step logged (the run failed or was cut before its first step; see its log) | | | | | | | | |{}\n", if moe { " |" } else { "" });
             continue;
         }
         let tail = &reward[reward.len().saturating_sub(3)..];
@@ -78,6 +81,11 @@ pub fn table(runs: &[(String, Scalars)], target_reward: f64) -> String {
             "| {name} | {} | {:.3} | {reached} | {:.3e} | {:.3e} | {:.3e} | {:.4} | {:.7}–{:.7} | {:.4} | {:.2} |\n",
             reward.len(), mean(tail), mean(&kl), kl_max, diff_max, bit_min, rmin, rmax, cut, mean(&get("perf/step_s"))
         );
+        if moe {
+            let routing = get("moe/routing_agreement");
+            let cell = if routing.is_empty() { "dense".to_string() } else { format!("{:.4}", routing.iter().map(|p| p.1).fold(1.0f32, f32::min)) };
+            s.insert_str(s.len() - 1, &format!(" {cell} |"));
+        }
     }
     s
 }
@@ -191,6 +199,25 @@ mod tests {
         assert!(good.starts_with("| good | 2 | 0.500 | 1 |"), "{good}");
         let crashed = md.lines().find(|l| l.starts_with("| crashed")).unwrap();
         assert!(crashed.contains("no GRPO step logged") && !crashed.contains("inf"), "{crashed}");
+    }
+
+    #[test]
+    fn a_mixture_of_experts_run_adds_its_lowest_routing_agreement() {
+        let run = |routing: Option<&[f32]>| -> Scalars {
+            let mut sc = Scalars::new();
+            sc.insert("rollout/reward_mean".into(), vec![(0, 0.5), (1, 0.5)]);
+            if let Some(r) = routing {
+                sc.insert("moe/routing_agreement".into(), r.iter().enumerate().map(|(i, &v)| (i as i64, v)).collect());
+            }
+            sc
+        };
+        let md = super::table(&[("dense".into(), run(None)), ("moe-fast".into(), run(Some(&[0.9375, 0.8125])))], 0.5);
+        let header = md.lines().next().unwrap();
+        assert!(header.ends_with("| routing agreement (min) |"), "{header}");
+        let row = |name: &str| md.lines().find(|l| l.starts_with(&format!("| {name} |"))).unwrap().to_string();
+        assert!(row("moe-fast").ends_with("| 0.8125 |") && row("dense").ends_with("| dense |"), "{md}");
+        assert!(md.lines().all(|l| l.matches('|').count() == header.matches('|').count()), "{md}");
+        assert!(!super::table(&[("dense".into(), run(None))], 0.5).contains("routing"));
     }
 
     #[test]
