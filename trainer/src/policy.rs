@@ -167,7 +167,7 @@ pub fn load_policy(c: &Config, from: Option<&Qwen3>, device: &Device) -> Result<
 /// `model` with `[lora]`'s adapters: a PEFT folder's (`lora.path`, whose shape the set keys
 /// must agree with) or fresh ones (lora_A as `lora.init` draws it, lora_B zero).
 fn attach_adapters(c: &Config, model: Qwen3, device: &Device) -> Result<Qwen3, RunError> {
-    use shared_kernels::model::{lora_files, Projection};
+    use shared_kernels::model::lora_files;
     let l = &c.lora;
     let (spec, adapters) = if l.path.is_empty() {
         let spec = l.spec().map_err(|e| invalid("lora.target_modules", e))?;
@@ -195,9 +195,6 @@ fn attach_adapters(c: &Config, model: Qwen3, device: &Device) -> Result<Qwen3, R
         }
         (spec, adapters)
     };
-    if model.config.moe.is_some() && spec.targets.iter().any(|p| matches!(p, Projection::Gate | Projection::Up | Projection::Down)) {
-        return Err(invalid("lora.target_modules", "names MLP projections, but this model's MLPs are mixture-of-experts blocks: LoRA on the experts is not built yet; target the attention projections, e.g. [\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\"]".into()));
-    }
     Ok(model.with_adapters(spec, adapters)?)
 }
 

@@ -184,7 +184,7 @@ pub fn resume_state(cfg: &Config, latest: &Path, device: &Device, check: impl Fn
             let mut policy = load_policy(cfg, None, device)?;
             let dtype = policy.model.dtype;
             let adapters = adapters.into_iter().map(|mut l| {
-                for (_, a) in l.by_projection.iter_mut() {
+                for (_, a) in l.named_mut(0) {
                     (a.a, a.b) = (a.a.clone().cast(dtype), a.b.clone().cast(dtype));
                 }
                 l

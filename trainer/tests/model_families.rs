@@ -142,12 +142,33 @@ fn a_mixture_of_experts_checkpoint_samples_and_trains_bit_exact_and_micro_batch_
         let agreement = m["moe"]["routing_agreement"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&agreement) && m["moe"]["routed_tokens"] == m["agreement"]["tokens"], "{m}");
     }
-    // LoRA on the attention projections of the MoE model: bit-exact; on its experts: refused by key
+    // LoRA on the attention projections of the MoE model, and on every projection (each
+    // expert's gate / up / down too): bit-exact, the adapters' update independent of the
+    // micro-batching, the adapters saved in PEFT's per-expert layout and sampled from
     let lora = train(&dir, &ck, "moe-lora", &["lora.rank=4", "lora.target_modules=[\"q_proj\", \"v_proj\"]"]);
     assert!(lora.iter().all(|m| m["agreement"]["bit_equal_frac"].as_f64() == Some(1.0)), "{lora:?}");
-    let o = lockstep(&["train", "small.toml", "--set", &path, "--set", "lora.rank=4", "--set", "log.run_name=moe-lora-mlp"], &dir);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.code() == Some(2) && err.contains("lora.target_modules") && err.contains("experts"), "{err}");
+    let experts_one = train(&dir, &ck, "moe-lora-experts", &["lora.rank=4", "lora.init=gaussian", "train.steps=3"]);
+    let experts_micro = train(&dir, &ck, "moe-lora-experts-micro", &["lora.rank=4", "lora.init=gaussian", "train.steps=3", "train.micro_batch_tokens=16"]);
+    for (x, y) in experts_one.iter().zip(&experts_micro) {
+        assert_eq!((x["agreement"]["bit_equal_frac"].as_f64(), y["agreement"]["bit_equal_frac"].as_f64()), (Some(1.0), Some(1.0)), "{x}");
+        assert_eq!(x["trainer_weights_fingerprint"], y["trainer_weights_fingerprint"], "step {}: expert adapters differ between one pass and micro-batches", x["step"]);
+    }
+    let step3 = dir.join("runs/moe-lora-experts/checkpoints/step-000003");
+    let bytes = std::fs::read(step3.join("adapter_model.safetensors")).unwrap();
+    let adapters = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let expert_b = adapters.tensor("base_model.model.model.layers.1.mlp.experts.7.down_proj.lora_B.weight").expect("an expert's adapter in PEFT's per-expert layout");
+    assert_eq!(expert_b.shape(), [64, 4], "down_proj's lora_B: [hidden, rank]");
+    assert!(expert_b.data().iter().any(|&b| b != 0), "the expert's lora_B was not trained");
+    // layer 0 is dense (mlp_only_layers): its MLP adapters sit on the layer's own projections
+    assert!(adapters.tensor("base_model.model.model.layers.0.mlp.gate_proj.lora_A.weight").is_ok());
+    let o = lockstep(&["sample", "--set", &path, "--set", &format!("lora.path={}", step3.display()), "--set", "sampler.input=p.jsonl", "--set", "sampler.output=lora.jsonl", "--set", "sampler.max_new_tokens=12", "--set", "log.progress=false"], &dir);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // merged for export: each expert's adapter folded into that expert's weights
+    let o = lockstep(&["merge-lora", "--set", &path, "--set", &format!("lora.path={}", step3.display()), "--out", "moe-merged"], &dir);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let merged = shared_kernels::model::load_checkpoint(&dir.join("moe-merged")).unwrap();
+    let name = "model.layers.1.mlp.experts.7.down_proj.weight";
+    assert_ne!(merged.tensors[name].1, saved.tensors[name].1, "{name}: the expert's adapter was not merged");
     // the router and the experts were trained: the last checkpoint's differ from the start's
     let last = shared_kernels::model::load_checkpoint(&dir.join("runs/moe-one-pass/checkpoints/step-000003")).unwrap();
     for name in ["model.layers.1.mlp.gate.weight", "model.layers.1.mlp.experts.0.up_proj.weight"] {

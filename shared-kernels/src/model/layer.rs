@@ -198,7 +198,7 @@ impl Layer {
                 // sampling needs none
                 let rows = pass.rows;
                 let starts: Option<Vec<usize>> = x.is_autodiff().then(|| (0..rows.len()).filter(|&r| r == 0 || rows.positions[r] == 0 || rows.slots[r] != rows.slots[r - 1]).collect());
-                let (out, routing) = moe.forward(x, k, starts.as_deref(), &rows.padding)?;
+                let (out, routing) = moe.forward(x, k, starts.as_deref(), &rows.padding, self.adapters.as_ref())?;
                 if let Some(log) = pass.routing.as_deref_mut() {
                     log.layers.push((i, routing));
                 }

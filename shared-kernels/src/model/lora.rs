@@ -75,6 +75,44 @@ impl Projection {
         let base = format!("model.layers.{layer}.{}", self.path());
         [format!("{base}.lora_A.weight"), format!("{base}.lora_B.weight")]
     }
+
+    /// An MLP projection (on a mixture-of-experts layer, each expert's).
+    pub fn is_mlp(self) -> bool {
+        matches!(self, Projection::Gate | Projection::Up | Projection::Down)
+    }
+}
+
+/// One adapter's place: a projection of a layer, or of one expert of a sparse layer (PEFT's
+/// per-expert layout, `model.layers.{i}.mlp.experts.{e}.gate_proj.lora_A.weight`, as PEFT
+/// saves adapters on transformers 4's Qwen3-MoE modules).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Site {
+    pub projection: Projection,
+    pub expert: Option<usize>,
+    /// `lora_A`'s and `lora_B`'s names.
+    pub names: [String; 2],
+    /// `[out, in]` of the adapted projection.
+    pub dims: (usize, usize),
+}
+
+/// Every adapter site of layer `layer` of a model of shape `c` under `spec`: the targets in
+/// order; an MLP target of a sparse layer once per expert, experts in order.
+pub fn sites(c: &super::ModelConfig, spec: &LoraSpec, layer: usize) -> Vec<Site> {
+    let mut out = Vec::new();
+    for &p in &spec.targets {
+        match c.moe.as_ref().filter(|m| p.is_mlp() && m.is_sparse(layer)) {
+            Some(m) => {
+                let (h, f) = (c.hidden_size, m.expert_intermediate);
+                let dims = if p == Projection::Down { (h, f) } else { (f, h) };
+                for e in 0..m.num_experts {
+                    let base = format!("model.layers.{layer}.mlp.experts.{e}.{}", p.module());
+                    out.push(Site { projection: p, expert: Some(e), names: [format!("{base}.lora_A.weight"), format!("{base}.lora_B.weight")], dims });
+                }
+            }
+            None => out.push(Site { projection: p, expert: None, names: p.tensor_names(layer), dims: p.dims(c) }),
+        }
+    }
+    out
 }
 
 /// How the adapters are shaped and scaled (PEFT's `LoraConfig`).
@@ -113,16 +151,53 @@ pub struct Adapter {
     pub b: Tensor<2>,
 }
 
-/// A layer's adapters, by projection, and their common scale.
+/// A layer's adapters, by projection, and their common scale; on a sparse (mixture-of-experts)
+/// layer the MLP's sit on each expert's projections instead (`experts[e]`, empty otherwise).
 #[derive(Clone, Debug)]
 pub struct LayerAdapters {
     pub scale: f32,
     pub by_projection: Vec<(Projection, Adapter)>,
+    pub experts: Vec<Vec<(Projection, Adapter)>>,
 }
 
 impl LayerAdapters {
     pub fn get(&self, p: Projection) -> Option<&Adapter> {
         self.by_projection.iter().find(|(q, _)| *q == p).map(|(_, a)| a)
+    }
+
+    /// Expert `e`'s adapter on `p`.
+    pub fn expert(&self, e: usize, p: Projection) -> Option<&Adapter> {
+        self.experts.get(e)?.iter().find(|(q, _)| *q == p).map(|(_, a)| a)
+    }
+
+    /// Adapters in `sites` order (`sites(c, spec, layer)`), from their values.
+    pub fn from_sites(scale: f32, sites: &[Site], mut adapter: impl FnMut(&Site) -> Result<Adapter, ModelError>) -> Result<Self, ModelError> {
+        let mut out = LayerAdapters { scale, by_projection: Vec::new(), experts: Vec::new() };
+        for site in sites {
+            let a = adapter(site)?;
+            match site.expert {
+                None => out.by_projection.push((site.projection, a)),
+                Some(e) => {
+                    if out.experts.len() <= e {
+                        out.experts.resize_with(e + 1, Vec::new);
+                    }
+                    out.experts[e].push((site.projection, a));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every adapter with its tensor names, in `sites` order for layer `layer`.
+    pub fn named_mut(&mut self, layer: usize) -> Vec<([String; 2], &mut Adapter)> {
+        let mut out: Vec<([String; 2], &mut Adapter)> = self.by_projection.iter_mut().map(|(p, a)| (p.tensor_names(layer), a)).collect();
+        for (e, adapters) in self.experts.iter_mut().enumerate() {
+            for (p, a) in adapters.iter_mut() {
+                let base = format!("model.layers.{layer}.mlp.experts.{e}.{}", p.module());
+                out.push(([format!("{base}.lora_A.weight"), format!("{base}.lora_B.weight")], a));
+            }
+        }
+        out
     }
 }
 
@@ -146,29 +221,25 @@ pub fn fresh_adapters(c: &super::ModelConfig, spec: &LoraSpec, init: LoraInit, s
         ((z >> 11) as f64 + 0.5) / (1u64 << 53) as f64 // (0, 1)
     };
     (0..c.num_layers)
-        .map(|_| LayerAdapters {
-            scale: spec.scale(),
-            by_projection: spec
-                .targets
-                .iter()
-                .map(|&p| {
-                    let (out, inp) = p.dims(c);
-                    let a: Vec<f32> = match init {
-                        LoraInit::KaimingUniform => {
-                            let bound = 1.0 / (inp as f64).sqrt();
-                            (0..spec.rank * inp).map(|_| ((uniform() * 2.0 - 1.0) * bound) as f32).collect()
-                        }
-                        LoraInit::Gaussian => {
-                            let std = 1.0 / spec.rank as f64;
-                            // Box-Muller, one normal per pair of uniforms
-                            (0..spec.rank * inp).map(|_| ((-2.0 * uniform().ln()).sqrt() * (2.0 * std::f64::consts::PI * uniform()).cos() * std) as f32).collect()
-                        }
-                    };
-                    let a = Tensor::<2>::from_data(TensorData::new(a, [spec.rank, inp]), device).cast(dtype);
-                    let b = Tensor::<2>::zeros([out, spec.rank], (device, dtype));
-                    (p, Adapter { a, b })
-                })
-                .collect(),
+        .map(|layer| {
+            let made = LayerAdapters::from_sites(spec.scale(), &sites(c, spec, layer), |site| {
+                let (out, inp) = site.dims;
+                let a: Vec<f32> = match init {
+                    LoraInit::KaimingUniform => {
+                        let bound = 1.0 / (inp as f64).sqrt();
+                        (0..spec.rank * inp).map(|_| ((uniform() * 2.0 - 1.0) * bound) as f32).collect()
+                    }
+                    LoraInit::Gaussian => {
+                        let std = 1.0 / spec.rank as f64;
+                        // Box-Muller, one normal per pair of uniforms
+                        (0..spec.rank * inp).map(|_| ((-2.0 * uniform().ln()).sqrt() * (2.0 * std::f64::consts::PI * uniform()).cos() * std) as f32).collect()
+                    }
+                };
+                let a = Tensor::<2>::from_data(TensorData::new(a, [spec.rank, inp]), device).cast(dtype);
+                let b = Tensor::<2>::zeros([out, spec.rank], (device, dtype));
+                Ok(Adapter { a, b })
+            });
+            made.expect("fresh adapters: nothing to fail")
         })
         .collect()
 }

@@ -23,9 +23,9 @@ pub fn is_adapter_folder(dir: &Path) -> bool {
 pub fn adapter_tensors(c: &ModelConfig, spec: &LoraSpec) -> Vec<(String, Vec<usize>)> {
     let mut out = Vec::new();
     for i in 0..c.num_layers {
-        for &p in &spec.targets {
-            let (o, inp) = p.dims(c);
-            let [a, b] = p.tensor_names(i);
+        for site in super::lora::sites(c, spec, i) {
+            let (o, inp) = site.dims;
+            let [a, b] = site.names;
             out.push((a, vec![spec.rank, inp]));
             out.push((b, vec![o, spec.rank]));
         }
@@ -144,17 +144,17 @@ pub fn load_adapters(dir: &Path, c: &ModelConfig, dtype: DType, device: &Device)
     }
     mapped.check_all(&file, &expected)?;
     let mut masters = Vec::new();
-    let mut layers: Vec<LayerAdapters> = (0..c.num_layers).map(|_| LayerAdapters { scale: spec.scale(), by_projection: Vec::new() }).collect();
-    for (i, layer) in layers.iter_mut().enumerate() {
-        for &p in &spec.targets {
-            let [a_name, b_name] = p.tensor_names(i);
-            let (o, inp) = p.dims(c);
+    let mut layers = Vec::with_capacity(c.num_layers);
+    for i in 0..c.num_layers {
+        layers.push(LayerAdapters::from_sites(spec.scale(), &super::lora::sites(c, &spec, i), |site| {
+            let [a_name, b_name] = &site.names;
+            let (o, inp) = site.dims;
             let a = mapped.upload::<2>(&format!("{PEFT_PREFIX}{a_name}"), [spec.rank, inp], DType::F32, device, Default::default())?;
             let b = mapped.upload::<2>(&format!("{PEFT_PREFIX}{b_name}"), [o, spec.rank], DType::F32, device, Default::default())?;
-            masters.push((a_name, a.clone().reshape([spec.rank * inp])));
-            masters.push((b_name, b.clone().reshape([o * spec.rank])));
-            layer.by_projection.push((p, Adapter { a: a.cast(dtype), b: b.cast(dtype) }));
-        }
+            masters.push((a_name.clone(), a.clone().reshape([spec.rank * inp])));
+            masters.push((b_name.clone(), b.clone().reshape([o * spec.rank])));
+            Ok(Adapter { a: a.cast(dtype), b: b.cast(dtype) })
+        })?);
     }
     device.sync().map_err(|e| ModelError::Io { file: file.display().to_string(), message: format!("copying the adapters to the device: {e:?}") })?;
     Ok((spec, layers, masters))

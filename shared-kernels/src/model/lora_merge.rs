@@ -26,12 +26,29 @@ impl Qwen3 {
                     Projection::Down => layer.down_proj.as_mut(),
                 };
                 let w = w.ok_or_else(|| ModelError::Input(format!("layer {i} has an adapter on {} but no such projection", p.module())))?;
-                let dtype = w.dtype();
-                let delta = a.b.clone().cast(DType::F32).matmul(a.a.clone().cast(DType::F32)).mul_scalar(adapters.scale);
-                *w = (w.clone().cast(DType::F32) + delta).cast(dtype);
+                fold(w, a, adapters.scale);
+            }
+            for (e, expert_adapters) in adapters.experts.iter().enumerate() {
+                let expert = layer.moe.as_mut().and_then(|m| m.experts.get_mut(e)).ok_or_else(|| ModelError::Input(format!("layer {i} has adapters on expert {e} but no such expert")))?;
+                for (p, a) in expert_adapters {
+                    let w = match p {
+                        Projection::Gate => &mut expert.gate,
+                        Projection::Up => &mut expert.up,
+                        Projection::Down => &mut expert.down,
+                        other => return Err(ModelError::Input(format!("layer {i} expert {e} has an adapter on {}", other.module()))),
+                    };
+                    fold(w, a, adapters.scale);
+                }
             }
         }
         out.lora = None;
         Ok(out)
     }
+}
+
+/// `w += scale (B A)`, in f32, cast back to `w`'s dtype.
+fn fold(w: &mut burn::tensor::Tensor<2>, a: &super::lora::Adapter, scale: f32) {
+    let dtype = w.dtype();
+    let delta = a.b.clone().cast(DType::F32).matmul(a.a.clone().cast(DType::F32)).mul_scalar(scale);
+    *w = (w.clone().cast(DType::F32) + delta).cast(dtype);
 }

@@ -213,7 +213,9 @@ impl MoeBlock {
     /// `sequence_starts` (the training path: the rows where each sequence begins) lays the
     /// experts' rows out for micro-batch-independent weight gradients (`moe_train.rs`);
     /// `padding` (the training rows' stand-ins) get no load-balancing gradient.
-    pub fn forward(&self, x: Tensor<2>, kernels: KernelSet, sequence_starts: Option<&[usize]>, padding: &[usize]) -> Result<(Tensor<2>, Routing), ModelError> {
+    /// `adapters`: the layer's LoRA adapters (each expert's, `LayerAdapters::experts`), added
+    /// to each expert's projections as `lora.rs` adds them to a dense layer's.
+    pub fn forward(&self, x: Tensor<2>, kernels: KernelSet, sequence_starts: Option<&[usize]>, padding: &[usize], adapters: Option<&super::lora::LayerAdapters>) -> Result<(Tensor<2>, Routing), ModelError> {
         let [n, hidden] = x.dims();
         let (experts, k) = (self.experts.len(), self.top_k);
         let device = x.device();
@@ -240,7 +242,7 @@ impl MoeBlock {
         for (p, &e) in routing.experts.iter().enumerate() {
             by_expert[e as usize].push(p);
         }
-        for (expert, pairs) in self.experts.iter().zip(&by_expert) {
+        for (e, (expert, pairs)) in self.experts.iter().zip(&by_expert).enumerate() {
             if pairs.is_empty() {
                 continue;
             }
@@ -251,8 +253,16 @@ impl MoeBlock {
             let rows: Vec<usize> = laid.iter().map(|p| p.map_or(n, |p| p / k)).collect();
             let slots: Vec<usize> = laid.iter().map(|p| p.unwrap_or(n * k)).collect();
             let xe = xs.clone().select(0, int_rows(&rows, &device));
-            let act = crate::swiglu(kernels.matmul(xe.clone(), expert.gate.clone(), OutIn)?, kernels.matmul(xe, expert.up.clone(), OutIn)?)?;
-            let h = kernels.matmul(act, expert.down.clone(), OutIn)?;
+            let project = |p: super::lora::Projection, x: Tensor<2>, w: &Tensor<2>| -> Result<Tensor<2>, ModelError> {
+                let y = kernels.matmul(x.clone(), w.clone(), OutIn)?;
+                match adapters.and_then(|a| a.expert(e, p).map(|ad| (ad, a.scale))) {
+                    Some((ad, scale)) => super::lora::add_adapter(y, x, ad, scale, kernels),
+                    None => Ok(y),
+                }
+            };
+            use super::lora::Projection::{Down, Gate, Up};
+            let act = crate::swiglu(project(Gate, xe.clone(), &expert.gate)?, project(Up, xe, &expert.up)?)?;
+            let h = project(Down, act, &expert.down)?;
             let we = ws.clone().select(0, int_rows(&slots, &device)).reshape([laid.len(), 1]);
             outputs.push(if training { super::moe_train::weighted(h, we)? } else { h * we });
             for (j, p) in laid.iter().enumerate() {
@@ -294,7 +304,7 @@ mod tests {
         let (x, router) = (rand(n * h, 1.0), rand(experts * h, 0.8));
         let weights: Vec<[Vec<f32>; 3]> = (0..experts).map(|_| [rand(f * h, 0.5), rand(f * h, 0.5), rand(h * f, 0.5)]).collect();
         let block = MoeBlock { router: t(&router, [experts, h]), experts: weights.iter().map(|[g, u, d]| Expert { gate: t(g, [f, h]), up: t(u, [f, h]), down: t(d, [h, f]) }).collect(), top_k: 2, norm_topk_prob: true, aux: None };
-        let (out, routing) = block.forward(t(&x, [n, h]), KernelSet::Matched, None, &[]).unwrap();
+        let (out, routing) = block.forward(t(&x, [n, h]), KernelSet::Matched, None, &[], None).unwrap();
         let out = out.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
         let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(&p, &q)| p as f64 * q as f64).sum::<f64>();
         for r in 0..n {

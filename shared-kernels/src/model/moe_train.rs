@@ -155,7 +155,7 @@ mod tests {
                 }
             };
             let loss = |router: &Vec<f32>, up0: &Vec<f32>| -> f64 {
-                let (out, _) = block(router, up0, false).forward(t(&x, [n, h]), KernelSet::Matched, None, &padding).unwrap();
+                let (out, _) = block(router, up0, false).forward(t(&x, [n, h]), KernelSet::Matched, None, &padding, None).unwrap();
                 let mut total: f64 = out.into_data().convert::<f32>().try_to_vec::<f32>().unwrap().iter().zip(&g).map(|(o, g)| *o as f64 * *g as f64).sum();
                 if with_aux {
                     // scale * sum_e counts_e * sum_(rows but the padding) p_e, in f64
@@ -168,7 +168,7 @@ mod tests {
                 total
             };
             let tracked = block(&router, &weights[0][1], true);
-            let (out, _) = tracked.forward(Tensor::from_inner(t(&x, [n, h])), KernelSet::Matched, Some(&[0, 3]), &padding).unwrap();
+            let (out, _) = tracked.forward(Tensor::from_inner(t(&x, [n, h])), KernelSet::Matched, Some(&[0, 3]), &padding, None).unwrap();
             let grads = (out * Tensor::from_inner(t(&g, [n, h]))).sum().backward();
             let grad_of = |w: &Tensor<2>| w.grad(&grads).expect("a gradient").into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
             for (name, analytic, base, which) in [("router", grad_of(&tracked.router), router.clone(), 0), ("expert 0 up", grad_of(&tracked.experts[0].up), weights[0][1].clone(), 1)] {

@@ -107,9 +107,6 @@ impl Qwen3 {
 
     /// This model with `adapters` (one per layer, shaped by `spec`) on its projections.
     pub fn with_adapters(mut self, spec: LoraSpec, adapters: Vec<LayerAdapters>) -> Result<Self, ModelError> {
-        if self.config.moe.is_some() && spec.targets.iter().any(|p| matches!(p, super::lora::Projection::Gate | super::lora::Projection::Up | super::lora::Projection::Down)) {
-            return Err(ModelError::Input("LoRA on a mixture-of-experts model's MLP projections (its experts) is not built yet: target the attention projections (q_proj, k_proj, v_proj, o_proj)".into()));
-        }
         if adapters.len() != self.layers.len() {
             return Err(ModelError::Input(format!("{} layers of adapters for a model of {} layers", adapters.len(), self.layers.len())));
         }
@@ -199,8 +196,7 @@ impl Qwen3 {
                     two(&d, &mut x.down, f);
                 }
             }
-            for (p, a) in l.adapters.iter_mut().flat_map(|a| a.by_projection.iter_mut()) {
-                let [a_name, b_name] = p.tensor_names(i);
+            for ([a_name, b_name], a) in l.adapters.iter_mut().flat_map(|a| a.named_mut(i)) {
                 two(&a_name, &mut a.a, f);
                 two(&b_name, &mut a.b, f);
             }
@@ -264,7 +260,7 @@ impl Qwen3 {
                         own(&mut x.down)?;
                     }
                 }
-                for (_, a) in l.adapters.iter_mut().flat_map(|a| a.by_projection.iter_mut()) {
+                for (_, a) in l.adapters.iter_mut().flat_map(|a| a.named_mut(0)) {
                     own(&mut a.a)?;
                     own(&mut a.b)?;
                 }

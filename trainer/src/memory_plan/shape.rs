@@ -67,18 +67,16 @@ impl Shape {
         }
     }
 
-    /// r x (in + out) per adapted projection and layer: `[lora]`'s shape, or `lora.path`'s.
+    /// r x (in + out) per adapted projection (each expert's on a sparse layer) and layer:
+    /// `[lora]`'s shape, or `lora.path`'s.
     fn adapter_params(c: &Config, m: &ModelConfig) -> f64 {
         if !c.lora.enabled() {
             return 0.0;
         }
         let from_file = (!c.lora.path.is_empty()).then(|| shared_kernels::model::lora_files::read_adapter_config(std::path::Path::new(&c.lora.path)).ok()).flatten();
         let Some(spec) = from_file.or_else(|| c.lora.spec().ok()) else { return 0.0 };
-        let per_layer: usize = spec.targets.iter().map(|p| {
-            let (out, inp) = p.dims(m);
-            spec.rank * (out + inp)
-        }).sum();
-        (per_layer * m.num_layers) as f64
+        let sites = (0..m.num_layers).flat_map(|i| shared_kernels::model::lora::sites(m, &spec, i));
+        sites.map(|s| spec.rank * (s.dims.0 + s.dims.1)).sum::<usize>() as f64
     }
 
     /// KV blocks one request of `sampler.context` positions takes.
