@@ -125,7 +125,7 @@ impl Room<'_> {
 /// the 8B config ran out of memory in its first step when this was left out).
 pub(crate) fn sampler_step_bytes(c: &Config, shape: &Shape) -> f64 {
     let tokens = (c.sampler.max_batch * c.sampler.chunk_size.max(1)) as f64;
-    let layer_token = (8.0 * shape.hidden + 4.0 * shape.intermediate) * shape.dtype;
+    let layer_token = shape.layer_values() * shape.dtype;
     let splits = (c.sampler.context as f64 / shared_kernels::ops::attention::KV_SPLIT as f64).ceil();
     let partials = tokens * shape.heads * splits * (shape.head_dim + 2.0) * 4.0;
     tokens * 2.0 * layer_token + c.sampler.max_batch as f64 * shape.vocab as f64 * 12.0 + partials

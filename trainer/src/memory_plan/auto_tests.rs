@@ -130,3 +130,28 @@ fn sampling_8b_as_shipped_keeps_room_for_a_steps_attention_partials() {
     let plan = MemoryPlan::of(&sized, &m, 2, Purpose::Sample);
     assert!(plan.fixed_bytes() as f64 + step <= H100.free as f64 - H100.reserve(), "{} + {step}", plan.summary(Some(H100.total)));
 }
+
+/// A mixture-of-experts model's pass counts each sparse layer's k experts a token (not a dense
+/// MLP's intermediate) and the experts' padded training layout: Qwen3-30B-A3B's shape.
+#[test]
+fn a_mixture_of_experts_pass_counts_every_token_s_experts_and_the_padded_layout() {
+    let moe = |top_k: usize, sparse_step: usize| {
+        let json = serde_json::json!({
+            "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "vocab_size": 151936, "hidden_size": 2048,
+            "intermediate_size": 6144, "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
+            "head_dim": 128, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 40960, "tie_word_embeddings": false,
+            "num_experts": 128, "num_experts_per_tok": top_k, "moe_intermediate_size": 768, "decoder_sparse_step": sparse_step
+        });
+        ModelConfig::from_json(&json.to_string(), "test").unwrap()
+    };
+    let c = rung(8, 8, 1024, 64);
+    let act = |m: &ModelConfig| Shape::of(&c, m, 2).activation_bytes(&c, 4096.0);
+    // top-8 against top-2 at 4,096 tokens: 6 more experts' values (4 x 2048 + 3 x 768) a token
+    // in each of the 48 sparse layers, in bf16
+    let per_expert = (4.0 * 2048.0 + 3.0 * 768.0) * 2.0;
+    assert_eq!(act(&moe(8, 1)) - act(&moe(2, 1)), 4096.0 * 48.0 * 6.0 * per_expert);
+    // every second layer sparse: the other 24 count a dense MLP of intermediate_size
+    let half = act(&moe(8, 2));
+    let (sparse_token, dense_token) = ((8.0 * per_expert / 2.0 + 128.0) * 2.0, 4.0 * 6144.0 * 2.0);
+    assert!((act(&moe(8, 1)) - half - 4096.0 * 24.0 * (sparse_token - dense_token) - 24.0 * 128.0 * 4.0 * 15.0 * (2.0 * 2048.0 + 3.0 * 768.0) * 2.0).abs() < 1.0);
+}

@@ -42,6 +42,15 @@ pub(crate) struct Shape {
     pub(crate) per_block: f64,
     /// The LoRA adapters' parameters (0 without `[lora]`): then only they are trained.
     pub(crate) adapter_params: f64,
+    /// Mixture-of-experts layers (0 for a dense model) and, per token in one of them, the MLP's
+    /// values in place of a dense MLP's `4 x intermediate`: each of its k experts' gathered
+    /// input, gate, up, activation, down and weighted output (4 x hidden + 3 x expert width),
+    /// and the router's logits; `experts` and `expert_row` (an expert row's values) size the
+    /// rows the experts' training layout may add per sequence (up to a fold granule less one).
+    pub(crate) sparse_layers: f64,
+    pub(crate) sparse_mlp_token: f64,
+    pub(crate) experts: f64,
+    pub(crate) expert_row: f64,
 }
 
 impl Shape {
@@ -64,7 +73,24 @@ impl Shape {
             dtype,
             per_block: 2.0 * n(m.num_layers) * block * n(m.num_kv_heads) * n(m.head_dim) * dtype,
             adapter_params: Self::adapter_params(c, m),
+            sparse_layers: m.moe.as_ref().map_or(0.0, |moe| n((0..m.num_layers).filter(|&i| moe.is_sparse(i)).count())),
+            sparse_mlp_token: m.moe.as_ref().map_or(0.0, |moe| n(moe.top_k) * (4.0 * n(m.hidden_size) + 3.0 * n(moe.expert_intermediate)) + n(moe.num_experts)),
+            experts: m.moe.as_ref().map_or(0.0, |moe| n(moe.num_experts)),
+            expert_row: m.moe.as_ref().map_or(0.0, |moe| 2.0 * n(m.hidden_size) + 3.0 * n(moe.expert_intermediate)),
         }
+    }
+
+    /// One token's values through every layer (model dtype): 8 x hidden for attention, norms
+    /// and residuals, and the MLP's (dense: 4 x intermediate; sparse: `sparse_mlp_token`).
+    pub(crate) fn token_values(&self) -> f64 {
+        self.layers * 8.0 * self.hidden + (self.layers - self.sparse_layers) * 4.0 * self.intermediate + self.sparse_layers * self.sparse_mlp_token
+    }
+
+    /// The widest layer's values for one token (what `train.recompute_layers` keeps besides the
+    /// layer inputs).
+    pub(crate) fn layer_values(&self) -> f64 {
+        let dense = if self.sparse_layers < self.layers { 4.0 * self.intermediate } else { 0.0 };
+        8.0 * self.hidden + dense.max(if self.sparse_layers > 0.0 { self.sparse_mlp_token } else { 0.0 })
     }
 
     /// r x (in + out) per adapted projection (each expert's on a sparse layer) and layer:
@@ -151,12 +177,19 @@ impl Shape {
     }
 
     /// One trainer pass of `pass_tokens` tokens: per token and layer 8 x hidden + 4 x
-    /// intermediate values in the model's dtype (with `train.recompute_layers`, each layer's
-    /// input plus one layer's values), one LM-head chunk's logits and their gradient, and a few
-    /// `[heads, t, t]` f32 score tensors of the dense attention backward where it runs.
+    /// intermediate values in the model's dtype, a sparse layer's experts instead of the
+    /// intermediate ([`Shape::token_values`]; with `train.recompute_layers`, each layer's input
+    /// plus one layer's values), the experts' padded layout, one LM-head chunk's logits and
+    /// their gradient, and a few `[heads, t, t]` f32 score tensors of the dense attention
+    /// backward where it runs.
     pub(crate) fn activation_bytes(&self, c: &Config, pass_tokens: f64) -> f64 {
-        let layer_token = (8.0 * self.hidden + 4.0 * self.intermediate) * self.dtype;
-        let per_token = if c.train.recompute_layers { self.layers * self.hidden * self.dtype + layer_token } else { self.layers * layer_token };
+        let per_token = if c.train.recompute_layers { (self.layers * self.hidden + self.layer_values()) * self.dtype } else { self.token_values() * self.dtype };
+        // a sparse layer's padded expert layout: up to a granule less one row per expert and
+        // sequence (sequences of sampler.context tokens at the shortest)
+        let sequences = (pass_tokens / (c.sampler.context as f64).max(1.0)).ceil().max(1.0);
+        let granule = shared_kernels::grad_fold::FOLD_ROWS as f64;
+        let padding_layers = if c.train.recompute_layers { self.sparse_layers.min(1.0) } else { self.sparse_layers };
+        let padding = padding_layers * self.experts * sequences * (granule - 1.0) * self.expert_row * self.dtype;
         let head_rows = (shared_kernels::ops::logits::head_logprobs::head_chunk_rows(self.vocab) as f64).min(pass_tokens);
         let head = head_rows * self.vocab as f64 * (self.dtype + 8.0);
         let t = c.sampler.context as f64;
@@ -164,7 +197,7 @@ impl Shape {
         // and head, not the scores; elsewhere a few `[heads, t, t]` f32 tensors (docs/scale.md)
         let dense_scores = !(cfg!(feature = "cuda") && self.dtype < 4.0);
         let scores = if dense_scores { (5.0 * self.heads * t * t * 4.0).min(5.0 * 2f64.powi(31)) } else { 0.0 };
-        pass_tokens * per_token + head + scores
+        pass_tokens * per_token + head + scores + padding
     }
 
     /// The widest activation a token has (`[tokens, width]` tensors): the 32-bit index range
