@@ -111,6 +111,9 @@ pub fn read_adapter_config(dir: &Path) -> Result<LoraSpec, ModelError> {
             return Err(bad(k, "sets per-module ranks or alphas; lockstep uses one r and lora_alpha".into()));
         }
     }
+    if v.get("target_parameters").and_then(|t| t.as_array()).is_some_and(|t| !t.is_empty()) {
+        return Err(bad("target_parameters", format!("is {}: PEFT's adapters on transformers 5's fused expert parameters are not read; lockstep reads experts' adapters in the per-expert layout (target_modules gate_proj / up_proj / down_proj, docs/lora.md)", v["target_parameters"])));
+    }
     for k in ["layers_to_transform", "modules_to_save"] {
         if v.get(k).is_some_and(|x| !x.is_null()) {
             return Err(bad(k, "is set; lockstep adapts every layer's target modules and trains nothing else".into()));
@@ -185,7 +188,7 @@ mod tests {
         assert_eq!(lp(&loaded), lp(&model), "loaded adapters give other logprob bits");
         assert_ne!(lp(&loaded), lp(&base), "the adapters changed nothing");
         // what lockstep does not compute is refused naming PEFT's field
-        for (field, value) in [("use_dora", serde_json::json!(true)), ("bias", serde_json::json!("all")), ("rank_pattern", serde_json::json!({"q_proj": 8})), ("target_modules", serde_json::json!(".*proj")), ("layers_to_transform", serde_json::json!([0]))] {
+        for (field, value) in [("use_dora", serde_json::json!(true)), ("bias", serde_json::json!("all")), ("rank_pattern", serde_json::json!({"q_proj": 8})), ("target_modules", serde_json::json!(".*proj")), ("layers_to_transform", serde_json::json!([0])), ("target_parameters", serde_json::json!(["mlp.experts.gate_up_proj"]))] {
             let mut bad = config.clone();
             bad[field] = value;
             std::fs::write(dir.join(ADAPTER_CONFIG), bad.to_string()).unwrap();
