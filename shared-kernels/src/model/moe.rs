@@ -48,38 +48,6 @@ pub struct Expert {
     pub down: Tensor<2>,
 }
 
-/// The load-balancing loss's constants for one GRPO step (transformers'
-/// `load_balancing_loss_func` over every sparse layer's rows at once): its value is
-/// `scale * sum_e counts[e] * P[e]`, with `counts[e]` the rows (of every sparse layer) routed to
-/// expert e and `P[e]` the sum of their softmax probabilities; `scale = coef * experts /
-/// (layers * rows)^2`. The counts are the step's, fixed before the update (the top-k has no
-/// gradient), so each row's gradient is its own: the same bits under any micro-batching.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RouterAux {
-    pub scale: f32,
-    pub counts: Vec<f32>,
-}
-
-impl RouterAux {
-    /// The gradient of the loss by one row's router logits `row`, added into `out`:
-    /// `scale * p_j (counts_j - sum_e counts_e p_e)`.
-    pub fn add_row_gradient(&self, row: &[f32], out: &mut [f32]) {
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let exps: Vec<f32> = row.iter().map(|&l| (l - max).exp()).collect();
-        let mut sum = 0.0f32;
-        for &e in &exps {
-            sum += e;
-        }
-        let mut mean = 0.0f32;
-        for (e, c) in exps.iter().zip(&self.counts) {
-            mean += e / sum * c;
-        }
-        for ((o, e), c) in out.iter_mut().zip(&exps).zip(&self.counts) {
-            *o += self.scale * (e / sum) * (c - mean);
-        }
-    }
-}
-
 /// A sparse MLP's weights: the router `[experts, hidden]` and the experts.
 #[derive(Clone, Debug)]
 pub struct MoeBlock {
@@ -89,7 +57,7 @@ pub struct MoeBlock {
     pub norm_topk_prob: bool,
     /// The load-balancing loss's constants while a GRPO step trains with one (its gradient
     /// joins the router's in the training path; sampling and scoring ignore it).
-    pub aux: Option<std::sync::Arc<RouterAux>>,
+    pub aux: Option<std::sync::Arc<super::moe_train::RouterAux>>,
 }
 
 /// Each row's k experts, ascending by index, with their weights (f32 as computed).

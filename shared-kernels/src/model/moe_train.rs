@@ -16,11 +16,43 @@ use crate::autodiff::{cube, from_tracked, inner, plain, tracked, tracked_in};
 use crate::grad_fold::FOLD_ROWS;
 use burn::tensor::{DType, Tensor, TensorData};
 
+/// The load-balancing loss's constants for one GRPO step (transformers'
+/// `load_balancing_loss_func` over every sparse layer's rows at once): its value is
+/// `scale * sum_e counts[e] * P[e]`, with `counts[e]` the rows (of every sparse layer) routed to
+/// expert e and `P[e]` the sum of their softmax probabilities; `scale = coef * experts /
+/// (layers * rows)^2`. The counts are the step's, fixed before the update (the top-k has no
+/// gradient), so each row's gradient is its own: the same bits under any micro-batching.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouterAux {
+    pub scale: f32,
+    pub counts: Vec<f32>,
+}
+
+impl RouterAux {
+    /// The gradient of the loss by one row's router logits `row`, added into `out`:
+    /// `scale * p_j (counts_j - sum_e counts_e p_e)`.
+    pub fn add_row_gradient(&self, row: &[f32], out: &mut [f32]) {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let exps: Vec<f32> = row.iter().map(|&l| (l - max).exp()).collect();
+        let mut sum = 0.0f32;
+        for &e in &exps {
+            sum += e;
+        }
+        let mut mean = 0.0f32;
+        for (e, c) in exps.iter().zip(&self.counts) {
+            mean += e / sum * c;
+        }
+        for ((o, e), c) in out.iter_mut().zip(&exps).zip(&self.counts) {
+            *o += self.scale * (e / sum) * (c - mean);
+        }
+    }
+}
+
 /// The routing weights `[rows * k]` (rows' slots in ascending expert order) as a tracked op of
 /// `logits` `[rows, experts]`; `host` holds the logits in f32, `chosen` / `weights` the routing.
 /// With `aux` (the load-balancing loss's constants and the rows it leaves out, ascending), the
 /// backward adds each other row's gradient of that loss.
-pub fn routing_weights(logits: Tensor<2>, host: &[f32], chosen: &[u32], weights: &[f32], k: usize, norm_topk_prob: bool, aux: Option<(std::sync::Arc<crate::model::moe::RouterAux>, Vec<usize>)>) -> Result<Tensor<1>, crate::KernelError> {
+pub fn routing_weights(logits: Tensor<2>, host: &[f32], chosen: &[u32], weights: &[f32], k: usize, norm_topk_prob: bool, aux: Option<(std::sync::Arc<RouterAux>, Vec<usize>)>) -> Result<Tensor<1>, crate::KernelError> {
     let la = tracked_in("moe routing", "logits", logits)?;
     let lp = plain::<2>(inner(&la));
     let [rows, experts] = lp.dims();
@@ -123,7 +155,7 @@ mod tests {
     /// steps.
     #[test]
     fn the_blocks_gradients_match_finite_differences() {
-        use crate::model::moe::{Expert, MoeBlock, RouterAux};
+        use crate::model::moe::{Expert, MoeBlock};
         use crate::model::KernelSet;
         use std::sync::Arc;
         let device = crate::device::default_device();

@@ -120,7 +120,7 @@ impl Qwen3 {
 
     /// Trains the sparse layers' routers with the load-balancing loss of `aux` from now on
     /// (`None`: without); sampling and scoring passes do not see it.
-    pub fn set_router_aux(&mut self, aux: Option<super::moe::RouterAux>) {
+    pub fn set_router_aux(&mut self, aux: Option<super::moe_train::RouterAux>) {
         let aux = aux.map(std::sync::Arc::new);
         for moe in self.layers.iter_mut().filter_map(|l| l.moe.as_mut()) {
             moe.aux = aux.clone();

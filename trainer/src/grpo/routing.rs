@@ -8,7 +8,8 @@ use super::Trainer;
 use crate::config::{OnMismatch, SamplerKernels};
 use crate::error::RunError;
 use crate::telemetry::{LayerLoad, MoeTelemetry};
-use shared_kernels::model::moe::{RouterAux, RoutingLog};
+use shared_kernels::model::moe::RoutingLog;
+use shared_kernels::model::moe_train::RouterAux;
 use shared_kernels::model::{Forward, Rows};
 use std::time::Instant;
 
