@@ -446,6 +446,12 @@ fn check_passes_on_lockstep_kernels_and_fails_with_a_nonzero_exit_on_split_k() {
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("sampler = trainer | FAILED"), "the split-K sampler must differ from the trainer: {stdout}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("engine check(s) failed"));
+    // a mixture-of-experts model through the same checks (its steps launched, never replayed)
+    let out = lockstep(&["check", "--preset", "moe-tiny", "--seed", &seed], &dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.matches("| bit-identical |").count(), 12, "{stdout}");
+    assert!(stdout.contains("no graphs for a mixture-of-experts model"), "{stdout}");
 }
 
 #[test]

@@ -71,7 +71,19 @@ pub fn preset(name: &str) -> Result<ModelConfig, String> {
         "qwen3-1.7b" => serde_json::json!({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960, "tie_word_embeddings": true}),
         "qwen3-4b" => serde_json::json!({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960, "tie_word_embeddings": true}),
         "qwen3-8b" => serde_json::json!({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960, "tie_word_embeddings": false}),
-        other => return Err(format!("unknown preset `{other}` (tiny, small, qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b)")),
+        // mixture-of-experts (the shapes experiments/fixtures/make_real_shape.py makes): a tiny
+        // one (a dense layer, then 8 experts, 2 a token), 32 experts top-4, issue 65's GRPO
+        // target (64 experts, top-8, 1.3B parameters) and Qwen3-30B-A3B's
+        "moe-tiny" => serde_json::json!({"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 96, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512, "tie_word_embeddings": true, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": true, "mlp_only_layers": [0]}),
+        "qwen3-moe-small" | "qwen3-moe-1b" | "qwen3-30b-a3b" => {
+            let (layers, hidden, heads, inter, experts, top_k, width) = match name {
+                "qwen3-moe-small" => (8, 1024, 16, 3072, 32, 4, 512),
+                "qwen3-moe-1b" => (12, 1024, 16, 3072, 64, 8, 384),
+                _ => (48, 2048, 32, 6144, 128, 8, 768),
+            };
+            serde_json::json!({"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 151936, "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": 4, "head_dim": 128, "max_position_embeddings": 40960, "tie_word_embeddings": false, "num_experts": experts, "num_experts_per_tok": top_k, "moe_intermediate_size": width, "norm_topk_prob": true})
+        }
+        other => return Err(format!("unknown preset `{other}` (tiny, small, qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, moe-tiny, qwen3-moe-small, qwen3-moe-1b, qwen3-30b-a3b)")),
     };
     ModelConfig::from_json(&json.to_string(), "bench preset").map_err(|e| e.to_string())
 }
