@@ -127,7 +127,7 @@ enum Command {
     },
     /// The sampler engine's invariance checks on this device (the CI tests' code), per dtype.
     Check {
-        /// Model shape: tiny, small or qwen3-0.6b (random weights).
+        /// Model shape (random weights): tiny, small, qwen3-0.6b ... qwen3-8b, moe-tiny, qwen3-moe-small, qwen3-moe-1b, qwen3-30b-a3b.
         #[arg(long, default_value = "tiny")]
         preset: String,
         #[arg(long, value_delimiter = ',', default_value = "f32")]
