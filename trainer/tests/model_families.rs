@@ -127,6 +127,10 @@ fn a_mixture_of_experts_checkpoint_samples_and_trains_bit_exact_and_micro_batch_
     // weights than without it, and its value logged
     let aux = train(&dir, &ck, "moe-aux", &["train.steps=3", "train.router_aux_loss_coef=0.5"]);
     let aux_micro = train(&dir, &ck, "moe-aux-micro", &["train.steps=3", "train.router_aux_loss_coef=0.5", "train.micro_batch_tokens=16"]);
+    let aux_recompute = train(&dir, &ck, "moe-aux-recompute", &["train.steps=3", "train.router_aux_loss_coef=0.5", "train.micro_batch_tokens=16", "train.recompute_layers=true"]);
+    for (x, y) in aux_micro.iter().zip(&aux_recompute) {
+        assert_eq!(x["trainer_weights_fingerprint"], y["trainer_weights_fingerprint"], "step {}: the load-balancing loss's update differs with recomputed layers", x["step"]);
+    }
     for ((x, y), plain) in aux.iter().zip(&aux_micro).zip(&one_pass) {
         assert_eq!((x["agreement"]["bit_equal_frac"].as_f64(), y["agreement"]["bit_equal_frac"].as_f64()), (Some(1.0), Some(1.0)), "{x}");
         assert_eq!(x["trainer_weights_fingerprint"], y["trainer_weights_fingerprint"], "step {}: the load-balancing loss's update differs between one pass and micro-batches", x["step"]);
