@@ -194,7 +194,7 @@ async fn turn(server: &Arc<EpisodeServer>, id: &str, endpoint: Endpoint, bytes: 
     {
         let mut sessions = server.sessions.lock().expect("sessions");
         let session = sessions.get_mut(id).expect("the session was open");
-        session.turns.push(Turn { prompt, prompt_text, tokens: done.tokens, logprobs: done.logprobs, sampled_text, reply_text, end_text, tool_calls: calls });
+        session.turns.push(Turn { prompt, prompt_text, tokens: done.tokens, logprobs: done.logprobs, routing: done.routing, sampled_text, reply_text, end_text, tool_calls: calls });
     }
     busy.done = true;
     Ok(v)

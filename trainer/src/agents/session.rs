@@ -22,6 +22,8 @@ pub struct Turn {
     pub prompt_text: String,
     pub tokens: Vec<u32>,
     pub logprobs: Vec<f32>,
+    /// A mixture-of-experts model's routing digest per sampled id (`sampler::Completion::routing`).
+    pub routing: Vec<u64>,
     /// The sampled ids' text with special tokens kept (the end-of-turn token's text included).
     pub sampled_text: String,
     /// The text returned to the client (special tokens dropped, cut at a stop string).
@@ -71,13 +73,18 @@ impl Session {
     pub fn trajectory(&self) -> Option<Trajectory> {
         let last = self.turns.last()?;
         let sequence = [last.prompt.as_slice(), &last.tokens].concat();
-        let (mut positions, mut tokens, mut logprobs) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut positions, mut tokens, mut logprobs, mut routing) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for turn in &self.turns {
             positions.extend((0..turn.tokens.len()).map(|t| turn.prompt.len() + t - 1));
             tokens.extend_from_slice(&turn.tokens);
             logprobs.extend_from_slice(&turn.logprobs);
+            routing.extend_from_slice(&turn.routing);
         }
-        Some(Trajectory { first_prompt: self.turns[0].prompt.clone(), sequence, positions, tokens, logprobs })
+        // every turn's or none (a dense model's turns carry none)
+        if routing.len() != tokens.len() {
+            routing.clear();
+        }
+        Some(Trajectory { first_prompt: self.turns[0].prompt.clone(), sequence, positions, tokens, logprobs, routing })
     }
 }
 
@@ -88,6 +95,8 @@ pub struct Trajectory {
     pub positions: Vec<usize>,
     pub tokens: Vec<u32>,
     pub logprobs: Vec<f32>,
+    /// Each sampled id's routing digest (a mixture-of-experts model), else empty.
+    pub routing: Vec<u64>,
 }
 
 #[cfg(test)]
@@ -103,7 +112,7 @@ mod tests {
         let ids = session.next_prompt(prompt, &chars).unwrap();
         let tokens = chars(sampled).unwrap();
         let end_text = if sampled.ends_with('$') { "$" } else { "" };
-        Turn { prompt: ids, prompt_text: prompt.into(), logprobs: tokens.iter().map(|&t| -(t as f32) / 100.0).collect(), tokens, sampled_text: sampled.into(), reply_text: reply.into(), end_text: end_text.into(), tool_calls: 0 }
+        Turn { prompt: ids, prompt_text: prompt.into(), logprobs: tokens.iter().map(|&t| -(t as f32) / 100.0).collect(), tokens, sampled_text: sampled.into(), reply_text: reply.into(), end_text: end_text.into(), tool_calls: 0, routing: Vec::new() }
     }
 
     #[test]
@@ -120,7 +129,7 @@ mod tests {
         };
         let ids = s.next_prompt(next, &encode_new_only).unwrap();
         assert_eq!(ids, chars(next).unwrap());
-        let t1 = Turn { prompt: ids, prompt_text: next.into(), tokens: chars("answer 6$").unwrap(), logprobs: vec![-0.5; 9], sampled_text: "answer 6$".into(), reply_text: "answer 6".into(), end_text: "$".into(), tool_calls: 0 };
+        let t1 = Turn { prompt: ids, prompt_text: next.into(), tokens: chars("answer 6$").unwrap(), logprobs: vec![-0.5; 9], sampled_text: "answer 6$".into(), reply_text: "answer 6".into(), end_text: "$".into(), tool_calls: 0, routing: Vec::new() };
         s.turns.push(t1);
         let tr = s.trajectory().unwrap();
         assert_eq!(tr.sequence, chars("Q:2*3.A:calc(2*3)$R:6.A:answer 6$").unwrap());
@@ -131,6 +140,16 @@ mod tests {
             assert_eq!(tr.sequence[row + 1], t, "row {row} scores the sampled token");
         }
         assert_eq!(tr.logprobs.len(), tr.tokens.len());
+        assert!(tr.routing.is_empty(), "a dense model's turns carry no routing");
+        // a mixture-of-experts model's turns: their routing digests in the tokens' order
+        for (k, turn) in s.turns.iter_mut().enumerate() {
+            turn.routing = (0..turn.tokens.len() as u64).map(|t| 1000 * k as u64 + t).collect();
+        }
+        let tr = s.trajectory().unwrap();
+        assert_eq!(tr.routing, (0..10).chain(1000..1009).collect::<Vec<u64>>());
+        // a turn without them: none at all, so no digest sits against another token
+        s.turns[1].routing.clear();
+        assert!(s.trajectory().unwrap().routing.is_empty());
     }
 
     #[test]

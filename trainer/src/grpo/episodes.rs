@@ -78,7 +78,7 @@ impl Trainer {
             });
             let id = (step as u64) << 32 | (round * p * g + i) as u64;
             out.requests.push(Request { id, prompt: trajectory.first_prompt.clone(), params: self.params(c.train.seed) });
-            out.completions.push(Completion { id, prompt_len: trajectory.first_prompt.len(), tokens: trajectory.tokens, logprobs: trajectory.logprobs, top_logprobs: Vec::new(), routing: Vec::new(), finish, timings: Default::default() });
+            out.completions.push(Completion { id, prompt_len: trajectory.first_prompt.len(), tokens: trajectory.tokens, logprobs: trajectory.logprobs, top_logprobs: Vec::new(), routing: trajectory.routing, finish, timings: Default::default() });
             out.rewards.push(report.reward);
             out.sequences.push(trajectory.sequence);
             out.positions.push(trajectory.positions);
