@@ -15,10 +15,11 @@ shape=${1:?usage: lora_rung.sh SHAPE}
 ck=/tmp/checkpoints/$shape; run=lora-$shape
 [ -f $ck/config.json ] || python3 experiments/fixtures/make_real_shape.py $shape $ck > $O/make-$shape.log 2>&1 || { tail -3 $O/make-$shape.log; exit 1; }
 p=$(poll $O/$run.mem)
+trap 'kill $p 2>/dev/null' EXIT
 timeout ${LIMIT:-570} /tmp/lockstep train ${LORA_ARGS:-configs/qwen3-8b-lora.toml} --set model.path=$ck --set task.path=$ck/task.jsonl --set task.reward=char_f1 \
   --set log.run_name=$run --set log.runs_dir=/tmp/runs --set train.checkpoint_every=1 --max-steps ${MAX_STEPS:-1} ${RESUME:+--resume} > $O/$run.log 2>&1
 rc=$?
-kill $p
+kill $p 2>/dev/null
 echo "$run: exit $rc, peak $(sort -n $O/$run.mem | tail -1) MiB"
 grep -h "memory plan\|auto sizes\|error" $O/$run.log | head -4
 grep -o "$fields" /tmp/runs/$run/metrics.jsonl | tr '\n' ' '; echo

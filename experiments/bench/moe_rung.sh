@@ -14,12 +14,13 @@ shape=${1:?usage: moe_rung.sh SHAPE ROLLOUTS NEW [RUN_NAME]}; rollouts=${2:-256}
 ck=/tmp/checkpoints/$shape
 [ -f $ck/config.json ] || python3 experiments/fixtures/make_real_shape.py $shape $ck > $O/make-$shape.log 2>&1 || { tail -3 $O/make-$shape.log; exit 1; }
 p=$(poll $O/$run.mem)
+trap 'kill $p 2>/dev/null' EXIT
 timeout ${LIMIT:-570} /tmp/lockstep train configs/qwen3-0.6b.toml --set model.path=$ck --set task.path=$ck/task.jsonl --set task.reward=char_f1 \
   --set train.prompts_per_step=$(( rollouts / 8 )) --set train.group_size=8 --set sampler.max_new_tokens=$new --set sampler.context=$(( new + 64 )) \
   --set sampler.max_batch=$(( rollouts < 256 ? rollouts : 256 )) --set train.checkpoint_every=1 --set log.runs_dir=/tmp/runs --set log.run_name=$run \
   ${MOE_SET:-} --max-steps ${MAX_STEPS:-1} ${RESUME:+--resume} > $O/$run.log 2>&1
 rc=$?
-kill $p
+kill $p 2>/dev/null
 echo "$run ($shape, $rollouts x $new): exit $rc, peak $(sort -n $O/$run.mem | tail -1) MiB"
 grep -h "memory plan\|auto sizes\|error\|note" $O/$run.log | head -4
 python3 - /tmp/runs/$run/metrics.jsonl <<'PY'

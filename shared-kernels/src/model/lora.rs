@@ -76,6 +76,13 @@ impl Projection {
         [format!("{base}.lora_A.weight"), format!("{base}.lora_B.weight")]
     }
 
+    /// The adapter's two tensor names on expert `expert` of sparse layer `layer` (PEFT's
+    /// per-expert layout).
+    pub fn expert_tensor_names(self, layer: usize, expert: usize) -> [String; 2] {
+        let base = format!("model.layers.{layer}.mlp.experts.{expert}.{}", self.module());
+        [format!("{base}.lora_A.weight"), format!("{base}.lora_B.weight")]
+    }
+
     /// An MLP projection (on a mixture-of-experts layer, each expert's).
     pub fn is_mlp(self) -> bool {
         matches!(self, Projection::Gate | Projection::Up | Projection::Down)
@@ -105,8 +112,7 @@ pub fn sites(c: &super::ModelConfig, spec: &LoraSpec, layer: usize) -> Vec<Site>
                 let (h, f) = (c.hidden_size, m.expert_intermediate);
                 let dims = if p == Projection::Down { (h, f) } else { (f, h) };
                 for e in 0..m.num_experts {
-                    let base = format!("model.layers.{layer}.mlp.experts.{e}.{}", p.module());
-                    out.push(Site { projection: p, expert: Some(e), names: [format!("{base}.lora_A.weight"), format!("{base}.lora_B.weight")], dims });
+                    out.push(Site { projection: p, expert: Some(e), names: p.expert_tensor_names(layer, e), dims });
                 }
             }
             None => out.push(Site { projection: p, expert: None, names: p.tensor_names(layer), dims: p.dims(c) }),
@@ -193,8 +199,7 @@ impl LayerAdapters {
         let mut out: Vec<([String; 2], &mut Adapter)> = self.by_projection.iter_mut().map(|(p, a)| (p.tensor_names(layer), a)).collect();
         for (e, adapters) in self.experts.iter_mut().enumerate() {
             for (p, a) in adapters.iter_mut() {
-                let base = format!("model.layers.{layer}.mlp.experts.{e}.{}", p.module());
-                out.push(([format!("{base}.lora_A.weight"), format!("{base}.lora_B.weight")], a));
+                out.push((p.expert_tensor_names(layer, e), a));
             }
         }
         out

@@ -144,13 +144,7 @@ pub fn route(logits: &[f32], experts: usize, top_k: usize, norm_topk_prob: bool)
     let (mut chosen, mut weights) = (Vec::with_capacity(rows * top_k), Vec::with_capacity(rows * top_k));
     let mut prob_sums = vec![0.0f64; experts];
     for row in logits.chunks_exact(experts) {
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let exps: Vec<f32> = row.iter().map(|&l| (l - max).exp()).collect();
-        let mut sum = 0.0f32;
-        for &e in &exps {
-            sum += e;
-        }
-        let probs: Vec<f32> = exps.iter().map(|&e| e / sum).collect();
+        let probs = super::moe_train::softmax_row(row);
         for (t, &p) in prob_sums.iter_mut().zip(&probs) {
             *t += p as f64;
         }

@@ -32,20 +32,28 @@ impl RouterAux {
     /// The gradient of the loss by one row's router logits `row`, added into `out`:
     /// `scale * p_j (counts_j - sum_e counts_e p_e)`.
     pub fn add_row_gradient(&self, row: &[f32], out: &mut [f32]) {
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let exps: Vec<f32> = row.iter().map(|&l| (l - max).exp()).collect();
-        let mut sum = 0.0f32;
-        for &e in &exps {
-            sum += e;
-        }
+        let probs = softmax_row(row);
         let mut mean = 0.0f32;
-        for (e, c) in exps.iter().zip(&self.counts) {
-            mean += e / sum * c;
+        for (p, c) in probs.iter().zip(&self.counts) {
+            mean += p * c;
         }
-        for ((o, e), c) in out.iter_mut().zip(&exps).zip(&self.counts) {
-            *o += self.scale * (e / sum) * (c - mean);
+        for ((o, p), c) in out.iter_mut().zip(&probs).zip(&self.counts) {
+            *o += self.scale * p * (c - mean);
         }
     }
+}
+
+/// One router row's softmax in f32 on the host: the max, the exponentials summed in expert
+/// order, each divided by the sum (the routing, its backward and the load-balancing gradient
+/// all read these values).
+pub fn softmax_row(row: &[f32]) -> Vec<f32> {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exps: Vec<f32> = row.iter().map(|&l| (l - max).exp()).collect();
+    let mut sum = 0.0f32;
+    for &e in &exps {
+        sum += e;
+    }
+    exps.iter().map(|&e| e / sum).collect()
 }
 
 /// The routing weights `[rows * k]` (rows' slots in ascending expert order) as a tracked op of
@@ -73,13 +81,10 @@ pub fn routing_weights(logits: Tensor<2>, host: &[f32], chosen: &[u32], weights:
                 }
             } else {
                 // w = the softmax's own probabilities: dl_j = p_j ([j chosen] g_j - sum_i g_i p_i)
-                let row = &host[r * experts..(r + 1) * experts];
-                let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let exps: Vec<f32> = row.iter().map(|&l| (l - max).exp()).collect();
-                let sum: f32 = exps.iter().sum();
+                let probs = softmax_row(&host[r * experts..(r + 1) * experts]);
                 let s: f32 = ww.iter().zip(gw).map(|(w, g)| w * g).sum();
                 for j in 0..experts {
-                    out[j] = exps[j] / sum * -s;
+                    out[j] = probs[j] * -s;
                 }
                 for i in 0..k {
                     out[sel[i] as usize] += ww[i] * gw[i];
