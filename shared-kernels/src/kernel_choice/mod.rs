@@ -6,13 +6,15 @@
 //! logprob's), which [`KernelChoice::arithmetic`] names so a run can record it. They are
 //! process-wide rather than per call: a row's result must not depend on which caller launched it.
 //!
-//! The benchmark-only tuning variables (tile and launch shapes) are each family's own, checked
-//! with this choice by [`crate::ops::check_environment`], so a typo in any of them stops a run
-//! at its start with the variable named, on every device, rather than at the first launch that
-//! would read it. The choices' values are spelled once, in `values.rs`.
+//! The benchmark-only tuning variables (tile and launch shapes, `tuning.rs`) are a field of the
+//! choice, parsed with it, so a typo in any of them stops a run at its start with the variable
+//! named, on every device, rather than at the first launch that would read it. The choices'
+//! values are spelled once, in `values.rs`.
 
+mod tuning;
 mod values;
 
+pub use tuning::{parse_flash_warps, DecodeLaunch, SkinnyLaunch, Staging, TileShape, TilePick, Tuning, WgmmaSchedule, WgmmaTiles, TC_ASYNC_SHARED_LIMIT};
 pub use values::{AttentionKernel, MatmulKernel, NormPlanes, TcKernels};
 use crate::KernelError;
 
@@ -56,11 +58,13 @@ pub struct KernelChoice {
     /// `LOCKSTEP_NORM_PLANES`: rmsnorm and its backward over rows of 128 values (the per-head
     /// q/k norms) one plane a row or one cube a row (`off`, the default until measured).
     pub norm_planes: NormPlanes,
+    /// The benchmark-only launch and tile shapes (same bits whatever they are).
+    pub tuning: Tuning,
 }
 
 impl Default for KernelChoice {
     fn default() -> Self {
-        KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, backward_stats_from_forward: true, backward_fast_math: true, fold_on_wgmma: true, decode_fusion: true, decode_graphs: true, decode_graph_padding: true, norm_planes: NormPlanes::On }
+        KernelChoice { matmul: None, attention: None, attention_tc: TcKernels::Mma, attention_backward_on_tensor_cores: true, backward_stats_from_forward: true, backward_fast_math: true, fold_on_wgmma: true, decode_fusion: true, decode_graphs: true, decode_graph_padding: true, norm_planes: NormPlanes::On, tuning: Tuning::default() }
     }
 }
 
@@ -94,6 +98,7 @@ impl KernelChoice {
             decode_graphs: either("LOCKSTEP_DECODE_GRAPHS", "on", "off")?.unwrap_or(default.decode_graphs),
             decode_graph_padding: either("LOCKSTEP_DECODE_GRAPH_PADDING", "on", "off")?.unwrap_or(default.decode_graph_padding),
             norm_planes: read("LOCKSTEP_NORM_PLANES", NormPlanes::VALUES, NormPlanes::parse)?.unwrap_or(default.norm_planes),
+            tuning: Tuning::from_env()?,
         };
         either("LOCKSTEP_NVRTC_PCH", "on", "off")?; // read by kernel_cache::enable
         // a fault the engine tests inject: a misspelt one would silently inject nothing
@@ -124,8 +129,9 @@ impl KernelChoice {
     }
 
     /// Runs `f` with this thread's choice changed by `change` (the one scoped override: tests
-    /// and benchmarks compare, in one process, kernels whose bits are equal; e.g. the battery's
-    /// two tensor-core attention sets, the bench's unfused decode).
+    /// and benchmarks compare, in one process, kernels or launches whose bits are equal; e.g.
+    /// the battery's two tensor-core attention sets, the bench's unfused decode and decode
+    /// launches).
     pub fn scoped<R>(change: impl FnOnce(&mut KernelChoice), f: impl FnOnce() -> R) -> Result<R, KernelError> {
         let mut choice = Self::current()?;
         change(&mut choice);
@@ -150,7 +156,7 @@ mod tests {
     #[test]
     fn the_unset_environment_is_the_default_choice() {
         // CI sets none of the kernel variables; a developer's shell may, so compare only then
-        let kernel_vars = ["LOCKSTEP_MATMUL", "LOCKSTEP_ATTENTION", "LOCKSTEP_ATTENTION_TC", "LOCKSTEP_ATTENTION_BACKWARD", "LOCKSTEP_BACKWARD_STATS", "LOCKSTEP_BACKWARD_MATH", "LOCKSTEP_FOLD_KERNEL", "LOCKSTEP_DECODE_FUSION", "LOCKSTEP_NORM_PLANES"];
+        let kernel_vars = ["LOCKSTEP_MATMUL", "LOCKSTEP_ATTENTION", "LOCKSTEP_ATTENTION_TC", "LOCKSTEP_ATTENTION_BACKWARD", "LOCKSTEP_BACKWARD_STATS", "LOCKSTEP_BACKWARD_MATH", "LOCKSTEP_FOLD_KERNEL", "LOCKSTEP_DECODE_FUSION", "LOCKSTEP_DECODE_GRAPHS", "LOCKSTEP_DECODE_GRAPH_PADDING", "LOCKSTEP_NORM_PLANES", "LOCKSTEP_SKINNY", "LOCKSTEP_TC_TILES", "LOCKSTEP_WGMMA_TILES", "LOCKSTEP_WGMMA_PICK", "LOCKSTEP_WGMMA_SCHEDULE", "LOCKSTEP_FLASH_WARPS", "LOCKSTEP_DECODE_LAUNCH"];
         if kernel_vars.iter().all(|v| !crate::knobs::is_set(v)) {
             assert_eq!(KernelChoice::from_env().unwrap(), KernelChoice::default());
             assert_eq!(*KernelChoice::process().unwrap(), KernelChoice::default());

@@ -57,34 +57,12 @@ pub(crate) fn vector_width(dtype: burn::tensor::DType, multiple_of: usize) -> us
     vs
 }
 
-/// This process's kernel choice ([`crate::kernel_choice::KernelChoice::process`]) and every
-/// family's benchmark tuning variables, parsed now: `lockstep` calls it before any work, so a
-/// typo in any `LOCKSTEP_*` variable stops the run at its start with the variable named, on
-/// every device, rather than at the first launch that would read it.
+/// This process's kernel choice ([`crate::kernel_choice::KernelChoice::process`]), with every
+/// benchmark tuning variable, parsed now: `lockstep` calls it before any work, so a typo in any
+/// `LOCKSTEP_*` variable stops the run at its start with the variable named, on every device,
+/// rather than at the first launch that would read it.
 pub fn check_environment() -> Result<&'static crate::kernel_choice::KernelChoice, crate::KernelError> {
-    let choice = crate::kernel_choice::KernelChoice::process()?;
-    crate::ops::matmul::skinny::launch_shape()?;
-    crate::ops::matmul::tc::tile_shape(crate::ops::matmul::tc::Pipeline::AsyncCopies)?;
-    crate::ops::matmul::wgmma_tiles::wgmma_tiles()?;
-    crate::ops::matmul::wgmma_tiles::wgmma_schedule()?;
-    crate::ops::matmul::wgmma_tiles::wgmma_pick()?;
-    crate::ops::attention::prefill::mma_flash::flash_warps()?;
-    crate::ops::attention::decode::mma_decode::DecodeLaunch::for_units(1, 1)?;
-    Ok(choice)
-}
-
-/// A benchmark-sweep setting: `var` parsed by `parse` once per process and kept in `cell`
-/// (`None` when unset). A bad value is an error of `op` carrying the parser's message (which
-/// names the variable) every time the setting is asked for.
-pub(crate) fn env_setting<T: Clone + Send + Sync>(
-    cell: &'static std::sync::OnceLock<Result<Option<T>, String>>,
-    op: &'static str,
-    var: &str,
-    parse: fn(&str) -> Result<T, String>,
-) -> Result<Option<T>, crate::KernelError> {
-    cell.get_or_init(|| crate::knobs::var(var).map(|text| parse(&text)).transpose())
-        .clone()
-        .map_err(|e| crate::KernelError::new(op, e))
+    crate::kernel_choice::KernelChoice::process()
 }
 
 #[allow(dead_code)]

@@ -264,15 +264,15 @@ fn decode_launch_rows(
     use shared_kernels::ops::attention::AttentionKernel::SplitKvTensorCore;
     let bits = |t: Tensor<3>| t.into_data().as_bytes().to_vec();
     let reference = DecodeLaunch { splits_per_cube: 1, staging: Staging::Two };
-    let Ok(expected) = with_decode_launch(reference, || call(SplitKvTensorCore)) else { return Ok(()) };
+    let Ok(Ok(expected)) = with_decode_launch(reference, || call(SplitKvTensorCore)) else { return Ok(()) };
     let expected = bits(expected);
     use Staging::{Narrow, One, Two};
     let launches = [(1, Two), (1, One), (4, One), (8, One), (1, Narrow), (4, Narrow), (8, Narrow)];
     for (splits_per_cube, staging) in launches {
         let launch = DecodeLaunch { splits_per_cube, staging };
-        let out = with_decode_launch(launch, || call(SplitKvTensorCore)).map_err(|e| e.to_string())?;
+        let out = with_decode_launch(launch, || call(SplitKvTensorCore)).and_then(|r| r).map_err(|e| e.to_string())?;
         let same = if bits(out) == expected { "bits equal" } else { "bits DIFFER" };
-        let a = time_op(device, o.repeats, 5, || with_decode_launch(launch, || drop(call(SplitKvTensorCore).unwrap())));
+        let a = time_op(device, o.repeats, 5, || with_decode_launch(launch, || drop(call(SplitKvTensorCore).unwrap())).unwrap());
         emit(&format!("attention decode [split_kv_tc {}, {same}]", launch.name()), shape, a, f64::NAN, flops, bytes);
     }
     Ok(())

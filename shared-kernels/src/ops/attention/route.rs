@@ -52,17 +52,7 @@ pub struct Choices {
     pub backward_on_tensor_cores: bool,
 }
 
-/// How the `mma` decode partials stage K and V (`LOCKSTEP_DECODE_LAUNCH`'s K: 2, 1, n).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Staging {
-    /// `decode/mma_decode.rs`, a K and a V stage, each refilled as soon as it is read.
-    Two,
-    /// `decode/mma_decode.rs`, K then V through one stage.
-    One,
-    /// `decode/mma_decode_narrow.rs`: one stage, the queries on the `mma`'s narrow side (at most
-    /// [`NARROW_QUERIES`] heads a cube).
-    Narrow,
-}
+pub use crate::kernel_choice::Staging;
 
 /// The kernel, by file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

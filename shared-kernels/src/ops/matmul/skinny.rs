@@ -23,6 +23,7 @@
 
 use crate::ops::matmul::layout::WeightLayout;
 use crate::ops::storage;
+use crate::kernel_choice::SkinnyLaunch;
 use crate::KernelError;
 use burn_cubecl::cubecl::cmma::{self, MatrixIdent, MatrixLayout};
 use burn_cubecl::cubecl::prelude::*;
@@ -306,39 +307,10 @@ pub(crate) fn matmul_skinny(x: CubeTensor, w: CubeTensor, layout: WeightLayout, 
     Ok(y)
 }
 
-/// How the decode kernel is launched: scheduling only (the k order, and so the bits, are the
-/// same for every choice).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct LaunchShape {
-    /// k-steps whose weight is requested before the first of them multiplies.
-    group: usize,
-    /// Planes per cube for wide weights (N >= 8192) and for the rest.
-    wide: usize,
-    narrow: usize,
-    /// Wide `[N,K]` weights through per-plane shared-memory slabs filled with coalesced loads.
-    staged: bool,
-}
-
-/// The constants above, or `LOCKSTEP_SKINNY=group/wide/narrow/staged|direct` (benchmark sweeps).
-/// Read once per process.
-pub(crate) fn launch_shape() -> Result<LaunchShape, KernelError> {
-    static SHAPE: std::sync::OnceLock<Result<Option<LaunchShape>, String>> = std::sync::OnceLock::new();
-    let chosen = crate::ops::env_setting(&SHAPE, "matmul", "LOCKSTEP_SKINNY", parse_launch_shape)?;
-    Ok(chosen.unwrap_or(LaunchShape { group: GROUP, wide: WIDE_PLANES, narrow: NARROW_PLANES, staged: STAGED }))
-}
-
-/// `group/wide/narrow/staged|direct`, e.g. `8/4/1/staged`.
-fn parse_launch_shape(text: &str) -> Result<LaunchShape, String> {
-    let bad = || format!("LOCKSTEP_SKINNY={text:?} is not group/wide/narrow/staged|direct (group 1-32, planes 1-8)");
-    let parts: Vec<&str> = text.split('/').map(str::trim).collect();
-    let [g, w, n, mode] = parts[..] else { return Err(bad()) };
-    let num = |p: &str, max: usize| p.parse::<usize>().ok().filter(|v| (1..=max).contains(v)).ok_or_else(bad);
-    let staged = match mode {
-        "staged" => true,
-        "direct" => false,
-        _ => return Err(bad()),
-    };
-    Ok(LaunchShape { group: num(g, 32)?, wide: num(w, 8)?, narrow: num(n, 8)?, staged })
+/// The constants above, or `LOCKSTEP_SKINNY` (benchmark sweeps; [`crate::kernel_choice::Tuning`]).
+pub(crate) fn launch_shape() -> Result<SkinnyLaunch, KernelError> {
+    let chosen = crate::kernel_choice::KernelChoice::current()?.tuning.skinny;
+    Ok(chosen.unwrap_or(SkinnyLaunch { group: GROUP, wide: WIDE_PLANES, narrow: NARROW_PLANES, staged: STAGED }))
 }
 
 #[cfg(test)]
@@ -364,17 +336,6 @@ mod tests {
                 assert_eq!(stage_k(m_tiles, staged) % 32, 0);
                 assert_eq!(stage_k(m_tiles, staged) % (GROUP * INSTR), 0, "a stage holds whole groups");
             }
-        }
-    }
-
-    #[test]
-    fn launch_shapes_parse_or_name_the_variable() {
-        let s = parse_launch_shape("16/2/1/direct").unwrap();
-        assert_eq!((s.group, s.wide, s.narrow, s.staged), (16, 2, 1, false));
-        assert!(parse_launch_shape(" 8 / 4 / 1 / staged ").unwrap().staged);
-        for bad in ["8/4/1", "0/4/1/staged", "8/9/1/staged", "8/4/1/tiles", "x/4/1/staged", ""] {
-            let err = parse_launch_shape(bad).unwrap_err();
-            assert!(err.contains("LOCKSTEP_SKINNY"), "{bad:?}: {err}");
         }
     }
 }

@@ -331,104 +331,15 @@ pub enum Pipeline {
     AsyncCopies,
 }
 
-/// The cube tile: planes along M and N, 16x16 fragments per plane along M and N. Scheduling
-/// only: every fragment walks k = 0, 16, 32, ... from zero whatever the tile, so the bits are
-/// the same for every shape (the battery's `tc = pipelined` rows compare two tilings already).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TileShape {
-    pub warps_m: usize,
-    pub warps_n: usize,
-    pub frags_m: usize,
-    pub frags_n: usize,
-    /// 16-deep `mma` steps per shared-memory stage (the stage's k extent is 16 times this).
-    pub k_steps: usize,
-    /// Shared-memory slots of the asynchronous-copy pipeline (at least 2).
-    pub stages: usize,
-}
+pub use crate::kernel_choice::TileShape;
 
-impl TileShape {
-    pub const DEFAULT: TileShape = TileShape { warps_m: WARPS_M, warps_n: WARPS_N, frags_m: FRAGS_M, frags_n: FRAGS_N, k_steps: BK / INSTR, stages: STAGES };
-    /// The asynchronous kernel's: 128x128 tiles of 4 planes, each 64x64 (4x4 fragments), k 64,
-    /// 2 slots. With the loads off the registers, the larger plane tile (fewer shared-memory
-    /// fragment loads per `mma`) and the deeper k-tile were the fastest of the 17 shapes swept
-    /// at M = 1024 and 4096 (docs/perf.md).
-    pub const ASYNC_DEFAULT: TileShape = TileShape { warps_m: 2, warps_n: 2, frags_m: 4, frags_n: 4, k_steps: 4, stages: 2 };
-    pub fn bm(self) -> usize {
-        self.warps_m * self.frags_m * INSTR
-    }
-    pub fn bn(self) -> usize {
-        self.warps_n * self.frags_n * INSTR
-    }
-    pub fn planes(self) -> usize {
-        self.warps_m * self.warps_n
-    }
-    /// k extent of one shared-memory stage.
-    pub fn bk(self) -> usize {
-        self.k_steps * INSTR
-    }
-    /// Static shared memory of one cube of the register-prefetch kernel, bytes (A and B stages
-    /// of 16-bit values, f32 epilogue).
-    pub fn shared_bytes(self) -> usize {
-        self.slot_bytes() + 4 * self.planes() * FRAG_ELEMS
-    }
-    /// Shared memory of one cube of the asynchronous-copy kernel: `stages` slots and the epilogue.
-    pub fn async_shared_bytes(self) -> usize {
-        self.stages * self.slot_bytes() + 4 * self.planes() * FRAG_ELEMS
-    }
-    /// One A and one B k-tile of 16-bit values, rows padded, in the larger of their two layouts.
-    fn slot_bytes(self) -> usize {
-        let a_stage = (self.bm() * (self.bk() + PAD)).max(self.bk() * (self.bm() + PAD));
-        let b_stage = (self.bn() * (self.bk() + PAD)).max(self.bk() * (self.bn() + PAD));
-        2 * (a_stage + b_stage)
-    }
-
-    /// `warps_m/warps_n/frags_m/frags_n[/k_steps[/stages]]`, e.g. `2/2/4/4` or `4/2/2/2/4/3`.
-    pub fn parse(text: &str) -> Result<TileShape, String> {
-        let bad = || format!("LOCKSTEP_TC_TILES={text:?} is not warps_m/warps_n/frags_m/frags_n[/k_steps[/stages]] (1-8 each, stages 2-8, at most 16 planes and 16 fragments per plane, 48 KiB of shared memory for one stage and {} KiB for all stages)", ASYNC_SHARED_LIMIT / 1024);
-        let parts: Vec<usize> = text.split('/').map(|p| p.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|_| bad())?;
-        let (warps_m, warps_n, frags_m, frags_n, k_steps, stages) = match parts[..] {
-            [a, b, c, d] => (a, b, c, d, BK / INSTR, STAGES),
-            [a, b, c, d, e] => (a, b, c, d, e, STAGES),
-            [a, b, c, d, e, f] => (a, b, c, d, e, f),
-            _ => return Err(bad()),
-        };
-        let t = TileShape { warps_m, warps_n, frags_m, frags_n, k_steps, stages };
-        let ok = parts.iter().all(|v| (1..=8).contains(v)) && stages >= 2 && t.planes() <= 16 && frags_m * frags_n <= 16 && t.shared_bytes() <= 48 * 1024 && t.async_shared_bytes() <= ASYNC_SHARED_LIMIT;
-        ok.then_some(t).ok_or_else(bad)
-    }
-}
-
-/// Shared memory one cube of the asynchronous kernel may use: within the 227 KiB a Hopper or
-/// Ampere (sm80: 163 KiB) block can opt into, so two cubes still fit on an SM.
-const ASYNC_SHARED_LIMIT: usize = 96 * 1024;
-
-/// `LOCKSTEP_TC_TILES` (benchmark sweeps; read once per process) for both pipelines, else the
-/// pipeline's default: [`TileShape::DEFAULT`] for the register-prefetch kernel,
+/// `LOCKSTEP_TC_TILES` (benchmark sweeps; [`crate::kernel_choice::Tuning`]) for both pipelines,
+/// else the pipeline's default: [`TileShape::DEFAULT`] for the register-prefetch kernel,
 /// [`TileShape::ASYNC_DEFAULT`] for the asynchronous one.
 pub(crate) fn tile_shape(pipeline: Pipeline) -> Result<TileShape, KernelError> {
-    static SHAPE: std::sync::OnceLock<Result<Option<TileShape>, String>> = std::sync::OnceLock::new();
-    let chosen = crate::ops::env_setting(&SHAPE, "matmul", "LOCKSTEP_TC_TILES", TileShape::parse)?;
+    let chosen = crate::kernel_choice::KernelChoice::current()?.tuning.tc_tiles;
     Ok(chosen.unwrap_or(match pipeline {
         Pipeline::RegisterPrefetch => TileShape::DEFAULT,
         Pipeline::AsyncCopies => TileShape::ASYNC_DEFAULT,
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tile_shapes_parse_within_shared_memory_or_name_the_variable() {
-        assert!(TileShape::DEFAULT.shared_bytes() <= 48 * 1024);
-        assert!(TileShape::ASYNC_DEFAULT.async_shared_bytes() <= ASYNC_SHARED_LIMIT);
-        assert_eq!(TileShape::parse("2/2/4/4").unwrap(), TileShape { warps_m: 2, warps_n: 2, frags_m: 4, frags_n: 4, k_steps: 2, stages: STAGES });
-        assert_eq!(TileShape::parse("4/2/2/2/4").unwrap().bk(), 64);
-        assert_eq!(TileShape::parse("4/2/2/2/2/4").unwrap().stages, 4);
-        // 128x64 tiles, k 32: 15 KiB a slot and 8 KiB of epilogue, so 5 slots fit in 96 KiB, 6 do not
-        assert!(TileShape::parse("4/2/2/2/2/5").is_ok());
-        for bad in ["4/2/2", "0/2/2/2", "4/4/4/4", "8/8/1/1", "2/2/8/8", "a/2/2/2", "4/2/2/2/0", "4/4/4/2/8", "4/2/2/2/4/1", "4/2/2/2/2/6", "4/2/2/2/2/2/2"] {
-            assert!(TileShape::parse(bad).unwrap_err().contains("LOCKSTEP_TC_TILES"), "{bad}");
-        }
-    }
 }

@@ -1,65 +1,16 @@
-//! The warpgroup matmul's scheduling configuration: the cube tile (`LOCKSTEP_WGMMA_TILES`, the
-//! tile ladder by output size), the schedule (`LOCKSTEP_WGMMA_SCHEDULE`) and the persistent
-//! grid. None of it changes a bit: every output walks k = 0, 16, 32, ... from zero whatever the
-//! tile, the schedule or the grid.
+//! The warpgroup matmul's scheduling: the cube tile (the tile ladder by output size, or
+//! `LOCKSTEP_WGMMA_TILES`), the schedule (`LOCKSTEP_WGMMA_SCHEDULE`) and the persistent grid;
+//! the variables' types and parsers are [`crate::kernel_choice::Tuning`]'s. None of it changes a
+//! bit: every output walks k = 0, 16, 32, ... from zero whatever the tile, the schedule or the grid.
 
 use crate::KernelError;
-use crate::ops::matmul::wgmma_fragments::{BK, WG_ROWS};
 use burn_cubecl::cubecl::client::Client;
 
-/// The cube tile: `wg_m` warpgroups along M (64 rows each), `bn` columns (the instruction's N),
-/// `stages` k-tile slots. Scheduling only: every output walks k = 0, 16, ... from zero whatever
-/// the tile.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WgmmaTiles {
-    pub wg_m: usize,
-    pub bn: usize,
-    pub stages: usize,
-}
+pub use crate::kernel_choice::{TilePick, WgmmaSchedule, WgmmaTiles};
 
-/// Shared memory one cube may use (an H100/H200 block may opt into 227 KiB).
-const SHARED_LIMIT: usize = 224 * 1024;
-
-impl WgmmaTiles {
-    /// 128 x 256 tiles (two warpgroups of m64n256), 4 slots: 192 KiB, one cube per SM. The
-    /// fastest shape swept at M = 1024 and 4096 on the H200 (docs/perf.md).
-    pub const DEFAULT: WgmmaTiles = WgmmaTiles { wg_m: 2, bn: 256, stages: 4 };
-    /// 128 x 128 tiles, 3 slots (96 KiB: two cubes per SM) for outputs too small to give every
-    /// multiprocessor a 128 x 256 cube (at M = 1024 up to 1.5x the default's throughput, v9).
-    pub const NARROW: WgmmaTiles = WgmmaTiles { wg_m: 2, bn: 128, stages: 3 };
-    /// 128 x 64 tiles, 8 slots (192 KiB) for outputs of about a thousand rows: at 1024 x 1024
-    /// 128 cubes, and 1.16-1.4x the 64 x 64 tiles' throughput there (GPU time).
-    pub const MEDIUM: WgmmaTiles = WgmmaTiles { wg_m: 2, bn: 64, stages: 8 };
-    /// 64 x 64 tiles of one warpgroup (64 KiB) for small outputs (a few hundred rows): more
-    /// cubes to spread a long K over.
-    pub const SMALL: WgmmaTiles = WgmmaTiles { wg_m: 1, bn: 64, stages: 4 };
-    pub fn bm(self) -> usize {
-        self.wg_m * WG_ROWS
-    }
-    /// A and B slots of 16-bit values.
-    pub fn shared_bytes(self) -> usize {
-        self.stages * 2 * (self.bm() + self.bn) * BK
-    }
-    /// `wg_m/bn/stages`, e.g. `2/256/4`.
-    pub fn parse(text: &str) -> Result<WgmmaTiles, String> {
-        let bad = || format!("LOCKSTEP_WGMMA_TILES={text:?} is not wg_m/bn/stages (wg_m 1, 2 or 4, bn 64, 128 or 256, not 4 with 256, stages 2-8, at most {} KiB of shared memory)", SHARED_LIMIT / 1024);
-        let parts: Vec<usize> = text.split('/').map(|p| p.trim().parse::<usize>()).collect::<Result<_, _>>().map_err(|_| bad())?;
-        let [wg_m, bn, stages] = parts[..] else { return Err(bad()) };
-        let t = WgmmaTiles { wg_m, bn, stages };
-        // the copy engine's boxes are powers of two of at most 256 rows (a 192-row box was
-        // measured to hang the kernel), and an MN-major B takes whole 64-wide boxes
-        // four warpgroups (544 units) leave 96 registers a unit: ptxas cannot hold an m64n256
-        // accumulator in them
-        let registers = !(wg_m == 4 && bn == 256);
-        let ok = [1, 2, 4].contains(&wg_m) && [64, 128, 256].contains(&bn) && (2..=8).contains(&stages) && t.shared_bytes() <= SHARED_LIMIT && registers;
-        ok.then_some(t).ok_or_else(bad)
-    }
-}
-
-/// `LOCKSTEP_WGMMA_TILES` (benchmark sweeps; read once per process; `None`: unset).
+/// `LOCKSTEP_WGMMA_TILES` (benchmark sweeps; [`crate::kernel_choice::Tuning`]; `None`: unset).
 pub(crate) fn wgmma_tiles() -> Result<Option<WgmmaTiles>, KernelError> {
-    static TILES: std::sync::OnceLock<Result<Option<WgmmaTiles>, String>> = std::sync::OnceLock::new();
-    crate::ops::env_setting(&TILES, "matmul", "LOCKSTEP_WGMMA_TILES", WgmmaTiles::parse)
+    Ok(crate::kernel_choice::KernelChoice::current()?.tuning.wgmma_tiles)
 }
 
 /// The tiles of an `[M, N]` output: `LOCKSTEP_WGMMA_TILES` if set, else by the output's size
@@ -83,28 +34,9 @@ pub fn tiles_picked(pick: TilePick, m: usize, n: usize, sms: usize, whole: bool)
     }
 }
 
-/// How tiles are picked by output size (scheduling only: the same bits).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TilePick {
-    /// [`tiles_by_waves`] (the default).
-    Waves,
-    /// [`tiles_by_waves`] with [`WEIGHED`]'s compute-bound rates at every row count (the rule
-    /// before [`TWO_ROW_TILES`]).
-    WavesComputeRates,
-    /// [`tiles_by_coverage`] (the earlier rule, for same-run comparisons).
-    Coverage,
-}
-
-/// `LOCKSTEP_WGMMA_PICK` (benchmark comparisons; read once per process); unset: waves.
+/// `LOCKSTEP_WGMMA_PICK` (benchmark comparisons); unset: waves.
 pub(crate) fn wgmma_pick() -> Result<TilePick, KernelError> {
-    static PICK: std::sync::OnceLock<Result<Option<TilePick>, String>> = std::sync::OnceLock::new();
-    let parse = |text: &str| match text.trim() {
-        "waves" => Ok(TilePick::Waves),
-        "waves-compute-rates" => Ok(TilePick::WavesComputeRates),
-        "coverage" => Ok(TilePick::Coverage),
-        other => Err(format!("LOCKSTEP_WGMMA_PICK={other:?} is not one of waves, waves-compute-rates, coverage")),
-    };
-    Ok(crate::ops::env_setting(&PICK, "matmul", "LOCKSTEP_WGMMA_PICK", parse)?.unwrap_or(TilePick::Waves))
+    Ok(crate::kernel_choice::KernelChoice::current()?.tuning.wgmma_pick)
 }
 
 /// The tiles [`tiles_by_waves`] weighs, each with two throughputs relative to the default's:
@@ -164,30 +96,9 @@ fn tiles_by_waves_at(m: usize, n: usize, sms: usize, whole: bool, by_rows: bool)
 const TWO_ROW_TILES: std::ops::RangeInclusive<usize> = 129..=256;
 pub(crate) use crate::device::client_multiprocessors as multiprocessors;
 
-/// How the warpgroup kernel walks its tiles (scheduling only: the same bits).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WgmmaSchedule {
-    /// One cube per output tile; each k-tile ends in a cube-wide sync before its slot is refilled.
-    Synced,
-    /// As many cubes as fit at once, each walking several tiles; a producer warp and per-slot
-    /// mbarriers instead of cube syncs ([`crate::ops::matmul::wgmma_persistent`]).
-    Persistent,
-}
-
-impl WgmmaSchedule {
-    pub fn parse(text: &str) -> Result<WgmmaSchedule, String> {
-        match text.trim() {
-            "synced" => Ok(WgmmaSchedule::Synced),
-            "persistent" => Ok(WgmmaSchedule::Persistent),
-            other => Err(format!("LOCKSTEP_WGMMA_SCHEDULE={other:?} is not one of persistent, synced")),
-        }
-    }
-}
-
-/// `LOCKSTEP_WGMMA_SCHEDULE` (benchmark sweeps; read once per process); unset: persistent.
+/// `LOCKSTEP_WGMMA_SCHEDULE` (benchmark sweeps); unset: persistent.
 pub(crate) fn wgmma_schedule() -> Result<WgmmaSchedule, KernelError> {
-    static SCHEDULE: std::sync::OnceLock<Result<Option<WgmmaSchedule>, String>> = std::sync::OnceLock::new();
-    Ok(crate::ops::env_setting(&SCHEDULE, "matmul", "LOCKSTEP_WGMMA_SCHEDULE", WgmmaSchedule::parse)?.unwrap_or(WgmmaSchedule::Persistent))
+    Ok(crate::kernel_choice::KernelChoice::current()?.tuning.wgmma_schedule)
 }
 
 /// The earlier rule: the largest of [`WgmmaTiles::DEFAULT`], [`WgmmaTiles::NARROW`],

@@ -34,15 +34,10 @@ pub fn decode_warps(heads_per_cube: usize) -> usize {
     heads_per_cube.div_ceil(16).clamp(1, TC_QUERIES / 16)
 }
 
-/// How the partial kernel is launched: consecutive splits per cube and the staging. Never
-/// changes a bit (each split's partial is the same arithmetic wherever it runs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DecodeLaunch {
-    pub splits_per_cube: usize,
-    pub staging: Staging,
-}
-
-pub use crate::ops::attention::route::Staging;
+/// How the partial kernel is launched (consecutive splits per cube and the staging;
+/// [`crate::kernel_choice::Tuning`]'s `LOCKSTEP_DECODE_LAUNCH`). Never changes a bit: each
+/// split's partial is the same arithmetic wherever it runs.
+pub use crate::kernel_choice::{DecodeLaunch, Staging};
 
 /// The automatic choice: enough cubes to fill the device several times over, then longer
 /// cubes; `None` in [`DecodeLaunch::parse`].
@@ -50,29 +45,6 @@ const AUTO_CUBES: usize = 4096;
 const MAX_SPLITS_PER_CUBE: usize = 8;
 
 impl DecodeLaunch {
-    /// A `LOCKSTEP_DECODE_LAUNCH` value: `auto` (`Ok(None)`), or `SxK` with S splits per cube
-    /// (1-64) and K stages (1 or 2, or `n`: one stage, the queries on the `mma`'s narrow side),
-    /// e.g. `8x1`.
-    pub fn parse(text: &str) -> Result<Option<DecodeLaunch>, String> {
-        let text = text.trim();
-        if text == "auto" {
-            return Ok(None);
-        }
-        let bad = || format!("LOCKSTEP_DECODE_LAUNCH={text:?} is not `auto` or SxK (S splits per cube 1-64, K stages 1 or 2, or n for the narrow kernel, e.g. 8x1)");
-        let (s, k) = text.split_once('x').ok_or_else(bad)?;
-        let splits: usize = s.parse().map_err(|_| bad())?;
-        let staging = match k {
-            "1" => Staging::One,
-            "2" => Staging::Two,
-            "n" => Staging::Narrow,
-            _ => return Err(bad()),
-        };
-        if !(1..=64).contains(&splits) {
-            return Err(bad());
-        }
-        Ok(Some(DecodeLaunch { splits_per_cube: splits, staging }))
-    }
-
     /// The automatic launch for `units` (tile, KV head, part, split) work items of
     /// `heads_per_cube` query heads: the staging [`crate::ops::attention::route`] picks, and
     /// [`Self::auto_splits`].
@@ -86,41 +58,22 @@ impl DecodeLaunch {
         (units / AUTO_CUBES).clamp(1, MAX_SPLITS_PER_CUBE)
     }
 
-    /// The launch asked for: [`with_decode_launch`]'s, else the process's
-    /// `LOCKSTEP_DECODE_LAUNCH`; `None` for `auto`.
+    /// The launch asked for: this thread's choice's (a benchmark's [`with_decode_launch`]), else
+    /// the process's `LOCKSTEP_DECODE_LAUNCH`; `None` for `auto`.
     pub fn requested() -> Result<Option<DecodeLaunch>, KernelError> {
-        if let Some(l) = OVERRIDE.with(|c| c.get()) {
-            return Ok(Some(l));
-        }
-        static SETTING: std::sync::OnceLock<Result<Option<Option<DecodeLaunch>>, String>> = std::sync::OnceLock::new();
-        Ok(crate::ops::env_setting(&SETTING, "attention", "LOCKSTEP_DECODE_LAUNCH", DecodeLaunch::parse)?.flatten())
+        Ok(crate::kernel_choice::KernelChoice::current()?.tuning.decode_launch)
     }
 
     /// [`Self::requested`], else [`Self::auto`].
     pub fn for_units(units: usize, heads_per_cube: usize) -> Result<DecodeLaunch, KernelError> {
         Ok(Self::requested()?.unwrap_or_else(|| DecodeLaunch::auto(units, heads_per_cube)))
     }
-
-    pub fn name(self) -> String {
-        let k = match self.staging {
-            Staging::Two => "2",
-            Staging::One => "1",
-            Staging::Narrow => "n",
-        };
-        format!("{}x{k}", self.splits_per_cube)
-    }
 }
 
-thread_local! {
-    static OVERRIDE: std::cell::Cell<Option<DecodeLaunch>> = const { std::cell::Cell::new(None) };
-}
-
-/// Runs `f` with this thread's decode partials launched as `launch` (benchmarks compare them).
-pub fn with_decode_launch<R>(launch: DecodeLaunch, f: impl FnOnce() -> R) -> R {
-    let before = OVERRIDE.with(|c| c.replace(Some(launch)));
-    let out = f();
-    OVERRIDE.with(|c| c.set(before));
-    out
+/// Runs `f` with this thread's decode partials launched as `launch` (benchmarks compare them):
+/// [`crate::kernel_choice::KernelChoice::scoped`].
+pub fn with_decode_launch<R>(launch: DecodeLaunch, f: impl FnOnce() -> R) -> Result<R, KernelError> {
+    crate::kernel_choice::KernelChoice::scoped(|c| c.tuning.decode_launch = Some(launch), f)
 }
 
 /// O = P V (step 3 of a split's partial) from the V stage at byte address `v_stage`, written after the max and sum.
@@ -336,20 +289,6 @@ pub(crate) fn mma_partial_kernel<F: Float, N: Size, I: Int>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_launch_setting_parses_and_names_the_variable_when_bad() {
-        assert_eq!(DecodeLaunch::parse(" auto "), Ok(None));
-        assert_eq!(DecodeLaunch::parse("8x1"), Ok(Some(DecodeLaunch { splits_per_cube: 8, staging: Staging::One })));
-        assert_eq!(DecodeLaunch::parse("1x2"), Ok(Some(DecodeLaunch { splits_per_cube: 1, staging: Staging::Two })));
-        assert_eq!(DecodeLaunch::parse("4xn"), Ok(Some(DecodeLaunch { splits_per_cube: 4, staging: Staging::Narrow })));
-        for bad in ["", "8", "0x1", "65x2", "8x3", "x1", "eightx1", "8xN", "8xnn"] {
-            let e = DecodeLaunch::parse(bad).unwrap_err();
-            assert!(e.contains("LOCKSTEP_DECODE_LAUNCH"), "{bad}: {e}");
-        }
-        assert_eq!(DecodeLaunch::parse("4x2").unwrap().unwrap().name(), "4x2");
-        assert_eq!(DecodeLaunch::parse("16xn").unwrap().unwrap().name(), "16xn");
-    }
 
     #[test]
     fn the_automatic_launch_keeps_small_launches_one_split_a_cube() {

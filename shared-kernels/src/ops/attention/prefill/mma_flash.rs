@@ -33,19 +33,11 @@ use burn_cubecl::cubecl::prelude::*;
 /// 16w .. 16w + 15 of the tile.
 pub const MMA_WARPS: usize = 4;
 
-/// Warps per prefill cube: `LOCKSTEP_FLASH_WARPS` (4 or 8; benchmark sweeps, read once per
-/// process), else [`MMA_WARPS`]. A launch shape only: the bits do not depend on it.
+/// Warps per prefill cube: `LOCKSTEP_FLASH_WARPS` (4 or 8; benchmark sweeps,
+/// [`crate::kernel_choice::Tuning`]), else [`MMA_WARPS`]. A launch shape only: the bits do not
+/// depend on it.
 pub fn flash_warps() -> Result<usize, crate::KernelError> {
-    static SETTING: std::sync::OnceLock<Result<Option<usize>, String>> = std::sync::OnceLock::new();
-    Ok(crate::ops::env_setting(&SETTING, "attention", "LOCKSTEP_FLASH_WARPS", parse_flash_warps)?.unwrap_or(MMA_WARPS))
-}
-
-fn parse_flash_warps(text: &str) -> Result<usize, String> {
-    match text.trim() {
-        "4" => Ok(4),
-        "8" => Ok(8),
-        other => Err(format!("LOCKSTEP_FLASH_WARPS={other:?} is not 4 or 8")),
-    }
+    Ok(crate::kernel_choice::KernelChoice::current()?.tuning.flash_warps.unwrap_or(MMA_WARPS))
 }
 
 /// Issues step `step`'s copies: pass 1 (`step < used`) stages split `step`'s keys, pass 2 split
@@ -341,20 +333,6 @@ pub(crate) fn mma_flash_kernel<F: Float, N: Size, I: Int>(
                     stats[pair * 2 + 1] = ml[comptime!(2 * h + 1)];
                 }
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_warp_setting_takes_four_or_eight_and_names_the_variable_otherwise() {
-        assert_eq!((parse_flash_warps("4"), parse_flash_warps(" 8 ")), (Ok(4), Ok(8)));
-        for bad in ["2", "16", "", "eight"] {
-            let e = parse_flash_warps(bad).unwrap_err();
-            assert!(e.contains("LOCKSTEP_FLASH_WARPS"), "{e}");
         }
     }
 }
