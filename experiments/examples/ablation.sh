@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The ablation matrix: sampler kernels {matched, fast[, split_k]} x correction {none, tis, mis, ppo_clip}
+# The ablation matrix: sampler kernels {matched, fast[, split_k, bf16_logits]} x correction {none, tis, mis, ppo_clip}
 # x seeds, on a built-in task; then a table and plots read back from the TensorBoard files.
 #
-#   bash experiments/examples/ablation.sh [--tiny] [--seeds "0 1 2"] [--jobs N] [--kernels "matched fast split_k"] [--config FILE] [--out DIR] [--runs DIR] [--resume] [-- --set key=value ...]
+#   bash experiments/examples/ablation.sh [--tiny] [--seeds "0 1 2"] [--jobs N] [--kernels "matched fast split_k bf16_logits"] [--config FILE] [--out DIR] [--runs DIR] [--resume] [-- --set key=value ...]
 #
 # Long matrices across several sessions or device calls: --runs DIR keeps the cells' run folders
 # (checkpoints) outside --out, so --out holds only what comes back (the report and each cell's

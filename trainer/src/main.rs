@@ -71,7 +71,7 @@ enum Command {
         #[arg(long, default_value = "f32")]
         dtype: String,
         /// Sampler kernel sets: matched (launched), sync (each step read back before the next),
-        /// graphs (replayed at exact row counts), graphs-padded (the default), unfused, fast, split_k;
+        /// graphs (replayed at exact row counts), graphs-padded (the default), unfused, fast, split_k, bf16_logits;
         /// a suffix +topp samples with top-p 0.95 / top-k 20, +processed also with processed logprobs.
         #[arg(long, value_delimiter = ',', default_value = "matched,fast")]
         kernels: Vec<String>,
@@ -140,6 +140,10 @@ enum Command {
         /// Run the checks on the ablation's split-K matmul instead (the contrast).
         #[arg(long, conflicts_with = "fast")]
         split_k: bool,
+        /// Run the checks with the logits rounded to bf16 (f32 only): batch invariant, but not
+        /// the trainer's logprobs.
+        #[arg(long, conflicts_with_all = ["fast", "split_k"])]
+        bf16_logits: bool,
     },
     /// Table and plots of several runs, read from their TensorBoard files.
     Report {
@@ -252,9 +256,10 @@ fn run(cli: Cli) -> Result<(), RunError> {
             };
             tools::host_profile::profiled(|| tools::bench::run(&tools::bench::BenchOptions { preset, concurrency, prompt_len, new_tokens, ragged_lengths, repeats, dtype, kernels, skip_ops, no_burn, matmul_only, tile_sweep, trainer_only, attention_only, memory_only, single_call, trainer_batches, trainer_len, trainer_recompute, matmul_m, json, save_model, load_bench })).map_err(RunError::Other)
         }
-        Command::Check { preset, dtypes, seed, fast, split_k } => {
+        Command::Check { preset, dtypes, seed, fast, split_k, bf16_logits } => {
             let dtypes = dtypes.iter().map(|d| parse_dtype("--dtypes", d)).collect::<Result<Vec<_>, _>>()?;
-            tools::check::run(&preset, &dtypes, seed, if fast { KernelSet::Fast } else if split_k { KernelSet::SplitK } else { KernelSet::Matched }).map_err(RunError::Other)
+            let kernels = if fast { KernelSet::Fast } else if split_k { KernelSet::SplitK } else if bf16_logits { KernelSet::Bf16Logits } else { KernelSet::Matched };
+            tools::check::run(&preset, &dtypes, seed, kernels).map_err(RunError::Other)
         }
         Command::Report { runs, out, target_reward } => tools::report::report(&runs, &out, target_reward).map(|md| println!("{md}")).map_err(RunError::Other),
         Command::Sample { config_file, config, overrides } => Config::load(config_file.or(config).as_deref(), &overrides).map_err(RunError::from).and_then(trainer::sample_cli::main),

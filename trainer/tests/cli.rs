@@ -455,6 +455,35 @@ fn check_passes_on_lockstep_kernels_and_fails_with_a_nonzero_exit_on_split_k() {
 }
 
 #[test]
+fn the_bf16_logits_arm_is_batch_invariant_but_not_the_trainer_and_needs_an_f32_model() {
+    let dir = scratch("bf16-logits");
+    let seed = shared_kernels::testing::rows::test_seed().to_string();
+    // the engine checks: every batch-invariance check holds (the rounding is per value), the
+    // sampler-vs-trainer check fails (the trainer's logits are f32)
+    let out = lockstep(&["check", "--preset", "tiny", "--seed", &seed, "--bf16-logits"], &dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("sampler = trainer | FAILED"), "{stdout}");
+    assert_eq!(stdout.matches("| bit-identical |").count(), 11, "{stdout}");
+    // GRPO on the arm: the mismatch is the rounding's, small and not zero
+    std::fs::write(dir.join("small.toml"), SMALL).unwrap();
+    let out = lockstep(&["train", "small.toml", "--set", "log.run_name=arm", "--set", "train.steps=2", "--set", "train.checkpoint_every=0", "--set", "ablation.sampler_kernels=bf16_logits", "--set", "ablation.correction=tis"], &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for m in metrics(&dir.join("runs/arm")) {
+        let a = &m["agreement"];
+        let (equal, max) = (a["bit_equal_frac"].as_f64().unwrap(), a["logprob_abs_diff_max"].as_f64().unwrap());
+        assert!(equal < 1.0 && max > 0.0, "the rounded logits gave the trainer's logprobs: {m}");
+        // bf16 keeps 8 significant bits: logits of this tiny model move by far less than 0.1
+        assert!(max < 0.1, "{m}");
+    }
+    // a bf16 model's logits are bf16 on both sides: refused, naming the key
+    let out = lockstep(&["train", "small.toml", "--set", "log.run_name=bf16", "--set", "model.dtype=bf16", "--set", "ablation.sampler_kernels=bf16_logits"], &dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("ablation.sampler_kernels") && err.contains("model.dtype"), "{err}");
+}
+
+#[test]
 fn sample_and_run_inputs_that_would_lose_data_or_mislabel_results_are_refused() {
     let dir = scratch("sample-bad");
     let base = |extra: &str| format!("[sampler]\nmax_new_tokens = 3\ninput = \"prompts.jsonl\"\noutput = \"out.jsonl\"\n{extra}[log]\nprogress = false\n");

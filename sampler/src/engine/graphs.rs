@@ -120,10 +120,10 @@ struct StepInputs<'a> {
 
 impl Engine {
     /// Whether this step's rows are all sampled, in row order: then its launches depend only
-    /// on the row count and the sampling mode, and a graph can stand in for them. Matched
-    /// kernels only: the ablation's sets are burn's ops, not built to keep uploads out.
+    /// on the row count and the sampling mode, and a graph can stand in for them. lockstep's
+    /// layers only: the ablation's other sets are burn's ops, not built to keep uploads out.
     pub(super) fn replayable(&self, rows: &Rows, sample_at: &[(usize, usize)]) -> bool {
-        self.graphs.on && self.model.kernels.is_matched() && sample_at.len() == rows.len() && sample_at.iter().enumerate().all(|(i, &(_, r))| r == i)
+        self.graphs.on && self.model.kernels.lockstep_layers() && sample_at.len() == rows.len() && sample_at.iter().enumerate().all(|(i, &(_, r))| r == i)
     }
 
     /// The step's sampled tokens and f32 logprobs from a graph: replayed when one is kept for

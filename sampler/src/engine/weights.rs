@@ -2,7 +2,7 @@
 //! whole after a full-parameter update or only in its LoRA adapters after a LoRA one.
 
 use super::Engine;
-use shared_kernels::model::{KernelSet, Qwen3};
+use shared_kernels::model::Qwen3;
 
 impl Engine {
     /// Replace the weights (after an optimizer step); only between rollouts.
@@ -67,6 +67,6 @@ fn resident(w: shared_kernels::model::Weight) -> Result<shared_kernels::model::W
 /// the unfused forward they were measured with.
 pub(super) fn decode_ready(model: Qwen3) -> Result<Qwen3, String> {
     let fuse = shared_kernels::kernel_choice::KernelChoice::current().map_err(|e| e.to_string())?.decode_fusion;
-    let fuse = fuse && model.kernels == KernelSet::Matched;
+    let fuse = fuse && model.kernels.lockstep_layers();
     model.into_resident(fuse).map_err(|e| format!("copying the weights for the engine: {e}"))
 }

@@ -8,7 +8,7 @@
 
 use super::layer::FusedProjections;
 use super::pass::{Pass, Stream, Trace};
-use super::{KernelSet, KvCache, ModelError, Qwen3, Rows};
+use super::{KvCache, ModelError, Qwen3, Rows};
 use crate::{embedding, WeightLayout::OutIn};
 use burn::tensor::{Int, Tensor, TensorData};
 
@@ -128,7 +128,7 @@ impl Qwen3 {
         }
         let device = x.device();
         let picked = x.select(0, Tensor::<1, Int>::from_data(TensorData::new(at.iter().map(|&r| r as i32).collect::<Vec<_>>(), [at.len()]), &device));
-        let logits = self.kernels.matmul(picked, self.head(), OutIn)?;
+        let logits = self.kernels.logits(self.kernels.matmul(picked, self.head(), OutIn)?)?;
         match trace {
             // the traced row's logits are all there is: kept whole, not row `only_row` of them
             Some(t) if one_row => t.entries.push(("lm_head".into(), logits.clone())),
@@ -140,7 +140,7 @@ impl Qwen3 {
 
     /// The LM head on every final-normed row.
     fn lm_head(&self, x: Tensor<2>, trace: Option<&mut Trace>) -> Result<Tensor<2>, ModelError> {
-        let logits = self.kernels.matmul(x, self.head(), OutIn)?;
+        let logits = self.kernels.logits(self.kernels.matmul(x, self.head(), OutIn)?)?;
         if let Some(t) = trace {
             t.record("lm_head".into(), &logits);
         }
@@ -176,7 +176,7 @@ impl Qwen3 {
             self.check_cache(rows, cache)?;
         }
         // the decode path's fused launches: lockstep's kernels, a cache, fused weights
-        let fused = (cache.is_some() && self.kernels == KernelSet::Matched && self.fused.len() == self.layers.len()).then_some(&self.fused[..]);
+        let fused = (cache.is_some() && self.kernels.lockstep_layers() && self.fused.len() == self.layers.len()).then_some(&self.fused[..]);
         let mut pass = Pass { rows, slots, positions, cache, trace, routing, kernels: self.kernels, config: &self.config, rope: &self.rope };
         let h = embedding(self.embed.clone(), ids)?;
         pass.record(|| "embedding".into(), &h);

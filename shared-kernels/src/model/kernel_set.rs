@@ -1,6 +1,6 @@
 //! Which kernels a forward's projections and norms run on: lockstep's batch-invariant ones (the
-//! product) or, for the ablation, kernels whose bits depend on the batch. Attention, RoPE and
-//! the logprob reduction are lockstep's in every set.
+//! product) or, for the ablation, kernels whose bits depend on the batch, or lockstep's with the
+//! logits rounded to bf16. Attention, RoPE and the logprob reduction are lockstep's in every set.
 
 use crate::{KernelError, WeightLayout};
 use burn::tensor::{DType, Tensor};
@@ -17,6 +17,10 @@ pub enum KernelSet {
     /// lockstep's kernels except the matmul, which splits K by batch size
     /// ([`crate::ops::ablation::matmul_split_k`]): the ablation's deterministic, non-invariant sampler.
     SplitK,
+    /// lockstep's kernels with an f32 model's logits rounded to bf16
+    /// ([`crate::ops::ablation::round_bf16`]): the ablation's sampler with an inference engine's
+    /// bf16 LM head against the trainer's f32 one. Batch invariant: the mismatch is the rounding alone.
+    Bf16Logits,
 }
 
 impl KernelSet {
@@ -25,10 +29,17 @@ impl KernelSet {
         matches!(self, KernelSet::Matched)
     }
 
+    /// Whether the decoder layers run lockstep's kernels (the product's, or the bf16_logits
+    /// arm's, which differs after the LM head only): the engine's fused decode projections and
+    /// its captured graphs, built from those kernels, apply.
+    pub fn lockstep_layers(self) -> bool {
+        matches!(self, KernelSet::Matched | KernelSet::Bf16Logits)
+    }
+
     /// `x @ w` (or `x @ w^T` for `[out, in]` weights) on this set's matmul.
     pub fn matmul(self, x: Tensor<2>, w: Tensor<2>, layout: WeightLayout) -> Result<Tensor<2>, KernelError> {
         match self {
-            KernelSet::Matched => crate::matmul(x, w, layout),
+            KernelSet::Matched | KernelSet::Bf16Logits => crate::matmul(x, w, layout),
             KernelSet::SplitK => crate::ops::ablation::matmul_split_k::matmul_split_k(x, w, layout),
             KernelSet::Fast => Ok(match layout {
                 WeightLayout::OutIn => x.matmul(w.transpose()),
@@ -37,10 +48,19 @@ impl KernelSet {
         }
     }
 
+    /// The LM head's output as this set hands it on: rounded to bf16 under
+    /// [`KernelSet::Bf16Logits`], as computed otherwise.
+    pub fn logits(self, logits: Tensor<2>) -> Result<Tensor<2>, KernelError> {
+        match self {
+            KernelSet::Bf16Logits => crate::ops::ablation::round_bf16::round_to_bf16(logits),
+            _ => Ok(logits),
+        }
+    }
+
     /// RMSNorm over the last dimension, scaled by `w`, on this set's kernel.
     pub fn rmsnorm<const D: usize>(self, x: Tensor<D>, w: Tensor<1>, eps: f32) -> Result<Tensor<D>, KernelError> {
         match self {
-            KernelSet::Matched | KernelSet::SplitK => crate::rmsnorm(x, w, eps),
+            KernelSet::Matched | KernelSet::SplitK | KernelSet::Bf16Logits => crate::rmsnorm(x, w, eps),
             KernelSet::Fast => {
                 let dtype = x.dtype();
                 let x32 = x.cast(DType::F32);

@@ -38,6 +38,9 @@ config_mode! {
         Fast = "fast",
         /// lockstep's kernels but a matmul that splits K by batch size.
         SplitK = "split_k",
+        /// lockstep's kernels with an f32 model's logits rounded to bf16 (an inference engine's
+        /// bf16 LM head against the trainer's f32 one).
+        Bf16Logits = "bf16_logits",
     }
 }
 config_mode! {
@@ -75,6 +78,7 @@ impl SamplerKernels {
             SamplerKernels::Matched => KernelSet::Matched,
             SamplerKernels::Fast => KernelSet::Fast,
             SamplerKernels::SplitK => KernelSet::SplitK,
+            SamplerKernels::Bf16Logits => KernelSet::Bf16Logits,
         }
     }
 }

@@ -138,6 +138,10 @@ impl Config {
         if !(self.ablation.ppo_clip > 0.0 && self.ablation.ppo_clip < 1.0) {
             return bad("ablation.ppo_clip", format!("must be in (0, 1), got {}", self.ablation.ppo_clip));
         }
+        // a bf16 model's logits are bf16 on both sides already: the arm would be the matched run
+        if self.ablation.sampler_kernels == SamplerKernels::Bf16Logits && self.model.dtype != "f32" {
+            return bad("ablation.sampler_kernels", format!("\"bf16_logits\" rounds the sampler's f32 logits to bf16 against the trainer's f32 ones, so it needs model.dtype = \"f32\" (got \"{}\": a bf16 model's logits are bf16 in both already)", self.model.dtype));
+        }
         for (key, value) in [("task.prompt_key", &self.task.prompt_key), ("task.answer_key", &self.task.answer_key)] {
             if value.is_empty() || value.split('.').any(str::is_empty) {
                 return bad(key, format!("must be a key or a dotted path of keys, got {value:?}"));

@@ -57,7 +57,8 @@ fn kernel_set(name: &str) -> Result<(KernelSet, bool, bool, bool, Sampling, bool
         "unfused" => (KernelSet::Matched, true, false, false),
         "fast" => (KernelSet::Fast, true, false, false),
         "split_k" => (KernelSet::SplitK, true, false, false),
-        other => return Err(format!("--kernels: unknown kernel set `{other}` (matched, sync, graphs, graphs-padded, unfused, fast, split_k; a suffix +topp or +processed samples with top-p 0.95 / top-k 20)")),
+        "bf16_logits" => (KernelSet::Bf16Logits, true, false, false),
+        other => return Err(format!("--kernels: unknown kernel set `{other}` (matched, sync, graphs, graphs-padded, unfused, fast, split_k, bf16_logits; a suffix +topp or +processed samples with top-p 0.95 / top-k 20)")),
     };
     // `unfused`: the matched kernels without the decode path's fused launches (the same bits)
     Ok((kernels, overlap, graphs, padding, sampling, set != "unfused"))
