@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Session 55's device visit. From the repo root on the GPU machine with .gpu/ carried (a build of
+# the session's commit; `same` also needs .gpu/lockstep-old.gz, a build of a130335, before issue
+# 62's moves and the tuning struct), `O=$OUT PART="..." bash docs/journal/visit-scripts/visit_s55.sh`.
+#   moe       engine checks at qwen3-moe-1b in bf16, then issue 65's GRPO rung step 0 (256 x 1024)
+#   same      issue 62: one GRPO step at the Qwen3-0.6B shape (64 x 512, bf16, every size given)
+#             by the old build and by this one: the rollout's and the update's fingerprints side
+#             by side; then the battery and the engine checks at qwen3-0.6b in bf16
+#   arms      issue 67: the mismatch each sampler arm gives at the Qwen3-0.6B shape in f32
+#             (64 x 512, 1 step each: matched, fast, split_k, bf16_logits)
+#   serve     issue 63: the serve benchmark's per-level table at the 0.6B shape
+set -uo pipefail
+O="${O:-${OUT:-.gpu/out}}"
+mkdir -p "$O"
+source experiments/bench/gpu_env.sh
+ck=/tmp/checkpoints/qwen3-0.6b
+zero6() { [ -f $ck/config.json ] || python3 experiments/fixtures/make_real_shape.py qwen3-0.6b $ck > $O/make-0.6b.log 2>&1; }
+row() {  # run folder -> one line a step
+  python3 - "$1" <<'PY'
+import json, sys
+for line in open(sys.argv[1] + "/metrics.jsonl"):
+    m = json.loads(line); a = m["agreement"]
+    print(f"  step {m['step']}: bit_equal {a['bit_equal_frac']:.4f} kl_k1 {a['kl_k1']:.3e} |dlogp| mean {a['logprob_abs_diff_mean']:.3e} max {a['logprob_abs_diff_max']:.3e} "
+          f"reward {m.get('reward_mean', float('nan')):.4f} loss {m.get('loss', float('nan')):.6e} len {m.get('response_len_mean', 0):.1f} step {m['step_s']:.1f} s weights {m['trainer_weights_fingerprint']}")
+PY
+}
+for part in ${PART:-moe}; do
+case "$part" in
+moe)
+  timeout 170 /tmp/lockstep check --preset qwen3-moe-1b --dtypes bf16 2>&1 | tail -16
+  O=$O LIMIT=${LIMIT:-360} bash experiments/bench/moe_rung.sh qwen3-moe-1b 256 1024 moe1b ;;
+same)
+  zero6
+  [ -x /tmp/lockstep-old ] || { gunzip -c .gpu/lockstep-old.gz > /tmp/lockstep-old && chmod +x /tmp/lockstep-old; }
+  cat > /tmp/same.toml <<TOML
+[model]
+path = "$ck"
+dtype = "bf16"
+[task]
+name = "jsonl"
+path = "$ck/task.jsonl"
+[train]
+sft_steps = 0
+steps = 1
+prompts_per_step = 8
+group_size = 8
+lr = 1e-6
+warmup_steps = 0
+checkpoint_every = 0
+micro_batch_tokens = 4224
+[sampler]
+max_batch = 64
+kv_budget_mib = 8000
+context = 576
+max_new_tokens = 512
+chunk_size = 64
+[log]
+progress = false
+TOML
+  for b in old new; do
+    bin=/tmp/lockstep; [ $b = old ] && bin=/tmp/lockstep-old
+    rm -rf /tmp/same-$b
+    timeout 200 $bin train /tmp/same.toml --set log.runs_dir=/tmp/same-$b --set log.run_name=r > $O/same-$b.log 2>&1
+    echo "$b build: exit $?"; row /tmp/same-$b/r; cp /tmp/same-$b/r/metrics.jsonl $O/same-$b-metrics.jsonl
+  done
+  gunzip -c .gpu/lockstep-battery.gz > /tmp/battery && chmod +x /tmp/battery
+  timeout 240 /tmp/battery > $O/battery.md 2>&1; echo "battery: exit $?"; tail -3 $O/battery.md
+  timeout 120 /tmp/lockstep check --preset qwen3-0.6b --dtypes bf16 2>&1 | tail -14 ;;
+arms)
+  zero6
+  for k in matched fast split_k bf16_logits; do
+    rm -rf /tmp/arms/$k
+    timeout 120 /tmp/lockstep train configs/qwen3-0.6b.toml --set model.path=$ck --set task.path=$ck/task.jsonl --set model.dtype=f32 \
+      --set train.prompts_per_step=8 --set train.group_size=8 --set sampler.max_new_tokens=512 --set sampler.context=576 --set sampler.max_batch=64 \
+      --set train.steps=1 --set ablation.sampler_kernels=$k --set ablation.correction=$([ $k = matched ] && echo none || echo tis) \
+      --set log.runs_dir=/tmp/arms --set log.run_name=$k > $O/arm-$k.log 2>&1
+    echo "$k: exit $?"; row /tmp/arms/$k; cp /tmp/arms/$k/metrics.jsonl $O/arm-$k-metrics.jsonl 2>/dev/null
+  done ;;
+serve)
+  O=$O/serve06 bash experiments/bench/serve_bench.sh qwen3-0.6b 0 128 1000 2>&1 | tail -9 ;;
+esac
+done
