@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # Session 55's device visit. From the repo root on the GPU machine with .gpu/ carried (a build of
-# the session's commit; `same` also needs .gpu/lockstep-old.gz, a build of a130335, before issue
-# 62's moves and the tuning struct), `O=$OUT PART="..." bash docs/journal/visit-scripts/visit_s55.sh`.
+# the session's commit), `O=$OUT PART="..." bash docs/journal/visit-scripts/visit_s55.sh`.
 #   moe       engine checks at qwen3-moe-1b in bf16, then issue 65's GRPO rung step 0 (256 x 1024)
-#   same      issue 62: one GRPO step at the Qwen3-0.6B shape (64 x 512, bf16, every size given)
-#             by the old build and by this one: the rollout's and the update's fingerprints side
-#             by side; then the battery and the engine checks at qwen3-0.6b in bf16
+#   same      issue 62: scale.sh's 0.6B 512 x 2048 rung step 0 (docs/scale.md: weights
+#             213f61dac13d4868 from the builds of a130335 and d7bb290), the battery, and the
+#             engine checks at qwen3-0.6b in bf16
 #   arms      issue 67: the mismatch each sampler arm gives at the Qwen3-0.6B shape in f32
 #             (64 x 512, 1 step each: matched, fast, split_k, bf16_logits)
 #   serve     issue 63: the serve benchmark's per-level table at the 0.6B shape
@@ -30,39 +29,10 @@ moe)
   timeout 170 /tmp/lockstep check --preset qwen3-moe-1b --dtypes bf16 2>&1 | tail -16
   O=$O LIMIT=${LIMIT:-360} bash experiments/bench/moe_rung.sh qwen3-moe-1b 256 1024 moe1b ;;
 same)
-  zero6
-  [ -x /tmp/lockstep-old ] || { gunzip -c .gpu/lockstep-old.gz > /tmp/lockstep-old && chmod +x /tmp/lockstep-old; }
-  cat > /tmp/same.toml <<TOML
-[model]
-path = "$ck"
-dtype = "bf16"
-[task]
-name = "jsonl"
-path = "$ck/task.jsonl"
-[train]
-sft_steps = 0
-steps = 1
-prompts_per_step = 8
-group_size = 8
-lr = 1e-6
-warmup_steps = 0
-checkpoint_every = 0
-micro_batch_tokens = 4224
-[sampler]
-max_batch = 64
-kv_budget_mib = 8000
-context = 576
-max_new_tokens = 512
-chunk_size = 64
-[log]
-progress = false
-TOML
-  for b in old new; do
-    bin=/tmp/lockstep; [ $b = old ] && bin=/tmp/lockstep-old
-    rm -rf /tmp/same-$b
-    timeout 200 $bin train /tmp/same.toml --set log.runs_dir=/tmp/same-$b --set log.run_name=r > $O/same-$b.log 2>&1
-    echo "$b build: exit $?"; row /tmp/same-$b/r; cp /tmp/same-$b/r/metrics.jsonl $O/same-$b-metrics.jsonl
-  done
+  # the rung docs/scale.md reports 213f61dac13d4868 for after step 0 (builds a130335 and d7bb290)
+  O=$O SCALE_SET="--set task.reward=char_f1 --set train.on_mismatch=stop" SCALE_ARGS="--max-steps 1" SCALE_LIMIT=260 \
+    bash experiments/bench/scale.sh qwen3-0.6b:512x2048:1; tail -2 $O/scale.md
+  grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"' /tmp/runs/qwen3-0.6b-512x2048/metrics.jsonl 2>/dev/null || find /tmp -name metrics.jsonl -path "*512x2048*" -exec grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"' {} +
   gunzip -c .gpu/lockstep-battery.gz > /tmp/battery && chmod +x /tmp/battery
   timeout 240 /tmp/battery > $O/battery.md 2>&1; echo "battery: exit $?"; tail -3 $O/battery.md
   timeout 120 /tmp/lockstep check --preset qwen3-0.6b --dtypes bf16 2>&1 | tail -14 ;;
