@@ -119,15 +119,16 @@ impl Room<'_> {
 /// The bytes of one rollout step's transient buffers beside the KV cache: a prefill chunk per
 /// running request through one layer (the layer's values twice over), three f32 rows of the
 /// vocabulary per request for the logits, and the split attention's f32 partials (a max, a sum
-/// and `head_dim` values per row, head and `KV_SPLIT` keys of the context), which a step with
-/// any short tile sizes for every row of the step: at Qwen3-8B's shape, 256 requests in
-/// 64-token chunks of a 2,112-position context, 9.0 GB (an H100 run of `lockstep sample` with
-/// the 8B config ran out of memory in its first step when this was left out).
+/// and `head_dim` values per row, head and `KV_SPLIT` keys of the context) for the step's
+/// one-row tiles: at most one a request (a decode row, or a chunk's last tile), except where
+/// the tensor-core prefill tiles hold one row (`rows_per_tile` below 2), where every row of
+/// the step is one.
 pub(crate) fn sampler_step_bytes(c: &Config, shape: &Shape) -> f64 {
     let tokens = (c.sampler.max_batch * c.sampler.chunk_size.max(1)) as f64;
     let layer_token = shape.layer_values() * shape.dtype;
     let splits = (c.sampler.context as f64 / shared_kernels::ops::attention::KV_SPLIT as f64).ceil();
-    let partials = tokens * shape.heads * splits * (shape.head_dim + 2.0) * 4.0;
+    let partial_rows = if shared_kernels::ops::attention::tensor_cores::short_tiles_are_single_rows(shape.group) { c.sampler.max_batch as f64 } else { tokens };
+    let partials = partial_rows * shape.heads * splits * (shape.head_dim + 2.0) * 4.0;
     tokens * 2.0 * layer_token + c.sampler.max_batch as f64 * shape.vocab as f64 * 12.0 + partials
 }
 

@@ -35,6 +35,8 @@ pub(crate) struct Shape {
     pub(crate) hidden: f64,
     pub(crate) intermediate: f64,
     pub(crate) heads: f64,
+    /// Query heads per KV head.
+    pub(crate) group: usize,
     pub(crate) head_dim: f64,
     pub(crate) vocab: usize,
     pub(crate) dtype: f64,
@@ -68,6 +70,7 @@ impl Shape {
             hidden: n(m.hidden_size),
             intermediate: n(m.intermediate_size),
             heads: n(m.num_heads),
+            group: m.num_heads / m.num_kv_heads.max(1),
             head_dim: n(m.head_dim),
             vocab: m.vocab_size,
             dtype,

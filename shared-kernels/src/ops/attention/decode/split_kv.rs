@@ -222,13 +222,16 @@ fn split_combine_kernel<F: Float, I: Int>(
     let splits = splits_arg as usize;
     let work = cube_linear();
     if work < pairs {
-        // every row, or only the rows listed (the others are written by another kernel)
-        let mut row = work / q_heads;
+        // every row, or only the rows listed (the others are written by another kernel), whose
+        // partials and positions are compact: the i-th listed row's at i
+        let compact = work / q_heads;
+        let mut row = compact;
         if comptime!(listed) {
-            row = u32::cast_from(rows_list[work / q_heads]) as usize;
+            row = u32::cast_from(rows_list[compact]) as usize;
         }
-        let pair = row * q_heads + work % q_heads;
-        let used = (u32::cast_from(positions[row]) as usize + 1).div_ceil(comptime!(KV_SPLIT));
+        let pair = compact * q_heads + work % q_heads;
+        let out_pair = row * q_heads + work % q_heads;
+        let used = (u32::cast_from(positions[compact]) as usize + 1).div_ceil(comptime!(KV_SPLIT));
         let stride = head_dim + 2;
         let first = pair * splits * stride;
         let mut max = f32::new(NEG_BIG);
@@ -250,7 +253,7 @@ fn split_combine_kernel<F: Float, I: Int>(
                 let at = first + s * stride;
                 acc += partials[at + 2 + d] * (partials[at] - max).exp();
             }
-            out[pair * head_dim + d] = F::cast_from(acc / total);
+            out[out_pair * head_dim + d] = F::cast_from(acc / total);
             d += comptime!(KV_SPLIT);
         }
     }
@@ -331,7 +334,8 @@ pub(crate) fn combine_splits(q: &CubeTensor, partials: CubeTensor, positions: Cu
 }
 
 /// The combine kernel into `out` [rows, q_heads, head_dim] for every row, or for the `listed`
-/// rows only (`(row list, its length)`; the rest of `out` is left as it is).
+/// rows only (`(row list, its length)`; the rest of `out` is left as it is), whose partials and
+/// positions are then compact (the i-th listed row's at i).
 pub(crate) fn combine_rows(out: &CubeTensor, partials: CubeTensor, positions: CubeTensor, listed: Option<(CubeTensor, usize)>, (rows, q_heads, splits, head_dim): (usize, usize, usize, usize)) -> CubeTensor {
     let dtypes = [storage(out.dtype), storage(positions.dtype)];
     let (list, n, is_listed) = match listed {
