@@ -2,9 +2,10 @@
 # Session 55's device visit. From the repo root on the GPU machine with .gpu/ carried (a build of
 # the session's commit), `O=$OUT PART="..." bash docs/journal/visit-scripts/visit_s55.sh`.
 #   moe       engine checks at qwen3-moe-1b in bf16, then issue 65's GRPO rung step 0 (256 x 1024)
-#   same      issue 62: scale.sh's 0.6B 512 x 2048 rung step 0 (docs/scale.md: weights
-#             213f61dac13d4868 from the builds of a130335 and d7bb290), the battery, and the
-#             engine checks at qwen3-0.6b in bf16
+#   same      issue 62 (and the compact attention partials): scale.sh's 0.6B 512 x 2048 rung
+#             step 0 (docs/scale.md: weights 213f61dac13d4868 from the builds of a130335 and
+#             d7bb290) and the engine checks at qwen3-0.6b in bf16
+#   battery   the GPU battery; moecheck / moe1b: the two halves of `moe`
 #   arms      issue 67: the mismatch each sampler arm gives at the Qwen3-0.6B shape in f32
 #             (64 x 512, 1 step each: matched, fast, split_k, bf16_logits)
 #   serve     issue 63: the serve benchmark's per-level table at the 0.6B shape
@@ -33,9 +34,14 @@ same)
   O=$O SCALE_SET="--set task.reward=char_f1 --set train.on_mismatch=stop" SCALE_ARGS="--max-steps 1" SCALE_LIMIT=260 \
     bash experiments/bench/scale.sh qwen3-0.6b:512x2048:1; tail -2 $O/scale.md
   grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"' /tmp/runs/qwen3-0.6b-512x2048/metrics.jsonl 2>/dev/null || find /tmp -name metrics.jsonl -path "*512x2048*" -exec grep -o '"trainer_weights_fingerprint":"[0-9a-f]*"' {} +
-  gunzip -c .gpu/lockstep-battery.gz > /tmp/battery && chmod +x /tmp/battery
-  timeout 240 /tmp/battery > $O/battery.md 2>&1; echo "battery: exit $?"; tail -3 $O/battery.md
   timeout 120 /tmp/lockstep check --preset qwen3-0.6b --dtypes bf16 2>&1 | tail -14 ;;
+battery)
+  gunzip -c .gpu/lockstep-battery.gz > /tmp/battery && chmod +x /tmp/battery
+  timeout ${BATTERY_LIMIT:-240} /tmp/battery > $O/battery.md 2>&1; echo "battery: exit $?"; tail -3 $O/battery.md ;;
+moecheck)
+  timeout 170 /tmp/lockstep check --preset qwen3-moe-1b --dtypes bf16 2>&1 | tail -16 ;;
+moe1b)
+  O=$O LIMIT=${LIMIT:-360} bash experiments/bench/moe_rung.sh qwen3-moe-1b 256 1024 moe1b ;;
 arms)
   zero6
   for k in matched fast split_k bf16_logits; do
