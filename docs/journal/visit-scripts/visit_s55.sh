@@ -6,6 +6,8 @@
 #             step 0 (docs/scale.md: weights 213f61dac13d4868 from the builds of a130335 and
 #             d7bb290) and the engine checks at qwen3-0.6b in bf16
 #   battery   the GPU battery; moecheck / moe1b: the two halves of `moe`
+#   moefast / moeaux / a3b   the MoE rungs still to run (64 x 512: the fast arm's routing
+#             agreement; the load-balancing loss with LoRA on the experts; 30B-A3B sampling)
 #   arms      issue 67: the mismatch each sampler arm gives at the Qwen3-0.6B shape in f32
 #             (64 x 512, 1 step each: matched, fast, split_k, bf16_logits)
 #   serve     issue 63: the serve benchmark's per-level table at the 0.6B shape
@@ -42,6 +44,12 @@ moecheck)
   timeout 170 /tmp/lockstep check --preset qwen3-moe-1b --dtypes bf16 2>&1 | tail -16 ;;
 moe1b)
   O=$O LIMIT=${LIMIT:-360} bash experiments/bench/moe_rung.sh qwen3-moe-1b 256 1024 moe1b ;;
+moefast)  # the ablation's fast sampler at the MoE shape: routing_agreement below 1 is the point
+  O=$O LIMIT=${LIMIT:-300} MOE_SET="--set ablation.sampler_kernels=fast --set ablation.correction=tis" bash experiments/bench/moe_rung.sh qwen3-moe-1b 64 512 moe1b-fast ;;
+moeaux)   # the load-balancing loss and LoRA r16 on every expert, on CUDA
+  O=$O LIMIT=${LIMIT:-300} MOE_SET="--set train.router_aux_loss_coef=0.001 --set lora.rank=16 --set train.lr=1e-5" bash experiments/bench/moe_rung.sh qwen3-moe-1b 64 512 moe1b-aux-lora ;;
+a3b)      # Qwen3-30B-A3B's shape (61 GB of bf16 weights): lockstep sample beside transformers' generate
+  PART=a3b O=$O bash docs/journal/visit-scripts/visit_s54.sh ;;
 arms)
   zero6
   for k in matched fast split_k bf16_logits; do
