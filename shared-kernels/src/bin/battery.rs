@@ -5,6 +5,7 @@
 //! cross (`testing::boundaries`, tens of GB: GPU only); `--boundaries-only` runs just those.
 //!
 //! Usage: lockstep-battery [--large | --boundaries-only] [--dtypes f32,bf16] [--seed N] [--burn-defaults] [--no-lockstep]
+//! (`--dtypes` defaults to f32 and, on CUDA, bf16: the dtype real runs use there.)
 
 use burn::tensor::DType;
 use shared_kernels::testing::battery::{run_all, Impl};
@@ -15,7 +16,8 @@ fn main() -> ExitCode {
     // before any device exists: cubecl reads its configuration once
     shared_kernels::kernel_cache::enable();
     let mut dims = Dims::small();
-    let mut dtypes = vec![DType::F32];
+    // on CUDA a run without --dtypes checks bf16 too: the dtype of every real-shape run there
+    let mut dtypes = if shared_kernels::device::runtime_name() == "cuda" { vec![DType::F32, DType::BF16] } else { vec![DType::F32] };
     let mut seed = 20261129u64;
     let mut burn_defaults = false;
     let mut lockstep = true;
