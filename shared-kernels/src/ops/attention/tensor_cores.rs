@@ -164,14 +164,12 @@ fn partials_workspace(like: &CubeTensor, len: usize) -> CubeTensor {
     })
 }
 
-/// `t`'s rows at `list` (device indices), as a new contiguous tensor: a copy, so the values'
-/// bits (burn's select).
+/// `t`'s rows at `list` (device indices), contiguous: a copy (burn's select), so the same bits.
 fn gather_rows<const D: usize>(t: &CubeTensor, list: &CubeTensor) -> Result<CubeTensor, KernelError> {
     let index = crate::bridge::int_out::<1>(list.clone());
-    if t.dtype.is_float() {
-        crate::bridge::float_in("attention", "rows", crate::bridge::float_out::<D>(t.clone()).select(0, index))
-    } else {
-        crate::bridge::int_in("attention", "rows", crate::bridge::int_out::<D>(t.clone()).select(0, index))
+    match t.dtype.is_float() {
+        true => crate::bridge::float_in("attention", "rows", crate::bridge::float_out::<D>(t.clone()).select(0, index)),
+        false => crate::bridge::int_in("attention", "rows", crate::bridge::int_out::<D>(t.clone()).select(0, index)),
     }
 }
 
@@ -210,18 +208,12 @@ pub(crate) fn tc_split_kv_attention(
     let flat = |t: &[(usize, usize)]| t.iter().flat_map(|&(first, n)| [first as i32, n as i32]).collect::<Vec<_>>();
     let out = empty_device_contiguous_dtype(q.client.clone(), q.device.clone(), [rows, q_heads, head_dim].into(), q.dtype);
     if !single.is_empty() {
-        // Beside flash tiles, the one-row tiles' queries, slots and positions are gathered into
-        // compact rows 0..m first: the partial kernels then run on a decode step's inputs (the
-        // same values, so the same bits) and their f32 partials take m rows, not every row of
-        // the step (at Qwen3-8B's shape, 256 chunks of 64 tokens: 0.14 GB instead of 9 GB).
-        let listed = match single_rows {
-            Some(list) => Some((upload(list)?, single.len())),
-            None => None,
-        };
-        let compact = match &listed {
-            Some((list, _)) => Some((gather_rows::<3>(q, list)?, gather_rows::<1>(slots, list)?, gather_rows::<1>(&positions, list)?)),
-            None => None,
-        };
+        // beside flash tiles, the one-row tiles' inputs are gathered into rows 0..m: the partial
+        // kernels run on them as on a decode step's (the same bits), their f32 partials m rows,
+        // not every row of the step (Qwen3-8B, 256 chunks of 64 tokens: 0.14 GB, not 9 GB)
+        let listed = single_rows.map(|list| upload(list).map(|t| (t, single.len()))).transpose()?;
+        let gather = |list: &CubeTensor| -> Result<_, KernelError> { Ok((gather_rows::<3>(q, list)?, gather_rows::<1>(slots, list)?, gather_rows::<1>(&positions, list)?)) };
+        let compact = listed.as_ref().map(|(list, _)| gather(list)).transpose()?;
         let (q, slots, positions) = match &compact {
             Some((q, slots, positions)) => (q, slots, positions.clone()),
             None => (q, slots, positions.clone()),
