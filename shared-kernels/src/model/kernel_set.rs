@@ -36,6 +36,15 @@ impl KernelSet {
         matches!(self, KernelSet::Matched | KernelSet::Bf16Logits)
     }
 
+    /// Whether this set runs on a model of `dtype`: `Bf16Logits` rounds f32 logits, so it needs
+    /// an f32 model (a bf16 model's logits are bf16 already); every other set runs on any.
+    pub fn runs_on(self, dtype: DType) -> Result<(), String> {
+        match self {
+            KernelSet::Bf16Logits if dtype != DType::F32 => Err(format!("the bf16_logits kernels round f32 logits to bf16, so they need an f32 model (got {dtype:?}, whose logits are bf16 already)")),
+            _ => Ok(()),
+        }
+    }
+
     /// `x @ w` (or `x @ w^T` for `[out, in]` weights) on this set's matmul.
     pub fn matmul(self, x: Tensor<2>, w: Tensor<2>, layout: WeightLayout) -> Result<Tensor<2>, KernelError> {
         match self {

@@ -216,8 +216,8 @@ pub fn run(o: &BenchOptions) -> Result<(), String> {
             return load_bench(dir, o.dtype, &device);
         }
     }
-    if o.dtype != burn::tensor::DType::F32 && o.kernels.iter().any(|k| k.split('+').next() == Some("bf16_logits")) {
-        return Err(format!("--kernels bf16_logits rounds f32 logits to bf16: it needs --dtype f32 (got {:?}, whose logits are bf16 already)", o.dtype));
+    for k in &o.kernels {
+        kernel_set(k)?.0.runs_on(o.dtype).map_err(|e| format!("--kernels {k} with --dtype {:?}: {e}", o.dtype))?;
     }
     // resident, as the engines keep theirs, so no weights stay behind on cubecl's per-step pages
     let model = Qwen3::from_checkpoint(&checkpoint, o.dtype, &device).map_err(|e| e.to_string())?.into_resident(false).map_err(|e| e.to_string())?;

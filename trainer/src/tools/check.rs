@@ -13,8 +13,8 @@ pub fn run(preset: &str, dtypes: &[DType], seed: u64, kernels: KernelSet) -> Res
     // the random checkpoint is built on the host as for the bench: refused by name if it cannot fit
     super::bench::check_host_memory(&config, preset)?;
     println!("# lockstep check: sampler engine invariance, runtime {}, preset {preset}, kernels {}, seed {seed}", shared_kernels::device::runtime_name(), match kernels { KernelSet::Matched => "matched (lockstep)", KernelSet::Fast => "fast (burn defaults)", KernelSet::SplitK => "split_k (batch-size-dependent split-K matmul)", KernelSet::Bf16Logits => "bf16_logits (lockstep's, logits rounded to bf16)" });
-    if kernels == KernelSet::Bf16Logits && dtypes.iter().any(|&d| d != DType::F32) {
-        return Err("--bf16-logits rounds f32 logits to bf16: run it with --dtypes f32 (a bf16 model's logits are bf16 already)".into());
+    for &dtype in dtypes {
+        kernels.runs_on(dtype).map_err(|e| format!("--dtypes {dtype:?}: {e}"))?;
     }
     println!("matmul kernels: {}", shared_kernels::ops::matmul::matmul_kernels_summary(&shared_kernels::device::default_device()));
     println!("attention kernels (head_dim 32-128): {}\n", shared_kernels::ops::attention::attention_kernels_summary(&shared_kernels::device::default_device(), 128));

@@ -107,14 +107,13 @@ fn single_row_tiles(rows: usize, like: &CubeTensor, upload: &impl Fn(Vec<i32>) -
 /// for fewer passes over memory (prefill).
 pub const FLASH_MIN_ROWS: usize = 2;
 
-/// Whether, for KV groups of `group` query heads, the tensor-core attention's prefill tiles hold
-/// at least [`FLASH_MIN_ROWS`] rows under either kernel set (`mma`: 16 queries a warp, at least
-/// 4 warps; `cmma`: [`crate::ops::attention::decode::cmma::TC_QUERIES`]), so a step's one-row
-/// tiles are its requests' last rows (at most one a request) and their partials are gathered
-/// into that many rows. Otherwise every row of a prefill step may be a one-row tile.
+/// Whether, for KV groups of `group` query heads, the prefill tiles of either kernel set
+/// ([`TcKernels::prefill_queries`] over the heads a cube holds) have at least [`FLASH_MIN_ROWS`]
+/// rows, so a step's one-row tiles are its requests' last rows (at most one a request); else
+/// (or if the choice cannot be read) every row of a prefill step may be one.
 pub fn short_tiles_are_single_rows(group: usize) -> bool {
     let hpc = heads_per_cube(group.max(1));
-    (16 * crate::ops::attention::prefill::mma_flash::MMA_WARPS).min(crate::ops::attention::decode::cmma::TC_QUERIES) / hpc >= FLASH_MIN_ROWS
+    [TcKernels::Mma, TcKernels::Cmma].iter().all(|set| set.prefill_queries().is_ok_and(|q| q / hpc >= FLASH_MIN_ROWS))
 }
 
 /// How one call's tiles split between the kernels: flash tiles, single-row tiles (partials +
