@@ -43,10 +43,10 @@ pub fn save_resolved(c: &Config, dir: &Path) -> Result<(), RunError> {
 
 /// Keys a resume may change without changing a bit of the run (display only).
 /// `sampler.kv_reserve` only decides when requests are admitted, which batch invariance makes
-/// irrelevant to every bit; the memory sizes neither (a resume after running out of memory
-/// may lower them). An episode's tokens do not depend on how many programs run at once, and
+/// irrelevant to every bit; the memory sizes and the recomputation switch neither (a resume
+/// after running out of memory may lower them). An episode's tokens do not depend on how many programs run at once, and
 /// its deadline only decides whether it fails; saved trajectories are an output.
-const RESUME_NEUTRAL_KEYS: [&str; 10] = ["log.progress", "log.tensorboard", "train.final_checkpoint", "sampler.kv_reserve", "train.micro_batch_tokens", "sampler.kv_budget_mib", "serve.", "environment.concurrency", "environment.timeout_s", "environment.save_trajectories"];
+const RESUME_NEUTRAL_KEYS: [&str; 11] = ["log.progress", "log.tensorboard", "train.final_checkpoint", "sampler.kv_reserve", "train.micro_batch_tokens", "sampler.kv_budget_mib", "train.recompute_layers", "serve.", "environment.concurrency", "environment.timeout_s", "environment.save_trajectories"];
 
 /// Whether `key` is resume-neutral: listed, or under a listed section (`serve.`: the server's
 /// keys never reach a training run).

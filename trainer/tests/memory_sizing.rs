@@ -90,8 +90,9 @@ fn a_config_that_cannot_fit_is_refused_before_loading_naming_keys_with_values_th
     std::fs::write(dir.join("small.toml"), SMALL).unwrap();
     let (device, _) = device_for_pass(&small_config(&dir), 100);
     let fake = [("LOCKSTEP_FAKE_DEVICE_MEMORY", device.to_string())];
-    // the whole step in one pass does not fit that device: refused before the SFT warm start
-    let out = lockstep_env(&[&["train", "small.toml", "--set", "log.run_name=big", "--set", "train.micro_batch_tokens=0"][..], RUN].concat(), &dir, &fake);
+    // the whole step in one pass does not fit that device without recomputation: refused
+    // before the SFT warm start
+    let out = lockstep_env(&[&["train", "small.toml", "--set", "log.run_name=big", "--set", "train.micro_batch_tokens=0", "--set", "train.recompute_layers=false"][..], RUN].concat(), &dir, &fake);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("train.micro_batch_tokens") && err.contains("does not fit") && err.contains("train.recompute_layers = true") && err.contains("free of"), "{err}");

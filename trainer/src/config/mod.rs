@@ -142,7 +142,9 @@ pub struct TrainSection {
     pub keep_checkpoints: usize,
     /// Activation recomputation per decoder layer: the training forward keeps each layer's
     /// input only and the backward re-runs the layer (same bits, less memory, one more forward).
-    pub recompute_layers: bool,
+    /// `"auto"`: on where the memory it frees lets the KV cache hold far more requests, or the
+    /// run fits only with it (`memory_plan::auto`).
+    pub recompute_layers: Sizing<bool>,
     /// Write a checkpoint after the last step (false: benchmarks, whose weights nobody resumes;
     /// a 4B model's weights and AdamW state are 56 GB).
     pub final_checkpoint: bool,
@@ -210,7 +212,7 @@ impl Default for TrainSection {
         Self {
             steps: 20, prompts_per_step: 8, group_size: 8, lr: 2e-3, warmup_steps: 2, min_lr_ratio: 0.1, weight_decay: 0.0,
             beta1: 0.9, beta2: 0.99, adam_eps: 1e-8, grad_clip: 1.0, kl_coef: 0.0, router_aux_loss_coef: 0.0, seed: 0, on_mismatch: OnMismatch::Stop,
-            checkpoint_every: 10, keep_checkpoints: 2, final_checkpoint: true, recompute_layers: false, sft_steps: 150, sft_lr: 3e-3, sft_batch: 32, micro_batch_tokens: Sizing::Auto, gradient_blocks: 0, shard_optimizer: true, advantage: Advantage::GroupStd, loss_aggregation: LossAggregation::TokenMean, overlong_buffer: 0, overlong_penalty: 1.0,
+            checkpoint_every: 10, keep_checkpoints: 2, final_checkpoint: true, recompute_layers: Sizing::Auto, sft_steps: 150, sft_lr: 3e-3, sft_batch: 32, micro_batch_tokens: Sizing::Auto, gradient_blocks: 0, shard_optimizer: true, advantage: Advantage::GroupStd, loss_aggregation: LossAggregation::TokenMean, overlong_buffer: 0, overlong_penalty: 1.0,
             ppo_epochs: 1, mini_batches: 1, clip_low: 0.2, clip_high: 0.2, ratio_level: RatioLevel::Token,
             eval_every: 0, eval_samples: 4, eval_problems: 64, dynamic_sampling_rounds: 0,
         }

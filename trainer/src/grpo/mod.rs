@@ -93,9 +93,10 @@ impl Trainer {
     pub fn new_rank(cfg: Config, mut policy: Policy, opt: AdamW, step: usize, comm: Option<std::sync::Arc<dyn crate::distributed::Communicator>>) -> Result<Self, RunError> {
         let mut run_dir = run_dir(&cfg);
         if let Some(c) = &comm {
-            // the memory sizes each rank chose for its own device change no bit: not compared
+            // the memory sizes (and recomputation) each rank chose for its own device change no
+            // bit: not compared
             let mut compared = cfg.clone();
-            (compared.train.micro_batch_tokens, compared.sampler.kv_budget_mib) = (crate::config::Sizing::Auto, crate::config::Sizing::Auto);
+            (compared.train.micro_batch_tokens, compared.sampler.kv_budget_mib, compared.train.recompute_layers) = (crate::config::Sizing::Auto, crate::config::Sizing::Auto, crate::config::Sizing::Auto);
             let hash: String = Sha256::digest(toml::to_string(&compared).map_err(|e| RunError::Other(format!("config: {e}")))?.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect();
             crate::distributed::check_equal(c.as_ref(), "the resolved config's hash", &hash).map_err(ranks::comm_error)?;
             let blocks = cfg.train.gradient_blocks;

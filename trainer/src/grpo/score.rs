@@ -47,7 +47,7 @@ impl Trainer {
         let single = (batches.len() == 1 && self.gradient_blocks() == 1 && !self.ppo() && self.comm.is_none()).then(|| tracked_copy(&self.policy.model));
         let (trainer_lp, single, entropy) = match single {
             Some(tracked) => {
-                let (lp, flat) = tracked.training_logprobs(sequences, c.sampler.logprob_distribution(), c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
+                let (lp, flat) = tracked.training_logprobs(sequences, c.sampler.logprob_distribution(), c.train.recompute_layers.on()).map_err(|e| pass_error(step, e))?;
                 let entropy = flat.mean_entropy;
                 (lp, Some((tracked, flat)), entropy)
             }

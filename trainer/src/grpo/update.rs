@@ -48,7 +48,7 @@ impl Trainer {
                     for range in &in_block {
                         let range = (*range).clone();
                         let tracked = tracked_copy(&self.policy.model);
-                        let (lp, flat) = tracked.training_logprobs(&sequences[range.clone()], c.sampler.logprob_distribution(), c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
+                        let (lp, flat) = tracked.training_logprobs(&sequences[range.clone()], c.sampler.logprob_distribution(), c.train.recompute_layers.on()).map_err(|e| pass_error(step, e))?;
                         if scored.verify_in_update {
                             // the contract, checked here instead of a scoring pass: every completion
                             // token's logprob equals the sampler's as bits, before any weight moves
@@ -133,7 +133,7 @@ impl Trainer {
                     let (mut loss, mut total) = (0.0, std::collections::BTreeMap::new());
                     for b in micro_batches(&lengths, c.train.pass_tokens()).into_iter().filter(|b| !b.is_empty()) {
                         let tracked = tracked_copy(&self.policy.model);
-                        let (lp, flat) = tracked.training_logprobs(&mini[b.clone()], c.sampler.logprob_distribution(), c.train.recompute_layers).map_err(|e| pass_error(step, e))?;
+                        let (lp, flat) = tracked.training_logprobs(&mini[b.clone()], c.sampler.logprob_distribution(), c.train.recompute_layers.on()).map_err(|e| pass_error(step, e))?;
                         let mut weights = Vec::new();
                         for (k, seq_lp) in lp.iter().enumerate() {
                             let s = range.start + b.start + k;

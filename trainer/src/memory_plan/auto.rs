@@ -13,7 +13,8 @@
 //! and the pass whatever the cache leaves. Generation is most of a step, and it speeds up with
 //! every request in flight, while the update barely depends on the pass size past a few
 //! thousand tokens (docs/scale.md, the H100 section). One auto key takes what the set one
-//! leaves. A config that cannot fit is refused naming the keys with values that would.
+//! leaves. An auto `train.recompute_layers` is decided by planning both ways ([`choose`]).
+//! A config that cannot fit is refused naming the keys with values that would.
 
 use super::fixed::{check_pass_size, MemoryPlan};
 use super::shape::{size, Part, Purpose, Shape};
@@ -35,6 +36,12 @@ const ACTIVATION_MARGIN: f64 = 1.15;
 /// 21.9-23.6 s with passes of 4,224 to 14,400 tokens, while 218 requests in flight instead of
 /// 166 cut generation from 77.2 to 63.8 s.
 const PASS_TARGET_TOKENS: f64 = 4096.0;
+/// An auto `train.recompute_layers` is on from this many times the requests in flight it gives
+/// the KV cache. It adds a forward to the update (at 1.7B 256 x 4096 on an H100: update 61.4 s
+/// against 50.0 s) while generation gains less than the ratio (72 requests in flight instead of
+/// 51, 1.41x, made it 1.32x faster: 153.4 s against 202.5 s; the step 215.6 s against 253.2 s;
+/// docs/scale.md). With those shares the break-even is about 1.1x; 1.2 leaves a margin.
+const RECOMPUTE_GAIN: f64 = 1.2;
 
 /// The device's memory as the plan sees it.
 #[derive(Clone, Copy, Debug)]
@@ -132,9 +139,10 @@ pub(crate) fn sampler_step_bytes(c: &Config, shape: &Shape) -> f64 {
     tokens * 2.0 * layer_token + c.sampler.max_batch as f64 * shape.vocab as f64 * 12.0 + partials
 }
 
-/// `c` with its `"auto"` sizes chosen for `mem`, and one line saying what was chosen and why.
-/// Refuses (a config error naming the key, exit 2) a config that cannot fit.
-pub fn choose(c: &Config, m: &ModelConfig, dtype_bytes: u64, purpose: Purpose, ranks: usize, mem: &DeviceMemory) -> Result<(Config, String), RunError> {
+/// `c` with its `"auto"` sizes chosen for `mem` with `train.recompute_layers` as it is (auto
+/// counts as off), and what was chosen and why, a phrase a size. Refuses (a config error naming
+/// the key, exit 2) a config that cannot fit.
+fn choose_sizes(c: &Config, m: &ModelConfig, dtype_bytes: u64, purpose: Purpose, ranks: usize, mem: &DeviceMemory) -> Result<(Config, Vec<String>), RunError> {
     let shape = Shape::of(c, m, dtype_bytes);
     let fixed: Vec<Part> = shape.fixed_parts(c, purpose, ranks);
     let fixed_bytes: f64 = fixed.iter().map(|p| p.bytes as f64).sum();
@@ -202,21 +210,64 @@ pub fn choose(c: &Config, m: &ModelConfig, dtype_bytes: u64, purpose: Purpose, r
         let whole = if pass >= room.pass_max { "the whole step" } else { "what the device leaves beside the KV cache" };
         why.push(format!("train.micro_batch_tokens = {} (~{} of activations a pass: {whole})", pass as usize, size((room.pass_bytes(pass)) as u64)));
     }
-    let mut line = if why.is_empty() { String::new() } else { format!("auto sizes for {}: {}", mem.describe(), why.join("; ")) };
-    // a cache short of full because one sequence's activations are large: recomputation would
-    // hold far more requests (said, not chosen: it adds a forward to the update)
-    if training && c.sampler.kv_budget_mib.is_auto() && !c.train.recompute_layers && kv < room.kv_full {
-        let mut recompute = c.clone();
-        recompute.train.recompute_layers = true;
-        if let Ok((alt, _)) = choose(&recompute, m, dtype_bytes, purpose, ranks, mem) {
-            let more = alt.sampler.kv_budget_mib.set().unwrap_or(0.0) * 1048576.0 / room.kv_min.max(1.0);
-            let now = kv / room.kv_min.max(1.0);
-            if more >= 1.25 * now {
-                line.push_str(&format!("; with train.recompute_layers = true (one more forward in the update, the same bits) the KV cache would hold {} requests instead of {}", more.floor(), now.floor()));
+    Ok((out, why))
+}
+
+/// Requests of `sampler.context` positions the resolved KV budget of `c` holds at once.
+fn requests_in_flight(c: &Config, m: &ModelConfig, dtype_bytes: u64) -> f64 {
+    let shape = Shape::of(c, m, dtype_bytes);
+    let kv = shape.kv_bytes(c.sampler.kv_budget_mib.set().unwrap_or(0.0) * 1048576.0);
+    (kv / (shape.per_block * Shape::request_blocks(c)).max(1.0)).floor()
+}
+
+/// `c` with its `"auto"` sizes chosen for `mem`, and one line saying what was chosen and why.
+/// Refuses (a config error naming the key, exit 2) a config that cannot fit. An auto
+/// `train.recompute_layers` is on when the run fits only with it, or when the memory it frees
+/// lets the KV cache hold [`RECOMPUTE_GAIN`] times the requests.
+pub fn choose(c: &Config, m: &ModelConfig, dtype_bytes: u64, purpose: Purpose, ranks: usize, mem: &DeviceMemory) -> Result<(Config, String), RunError> {
+    let line = |why: Vec<String>| if why.is_empty() { String::new() } else { format!("auto sizes for {}: {}", mem.describe(), why.join("; ")) };
+    let sized = |on: Option<bool>| {
+        let mut x = c.clone();
+        if let Some(on) = on {
+            x.train.recompute_layers = Sizing::Set(on);
+        }
+        choose_sizes(&x, m, dtype_bytes, purpose, ranks, mem)
+    };
+    if purpose != Purpose::Train {
+        let (mut out, why) = sized(None)?;
+        out.train.recompute_layers = Sizing::Set(c.train.recompute_layers.on());
+        return Ok((out, line(why)));
+    }
+    if !c.train.recompute_layers.is_auto() {
+        let (out, mut why) = sized(None)?;
+        // set off by the user: say what it would give where that is much (not chosen)
+        if c.train.recompute_layers == Sizing::Set(false) && c.sampler.kv_budget_mib.is_auto() {
+            if let Ok((alt, _)) = sized(Some(true)) {
+                let (now, more) = (requests_in_flight(&out, m, dtype_bytes), requests_in_flight(&alt, m, dtype_bytes));
+                if more >= RECOMPUTE_GAIN * now {
+                    why.push(format!("with train.recompute_layers = true (one more forward in the update, the same bits) the KV cache would hold {more} requests instead of {now}"));
+                }
             }
         }
+        return Ok((out, line(why)));
     }
-    Ok((out, line))
+    match (sized(Some(false)), sized(Some(true))) {
+        (Ok((off, why_off)), Ok((on, mut why_on))) => {
+            let (without, with) = (requests_in_flight(&off, m, dtype_bytes), requests_in_flight(&on, m, dtype_bytes));
+            if with >= RECOMPUTE_GAIN * without {
+                why_on.push(format!("train.recompute_layers = true ({with} requests in flight instead of {without} without it; one more forward in the update, the same bits)"));
+                Ok((on, line(why_on)))
+            } else {
+                Ok((off, line(why_off)))
+            }
+        }
+        (Err(_), Ok((on, mut why))) => {
+            why.push("train.recompute_layers = true (the run does not fit without it; one more forward in the update, the same bits)".into());
+            Ok((on, line(why)))
+        }
+        (Ok((off, why)), Err(_)) => Ok((off, line(why))),
+        (Err(_), Err(e)) => Err(e),
+    }
 }
 
 /// The key that sizes the model: the checkpoint, or the embedded model's width.
@@ -242,7 +293,7 @@ fn refusal(c: &Config, room: &Room, mem: &DeviceMemory, fixed: f64, kv: f64, pas
         }
         fix.push(format!("sampler.kv_budget_mib = {} (or \"auto\")", (kv_fit.min(kv.max(room.kv_min)) / 1048576.0).floor()));
     }
-    if training && !c.train.recompute_layers {
+    if training && !c.train.recompute_layers.on() {
         fix.push("train.recompute_layers = true (each layer's activations recomputed in the backward: far less memory a token, same bits)".into());
     }
     fix.push("fewer requests in flight (sampler.max_batch) or a shorter sampler.context".into());
@@ -281,6 +332,7 @@ pub fn resolve(c: &Config, device: &burn::tensor::Device, purpose: Purpose, rank
             if out.train.micro_batch_tokens.is_auto() {
                 out.train.micro_batch_tokens = Sizing::Set(0);
             }
+            out.train.recompute_layers = Sizing::Set(out.train.recompute_layers.on());
             (out, "auto sizes: the device's memory is unknown, so the whole step in one pass and a full KV cache".to_string())
         }
     };

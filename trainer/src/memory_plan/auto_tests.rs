@@ -161,3 +161,51 @@ fn a_mixture_of_experts_pass_counts_every_token_s_experts_and_the_padded_layout(
     let (sparse_token, dense_token) = ((8.0 * per_expert / 2.0 + 128.0) * 2.0, 4.0 * 6144.0 * 2.0);
     assert!((act(&moe(8, 1)) - half - 4096.0 * 24.0 * (sparse_token - dense_token) - 24.0 * 128.0 * 4.0 * 15.0 * (2.0 * 2048.0 + 3.0 * 768.0) * 2.0).abs() < 1.0);
 }
+
+/// The 1.7B 256 x 4096 rung on an H100 (docs/scale.md): without recomputation the KV cache
+/// held 51 requests (step 253.2 s), with it 72 (215.6 s, the same weights). An auto
+/// `train.recompute_layers` is on there, off where the cache holds every request anyway and
+/// when sampling; a set value wins (and off says what on would give); a run that fits only
+/// with it gets it.
+#[test]
+fn auto_recomputation_is_on_where_it_holds_far_more_requests_in_flight() {
+    let (m, c) = (qwen3(2048, 6144, 28, 16, true), rung(16, 16, 4096, 256));
+    let (sized, line) = choose(&c, &m, 2, Purpose::Train, 1, &H100).unwrap();
+    eprintln!("{line}");
+    let requests = |c: &Config| requests_in_flight(c, &m, 2);
+    let (on, without) = (requests(&sized), {
+        let mut off = c.clone();
+        off.train.recompute_layers = Sizing::Set(false);
+        let (kept, line) = choose(&off, &m, 2, Purpose::Train, 1, &H100).unwrap();
+        assert_eq!(kept.train.recompute_layers, Sizing::Set(false));
+        assert!(line.contains(&format!("would hold {} requests instead of {}", requests(&sized), requests(&kept))), "{line}");
+        requests(&kept)
+    });
+    assert_eq!(sized.train.recompute_layers, Sizing::Set(true), "{line}");
+    assert!(on >= RECOMPUTE_GAIN * without, "{on} vs {without}");
+    assert!(line.contains(&format!("train.recompute_layers = true ({on} requests in flight instead of {without}")), "{line}");
+    assert!(planned(&sized, &m) <= H100.usable());
+    // set on: kept
+    let mut set = c.clone();
+    set.train.recompute_layers = Sizing::Set(true);
+    assert_eq!(choose(&set, &m, 2, Purpose::Train, 1, &H100).unwrap().0.sampler.kv_budget_mib, sized.sampler.kv_budget_mib);
+    // every request in flight either way: off; sampling: off
+    let small = rung(4, 16, 1024, 64);
+    let (sized, line) = choose(&small, &qwen3(1024, 3072, 28, 16, true), 2, Purpose::Train, 1, &H100).unwrap();
+    assert_eq!(sized.train.recompute_layers, Sizing::Set(false), "{line}");
+    assert!(!line.contains("recompute"), "{line}");
+    assert_eq!(choose(&c, &m, 2, Purpose::Sample, 1, &H100).unwrap().0.train.recompute_layers, Sizing::Set(false));
+    // a card too small for one 4,160-token pass beside the fixed state without recomputation
+    let mut whole = c.clone();
+    whole.sampler.kv_budget_mib = Sizing::Set(2_000.0);
+    let fixed_and_kv = planned(&{ let mut x = whole.clone(); x.train.micro_batch_tokens = Sizing::Set(4160); x.train.recompute_layers = Sizing::Set(true); x }, &m);
+    let reserve = H100.reserve();
+    let small_card = DeviceMemory { total: H100.total, free: (fixed_and_kv + reserve + 1e9) as u64, tensor_limit: None };
+    let mut off = whole.clone();
+    off.train.recompute_layers = Sizing::Set(false);
+    let err = choose(&off, &m, 2, Purpose::Train, 1, &small_card).unwrap_err().to_string();
+    assert!(err.contains("train.recompute_layers = true"), "{err}");
+    let (sized, line) = choose(&whole, &m, 2, Purpose::Train, 1, &small_card).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(sized.train.recompute_layers, Sizing::Set(true), "{line}");
+    assert!(line.contains("the run does not fit without it"), "{line}");
+}

@@ -186,12 +186,12 @@ impl Shape {
     /// their gradient, and a few `[heads, t, t]` f32 score tensors of the dense attention
     /// backward where it runs.
     pub(crate) fn activation_bytes(&self, c: &Config, pass_tokens: f64) -> f64 {
-        let per_token = if c.train.recompute_layers { (self.layers * self.hidden + self.layer_values()) * self.dtype } else { self.token_values() * self.dtype };
+        let per_token = if c.train.recompute_layers.on() { (self.layers * self.hidden + self.layer_values()) * self.dtype } else { self.token_values() * self.dtype };
         // a sparse layer's padded expert layout: up to a granule less one row per expert and
         // sequence (sequences of sampler.context tokens at the shortest)
         let sequences = (pass_tokens / (c.sampler.context as f64).max(1.0)).ceil().max(1.0);
         let granule = shared_kernels::grad_fold::FOLD_ROWS as f64;
-        let padding_layers = if c.train.recompute_layers { self.sparse_layers.min(1.0) } else { self.sparse_layers };
+        let padding_layers = if c.train.recompute_layers.on() { self.sparse_layers.min(1.0) } else { self.sparse_layers };
         let padding = padding_layers * self.experts * sequences * (granule - 1.0) * self.expert_row * self.dtype;
         let head_rows = (shared_kernels::ops::logits::head_logprobs::head_chunk_rows(self.vocab) as f64).min(pass_tokens);
         let head = head_rows * self.vocab as f64 * (self.dtype + 8.0);
