@@ -12,7 +12,8 @@
 # The KV pool is "auto" (sized from the card's free memory) unless SCALE_KV_MIB sets it (0: every
 # rollout at full length).
 # SCALE_LIMIT (s, default 280) bounds a rung; SCALE_SET adds --set pairs to every rung, SCALE_ARGS other
-# arguments (`--max-steps 1`); SCALE_RESUME=1 continues the rung's run (`--resume`) instead of starting it afresh.
+# arguments (`--max-steps 1`); SCALE_RESUME=1 continues the rung's run (`--resume`) instead of starting it afresh;
+# SCALE_TAG names the run apart from another of the same rung (e.g. `recompute`, with SCALE_SET's keys).
 set -uo pipefail
 O="${O:-${OUT:-.gpu/out}}"
 mkdir -p "$O"
@@ -26,7 +27,7 @@ for rung in "$@"; do
     fi
     group=16; [ "$rollouts" -lt 16 ] && group=$rollouts
     prompts=$(( rollouts / group ))
-    name="$shape-${rollouts}x$new${micro:+-mb$micro}"
+    name="$shape-${rollouts}x$new${micro:+-mb$micro}${SCALE_TAG:+-$SCALE_TAG}"
     resume=""
     if [ -n "${SCALE_RESUME:-}" ]; then resume=--resume; else rm -rf "/tmp/runs/$name"; fi
     ( while true; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; sleep 0.2; done ) > "$O/$name.mem" 2>/dev/null &
