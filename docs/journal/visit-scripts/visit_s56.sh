@@ -9,6 +9,11 @@
 #   moeab      issue 65: qwen3-moe-1b 64 x 512 step 0 by .gpu-head/lockstep.gz (the session's start) and by .gpu/lockstep.gz
 #              (the MoE block's launches), weights compared
 #   moefast / moeaux   the ablation's fast arm at the MoE shape; the load-balancing loss with LoRA r16
+# Left for the next visit (same script):
+#   defaults17 the 1.7B rung with the defaults as they are now (recomputation auto: the plan should
+#              print the recompute17 run's sizes), 2 steps a call, RESUME=1 for the next call
+#   moewarm    the MoE A/B again with each binary's kernels compiled first (its own 64 x 128 step)
+#   sample8b   experiments/bench/sample_8b.sh (the 8B config's auto pool after the compact partials)
 set -uo pipefail
 O="${O:-${OUT:-.gpu/out}}"
 mkdir -p "$O"
@@ -38,6 +43,21 @@ moeab)
     O=$O LIMIT=${LIMIT:-200} MOE_SET="$nock" bash experiments/bench/moe_rung.sh qwen3-moe-1b 64 512 moe1b-$b
   done
   cp /tmp/lockstep-new /tmp/lockstep ;;
+defaults17)
+  O=$O SCALE_TAG=defaults SCALE_SET="--set task.reward=char_f1 --set train.on_mismatch=stop --set train.checkpoint_every=1 --set train.keep_checkpoints=1" SCALE_ARGS="--max-steps ${STEPS17:-2}" \
+    SCALE_RESUME=${RESUME:-} SCALE_LIMIT=${LIMIT17:-560} bash experiments/bench/scale.sh qwen3-1.7b:256x4096:3
+  plan $O/qwen3-1.7b-256x4096-defaults.log ;;
+moewarm)
+  gunzip -c .gpu-head/lockstep.gz > /tmp/lockstep-head && chmod +x /tmp/lockstep-head
+  gunzip -c .gpu/lockstep.gz > /tmp/lockstep-new && chmod +x /tmp/lockstep-new
+  for b in head new; do
+    cp /tmp/lockstep-$b /tmp/lockstep
+    O=$O LIMIT=150 MOE_SET="$nock" bash experiments/bench/moe_rung.sh qwen3-moe-1b 64 128 moe1b-warm-$b > /dev/null
+    O=$O LIMIT=${LIMIT:-200} MOE_SET="$nock" bash experiments/bench/moe_rung.sh qwen3-moe-1b 64 512 moe1b-$b-warm
+  done
+  cp /tmp/lockstep-new /tmp/lockstep ;;
+sample8b)
+  O=$O bash experiments/bench/sample_8b.sh ;;
 moefast)  # the ablation's fast sampler at the MoE shape: routing_agreement below 1 is the point
   O=$O LIMIT=${LIMIT:-200} MOE_SET="$nock --set ablation.sampler_kernels=fast --set ablation.correction=tis" bash experiments/bench/moe_rung.sh qwen3-moe-1b 64 512 moe1b-fast ;;
 moeaux)   # the load-balancing loss and LoRA r16 on every expert, on CUDA
