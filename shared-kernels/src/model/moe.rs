@@ -181,6 +181,15 @@ fn expert_swiglu(expert: &Expert, e: usize, x: Tensor<2>, kernels: KernelSet, ad
     project(Down, act, &expert.down)
 }
 
+/// Each expert's (row, slot) pairs `p` (row `p / k`), ascending, in one pass over the routing.
+fn pairs_by_expert(routing: &Routing, experts: usize) -> Vec<Vec<usize>> {
+    let mut by_expert: Vec<Vec<usize>> = vec![Vec::new(); experts];
+    for (p, &e) in routing.experts.iter().enumerate() {
+        by_expert[e as usize].push(p);
+    }
+    by_expert
+}
+
 fn int_rows(rows: &[usize], device: &burn::tensor::Device) -> Tensor<1, Int> {
     Tensor::<1, Int>::from_data(TensorData::new(rows.iter().map(|&r| r as i32).collect::<Vec<_>>(), [rows.len()]), device)
 }
@@ -205,23 +214,17 @@ impl MoeBlock {
             let out = self.experts_for_sampling(x, &routing, kernels, adapters)?;
             return Ok((out, routing));
         }
-        // the weights: constants when sampling, an op of the logits when training (the router's
-        // gradient); a zero row and weight past the end for the training layout's padding
-        let (xs, ws) = {
-            let aux = self.aux.as_ref().map(|a| (a.clone(), padding.to_vec()));
-            let w = super::moe_train::routing_weights(logits, &host, &routing.experts, &routing.weights, k, self.norm_topk_prob, aux)?;
-            (Tensor::cat(vec![x.clone(), Tensor::zeros([1, hidden], (&device, x.dtype()))], 0), Tensor::cat(vec![w, Tensor::zeros([1], (&device, x.dtype()))], 0))
-        };
+        // the weights, an op of the logits (the router's gradient); a zero row and weight past
+        // the end for the training layout's padding
+        let aux = self.aux.as_ref().map(|a| (a.clone(), padding.to_vec()));
+        let w = super::moe_train::routing_weights(logits, &host, &routing.experts, &routing.weights, k, self.norm_topk_prob, aux)?;
+        let xs = Tensor::cat(vec![x.clone(), Tensor::zeros([1, hidden], (&device, x.dtype()))], 0);
+        let ws = Tensor::cat(vec![w, Tensor::zeros([1], (&device, x.dtype()))], 0);
         // each expert's rows, and where each (row, slot) output lands in their concatenation
         let mut at = vec![0usize; n * k];
         let mut outputs = Vec::new();
         let mut offset = 0;
-        // each expert's (row, slot) pairs, ascending, in one pass over the routing
-        let mut by_expert: Vec<Vec<usize>> = vec![Vec::new(); experts];
-        for (p, &e) in routing.experts.iter().enumerate() {
-            by_expert[e as usize].push(p);
-        }
-        for (e, (expert, pairs)) in self.experts.iter().zip(&by_expert).enumerate() {
+        for (e, (expert, pairs)) in self.experts.iter().zip(&pairs_by_expert(&routing, experts)).enumerate() {
             if pairs.is_empty() {
                 continue;
             }
@@ -259,21 +262,19 @@ impl MoeBlock {
         let [n, hidden] = x.dims();
         let k = self.top_k;
         let device = x.device();
-        // (row, slot) pairs grouped by expert, ascending within one (a stable sort)
-        let mut order: Vec<usize> = (0..n * k).collect();
-        order.sort_by_key(|&p| routing.experts[p]);
+        let by_expert = pairs_by_expert(routing, self.experts.len());
+        let order: Vec<usize> = by_expert.concat();
         let gathered = x.clone().select(0, int_rows(&order.iter().map(|&p| p / k).collect::<Vec<_>>(), &device));
         let weights: Vec<f32> = order.iter().map(|&p| routing.weights[p]).collect();
         let mut outputs = Vec::new();
         let mut start = 0;
-        for (e, expert) in self.experts.iter().enumerate() {
-            let count = order[start..].iter().take_while(|&&p| routing.experts[p] as usize == e).count();
-            if count == 0 {
+        for (e, (expert, pairs)) in self.experts.iter().zip(&by_expert).enumerate() {
+            if pairs.is_empty() {
                 continue;
             }
-            let xe = gathered.clone().slice([start..start + count, 0..hidden]);
+            let xe = gathered.clone().slice([start..start + pairs.len(), 0..hidden]);
             outputs.push(expert_swiglu(expert, e, xe, kernels, adapters)?);
-            start += count;
+            start += pairs.len();
         }
         let weights = Tensor::<1>::from_data(TensorData::new(weights, [n * k]), &device).cast(x.dtype()).reshape([n * k, 1]);
         let weighted = Tensor::cat(outputs, 0) * weights;

@@ -238,29 +238,32 @@ pub fn choose(c: &Config, m: &ModelConfig, dtype_bytes: u64, purpose: Purpose, r
         out.train.recompute_layers = Sizing::Set(c.train.recompute_layers.on());
         return Ok((out, line(why)));
     }
-    if !c.train.recompute_layers.is_auto() {
-        let (out, mut why) = sized(None)?;
-        // set off by the user: say what it would give where that is much (not chosen)
-        if c.train.recompute_layers == Sizing::Set(false) && c.sampler.kv_budget_mib.is_auto() {
-            if let Ok((alt, _)) = sized(Some(true)) {
-                let (now, more) = (requests_in_flight(&out, m, dtype_bytes), requests_in_flight(&alt, m, dtype_bytes));
-                if more >= RECOMPUTE_GAIN * now {
-                    why.push(format!("with train.recompute_layers = true (one more forward in the update, the same bits) the KV cache would hold {more} requests instead of {now}"));
-                }
-            }
+    if c.train.recompute_layers.on() {
+        let (out, why) = sized(None)?;
+        return Ok((out, line(why)));
+    }
+    // off (set, or auto) against on: the requests each lets run at once
+    let (off, on) = (sized(Some(false)), sized(Some(true)));
+    let gain = match (&off, &on) {
+        (Ok((off, _)), Ok((on, _))) => Some((requests_in_flight(off, m, dtype_bytes), requests_in_flight(on, m, dtype_bytes))).filter(|&(without, with)| with >= RECOMPUTE_GAIN * without),
+        _ => None,
+    };
+    if c.train.recompute_layers == Sizing::Set(false) {
+        let (out, mut why) = off?;
+        // set off by the user: say what on would give where that is much (not chosen)
+        if let (Some((without, with)), true) = (gain, c.sampler.kv_budget_mib.is_auto()) {
+            why.push(format!("with train.recompute_layers = true (one more forward in the update, the same bits) the KV cache would hold {with} requests instead of {without}"));
         }
         return Ok((out, line(why)));
     }
-    match (sized(Some(false)), sized(Some(true))) {
-        (Ok((off, why_off)), Ok((on, mut why_on))) => {
-            let (without, with) = (requests_in_flight(&off, m, dtype_bytes), requests_in_flight(&on, m, dtype_bytes));
-            if with >= RECOMPUTE_GAIN * without {
+    match (off, on) {
+        (Ok((off, why_off)), Ok((on, mut why_on))) => match gain {
+            Some((without, with)) => {
                 why_on.push(format!("train.recompute_layers = true ({with} requests in flight instead of {without} without it; one more forward in the update, the same bits)"));
                 Ok((on, line(why_on)))
-            } else {
-                Ok((off, line(why_off)))
             }
-        }
+            None => Ok((off, line(why_off))),
+        },
         (Err(_), Ok((on, mut why))) => {
             why.push("train.recompute_layers = true (the run does not fit without it; one more forward in the update, the same bits)".into());
             Ok((on, line(why)))
