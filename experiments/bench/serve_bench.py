@@ -14,7 +14,12 @@ the number of unique completions (Thinking Machines' test; 1 expected). Exits 1 
 --whole: each level's requests answered whole (no stream; TTFT is then the whole answer's time
 and ITL is not measured), to tell the SSE path's cost from the engine's. --processes P: each
 level's clients spread over P processes (threads within each), so the clients' own parsing is
-not one interpreter's. Requests ask `"logprobs": 0`: the sampled token's logprob, no alternatives.
+not one interpreter's; a list (8,16) runs each level once per count. The clients' threads switch
+the GIL every 0.5 ms (Python's default is 5 ms, a wait a finished client's next request would
+add). Each timed level scrapes the server's /metrics before and after: the engine's steps and
+sampled tokens give its tokens a step (how full the batch was: the clients' turnaround between
+requests empties it) and ms a step (the wall time over the steps), printed beside `lockstep
+sample`'s (--sample-rates C=TPS:TOKENS_PER_STEP:MS_PER_STEP), so a gap shows where it is. Requests ask `"logprobs": 0`: the sampled token's logprob, no alternatives.
 --warmup: before each timed level, the same level runs untimed on the next 4 C prompts, so the
 timed one finds the kernels compiled and the step graphs captured (as `lockstep sample`'s
 steady rate does). --sample-rates C=TPS,...: `lockstep sample`'s tokens/s with
@@ -83,6 +88,7 @@ def whole(address, body):
 def threads_run(args):
     """`clients` threads sending `prompts` (index -> ids) in turn; their results by index."""
     address, prompts, clients, max_tokens, whole_answers, start_at = args
+    sys.setswitchinterval(0.0005)
     one = answered if whole_answers else streamed
     while time.time() < start_at:  # every process starts its clients at the same moment
         time.sleep(0.001)
@@ -126,6 +132,17 @@ def level(address, prompts, clients, max_tokens, whole_answers=False, processes=
             parts = pool.map(threads_run, jobs)
     results = {i: r for part in parts for i, r in part.items()}
     return results, time.perf_counter() - start
+
+
+def engine_counters(address):
+    """(engine steps, sampled tokens) so far, from the server's /metrics."""
+    host, port = address.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    values = dict(line.split()[:2] for line in text.splitlines() if line and not line.startswith("#"))
+    return int(values["lockstep:engine_steps_total"]), int(values["lockstep:generation_tokens_total"])
 
 
 def pct(values, q):
@@ -177,11 +194,14 @@ def main():
     ap.add_argument("--identical", type=int, default=0)
     ap.add_argument("--sample-output", default="")
     ap.add_argument("--whole", action="store_true")
-    ap.add_argument("--processes", type=int, default=1)
+    ap.add_argument("--processes", default="1")
     ap.add_argument("--warmup", action="store_true")
     ap.add_argument("--sample-rates", default="")
     a = ap.parse_args()
-    rates = {int(c): float(t) for c, t in (kv.split("=") for kv in a.sample_rates.split(",") if kv)}
+    rates = {}
+    for kv in filter(None, a.sample_rates.split(",")):
+        c, v = kv.split("=")
+        rates[int(c)] = [float(x) for x in v.split(":")] + [float("nan")] * 2
     prompts = [json.loads(l)["prompt_ids"] for l in open(a.prompts)]
     ok = True
     reference = {}
@@ -190,23 +210,29 @@ def main():
             v = json.loads(line)
             reference[v["id"]] = json.dumps([v["token_ids"], v["logprobs"]])
     rows = []
+    process_counts = [int(p) for p in a.processes.split(",")]
     for clients in [int(c) for c in a.clients.split(",")]:
         if a.warmup:
             if len(prompts) < 8 * clients:
                 raise SystemExit(f"--warmup at {clients} clients needs {8 * clients} prompts, {a.prompts} has {len(prompts)}")
-            level(a.address, prompts[4 * clients : 8 * clients], clients, a.max_tokens, a.whole, a.processes)
-        results, wall = level(a.address, prompts[: 4 * clients], clients, a.max_tokens, a.whole, a.processes)
-        tokens = sum(len(r[0]) for r in results.values())
-        gaps = [g for r in results.values() for g in r[3]]
-        ttft = [r[2] for r in results.values()]
-        rate = rates.get(clients)
-        against_sample = f" {rate:,.0f} | {tokens / wall / rate:.2f} |" if rate else " - | - |"
-        rows.append((clients, results, f"| {clients} | {len(results)} | {wall:.1f} | {tokens / wall:,.0f} |{against_sample} {pct(ttft, 0.5):.0f} / {pct(ttft, 0.99):.0f} | {pct(gaps, 0.5):.1f} / {pct(gaps, 0.99):.1f} |"))
-        print(rows[-1][2], flush=True)
+            level(a.address, prompts[4 * clients : 8 * clients], clients, a.max_tokens, a.whole, process_counts[0])
+        for processes in process_counts:
+            steps_before, tokens_before = engine_counters(a.address)
+            results, wall = level(a.address, prompts[: 4 * clients], clients, a.max_tokens, a.whole, processes)
+            steps_after, tokens_after = engine_counters(a.address)
+            steps = max(1, steps_after - steps_before)
+            tokens = sum(len(r[0]) for r in results.values())
+            gaps = [g for r in results.values() for g in r[3]]
+            ttft = [r[2] for r in results.values()]
+            rate, sample_per_step, sample_ms = rates.get(clients, [None, float("nan"), float("nan")])[:3]
+            against_sample = f" {rate:,.0f} | {tokens / wall / rate:.2f} |" if rate else " - | - |"
+            per_step = f" {(tokens_after - tokens_before) / steps:.1f} / {sample_per_step:.1f} | {wall * 1000 / steps:.2f} / {sample_ms:.2f} |"
+            rows.append((clients, results, f"| {clients} | {processes} | {len(results)} | {wall:.2f} | {tokens / wall:,.0f} |{against_sample}{per_step} {pct(ttft, 0.5):.0f} / {pct(ttft, 0.99):.0f} | {pct(gaps, 0.5):.1f} / {pct(gaps, 0.99):.1f} |"))
+            print(rows[-1][2], flush=True)
     reference = reference or {i: json.dumps([r[0], r[1]]) for i, r in rows[-1][1].items()}
     against = "`lockstep sample`'s" if a.sample_output else "the last level's"
-    print(f"\n| clients | requests | wall s | tokens/s | `lockstep sample` tokens/s (max_batch = clients) | serve / sample | TTFT p50 / p99 ms | ITL p50 / p99 ms | completions equal to {against} as bits |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"\n| clients | client processes | requests | wall s | tokens/s | `lockstep sample` tokens/s (max_batch = clients) | serve / sample | tokens a step: serve / sample | ms a step: serve / sample | TTFT p50 / p99 ms | ITL p50 / p99 ms | completions equal to {against} as bits |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for clients, results, row in rows:
         same = sum(json.dumps([r[0], r[1]]) == reference.get(i) for i, r in results.items())
         ok &= same == len(results)

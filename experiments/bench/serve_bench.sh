@@ -38,10 +38,15 @@ rates=""
 for c in ${clients//,/ }; do  # lockstep sample at each level's concurrency, on the level's prompts
     head -$(( 4 * c )) /tmp/serve-prompts.jsonl > /tmp/serve-level.jsonl
     /tmp/lockstep sample "${common[@]}" --set sampler.max_batch=$c --set sampler.temperature=0 --set sampler.input=/tmp/serve-level.jsonl --set sampler.output=/tmp/serve-level-out.jsonl > "$O/serve-sample-$c.log" 2>&1 || { echo "lockstep sample at max_batch $c failed"; tail -5 "$O/serve-sample-$c.log"; exit 1; }
-    rate=$(grep -o 'sample-timing .*' "$O/serve-sample-$c.log" | sed 's/^sample-timing //' | python3 -c "import json,sys; v=json.load(sys.stdin); print(round(v['steady_tokens'] / v['steady_s']) if v['steady_s'] > 0 else round(v['tokens'] / v['sample_s']))")
+    rate=$(grep -o 'sample-timing .*' "$O/serve-sample-$c.log" | sed 's/^sample-timing //' | python3 -c "
+import json, sys
+v = json.load(sys.stdin)
+steady = v['steady_s'] > 0 and v['steady_engine_steps'] > 0
+tokens, s, steps = (v['steady_tokens'], v['steady_s'], v['steady_engine_steps']) if steady else (v['tokens'], v['sample_s'], v['all_engine_steps'])
+print(f'{round(tokens / s)}:{tokens / max(steps, 1):.2f}:{s * 1000 / max(steps, 1):.3f}')")
     rates="$rates${rates:+,}$c=$rate"
 done
-echo "lockstep sample's steady tokens/s by sampler.max_batch: $rates"
+echo "lockstep sample's steady tokens/s : tokens a step : ms a step, by sampler.max_batch: $rates"
 /tmp/lockstep serve "${common[@]}" --set serve.port=0 > "$O/serve.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT
