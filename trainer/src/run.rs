@@ -44,9 +44,10 @@ pub fn save_resolved(c: &Config, dir: &Path) -> Result<(), RunError> {
 /// Keys a resume may change without changing a bit of the run (display only).
 /// `sampler.kv_reserve` only decides when requests are admitted, which batch invariance makes
 /// irrelevant to every bit; the memory sizes and the recomputation switch neither (a resume
-/// after running out of memory may lower them). An episode's tokens do not depend on how many programs run at once, and
+/// after running out of memory may lower them); how often checkpoints are written and how many
+/// are kept change no step's bits (a checkpoint resumes to them). An episode's tokens do not depend on how many programs run at once, and
 /// its deadline only decides whether it fails; saved trajectories are an output.
-const RESUME_NEUTRAL_KEYS: [&str; 11] = ["log.progress", "log.tensorboard", "train.final_checkpoint", "sampler.kv_reserve", "train.micro_batch_tokens", "sampler.kv_budget_mib", "train.recompute_layers", "serve.", "environment.concurrency", "environment.timeout_s", "environment.save_trajectories"];
+const RESUME_NEUTRAL_KEYS: [&str; 13] = ["log.progress", "log.tensorboard", "train.final_checkpoint", "train.checkpoint_every", "train.keep_checkpoints", "sampler.kv_reserve", "train.micro_batch_tokens", "sampler.kv_budget_mib", "train.recompute_layers", "serve.", "environment.concurrency", "environment.timeout_s", "environment.save_trajectories"];
 
 /// Whether `key` is resume-neutral: listed, or under a listed section (`serve.`: the server's
 /// keys never reach a training run).
@@ -200,4 +201,22 @@ pub fn resume_state(cfg: &Config, latest: &Path, device: &Device, check: impl Fn
     opt.moments = loaded.moments;
     opt.t = loaded.state.adam_t;
     Ok((policy, opt, loaded.state.step, load_s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::config_changes;
+    use crate::config::Config;
+
+    #[test]
+    fn a_resume_may_change_only_keys_that_change_no_bit() {
+        let before = Config::load_training(None, &[]).unwrap();
+        let neutral = ["train.checkpoint_every=1", "train.keep_checkpoints=5", "train.final_checkpoint=false", "train.micro_batch_tokens=512", "sampler.kv_budget_mib=64", "train.recompute_layers=true", "log.progress=false", "serve.port=9"];
+        let overrides: Vec<String> = neutral.iter().map(|s| s.to_string()).collect();
+        let now = Config::load_training(None, &overrides).unwrap();
+        assert_eq!(config_changes(&before, &now), vec![], "{neutral:?}");
+        let now = Config::load_training(None, &[overrides, vec!["train.lr=0.5".into(), "sampler.temperature=0.5".into()]].concat()).unwrap();
+        let keys: Vec<String> = config_changes(&before, &now).into_iter().map(|(k, _, _)| k).collect();
+        assert_eq!(keys, ["sampler.temperature", "train.lr"]);
+    }
 }
