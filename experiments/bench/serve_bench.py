@@ -5,7 +5,9 @@
 
 For each client count C: C threads each send streamed greedy requests for the prompts in turn
 (every prompt once per level; at most 4 C prompts, so one client does not take all night),
-timing the first token (TTFT) and the gaps between tokens (ITL); prints one markdown row a
+timing the first token (TTFT) and the gaps between tokens (ITL): a client only reads and time-stamps
+the stream's lines, which are parsed after the level (JSON parsing in the clients' interpreters
+delayed their next requests); prints one markdown row a
 level with tokens/s and the p50 / p99 of both. Every level must give each prompt the token ids
 and logprobs (as written: equal text is equal bits) of `lockstep sample`'s output of the same
 prompts (--sample-output, greedy), or else of the last level. --identical N:
@@ -51,26 +53,35 @@ def answered(address, prompt_ids, max_tokens):
 
 
 def streamed(address, prompt_ids, max_tokens):
-    """(token ids, logprobs, TTFT s, inter-token gaps s) of one streamed greedy request."""
+    """(send time, [(arrival time, SSE data line)]) of one streamed greedy request: the lines are
+    parsed by `parsed` after the level, so the clients only read while the server streams."""
     sent = time.perf_counter()
     conn, resp = post(address, {"prompt": prompt_ids, "max_tokens": max_tokens, "temperature": 0, "logprobs": 0, "stream": True}, True)
     if resp.status != 200:
         raise SystemExit(f"HTTP {resp.status}: {resp.read()[:300]!r}")
+    lines = [(time.perf_counter(), line) for line in resp if line.startswith(b"data: ")]
+    conn.close()
+    return sent, lines
+
+
+def parsed(raw):
+    """(token ids, logprobs, TTFT s, inter-token gaps s) of a `streamed` answer; a whole answer as is."""
+    if len(raw) == 4:
+        return raw
+    sent, lines = raw
     ids, logprobs, arrivals = [], [], []
-    for line in resp:
+    for now, line in lines:
         line = line.strip()
-        if not line.startswith(b"data: ") or line == b"data: [DONE]":
+        if line == b"data: [DONE]":
             continue
         chunk = json.loads(line[6:])
         if "error" in chunk:
             raise SystemExit(f"stream error: {chunk['error']}")
         for c in chunk["choices"]:
             if c["token_ids"]:
-                now = time.perf_counter()
                 arrivals += [now] * len(c["token_ids"])
                 ids += c["token_ids"]
                 logprobs += c["logprobs"]["token_logprobs"]
-    conn.close()
     ttft = arrivals[0] - sent if arrivals else float("nan")
     gaps = [b - a for a, b in zip(arrivals, arrivals[1:]) if b > a]
     return ids, logprobs, ttft, gaps
@@ -130,8 +141,8 @@ def level(address, prompts, clients, max_tokens, whole_answers=False, processes=
     else:
         with multiprocessing.Pool(processes) as pool:
             parts = pool.map(threads_run, jobs)
-    results = {i: r for part in parts for i, r in part.items()}
-    return results, time.perf_counter() - start
+    wall = time.perf_counter() - start
+    return {i: parsed(r) for part in parts for i, r in part.items()}, wall
 
 
 def engine_counters(address):
