@@ -26,7 +26,7 @@ defaults17a)
 defaults17b)
   r17 2 "--set train.checkpoint_every=0" 1 ${LIMIT17:-560} --allow-config-change ;;
 serve)
-  O=$O/serve06 SERVE_BENCH_ARGS="--processes 8,16" bash experiments/bench/serve_bench.sh qwen3-0.6b 0 128 1000 2>&1 | tail -14 ;;
+  O=$O/serve06 SERVE_CLIENTS=${SERVE_CLIENTS:-64,256} SERVE_BENCH_ARGS="--processes 8,16" bash experiments/bench/serve_bench.sh qwen3-0.6b 0 128 1000 2>&1 | tail -14 ;;
 h200)
   O=$O SCALE_SET="--set task.reward=char_f1 --set train.on_mismatch=stop" SCALE_ARGS="--max-steps 2" SCALE_LIMIT=330 \
     bash experiments/bench/scale.sh qwen3-4b:128x2048:2
