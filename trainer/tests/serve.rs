@@ -241,6 +241,11 @@ fn bad_requests_get_errors_naming_the_field_and_sigterm_stops_the_server() {
         ("/v1/completions", r#"{"prompt": "1+1=", "stream": "yes"}"#, 400, "stream"),
         ("/v1/completions", r#"{"prompt": "1+1=", "stream_options": {"include_usage": true}}"#, 400, "stream_options"),
         ("/v1/completions", r#"{"prompt": "1+1=", "model": "gpt-4"}"#, 404, "lockstep-tiny"),
+        // fields the sampler does not implement are refused, never ignored
+        ("/v1/completions", r#"{"prompt": "1+1=", "presence_penalty": 0.5}"#, 400, "`presence_penalty` (0.5) is not supported"),
+        ("/v1/completions", r#"{"prompt": "1+1=", "logit_bias": {"5": 100}}"#, 400, "`logit_bias`"),
+        ("/v1/completions", r#"{"prompt": "1+1=", "echo": true}"#, 400, "`echo`"),
+        ("/v1/completions", r#"{"prompt": "1+1=", "stop_token_ids": [99999]}"#, 400, "stop_token_ids"),
         ("/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "hi"}]}"#, 400, "chat template"),
         ("/v1/nothing", "{}", 404, "no such endpoint"),
     ] {
@@ -251,6 +256,14 @@ fn bad_requests_get_errors_naming_the_field_and_sigterm_stops_the_server() {
     }
     // still serving after every error
     assert_eq!(server.complete(json!({"prompt": "1+1=", "max_tokens": 2}))["choices"][0]["token_ids"].as_array().map(Vec::len), Some(2));
+    // a stop token id ends the choice where it is sampled, as the model's end-of-sequence does;
+    // the neutral values of unsupported fields are accepted
+    let greedy = server.complete(json!({"prompt": "1+1=", "max_tokens": 6, "temperature": 0}));
+    let ids: Vec<u64> = greedy["choices"][0]["token_ids"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap()).collect();
+    let cut = server.complete(json!({"prompt": "1+1=", "max_tokens": 6, "temperature": 0, "stop_token_ids": [ids[2]], "presence_penalty": 0, "ignore_eos": true}));
+    let first = ids.iter().position(|&t| t == ids[2]).unwrap();
+    assert_eq!(cut["choices"][0]["token_ids"], json!(ids[..=first]), "{greedy} {cut}");
+    assert_eq!(cut["choices"][0]["finish_reason"], "stop", "{cut}");
     let pid = server.child.id();
     assert!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill").success());
     let started = std::time::Instant::now();

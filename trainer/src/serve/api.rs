@@ -131,10 +131,31 @@ pub fn sampling(body: &Value, d: &Defaults, max_keys: &[&str]) -> Result<Samplin
     if params.stop.iter().any(String::is_empty) {
         return Err(ApiError::bad("stop", "`stop` holds an empty string"));
     }
+    // vLLM's extensions: generate past the model's end-of-sequence tokens (benchmarks ask it),
+    // and more token ids that end a choice as those do
+    match body.get("ignore_eos") {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+        Some(Value::Bool(true)) => params.stop_tokens.clear(),
+        Some(v) => return Err(ApiError::bad("ignore_eos", format!("`ignore_eos` must be a boolean, got {v}"))),
+    }
+    match body.get("stop_token_ids") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(list)) => {
+            for v in list {
+                match v.as_u64().filter(|&t| t < d.vocab as u64) {
+                    Some(t) if !params.stop_tokens.contains(&(t as u32)) => params.stop_tokens.push(t as u32),
+                    Some(_) => {}
+                    None => return Err(ApiError::bad("stop_token_ids", format!("`stop_token_ids` must hold token ids below the vocabulary size {}, got {v}", d.vocab))),
+                }
+            }
+        }
+        Some(v) => return Err(ApiError::bad("stop_token_ids", format!("`stop_token_ids` must be a list of token ids, got {v}"))),
+    }
     let n = whole(body, "n")?.unwrap_or(1);
     if !(1..=64).contains(&n) {
         return Err(ApiError::bad("n", format!("`n` must be in 1..=64, got {n}")));
     }
+    refuse_unsupported(body, n)?;
     // chat: `logprobs: true` and `top_logprobs: k`; completions: `logprobs: k` (the k most
     // likely tokens beside the sampled one's logprob)
     let (logprobs, counted) = match body.get("logprobs") {
@@ -160,6 +181,97 @@ pub fn sampling(body: &Value, d: &Defaults, max_keys: &[&str]) -> Result<Samplin
     }
     params.top_logprobs = top as usize;
     Ok(Sampling { params, n: n as usize, logprobs, stream, include_usage })
+}
+
+/// The value of an unsupported field that asks for nothing: the field may then be sent.
+#[derive(Clone, Copy)]
+enum Neutral {
+    Zero,
+    One,
+    False,
+    True,
+    /// `""`, `{}` or `[]`
+    Empty,
+    /// `{"type": "text"}` (`response_format`)
+    PlainText,
+    /// `"auto"` (`tool_choice`: the model may call a tool or not, as the template leads it)
+    Auto,
+    /// only `null`
+    Absent,
+}
+
+impl Neutral {
+    fn holds(self, v: &Value) -> bool {
+        match self {
+            Neutral::Zero => v.as_f64() == Some(0.0),
+            Neutral::One => v.as_f64() == Some(1.0),
+            Neutral::False => *v == Value::Bool(false),
+            Neutral::True => *v == Value::Bool(true),
+            Neutral::Empty => v.as_str().is_some_and(str::is_empty) || v.as_object().is_some_and(|o| o.is_empty()) || v.as_array().is_some_and(|a| a.is_empty()),
+            Neutral::PlainText => v.get("type").and_then(Value::as_str) == Some("text") && v.as_object().is_some_and(|o| o.len() == 1),
+            Neutral::Auto => v.as_str() == Some("auto"),
+            Neutral::Absent => false,
+        }
+    }
+
+    fn spelled(self) -> &'static str {
+        match self {
+            Neutral::Zero => " or send 0",
+            Neutral::One => " or send 1",
+            Neutral::False => " or send false",
+            Neutral::True => " or send true",
+            Neutral::Empty => " or send it empty",
+            Neutral::PlainText => " or send {\"type\": \"text\"}",
+            Neutral::Auto => " or send \"auto\"",
+            Neutral::Absent => "",
+        }
+    }
+}
+
+/// OpenAI's and vLLM's fields that change an answer and that lockstep's sampler does not
+/// implement. A request with one of them set to anything but its neutral value is refused
+/// (400, naming the field): ignoring it would answer another question than the one asked.
+/// Fields that change no token (`user`, `metadata`, `store`, ...) are accepted and ignored.
+const UNSUPPORTED: [(&str, Neutral); 22] = [
+    ("presence_penalty", Neutral::Zero),
+    ("frequency_penalty", Neutral::Zero),
+    ("repetition_penalty", Neutral::One),
+    ("length_penalty", Neutral::One),
+    ("typical_p", Neutral::One),
+    ("min_p", Neutral::Zero),
+    ("min_tokens", Neutral::Zero),
+    ("logit_bias", Neutral::Empty),
+    ("bad_words", Neutral::Empty),
+    ("echo", Neutral::False),
+    ("suffix", Neutral::Empty),
+    ("use_beam_search", Neutral::False),
+    ("include_stop_str_in_output", Neutral::False),
+    ("skip_special_tokens", Neutral::True),
+    ("response_format", Neutral::PlainText),
+    ("tool_choice", Neutral::Auto),
+    ("guided_json", Neutral::Absent),
+    ("guided_regex", Neutral::Absent),
+    ("guided_choice", Neutral::Absent),
+    ("guided_grammar", Neutral::Absent),
+    ("structured_outputs", Neutral::Absent),
+    ("prompt_logprobs", Neutral::Absent),
+];
+
+/// Refuses the first field of [`UNSUPPORTED`] `body` sets to more than its neutral value, and a
+/// `best_of` other than `n` (each choice is one sample here; none is picked among more).
+fn refuse_unsupported(body: &Value, n: u64) -> Result<(), ApiError> {
+    for (key, neutral) in UNSUPPORTED {
+        match body.get(key) {
+            None | Some(Value::Null) => {}
+            Some(v) if neutral.holds(v) => {}
+            Some(v) => return Err(ApiError::bad(key, format!("`{key}` ({v}) is not supported by lockstep serve, whose sampler would answer as if it were not set: leave it out{}", neutral.spelled()))),
+        }
+    }
+    match body.get("best_of") {
+        None | Some(Value::Null) => Ok(()),
+        Some(v) if v.as_u64() == Some(n) => Ok(()),
+        Some(v) => Err(ApiError::bad("best_of", format!("`best_of` ({v}) is not supported by lockstep serve (each of the `n` = {n} choices is one sample, none is picked among more): leave it out or send {n}"))),
+    }
 }
 
 /// The noise key of choice `index` of a request for `prompt`: a function of what the request
@@ -197,4 +309,56 @@ pub fn finish_reason(f: &FinishReason) -> &'static str {
 /// Prompt and completion token counts.
 pub fn usage(prompt: usize, generated: usize) -> Value {
     json!({"prompt_tokens": prompt, "completion_tokens": generated, "total_tokens": prompt + generated})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaults() -> Defaults {
+        Defaults { model_name: "m".into(), seed: 7, stop_tokens: vec![2], processed_logprobs: false, context: 64, vocab: 100 }
+    }
+
+    fn refused(body: Value) -> ApiError {
+        match sampling(&body, &defaults(), &["max_tokens"]) {
+            Err(e) => e,
+            Ok(_) => panic!("{body} was accepted"),
+        }
+    }
+
+    #[test]
+    fn fields_the_sampler_does_not_implement_are_refused_unless_neutral() {
+        for (key, neutral) in UNSUPPORTED {
+            let asked = match neutral {
+                Neutral::Zero | Neutral::One => json!(0.5),
+                Neutral::False => json!(true),
+                Neutral::True => json!(false),
+                Neutral::Empty => json!({"5": 100}),
+                Neutral::PlainText => json!({"type": "json_object"}),
+                Neutral::Auto => json!("required"),
+                Neutral::Absent => json!({"type": "object"}),
+            };
+            let e = refused(Value::Object([(key.to_string(), asked)].into_iter().collect()));
+            assert!(e.status == 400 && e.param.as_deref() == Some(key) && e.message.contains(key) && e.message.contains("not supported"), "{key}: {e:?}");
+        }
+        let neutral = json!({"presence_penalty": 0, "frequency_penalty": 0.0, "repetition_penalty": 1, "logit_bias": {}, "echo": false, "suffix": "", "skip_special_tokens": true,
+            "response_format": {"type": "text"}, "tool_choice": "auto", "guided_json": null, "best_of": 2, "n": 2, "user": "u", "metadata": {"a": "b"}});
+        assert!(sampling(&neutral, &defaults(), &["max_tokens"]).is_ok());
+        let e = refused(json!({"best_of": 3}));
+        assert!(e.param.as_deref() == Some("best_of") && e.message.contains("send 1"), "{e:?}");
+        assert!(refused(json!({"response_format": {"type": "text", "schema": {}}})).param.as_deref() == Some("response_format"));
+    }
+
+    #[test]
+    fn ignore_eos_and_stop_token_ids_set_the_tokens_that_end_a_choice() {
+        let stops = |body: Value| sampling(&body, &defaults(), &["max_tokens"]).map(|s| s.params.stop_tokens);
+        assert_eq!(stops(json!({})).unwrap(), [2]);
+        assert_eq!(stops(json!({"ignore_eos": true})).unwrap(), Vec::<u32>::new());
+        assert_eq!(stops(json!({"ignore_eos": false, "stop_token_ids": [5, 2, 5]})).unwrap(), [2, 5]);
+        assert_eq!(stops(json!({"ignore_eos": true, "stop_token_ids": [9]})).unwrap(), [9]);
+        for (body, key) in [(json!({"ignore_eos": 1}), "ignore_eos"), (json!({"stop_token_ids": [100]}), "stop_token_ids"), (json!({"stop_token_ids": [-1]}), "stop_token_ids"), (json!({"stop_token_ids": 5}), "stop_token_ids")] {
+            let e = refused(body.clone());
+            assert_eq!(e.param.as_deref(), Some(key), "{body}: {e:?}");
+        }
+    }
 }
