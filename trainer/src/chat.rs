@@ -132,6 +132,9 @@ impl ChatPrompts {
     /// template as its `tools` variable, as transformers' `apply_chat_template(tools=...)` does.
     pub fn render_with_tools(&self, mut messages: Vec<serde_json::Value>, tools: Option<&serde_json::Value>) -> Result<String, String> {
         use serde_json::{json, Value as J};
+        for (i, m) in messages.iter_mut().enumerate() {
+            flatten_text_parts(m).map_err(|e| format!("message {i}: {e}"))?;
+        }
         let has_system = messages.first().and_then(|m| m.get("role")?.as_str()) == Some("system");
         if !self.system.is_empty() && !has_system {
             messages.insert(0, json!({"role": "system", "content": self.system}));
@@ -151,6 +154,23 @@ impl ChatPrompts {
     pub fn writes_tool_call_blocks(&self) -> bool {
         self.template.env.templates().any(|(_, t)| t.source().contains("<tool_call>"))
     }
+}
+
+/// OpenAI's content parts (`[{"type": "text", "text": ...}, ...]`) as the one string a text
+/// model's template expects, the parts joined by newlines as vLLM joins them: a template that
+/// tests `content is string` (Qwen3's) would otherwise drop the message's text silently.
+/// A part that is not text (an image, audio) is refused: this model reads text only.
+fn flatten_text_parts(message: &mut serde_json::Value) -> Result<(), String> {
+    let Some(serde_json::Value::Array(parts)) = message.get("content") else { return Ok(()) };
+    let mut texts = Vec::with_capacity(parts.len());
+    for (j, part) in parts.iter().enumerate() {
+        match (part.get("type").and_then(serde_json::Value::as_str), part.get("text").and_then(serde_json::Value::as_str)) {
+            (Some("text"), Some(text)) => texts.push(text.to_string()),
+            (kind, _) => return Err(format!("content part {j} is {}: this model reads text parts only ({{\"type\": \"text\", \"text\": ...}})", kind.map_or_else(|| part.to_string(), |k| format!("of type {k:?}")))),
+        }
+    }
+    message["content"] = texts.join("\n").into();
+    Ok(())
 }
 
 /// A special token as tokenizer_config.json writes it: a string or `{"content": ...}`.
@@ -257,6 +277,17 @@ mod tests {
         // (keys come out sorted: the dataset's objects are parsed into sorted maps; Python would
         // keep their order)
         assert_eq!(t.render(&messages, false, &Default::default()).unwrap(), r#"{"content": "<a & é>", "n": [1, 2], "role": "user"}"#);
+    }
+
+    #[test]
+    fn content_parts_render_as_their_joined_text_and_other_parts_are_refused() {
+        let prompts = ChatPrompts::new(template("{% for m in messages %}[{{ m.content }}]{% endfor %}"), "", &Default::default()).unwrap();
+        let parts = serde_json::json!({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]});
+        assert_eq!(prompts.render_messages(vec![parts]).unwrap(), "[a\nb]");
+        assert_eq!(prompts.render_messages(vec![serde_json::json!({"role": "user", "content": "a\nb"})]).unwrap(), "[a\nb]");
+        let image = serde_json::json!({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "x"}}]});
+        let e = prompts.render_messages(vec![serde_json::json!({"role": "system", "content": "s"}), image]).unwrap_err();
+        assert!(e.contains("message 1") && e.contains("content part 1") && e.contains("image_url"), "{e}");
     }
 
     #[test]
