@@ -600,3 +600,38 @@ fn top_logprobs_list_the_most_likely_tokens_with_the_same_bits_under_load_and_st
     let (got, v) = processed.call("POST", "/v1/completions", &json!({"prompt": "1+1=", "logprobs": 2}).to_string());
     assert!(got == 400 && v["error"]["message"].as_str().unwrap_or("").contains("processed"), "{got} {v}");
 }
+
+/// OpenAI's batch of prompts (a list of strings, or of token id lists): choice `i * n + j` is
+/// prompt `i`'s `j`th, each the same bits as the prompt sent alone; usage counts each prompt once.
+#[test]
+fn a_batch_of_prompts_answers_each_as_it_would_alone() {
+    let dir = scratch("serve-batch");
+    let server = Server::start(&dir, &[]);
+    let ask = |prompt: Value| json!({"prompt": prompt, "max_tokens": 6, "temperature": 0.9, "seed": 11, "n": 2, "logprobs": 0});
+    let alone: Vec<_> = ["12+3=", "7*8="].iter().map(|p| whole_choices(&server.complete(ask(json!(p))), false)).collect();
+    let batch = server.complete(ask(json!(["12+3=", "7*8=", "12+3="])));
+    let choices = whole_choices(&batch, false);
+    assert_eq!(choices.len(), 6, "{batch}");
+    for (i, want) in [&alone[0], &alone[1], &alone[0]].into_iter().enumerate() {
+        for j in 0..2 {
+            assert_eq!(choices[i * 2 + j].1, want[j].1, "prompt {i} choice {j}: {batch}");
+            let bits = |l: &[f64]| l.iter().map(|x| (*x as f32).to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&choices[i * 2 + j].2), bits(&want[j].2), "prompt {i} choice {j}");
+            assert_eq!(batch["choices"][i * 2 + j]["index"], json!(i * 2 + j));
+        }
+    }
+    let ids = &batch["prompt_token_ids"];
+    assert_eq!(ids.as_array().map(Vec::len), Some(3), "{batch}");
+    let prompt_tokens: usize = ids.as_array().unwrap().iter().map(|p| p.as_array().unwrap().len()).sum();
+    assert_eq!(batch["usage"]["prompt_tokens"], json!(prompt_tokens));
+    // token id lists batch the same way, and a streamed batch is the whole one in pieces
+    let by_ids = server.complete(ask(ids.clone()));
+    assert_eq!(whole_choices(&by_ids, false), choices);
+    let mut streamed = ask(ids.clone());
+    streamed["stream"] = json!(true);
+    assert_eq!(assemble(&server.stream("/v1/completions", &streamed), false).0, choices);
+    for (prompt, needle) in [(json!([]), "empty"), (json!(["12+3=", 5]), "a batch's prompt"), (json!([1, 99.5]), "not a token id"), (json!(["12+3=", ""]), "prompt 1: the prompt is empty"), (json!(["1", {"a": 1}]), "a batch's prompt")] {
+        let (status, v) = server.call("POST", "/v1/completions", &json!({"prompt": prompt}).to_string());
+        assert!(status == 400 && v["error"]["param"] == "prompt" && v["error"]["message"].as_str().unwrap_or("").contains(needle), "{prompt}: {status} {v}");
+    }
+}

@@ -189,7 +189,7 @@ async fn turn(server: &Arc<EpisodeServer>, id: &str, endpoint: Endpoint, bytes: 
     let piece = Piece { index: 0, text: reply_text.clone(), tokens: &done.tokens, logprobs: &done.logprobs, top: &done.top_logprobs, finish: Some(api::finish_reason(&done.finish)) };
     let mut choice = respond::choice(endpoint, tokenizer, piece, asked.logprobs, false, false);
     let calls = if endpoint == Endpoint::Chat && tools.is_some() && server.chat.as_ref().is_some_and(|c| c.writes_tool_call_blocks()) { tool_calls::into_choice(&mut choice, &format!("{turn_index}")) } else { 0 };
-    let mut v = respond::envelope(endpoint, &server.defaults, done.id, crate::serve::unix_time(), false, vec![choice], &prompt);
+    let mut v = respond::envelope(endpoint, &server.defaults, done.id, crate::serve::unix_time(), false, vec![choice], std::slice::from_ref(&prompt));
     v["usage"] = api::usage(prompt.len(), done.tokens.len());
     {
         let mut sessions = server.sessions.lock().expect("sessions");

@@ -285,18 +285,25 @@ pub fn noise_key(prompt: &[u32], index: usize) -> u64 {
     crate::sample_cli::noise_key(&text)
 }
 
-/// The `n` engine requests of one API request (ids from `next_id`).
-pub fn requests(prompt: Vec<u32>, s: &Sampling, d: &Defaults, next_id: &mut dyn FnMut() -> u64) -> Result<Vec<Request>, ApiError> {
-    if prompt.is_empty() {
-        return Err(ApiError::bad("prompt", "the prompt is empty"));
+/// The engine requests of one API request: `n` for each prompt, in prompt order (choice
+/// `i * n + j` is prompt `i`'s `j`th; ids from `next_id`). A prompt's choices draw the same
+/// noise alone or in a batch of prompts.
+pub fn requests(prompts: &[Vec<u32>], s: &Sampling, d: &Defaults, next_id: &mut dyn FnMut() -> u64) -> Result<Vec<Request>, ApiError> {
+    let mut out = Vec::with_capacity(prompts.len() * s.n);
+    for (i, prompt) in prompts.iter().enumerate() {
+        let which = if prompts.len() > 1 { format!("prompt {i}: ") } else { String::new() };
+        if prompt.is_empty() {
+            return Err(ApiError::bad("prompt", format!("{which}the prompt is empty")));
+        }
+        if let Some((position, &token)) = prompt.iter().enumerate().find(|(_, t)| **t as usize >= d.vocab) {
+            return Err(ApiError::bad("prompt", format!("{which}token id {token} at position {position} is out of range (vocabulary size {})", d.vocab)));
+        }
+        if prompt.len() + s.params.max_new_tokens > d.context {
+            return Err(ApiError { status: 400, message: format!("{which}the prompt ({} tokens) + max_tokens ({}) exceeds the context of {} tokens (sampler.context)", prompt.len(), s.params.max_new_tokens, d.context), param: Some("max_tokens".into()) });
+        }
+        out.extend((0..s.n).map(|j| Request { id: next_id(), prompt: prompt.clone(), params: SamplingParams { noise_key: Some(noise_key(prompt, j)), ..s.params.clone() } }));
     }
-    if let Some((position, &token)) = prompt.iter().enumerate().find(|(_, t)| **t as usize >= d.vocab) {
-        return Err(ApiError::bad("prompt", format!("token id {token} at position {position} is out of range (vocabulary size {})", d.vocab)));
-    }
-    if prompt.len() + s.params.max_new_tokens > d.context {
-        return Err(ApiError { status: 400, message: format!("the prompt ({} tokens) + max_tokens ({}) exceeds the context of {} tokens (sampler.context)", prompt.len(), s.params.max_new_tokens, d.context), param: Some("max_tokens".into()) });
-    }
-    Ok((0..s.n).map(|i| Request { id: next_id(), prompt: prompt.clone(), params: SamplingParams { noise_key: Some(noise_key(&prompt, i)), ..s.params.clone() } }).collect())
+    Ok(out)
 }
 
 pub fn finish_reason(f: &FinishReason) -> &'static str {

@@ -258,21 +258,21 @@ async fn answer(server: Arc<Server>, endpoint: Endpoint, body: &[u8]) -> Respons
     let result = async {
         let body = parse(body)?;
         api::check_model(&body, &server.defaults)?;
-        let prompt = match endpoint {
-            Endpoint::Completions => completion_prompt(&server, &body)?,
-            Endpoint::Chat => chat_prompt(&server, &body)?,
+        let prompts = match endpoint {
+            Endpoint::Completions => completion_prompts(&server, &body)?,
+            Endpoint::Chat => vec![chat_prompt(&server, &body)?],
         };
         let sampling = api::sampling(&body, &server.defaults, endpoint.max_keys())?;
-        let requests = api::requests(prompt.clone(), &sampling, &server.defaults, &mut || server.next_id.fetch_add(1, Ordering::Relaxed))?;
+        let requests = api::requests(&prompts, &sampling, &server.defaults, &mut || server.next_id.fetch_add(1, Ordering::Relaxed))?;
         let admitted = admit(&server, requests.len())?;
         // OpenAI's tools: a template that writes Hermes <tool_call> blocks gets its calls parsed
         let split_calls = endpoint == Endpoint::Chat && body.get("tools").is_some_and(|t| !t.is_null()) && server.chat.as_ref().is_some_and(|c| c.writes_tool_call_blocks());
         if sampling.stream {
-            return stream::respond(server.clone(), endpoint, prompt, sampling, requests, admitted, split_calls);
+            return stream::respond(server.clone(), endpoint, prompts, sampling, requests, admitted, split_calls);
         }
         let done = generate(&server, requests).await?;
         drop(admitted);
-        let mut v = respond::whole(endpoint, &server.tokenizer, &server.defaults, &sampling, &prompt, &done, unix_time());
+        let mut v = respond::whole(endpoint, &server.tokenizer, &server.defaults, &sampling, &prompts, &done, unix_time());
         if split_calls {
             let id = v["id"].as_str().unwrap_or("").to_string();
             for (i, choice) in v["choices"].as_array_mut().into_iter().flatten().enumerate() {
@@ -284,13 +284,25 @@ async fn answer(server: Arc<Server>, endpoint: Endpoint, body: &[u8]) -> Respons
     result.await.unwrap_or_else(error)
 }
 
-/// `/v1/completions`' prompt: text, or token ids.
-fn completion_prompt(server: &Server, body: &Value) -> Result<Vec<u32>, ApiError> {
+/// `/v1/completions`' prompts: text or token ids, or a batch of either (OpenAI's list of
+/// strings or of token id lists; choice `i * n + j` answers prompt `i`).
+fn completion_prompts(server: &Server, body: &Value) -> Result<Vec<Vec<u32>>, ApiError> {
+    let ids = |list: &[Value]| -> Result<Vec<u32>, ApiError> {
+        list.iter().map(|x| x.as_u64().filter(|&n| n <= u32::MAX as u64).map(|n| n as u32).ok_or_else(|| ApiError::bad("prompt", format!("{x} is not a token id")))).collect()
+    };
+    let one = |v: &Value| -> Result<Vec<u32>, ApiError> {
+        match v {
+            Value::String(text) => encode(&server.tokenizer, text).map_err(|e| ApiError::bad("prompt", e.to_string())),
+            Value::Array(list) => ids(list),
+            v => Err(ApiError::bad("prompt", format!("a batch's prompt must be a string or a list of token ids, got {v}"))),
+        }
+    };
     match body.get("prompt") {
-        Some(Value::String(text)) => encode(&server.tokenizer, text).map_err(|e| ApiError::bad("prompt", e.to_string())),
-        Some(Value::Array(ids)) if ids.iter().all(Value::is_u64) => ids.iter().map(|x| x.as_u64().filter(|&n| n <= u32::MAX as u64).map(|n| n as u32).ok_or_else(|| ApiError::bad("prompt", format!("{x} is not a token id")))).collect(),
-        Some(Value::Array(_)) => Err(ApiError::bad("prompt", "a list prompt must be token ids (one prompt a request)")),
-        Some(v) => Err(ApiError::bad("prompt", format!("`prompt` must be a string or a list of token ids, got {v}"))),
+        Some(Value::String(_)) => Ok(vec![one(&body["prompt"])?]),
+        Some(Value::Array(list)) if list.is_empty() => Err(ApiError::bad("prompt", "the prompt is empty")),
+        Some(Value::Array(list)) if list.iter().any(|x| x.is_string() || x.is_array()) => list.iter().map(one).collect(),
+        Some(Value::Array(list)) => Ok(vec![ids(list)?]),
+        Some(v) => Err(ApiError::bad("prompt", format!("`prompt` must be a string, a list of token ids, or a list of either, got {v}"))),
         None => Err(ApiError::bad("prompt", "`prompt` is required")),
     }
 }

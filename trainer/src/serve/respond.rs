@@ -82,23 +82,32 @@ pub fn choice(endpoint: Endpoint, tokenizer: &Tokenizer, p: Piece, with_logprobs
     c
 }
 
-/// The fields around `choices`: a whole response's (with `usage`) or a chunk's.
-pub fn envelope(endpoint: Endpoint, d: &Defaults, id: u64, created: u64, chunk: bool, choices: Vec<Value>, prompt: &[u32]) -> Value {
+/// The fields around `choices`: a whole response's (with `usage`, and `prompt_token_ids`: the
+/// prompt's ids, or a list of them for a batch of prompts) or a chunk's.
+pub fn envelope(endpoint: Endpoint, d: &Defaults, id: u64, created: u64, chunk: bool, choices: Vec<Value>, prompts: &[Vec<u32>]) -> Value {
     let mode = if d.processed_logprobs { "processed_logprobs" } else { "raw_logprobs" };
     let mut v = json!({"id": format!("{}-{id}", endpoint.id_prefix()), "object": endpoint.object(chunk), "created": created, "model": d.model_name, "choices": choices, "logprobs_mode": mode});
     if !chunk {
-        v["prompt_token_ids"] = json!(prompt);
+        v["prompt_token_ids"] = match prompts {
+            [one] => json!(one),
+            many => json!(many),
+        };
     }
     v
 }
 
+/// Prompt tokens as OpenAI's `usage` counts them: each prompt once, whatever `n`.
+pub fn prompt_tokens(prompts: &[Vec<u32>]) -> usize {
+    prompts.iter().map(Vec::len).sum()
+}
+
 /// A whole response of finished completions.
-pub fn whole(endpoint: Endpoint, tokenizer: &Tokenizer, d: &Defaults, sampling: &api::Sampling, prompt: &[u32], done: &[sampler::Completion], created: u64) -> Value {
+pub fn whole(endpoint: Endpoint, tokenizer: &Tokenizer, d: &Defaults, sampling: &api::Sampling, prompts: &[Vec<u32>], done: &[sampler::Completion], created: u64) -> Value {
     let choices = done.iter().enumerate().map(|(index, c)| {
         let text = super::detok::text(tokenizer, &c.tokens, &sampling.params.stop);
         choice(endpoint, tokenizer, Piece { index, text, tokens: &c.tokens, logprobs: &c.logprobs, top: &c.top_logprobs, finish: Some(api::finish_reason(&c.finish)) }, sampling.logprobs, false, false)
     }).collect();
-    let mut v = envelope(endpoint, d, done.first().map_or(0, |c| c.id), created, false, choices, prompt);
-    v["usage"] = api::usage(prompt.len(), done.iter().map(|c| c.tokens.len()).sum());
+    let mut v = envelope(endpoint, d, done.first().map_or(0, |c| c.id), created, false, choices, prompts);
+    v["usage"] = api::usage(prompt_tokens(prompts), done.iter().map(|c| c.tokens.len()).sum());
     v
 }

@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 /// Starts the choices on the engine and answers with their event stream.
 /// `split_calls`: a chat request with `tools` on a template that writes Hermes `<tool_call>`
 /// blocks, whose calls come as `delta.tool_calls` (as the whole response's `message.tool_calls`).
-pub fn respond(server: Arc<Server>, endpoint: Endpoint, prompt: Vec<u32>, sampling: Sampling, requests: Vec<Request>, admitted: Admitted, split_calls: bool) -> Result<Response, ApiError> {
+pub fn respond(server: Arc<Server>, endpoint: Endpoint, prompts: Vec<Vec<u32>>, sampling: Sampling, requests: Vec<Request>, admitted: Admitted, split_calls: bool) -> Result<Response, ApiError> {
     let id = requests.first().map_or(0, |r| r.id);
     let mut receivers = Vec::new();
     for r in requests {
@@ -31,7 +31,7 @@ pub fn respond(server: Arc<Server>, endpoint: Endpoint, prompt: Vec<u32>, sampli
     let (events, out) = mpsc::unbounded_channel::<Event>();
     tokio::spawn(async move {
         let _admitted = admitted;
-        drive(&server, endpoint, id, &prompt, &sampling, receivers, &events, split_calls).await;
+        drive(&server, endpoint, id, &prompts, &sampling, receivers, &events, split_calls).await;
     });
     let body = stream::unfold(out, |mut out| async move { out.recv().await.map(|e| (Ok::<_, std::convert::Infallible>(e), out)) });
     Ok(Sse::new(body).into_response())
@@ -44,7 +44,7 @@ fn data(v: &Value) -> Event {
 /// Forwards the choices' engine events as chunks until all are done or the client is gone
 /// (then returning drops the engine's receivers, which cancels what still runs).
 #[allow(clippy::too_many_arguments)]
-async fn drive(server: &Server, endpoint: Endpoint, id: u64, prompt: &[u32], sampling: &Sampling, receivers: Vec<mpsc::UnboundedReceiver<StreamEvent>>, out: &mpsc::UnboundedSender<Event>, split_calls: bool) {
+async fn drive(server: &Server, endpoint: Endpoint, id: u64, prompts: &[Vec<u32>], sampling: &Sampling, receivers: Vec<mpsc::UnboundedReceiver<StreamEvent>>, out: &mpsc::UnboundedSender<Event>, split_calls: bool) {
     let n = receivers.len();
     let created = super::unix_time();
     let d = &server.defaults;
@@ -97,13 +97,13 @@ async fn drive(server: &Server, endpoint: Endpoint, id: u64, prompt: &[u32], sam
             }
         }
         first[i] = false;
-        if out.send(data(&envelope(endpoint, d, id, created, true, vec![c], prompt))).is_err() {
+        if out.send(data(&envelope(endpoint, d, id, created, true, vec![c], prompts))).is_err() {
             return;
         }
     }
     if sampling.include_usage {
-        let mut v = envelope(endpoint, d, id, created, true, Vec::new(), prompt);
-        v["usage"] = super::api::usage(prompt.len(), sent.iter().sum());
+        let mut v = envelope(endpoint, d, id, created, true, Vec::new(), prompts);
+        v["usage"] = super::api::usage(super::respond::prompt_tokens(prompts), sent.iter().sum());
         let _ = out.send(data(&v));
     }
     let _ = out.send(Event::default().data("[DONE]"));
