@@ -324,6 +324,10 @@ fn the_openai_python_client_gets_completions_chat_logprobs_and_typed_errors() {
     assert!(v["chat"]["logprobs"].as_array().is_some_and(|l| !l.is_empty() && l.len() <= 6), "{v}");
     assert_eq!(v["stream"], json!({"same": true, "usage": 8, "finish": "length"}), "{v}");
     assert_eq!(v["chat_stream_same"], json!(true), "{v}");
+    assert_eq!(v["batch"], json!({"indices": [0, 1], "first_same": true}), "{v}");
+    assert_eq!(v["parts_same"], json!(true), "{v}");
+    assert_eq!(v["ignore_eos_tokens"], json!(8), "{v}");
+    assert_eq!(v["unsupported"], json!("presence_penalty"), "{v}");
     assert_eq!(v["error"], json!({"status": 400, "param": "temperature"}), "{v}");
 }
 
