@@ -185,6 +185,9 @@ fn the_same_request_gives_the_same_bits_under_any_load() {
     assert_eq!(server.call("GET", "/health", "").0, 200);
     let (status, models) = server.call("GET", "/v1/models", "");
     assert_eq!((status, models["data"][0]["id"].as_str()), (200, Some("lockstep-tiny")), "{models}");
+    let context = models["data"][0]["max_model_len"].as_u64().expect("max_model_len");
+    let (status, v) = server.call("POST", "/v1/completions", &json!({"prompt": [5], "max_tokens": context}).to_string());
+    assert!(status == 400 && v["error"]["message"].as_str().unwrap_or("").contains(&format!("context of {context}")), "max_model_len {context}: {v}");
     for (name, request) in [
         ("greedy", json!({"prompt": "sort 312:", "max_tokens": 12, "temperature": 0, "logprobs": 1})),
         ("T 1, seed 7", json!({"prompt": "sort 312:", "max_tokens": 12, "temperature": 1.0, "seed": 7, "logprobs": 1})),

@@ -192,7 +192,8 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Value, ApiError> {
 }
 
 async fn models(State(server): State<Arc<Server>>) -> Response {
-    ok(json!({"object": "list", "data": [{"id": server.defaults.model_name, "object": "model", "owned_by": "lockstep"}]}))
+    // vLLM's `max_model_len`: the longest prompt + completion a request may ask (sampler.context)
+    ok(json!({"object": "list", "data": [{"id": server.defaults.model_name, "object": "model", "owned_by": "lockstep", "max_model_len": server.defaults.context}]}))
 }
 
 async fn metrics(State(server): State<Arc<Server>>) -> Response {
