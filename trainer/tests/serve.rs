@@ -257,6 +257,10 @@ fn bad_requests_get_errors_naming_the_field_and_sigterm_stops_the_server() {
         assert_eq!(got, status, "{path} {body}: {v}");
         assert!(message.contains(needle), "{path} {body}: {v}");
     }
+    // a body past the limit (4 MiB at this context) is 413 in OpenAI's shape, not axum's text
+    let huge = format!("{{\"prompt\": \"{}\"}}", "1".repeat(5 << 20));
+    let (got, v) = server.call("POST", "/v1/completions", &huge);
+    assert!(got == 413 && v["error"]["message"].as_str().unwrap_or("").contains("length limit"), "{got} {v}");
     // still serving after every error
     assert_eq!(server.complete(json!({"prompt": "1+1=", "max_tokens": 2}))["choices"][0]["token_ids"].as_array().map(Vec::len), Some(2));
     // a stop token id ends the choice where it is sampled, as the model's end-of-sequence does;

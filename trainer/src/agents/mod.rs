@@ -55,7 +55,7 @@ pub fn play(engine: &mut sampler::Engine, tokenizer: tokenizers::Tokenizer, chat
         let sessions = episodes.iter().map(|e| (e.session.clone(), Session::default())).collect::<HashMap<_, _>>();
         let model = defaults.model_name.clone();
         let server = Arc::new(EpisodeServer { engine: handle, tokenizer, chat, defaults, params, max_turns: cfg.max_turns, max_tokens, sessions: std::sync::Mutex::new(sessions), next_id: Default::default() });
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("lockstep-episodes").enable_all().build().map_err(|e| format!("the episodes' server: the async runtime: {e}"))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(crate::serve::http_workers(0)).thread_name("lockstep-episodes").enable_all().build().map_err(|e| format!("the episodes' server: the async runtime: {e}"))?;
         let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).map_err(|e| format!("the episodes' server cannot listen on 127.0.0.1: {e}"))?;
         let address = listener.local_addr().map_err(|e| format!("the episodes' server: {e}"))?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -41,6 +41,7 @@ pub fn router(server: Arc<EpisodeServer>) -> axum::Router {
         .route("/sessions/{id}/v1/models", get(models))
         .route("/health", get(|| async { "ok" }))
         .fallback(|| async { crate::serve::error(ApiError { status: 404, message: "no such endpoint: an episode calls /sessions/<its session>/v1/chat/completions or /v1/completions (LOCKSTEP_BASE_URL)".into(), param: None }) })
+        .layer(axum::extract::DefaultBodyLimit::max(crate::serve::body_limit(server.defaults.context)))
         .with_state(server)
 }
 
@@ -48,16 +49,23 @@ async fn models(State(server): State<Arc<EpisodeServer>>) -> Response {
     crate::serve::ok(json!({"object": "list", "data": [{"id": server.defaults.model_name, "object": "model", "owned_by": "lockstep"}]}))
 }
 
-async fn chat(State(server): State<Arc<EpisodeServer>>, Path(id): Path<String>, body: axum::body::Bytes) -> Response {
+type Body = Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>;
+
+async fn chat(State(server): State<Arc<EpisodeServer>>, Path(id): Path<String>, body: Body) -> Response {
     answer(server, id, Endpoint::Chat, body).await
 }
 
-async fn completions(State(server): State<Arc<EpisodeServer>>, Path(id): Path<String>, body: axum::body::Bytes) -> Response {
+async fn completions(State(server): State<Arc<EpisodeServer>>, Path(id): Path<String>, body: Body) -> Response {
     answer(server, id, Endpoint::Completions, body).await
 }
 
-async fn answer(server: Arc<EpisodeServer>, id: String, endpoint: Endpoint, body: axum::body::Bytes) -> Response {
-    match turn(&server, &id, endpoint, &body).await {
+async fn answer(server: Arc<EpisodeServer>, id: String, endpoint: Endpoint, body: Body) -> Response {
+    let read = crate::serve::read_body(body);
+    let result = match read {
+        Ok(body) => turn(&server, &id, endpoint, &body).await,
+        Err(e) => Err(e),
+    };
+    match result {
         Ok(v) => crate::serve::ok(v),
         Err(e) => {
             if let Some(session) = server.sessions.lock().expect("sessions").get_mut(&id) {

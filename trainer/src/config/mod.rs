@@ -317,11 +317,14 @@ pub struct ServeSection {
     /// Seconds the requests in flight get to finish after SIGTERM or Ctrl-C before they are
     /// cancelled and the server exits (0 when it stopped cleanly).
     pub shutdown_grace_s: f64,
+    /// Threads answering HTTP (parsing, detokenizing, writing every stream's chunks); the engine
+    /// steps on its own thread. 0: the machine's cores less the engine's, at least 2, at most 8.
+    pub workers: usize,
 }
 
 impl Default for ServeSection {
     fn default() -> Self {
-        Self { host: "127.0.0.1".into(), port: 8000, model_name: String::new(), max_queue: 1024, api_key: String::new(), request_timeout_s: 0.0, shutdown_grace_s: 30.0 }
+        Self { host: "127.0.0.1".into(), port: 8000, model_name: String::new(), max_queue: 1024, api_key: String::new(), request_timeout_s: 0.0, shutdown_grace_s: 30.0, workers: 0 }
     }
 }
 

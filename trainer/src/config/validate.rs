@@ -90,6 +90,9 @@ impl Config {
                 return bad(key, format!("must be finite and >= 0 seconds, got {v}"));
             }
         }
+        if self.serve.workers > 256 {
+            return bad("serve.workers", format!("is {} threads; at most 256 (0: chosen from the machine's cores)", self.serve.workers));
+        }
         if !(0.0..=1.0).contains(&self.sampler.kv_reserve) {
             return bad("sampler.kv_reserve", format!("must be in [0, 1] (the fraction of each running request's remaining max_new_tokens kept in KV blocks), got {}", self.sampler.kv_reserve));
         }
@@ -312,6 +315,15 @@ mod tests {
         }
         let e = Config::load(None, &["sampler.logprobs_mode=processed".into()]).unwrap_err().to_string();
         assert!(e.contains("sampler.logprobs_mode") && e.contains("processed_logprobs"), "{e}");
+    }
+
+    #[test]
+    fn serve_workers_are_bounded_and_chosen_from_the_cores_at_0() {
+        let e = Config::load(None, &["serve.workers=257".into()]).unwrap_err().to_string();
+        assert!(e.contains("serve.workers") && e.contains("at most 256"), "{e}");
+        assert!(Config::load(None, &["serve.workers=3".into()]).is_ok());
+        assert_eq!(crate::serve::http_workers(3), 3);
+        assert!((2..=8).contains(&crate::serve::http_workers(0)));
     }
 
     #[test]

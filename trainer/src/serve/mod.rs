@@ -91,7 +91,8 @@ pub fn run(cfg: &Config, policy: Policy) -> Result<(), RunError> {
     let deadline = (cfg.serve.request_timeout_s > 0.0).then(|| std::time::Duration::from_secs_f64(cfg.serve.request_timeout_s));
     let server = Arc::new(Server { engine: sampler::EngineHandle::spawn(engine), tokenizer, chat, defaults, next_id: AtomicU64::new(0), in_flight: Default::default(), max_queue: cfg.serve.max_queue, rejected: AtomicU64::new(0), rate: Default::default(), api_key, deadline });
     let grace = std::time::Duration::from_secs_f64(cfg.serve.shutdown_grace_s);
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().map_err(|e| RunError::Other(format!("serve: the async runtime: {e}")))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(http_workers(cfg.serve.workers)).enable_all().build().map_err(|e| RunError::Other(format!("serve: the async runtime: {e}")))?;
+    let body_limit = body_limit(s.context);
     runtime.block_on(async move {
         let address = format!("{}:{}", cfg.serve.host, cfg.serve.port);
         let listener = tokio::net::TcpListener::bind(&address).await.map_err(|e| crate::error::invalid("serve.port", format!("cannot listen on {address}: {e}")))?;
@@ -104,6 +105,7 @@ pub fn run(cfg: &Config, policy: Policy) -> Result<(), RunError> {
             .route("/v1/completions", post(completions))
             .route("/v1/chat/completions", post(chat_completions))
             .fallback(|| async { error(ApiError { status: 404, message: "no such endpoint (POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics)".into(), param: None }) })
+            .layer(axum::extract::DefaultBodyLimit::max(body_limit))
             .layer(axum::middleware::from_fn_with_state(server.clone(), authorised))
             .with_state(server);
         eprintln!("lockstep serve: listening on http://{bound} (model \"{name}\")");
@@ -126,6 +128,28 @@ pub fn run(cfg: &Config, policy: Policy) -> Result<(), RunError> {
             }
         }
     })
+}
+
+/// Threads for an HTTP front (`serve.workers`; 0: the cores less one for the engine's thread,
+/// at least 2, at most 8). Each stream's chunks are built and written on them, so at hundreds
+/// of streaming clients too few would lag the engine's steps.
+pub(crate) fn http_workers(setting: usize) -> usize {
+    match setting {
+        0 => std::thread::available_parallelism().map_or(2, |n| n.get().saturating_sub(1)).clamp(2, 8),
+        n => n,
+    }
+}
+
+/// The largest request body an HTTP front reads: room for a prompt that fills `context` tokens
+/// as token ids or text (64 bytes a token), and at least 4 MiB (chat histories, tool schemas).
+pub(crate) fn body_limit(context: usize) -> usize {
+    (64 * context).max(4 << 20)
+}
+
+/// A request's body, or the error that says why it could not be read (413 past
+/// [`body_limit`]) in OpenAI's shape, where axum would answer plain text.
+pub(crate) fn read_body(body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>) -> Result<axum::body::Bytes, ApiError> {
+    body.map_err(|r| ApiError { status: r.status().as_u16(), message: format!("the request body could not be read: {}", r.body_text()), param: None })
 }
 
 /// Resolves at SIGTERM or Ctrl-C.
@@ -246,12 +270,20 @@ pub(crate) fn unix_time() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-async fn completions(State(server): State<Arc<Server>>, body: axum::body::Bytes) -> Response {
-    answer(server, Endpoint::Completions, &body).await
+type Body = Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>;
+
+async fn completions(State(server): State<Arc<Server>>, body: Body) -> Response {
+    match read_body(body) {
+        Ok(body) => answer(server, Endpoint::Completions, &body).await,
+        Err(e) => error(e),
+    }
 }
 
-async fn chat_completions(State(server): State<Arc<Server>>, body: axum::body::Bytes) -> Response {
-    answer(server, Endpoint::Chat, &body).await
+async fn chat_completions(State(server): State<Arc<Server>>, body: Body) -> Response {
+    match read_body(body) {
+        Ok(body) => answer(server, Endpoint::Chat, &body).await,
+        Err(e) => error(e),
+    }
 }
 
 /// Either endpoint: the request checked, its choices run, the answer whole or streamed.
