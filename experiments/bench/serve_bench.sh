@@ -9,7 +9,8 @@
 # Each level is compared with `lockstep sample` at sampler.max_batch = C on the same prompts (its
 # steady rate: after the first wave, which compiles the kernels); the clients run in 8
 # processes, the server warmed by each level's untimed half. SERVE_CLIENTS (1,16,64,256) and
-# SERVE_BENCH_ARGS (e.g. "--whole" or "--processes 1") pass through to serve_bench.py.
+# SERVE_BENCH_ARGS (e.g. "--whole" or "--processes 1") pass through to serve_bench.py; SERVE_SET adds
+# --set pairs to the server's command (e.g. "--set serve.workers=2").
 set -uo pipefail
 O="${O:-${OUT:-.gpu/out}}"
 shape=${1:-qwen3-0.6b}; n=${2:-0}; m=${3:-128}; identical=${4:-1000}
@@ -47,7 +48,7 @@ print(f'{round(tokens / s)}:{tokens / max(steps, 1):.2f}:{s * 1000 / max(steps, 
     rates="$rates${rates:+,}$c=$rate"
 done
 echo "lockstep sample's steady tokens/s : tokens a step : ms a step, by sampler.max_batch: $rates"
-/tmp/lockstep serve "${common[@]}" --set serve.port=0 > "$O/serve.log" 2>&1 &
+/tmp/lockstep serve "${common[@]}" --set serve.port=0 ${SERVE_SET:-} > "$O/serve.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT
 address=""

@@ -7,6 +7,7 @@
 #                time; --allow-config-change records the one changed key)
 #   serve        issue 63: serve's per-level table with the engine's tokens a step and ms a step
 #                beside `lockstep sample`'s, the clients in 8 and in 16 processes
+#   serve2       the same with the HTTP front on 2 threads (serve.workers=2, the old default)
 #   h200         issue 60's 141 GB column: configs/qwen3-4b.toml (refused on an 80 GB card) and
 #                the 0.6B rung as written, sizes auto, 2 and 1 steps
 set -uo pipefail
@@ -27,6 +28,8 @@ defaults17b)
   r17 2 "--set train.checkpoint_every=0" 1 ${LIMIT17:-560} --allow-config-change ;;
 serve)
   O=$O/serve06 SERVE_CLIENTS=${SERVE_CLIENTS:-64,256} SERVE_BENCH_ARGS="--processes 8,16" bash experiments/bench/serve_bench.sh qwen3-0.6b 0 128 1000 2>&1 | tail -14 ;;
+serve2)   # the HTTP front on 2 threads, as before serve.workers: the A/B of the threads alone
+  O=$O/serve06-w2 SERVE_CLIENTS=${SERVE_CLIENTS:-64,256} SERVE_SET="--set serve.workers=2" SERVE_BENCH_ARGS="--processes 8" bash experiments/bench/serve_bench.sh qwen3-0.6b 0 128 0 2>&1 | tail -8 ;;
 h200)
   O=$O SCALE_SET="--set task.reward=char_f1 --set train.on_mismatch=stop" SCALE_ARGS="--max-steps 2" SCALE_LIMIT=330 \
     bash experiments/bench/scale.sh qwen3-4b:128x2048:2
