@@ -296,6 +296,7 @@ fn an_api_key_is_required_when_set_and_past_the_queue_bound_requests_get_429() {
     assert_eq!(status, 401, "{v}");
     let (status, _, v) = server.call_with("POST", "/v1/completions", &body, "Authorization: Bearer sesam\r\n");
     assert_eq!(status, 401, "{v}");
+    assert_eq!(server.call_with("POST", "/tokenize", r#"{"prompt": "1"}"#, "").0, 401);
     let key = "Authorization: Bearer sesame\r\n";
     let (status, _, v) = server.call_with("POST", "/v1/completions", &body, key);
     assert_eq!(status, 200, "{v}");
@@ -644,5 +645,31 @@ fn a_batch_of_prompts_answers_each_as_it_would_alone() {
     for (prompt, needle) in [(json!([]), "empty"), (json!(["12+3=", 5]), "a batch's prompt"), (json!([1, 99.5]), "not a token id"), (json!(["12+3=", ""]), "prompt 1: the prompt is empty"), (json!(["1", {"a": 1}]), "a batch's prompt")] {
         let (status, v) = server.call("POST", "/v1/completions", &json!({"prompt": prompt}).to_string());
         assert!(status == 400 && v["error"]["param"] == "prompt" && v["error"]["message"].as_str().unwrap_or("").contains(needle), "{prompt}: {status} {v}");
+    }
+}
+
+/// vLLM's `/tokenize` and `/detokenize`: the ids a request would run (a completion's
+/// `prompt_token_ids`, a chat's rendered template) and their text; bad input names the field.
+#[test]
+fn tokenize_gives_the_ids_a_request_runs_and_detokenize_their_text() {
+    let dir = scratch("serve-tokenize");
+    std::fs::write(dir.join("t.jinja"), "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}").unwrap();
+    let server = Server::start(&dir, &["task.chat_template=t.jinja"]);
+    let run = server.complete(json!({"prompt": "sort 312:", "max_tokens": 2}));
+    let (status, v) = server.call("POST", "/tokenize", &json!({"prompt": "sort 312:"}).to_string());
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["tokens"], run["prompt_token_ids"], "{v} {run}");
+    assert_eq!(v["count"], json!(v["tokens"].as_array().unwrap().len()));
+    assert!(v["max_model_len"].as_u64().is_some_and(|c| c > 0), "{v}");
+    let chat = json!({"messages": [{"role": "user", "content": "sort 312:"}], "max_tokens": 2});
+    let (_, answered) = server.call("POST", "/v1/chat/completions", &chat.to_string());
+    let (status, v) = server.call("POST", "/tokenize", &chat.to_string());
+    assert_eq!((status, &v["tokens"]), (200, &answered["prompt_token_ids"]), "{v} {answered}");
+    let (status, text) = server.call("POST", "/detokenize", &json!({"tokens": v["tokens"]}).to_string());
+    assert_eq!((status, text["prompt"].as_str()), (200, Some("<user>sort 312:<assistant>")), "{text}");
+    for (path, body, param) in [("/tokenize", json!({}), "prompt"), ("/tokenize", json!({"prompt": [1, 2]}), "prompt"), ("/tokenize", json!({"prompt": "a", "messages": []}), "prompt"),
+        ("/tokenize", json!({"messages": "hi"}), "messages"), ("/detokenize", json!({"tokens": [1, 99999]}), "tokens"), ("/detokenize", json!({}), "tokens"), ("/detokenize", json!({"tokens": [1], "model": "other"}), "model")] {
+        let (status, v) = server.call("POST", path, &body.to_string());
+        assert!((status == 400 || status == 404) && v["error"]["param"] == param, "{path} {body}: {status} {v}");
     }
 }

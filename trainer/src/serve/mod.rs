@@ -1,7 +1,7 @@
 //! `lockstep serve`: an OpenAI-compatible HTTP server on the sampler's engine (axum on tokio;
 //! the engine steps on its own thread, `sampler::EngineHandle`). `POST /v1/completions`,
 //! `POST /v1/chat/completions` (the checkpoint's chat template, rendered as training renders
-//! it), `GET /v1/models`, `GET /health`, `GET /metrics`; answers whole or streamed (SSE).
+//! it), `POST /tokenize` / `/detokenize`, `GET /v1/models`, `GET /health`, `GET /metrics`; answers whole or streamed (SSE).
 //! A request's tokens and logprobs depend only on the weights, its prompt, its sampling
 //! settings and its `seed` (default `sampler.seed`): its sampling noise is keyed by what it
 //! asks (`api::noise_key`), and the kernels are batch invariant, so the same request gives the
@@ -12,6 +12,7 @@ pub(crate) mod detok;
 mod metrics;
 pub(crate) mod respond;
 mod stream;
+mod tokenize;
 pub mod tool_calls;
 
 use crate::config::Config;
@@ -104,7 +105,9 @@ pub fn run(cfg: &Config, policy: Policy) -> Result<(), RunError> {
             .route("/metrics", get(metrics))
             .route("/v1/completions", post(completions))
             .route("/v1/chat/completions", post(chat_completions))
-            .fallback(|| async { error(ApiError { status: 404, message: "no such endpoint (POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics)".into(), param: None }) })
+            .route("/tokenize", post(tokenize::tokenize))
+            .route("/detokenize", post(tokenize::detokenize))
+            .fallback(|| async { error(ApiError { status: 404, message: "no such endpoint (POST /v1/completions, POST /v1/chat/completions, POST /tokenize, POST /detokenize, GET /v1/models, GET /health, GET /metrics)".into(), param: None }) })
             .layer(axum::extract::DefaultBodyLimit::max(body_limit))
             .layer(axum::middleware::from_fn_with_state(server.clone(), authorised))
             .with_state(server);
@@ -173,9 +176,10 @@ async fn stopped(grace: std::time::Duration) {
 }
 
 /// Refuses a request without the server's `api_key` (when one is set); as vLLM's, the key
-/// guards `/v1/` only (`/health` and `/metrics` stay open to probes and scrapers).
+/// guards `/v1/` and the tokenizer's endpoints (`/health` and `/metrics` stay open to probes and scrapers).
 async fn authorised(State(server): State<Arc<Server>>, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    if server.api_key.is_empty() || !request.uri().path().starts_with("/v1/") {
+    let path = request.uri().path();
+    if server.api_key.is_empty() || !(path.starts_with("/v1/") || path == "/tokenize" || path == "/detokenize") {
         return next.run(request).await;
     }
     let given = request.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
