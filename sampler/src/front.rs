@@ -8,6 +8,7 @@ use crate::request::{Completion, Request, SampleError};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
+use std::time::Instant;
 use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 
 /// What a streamed request hears: its tokens as they come (each once, in order), then its end.
@@ -54,9 +55,38 @@ fn check_replay(tokens: &[u32], sent: &[u32], id: u64) -> Result<(), SampleError
     }
 }
 
+/// Upper bounds (seconds) of the latency histograms' buckets: vLLM's for time to first token.
+pub const LATENCY_BUCKETS: [f64; 22] = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0];
+
+/// A Prometheus histogram of seconds over [`LATENCY_BUCKETS`] (counts per bucket, not
+/// cumulative; the exposition sums them), with the sum in microseconds.
+#[derive(Default)]
+pub struct LatencyHistogram {
+    pub buckets: [AtomicU64; LATENCY_BUCKETS.len()],
+    /// Observations past the last bucket (`+Inf`).
+    pub over: AtomicU64,
+    pub sum_us: AtomicU64,
+    pub count: AtomicU64,
+}
+
+impl LatencyHistogram {
+    pub fn observe(&self, seconds: f64) {
+        match LATENCY_BUCKETS.iter().position(|&le| seconds <= le) {
+            Some(i) => self.buckets[i].fetch_add(1, Ordering::Relaxed),
+            None => self.over.fetch_add(1, Ordering::Relaxed),
+        };
+        self.sum_us.fetch_add((seconds * 1e6) as u64, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Counters and gauges the engine thread keeps for `/metrics`.
 #[derive(Default)]
 pub struct EngineMetrics {
+    /// From the engine's receipt of a choice to its first sampled token (queue and prefill).
+    pub time_to_first_token: LatencyHistogram,
+    /// From the engine's receipt of a choice to its end (finished, not failed or cancelled).
+    pub request_latency: LatencyHistogram,
     pub running: AtomicUsize,
     pub waiting: AtomicUsize,
     pub kv_blocks_used: AtomicUsize,
@@ -134,14 +164,17 @@ impl EngineHandle {
 /// The engine thread: take requests, step, hand out tokens and results, cancel the abandoned.
 fn serve_engine(engine: &mut Engine, rx: mpsc::Receiver<(Request, Reply)>, metrics: &EngineMetrics) {
     let mut waiting: HashMap<u64, Reply> = HashMap::new();
+    // when each choice came, and whether its first token has been seen (the latency histograms)
+    let mut arrived: HashMap<u64, (Instant, bool)> = HashMap::new();
     let mut open = true;
-    let accept = |engine: &mut Engine, waiting: &mut HashMap<u64, Reply>, (req, reply): (Request, Reply)| {
+    let accept = |engine: &mut Engine, waiting: &mut HashMap<u64, Reply>, arrived: &mut HashMap<u64, (Instant, bool)>, (req, reply): (Request, Reply)| {
         if waiting.contains_key(&req.id) {
             reply.finish(Err(SampleError::Engine { id: req.id, message: "a request with this id is already running".into() }));
             return;
         }
         metrics.prompt_tokens.fetch_add(req.prompt.len() as u64, Ordering::Relaxed);
         waiting.insert(req.id, reply);
+        arrived.insert(req.id, (Instant::now(), false));
         engine.add(req);
     };
     loop {
@@ -149,13 +182,13 @@ fn serve_engine(engine: &mut Engine, rx: mpsc::Receiver<(Request, Reply)>, metri
         if engine.is_idle() && open {
             metrics.record(engine.occupancy());
             match rx.recv() {
-                Ok(submitted) => accept(engine, &mut waiting, submitted),
+                Ok(submitted) => accept(engine, &mut waiting, &mut arrived, submitted),
                 Err(_) => open = false,
             }
         }
         loop {
             match rx.try_recv() {
-                Ok(submitted) => accept(engine, &mut waiting, submitted),
+                Ok(submitted) => accept(engine, &mut waiting, &mut arrived, submitted),
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => {
                     open = false;
@@ -166,6 +199,7 @@ fn serve_engine(engine: &mut Engine, rx: mpsc::Receiver<(Request, Reply)>, metri
         let gone: Vec<u64> = waiting.iter().filter(|(_, r)| r.abandoned()).map(|(&id, _)| id).collect();
         for id in gone {
             waiting.remove(&id);
+            arrived.remove(&id);
             if engine.cancel(id) {
                 metrics.cancelled.fetch_add(1, Ordering::Relaxed);
             }
@@ -174,14 +208,31 @@ fn serve_engine(engine: &mut Engine, rx: mpsc::Receiver<(Request, Reply)>, metri
         metrics.steps.fetch_add(1, Ordering::Relaxed);
         metrics.generated_tokens.fetch_add(stats.sampled as u64, Ordering::Relaxed);
         metrics.preemptions.fetch_add(stats.preempted as u64, Ordering::Relaxed);
+        for (id, tokens, _, _) in engine.partial() {
+            if let Some((at, first @ false)) = arrived.get_mut(&id) {
+                if !tokens.is_empty() {
+                    metrics.time_to_first_token.observe(at.elapsed().as_secs_f64());
+                    *first = true;
+                }
+            }
+        }
         for id in stream_new_tokens(engine, &mut waiting) {
             engine.cancel(id);
+            arrived.remove(&id);
             metrics.failed.fetch_add(1, Ordering::Relaxed);
         }
         for (id, result) in engine.take_done() {
+            let came = arrived.remove(&id);
             if let Some(reply) = waiting.remove(&id) {
                 let counter = if result.is_ok() { &metrics.finished } else { &metrics.failed };
                 counter.fetch_add(1, Ordering::Relaxed);
+                if let (Ok(_), Some((at, first))) = (&result, came) {
+                    let seconds = at.elapsed().as_secs_f64();
+                    if !first {
+                        metrics.time_to_first_token.observe(seconds); // done in the step of its first token
+                    }
+                    metrics.request_latency.observe(seconds);
+                }
                 reply.finish(result);
             }
         }

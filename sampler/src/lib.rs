@@ -16,5 +16,5 @@ pub mod invariance;
 mod request;
 
 pub use engine::{completes_stop_string, Decoder, Engine, EngineConfig, EnginePhaseTimes, Occupancy, StepStats};
-pub use front::{EngineHandle, EngineMetrics, StreamEvent};
+pub use front::{EngineHandle, EngineMetrics, LatencyHistogram, StreamEvent, LATENCY_BUCKETS};
 pub use request::{Completion, FinishReason, Request, SampleError, SamplingParams, Timings};

@@ -407,6 +407,15 @@ fn a_client_that_goes_away_is_cancelled_and_metrics_count_it() {
     server.complete(json!({"prompt": "sort 312:", "max_tokens": 5}));
     let m = server.metrics();
     assert_eq!((m["lockstep:generation_tokens_total"], m["lockstep:request_success_total"]), (5.0, 1.0), "{m:?}");
+    // the latency histograms: one observation each, in a bucket no larger than the whole request
+    for h in ["time_to_first_token_seconds", "e2e_request_latency_seconds"] {
+        let count = m[&format!("lockstep:{h}_count")];
+        assert_eq!((count, m[&format!("lockstep:{h}_bucket{{le=\"+Inf\"}}")]), (1.0, 1.0), "{h}: {m:?}");
+        let buckets: Vec<f64> = m.iter().filter(|(k, _)| k.starts_with(&format!("lockstep:{h}_bucket"))).map(|(_, v)| *v).collect();
+        assert!(buckets.len() == 23 && buckets.iter().all(|b| *b <= 1.0), "{h}: {buckets:?}");
+        assert!(m[&format!("lockstep:{h}_sum")] > 0.0, "{h}: {m:?}");
+    }
+    assert!(m["lockstep:time_to_first_token_seconds_sum"] <= m["lockstep:e2e_request_latency_seconds_sum"], "{m:?}");
     // 64 choices of 36 tokens, four at a time: far more work than the moment before each client leaves
     let body = |stream: bool| json!({"prompt": "sort 312:", "max_tokens": 36, "n": 64, "temperature": 1.0, "stream": stream}).to_string();
     for (stream, cancelled_before) in [(true, 0.0), (false, m["lockstep:request_cancelled_total"])] {

@@ -1,7 +1,7 @@
 //! `GET /metrics`: Prometheus' text format, named as vLLM names its own (`vllm:` becomes
 //! `lockstep:`), so a dashboard built for one reads the other.
 
-use sampler::EngineMetrics;
+use sampler::{EngineMetrics, LatencyHistogram, LATENCY_BUCKETS};
 use std::fmt::Write;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Mutex;
@@ -53,5 +53,19 @@ pub fn text(m: &EngineMetrics, rate: &Rate, in_flight: usize, rejected: u64) -> 
     for (name, kind, help, value) in rows {
         let _ = writeln!(out, "# HELP lockstep:{name} {help}\n# TYPE lockstep:{name} {kind}\nlockstep:{name} {value}");
     }
+    histogram(&mut out, "time_to_first_token_seconds", "Seconds from the engine's receipt of a choice to its first token.", &m.time_to_first_token);
+    histogram(&mut out, "e2e_request_latency_seconds", "Seconds from the engine's receipt of a choice to its end (finished choices).", &m.request_latency);
     out
+}
+
+/// One histogram in Prometheus' text: cumulative `_bucket{le}` counts, `+Inf`, `_sum`, `_count`.
+fn histogram(out: &mut String, name: &str, help: &str, h: &LatencyHistogram) {
+    let _ = writeln!(out, "# HELP lockstep:{name} {help}\n# TYPE lockstep:{name} histogram");
+    let mut below = 0;
+    for (le, bucket) in LATENCY_BUCKETS.iter().zip(&h.buckets) {
+        below += bucket.load(Relaxed);
+        let _ = writeln!(out, "lockstep:{name}_bucket{{le=\"{le}\"}} {below}");
+    }
+    let _ = writeln!(out, "lockstep:{name}_bucket{{le=\"+Inf\"}} {}", below + h.over.load(Relaxed));
+    let _ = writeln!(out, "lockstep:{name}_sum {}\nlockstep:{name}_count {}", h.sum_us.load(Relaxed) as f64 / 1e6, h.count.load(Relaxed));
 }
