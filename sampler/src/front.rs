@@ -119,12 +119,18 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// Moves `engine` onto a dedicated thread. The thread ends when every handle is dropped
     /// and the requests in flight are answered.
-    pub fn spawn(mut engine: Engine) -> Self {
+    pub fn spawn(engine: Engine) -> Self {
+        Self::spawn_joinable(engine).0
+    }
+
+    /// [`Self::spawn`], and the engine's thread to join once every handle is dropped: a process
+    /// must not exit while that thread is inside a step (the kernels' runtime goes away under it).
+    pub fn spawn_joinable(mut engine: Engine) -> (Self, std::thread::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel::<(Request, Reply)>();
         let metrics = Arc::new(EngineMetrics::default());
         let shared = metrics.clone();
-        std::thread::Builder::new().name("lockstep-sampler".into()).spawn(move || serve_engine(&mut engine, rx, &shared)).expect("spawn sampler thread");
-        Self { tx, metrics }
+        let thread = std::thread::Builder::new().name("lockstep-sampler".into()).spawn(move || serve_engine(&mut engine, rx, &shared)).expect("spawn sampler thread");
+        (Self { tx, metrics }, thread)
     }
 
     /// Runs `body` with a handle on `engine`, which steps on a scoped thread of its own

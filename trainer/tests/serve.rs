@@ -674,11 +674,36 @@ fn tokenize_gives_the_ids_a_request_runs_and_detokenize_their_text() {
     let (_, answered) = server.call("POST", "/v1/chat/completions", &chat.to_string());
     let (status, v) = server.call("POST", "/tokenize", &chat.to_string());
     assert_eq!((status, &v["tokens"]), (200, &answered["prompt_token_ids"]), "{v} {answered}");
+    // a chat that sets no budget may run to the end of the context (vLLM's and OpenAI's rule)
+    let (status, open) = server.call("POST", "/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "sort 312:"}], "temperature": 0, "ignore_eos": true}).to_string());
+    assert_eq!(status, 200, "{open}");
+    assert_eq!(open["usage"]["total_tokens"], v["max_model_len"], "{open}");
     let (status, text) = server.call("POST", "/detokenize", &json!({"tokens": v["tokens"]}).to_string());
     assert_eq!((status, text["prompt"].as_str()), (200, Some("<user>sort 312:<assistant>")), "{text}");
     for (path, body, param) in [("/tokenize", json!({}), "prompt"), ("/tokenize", json!({"prompt": [1, 2]}), "prompt"), ("/tokenize", json!({"prompt": "a", "messages": []}), "prompt"),
         ("/tokenize", json!({"messages": "hi"}), "messages"), ("/detokenize", json!({"tokens": [1, 99999]}), "tokens"), ("/detokenize", json!({}), "tokens"), ("/detokenize", json!({"tokens": [1], "model": "other"}), "model")] {
         let (status, v) = server.call("POST", path, &body.to_string());
         assert!((status == 400 || status == 404) && v["error"]["param"] == param, "{path} {body}: {status} {v}");
+    }
+}
+
+/// A supervisor may stop the server the moment it announces its address: SIGTERM is handled
+/// from before the announcement (a graceful exit 0, not the default kill), and the process
+/// exits only after the engine's thread has (exiting under a step crashed the CPU runtime).
+#[test]
+fn sigterm_right_at_the_announcement_is_a_graceful_stop() {
+    let dir = scratch("serve-early-term");
+    for _ in 0..4 {
+        let mut server = Server::start(&dir, &[]);
+        assert!(Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().expect("kill").success());
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(s) = server.child.try_wait().expect("wait") {
+                break s;
+            }
+            assert!(started.elapsed().as_secs() < 30, "the server did not stop within 30 s of SIGTERM");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert!(status.success(), "{status}");
     }
 }

@@ -47,6 +47,9 @@ pub struct Sampling {
     /// Answer as server-sent events, and whether a last chunk gives the usage.
     pub stream: bool,
     pub include_usage: bool,
+    /// Whether the request set its token budget (`max_keys`); else `params.max_new_tokens` is
+    /// OpenAI's completions default of 16, and a chat's budget is the context's room.
+    pub budget_given: bool,
 }
 
 fn number(body: &Value, key: &str) -> Result<Option<f64>, ApiError> {
@@ -90,12 +93,14 @@ pub fn sampling(body: &Value, d: &Defaults, max_keys: &[&str]) -> Result<Samplin
         Some(v) => return Err(ApiError::bad("stream_options", format!("`stream_options` must be an object, got {v}"))),
     };
     let mut params = SamplingParams { stop_tokens: d.stop_tokens.clone(), seed: d.seed, processed_logprobs: d.processed_logprobs, max_new_tokens: 16, ..SamplingParams::default() };
+    let mut budget_given = false;
     for key in max_keys {
         if let Some(m) = whole(body, key)? {
             if m == 0 {
                 return Err(ApiError::bad(key, format!("`{key}` must be at least 1")));
             }
             params.max_new_tokens = m as usize;
+            budget_given = true;
         }
     }
     if let Some(t) = number(body, "temperature")? {
@@ -180,7 +185,7 @@ pub fn sampling(body: &Value, d: &Defaults, max_keys: &[&str]) -> Result<Samplin
         return Err(ApiError::bad(key, "the most likely tokens are listed under the full softmax, and this server returns processed logprobs (sampler.logprobs_mode = \"processed_logprobs\"): ask without them, or serve with raw logprobs"));
     }
     params.top_logprobs = top as usize;
-    Ok(Sampling { params, n: n as usize, logprobs, stream, include_usage })
+    Ok(Sampling { params, n: n as usize, logprobs, stream, include_usage, budget_given })
 }
 
 /// The value of an unsupported field that asks for nothing: the field may then be sent.
@@ -287,8 +292,9 @@ pub fn noise_key(prompt: &[u32], index: usize) -> u64 {
 
 /// The engine requests of one API request: `n` for each prompt, in prompt order (choice
 /// `i * n + j` is prompt `i`'s `j`th; ids from `next_id`). A prompt's choices draw the same
-/// noise alone or in a batch of prompts.
-pub fn requests(prompts: &[Vec<u32>], s: &Sampling, d: &Defaults, next_id: &mut dyn FnMut() -> u64) -> Result<Vec<Request>, ApiError> {
+/// noise alone or in a batch of prompts. `fill_context` (chat, as vLLM and OpenAI): a request
+/// that sets no budget may run to the end of the context.
+pub fn requests(prompts: &[Vec<u32>], s: &Sampling, d: &Defaults, fill_context: bool, next_id: &mut dyn FnMut() -> u64) -> Result<Vec<Request>, ApiError> {
     let mut out = Vec::with_capacity(prompts.len() * s.n);
     for (i, prompt) in prompts.iter().enumerate() {
         let which = if prompts.len() > 1 { format!("prompt {i}: ") } else { String::new() };
@@ -298,10 +304,14 @@ pub fn requests(prompts: &[Vec<u32>], s: &Sampling, d: &Defaults, next_id: &mut 
         if let Some((position, &token)) = prompt.iter().enumerate().find(|(_, t)| **t as usize >= d.vocab) {
             return Err(ApiError::bad("prompt", format!("{which}token id {token} at position {position} is out of range (vocabulary size {})", d.vocab)));
         }
-        if prompt.len() + s.params.max_new_tokens > d.context {
-            return Err(ApiError { status: 400, message: format!("{which}the prompt ({} tokens) + max_tokens ({}) exceeds the context of {} tokens (sampler.context)", prompt.len(), s.params.max_new_tokens, d.context), param: Some("max_tokens".into()) });
+        let budget = if fill_context && !s.budget_given { d.context.saturating_sub(prompt.len()) } else { s.params.max_new_tokens };
+        if budget == 0 {
+            return Err(ApiError { status: 400, message: format!("{which}the prompt ({} tokens) fills the context of {} tokens (sampler.context): no room for a completion", prompt.len(), d.context), param: Some("messages".into()) });
         }
-        out.extend((0..s.n).map(|j| Request { id: next_id(), prompt: prompt.clone(), params: SamplingParams { noise_key: Some(noise_key(prompt, j)), ..s.params.clone() } }));
+        if prompt.len() + budget > d.context {
+            return Err(ApiError { status: 400, message: format!("{which}the prompt ({} tokens) + max_tokens ({budget}) exceeds the context of {} tokens (sampler.context)", prompt.len(), d.context), param: Some("max_tokens".into()) });
+        }
+        out.extend((0..s.n).map(|j| Request { id: next_id(), prompt: prompt.clone(), params: SamplingParams { noise_key: Some(noise_key(prompt, j)), max_new_tokens: budget, ..s.params.clone() } }));
     }
     Ok(out)
 }
@@ -354,6 +364,22 @@ mod tests {
         let e = refused(json!({"best_of": 3}));
         assert!(e.param.as_deref() == Some("best_of") && e.message.contains("send 1"), "{e:?}");
         assert!(refused(json!({"response_format": {"type": "text", "schema": {}}})).param.as_deref() == Some("response_format"));
+    }
+
+    #[test]
+    fn a_chat_without_a_budget_may_fill_the_context_and_a_completion_gets_16() {
+        let d = defaults();
+        let budgets = |body: Value, chat: bool, prompt_len: usize| {
+            let s = sampling(&body, &d, &["max_tokens"]).unwrap();
+            requests(&[vec![5; prompt_len]], &s, &d, chat, &mut || 0).map(|r| r[0].params.max_new_tokens)
+        };
+        assert_eq!(budgets(json!({}), true, 10).unwrap(), 54);
+        assert_eq!(budgets(json!({}), false, 10).unwrap(), 16);
+        assert_eq!(budgets(json!({"max_tokens": 7}), true, 10).unwrap(), 7);
+        let e = budgets(json!({}), true, 64).unwrap_err();
+        assert!(e.message.contains("fills the context of 64"), "{e:?}");
+        let e = budgets(json!({"max_tokens": 60}), true, 10).unwrap_err();
+        assert!(e.param.as_deref() == Some("max_tokens") && e.message.contains("exceeds the context of 64"), "{e:?}");
     }
 
     #[test]

@@ -90,11 +90,15 @@ pub fn run(cfg: &Config, policy: Policy) -> Result<(), RunError> {
     let engine = crate::run::sampler_engine(cfg, &tokenizer, model)?;
     let api_key = if cfg.serve.api_key.is_empty() { shared_kernels::knobs::var("LOCKSTEP_API_KEY").unwrap_or_default() } else { cfg.serve.api_key.clone() };
     let deadline = (cfg.serve.request_timeout_s > 0.0).then(|| std::time::Duration::from_secs_f64(cfg.serve.request_timeout_s));
-    let server = Arc::new(Server { engine: sampler::EngineHandle::spawn(engine), tokenizer, chat, defaults, next_id: AtomicU64::new(0), in_flight: Default::default(), max_queue: cfg.serve.max_queue, rejected: AtomicU64::new(0), rate: Default::default(), api_key, deadline });
+    let (engine, engine_thread) = sampler::EngineHandle::spawn_joinable(engine);
+    let server = Arc::new(Server { engine, tokenizer, chat, defaults, next_id: AtomicU64::new(0), in_flight: Default::default(), max_queue: cfg.serve.max_queue, rejected: AtomicU64::new(0), rate: Default::default(), api_key, deadline });
     let grace = std::time::Duration::from_secs_f64(cfg.serve.shutdown_grace_s);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(http_workers(cfg.serve.workers)).enable_all().build().map_err(|e| RunError::Other(format!("serve: the async runtime: {e}")))?;
     let body_limit = body_limit(s.context);
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
+        // SIGTERM and Ctrl-C are handled from before the address is announced: a supervisor
+        // that stops the server the moment it is up gets the graceful stop, not the default kill
+        let signals = Signals::new().map_err(|e| RunError::Other(format!("serve: cannot handle SIGTERM / SIGINT: {e}")))?;
         let address = format!("{}:{}", cfg.serve.host, cfg.serve.port);
         let listener = tokio::net::TcpListener::bind(&address).await.map_err(|e| crate::error::invalid("serve.port", format!("cannot listen on {address}: {e}")))?;
         let bound = listener.local_addr().map_err(|e| RunError::Other(format!("serve: {e}")))?;
@@ -114,7 +118,7 @@ pub fn run(cfg: &Config, policy: Policy) -> Result<(), RunError> {
         eprintln!("lockstep serve: listening on http://{bound} (model \"{name}\")");
         let (signalled, mut heard) = tokio::sync::watch::channel(false);
         let serving = axum::serve(listener, app).with_graceful_shutdown(async move {
-            stopped(grace).await;
+            signals.stopped(grace).await;
             let _ = signalled.send(true);
         });
         // past the grace period the requests still in flight are cancelled: leaving block_on
@@ -130,7 +134,15 @@ pub fn run(cfg: &Config, policy: Policy) -> Result<(), RunError> {
                 Ok(())
             }
         }
-    })
+    });
+    // the runtime's tasks, and with them every handle on the engine, go first; the engine's
+    // thread then cancels what was in flight and ends, and only then may the process exit
+    // (exiting under a step crashed the CPU runtime: SIGSEGV / SIGABRT at exit)
+    drop(runtime);
+    if engine_thread.join().is_err() {
+        return Err(RunError::Other("serve: the sampler's thread panicked".into()));
+    }
+    served
 }
 
 /// Threads for an HTTP front (`serve.workers`; 0: the cores less one for the engine's thread,
@@ -155,24 +167,26 @@ pub(crate) fn read_body(body: Result<axum::body::Bytes, axum::extract::rejection
     body.map_err(|r| ApiError { status: r.status().as_u16(), message: format!("the request body could not be read: {}", r.body_text()), param: None })
 }
 
-/// Resolves at SIGTERM or Ctrl-C.
-async fn stopped(grace: std::time::Duration) {
-    let interrupt = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = interrupt => {}
-        _ = terminate => {}
+/// SIGTERM and SIGINT (Ctrl-C), listened for from creation on.
+struct Signals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals { terminate: signal(SignalKind::terminate())?, interrupt: signal(SignalKind::interrupt())? })
     }
-    eprintln!("lockstep serve: stopping: no new connections; the requests in flight have {} s to finish (serve.shutdown_grace_s)", grace.as_secs_f64());
+
+    /// Resolves at the first of them.
+    async fn stopped(mut self, grace: std::time::Duration) {
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+        eprintln!("lockstep serve: stopping: no new connections; the requests in flight have {} s to finish (serve.shutdown_grace_s)", grace.as_secs_f64());
+    }
 }
 
 /// Refuses a request without the server's `api_key` (when one is set); as vLLM's, the key
@@ -300,7 +314,7 @@ async fn answer(server: Arc<Server>, endpoint: Endpoint, body: &[u8]) -> Respons
             Endpoint::Chat => vec![chat_prompt(&server, &body)?],
         };
         let sampling = api::sampling(&body, &server.defaults, endpoint.max_keys())?;
-        let requests = api::requests(&prompts, &sampling, &server.defaults, &mut || server.next_id.fetch_add(1, Ordering::Relaxed))?;
+        let requests = api::requests(&prompts, &sampling, &server.defaults, endpoint == Endpoint::Chat, &mut || server.next_id.fetch_add(1, Ordering::Relaxed))?;
         let admitted = admit(&server, requests.len())?;
         // OpenAI's tools: a template that writes Hermes <tool_call> blocks gets its calls parsed
         let split_calls = endpoint == Endpoint::Chat && body.get("tools").is_some_and(|t| !t.is_null()) && server.chat.as_ref().is_some_and(|c| c.writes_tool_call_blocks());
