@@ -300,17 +300,24 @@ fn an_api_key_is_required_when_set_and_past_the_queue_bound_requests_get_429() {
     let key = "Authorization: Bearer sesame\r\n";
     let (status, _, v) = server.call_with("POST", "/v1/completions", &body, key);
     assert_eq!(status, 200, "{v}");
-    // n = 2 alone passes a bound of 1; so do concurrent requests past it
-    let (status, head, v) = server.call_with("POST", "/v1/completions", &json!({"prompt": "sort 312:", "n": 2}).to_string(), key);
-    assert_eq!(status, 429, "{v}");
-    assert!(head.contains("retry-after: 1") && v["error"]["message"].as_str().unwrap_or("").contains("serve.max_queue"), "{head} {v}");
+    // a request that alone asks more choices than the bound (n = 2, or two prompts) can never
+    // be admitted: 400 naming `n`, not a 429 to retry forever
+    for body in [json!({"prompt": "sort 312:", "n": 2}), json!({"prompt": ["a", "b"], "max_tokens": 2})] {
+        let (status, _, v) = server.call_with("POST", "/v1/completions", &body.to_string(), key);
+        assert!(status == 400 && v["error"]["param"] == "n" && v["error"]["message"].as_str().unwrap_or("").contains("serve.max_queue = 1"), "{body}: {status} {v}");
+    }
+    // concurrent requests past the bound get 429 with Retry-After
     // (36 tokens each, the context's most beside the prompt: the first admitted holds its place while the others arrive)
     let long = json!({"prompt": "sort 312:", "max_tokens": 36}).to_string();
-    let statuses: Vec<u16> = std::thread::scope(|scope| {
-        let calls: Vec<_> = (0..6).map(|_| scope.spawn(|| server.call_with("POST", "/v1/completions", &long, key).0)).collect();
+    let answers: Vec<(u16, String, Value)> = std::thread::scope(|scope| {
+        let calls: Vec<_> = (0..6).map(|_| scope.spawn(|| server.call_with("POST", "/v1/completions", &long, key))).collect();
         calls.into_iter().map(|h| h.join().expect("a request thread")).collect()
     });
+    let statuses: Vec<u16> = answers.iter().map(|a| a.0).collect();
     assert!(statuses.contains(&200) && statuses.contains(&429) && statuses.iter().all(|s| *s == 200 || *s == 429), "{statuses:?}");
+    for (_, head, v) in answers.iter().filter(|a| a.0 == 429) {
+        assert!(head.contains("retry-after: 1") && v["error"]["message"].as_str().unwrap_or("").contains("serve.max_queue"), "{head} {v}");
+    }
 }
 
 /// The official `openai` Python client (installed by `.ci/setup`) against the server: what a

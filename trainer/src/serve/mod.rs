@@ -257,6 +257,10 @@ impl Drop for Admitted {
 
 /// Admits `n` choices, or 429 past `serve.max_queue` choices in flight.
 fn admit(server: &Arc<Server>, n: usize) -> Result<Admitted, ApiError> {
+    if server.max_queue > 0 && n > server.max_queue {
+        // no wait would let it in: refused for good, not 429
+        return Err(ApiError::bad("n", format!("the request asks {n} choices (prompts x n), more than serve.max_queue = {} in flight at once: send fewer", server.max_queue)));
+    }
     let before = server.in_flight.fetch_add(n, Ordering::SeqCst);
     let admitted = Admitted { server: server.clone(), n };
     if server.max_queue > 0 && before + n > server.max_queue {
