@@ -87,6 +87,19 @@ impl Server {
         text.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split_once(' ')).map(|(k, v)| (k.to_string(), v.trim().parse().expect("a number"))).collect()
     }
 
+    /// Sends SIGTERM and waits (at most 30 s) for the server's exit status.
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        assert!(Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().expect("kill").success());
+        let signalled = std::time::Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                return s;
+            }
+            assert!(signalled.elapsed().as_secs() < 30, "the server did not stop within 30 s of SIGTERM");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     fn complete(&self, body: Value) -> Value {
         let (status, v) = self.call("POST", "/v1/completions", &body.to_string());
         assert_eq!(status, 200, "{v}");
@@ -271,16 +284,7 @@ fn bad_requests_get_errors_naming_the_field_and_sigterm_stops_the_server() {
     let first = ids.iter().position(|&t| t == ids[2]).unwrap();
     assert_eq!(cut["choices"][0]["token_ids"], json!(ids[..=first]), "{greedy} {cut}");
     assert_eq!(cut["choices"][0]["finish_reason"], "stop", "{cut}");
-    let pid = server.child.id();
-    assert!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill").success());
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(s) = server.child.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(started.elapsed().as_secs() < 30, "the server did not stop within 30 s of SIGTERM");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
+    let status = server.terminate();
     assert!(status.success(), "{status}");
 }
 
@@ -547,15 +551,7 @@ fn a_request_past_its_deadline_is_cancelled_and_sigterm_cancels_what_outlives_th
     let mut first = [0u8; 64];
     let n = socket.read(&mut first).expect("the stream's first bytes");
     assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"), "{}", String::from_utf8_lossy(&first[..n]));
-    assert!(Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().expect("kill").success());
-    let signalled = std::time::Instant::now();
-    let status = loop {
-        if let Some(s) = server.child.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(signalled.elapsed().as_secs() < 30, "the server did not stop within 30 s of SIGTERM with a 0.5 s grace");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let status = server.terminate();
     assert!(status.success(), "{status}");
     // the stream was cut, not finished: no [DONE] reached the client
     let mut rest = Vec::new();
@@ -702,15 +698,7 @@ fn sigterm_right_at_the_announcement_is_a_graceful_stop() {
     let dir = scratch("serve-early-term");
     for _ in 0..4 {
         let mut server = Server::start(&dir, &[]);
-        assert!(Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status().expect("kill").success());
-        let started = std::time::Instant::now();
-        let status = loop {
-            if let Some(s) = server.child.try_wait().expect("wait") {
-                break s;
-            }
-            assert!(started.elapsed().as_secs() < 30, "the server did not stop within 30 s of SIGTERM");
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        };
+        let status = server.terminate();
         assert!(status.success(), "{status}");
     }
 }
