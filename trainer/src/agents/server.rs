@@ -6,6 +6,7 @@
 //! program sends, never on timing. Every refusal is also kept in the session: the episode
 //! fails with it even when the program swallows the HTTP error.
 
+use crate::serve::Body;
 use super::session::{Session, Turn};
 use crate::serve::api::{self, ApiError, Defaults};
 use crate::serve::respond::{self, Endpoint, Piece};
@@ -48,8 +49,6 @@ pub fn router(server: Arc<EpisodeServer>) -> axum::Router {
 async fn models(State(server): State<Arc<EpisodeServer>>) -> Response {
     crate::serve::ok(json!({"object": "list", "data": [{"id": server.defaults.model_name, "object": "model", "owned_by": "lockstep"}]}))
 }
-
-type Body = Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>;
 
 async fn chat(State(server): State<Arc<EpisodeServer>>, Path(id): Path<String>, body: Body) -> Response {
     answer(server, id, Endpoint::Chat, body).await

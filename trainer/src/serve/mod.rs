@@ -292,7 +292,8 @@ pub(crate) fn unix_time() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-type Body = Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>;
+/// A handler's body, or why it could not be read (see [`read_body`]).
+pub(crate) type Body = Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>;
 
 async fn completions(State(server): State<Arc<Server>>, body: Body) -> Response {
     match read_body(body) {
