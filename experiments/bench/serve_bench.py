@@ -146,14 +146,16 @@ def level(address, prompts, clients, max_tokens, whole_answers=False, processes=
 
 
 def engine_counters(address):
-    """(engine steps, sampled tokens) so far, from the server's /metrics."""
+    """The engine's counters so far, from the server's /metrics: steps, sampled tokens, and the
+    engine thread's seconds enqueueing launches, waiting for the device and between steps."""
     host, port = address.rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=60)
     conn.request("GET", "/metrics")
     text = conn.getresponse().read().decode()
     conn.close()
     values = dict(line.split()[:2] for line in text.splitlines() if line and not line.startswith("#"))
-    return int(values["lockstep:engine_steps_total"]), int(values["lockstep:generation_tokens_total"])
+    names = ("engine_steps_total", "generation_tokens_total", "engine_launch_seconds_total", "engine_wait_seconds_total", "engine_between_steps_seconds_total")
+    return [float(values.get(f"lockstep:{n}", "nan")) for n in names]
 
 
 def pct(values, q):
@@ -212,7 +214,7 @@ def main():
     rates = {}
     for kv in filter(None, a.sample_rates.split(",")):
         c, v = kv.split("=")
-        rates[int(c)] = [float(x) for x in v.split(":")] + [float("nan")] * 2
+        rates[int(c)] = [float(x) for x in v.split(":")] + [float("nan")] * 4
     prompts = [json.loads(l)["prompt_ids"] for l in open(a.prompts)]
     ok = True
     reference = {}
@@ -228,22 +230,24 @@ def main():
                 raise SystemExit(f"--warmup at {clients} clients needs {8 * clients} prompts, {a.prompts} has {len(prompts)}")
             level(a.address, prompts[4 * clients : 8 * clients], clients, a.max_tokens, a.whole, process_counts[0])
         for processes in process_counts:
-            steps_before, tokens_before = engine_counters(a.address)
+            before = engine_counters(a.address)
             results, wall = level(a.address, prompts[: 4 * clients], clients, a.max_tokens, a.whole, processes)
-            steps_after, tokens_after = engine_counters(a.address)
-            steps = max(1, steps_after - steps_before)
+            steps, sampled, launch_s, wait_s, between_s = [x - y for x, y in zip(engine_counters(a.address), before)]
+            steps = max(1, steps)
             tokens = sum(len(r[0]) for r in results.values())
             gaps = [g for r in results.values() for g in r[3]]
             ttft = [r[2] for r in results.values()]
-            rate, sample_per_step, sample_ms = rates.get(clients, [None, float("nan"), float("nan")])[:3]
+            rate, sample_per_step, sample_ms, sample_launch, sample_wait = rates.get(clients, [None] + [float("nan")] * 4)[:5]
             against_sample = f" {rate:,.0f} | {tokens / wall / rate:.2f} |" if rate else " - | - |"
-            per_step = f" {(tokens_after - tokens_before) / steps:.1f} / {sample_per_step:.1f} | {wall * 1000 / steps:.2f} / {sample_ms:.2f} |"
-            rows.append((clients, results, f"| {clients} | {processes} | {len(results)} | {wall:.2f} | {tokens / wall:,.0f} |{against_sample}{per_step} {pct(ttft, 0.5):.0f} / {pct(ttft, 0.99):.0f} | {pct(gaps, 0.5):.1f} / {pct(gaps, 0.99):.1f} |"))
+            per_step = f" {sampled / steps:.1f} / {sample_per_step:.1f} | {wall * 1000 / steps:.2f} / {sample_ms:.2f} |"
+            # the engine thread's ms a step: enqueueing launches, waiting for the device, between steps
+            host = f" {launch_s * 1000 / steps:.2f}, {wait_s * 1000 / steps:.2f}, {between_s * 1000 / steps:.2f} / {sample_launch:.2f}, {sample_wait:.2f} |"
+            rows.append((clients, results, f"| {clients} | {processes} | {len(results)} | {wall:.2f} | {tokens / wall:,.0f} |{against_sample}{per_step}{host} {pct(ttft, 0.5):.0f} / {pct(ttft, 0.99):.0f} | {pct(gaps, 0.5):.1f} / {pct(gaps, 0.99):.1f} |"))
             print(rows[-1][2], flush=True)
     reference = reference or {i: json.dumps([r[0], r[1]]) for i, r in rows[-1][1].items()}
     against = "`lockstep sample`'s" if a.sample_output else "the last level's"
-    print(f"\n| clients | client processes | requests | wall s | tokens/s | `lockstep sample` tokens/s (max_batch = clients) | serve / sample | tokens a step: serve / sample | ms a step: serve / sample | TTFT p50 / p99 ms | ITL p50 / p99 ms | completions equal to {against} as bits |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"\n| clients | client processes | requests | wall s | tokens/s | `lockstep sample` tokens/s (max_batch = clients) | serve / sample | tokens a step: serve / sample | ms a step: serve / sample | engine thread's ms a step, launch, wait, between steps: serve / sample | TTFT p50 / p99 ms | ITL p50 / p99 ms | completions equal to {against} as bits |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for clients, results, row in rows:
         same = sum(json.dumps([r[0], r[1]]) == reference.get(i) for i, r in results.items())
         ok &= same == len(results)

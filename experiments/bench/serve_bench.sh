@@ -10,7 +10,10 @@
 # steady rate: after the first wave, which compiles the kernels); the clients run in 8
 # processes, the server warmed by each level's untimed half. SERVE_CLIENTS (1,16,64,256) and
 # SERVE_BENCH_ARGS (e.g. "--whole" or "--processes 1") pass through to serve_bench.py; SERVE_SET adds
-# --set pairs to the server's command (e.g. "--set serve.workers=2").
+# --set pairs to the server's command (e.g. "--set serve.workers=2"). SERVE_CPUS / CLIENT_CPUS
+# (taskset lists, e.g. 0-7 and 8-15) pin `lockstep serve` and every `lockstep sample` to the first
+# cores and the clients to the others, as if the clients ran on another machine: the server is
+# compared with the sampler on the same cores, without the clients' processes competing.
 set -uo pipefail
 O="${O:-${OUT:-.gpu/out}}"
 shape=${1:-qwen3-0.6b}; n=${2:-0}; m=${3:-128}; identical=${4:-1000}
@@ -31,24 +34,29 @@ rng = random.Random(20261207)
 for i in range(n):
     print(json.dumps({"id": i, "prompt_ids": [rng.randrange(300, vocab - 3) for _ in range(32)]}))
 PY
+pin_server=(); pin_clients=()
+[ -n "${SERVE_CPUS:-}" ] && pin_server=(taskset -c "$SERVE_CPUS")
+[ -n "${CLIENT_CPUS:-}" ] && pin_clients=(taskset -c "$CLIENT_CPUS")
 common=(--set "model.path=$ck" --set model.dtype=bf16 --set sampler.max_batch=256 --set "sampler.context=$(( m + 64 ))" --set "sampler.max_new_tokens=$m" --set log.progress=false)
 start=$(date +%s.%N)
-/tmp/lockstep sample "${common[@]}" --set sampler.temperature=0 --set sampler.input=/tmp/serve-prompts.jsonl --set sampler.output=/tmp/serve-sample.jsonl > "$O/serve-sample.log" 2>&1 || { echo "lockstep sample failed"; tail -5 "$O/serve-sample.log"; exit 1; }
+${pin_server[@]+"${pin_server[@]}"} /tmp/lockstep sample "${common[@]}" --set sampler.temperature=0 --set sampler.input=/tmp/serve-prompts.jsonl --set sampler.output=/tmp/serve-sample.jsonl > "$O/serve-sample.log" 2>&1 || { echo "lockstep sample failed"; tail -5 "$O/serve-sample.log"; exit 1; }
 echo "lockstep sample, $n prompts x $m greedy tokens, whole process: $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s ($(grep -o 'sampled .*tokens/s' "$O/serve-sample.log" | tail -1))"
 rates=""
 for c in ${clients//,/ }; do  # lockstep sample at each level's concurrency, on the level's prompts
     head -$(( 4 * c )) /tmp/serve-prompts.jsonl > /tmp/serve-level.jsonl
-    /tmp/lockstep sample "${common[@]}" --set sampler.max_batch=$c --set sampler.temperature=0 --set sampler.input=/tmp/serve-level.jsonl --set sampler.output=/tmp/serve-level-out.jsonl > "$O/serve-sample-$c.log" 2>&1 || { echo "lockstep sample at max_batch $c failed"; tail -5 "$O/serve-sample-$c.log"; exit 1; }
+    ${pin_server[@]+"${pin_server[@]}"} /tmp/lockstep sample "${common[@]}" --set sampler.max_batch=$c --set sampler.temperature=0 --set sampler.input=/tmp/serve-level.jsonl --set sampler.output=/tmp/serve-level-out.jsonl > "$O/serve-sample-$c.log" 2>&1 || { echo "lockstep sample at max_batch $c failed"; tail -5 "$O/serve-sample-$c.log"; exit 1; }
     rate=$(grep -o 'sample-timing .*' "$O/serve-sample-$c.log" | sed 's/^sample-timing //' | python3 -c "
 import json, sys
 v = json.load(sys.stdin)
 steady = v['steady_s'] > 0 and v['steady_engine_steps'] > 0
+part = 'steady' if steady else 'all'
 tokens, s, steps = (v['steady_tokens'], v['steady_s'], v['steady_engine_steps']) if steady else (v['tokens'], v['sample_s'], v['all_engine_steps'])
-print(f'{round(tokens / s)}:{tokens / max(steps, 1):.2f}:{s * 1000 / max(steps, 1):.3f}')")
+steps = max(steps, 1)
+print(f'{round(tokens / s)}:{tokens / steps:.2f}:{s * 1000 / steps:.3f}:{v[part + \"_launch_s\"] * 1000 / steps:.3f}:{v[part + \"_wait_s\"] * 1000 / steps:.3f}')")
     rates="$rates${rates:+,}$c=$rate"
 done
-echo "lockstep sample's steady tokens/s : tokens a step : ms a step, by sampler.max_batch: $rates"
-/tmp/lockstep serve "${common[@]}" --set serve.port=0 ${SERVE_SET:-} > "$O/serve.log" 2>&1 &
+echo "lockstep sample's steady tokens/s : tokens a step : ms a step : launch ms : wait ms, by sampler.max_batch: $rates"
+${pin_server[@]+"${pin_server[@]}"} /tmp/lockstep serve "${common[@]}" --set serve.port=0 ${SERVE_SET:-} > "$O/serve.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT
 address=""
@@ -59,7 +67,7 @@ for _ in $(seq 1 600); do
     sleep 0.5
 done
 [ -n "$address" ] || { echo "the server did not start"; tail -5 "$O/serve.log"; exit 1; }
-python3 experiments/bench/serve_bench.py "$address" /tmp/serve-prompts.jsonl --clients "$clients" --max-tokens "$m" \
+${pin_clients[@]+"${pin_clients[@]}"} python3 experiments/bench/serve_bench.py "$address" /tmp/serve-prompts.jsonl --clients "$clients" --max-tokens "$m" \
     --identical "$identical" --sample-output /tmp/serve-sample.jsonl --warmup --processes 8 --sample-rates "$rates" ${SERVE_BENCH_ARGS:-} | tee "$O/serve-bench.md"
 rc=${PIPESTATUS[0]}
 curl -s "http://$address/metrics" > "$O/serve-metrics.txt" 2>/dev/null

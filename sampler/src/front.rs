@@ -99,6 +99,14 @@ pub struct EngineMetrics {
     pub finished: AtomicU64,
     pub failed: AtomicU64,
     pub cancelled: AtomicU64,
+    /// Where the engine thread's time went, in microseconds: the engine's own phases
+    /// (`EnginePhaseTimes`: enqueueing launches, waiting for the device, scheduling) and the
+    /// front's work between steps (taking requests, cancelling, handing out tokens), so a
+    /// slower step under load shows whether the host or the device took the time.
+    pub launch_us: AtomicU64,
+    pub wait_us: AtomicU64,
+    pub schedule_us: AtomicU64,
+    pub between_steps_us: AtomicU64,
 }
 
 impl EngineMetrics {
@@ -192,6 +200,7 @@ fn serve_engine(engine: &mut Engine, rx: mpsc::Receiver<(Request, Reply)>, metri
                 Err(_) => open = false,
             }
         }
+        let taking = Instant::now();
         loop {
             match rx.try_recv() {
                 Ok(submitted) => accept(engine, &mut waiting, &mut arrived, submitted),
@@ -210,7 +219,15 @@ fn serve_engine(engine: &mut Engine, rx: mpsc::Receiver<(Request, Reply)>, metri
                 metrics.cancelled.fetch_add(1, Ordering::Relaxed);
             }
         }
+        let between = taking.elapsed();
+        let before = engine.phase_times().clone();
         let stats = engine.step();
+        let after = engine.phase_times();
+        let us = |s: f64| (s.max(0.0) * 1e6) as u64;
+        metrics.launch_us.fetch_add(us(after.launch_s - before.launch_s), Ordering::Relaxed);
+        metrics.wait_us.fetch_add(us(after.wait_s - before.wait_s), Ordering::Relaxed);
+        metrics.schedule_us.fetch_add(us(after.schedule_s + after.prefix_copy_s - before.schedule_s - before.prefix_copy_s), Ordering::Relaxed);
+        let stepped = Instant::now();
         metrics.steps.fetch_add(1, Ordering::Relaxed);
         metrics.generated_tokens.fetch_add(stats.sampled as u64, Ordering::Relaxed);
         metrics.preemptions.fetch_add(stats.preempted as u64, Ordering::Relaxed);
@@ -243,6 +260,8 @@ fn serve_engine(engine: &mut Engine, rx: mpsc::Receiver<(Request, Reply)>, metri
             }
         }
         metrics.record(engine.occupancy());
+        // this step's deliveries, and the taking of requests before it (not an idle wait)
+        metrics.between_steps_us.fetch_add(us((stepped.elapsed() + between).as_secs_f64()), Ordering::Relaxed);
         if !open && engine.is_idle() {
             break;
         }

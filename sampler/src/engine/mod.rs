@@ -140,6 +140,11 @@ impl Engine {
         std::mem::take(&mut self.phase)
     }
 
+    /// The phase times accumulated since the last [`Self::take_phase_times`], left in place.
+    pub fn phase_times(&self) -> &EnginePhaseTimes {
+        &self.phase
+    }
+
     pub fn config(&self) -> &EngineConfig {
         &self.config
     }
