@@ -427,6 +427,11 @@ fn a_client_that_goes_away_is_cancelled_and_metrics_count_it() {
         assert!(m[&format!("lockstep:{h}_sum")] > 0.0, "{h}: {m:?}");
     }
     assert!(m["lockstep:time_to_first_token_seconds_sum"] <= m["lockstep:e2e_request_latency_seconds_sum"], "{m:?}");
+    // the engine thread's time: launching and waiting for the steps (each step launches work), all
+    // of it within the request's own time
+    let engine: Vec<f64> = ["launch", "wait", "schedule", "between_steps"].iter().map(|p| m[&format!("lockstep:engine_{p}_seconds_total")]).collect();
+    assert!(engine[0] > 0.0 && engine[1] > 0.0 && engine.iter().all(|s| *s >= 0.0), "{m:?}");
+    assert!(engine.iter().sum::<f64>() <= m["lockstep:e2e_request_latency_seconds_sum"] * 1.01 + 1e-3, "{m:?}");
     // 64 choices of 36 tokens, four at a time: far more work than the moment before each client leaves
     let body = |stream: bool| json!({"prompt": "sort 312:", "max_tokens": 36, "n": 64, "temperature": 1.0, "stream": stream}).to_string();
     for (stream, cancelled_before) in [(true, 0.0), (false, m["lockstep:request_cancelled_total"])] {
