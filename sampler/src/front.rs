@@ -20,7 +20,42 @@ pub enum StreamEvent {
 
 enum Reply {
     Whole(oneshot::Sender<Result<Completion, SampleError>>),
-    Stream { events: tokio_mpsc::UnboundedSender<StreamEvent>, sent: Vec<u32> },
+    Stream { events: tokio_mpsc::UnboundedSender<StreamEvent>, sent: Vec<u32>, replay: ReplayCheck },
+}
+
+/// How far a streamed request's current run has been checked against what was sent, so each
+/// step compares only its new tokens (a full comparison every step is quadratic in the length:
+/// ~2 M comparisons a step at 256 requests of 8K tokens).
+#[derive(Clone, Default)]
+struct ReplayCheck {
+    /// Tokens of the current run equal to `sent` (checked or sent by this run).
+    checked: usize,
+    /// The current run's length at the last look: a shorter run is a new one.
+    seen: usize,
+    /// The look (one after each engine step) that last found the request running: one that
+    /// was missing from a look was preempted (queued again) and runs anew from its prompt.
+    last_look: u64,
+}
+
+impl ReplayCheck {
+    /// Checks the run's tokens at look `look` against those `sent` (only what this run has not
+    /// matched yet) and returns where its unsent tokens begin, `None` if it has none.
+    fn look(&mut self, tokens: &[u32], sent: &[u32], look: u64, id: u64) -> Result<Option<usize>, SampleError> {
+        if tokens.len() < self.seen || self.last_look + 1 != look {
+            self.checked = 0; // (maybe) a rerun after a preemption: check it from its first token
+        }
+        (self.seen, self.last_look) = (tokens.len(), look);
+        let upto = tokens.len().min(sent.len());
+        if self.checked < upto {
+            check_replay(&tokens[self.checked..upto], &sent[self.checked..upto], id)?;
+            self.checked = upto;
+        }
+        if tokens.len() <= sent.len() {
+            return Ok(None);
+        }
+        self.checked = tokens.len();
+        Ok(Some(sent.len()))
+    }
 }
 
 impl Reply {
@@ -36,7 +71,7 @@ impl Reply {
             Reply::Whole(tx) => {
                 let _ = tx.send(result);
             }
-            Reply::Stream { events, sent } => {
+            Reply::Stream { events, sent, .. } => {
                 let result = result.and_then(|c| check_replay(&c.tokens, &sent, c.id).map(|()| c));
                 let _ = events.send(StreamEvent::Done(result));
             }
@@ -170,7 +205,7 @@ impl EngineHandle {
     /// Dropping the receiver cancels the request.
     pub fn stream(&self, request: Request) -> Result<tokio_mpsc::UnboundedReceiver<StreamEvent>, SampleError> {
         let (events, receiver) = tokio_mpsc::unbounded_channel();
-        self.tx.send((request, Reply::Stream { events, sent: Vec::new() })).map_err(|_| SampleError::Closed)?;
+        self.tx.send((request, Reply::Stream { events, sent: Vec::new(), replay: ReplayCheck::default() })).map_err(|_| SampleError::Closed)?;
         Ok(receiver)
     }
 }
@@ -181,6 +216,7 @@ fn serve_engine(engine: &mut Engine, rx: mpsc::Receiver<(Request, Reply)>, metri
     // when each choice came, and whether its first token has been seen (the latency histograms)
     let mut arrived: HashMap<u64, (Instant, bool)> = HashMap::new();
     let mut open = true;
+    let mut looks = 0u64;
     let accept = |engine: &mut Engine, waiting: &mut HashMap<u64, Reply>, arrived: &mut HashMap<u64, (Instant, bool)>, (req, reply): (Request, Reply)| {
         if waiting.contains_key(&req.id) {
             reply.finish(Err(SampleError::Engine { id: req.id, message: "a request with this id is already running".into() }));
@@ -239,7 +275,8 @@ fn serve_engine(engine: &mut Engine, rx: mpsc::Receiver<(Request, Reply)>, metri
                 }
             }
         }
-        for id in stream_new_tokens(engine, &mut waiting) {
+        looks += 1;
+        for id in stream_new_tokens(engine, &mut waiting, looks) {
             engine.cancel(id);
             arrived.remove(&id);
             metrics.failed.fetch_add(1, Ordering::Relaxed);
@@ -270,19 +307,19 @@ fn serve_engine(engine: &mut Engine, rx: mpsc::Receiver<(Request, Reply)>, metri
 
 /// Sends each streamed request the tokens it has beyond those already sent. Returns the requests
 /// that failed the replay check (answered with their error, to be cancelled).
-fn stream_new_tokens(engine: &Engine, waiting: &mut HashMap<u64, Reply>) -> Vec<u64> {
+fn stream_new_tokens(engine: &Engine, waiting: &mut HashMap<u64, Reply>, look: u64) -> Vec<u64> {
     let mut failed = Vec::new();
     for (id, tokens, logprobs, top) in engine.partial() {
-        let Some(Reply::Stream { events, sent }) = waiting.get_mut(&id) else { continue };
-        if tokens.len() <= sent.len() {
-            continue; // rerunning after a preemption, not past what was sent yet
-        }
-        if let Err(e) = check_replay(tokens, sent, id) {
-            let _ = events.send(StreamEvent::Done(Err(e)));
-            failed.push(id);
-            continue;
-        }
-        let from = sent.len();
+        let Some(Reply::Stream { events, sent, replay }) = waiting.get_mut(&id) else { continue };
+        let from = match replay.look(tokens, sent, look, id) {
+            Ok(Some(from)) => from,
+            Ok(None) => continue, // rerunning after a preemption, not past what was sent yet
+            Err(e) => {
+                let _ = events.send(StreamEvent::Done(Err(e)));
+                failed.push(id);
+                continue;
+            }
+        };
         sent.extend_from_slice(&tokens[from..]);
         let top_logprobs = top.get(from..).map_or_else(Vec::new, <[_]>::to_vec);
         let _ = events.send(StreamEvent::Tokens { tokens: tokens[from..].to_vec(), logprobs: logprobs[from..].to_vec(), top_logprobs });
@@ -291,4 +328,42 @@ fn stream_new_tokens(engine: &Engine, waiting: &mut HashMap<u64, Reply>) -> Vec<
         waiting.remove(id);
     }
     failed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ReplayCheck;
+
+    /// A streamed request's tokens are checked once each, and a rerun after a preemption (the
+    /// request missing from a look, or shorter) is checked from its first token: a rerun that
+    /// differs anywhere in what was sent is caught, however short the first run was.
+    #[test]
+    fn a_rerun_is_checked_from_its_first_token_and_a_divergence_is_caught() {
+        let mut sent = Vec::new();
+        let mut r = ReplayCheck::default();
+        let mut step = |r: &mut ReplayCheck, sent: &mut Vec<u32>, tokens: &[u32], look| {
+            let from = r.look(tokens, sent, look, 7);
+            if let Ok(Some(from)) = from {
+                sent.extend_from_slice(&tokens[from..]);
+            }
+            from.map_err(|_| ())
+        };
+        assert_eq!(step(&mut r, &mut sent, &[5], 1), Ok(Some(0)));
+        assert_eq!(step(&mut r, &mut sent, &[5, 6], 2), Ok(Some(1)));
+        assert_eq!(step(&mut r, &mut sent, &[5, 6], 3), Ok(None)); // no new token this step
+        // preempted at look 4 (missing), rerun: the same tokens pass, then new ones are sent
+        assert_eq!(step(&mut r, &mut sent, &[5], 5), Ok(None));
+        assert_eq!(step(&mut r, &mut sent, &[5, 6], 6), Ok(None));
+        assert_eq!(step(&mut r, &mut sent, &[5, 6, 8], 7), Ok(Some(2)));
+        assert_eq!(sent, [5, 6, 8]);
+        // a rerun that differs at its first token, seen at a length the old run had passed
+        let mut other = r.clone();
+        assert_eq!(step(&mut other, &mut sent.clone(), &[9, 6, 8], 9), Err(()));
+        // ... or at one already checked, the request never missing from a look but shorter
+        assert_eq!(step(&mut r, &mut sent.clone(), &[5, 7], 8), Err(()));
+        // a first run of one token, preempted, rerun to one other token
+        let (mut one, mut sent_one) = (ReplayCheck::default(), Vec::new());
+        assert_eq!(step(&mut one, &mut sent_one, &[3], 1), Ok(Some(0)));
+        assert_eq!(step(&mut one, &mut sent_one, &[4], 3), Err(()));
+    }
 }
