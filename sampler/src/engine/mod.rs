@@ -212,31 +212,38 @@ impl Engine {
             return;
         }
         let free = self.cache.free_blocks().unwrap_or(usize::MAX);
-        // prompts a later request can share blocks of (`share_prefixes` needs 2+ tokens)
+        // prompts a later request can share blocks of (`share_prefixes` needs 2+ tokens), held
+        // as borrows: a copy of every running prompt each admitting step costs milliseconds at
+        // long (agent) prompts
         let sharing = self.config.share_prompt_prefix;
         let shareable = |prompt: &[u32]| sharing && prompt.len() >= 2;
-        let mut prompts: std::collections::HashSet<Vec<u32>> = std::collections::HashSet::new();
+        let mut prompts: std::collections::HashSet<&[u32]> = std::collections::HashSet::new();
         let mut committed = 0;
         for act in &self.active {
             committed += self.blocks_still_reserved(act);
             if shareable(&act.request.prompt) {
-                prompts.insert(act.request.prompt.clone());
+                prompts.insert(&act.request.prompt);
             }
         }
-        while let (Some(next), Some(slot)) = (self.waiting.front(), self.free_slots.last().copied()) {
+        // how many of the queue's head fit, decided before any is moved
+        let mut admitted = 0;
+        for next in self.waiting.iter().take(self.free_slots.len()) {
             let r = &next.request;
             let target = r.prompt.len() + reserved_new_tokens(r.params.max_new_tokens, self.config.reserve);
             // a group member shares its donor's whole prompt blocks (`share_prefixes`)
-            let shared = if prompts.contains(&r.prompt) { (r.prompt.len() - 1) / BLOCK } else { 0 };
+            let shared = if prompts.contains(r.prompt.as_slice()) { (r.prompt.len() - 1) / BLOCK } else { 0 };
             let need = KvCache::blocks_for(target).saturating_sub(shared);
-            if free < committed + need && !self.active.is_empty() {
+            if free < committed + need && (admitted > 0 || !self.active.is_empty()) {
                 break;
             }
             committed += need;
             if shareable(&r.prompt) {
-                prompts.insert(r.prompt.clone());
+                prompts.insert(&r.prompt);
             }
-            self.free_slots.pop();
+            admitted += 1;
+        }
+        for _ in 0..admitted {
+            let slot = self.free_slots.pop().expect("one free slot per admitted request");
             self.take_waiting(slot, now);
         }
     }
