@@ -154,7 +154,7 @@ def engine_counters(address):
     text = conn.getresponse().read().decode()
     conn.close()
     values = dict(line.split()[:2] for line in text.splitlines() if line and not line.startswith("#"))
-    names = ("engine_steps_total", "generation_tokens_total", "engine_launch_seconds_total", "engine_wait_seconds_total", "engine_between_steps_seconds_total")
+    names = ("engine_steps_total", "generation_tokens_total", "engine_launch_seconds_total", "engine_wait_seconds_total", "engine_between_steps_seconds_total", "engine_replayed_steps_total")
     return [float(values.get(f"lockstep:{n}", "nan")) for n in names]
 
 
@@ -214,7 +214,7 @@ def main():
     rates = {}
     for kv in filter(None, a.sample_rates.split(",")):
         c, v = kv.split("=")
-        rates[int(c)] = [float(x) for x in v.split(":")] + [float("nan")] * 4
+        rates[int(c)] = [float(x) for x in v.split(":")] + [float("nan")] * 5
     prompts = [json.loads(l)["prompt_ids"] for l in open(a.prompts)]
     ok = True
     reference = {}
@@ -232,22 +232,22 @@ def main():
         for processes in process_counts:
             before = engine_counters(a.address)
             results, wall = level(a.address, prompts[: 4 * clients], clients, a.max_tokens, a.whole, processes)
-            steps, sampled, launch_s, wait_s, between_s = [x - y for x, y in zip(engine_counters(a.address), before)]
+            steps, sampled, launch_s, wait_s, between_s, replayed = [x - y for x, y in zip(engine_counters(a.address), before)]
             steps = max(1, steps)
             tokens = sum(len(r[0]) for r in results.values())
             gaps = [g for r in results.values() for g in r[3]]
             ttft = [r[2] for r in results.values()]
-            rate, sample_per_step, sample_ms, sample_launch, sample_wait = rates.get(clients, [None] + [float("nan")] * 4)[:5]
+            rate, sample_per_step, sample_ms, sample_launch, sample_wait, sample_replayed = rates.get(clients, [None] + [float("nan")] * 5)[:6]
             against_sample = f" {rate:,.0f} | {tokens / wall / rate:.2f} |" if rate else " - | - |"
             per_step = f" {sampled / steps:.1f} / {sample_per_step:.1f} | {wall * 1000 / steps:.2f} / {sample_ms:.2f} |"
             # the engine thread's ms a step: enqueueing launches, waiting for the device, between steps
-            host = f" {launch_s * 1000 / steps:.2f}, {wait_s * 1000 / steps:.2f}, {between_s * 1000 / steps:.2f} / {sample_launch:.2f}, {sample_wait:.2f} |"
+            host = f" {launch_s * 1000 / steps:.2f}, {wait_s * 1000 / steps:.2f}, {between_s * 1000 / steps:.2f} / {sample_launch:.2f}, {sample_wait:.2f} | {replayed / steps:.2f} / {sample_replayed:.2f} |"
             rows.append((clients, results, f"| {clients} | {processes} | {len(results)} | {wall:.2f} | {tokens / wall:,.0f} |{against_sample}{per_step}{host} {pct(ttft, 0.5):.0f} / {pct(ttft, 0.99):.0f} | {pct(gaps, 0.5):.1f} / {pct(gaps, 0.99):.1f} |"))
             print(rows[-1][2], flush=True)
     reference = reference or {i: json.dumps([r[0], r[1]]) for i, r in rows[-1][1].items()}
     against = "`lockstep sample`'s" if a.sample_output else "the last level's"
-    print(f"\n| clients | client processes | requests | wall s | tokens/s | `lockstep sample` tokens/s (max_batch = clients) | serve / sample | tokens a step: serve / sample | ms a step: serve / sample | engine thread's ms a step, launch, wait, between steps: serve / sample | TTFT p50 / p99 ms | ITL p50 / p99 ms | completions equal to {against} as bits |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"\n| clients | client processes | requests | wall s | tokens/s | `lockstep sample` tokens/s (max_batch = clients) | serve / sample | tokens a step: serve / sample | ms a step: serve / sample | engine thread's ms a step, launch, wait, between steps: serve / sample | steps replayed as graphs: serve / sample | TTFT p50 / p99 ms | ITL p50 / p99 ms | completions equal to {against} as bits |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for clients, results, row in rows:
         same = sum(json.dumps([r[0], r[1]]) == reference.get(i) for i, r in results.items())
         ok &= same == len(results)

@@ -52,10 +52,10 @@ steady = v['steady_s'] > 0 and v['steady_engine_steps'] > 0
 part = 'steady' if steady else 'all'
 tokens, s, steps = (v['steady_tokens'], v['steady_s'], v['steady_engine_steps']) if steady else (v['tokens'], v['sample_s'], v['all_engine_steps'])
 steps = max(steps, 1)
-print(f'{round(tokens / s)}:{tokens / steps:.2f}:{s * 1000 / steps:.3f}:{v[part + \"_launch_s\"] * 1000 / steps:.3f}:{v[part + \"_wait_s\"] * 1000 / steps:.3f}')")
+print(f'{round(tokens / s)}:{tokens / steps:.2f}:{s * 1000 / steps:.3f}:{v[part + \"_launch_s\"] * 1000 / steps:.3f}:{v[part + \"_wait_s\"] * 1000 / steps:.3f}:{v.get(part + \"_replayed_steps\", float(\"nan\")) / steps:.3f}')")
     rates="$rates${rates:+,}$c=$rate"
 done
-echo "lockstep sample's steady tokens/s : tokens a step : ms a step : launch ms : wait ms, by sampler.max_batch: $rates"
+echo "lockstep sample's steady tokens/s : tokens a step : ms a step : launch ms : wait ms : replayed fraction, by sampler.max_batch: $rates"
 ${pin_server[@]+"${pin_server[@]}"} /tmp/lockstep serve "${common[@]}" --set serve.port=0 ${SERVE_SET:-} > "$O/serve.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null' EXIT

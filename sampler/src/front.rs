@@ -142,6 +142,8 @@ pub struct EngineMetrics {
     pub wait_us: AtomicU64,
     pub schedule_us: AtomicU64,
     pub between_steps_us: AtomicU64,
+    /// Steps replayed as captured graphs (the rest launched op by op).
+    pub replayed_steps: AtomicU64,
 }
 
 impl EngineMetrics {
@@ -262,6 +264,7 @@ fn serve_engine(engine: &mut Engine, rx: mpsc::Receiver<(Request, Reply)>, metri
         let us = |s: f64| (s.max(0.0) * 1e6) as u64;
         metrics.launch_us.fetch_add(us(after.launch_s - before.launch_s), Ordering::Relaxed);
         metrics.wait_us.fetch_add(us(after.wait_s - before.wait_s), Ordering::Relaxed);
+        metrics.replayed_steps.fetch_add((after.replayed_steps - before.replayed_steps) as u64, Ordering::Relaxed);
         metrics.schedule_us.fetch_add(us(after.schedule_s + after.prefix_copy_s - before.schedule_s - before.prefix_copy_s), Ordering::Relaxed);
         let stepped = Instant::now();
         metrics.steps.fetch_add(1, Ordering::Relaxed);

@@ -159,7 +159,7 @@ pub fn run(cfg: &Config, policy: Policy, progress: bool, load_s: f64) -> Result<
     let mut all_phases = first_wave_phases;
     all_phases.absorb(&steady_phases);
     // one machine-readable line for benchmark scripts (experiments/bench/seed_bench.sh)
-    eprintln!("sample-timing {}", serde_json::json!({"load_s": load_s, "first_wave_s": first_wave_s, "steady_s": steady_s, "steady_tokens": steady_tokens, "tokens": generated, "sample_s": seconds, "kernels": cfg.ablation.sampler_kernels, "steady_engine_steps": steady_phases.steps, "steady_launch_s": steady_phases.launch_s, "steady_wait_s": steady_phases.wait_s, "all_engine_steps": all_phases.steps, "all_launch_s": all_phases.launch_s, "all_wait_s": all_phases.wait_s, "all_replayed_steps": all_phases.replayed_steps}));
+    eprintln!("sample-timing {}", serde_json::json!({"load_s": load_s, "first_wave_s": first_wave_s, "steady_s": steady_s, "steady_tokens": steady_tokens, "tokens": generated, "sample_s": seconds, "kernels": cfg.ablation.sampler_kernels, "steady_engine_steps": steady_phases.steps, "steady_launch_s": steady_phases.launch_s, "steady_wait_s": steady_phases.wait_s, "steady_replayed_steps": steady_phases.replayed_steps, "all_engine_steps": all_phases.steps, "all_launch_s": all_phases.launch_s, "all_wait_s": all_phases.wait_s, "all_replayed_steps": all_phases.replayed_steps}));
     let mut failed = Failed::default();
     shared_kernels::model::save::write_atomic_with(output, |out| {
         failed = write_results(out, order, &mut results, &tokenizer).map_err(|e| shared_kernels::model::ModelError::io(output, e))?;

@@ -33,7 +33,7 @@ pub fn text(m: &EngineMetrics, rate: &Rate, in_flight: usize, rejected: u64) -> 
     let generated = m.generated_tokens.load(Relaxed);
     let usage = if kv_total > 0 { kv_used as f64 / kv_total as f64 } else { 0.0 };
     let seconds = |us: &std::sync::atomic::AtomicU64| us.load(Relaxed) as f64 / 1e6;
-    let rows: [(&str, &str, &str, f64); 19] = [
+    let rows: [(&str, &str, &str, f64); 20] = [
         ("num_requests_running", "gauge", "Requests in the engine's batch.", m.running.load(Relaxed) as f64),
         ("num_requests_waiting", "gauge", "Requests queued for a slot or cache blocks.", m.waiting.load(Relaxed) as f64),
         ("num_choices_in_flight", "gauge", "Choices admitted by the server (serve.max_queue bounds them).", in_flight as f64),
@@ -45,6 +45,7 @@ pub fn text(m: &EngineMetrics, rate: &Rate, in_flight: usize, rejected: u64) -> 
         ("prompt_tokens_total", "counter", "Prompt tokens submitted.", m.prompt_tokens.load(Relaxed) as f64),
         ("num_preemptions_total", "counter", "Requests preempted for cache blocks (each reruns to the same bits).", m.preemptions.load(Relaxed) as f64),
         ("engine_steps_total", "counter", "Batched engine steps.", m.steps.load(Relaxed) as f64),
+        ("engine_replayed_steps_total", "counter", "Engine steps replayed as captured graphs (the rest launched op by op).", m.replayed_steps.load(Relaxed) as f64),
         ("engine_launch_seconds_total", "counter", "Engine thread: enqueueing the steps' launches.", seconds(&m.launch_us)),
         ("engine_wait_seconds_total", "counter", "Engine thread: waiting for the device's results.", seconds(&m.wait_us)),
         ("engine_schedule_seconds_total", "counter", "Engine thread: admitting, building rows, retiring (inside steps).", seconds(&m.schedule_us)),
