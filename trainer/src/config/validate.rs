@@ -323,7 +323,7 @@ mod tests {
         assert!(e.contains("serve.workers") && e.contains("at most 256"), "{e}");
         assert!(Config::load(None, &["serve.workers=3".into()]).is_ok());
         assert_eq!(crate::serve::http_workers(3), 3);
-        assert!((2..=8).contains(&crate::serve::http_workers(0)));
+        assert!((2..=4).contains(&crate::serve::http_workers(0)));
     }
 
     #[test]

@@ -145,12 +145,13 @@ pub fn run(cfg: &Config, policy: Policy) -> Result<(), RunError> {
     served
 }
 
-/// Threads for an HTTP front (`serve.workers`; 0: the cores less one for the engine's thread,
-/// at least 2, at most 8). Each stream's chunks are built and written on them, so at hundreds
-/// of streaming clients too few would lag the engine's steps.
+/// Threads for an HTTP front (`serve.workers`; 0: a quarter of the cores, 2 to 4). Each
+/// stream's chunks are built and written on them; more threads than that took the cores the
+/// engine's thread enqueues its steps from (docs/serve.md: 7 threads on 8 cores tripled the
+/// engine's ms a step, and 2 threads kept 256 streams' batch as full as 7 did).
 pub(crate) fn http_workers(setting: usize) -> usize {
     match setting {
-        0 => std::thread::available_parallelism().map_or(2, |n| n.get().saturating_sub(1)).clamp(2, 8),
+        0 => std::thread::available_parallelism().map_or(2, |n| n.get() / 4).clamp(2, 4),
         n => n,
     }
 }
